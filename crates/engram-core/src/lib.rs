@@ -1,1 +1,21 @@
-//! placeholder
+//! Engram's domain, free of I/O: what a trace is, how events become traces,
+//! and how memories are chosen for an answer.
+//!
+//! - [`agent_id`]: the agent id rule (validated before any file is touched).
+//! - [`trace`]: raw traces as stored in `raw_traces.jsonl`, and incoming events.
+//! - [`turns`]: turn and seq assignment, tool-call pairing, idempotency.
+//! - [`memory`]: episodic and semantic items and their ranking.
+//! - [`retrieve`]: the raw tail and tool interactions of an agent.
+//! - [`error`]: validation errors, split by the status they map to.
+
+pub mod agent_id;
+pub mod error;
+pub mod memory;
+pub mod retrieve;
+pub mod trace;
+pub mod turns;
+
+pub use agent_id::AgentId;
+pub use error::CoreError;
+pub use trace::{Media, NewEvent, RawTrace, TraceType, Usage};
+pub use turns::{IngestLimits, IngestPlan, Outcome, TurnTracker};

@@ -1,0 +1,117 @@
+//! Long-term memories: episodic summaries and semantic facts, as stored in
+//! `episodic.jsonl` and `semantic.jsonl`, and how they are picked.
+
+use std::cmp::Ordering;
+
+use serde::{Deserialize, Serialize};
+
+/// A summary of a block of whole turns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EpisodicItem {
+    pub id: String,
+    pub ts: f64,
+    pub turn_ids: Vec<String>,
+    pub summary: String,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub salience: f32,
+}
+
+/// A stable fact, preference, constraint or decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SemanticItem {
+    pub id: String,
+    pub ts: f64,
+    pub fact: String,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub confidence: f32,
+    #[serde(default)]
+    pub salience: f32,
+    /// Id of the item that replaced this one; superseded items stay on disk
+    /// for history but are not served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub superseded_by: Option<String>,
+}
+
+/// The `n` most recent episodic items, oldest first (file order is
+/// append order, so the tail of the file is the most recent).
+pub fn recent_episodic(items: &[EpisodicItem], n: usize) -> Vec<EpisodicItem> {
+    items[items.len().saturating_sub(n)..].to_vec()
+}
+
+/// The `n` live semantic items with the highest salience, most recent first
+/// among equals.
+pub fn top_semantic(items: &[SemanticItem], n: usize) -> Vec<SemanticItem> {
+    let mut live: Vec<(usize, &SemanticItem)> = items
+        .iter()
+        .enumerate()
+        .filter(|(_, item)| item.superseded_by.is_none())
+        .collect();
+    live.sort_by(|(ia, a), (ib, b)| {
+        b.salience
+            .partial_cmp(&a.salience)
+            .unwrap_or(Ordering::Equal)
+            .then(b.ts.partial_cmp(&a.ts).unwrap_or(Ordering::Equal))
+            .then(ib.cmp(ia))
+    });
+    live.into_iter()
+        .take(n)
+        .map(|(_, item)| item.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fact(id: &str, ts: f64, salience: f32) -> SemanticItem {
+        SemanticItem {
+            id: id.into(),
+            ts,
+            fact: format!("fact {id}"),
+            tags: vec![],
+            confidence: 0.9,
+            salience,
+            superseded_by: None,
+        }
+    }
+
+    #[test]
+    fn semantic_ranks_by_salience_then_recency_and_skips_superseded() {
+        let mut old = fact("old", 1.0, 0.99);
+        old.superseded_by = Some("new".into());
+        let items = vec![
+            fact("a", 1.0, 0.5),
+            fact("b", 2.0, 0.9),
+            fact("c", 3.0, 0.5),
+            old,
+            fact("d", 4.0, 0.1),
+        ];
+        let ids: Vec<_> = top_semantic(&items, 3).into_iter().map(|i| i.id).collect();
+        assert_eq!(ids, ["b", "c", "a"]);
+        assert_eq!(top_semantic(&items, 0).len(), 0);
+        assert_eq!(top_semantic(&items, 10).len(), 4);
+    }
+
+    #[test]
+    fn episodic_keeps_the_most_recent() {
+        let item = |id: &str| EpisodicItem {
+            id: id.into(),
+            ts: 0.0,
+            turn_ids: vec![],
+            summary: String::new(),
+            tags: vec![],
+            salience: 0.5,
+        };
+        let items = vec![item("1"), item("2"), item("3")];
+        let ids: Vec<_> = recent_episodic(&items, 2)
+            .into_iter()
+            .map(|i| i.id)
+            .collect();
+        assert_eq!(ids, ["2", "3"]);
+        assert_eq!(recent_episodic(&items, 9).len(), 3);
+    }
+}

@@ -1,0 +1,490 @@
+//! Turn and seq assignment, tool-call pairing and idempotency.
+//!
+//! [`TurnTracker`] is the per-agent state these rules need. It is derived
+//! from the stored traces: [`TurnTracker::apply`] is the one state
+//! transition, used both when replaying files at load and after a batch is
+//! written, so a restart rebuilds exactly the state that was acknowledged.
+//! [`TurnTracker::plan`] validates a whole batch against that state without
+//! changing it, so a refused batch changes nothing.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::{CoreError, NewEvent, RawTrace, TraceType, Usage};
+
+/// Longest client-chosen identifier (event_id, tool_call_id, tool_name, …).
+pub const MAX_ID_LEN: usize = 256;
+const MAX_TAGS: usize = 64;
+const MAX_MEDIA_URLS: usize = 64;
+const MAX_URL_LEN: usize = 8192;
+
+/// Size limits of one Ingest, from config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IngestLimits {
+    /// Events in one request (`limits.max_events_per_request`).
+    pub max_events: usize,
+    /// Bytes of one stored JSON line (`limits.max_trace_bytes`).
+    pub max_trace_bytes: usize,
+}
+
+impl Default for IngestLimits {
+    fn default() -> Self {
+        Self {
+            max_events: 1000,
+            max_trace_bytes: 1024 * 1024,
+        }
+    }
+}
+
+/// Formats turn number `n` as `turn_0001` (at least four digits).
+pub fn turn_id(n: u32) -> String {
+    format!("turn_{n:04}")
+}
+
+/// The number in a turn id, if it is one.
+pub fn turn_number(id: &str) -> Option<u32> {
+    let digits = id.strip_prefix("turn_")?;
+    if digits.len() < 4 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+#[derive(Debug, Clone)]
+struct CallInfo {
+    turn: u32,
+    tool_name: String,
+    answered: bool,
+}
+
+/// The per-agent state behind turn assignment.
+#[derive(Debug, Clone, Default)]
+pub struct TurnTracker {
+    /// Number of the latest turn; 0 before the first.
+    last_turn: u32,
+    /// Next seq of each turn (late tool results land in old turns).
+    next_seq: HashMap<u32, u32>,
+    calls: HashMap<String, CallInfo>,
+    /// event_id → id of the trace stored for it.
+    events: HashMap<String, String>,
+    last_usage: Option<Usage>,
+    last_model: Option<String>,
+}
+
+/// What happened to one event of a batch.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Stored as `new_traces[i]` of the plan.
+    New(usize),
+    /// A retry: the trace with this id was stored earlier.
+    Existing(String),
+}
+
+/// A validated batch, ready to be written.
+#[derive(Debug, Clone, Default)]
+pub struct IngestPlan {
+    /// One outcome per request event, in order.
+    pub outcomes: Vec<Outcome>,
+    /// The traces to append, in order.
+    pub new_traces: Vec<RawTrace>,
+    /// Their JSONL encoding, concatenated: what to append to the file.
+    pub bytes: Vec<u8>,
+}
+
+/// Changes a batch would make, layered over the tracker while planning.
+#[derive(Default)]
+struct Overlay {
+    last_turn: Option<u32>,
+    next_seq: HashMap<u32, u32>,
+    calls: HashMap<String, CallInfo>,
+    answered: HashSet<String>,
+    events: HashMap<String, usize>,
+}
+
+impl TurnTracker {
+    /// The latest turn id, if any turn was started.
+    pub fn current_turn_id(&self) -> Option<String> {
+        (self.last_turn > 0).then(|| turn_id(self.last_turn))
+    }
+
+    pub fn turn_count(&self) -> u32 {
+        self.last_turn
+    }
+
+    pub fn last_usage(&self) -> Option<Usage> {
+        self.last_usage
+    }
+
+    pub fn last_model(&self) -> Option<&str> {
+        self.last_model.as_deref()
+    }
+
+    /// Id of the trace stored for `event_id`, if one was.
+    pub fn trace_for_event(&self, event_id: &str) -> Option<&str> {
+        self.events.get(event_id).map(String::as_str)
+    }
+
+    /// Folds one stored trace into the state. Tolerant: traces written by an
+    /// older version or edited by hand never make replay fail.
+    pub fn apply(&mut self, trace: &RawTrace) {
+        let turn = turn_number(&trace.turn_id).unwrap_or(self.last_turn);
+        self.last_turn = self.last_turn.max(turn);
+        let next = self.next_seq.entry(turn).or_insert(0);
+        *next = (*next).max(trace.seq.saturating_add(1));
+        if let Some(call_id) = &trace.tool_call_id {
+            match trace.trace_type {
+                TraceType::ToolCall => {
+                    let answered = self.calls.get(call_id).is_some_and(|c| c.answered);
+                    self.calls.insert(
+                        call_id.clone(),
+                        CallInfo {
+                            turn,
+                            tool_name: trace.tool_name.clone().unwrap_or_default(),
+                            answered,
+                        },
+                    );
+                }
+                TraceType::ToolResult => {
+                    self.calls
+                        .entry(call_id.clone())
+                        .or_insert_with(|| CallInfo {
+                            turn,
+                            tool_name: trace.tool_name.clone().unwrap_or_default(),
+                            answered: true,
+                        })
+                        .answered = true;
+                }
+                TraceType::User | TraceType::Assistant => {}
+            }
+        }
+        if let Some(event_id) = &trace.event_id {
+            self.events.insert(event_id.clone(), trace.id.clone());
+        }
+        if trace.usage.is_some() {
+            self.last_usage = trace.usage;
+        }
+        if trace.model.is_some() {
+            self.last_model.clone_from(&trace.model);
+        }
+    }
+
+    /// Validates `events` and assigns ids, turns and seqs, without changing
+    /// the tracker. `now` is the server clock in epoch seconds; `new_id`
+    /// makes trace ids. Usage and model go on the batch's last new trace.
+    pub fn plan(
+        &self,
+        events: &[NewEvent],
+        usage: Option<Usage>,
+        model: Option<&str>,
+        limits: IngestLimits,
+        now: f64,
+        mut new_id: impl FnMut() -> String,
+    ) -> Result<IngestPlan, CoreError> {
+        if events.is_empty() {
+            return Err(CoreError::invalid(
+                "events is empty; send at least one event",
+            ));
+        }
+        if events.len() > limits.max_events {
+            return Err(CoreError::TooLarge {
+                what: "number of events".into(),
+                actual: events.len(),
+                limit: limits.max_events,
+                setting: "limits.max_events_per_request",
+            });
+        }
+        if let Some(m) = model {
+            check_id("model", m)?;
+        }
+        let mut overlay = Overlay::default();
+        let mut plan = IngestPlan::default();
+        for (index, event) in events.iter().enumerate() {
+            let outcome = self
+                .plan_one(event, &mut overlay, &mut plan, now, &mut new_id)
+                .map_err(|e| e.at_event(index))?;
+            plan.outcomes.push(outcome);
+        }
+        if let Some(last) = plan.new_traces.last_mut() {
+            last.usage = usage;
+            last.model = model.map(str::to_owned);
+        }
+        for (index, trace) in plan.new_traces.iter().enumerate() {
+            let line = trace.to_line();
+            if line.len() > limits.max_trace_bytes {
+                let event = plan
+                    .outcomes
+                    .iter()
+                    .position(|o| *o == Outcome::New(index))
+                    .unwrap_or(index);
+                return Err(CoreError::TooLarge {
+                    what: "stored size of the event in bytes".into(),
+                    actual: line.len(),
+                    limit: limits.max_trace_bytes,
+                    setting: "limits.max_trace_bytes",
+                }
+                .at_event(event));
+            }
+            plan.bytes.extend_from_slice(&line);
+        }
+        Ok(plan)
+    }
+
+    fn plan_one(
+        &self,
+        event: &NewEvent,
+        overlay: &mut Overlay,
+        plan: &mut IngestPlan,
+        now: f64,
+        new_id: &mut impl FnMut() -> String,
+    ) -> Result<Outcome, CoreError> {
+        if let Some(eid) = &event.event_id {
+            check_id("event_id", eid)?;
+            if let Some(id) = self.events.get(eid) {
+                return Ok(Outcome::Existing(id.clone()));
+            }
+            if let Some(i) = overlay.events.get(eid) {
+                return Ok(Outcome::New(*i));
+            }
+        }
+        let trace_type = event.trace_type.ok_or_else(|| {
+            CoreError::invalid(
+                "trace_type is unspecified; use user, assistant, tool_call or tool_result",
+            )
+        })?;
+        check_fields(trace_type, event)?;
+        let last_turn = overlay.last_turn.unwrap_or(self.last_turn);
+        let explicit = event
+            .turn_id
+            .as_deref()
+            .map(|t| {
+                turn_number(t).ok_or_else(|| {
+                    CoreError::invalid(format!("turn_id {t:?} is not a turn id like turn_0001"))
+                })
+            })
+            .transpose()?;
+
+        let mut tool_name = event.tool_name.clone();
+        let turn = match trace_type {
+            TraceType::User => {
+                let next = last_turn + 1;
+                if explicit.is_some_and(|t| t != next) {
+                    return Err(CoreError::invalid(format!(
+                        "a user event starts the next turn, {}; turn_id {:?} is not it (leave turn_id empty)",
+                        turn_id(next),
+                        event.turn_id.as_deref().unwrap_or_default()
+                    )));
+                }
+                next
+            }
+            TraceType::Assistant | TraceType::ToolCall => {
+                let turn = match explicit {
+                    Some(t) if t == 0 || t > last_turn => {
+                        return Err(CoreError::invalid(format!(
+                            "turn_id {} does not exist yet; the latest turn is {}",
+                            turn_id(t),
+                            if last_turn == 0 {
+                                "none".into()
+                            } else {
+                                turn_id(last_turn)
+                            }
+                        )));
+                    }
+                    Some(t) => t,
+                    // An assistant speaking first opens a turn of its own.
+                    None => last_turn.max(1),
+                };
+                if trace_type == TraceType::ToolCall {
+                    let call_id = event.tool_call_id.clone().unwrap_or_default();
+                    if self.calls.contains_key(&call_id) || overlay.calls.contains_key(&call_id) {
+                        return Err(CoreError::invalid(format!(
+                            "tool_call_id {call_id:?} is already used by another tool call; call ids are unique per agent"
+                        )));
+                    }
+                    overlay.calls.insert(
+                        call_id,
+                        CallInfo {
+                            turn,
+                            tool_name: tool_name.clone().unwrap_or_default(),
+                            answered: false,
+                        },
+                    );
+                }
+                turn
+            }
+            TraceType::ToolResult => {
+                let call_id = event.tool_call_id.as_deref().unwrap_or_default();
+                let call = overlay
+                    .calls
+                    .get(call_id)
+                    .or_else(|| self.calls.get(call_id))
+                    .ok_or_else(|| {
+                        CoreError::invalid(format!(
+                            "tool_call_id {call_id:?} matches no tool call of this agent; ingest the tool_call first"
+                        ))
+                    })?;
+                if call.answered || overlay.answered.contains(call_id) {
+                    return Err(CoreError::invalid(format!(
+                        "tool call {call_id:?} already has a result; use event_id to retry safely"
+                    )));
+                }
+                if explicit.is_some_and(|t| t != call.turn) {
+                    return Err(CoreError::invalid(format!(
+                        "a tool result belongs to the turn of its call, {}; turn_id {:?} differs",
+                        turn_id(call.turn),
+                        event.turn_id.as_deref().unwrap_or_default()
+                    )));
+                }
+                match &tool_name {
+                    Some(name) if !call.tool_name.is_empty() && *name != call.tool_name => {
+                        return Err(CoreError::invalid(format!(
+                            "tool_name {name:?} differs from the call's {:?}",
+                            call.tool_name
+                        )));
+                    }
+                    None if !call.tool_name.is_empty() => tool_name = Some(call.tool_name.clone()),
+                    _ => {}
+                }
+                let turn = call.turn;
+                overlay.answered.insert(call_id.to_owned());
+                turn
+            }
+        };
+
+        overlay.last_turn = Some(last_turn.max(turn));
+        let seq = *overlay
+            .next_seq
+            .entry(turn)
+            .or_insert_with(|| self.next_seq.get(&turn).copied().unwrap_or(0));
+        overlay.next_seq.insert(turn, seq + 1);
+
+        let index = plan.new_traces.len();
+        if let Some(eid) = &event.event_id {
+            overlay.events.insert(eid.clone(), index);
+        }
+        plan.new_traces.push(RawTrace {
+            id: new_id(),
+            ts: event.ts.unwrap_or(now),
+            turn_id: turn_id(turn),
+            seq,
+            trace_type,
+            content: event.content.clone(),
+            source_event: event.source_event.clone(),
+            tool_name,
+            tool_call_id: event.tool_call_id.clone(),
+            tool_args: event.tool_args.clone(),
+            tool_result: event.tool_result.clone(),
+            tool_error: event.tool_error.clone(),
+            correlation_id: event.correlation_id.clone(),
+            tags: event.tags.clone(),
+            media: event.media.clone().filter(|m| !m.is_empty()),
+            event_id: event.event_id.clone(),
+            tool_result_ref: None,
+            usage: None,
+            model: None,
+        });
+        Ok(Outcome::New(index))
+    }
+}
+
+fn check_id(field: &str, value: &str) -> Result<(), CoreError> {
+    if value.len() > MAX_ID_LEN {
+        return Err(CoreError::invalid(format!(
+            "{field} is {} bytes long; at most {MAX_ID_LEN} are allowed",
+            value.len()
+        )));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(CoreError::invalid(format!(
+            "{field} contains a control character"
+        )));
+    }
+    Ok(())
+}
+
+/// Per-type field rules that need no agent state.
+fn check_fields(trace_type: TraceType, event: &NewEvent) -> Result<(), CoreError> {
+    let kind = trace_type.as_str();
+    let is_tool = matches!(trace_type, TraceType::ToolCall | TraceType::ToolResult);
+    match (&event.tool_call_id, is_tool) {
+        (None, true) => {
+            return Err(CoreError::invalid(format!(
+                "a {kind} needs tool_call_id to pair the call with its result"
+            )));
+        }
+        (Some(_), false) => {
+            return Err(CoreError::invalid(format!(
+                "tool_call_id is only for tool_call and tool_result, not {kind}"
+            )));
+        }
+        (Some(id), true) => check_id("tool_call_id", id)?,
+        (None, false) => {}
+    }
+    if trace_type == TraceType::ToolCall && event.tool_name.is_none() {
+        return Err(CoreError::invalid("a tool_call needs tool_name"));
+    }
+    if event.tool_args.is_some() && trace_type != TraceType::ToolCall {
+        return Err(CoreError::invalid(format!(
+            "tool_args is only for tool_call, not {kind}"
+        )));
+    }
+    if (event.tool_result.is_some() || event.tool_error.is_some())
+        && trace_type != TraceType::ToolResult
+    {
+        return Err(CoreError::invalid(format!(
+            "tool_result and tool_error are only for tool_result, not {kind}"
+        )));
+    }
+    let has_media = event.media.as_ref().is_some_and(|m| !m.is_empty());
+    if matches!(trace_type, TraceType::User | TraceType::Assistant)
+        && event.content.is_empty()
+        && !has_media
+    {
+        return Err(CoreError::invalid(format!(
+            "a {kind} event needs content or media"
+        )));
+    }
+    if let Some(ts) = event.ts
+        && !(ts.is_finite() && ts >= 0.0)
+    {
+        return Err(CoreError::invalid(format!(
+            "ts {ts} is not a time; use epoch seconds >= 0"
+        )));
+    }
+    for (field, value) in [
+        ("tool_name", &event.tool_name),
+        ("correlation_id", &event.correlation_id),
+    ] {
+        if let Some(v) = value {
+            check_id(field, v)?;
+        }
+    }
+    if event.source_event.len() > MAX_ID_LEN {
+        check_id("source_event", &event.source_event)?;
+    }
+    if event.tags.len() > MAX_TAGS {
+        return Err(CoreError::invalid(format!(
+            "{} tags; at most {MAX_TAGS} are allowed",
+            event.tags.len()
+        )));
+    }
+    for tag in &event.tags {
+        check_id("tag", tag)?;
+    }
+    if let Some(media) = &event.media {
+        if media.url_count() > MAX_MEDIA_URLS {
+            return Err(CoreError::invalid(format!(
+                "{} media URLs; at most {MAX_MEDIA_URLS} are allowed",
+                media.url_count()
+            )));
+        }
+        if media.longest_url() > MAX_URL_LEN {
+            return Err(CoreError::invalid(format!(
+                "a media URL is {} bytes; at most {MAX_URL_LEN} are allowed (store large media elsewhere and send its URL)",
+                media.longest_url()
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
