@@ -1,0 +1,270 @@
+//! An append-only file with group commit.
+//!
+//! Appends are written at once (page cache) and made durable by
+//! [`DurableFile::sync_to`]: the first caller that finds no sync running
+//! becomes the leader and issues one `fdatasync` covering every byte written
+//! so far; callers arriving meanwhile wait for it, and the next leader covers
+//! all of them at once. Concurrency therefore raises the number of appends
+//! per `fdatasync` instead of queueing on it.
+//!
+//! A failed `fdatasync` poisons the file for good: after a failed flush the
+//! kernel may have dropped the dirty pages and marked them clean, so a retry
+//! could "succeed" without the data. Nothing is acknowledged after that.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::watch;
+
+use crate::error::{Result, StoreError};
+
+/// When appends reach the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsyncPolicy {
+    /// Group commit before every acknowledgement (default): nothing
+    /// acknowledged is lost on power loss.
+    Always,
+    /// A background flush every `store.fsync_interval_ms`: a power loss can
+    /// lose that much acknowledged data; a process crash loses nothing.
+    Interval,
+    /// Leave flushing to the OS (tests, scratch data).
+    Never,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Progress {
+    /// Bytes appended so far (the file length).
+    written: u64,
+    /// Bytes known durable.
+    synced: u64,
+    syncing: bool,
+    /// Why the file is poisoned, once it is.
+    failed: Option<String>,
+}
+
+#[derive(Debug)]
+pub struct DurableFile {
+    path: PathBuf,
+    file: Arc<File>,
+    progress: watch::Sender<Progress>,
+    /// Test hook: the next sync reports a failure.
+    fail_next_sync: AtomicBool,
+}
+
+impl DurableFile {
+    /// Opens `path` for appending, creating it if needed. The bytes already
+    /// in the file count as durable (recovery has checked them).
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(StoreError::io("opening", path))?;
+        let len = file
+            .metadata()
+            .map_err(StoreError::io("reading metadata of", path))?
+            .len();
+        let (progress, _) = watch::channel(Progress {
+            written: len,
+            synced: len,
+            ..Progress::default()
+        });
+        Ok(Self {
+            path: path.to_owned(),
+            file: Arc::new(file),
+            progress,
+            fail_next_sync: AtomicBool::new(false),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Why this file refuses writes, if it does.
+    pub fn failure(&self) -> Option<String> {
+        self.progress.borrow().failed.clone()
+    }
+
+    pub fn len(&self) -> u64 {
+        self.progress.borrow().written
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// True when bytes were written that no sync has covered yet.
+    pub fn is_dirty(&self) -> bool {
+        let p = self.progress.borrow();
+        p.written > p.synced && p.failed.is_none()
+    }
+
+    /// Appends `bytes` (whole lines) and returns the end offset to pass to
+    /// [`sync_to`](Self::sync_to). Callers serialize appends (one writer per
+    /// agent), so lines never interleave.
+    pub fn append(&self, bytes: &[u8]) -> Result<u64> {
+        if let Some(reason) = self.failure() {
+            return Err(self.poisoned(reason));
+        }
+        let start = self.len();
+        if let Err(e) = (&*self.file).write_all(bytes) {
+            // Cut a partial line back off so the file stays whole lines; if
+            // even that fails the file's tail is unknown: poison it.
+            if let Err(cut) = self.file.set_len(start) {
+                self.poison(format!(
+                    "write failed ({e}) and truncating back failed ({cut})"
+                ));
+            }
+            return Err(StoreError::io("appending to", &self.path)(e));
+        }
+        let end = start + bytes.len() as u64;
+        self.progress.send_if_modified(|p| {
+            p.written = end;
+            false
+        });
+        Ok(end)
+    }
+
+    /// Returns once every byte up to `end` is durable, joining or leading a
+    /// group commit.
+    pub async fn sync_to(&self, end: u64) -> Result<()> {
+        let mut rx = self.progress.subscribe();
+        loop {
+            let target = {
+                let mut lead = None;
+                self.progress.send_if_modified(|p| {
+                    if p.failed.is_none() && p.synced < end && !p.syncing {
+                        p.syncing = true;
+                        lead = Some(p.written);
+                    }
+                    false
+                });
+                lead
+            };
+            if let Some(target) = target {
+                self.lead_sync(target).await;
+                continue;
+            }
+            let p = rx
+                .wait_for(|p| p.failed.is_some() || p.synced >= end || !p.syncing)
+                .await
+                .expect("the sender lives in self")
+                .clone();
+            if let Some(reason) = p.failed {
+                return Err(self.poisoned(reason));
+            }
+            if p.synced >= end {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Makes everything written so far durable (shutdown, eviction, the
+    /// interval policy).
+    pub async fn sync_all(&self) -> Result<()> {
+        self.sync_to(self.len()).await
+    }
+
+    async fn lead_sync(&self, target: u64) {
+        let file = Arc::clone(&self.file);
+        let inject = self.fail_next_sync.swap(false, Ordering::SeqCst);
+        let result = tokio::task::spawn_blocking(move || {
+            if inject {
+                return Err(std::io::Error::other("injected fdatasync failure"));
+            }
+            file.sync_data()
+        })
+        .await
+        .unwrap_or_else(|join| Err(std::io::Error::other(join)));
+        match result {
+            Ok(()) => {
+                self.progress.send_modify(|p| {
+                    p.syncing = false;
+                    p.synced = p.synced.max(target);
+                });
+            }
+            Err(e) => {
+                tracing::error!(path = %self.path.display(), error = %e,
+                    "fdatasync failed; the file is poisoned and its agent is read-only until restart");
+                self.progress.send_modify(|p| {
+                    p.syncing = false;
+                    p.failed = Some(format!("fdatasync failed: {e}"));
+                });
+            }
+        }
+    }
+
+    fn poison(&self, reason: String) {
+        tracing::error!(path = %self.path.display(), %reason, "file poisoned; its agent is read-only until restart");
+        self.progress.send_modify(|p| p.failed = Some(reason));
+    }
+
+    fn poisoned(&self, reason: String) -> StoreError {
+        StoreError::ReadOnly {
+            agent: agent_of(&self.path),
+            reason,
+        }
+    }
+
+    /// Makes the next fdatasync fail, as a dying disk would.
+    #[doc(hidden)]
+    pub fn inject_sync_failure(&self) {
+        self.fail_next_sync.store(true, Ordering::SeqCst);
+    }
+}
+
+fn agent_of(path: &Path) -> String {
+    path.parent()
+        .and_then(Path::file_name)
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_appends_share_syncs_and_all_become_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = Arc::new(DurableFile::open(&dir.path().join("log.jsonl")).unwrap());
+        let mut tasks = vec![];
+        for i in 0..64 {
+            let f = Arc::clone(&f);
+            tasks.push(tokio::spawn(async move {
+                let end = f.append(format!("{{\"n\":{i}}}\n").as_bytes()).unwrap();
+                f.sync_to(end).await.unwrap();
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert!(!f.is_dirty());
+        let text = std::fs::read_to_string(f.path()).unwrap();
+        assert_eq!(text.lines().count(), 64);
+    }
+
+    #[tokio::test]
+    async fn a_failed_sync_poisons_the_file_for_good() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = DurableFile::open(&dir.path().join("agent").join("x")).err();
+        assert!(f.is_some(), "missing parent dir is an error, not a panic");
+        std::fs::create_dir(dir.path().join("agent")).unwrap();
+        let f = DurableFile::open(&dir.path().join("agent").join("raw_traces.jsonl")).unwrap();
+        let end = f.append(b"{}\n").unwrap();
+        f.inject_sync_failure();
+        let err = f.sync_to(end).await.unwrap_err();
+        assert!(
+            matches!(&err, StoreError::ReadOnly { agent, .. } if agent == "agent"),
+            "{err}"
+        );
+        // Never retried and then acknowledged.
+        assert!(f.sync_to(end).await.is_err());
+        assert!(f.append(b"{}\n").is_err());
+        assert!(f.failure().unwrap().contains("fdatasync"));
+    }
+}

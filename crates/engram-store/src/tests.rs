@@ -1,0 +1,299 @@
+use std::time::Duration;
+
+use engram_core::{NewEvent, TraceType};
+use serde_json::json;
+
+use super::*;
+
+fn id(s: &str) -> AgentId {
+    AgentId::parse(s).unwrap()
+}
+
+async fn open(dir: &Path) -> Store {
+    Store::open(StoreConfig::new(dir)).await.unwrap()
+}
+
+async fn count(store: &Store, agent: &str) -> usize {
+    store.read(&id(agent), |v| v.traces.len()).await.unwrap()
+}
+
+#[tokio::test]
+async fn ingest_writes_design_lines_and_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let a = id("agent-1");
+    let out = store
+        .ingest(
+            &a,
+            &[
+                NewEvent::user("hi"),
+                NewEvent::tool_call("c1", "search", json!({"q": "x"})),
+            ],
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.current_turn_id, "turn_0001");
+    let text = std::fs::read_to_string(dir.path().join("agents/agent-1/raw_traces.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[1]["trace_type"], "tool_call");
+    assert_eq!(lines[1]["tool_args"]["q"], "x");
+    drop(store);
+
+    let store = open(dir.path()).await;
+    let r = store
+        .ingest(
+            &a,
+            &[
+                NewEvent::user("next"),
+                NewEvent::tool_result("c1", json!(1)),
+            ],
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.traces[0].turn_id, "turn_0002");
+    assert_eq!(
+        (r.traces[1].turn_id.as_str(), r.traces[1].seq),
+        ("turn_0001", 2)
+    );
+    assert_eq!(count(&store, "agent-1").await, 4);
+}
+
+#[tokio::test]
+async fn retries_return_the_first_trace_even_after_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let a = id("a");
+    let first = store
+        .ingest(&a, &[NewEvent::user("hi").with_event_id("e1")], None, None)
+        .await
+        .unwrap();
+    let store = open(dir.path()).await;
+    let again = store
+        .ingest(&a, &[NewEvent::user("hi").with_event_id("e1")], None, None)
+        .await
+        .unwrap();
+    assert_eq!(first.traces, again.traces);
+    assert_eq!(count(&store, "a").await, 1);
+}
+
+#[tokio::test]
+async fn refused_input_creates_no_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let err = store
+        .ingest(
+            &id("fresh"),
+            &[NewEvent::tool_result("x", json!(1))],
+            None,
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Core(_)), "{err}");
+    assert!(!dir.path().join("agents/fresh").exists());
+    assert!(matches!(
+        store.read(&id("fresh"), |_| ()).await.unwrap_err(),
+        StoreError::NotFound(_)
+    ));
+    assert!(matches!(
+        store.read(&id("never"), |_| ()).await.unwrap_err(),
+        StoreError::NotFound(_)
+    ));
+    assert_eq!(
+        store.loaded_agents(),
+        1,
+        "reads of unknown ids register nothing"
+    );
+}
+
+#[tokio::test]
+async fn delete_removes_everything_and_the_id_can_start_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let a = id("gone");
+    store
+        .ingest(&a, &[NewEvent::user("x")], None, None)
+        .await
+        .unwrap();
+    store.delete_agent(&a).await.unwrap();
+    assert!(!dir.path().join("agents/gone").exists());
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("agents"))
+            .unwrap()
+            .count(),
+        0
+    );
+    assert!(matches!(
+        store.read(&a, |_| ()).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(matches!(
+        store.delete_agent(&a).await,
+        Err(StoreError::NotFound(_))
+    ));
+    let again = store
+        .ingest(&a, &[NewEvent::user("y")], None, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        again.traces[0].turn_id, "turn_0001",
+        "a new agent, not the old one"
+    );
+}
+
+#[tokio::test]
+async fn list_agents_pages_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    for name in ["c", "a", "e", "b", "d"] {
+        store
+            .ingest(&id(name), &[NewEvent::user("x")], None, None)
+            .await
+            .unwrap();
+    }
+    std::fs::create_dir(dir.path().join("agents/.deleted-junk")).unwrap();
+    let (p1, t1) = store.list_agents(2, None).await.unwrap();
+    let (p2, t2) = store.list_agents(2, t1.as_deref()).await.unwrap();
+    let (p3, t3) = store.list_agents(2, t2.as_deref()).await.unwrap();
+    assert_eq!(
+        (p1, p2, p3.clone()),
+        (
+            vec!["a".into(), "b".into()],
+            vec!["c".into(), "d".into()],
+            vec!["e".to_string()]
+        )
+    );
+    assert_eq!(t3, None);
+    // Leftover trash of an interrupted delete is cleaned at open.
+    open(dir.path()).await;
+    assert!(!dir.path().join("agents/.deleted-junk").exists());
+}
+
+#[tokio::test]
+async fn idle_agents_are_unloaded_and_reload_on_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    store
+        .ingest(&id("idle"), &[NewEvent::user("x")], None, None)
+        .await
+        .unwrap();
+    assert_eq!(store.loaded_agents(), 1);
+    assert_eq!(store.evict_idle(Duration::ZERO).await, 1);
+    assert_eq!(store.loaded_agents(), 0);
+    let r = store
+        .ingest(&id("idle"), &[NewEvent::assistant("y")], None, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.traces[0].turn_id.as_str(), r.traces[0].seq),
+        ("turn_0001", 1)
+    );
+}
+
+#[tokio::test]
+async fn a_torn_tail_is_repaired_when_the_agent_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    store
+        .ingest(&id("t"), &[NewEvent::user("x")], None, None)
+        .await
+        .unwrap();
+    drop(store);
+    let path = dir.path().join("agents/t/raw_traces.jsonl");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.extend_from_slice(b"{\"id\":\"half");
+    std::fs::write(&path, bytes).unwrap();
+    let store = open(dir.path()).await;
+    let r = store
+        .ingest(&id("t"), &[NewEvent::assistant("y")], None, None)
+        .await
+        .unwrap();
+    assert_eq!(r.traces[0].seq, 1);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(text.lines().count(), 2);
+    assert!(
+        text.lines()
+            .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_write_in_parallel_and_each_keeps_its_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let mut tasks = vec![];
+    for agent in 0..8 {
+        for client in 0..4 {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0..25 {
+                    let e = NewEvent::user(format!("{client}-{i}"));
+                    store
+                        .ingest(&id(&format!("p{agent}")), &[e], None, None)
+                        .await
+                        .unwrap();
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    for agent in 0..8 {
+        let turns = store
+            .read(&id(&format!("p{agent}")), |v| {
+                v.traces
+                    .iter()
+                    .filter(|t| t.trace_type == TraceType::User)
+                    .count()
+            })
+            .await
+            .unwrap();
+        assert_eq!(turns, 100);
+    }
+}
+
+#[tokio::test]
+async fn a_failed_flush_makes_the_agent_read_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let a = id("sick");
+    store
+        .ingest(&a, &[NewEvent::user("x")], None, None)
+        .await
+        .unwrap();
+    let handle = store.handle(&a);
+    let raw = handle
+        .state
+        .lock()
+        .await
+        .as_ref()
+        .unwrap()
+        .raw
+        .clone()
+        .unwrap();
+    raw.inject_sync_failure();
+    let err = store
+        .ingest(&a, &[NewEvent::assistant("y")], None, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::ReadOnly { .. }), "{err}");
+    let err = store
+        .ingest(&a, &[NewEvent::assistant("z")], None, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::ReadOnly { .. }), "{err}");
+    // Other agents are unaffected.
+    store
+        .ingest(&id("well"), &[NewEvent::user("x")], None, None)
+        .await
+        .unwrap();
+}
