@@ -1,0 +1,244 @@
+//! Configuration: embedded defaults (`default.toml`), then an optional TOML
+//! file, then `ENGRAM__<SECTION>__<KEY>` environment variables. Unknown keys
+//! and invalid values fail at start with a message naming the key.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use config::{Environment, File, FileFormat};
+use engram_core::turns::IngestLimits;
+use engram_store::{FsyncPolicy, StoreConfig};
+use serde::Deserialize;
+
+/// The built-in defaults, also shipped as documentation.
+pub const DEFAULT_TOML: &str = include_str!("default.toml");
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub server: ServerSection,
+    pub log: LogSection,
+    pub store: StoreSection,
+    pub limits: LimitsSection,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    pub listen: String,
+    pub max_message_bytes: usize,
+    pub shutdown_grace_secs: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Human,
+    Json,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSection {
+    pub format: LogFormat,
+    pub level: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FsyncSetting {
+    Always,
+    Interval,
+    Never,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreSection {
+    pub data_dir: PathBuf,
+    pub fsync: FsyncSetting,
+    pub fsync_interval_ms: u64,
+    pub idle_evict_secs: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    pub max_events_per_request: usize,
+    pub max_trace_bytes: usize,
+}
+
+/// Why the configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    // Not `#[from]`: the message already holds the cause, and a source
+    // would print it twice in `{:#}` chains.
+    #[error("configuration: {0}")]
+    Load(config::ConfigError),
+    #[error("configuration key {key}: {message}")]
+    Invalid { key: &'static str, message: String },
+}
+
+impl Config {
+    /// Loads defaults, then `file`, then the process environment.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::load_from(file, std::env::vars())
+    }
+
+    /// Like [`load`](Self::load) with an explicit environment (tests).
+    pub fn load_from(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let env: config::Map<String, String> = env
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("ENGRAM__"))
+            .collect();
+        let mut builder =
+            config::Config::builder().add_source(File::from_str(DEFAULT_TOML, FileFormat::Toml));
+        if let Some(path) = file {
+            builder = builder.add_source(File::from(path).format(FileFormat::Toml).required(true));
+        }
+        let built = builder
+            .add_source(
+                Environment::with_prefix("ENGRAM")
+                    .prefix_separator("__")
+                    .separator("__")
+                    .try_parsing(true)
+                    .source(Some(env)),
+            )
+            .build()?;
+        let config: Self = built.try_deserialize()?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        self.listen_addr()?;
+        if self.server.max_message_bytes < 1024 {
+            return Err(invalid("server.max_message_bytes", "must be at least 1024"));
+        }
+        if self.store.data_dir.as_os_str().is_empty() {
+            return Err(invalid("store.data_dir", "must not be empty"));
+        }
+        if self.store.fsync == FsyncSetting::Interval && self.store.fsync_interval_ms == 0 {
+            return Err(invalid("store.fsync_interval_ms", "must be > 0 with fsync = \"interval\""));
+        }
+        if self.limits.max_events_per_request == 0 {
+            return Err(invalid("limits.max_events_per_request", "must be > 0"));
+        }
+        if self.limits.max_trace_bytes < 256 {
+            return Err(invalid("limits.max_trace_bytes", "must be at least 256"));
+        }
+        tracing_subscriber::EnvFilter::try_new(&self.log.level)
+            .map_err(|e| invalid("log.level", &e.to_string()))?;
+        Ok(())
+    }
+
+    pub fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {
+        self.server.listen.parse().map_err(|e| {
+            invalid(
+                "server.listen",
+                &format!("{:?} is not a socket address like 127.0.0.1:50051 ({e})", self.server.listen),
+            )
+        })
+    }
+
+    pub fn store_config(&self) -> StoreConfig {
+        StoreConfig {
+            data_dir: self.store.data_dir.clone(),
+            fsync: match self.store.fsync {
+                FsyncSetting::Always => FsyncPolicy::Always,
+                FsyncSetting::Interval => FsyncPolicy::Interval,
+                FsyncSetting::Never => FsyncPolicy::Never,
+            },
+            fsync_interval: Duration::from_millis(self.store.fsync_interval_ms),
+            idle_evict: (self.store.idle_evict_secs > 0)
+                .then(|| Duration::from_secs(self.store.idle_evict_secs)),
+            limits: IngestLimits {
+                max_events: self.limits.max_events_per_request,
+                max_trace_bytes: self.limits.max_trace_bytes,
+            },
+        }
+    }
+}
+
+impl From<config::ConfigError> for ConfigError {
+    fn from(e: config::ConfigError) -> Self {
+        Self::Load(e)
+    }
+}
+
+fn invalid(key: &'static str, message: &str) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        message: message.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn defaults_parse_and_validate() {
+        let c = Config::load_from(None, env(&[])).unwrap();
+        assert_eq!(c.server.listen, "127.0.0.1:50051");
+        assert_eq!(c.server.max_message_bytes, 4 * 1024 * 1024);
+        assert_eq!(c.store.data_dir, PathBuf::from("./memory"));
+        assert_eq!(c.store.fsync, FsyncSetting::Always);
+    }
+
+    #[test]
+    fn file_then_env_override_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("engram.toml");
+        std::fs::write(
+            &path,
+            "[server]\nlisten = \"0.0.0.0:7000\"\n[store]\ndata_dir = \"/from/file\"\nfsync = \"interval\"\n",
+        )
+        .unwrap();
+        let c = Config::load_from(
+            Some(&path),
+            env(&[
+                ("ENGRAM__STORE__DATA_DIR", "/from/env"),
+                ("ENGRAM__LIMITS__MAX_EVENTS_PER_REQUEST", "7"),
+                ("UNRELATED", "x"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.server.listen, "0.0.0.0:7000");
+        assert_eq!(c.store.data_dir, PathBuf::from("/from/env"));
+        assert_eq!(c.store.fsync, FsyncSetting::Interval);
+        assert_eq!(c.limits.max_events_per_request, 7);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_name_the_key() {
+        let cases = [
+            (("ENGRAM__SERVER__LISTN", "x"), "listn"),
+            (("ENGRAM__STOR__DATA_DIR", "x"), "stor"),
+            (("ENGRAM__SERVER__LISTEN", "nowhere"), "server.listen"),
+            (("ENGRAM__STORE__FSYNC", "sometimes"), "fsync"),
+            (("ENGRAM__LIMITS__MAX_TRACE_BYTES", "lots"), "max_trace_bytes"),
+            (("ENGRAM__SERVER__MAX_MESSAGE_BYTES", "10"), "server.max_message_bytes"),
+            (("ENGRAM__LOG__LEVEL", "[[["), "log.level"),
+        ];
+        for ((k, v), expected) in cases {
+            let err = Config::load_from(None, env(&[(k, v)])).unwrap_err().to_string();
+            assert!(err.contains(expected), "{k}={v}: {err:?} should name {expected}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.toml");
+        std::fs::write(&path, "[store]\nfsnyc = \"always\"\n").unwrap();
+        let err = Config::load_from(Some(&path), env(&[])).unwrap_err().to_string();
+        assert!(err.contains("fsnyc"), "{err}");
+        let err = Config::load_from(Some(&dir.path().join("missing.toml")), env(&[])).unwrap_err();
+        assert!(err.to_string().contains("missing.toml"), "{err}");
+    }
+}

@@ -1,0 +1,250 @@
+//! Conversions between the wire types (`engram_proto::pb`) and the domain
+//! (`engram_core`). Empty strings on the wire are absent values here.
+
+use engram_core::memory::{EpisodicItem, SemanticItem};
+use engram_core::retrieve::{ToolInteraction, ToolStatus};
+use engram_core::{Media, NewEvent, RawTrace, TraceType, Usage};
+use engram_proto::pb;
+use prost_types::value::Kind;
+use serde_json::{Map, Number, Value};
+
+pub fn json_from_value(v: prost_types::Value) -> Value {
+    match v.kind {
+        None | Some(Kind::NullValue(_)) => Value::Null,
+        Some(Kind::BoolValue(b)) => Value::Bool(b),
+        Some(Kind::NumberValue(n)) => number(n),
+        Some(Kind::StringValue(s)) => Value::String(s),
+        Some(Kind::ListValue(l)) => Value::Array(l.values.into_iter().map(json_from_value).collect()),
+        Some(Kind::StructValue(s)) => Value::Object(json_from_struct(s)),
+    }
+}
+
+/// Protobuf numbers are doubles; whole ones become JSON integers so `3`
+/// stays `3` in the files rather than `3.0`.
+fn number(n: f64) -> Value {
+    if n.fract() == 0.0 && n.abs() < 9.007_199_254_740_992e15 {
+        Value::Number(Number::from(n as i64))
+    } else {
+        Number::from_f64(n).map_or(Value::Null, Value::Number)
+    }
+}
+
+pub fn json_from_struct(s: prost_types::Struct) -> Map<String, Value> {
+    s.fields
+        .into_iter()
+        .map(|(k, v)| (k, json_from_value(v)))
+        .collect()
+}
+
+pub fn value_from_json(v: &Value) -> prost_types::Value {
+    let kind = match v {
+        Value::Null => Kind::NullValue(0),
+        Value::Bool(b) => Kind::BoolValue(*b),
+        Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(0.0)),
+        Value::String(s) => Kind::StringValue(s.clone()),
+        Value::Array(a) => Kind::ListValue(prost_types::ListValue {
+            values: a.iter().map(value_from_json).collect(),
+        }),
+        Value::Object(o) => Kind::StructValue(struct_from_json(o)),
+    };
+    prost_types::Value { kind: Some(kind) }
+}
+
+pub fn struct_from_json(o: &Map<String, Value>) -> prost_types::Struct {
+    prost_types::Struct {
+        fields: o.iter().map(|(k, v)| (k.clone(), value_from_json(v))).collect(),
+    }
+}
+
+fn non_empty(s: String) -> Option<String> {
+    (!s.is_empty()).then_some(s)
+}
+
+pub fn trace_type_from_pb(raw: i32) -> Option<TraceType> {
+    match pb::TraceType::try_from(raw).ok()? {
+        pb::TraceType::Unspecified => None,
+        pb::TraceType::User => Some(TraceType::User),
+        pb::TraceType::Assistant => Some(TraceType::Assistant),
+        pb::TraceType::ToolCall => Some(TraceType::ToolCall),
+        pb::TraceType::ToolResult => Some(TraceType::ToolResult),
+    }
+}
+
+pub fn trace_type_to_pb(t: TraceType) -> pb::TraceType {
+    match t {
+        TraceType::User => pb::TraceType::User,
+        TraceType::Assistant => pb::TraceType::Assistant,
+        TraceType::ToolCall => pb::TraceType::ToolCall,
+        TraceType::ToolResult => pb::TraceType::ToolResult,
+    }
+}
+
+fn media_from_pb(m: pb::Media) -> Media {
+    Media {
+        images: m.images,
+        audio: m.audio,
+        video: m.video,
+    }
+}
+
+fn media_to_pb(m: &Media) -> pb::Media {
+    pb::Media {
+        images: m.images.clone(),
+        audio: m.audio.clone(),
+        video: m.video.clone(),
+    }
+}
+
+pub fn event_from_pb(e: pb::TraceEvent) -> NewEvent {
+    NewEvent {
+        trace_type: trace_type_from_pb(e.trace_type),
+        content: e.content,
+        source_event: e.source_event,
+        turn_id: non_empty(e.turn_id),
+        event_id: non_empty(e.event_id),
+        ts: e.ts,
+        tool_name: non_empty(e.tool_name),
+        tool_call_id: non_empty(e.tool_call_id),
+        tool_args: e.tool_args.map(json_from_struct),
+        tool_result: e.tool_result.map(json_from_value),
+        tool_error: non_empty(e.tool_error),
+        correlation_id: non_empty(e.correlation_id),
+        tags: e.tags,
+        media: e.media.map(media_from_pb),
+    }
+}
+
+pub fn usage_from_pb(u: pb::Usage) -> Usage {
+    Usage {
+        prompt_tokens: u.prompt_tokens,
+        completion_tokens: u.completion_tokens,
+        total_tokens: u.total_tokens,
+    }
+}
+
+pub fn trace_to_pb(t: &RawTrace) -> pb::RawTrace {
+    pb::RawTrace {
+        id: t.id.clone(),
+        ts: t.ts,
+        turn_id: t.turn_id.clone(),
+        seq: t.seq,
+        trace_type: trace_type_to_pb(t.trace_type).into(),
+        content: t.content.clone(),
+        source_event: t.source_event.clone(),
+        tool_name: t.tool_name.clone().unwrap_or_default(),
+        tool_call_id: t.tool_call_id.clone().unwrap_or_default(),
+        tool_args: t.tool_args.as_ref().map(struct_from_json),
+        tool_result: t.tool_result.as_ref().map(value_from_json),
+        tool_error: t.tool_error.clone().unwrap_or_default(),
+        correlation_id: t.correlation_id.clone().unwrap_or_default(),
+        tags: t.tags.clone(),
+        media: t.media.as_ref().map(media_to_pb),
+        event_id: t.event_id.clone().unwrap_or_default(),
+        tool_result_ref: t.tool_result_ref.clone().unwrap_or_default(),
+    }
+}
+
+pub fn episodic_to_pb(e: &EpisodicItem) -> pb::EpisodicItem {
+    pb::EpisodicItem {
+        id: e.id.clone(),
+        ts: e.ts,
+        turn_ids: e.turn_ids.clone(),
+        summary: e.summary.clone(),
+        tags: e.tags.clone(),
+        salience: e.salience,
+    }
+}
+
+pub fn semantic_to_pb(s: &SemanticItem) -> pb::SemanticItem {
+    pb::SemanticItem {
+        id: s.id.clone(),
+        ts: s.ts,
+        fact: s.fact.clone(),
+        tags: s.tags.clone(),
+        confidence: s.confidence,
+        salience: s.salience,
+        superseded_by: s.superseded_by.clone().unwrap_or_default(),
+    }
+}
+
+pub fn interaction_to_pb(i: &ToolInteraction) -> pb::ToolInteraction {
+    pb::ToolInteraction {
+        tool_call_id: i.tool_call_id.clone(),
+        tool_name: i.tool_name.clone(),
+        turn_id: i.turn_id.clone(),
+        arguments: i.arguments.as_ref().map(struct_from_json),
+        result: i.result.as_ref().map(value_from_json),
+        error: i.error.clone().unwrap_or_default(),
+        status: match i.status {
+            ToolStatus::Pending => pb::ToolStatus::Pending,
+            ToolStatus::Success => pb::ToolStatus::Success,
+            ToolStatus::Error => pb::ToolStatus::Error,
+        }
+        .into(),
+        call_trace_id: i.call_trace_id.clone(),
+        result_trace_id: i.result_trace_id.clone().unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn json_survives_the_protobuf_round_trip() {
+        let v = json!({"a": [1, 2.5, null, true, "s"], "b": {"c": {}}, "n": -7});
+        assert_eq!(json_from_value(value_from_json(&v)), v);
+        assert_eq!(json_from_value(prost_types::Value { kind: None }), Value::Null);
+    }
+
+    #[test]
+    fn unknown_and_unspecified_trace_types_are_absent() {
+        assert_eq!(trace_type_from_pb(0), None);
+        assert_eq!(trace_type_from_pb(99), None);
+        assert_eq!(trace_type_from_pb(4), Some(TraceType::ToolResult));
+    }
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            (-1_000_000i64..1_000_000).prop_map(|n| json!(n)),
+            (-1e6f64..1e6).prop_map(|f| json!(f)),
+            "[a-z ]{0,8}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map("[a-z]{1,4}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn any_json_round_trips(v in json_value()) {
+            let back = json_from_value(value_from_json(&v));
+            // Key order may differ (protobuf maps are unordered); compare as values.
+            prop_assert_eq!(
+                serde_json::to_string(&sorted(&back)).unwrap(),
+                serde_json::to_string(&sorted(&v)).unwrap()
+            );
+        }
+    }
+
+    fn sorted(v: &Value) -> Value {
+        match v {
+            Value::Object(o) => {
+                let m: std::collections::BTreeMap<_, _> = o.iter().map(|(k, v)| (k.clone(), sorted(v))).collect();
+                Value::Object(m.into_iter().collect())
+            }
+            Value::Array(a) => Value::Array(a.iter().map(sorted).collect()),
+            Value::Number(n) => n.as_f64().map(number).unwrap_or(Value::Null),
+            other => other.clone(),
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! The `engram.v1.MemoryService` implementation: validation at the edge,
+//! the store for state, `engram_core` for the rules.
+
+use engram_core::memory::{recent_episodic, top_semantic};
+use engram_core::retrieve::{raw_tail, tool_interactions};
+use engram_core::AgentId;
+use engram_proto::pb;
+use engram_proto::pb::memory_service_server::MemoryService;
+use engram_store::Store;
+use tonic::{Request, Response, Status};
+
+use crate::convert;
+use crate::status::{from_core, from_store};
+
+const DEFAULT_MAX_EPISODIC: u32 = 3;
+const DEFAULT_MAX_SEMANTIC: u32 = 20;
+const DEFAULT_RAW_TAIL_TURNS: u32 = 4;
+const DEFAULT_PAGE_SIZE: u32 = 100;
+const MAX_PAGE_SIZE: u32 = 1000;
+
+/// The gRPC service over one store.
+#[derive(Debug, Clone)]
+pub struct Engram {
+    store: Store,
+}
+
+impl Engram {
+    pub fn new(store: Store) -> Self {
+        Self { store }
+    }
+}
+
+fn agent(raw: &str) -> Result<AgentId, Status> {
+    AgentId::parse(raw).map_err(from_core)
+}
+
+#[tonic::async_trait]
+impl MemoryService for Engram {
+    async fn ingest(
+        &self,
+        request: Request<pb::IngestRequest>,
+    ) -> Result<Response<pb::IngestResponse>, Status> {
+        let req = request.into_inner();
+        let id = agent(&req.agent_id)?;
+        let events: Vec<_> = req.events.into_iter().map(convert::event_from_pb).collect();
+        let model = (!req.model.is_empty()).then_some(req.model.as_str());
+        let usage = req.usage.map(convert::usage_from_pb);
+        let out = self
+            .store
+            .ingest(&id, &events, usage, model)
+            .await
+            .map_err(from_store)?;
+        tracing::debug!(agent = %id, events = events.len(), turn = %out.current_turn_id, "ingested");
+        Ok(Response::new(pb::IngestResponse {
+            traces: out.traces.iter().map(convert::trace_to_pb).collect(),
+            current_turn_id: out.current_turn_id,
+            // Budget tracking comes with the context engine; usage and model
+            // are already stored with the traces for it.
+            compaction_required: false,
+        }))
+    }
+
+    async fn prepare_request(
+        &self,
+        _request: Request<pb::PrepareRequestRequest>,
+    ) -> Result<Response<pb::PrepareRequestResponse>, Status> {
+        Err(Status::unimplemented(
+            "PrepareRequest is not implemented yet (context engine)",
+        ))
+    }
+
+    async fn compact(
+        &self,
+        _request: Request<pb::CompactRequest>,
+    ) -> Result<Response<pb::CompactResponse>, Status> {
+        Err(Status::unimplemented("Compact is not implemented yet (compaction)"))
+    }
+
+    async fn retrieve(
+        &self,
+        request: Request<pb::RetrieveRequest>,
+    ) -> Result<Response<pb::RetrieveResponse>, Status> {
+        let req = request.into_inner();
+        let id = agent(&req.agent_id)?;
+        if !req.query.is_empty() {
+            return Err(Status::unimplemented(
+                "Retrieve with a query (relevance ranking) is not implemented yet; omit query for recency and salience order",
+            ));
+        }
+        let max_episodic = req.max_episodic.unwrap_or(DEFAULT_MAX_EPISODIC) as usize;
+        let max_semantic = req.max_semantic.unwrap_or(DEFAULT_MAX_SEMANTIC) as usize;
+        let tail_turns = req.raw_tail_turns.unwrap_or(DEFAULT_RAW_TAIL_TURNS) as usize;
+        let response = self
+            .store
+            .read(&id, |view| {
+                let tail = raw_tail(view.traces, tail_turns);
+                pb::RetrieveResponse {
+                    bundle: Some(pb::MemoryBundle {
+                        episodic: recent_episodic(view.episodic, max_episodic)
+                            .iter()
+                            .map(convert::episodic_to_pb)
+                            .collect(),
+                        semantic: top_semantic(view.semantic, max_semantic)
+                            .iter()
+                            .map(convert::semantic_to_pb)
+                            .collect(),
+                    }),
+                    tool_interactions: if req.include_tool_interactions {
+                        tool_interactions(tail.iter().copied())
+                            .iter()
+                            .map(convert::interaction_to_pb)
+                            .collect()
+                    } else {
+                        vec![]
+                    },
+                    raw_tail: tail.into_iter().map(convert::trace_to_pb).collect(),
+                }
+            })
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(response))
+    }
+
+    async fn search_history(
+        &self,
+        _request: Request<pb::SearchHistoryRequest>,
+    ) -> Result<Response<pb::SearchHistoryResponse>, Status> {
+        Err(Status::unimplemented(
+            "SearchHistory is not implemented yet (compaction)",
+        ))
+    }
+
+    async fn get_context_stats(
+        &self,
+        _request: Request<pb::GetContextStatsRequest>,
+    ) -> Result<Response<pb::GetContextStatsResponse>, Status> {
+        Err(Status::unimplemented(
+            "GetContextStats is not implemented yet (context engine)",
+        ))
+    }
+
+    async fn list_agents(
+        &self,
+        request: Request<pb::ListAgentsRequest>,
+    ) -> Result<Response<pb::ListAgentsResponse>, Status> {
+        let req = request.into_inner();
+        let page_size = match req.page_size {
+            0 => DEFAULT_PAGE_SIZE,
+            n => n.min(MAX_PAGE_SIZE),
+        };
+        let token = (!req.page_token.is_empty()).then_some(req.page_token.as_str());
+        if let Some(t) = token {
+            AgentId::parse(t).map_err(|_| {
+                Status::invalid_argument("page_token is not one this server issued; pass next_page_token unchanged")
+            })?;
+        }
+        let (agent_ids, next) = self
+            .store
+            .list_agents(page_size as usize, token)
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(pb::ListAgentsResponse {
+            agent_ids,
+            next_page_token: next.unwrap_or_default(),
+        }))
+    }
+
+    async fn delete_agent(
+        &self,
+        request: Request<pb::DeleteAgentRequest>,
+    ) -> Result<Response<pb::DeleteAgentResponse>, Status> {
+        let id = agent(&request.into_inner().agent_id)?;
+        self.store.delete_agent(&id).await.map_err(from_store)?;
+        tracing::info!(agent = %id, "agent deleted");
+        Ok(Response::new(pb::DeleteAgentResponse {}))
+    }
+
+    async fn fork_agent(
+        &self,
+        _request: Request<pb::ForkAgentRequest>,
+    ) -> Result<Response<pb::ForkAgentResponse>, Status> {
+        Err(Status::unimplemented("ForkAgent is not implemented yet (compaction)"))
+    }
+}
