@@ -123,7 +123,10 @@ impl Config {
             return Err(invalid("store.data_dir", "must not be empty"));
         }
         if self.store.fsync == FsyncSetting::Interval && self.store.fsync_interval_ms == 0 {
-            return Err(invalid("store.fsync_interval_ms", "must be > 0 with fsync = \"interval\""));
+            return Err(invalid(
+                "store.fsync_interval_ms",
+                "must be > 0 with fsync = \"interval\"",
+            ));
         }
         if self.limits.max_events_per_request == 0 {
             return Err(invalid("limits.max_events_per_request", "must be > 0"));
@@ -140,7 +143,10 @@ impl Config {
         self.server.listen.parse().map_err(|e| {
             invalid(
                 "server.listen",
-                &format!("{:?} is not a socket address like 127.0.0.1:50051 ({e})", self.server.listen),
+                &format!(
+                    "{:?} is not a socket address like 127.0.0.1:50051 ({e})",
+                    self.server.listen
+                ),
             )
         })
     }
@@ -182,7 +188,10 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -225,18 +234,31 @@ mod tests {
             (("ENGRAM__STOR__DATA_DIR", "x"), "stor"),
             (("ENGRAM__SERVER__LISTEN", "nowhere"), "server.listen"),
             (("ENGRAM__STORE__FSYNC", "sometimes"), "fsync"),
-            (("ENGRAM__LIMITS__MAX_TRACE_BYTES", "lots"), "max_trace_bytes"),
-            (("ENGRAM__SERVER__MAX_MESSAGE_BYTES", "10"), "server.max_message_bytes"),
+            (
+                ("ENGRAM__LIMITS__MAX_TRACE_BYTES", "lots"),
+                "max_trace_bytes",
+            ),
+            (
+                ("ENGRAM__SERVER__MAX_MESSAGE_BYTES", "10"),
+                "server.max_message_bytes",
+            ),
             (("ENGRAM__LOG__LEVEL", "[[["), "log.level"),
         ];
         for ((k, v), expected) in cases {
-            let err = Config::load_from(None, env(&[(k, v)])).unwrap_err().to_string();
-            assert!(err.contains(expected), "{k}={v}: {err:?} should name {expected}");
+            let err = Config::load_from(None, env(&[(k, v)]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(expected),
+                "{k}={v}: {err:?} should name {expected}"
+            );
         }
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("bad.toml");
         std::fs::write(&path, "[store]\nfsnyc = \"always\"\n").unwrap();
-        let err = Config::load_from(Some(&path), env(&[])).unwrap_err().to_string();
+        let err = Config::load_from(Some(&path), env(&[]))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("fsnyc"), "{err}");
         let err = Config::load_from(Some(&dir.path().join("missing.toml")), env(&[])).unwrap_err();
         assert!(err.to_string().contains("missing.toml"), "{err}");

@@ -14,7 +14,9 @@ pub fn json_from_value(v: prost_types::Value) -> Value {
         Some(Kind::BoolValue(b)) => Value::Bool(b),
         Some(Kind::NumberValue(n)) => number(n),
         Some(Kind::StringValue(s)) => Value::String(s),
-        Some(Kind::ListValue(l)) => Value::Array(l.values.into_iter().map(json_from_value).collect()),
+        Some(Kind::ListValue(l)) => {
+            Value::Array(l.values.into_iter().map(json_from_value).collect())
+        }
         Some(Kind::StructValue(s)) => Value::Object(json_from_struct(s)),
     }
 }
@@ -52,7 +54,10 @@ pub fn value_from_json(v: &Value) -> prost_types::Value {
 
 pub fn struct_from_json(o: &Map<String, Value>) -> prost_types::Struct {
     prost_types::Struct {
-        fields: o.iter().map(|(k, v)| (k.clone(), value_from_json(v))).collect(),
+        fields: o
+            .iter()
+            .map(|(k, v)| (k.clone(), value_from_json(v)))
+            .collect(),
     }
 }
 
@@ -197,7 +202,10 @@ mod tests {
     fn json_survives_the_protobuf_round_trip() {
         let v = json!({"a": [1, 2.5, null, true, "s"], "b": {"c": {}}, "n": -7});
         assert_eq!(json_from_value(value_from_json(&v)), v);
-        assert_eq!(json_from_value(prost_types::Value { kind: None }), Value::Null);
+        assert_eq!(
+            json_from_value(prost_types::Value { kind: None }),
+            Value::Null
+        );
     }
 
     #[test]
@@ -239,7 +247,8 @@ mod tests {
     fn sorted(v: &Value) -> Value {
         match v {
             Value::Object(o) => {
-                let m: std::collections::BTreeMap<_, _> = o.iter().map(|(k, v)| (k.clone(), sorted(v))).collect();
+                let m: std::collections::BTreeMap<_, _> =
+                    o.iter().map(|(k, v)| (k.clone(), sorted(v))).collect();
                 Value::Object(m.into_iter().collect())
             }
             Value::Array(a) => Value::Array(a.iter().map(sorted).collect()),

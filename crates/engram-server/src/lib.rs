@@ -74,8 +74,12 @@ pub async fn run(
             shutdown.await;
             tracing::info!("shutdown requested; draining in-flight calls");
             // Load balancers and probes see NOT_SERVING before we stop.
-            health.set_not_serving::<MemoryServiceServer<Engram>>().await;
-            health.set_service_status("", ServingStatus::NotServing).await;
+            health
+                .set_not_serving::<MemoryServiceServer<Engram>>()
+                .await;
+            health
+                .set_service_status("", ServingStatus::NotServing)
+                .await;
             draining.notify_one();
         }
     };
@@ -87,10 +91,7 @@ pub async fn run(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(memory)
-        .serve_with_incoming_shutdown(
-            TcpIncoming::from(listener).with_nodelay(Some(true)),
-            signal,
-        );
+        .serve_with_incoming_shutdown(TcpIncoming::from(listener).with_nodelay(Some(true)), signal);
     let result = tokio::select! {
         r = serve => r.map_err(ServerError::from),
         () = async { draining.notified().await; tokio::time::sleep(grace).await } => {

@@ -50,8 +50,14 @@ where
         Box::pin(async move {
             let mut res = fut.await?;
             let headers = res.headers_mut();
-            if headers.get("grpc-status").is_some_and(|v| v == OUT_OF_RANGE) {
-                headers.insert("grpc-status", http::HeaderValue::from_static(RESOURCE_EXHAUSTED));
+            if headers
+                .get("grpc-status")
+                .is_some_and(|v| v == OUT_OF_RANGE)
+            {
+                headers.insert(
+                    "grpc-status",
+                    http::HeaderValue::from_static(RESOURCE_EXHAUSTED),
+                );
             }
             Ok(res)
         })

@@ -1,9 +1,9 @@
 //! The `engram.v1.MemoryService` implementation: validation at the edge,
 //! the store for state, `engram_core` for the rules.
 
+use engram_core::AgentId;
 use engram_core::memory::{recent_episodic, top_semantic};
 use engram_core::retrieve::{raw_tail, tool_interactions};
-use engram_core::AgentId;
 use engram_proto::pb;
 use engram_proto::pb::memory_service_server::MemoryService;
 use engram_store::Store;
@@ -73,7 +73,9 @@ impl MemoryService for Engram {
         &self,
         _request: Request<pb::CompactRequest>,
     ) -> Result<Response<pb::CompactResponse>, Status> {
-        Err(Status::unimplemented("Compact is not implemented yet (compaction)"))
+        Err(Status::unimplemented(
+            "Compact is not implemented yet (compaction)",
+        ))
     }
 
     async fn retrieve(
@@ -151,7 +153,9 @@ impl MemoryService for Engram {
         let token = (!req.page_token.is_empty()).then_some(req.page_token.as_str());
         if let Some(t) = token {
             AgentId::parse(t).map_err(|_| {
-                Status::invalid_argument("page_token is not one this server issued; pass next_page_token unchanged")
+                Status::invalid_argument(
+                    "page_token is not one this server issued; pass next_page_token unchanged",
+                )
             })?;
         }
         let (agent_ids, next) = self
@@ -179,6 +183,8 @@ impl MemoryService for Engram {
         &self,
         _request: Request<pb::ForkAgentRequest>,
     ) -> Result<Response<pb::ForkAgentResponse>, Status> {
-        Err(Status::unimplemented("ForkAgent is not implemented yet (compaction)"))
+        Err(Status::unimplemented(
+            "ForkAgent is not implemented yet (compaction)",
+        ))
     }
 }

@@ -1,0 +1,166 @@
+//! Test harness: the real `run()` on 127.0.0.1:0, or the real `engramd`
+//! binary, and gRPC clients for them. The listener is bound before the
+//! server starts, so no test waits for readiness.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use engram_proto::pb;
+use engram_proto::pb::memory_service_client::MemoryServiceClient;
+use engram_server::Config;
+use tokio::sync::oneshot;
+use tonic::transport::Channel;
+
+pub type Client = MemoryServiceClient<Channel>;
+
+/// An in-process server over a temp data dir; shuts down on drop.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub data_dir: tempfile::TempDir,
+    pub stop_tx: Option<oneshot::Sender<()>>,
+    pub task: Option<tokio::task::JoinHandle<Result<(), engram_server::ServerError>>>,
+}
+
+impl TestServer {
+    pub async fn start() -> Self {
+        Self::start_with(&[]).await
+    }
+
+    /// Starts with extra `ENGRAM__…` settings.
+    pub async fn start_with(env: &[(&str, &str)]) -> Self {
+        let data_dir = tempfile::tempdir().unwrap();
+        let mut vars = vec![(
+            "ENGRAM__STORE__DATA_DIR".to_string(),
+            data_dir.path().display().to_string(),
+        )];
+        vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let config = Config::load_from(None, vars).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(engram_server::run(listener, config, async {
+            let _ = stopped.await;
+        }));
+        Self {
+            addr,
+            data_dir,
+            stop_tx: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    pub async fn channel(&self) -> Channel {
+        channel(self.addr).await
+    }
+
+    pub async fn client(&self) -> Client {
+        MemoryServiceClient::new(self.channel().await)
+    }
+
+    pub fn agents_dir(&self) -> std::path::PathBuf {
+        self.data_dir.path().join("agents")
+    }
+
+    /// Requests shutdown and waits for `run` to return.
+    pub async fn stop(&mut self) {
+        if let Some(stop) = self.stop_tx.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.unwrap().unwrap();
+        }
+    }
+}
+
+pub async fn channel(addr: SocketAddr) -> Channel {
+    Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// The real `engramd` binary on port 0; killed on drop.
+pub struct Daemon {
+    pub child: Child,
+    pub addr: SocketAddr,
+}
+
+impl Daemon {
+    pub fn spawn(data_dir: &Path, env: &[(&str, &str)]) -> Self {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_engramd"));
+        cmd.env("ENGRAM__SERVER__LISTEN", "127.0.0.1:0")
+            .env("ENGRAM__STORE__DATA_DIR", data_dir)
+            .env("ENGRAM__LOG__LEVEL", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn engramd");
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("engramd listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .parse()
+            .unwrap();
+        Self { child, addr }
+    }
+
+    pub async fn client(&self) -> Client {
+        MemoryServiceClient::new(channel(self.addr).await)
+    }
+
+    /// SIGKILL: no shutdown path runs.
+    pub fn kill9(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn event(trace_type: pb::TraceType, content: &str) -> pb::TraceEvent {
+    pb::TraceEvent {
+        trace_type: trace_type.into(),
+        content: content.into(),
+        ..Default::default()
+    }
+}
+
+pub fn user(content: &str) -> pb::TraceEvent {
+    event(pb::TraceType::User, content)
+}
+
+pub fn ingest_req(agent: &str, events: Vec<pb::TraceEvent>) -> pb::IngestRequest {
+    pb::IngestRequest {
+        agent_id: agent.into(),
+        events,
+        ..Default::default()
+    }
+}
+
+/// Every trace of an agent, via Retrieve with a tail wide enough.
+pub async fn all_traces(client: &mut Client, agent: &str) -> Vec<pb::RawTrace> {
+    client
+        .retrieve(pb::RetrieveRequest {
+            agent_id: agent.into(),
+            raw_tail_turns: Some(u32::MAX),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .raw_tail
+}
