@@ -53,9 +53,16 @@ pub async fn run(
     health.set_serving::<MemoryServiceServer<Engram>>().await;
     health.set_service_status("", ServingStatus::Serving).await;
 
+    // Both versions list every service, each other included, so any client
+    // (grpcurl speaks v1alpha, newer tools v1) sees the same server.
     let reflection = |b: tonic_reflection::server::Builder<'static>| {
         b.register_encoded_file_descriptor_set(engram_proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(
+                tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
+            )
+            .include_reflection_service(false)
     };
     let reflection_v1 = reflection(tonic_reflection::server::Builder::configure()).build_v1()?;
     let reflection_v1alpha =

