@@ -16,7 +16,7 @@ pub fn raw_tail(traces: &[RawTrace], turns: usize) -> Vec<&RawTrace> {
         .iter()
         .filter_map(|t| turn_number(&t.turn_id))
         .collect();
-    let Some(&first) = numbers.iter().rev().take(turns).last() else {
+    let Some(&first) = numbers.iter().rev().take(turns).min() else {
         return vec![];
     };
     let mut tail: Vec<&RawTrace> = traces

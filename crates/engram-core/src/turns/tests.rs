@@ -79,10 +79,11 @@ fn tool_result_inherits_its_calls_turn_after_the_next_user_message() {
 #[test]
 fn replay_rebuilds_the_call_map() {
     let mut t = TurnTracker::default();
-    let mut stored = vec![];
-    stored.push(ingest_one(&mut t, NewEvent::user("q1")));
-    stored.push(ingest_one(&mut t, NewEvent::tool_call("c", "f", json!({}))));
-    stored.push(ingest_one(&mut t, NewEvent::user("q2")));
+    let stored = vec![
+        ingest_one(&mut t, NewEvent::user("q1")),
+        ingest_one(&mut t, NewEvent::tool_call("c", "f", json!({}))),
+        ingest_one(&mut t, NewEvent::user("q2")),
+    ];
     let mut restarted = TurnTracker::default();
     for trace in &stored {
         restarted.apply(trace);
