@@ -59,6 +59,7 @@ pub struct StoreSection {
     pub data_dir: PathBuf,
     pub fsync: FsyncSetting,
     pub fsync_interval_ms: u64,
+    pub checkpoint_bytes: u64,
     pub idle_evict_secs: u64,
 }
 
@@ -128,6 +129,12 @@ impl Config {
                 "must be > 0 with fsync = \"interval\"",
             ));
         }
+        if self.store.checkpoint_bytes < 1024 * 1024 {
+            return Err(invalid(
+                "store.checkpoint_bytes",
+                "must be at least 1048576",
+            ));
+        }
         if self.limits.max_events_per_request == 0 {
             return Err(invalid("limits.max_events_per_request", "must be > 0"));
         }
@@ -160,6 +167,7 @@ impl Config {
                 FsyncSetting::Never => FsyncPolicy::Never,
             },
             fsync_interval: Duration::from_millis(self.store.fsync_interval_ms),
+            wal_segment_bytes: self.store.checkpoint_bytes,
             idle_evict: (self.store.idle_evict_secs > 0)
                 .then(|| Duration::from_secs(self.store.idle_evict_secs)),
             limits: IngestLimits {

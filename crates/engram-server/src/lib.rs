@@ -107,7 +107,7 @@ pub async fn run(
         }
     };
     upkeep.abort();
-    store.flush_all().await;
+    store.close().await;
     tracing::info!("stopped");
     result
 }

@@ -15,7 +15,9 @@ pub fn from_store(e: StoreError) -> Status {
     match e {
         StoreError::Core(core) => from_core(core),
         StoreError::NotFound(_) => Status::not_found(e.to_string()),
-        StoreError::ReadOnly { .. } => Status::unavailable(e.to_string()),
+        StoreError::ReadOnly { .. } | StoreError::Poisoned { .. } => {
+            Status::unavailable(e.to_string())
+        }
         StoreError::Io { .. } => {
             // Paths and OS errors are for the operator's log, not the client.
             tracing::error!(error = %e, "storage error");

@@ -11,6 +11,7 @@ use engram_core::{RawTrace, TurnTracker};
 use crate::durable::DurableFile;
 use crate::error::{Result, StoreError};
 use crate::jsonl::{self, Recovery};
+use crate::wal::Ticket;
 
 pub const RAW_TRACES: &str = "raw_traces.jsonl";
 pub const RAW_ARCHIVE: &str = "raw_traces_archive.jsonl";
@@ -31,6 +32,8 @@ pub(crate) struct AgentState {
     pub raw: Option<Arc<DurableFile>>,
     /// Set by DeleteAgent: holders of this state must look the agent up again.
     pub deleted: bool,
+    /// The log record of the latest append: what a reader waits for.
+    pub last_ticket: Option<Ticket>,
 }
 
 /// Read access to a loaded agent, for the server's views.
@@ -79,6 +82,7 @@ impl AgentState {
             semantic: vec![],
             raw: None,
             deleted: false,
+            last_ticket: None,
         }
     }
 

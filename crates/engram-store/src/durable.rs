@@ -204,10 +204,27 @@ impl DurableFile {
     }
 
     fn poisoned(&self, reason: String) -> StoreError {
-        StoreError::ReadOnly {
-            agent: agent_of(&self.path),
+        StoreError::Poisoned {
+            path: self.path.clone(),
             reason,
         }
+    }
+
+    /// Cuts the file back to `start`, undoing this writer's last append
+    /// (whose log record could not be written). Poisons the file if even
+    /// that fails, since its tail is then unknown.
+    pub fn roll_back(&self, start: u64) {
+        match self.file.set_len(start) {
+            Ok(()) => self.progress.send_if_modified(|p| {
+                p.written = start;
+                p.synced = p.synced.min(start);
+                false
+            }),
+            Err(e) => {
+                self.poison(format!("rolling back an append failed: {e}"));
+                false
+            }
+        };
     }
 
     /// Makes the next fdatasync fail, as a dying disk would.
@@ -215,13 +232,6 @@ impl DurableFile {
     pub fn inject_sync_failure(&self) {
         self.fail_next_sync.store(true, Ordering::SeqCst);
     }
-}
-
-fn agent_of(path: &Path) -> String {
-    path.parent()
-        .and_then(Path::file_name)
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -259,7 +269,7 @@ mod tests {
         f.inject_sync_failure();
         let err = f.sync_to(end).await.unwrap_err();
         assert!(
-            matches!(&err, StoreError::ReadOnly { agent, .. } if agent == "agent"),
+            matches!(&err, StoreError::Poisoned { path, .. } if path.ends_with("agent/raw_traces.jsonl")),
             "{err}"
         );
         // Never retried and then acknowledged.

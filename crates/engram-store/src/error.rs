@@ -18,6 +18,10 @@ pub enum StoreError {
         "agent {agent:?} is read-only after a storage failure ({reason}); fix the disk and restart engramd"
     )]
     ReadOnly { agent: String, reason: String },
+    /// A file whose flush failed; it refuses further writes (see
+    /// [`crate::durable`]).
+    #[error("{} is read-only after a storage failure ({reason}); fix the disk and restart engramd", path.display())]
+    Poisoned { path: PathBuf, reason: String },
     /// The file system failed; retrying may succeed.
     #[error("{context} {}: {source}", path.display())]
     Io {
@@ -38,6 +42,19 @@ impl StoreError {
             context,
             path,
             source,
+        }
+    }
+}
+
+impl StoreError {
+    /// Names the agent whose write met a poisoned file.
+    pub(crate) fn for_agent(self, agent: &str) -> Self {
+        match self {
+            Self::Poisoned { path, reason } => Self::ReadOnly {
+                agent: agent.to_owned(),
+                reason: format!("{}: {reason}", path.display()),
+            },
+            other => other,
         }
     }
 }

@@ -4,6 +4,8 @@
 //!   start-up cost does not grow with their number) and idle ones are
 //!   evicted from memory. Each agent has one async lock: one writer at a
 //!   time per agent, different agents in parallel.
+//! - [`wal`]: the write-ahead log shared by all agents: one flush covers
+//!   the appends of every agent waiting at that moment (`always` policy).
 //! - [`durable`]: append-only files with group commit and fsync policies.
 //! - [`jsonl`]: loading with torn-tail and corrupt-line recovery, and the
 //!   atomic rewrite helper.
@@ -13,6 +15,7 @@ pub mod agent;
 pub mod durable;
 pub mod error;
 pub mod jsonl;
+pub mod wal;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -38,6 +41,9 @@ pub struct StoreConfig {
     pub fsync_interval: Duration,
     /// Unload agents unused for this long; `None` keeps them loaded.
     pub idle_evict: Option<Duration>,
+    /// Checkpoint (flush agent files, drop old log segments) once the open
+    /// log segment grows past this many bytes.
+    pub wal_segment_bytes: u64,
     pub limits: IngestLimits,
 }
 
@@ -48,6 +54,7 @@ impl StoreConfig {
             fsync: FsyncPolicy::Always,
             fsync_interval: Duration::from_secs(1),
             idle_evict: Some(Duration::from_secs(600)),
+            wal_segment_bytes: 64 * 1024 * 1024,
             limits: IngestLimits::default(),
         }
     }
@@ -74,6 +81,9 @@ struct Inner {
     config: StoreConfig,
     agents_dir: PathBuf,
     agents: Mutex<HashMap<AgentId, Arc<AgentHandle>>>,
+    wal: wal::Wal,
+    /// Serializes checkpoints (upkeep and shutdown may both ask for one).
+    checkpointing: AsyncMutex<()>,
     opened: Instant,
 }
 
@@ -89,15 +99,23 @@ impl Store {
     /// Opens (creating if needed) the store. Does not read any agent.
     pub async fn open(config: StoreConfig) -> Result<Self> {
         let agents_dir = config.data_dir.join("agents");
+        let wal_dir = config.data_dir.join("wal");
         let dir = agents_dir.clone();
-        tokio::task::spawn_blocking(move || prepare_agents_dir(&dir))
-            .await
-            .expect("prepare task panicked")?;
+        // Replays what a crash left in the log (whatever the policy is now)
+        // before any agent can be read.
+        let wal = tokio::task::spawn_blocking(move || {
+            prepare_agents_dir(&dir)?;
+            wal::Wal::open(&wal_dir, &dir)
+        })
+        .await
+        .expect("open task panicked")?;
         Ok(Self {
             inner: Arc::new(Inner {
                 config,
                 agents_dir,
                 agents: Mutex::new(HashMap::new()),
+                wal,
+                checkpointing: AsyncMutex::new(()),
                 opened: Instant::now(),
             }),
         })
@@ -195,11 +213,28 @@ impl Store {
                 Some(raw) => Arc::clone(raw),
                 None => state.create()?,
             };
-            let end = if plan.new_traces.is_empty() {
-                raw.len()
-            } else {
-                raw.append(&plan.bytes)?
-            };
+            if !plan.new_traces.is_empty() {
+                let start = raw.len();
+                raw.append(&plan.bytes)
+                    .map_err(|e| e.for_agent(id.as_str()))?;
+                if self.inner.config.fsync == FsyncPolicy::Always {
+                    let record = wal::Record::Append {
+                        agent: id.as_str(),
+                        file: agent::RAW_TRACES,
+                        offset: start,
+                        bytes: &plan.bytes,
+                    };
+                    match self.inner.wal.append(&record) {
+                        Ok(ticket) => state.last_ticket = Some(ticket),
+                        Err(e) => {
+                            // Unlogged bytes must not stay: a later record
+                            // would claim their offset.
+                            raw.roll_back(start);
+                            return Err(e.for_agent(id.as_str()));
+                        }
+                    }
+                }
+            }
             for trace in &plan.new_traces {
                 state.tracker.apply(trace);
             }
@@ -218,21 +253,16 @@ impl Store {
             }
             state.traces.extend(plan.new_traces);
             let current_turn_id = state.tracker.current_turn_id().unwrap_or_default();
-            drop(slot);
             // A retry waits too: the first attempt may still be in flight.
-            self.settle(&raw, end).await?;
+            let ticket = state.last_ticket.clone();
+            drop(slot);
+            if let Some(ticket) = ticket {
+                ticket.wait().await.map_err(|e| e.for_agent(id.as_str()))?;
+            }
             return Ok(Ingested {
                 traces,
                 current_turn_id,
             });
-        }
-    }
-
-    /// Waits until `end` is durable under the `Always` policy.
-    async fn settle(&self, raw: &durable::DurableFile, end: u64) -> Result<()> {
-        match self.inner.config.fsync {
-            FsyncPolicy::Always => raw.sync_to(end).await,
-            FsyncPolicy::Interval | FsyncPolicy::Never => Ok(()),
         }
     }
 
@@ -242,18 +272,15 @@ impl Store {
         let handle = self.existing_handle(id)?;
         let mut slot = handle.state.lock().await;
         let state = self.loaded(id, &mut slot).await?;
-        let Some(raw) = state
-            .raw
-            .as_ref()
-            .filter(|_| state.exists())
-            .map(Arc::clone)
-        else {
+        if !state.exists() {
             return Err(StoreError::NotFound(id.to_string()));
-        };
+        }
         let out = f(state.view());
-        let end = raw.len();
+        let ticket = state.last_ticket.clone();
         drop(slot);
-        if let Err(e) = self.settle(&raw, end).await {
+        if let Some(ticket) = ticket
+            && let Err(e) = ticket.wait().await
+        {
             // The agent is read-only now; what it holds is still the best
             // answer, and the write that failed was never acknowledged.
             tracing::warn!(agent = %id, error = %e, "serving a read after a failed flush");
@@ -297,6 +324,14 @@ impl Store {
             forget();
             return Err(StoreError::NotFound(id.to_string()));
         }
+        if self.inner.config.fsync == FsyncPolicy::Always {
+            // Logged before the files go, so a replay never revives them.
+            let ticket = self
+                .inner
+                .wal
+                .append(&wal::Record::Delete { agent: id.as_str() })?;
+            ticket.wait().await.map_err(|e| e.for_agent(id.as_str()))?;
+        }
         // Rename first: one atomic step makes the agent gone, even if the
         // removal of its files is interrupted.
         let trash = self
@@ -318,28 +353,58 @@ impl Store {
     }
 
     /// Unloads agents idle for longer than `max_idle` that nobody is using,
-    /// flushing their files first. Returns how many were unloaded.
+    /// flushing their files first (while still registered, so a checkpoint
+    /// never misses them). Returns how many were unloaded.
     pub async fn evict_idle(&self, max_idle: Duration) -> usize {
         let cutoff = self.now_ms().saturating_sub(max_idle.as_millis() as u64);
-        let evicted: Vec<Arc<AgentHandle>> = {
-            let mut agents = self.inner.agents.lock().expect("registry lock");
-            let idle: Vec<AgentId> = agents
+        let idle = |h: &Arc<AgentHandle>| h.last_used.load(Ordering::Relaxed) <= cutoff;
+        let candidates: Vec<(AgentId, Arc<AgentHandle>)> = {
+            let agents = self.inner.agents.lock().expect("registry lock");
+            agents
                 .iter()
-                .filter(|(_, h)| {
-                    Arc::strong_count(h) == 1 && h.last_used.load(Ordering::Relaxed) <= cutoff
-                })
-                .map(|(id, _)| id.clone())
-                .collect();
-            idle.iter().filter_map(|id| agents.remove(id)).collect()
+                .filter(|(_, h)| idle(h))
+                .map(|(id, h)| (id.clone(), Arc::clone(h)))
+                .collect()
         };
-        for handle in &evicted {
-            self.flush_handle(handle).await;
+        let mut evicted = 0;
+        for (id, handle) in candidates {
+            self.flush_handle(&handle).await;
+            let mut agents = self.inner.agents.lock().expect("registry lock");
+            // Still idle, unused (only the map and `handle` hold it), clean.
+            let clean = handle.state.try_lock().is_ok_and(|s| {
+                s.as_ref()
+                    .and_then(|s| s.raw.as_ref())
+                    .is_none_or(|r| !r.is_dirty())
+            });
+            if clean && idle(&handle) && Arc::strong_count(&handle) == 2 {
+                agents.remove(&id);
+                evicted += 1;
+            }
         }
-        evicted.len()
+        evicted
     }
 
-    /// Flushes every loaded agent's files (shutdown, the interval policy).
-    pub async fn flush_all(&self) {
+    /// Flushes every agent file, then drops the log segments that only
+    /// covered what is now flushed. Bounds the log (and so start-up replay).
+    pub async fn checkpoint(&self) -> Result<()> {
+        let _one = self.inner.checkpointing.lock().await;
+        let old = self.inner.wal.rotate()?;
+        if self.flush_all().await {
+            self.inner.wal.remove(&old)?;
+        }
+        Ok(())
+    }
+
+    /// Flushes and checkpoints: the last call before the process exits.
+    pub async fn close(&self) {
+        if let Err(e) = self.checkpoint().await {
+            tracing::error!(error = %e, "final checkpoint failed; the log will be replayed at start");
+        }
+    }
+
+    /// Flushes every loaded agent's files (checkpoints, the interval
+    /// policy). False if any flush failed.
+    pub async fn flush_all(&self) -> bool {
         let handles: Vec<Arc<AgentHandle>> = self
             .inner
             .agents
@@ -348,47 +413,57 @@ impl Store {
             .values()
             .cloned()
             .collect();
+        let mut ok = true;
         for handle in &handles {
-            self.flush_handle(handle).await;
+            ok &= self.flush_handle(handle).await;
         }
+        ok
     }
 
-    async fn flush_handle(&self, handle: &AgentHandle) {
+    async fn flush_handle(&self, handle: &AgentHandle) -> bool {
         let raw = handle
             .state
             .lock()
             .await
             .as_ref()
             .and_then(|s| s.raw.clone());
-        if let Some(raw) = raw.filter(|r| r.is_dirty())
-            && let Err(e) = raw.sync_all().await
-        {
-            tracing::error!(path = %raw.path().display(), error = %e, "flush failed");
+        match raw {
+            Some(raw) if raw.failure().is_some() => false,
+            Some(raw) if raw.is_dirty() => match raw.sync_all().await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::error!(path = %raw.path().display(), error = %e, "flush failed");
+                    false
+                }
+            },
+            _ => true,
         }
     }
 
-    /// Background upkeep: idle eviction and the interval flush. Runs until
-    /// the returned task is aborted.
+    /// Background upkeep: the interval flush, checkpoints when the log
+    /// grows, idle eviction. Runs until the returned task is aborted.
     pub fn spawn_upkeep(&self) -> tokio::task::JoinHandle<()> {
         let store = self.clone();
         tokio::spawn(async move {
             let config = &store.inner.config;
-            let flush_every =
-                (config.fsync == FsyncPolicy::Interval).then_some(config.fsync_interval);
-            let evict_every = config
-                .idle_evict
-                .map(|d| (d / 4).max(Duration::from_millis(50)));
-            let tick = match (flush_every, evict_every) {
-                (Some(a), Some(b)) => a.min(b),
-                (Some(a), None) | (None, Some(a)) => a,
-                (None, None) => return,
-            };
+            let mut tick = Duration::from_secs(1);
+            if config.fsync == FsyncPolicy::Interval {
+                tick = tick.min(config.fsync_interval);
+            }
+            if let Some(idle) = config.idle_evict {
+                tick = tick.min((idle / 4).max(Duration::from_millis(50)));
+            }
             let mut interval = tokio::time::interval(tick);
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 interval.tick().await;
-                if flush_every.is_some() {
+                if config.fsync == FsyncPolicy::Interval {
                     store.flush_all().await;
+                }
+                if store.inner.wal.segment_len() > config.wal_segment_bytes
+                    && let Err(e) = store.checkpoint().await
+                {
+                    tracing::error!(error = %e, "checkpoint failed");
                 }
                 if let Some(max_idle) = config.idle_evict {
                     let n = store.evict_idle(max_idle).await;

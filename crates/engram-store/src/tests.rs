@@ -262,7 +262,7 @@ async fn agents_write_in_parallel_and_each_keeps_its_order() {
 }
 
 #[tokio::test]
-async fn a_failed_flush_makes_the_agent_read_only() {
+async fn a_failed_log_flush_is_never_acknowledged_and_stops_writes() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path()).await;
     let a = id("sick");
@@ -270,8 +270,45 @@ async fn a_failed_flush_makes_the_agent_read_only() {
         .ingest(&a, &[NewEvent::user("x")], None, None)
         .await
         .unwrap();
-    let handle = store.handle(&a);
-    let raw = handle
+    store.inner.wal.inject_sync_failure();
+    let err = store
+        .ingest(&a, &[NewEvent::assistant("y")], None, None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::ReadOnly { agent, .. } if agent == "sick"),
+        "{err}"
+    );
+    // Never retried and then acknowledged; the shared log refuses every
+    // agent now, and says why.
+    let err = store
+        .ingest(&id("other"), &[NewEvent::user("z")], None, None)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("fdatasync failed"), "{err}");
+    assert!(
+        !dir.path()
+            .join("agents/other")
+            .join("raw_traces.jsonl")
+            .exists()
+            || std::fs::read(dir.path().join("agents/other/raw_traces.jsonl"))
+                .unwrap()
+                .is_empty(),
+        "a refused write leaves no line behind"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_agent_flush_makes_that_agent_read_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let a = id("sick");
+    store
+        .ingest(&a, &[NewEvent::user("x")], None, None)
+        .await
+        .unwrap();
+    let raw = store
+        .handle(&a)
         .state
         .lock()
         .await
@@ -281,19 +318,53 @@ async fn a_failed_flush_makes_the_agent_read_only() {
         .clone()
         .unwrap();
     raw.inject_sync_failure();
+    store.checkpoint().await.unwrap();
     let err = store
         .ingest(&a, &[NewEvent::assistant("y")], None, None)
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::ReadOnly { .. }), "{err}");
-    let err = store
-        .ingest(&a, &[NewEvent::assistant("z")], None, None)
-        .await
-        .unwrap_err();
-    assert!(matches!(err, StoreError::ReadOnly { .. }), "{err}");
-    // Other agents are unaffected.
+    // Reads still work, other agents are unaffected.
+    assert_eq!(count(&store, "sick").await, 1);
     store
         .ingest(&id("well"), &[NewEvent::user("x")], None, None)
         .await
         .unwrap();
+    // The log segment that covers the unflushed agent is kept for replay.
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("wal")).unwrap().count(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn checkpoints_bound_the_log_and_restart_replays_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    for i in 0..10 {
+        store
+            .ingest(&id("cp"), &[NewEvent::user(format!("m{i}"))], None, None)
+            .await
+            .unwrap();
+    }
+    store.checkpoint().await.unwrap();
+    let segments: Vec<_> = std::fs::read_dir(dir.path().join("wal")).unwrap().collect();
+    assert_eq!(
+        segments.len(),
+        1,
+        "old segments dropped once agents are flushed"
+    );
+    store
+        .ingest(&id("cp"), &[NewEvent::user("after")], None, None)
+        .await
+        .unwrap();
+    // Simulate the page cache losing the agent file's unflushed tail: the
+    // log still has it.
+    let path = dir.path().join("agents/cp/raw_traces.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let cut = text.trim_end().rfind('\n').unwrap() + 1;
+    std::fs::write(&path, &text[..cut]).unwrap();
+    drop(store);
+    let store = open(dir.path()).await;
+    assert_eq!(count(&store, "cp").await, 11);
 }
