@@ -189,8 +189,17 @@ fn process_cpu_secs() -> f64 {
         return 0.0;
     };
     // Fields after the command name (which may hold spaces) start at ")".
-    let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, r)| r).split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, r)| r)
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
     // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
     (ticks(11) + ticks(12)) / 100.0
 }

@@ -1,1 +1,80 @@
-//! placeholder
+//! Summarizers: what compaction asks of a language model, and the embedded
+//! extractive summarizer that serves when no LLM is configured.
+//!
+//! - [`Summarizer`]: the one operation compaction needs — whole turns in, an
+//!   episodic summary and new or changed semantic facts out.
+//! - [`extractive`]: deterministic, offline, every item tagged `extractive`.
+
+pub mod extractive;
+
+use std::future::Future;
+use std::pin::Pin;
+
+use engram_core::RawTrace;
+use engram_core::memory::SemanticItem;
+
+pub use extractive::Extractive;
+
+/// Tag on every item the embedded summarizer writes.
+pub const EXTRACTIVE_TAG: &str = "extractive";
+
+/// What a summarizer is asked to condense.
+#[derive(Debug, Clone, Copy)]
+pub struct SummaryRequest<'a> {
+    /// Whole turns, in order; a tool call and its result are never split.
+    pub traces: &'a [RawTrace],
+    /// Facts already known, so the answer holds only new or changed ones.
+    pub known_facts: &'a [SemanticItem],
+    /// Extra instruction of a manual compaction.
+    pub focus: Option<&'a str>,
+}
+
+/// A summarizer's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    pub episodic_summary: String,
+    pub tags: Vec<String>,
+    pub salience: f32,
+    pub semantic_facts: Vec<FactDraft>,
+}
+
+/// A fact proposed by a summarizer, before deduplication and storage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FactDraft {
+    pub fact: String,
+    pub tags: Vec<String>,
+    pub confidence: f32,
+    pub salience: f32,
+}
+
+/// Why no usable summary came back. Compaction prunes nothing on either.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SummarizeError {
+    /// The model could not be reached or refused; a retry may succeed.
+    #[error("summarizer unavailable: {0}")]
+    Unavailable(String),
+    /// The model answered with something that is not a summary.
+    #[error("summarizer answer unusable: {0}")]
+    BadAnswer(String),
+}
+
+pub type SummaryFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Summary, SummarizeError>> + Send + 'a>>;
+
+/// Condenses whole turns into memories.
+pub trait Summarizer: Send + Sync + std::fmt::Debug {
+    /// A short name for logs and reports (`extractive`, `http:<model>`).
+    fn name(&self) -> String;
+
+    fn summarize<'a>(&'a self, request: SummaryRequest<'a>) -> SummaryFuture<'a>;
+}
+
+/// Lowercase, alphanumeric words joined by single spaces: two facts with the
+/// same normal form are the same fact.
+pub fn normalize_fact(text: &str) -> String {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect::<Vec<_>>()
+        .join(" ")
+}

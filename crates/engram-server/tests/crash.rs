@@ -100,3 +100,36 @@ async fn every_acknowledged_trace_survives_sigkill_and_a_torn_line() {
             .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok())
     );
 }
+
+// Multi-threaded: the client's connection task must keep answering the
+// server's GOAWAY/PING while this thread blocks in `wait`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_flushes_and_exits_cleanly() {
+    let data = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::spawn(data.path(), &[]);
+    let mut client = daemon.client().await;
+    client
+        .ingest(ingest_req("term", vec![user("before shutdown")]))
+        .await
+        .unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &daemon.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = daemon.child.wait().unwrap();
+    assert!(exit.success(), "engramd exited with {exit:?}");
+    // The final checkpoint left only the fresh, empty log segment.
+    let segments: Vec<_> = std::fs::read_dir(data.path().join("wal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(segments.len(), 1, "{segments:?}");
+    assert_eq!(std::fs::metadata(&segments[0]).unwrap().len(), 0);
+    let daemon = Daemon::spawn(data.path(), &[]);
+    let mut client = daemon.client().await;
+    assert_eq!(
+        all_traces(&mut client, "term").await[0].content,
+        "before shutdown"
+    );
+}

@@ -368,3 +368,31 @@ async fn checkpoints_bound_the_log_and_restart_replays_it() {
     let store = open(dir.path()).await;
     assert_eq!(count(&store, "cp").await, 11);
 }
+
+#[tokio::test]
+async fn relaxed_policies_store_the_same_lines_without_the_log() {
+    for policy in [FsyncPolicy::Interval, FsyncPolicy::Never] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StoreConfig {
+            fsync: policy,
+            fsync_interval: Duration::from_millis(10),
+            ..StoreConfig::new(dir.path())
+        };
+        let store = Store::open(config.clone()).await.unwrap();
+        let upkeep = store.spawn_upkeep();
+        store
+            .ingest(&id("r"), &[NewEvent::user("x")], None, None)
+            .await
+            .unwrap();
+        assert_eq!(count(&store, "r").await, 1);
+        upkeep.abort();
+        store.close().await;
+        let wal_bytes: u64 = std::fs::read_dir(dir.path().join("wal"))
+            .unwrap()
+            .map(|e| e.unwrap().metadata().unwrap().len())
+            .sum();
+        assert_eq!(wal_bytes, 0, "{policy:?} writes no log records");
+        let store = Store::open(config).await.unwrap();
+        assert_eq!(count(&store, "r").await, 1);
+    }
+}
