@@ -1,11 +1,19 @@
 //! An append-only file with group commit.
 //!
-//! Appends are written at once (page cache) and made durable by
-//! [`DurableFile::sync_to`]: the first caller that finds no sync running
-//! becomes the leader and issues one `fdatasync` covering every byte written
-//! so far; callers arriving meanwhile wait for it, and the next leader covers
-//! all of them at once. Concurrency therefore raises the number of appends
-//! per `fdatasync` instead of queueing on it.
+//! Appends are made durable by [`DurableFile::sync_to`]: the first caller
+//! that finds no commit running becomes the leader and starts one commit
+//! covering every byte appended so far; callers arriving meanwhile wait for
+//! it, and the next leader covers all of them at once. Concurrency therefore
+//! raises the number of appends per `fdatasync` instead of queueing on it.
+//!
+//! Two modes: a *direct* file (agent files) writes each append at once and a
+//! commit only flushes; a *buffered* file (the write-ahead log) only copies
+//! appends into memory and a commit writes the whole buffer and flushes it in
+//! one blocking call, off the async workers.
+//!
+//! A commit runs on the blocking pool to completion and records its outcome
+//! itself, so a leader whose caller goes away (a cancelled RPC) can neither
+//! wedge the file nor lose a failure.
 //!
 //! A failed `fdatasync` poisons the file for good: after a failed flush the
 //! kernel may have dropped the dirty pages and marked them clean, so a retry
@@ -36,7 +44,9 @@ pub enum FsyncPolicy {
 
 #[derive(Debug, Clone, Default)]
 struct Progress {
-    /// Bytes appended so far (the file length).
+    /// Appended bytes not yet handed to the OS (buffered mode).
+    pending: Vec<u8>,
+    /// Bytes appended so far (the file's logical length).
     written: u64,
     /// Bytes known durable.
     synced: u64,
@@ -49,7 +59,11 @@ struct Progress {
 pub struct DurableFile {
     path: PathBuf,
     file: Arc<File>,
-    progress: watch::Sender<Progress>,
+    progress: Arc<watch::Sender<Progress>>,
+    buffered: bool,
+    /// Serializes appends so the offsets they report are exact. Callers
+    /// already serialize per agent; this makes it true for any caller.
+    appending: std::sync::Mutex<()>,
     /// Test hook: the next sync reports a failure.
     fail_next_sync: AtomicBool,
 }
@@ -75,7 +89,26 @@ impl DurableFile {
         Ok(Self {
             path: path.to_owned(),
             file: Arc::new(file),
-            progress,
+            progress: Arc::new(progress),
+            buffered: false,
+            appending: std::sync::Mutex::new(()),
+            fail_next_sync: AtomicBool::new(false),
+        })
+    }
+
+    /// Creates a new, empty file in buffered mode.
+    pub fn create_buffered(path: &Path) -> Result<Self> {
+        let file = OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .open(path)
+            .map_err(StoreError::io("creating", path))?;
+        Ok(Self {
+            path: path.to_owned(),
+            file: Arc::new(file),
+            progress: Arc::new(watch::channel(Progress::default()).0),
+            buffered: true,
+            appending: std::sync::Mutex::new(()),
             fail_next_sync: AtomicBool::new(false),
         })
     }
@@ -104,11 +137,21 @@ impl DurableFile {
     }
 
     /// Appends `bytes` (whole lines) and returns the end offset to pass to
-    /// [`sync_to`](Self::sync_to). Callers serialize appends (one writer per
-    /// agent), so lines never interleave.
+    /// [`sync_to`](Self::sync_to).
     pub fn append(&self, bytes: &[u8]) -> Result<u64> {
+        let _one_at_a_time = self.appending.lock().expect("append lock");
         if let Some(reason) = self.failure() {
             return Err(self.poisoned(reason));
+        }
+        if self.buffered {
+            let mut end = 0;
+            self.progress.send_if_modified(|p| {
+                p.pending.extend_from_slice(bytes);
+                p.written += bytes.len() as u64;
+                end = p.written;
+                false
+            });
+            return Ok(end);
         }
         let start = self.len();
         if let Err(e) = (&*self.file).write_all(bytes) {
@@ -134,20 +177,16 @@ impl DurableFile {
     pub async fn sync_to(&self, end: u64) -> Result<()> {
         let mut rx = self.progress.subscribe();
         loop {
-            let target = {
-                let mut lead = None;
-                self.progress.send_if_modified(|p| {
-                    if p.failed.is_none() && p.synced < end && !p.syncing {
-                        p.syncing = true;
-                        lead = Some(p.written);
-                    }
-                    false
-                });
-                lead
-            };
-            if let Some(target) = target {
-                self.lead_sync(target).await;
-                continue;
+            let mut lead = None;
+            self.progress.send_if_modified(|p| {
+                if p.failed.is_none() && p.synced < end && !p.syncing {
+                    p.syncing = true;
+                    lead = Some((std::mem::take(&mut p.pending), p.written));
+                }
+                false
+            });
+            if let Some((bytes, target)) = lead {
+                self.start_commit(bytes, target);
             }
             let p = rx
                 .wait_for(|p| p.failed.is_some() || p.synced >= end || !p.syncing)
@@ -169,33 +208,35 @@ impl DurableFile {
         self.sync_to(self.len()).await
     }
 
-    async fn lead_sync(&self, target: u64) {
+    /// Writes `bytes` (buffered mode) and flushes, on the blocking pool;
+    /// the outcome is recorded there and wakes every waiter.
+    fn start_commit(&self, bytes: Vec<u8>, target: u64) {
         let file = Arc::clone(&self.file);
+        let progress = Arc::clone(&self.progress);
+        let path = self.path.clone();
         let inject = self.fail_next_sync.swap(false, Ordering::SeqCst);
-        let result = tokio::task::spawn_blocking(move || {
-            if inject {
-                return Err(std::io::Error::other("injected fdatasync failure"));
-            }
-            file.sync_data()
-        })
-        .await
-        .unwrap_or_else(|join| Err(std::io::Error::other(join)));
-        match result {
-            Ok(()) => {
-                self.progress.send_modify(|p| {
+        tokio::task::spawn_blocking(move || {
+            let result = (&*file).write_all(&bytes).and_then(|()| {
+                if inject {
+                    return Err(std::io::Error::other("injected fdatasync failure"));
+                }
+                file.sync_data()
+            });
+            match result {
+                Ok(()) => progress.send_modify(|p| {
                     p.syncing = false;
                     p.synced = p.synced.max(target);
-                });
+                }),
+                Err(e) => {
+                    tracing::error!(path = %path.display(), error = %e,
+                        "write or fdatasync failed; the file is poisoned and refuses writes until restart");
+                    progress.send_modify(|p| {
+                        p.syncing = false;
+                        p.failed = Some(format!("fdatasync failed: {e}"));
+                    });
+                }
             }
-            Err(e) => {
-                tracing::error!(path = %self.path.display(), error = %e,
-                    "fdatasync failed; the file is poisoned and its agent is read-only until restart");
-                self.progress.send_modify(|p| {
-                    p.syncing = false;
-                    p.failed = Some(format!("fdatasync failed: {e}"));
-                });
-            }
-        }
+        });
     }
 
     fn poison(&self, reason: String) {
@@ -214,8 +255,10 @@ impl DurableFile {
     /// (whose log record could not be written). Poisons the file if even
     /// that fails, since its tail is then unknown.
     pub fn roll_back(&self, start: u64) {
+        let _one_at_a_time = self.appending.lock().expect("append lock");
         match self.file.set_len(start) {
             Ok(()) => self.progress.send_if_modified(|p| {
+                p.pending.clear();
                 p.written = start;
                 p.synced = p.synced.min(start);
                 false
@@ -256,6 +299,35 @@ mod tests {
         assert!(!f.is_dirty());
         let text = std::fs::read_to_string(f.path()).unwrap();
         assert_eq!(text.lines().count(), 64);
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_leader_neither_wedges_the_file_nor_loses_the_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        for buffered in [false, true] {
+            let path = dir.path().join(format!("f-{buffered}"));
+            let f = if buffered {
+                DurableFile::create_buffered(&path).unwrap()
+            } else {
+                DurableFile::open(&path).unwrap()
+            };
+            let end = f.append(b"one\n").unwrap();
+            // Poll the sync once (it becomes the leader and starts the
+            // commit), then drop it, as tonic drops a cancelled call.
+            tokio::select! {
+                biased;
+                _ = f.sync_to(end) => {}
+                () = std::future::ready(()) => {}
+            }
+            let end = f.append(b"two\n").unwrap();
+            let synced =
+                tokio::time::timeout(std::time::Duration::from_secs(20), f.sync_to(end)).await;
+            assert!(
+                matches!(synced, Ok(Ok(()))),
+                "buffered={buffered}: {synced:?}"
+            );
+            assert_eq!(std::fs::read(&path).unwrap(), b"one\ntwo\n");
+        }
     }
 
     #[tokio::test]

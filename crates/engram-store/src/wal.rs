@@ -20,11 +20,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
-
-use tokio::sync::watch;
-
+use crate::durable::DurableFile;
 use crate::error::{Result, StoreError};
 use crate::jsonl::sync_dir;
 
@@ -118,7 +114,7 @@ impl Record<'_> {
 /// A place in the log; durable once [`wait`](Ticket::wait) returns.
 #[derive(Debug, Clone)]
 pub struct Ticket {
-    segment: Arc<LogFile>,
+    segment: Arc<DurableFile>,
     end: u64,
 }
 
@@ -131,7 +127,7 @@ impl Ticket {
 #[derive(Debug)]
 struct Current {
     id: u64,
-    file: Arc<LogFile>,
+    file: Arc<DurableFile>,
 }
 
 /// The log: a directory of numbered segments, one of them open for appends.
@@ -220,7 +216,7 @@ impl Wal {
     #[doc(hidden)]
     pub fn inject_sync_failure(&self) {
         let current = self.current.lock().expect("wal lock");
-        current.file.fail_next_sync.store(true, Ordering::SeqCst);
+        current.file.inject_sync_failure();
     }
 }
 
@@ -228,8 +224,8 @@ fn segment_path(dir: &Path, id: u64) -> PathBuf {
     dir.join(format!("{id:020}{SUFFIX}"))
 }
 
-fn new_segment(dir: &Path, id: u64) -> Result<Arc<LogFile>> {
-    let file = LogFile::create(&segment_path(dir, id))?;
+fn new_segment(dir: &Path, id: u64) -> Result<Arc<DurableFile>> {
+    let file = DurableFile::create_buffered(&segment_path(dir, id))?;
     sync_dir(dir)?;
     Ok(Arc::new(file))
 }
@@ -245,139 +241,6 @@ fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     }
     out.sort();
     Ok(out)
-}
-
-#[derive(Debug, Default)]
-struct Progress {
-    /// Appended bytes not yet handed to the OS.
-    pending: Vec<u8>,
-    /// Bytes appended so far (the segment's logical length).
-    appended: u64,
-    /// Bytes written and flushed.
-    durable: u64,
-    syncing: bool,
-    failed: Option<String>,
-}
-
-/// One segment of the log, with group commit. Appends only copy into a
-/// buffer; the leader of a commit writes the whole buffer and flushes it in
-/// one blocking call, off the async workers, so a commit costs one `write`
-/// and one `fdatasync` however many appends it covers.
-///
-/// A failed write or flush poisons the segment for good (see
-/// [`crate::durable`] for why a flush is never retried).
-#[derive(Debug)]
-struct LogFile {
-    path: PathBuf,
-    file: Arc<File>,
-    progress: watch::Sender<Progress>,
-    fail_next_sync: AtomicBool,
-}
-
-impl LogFile {
-    fn create(path: &Path) -> Result<Self> {
-        let file = OpenOptions::new()
-            .create_new(true)
-            .append(true)
-            .open(path)
-            .map_err(StoreError::io("creating", path))?;
-        Ok(Self {
-            path: path.to_owned(),
-            file: Arc::new(file),
-            progress: watch::channel(Progress::default()).0,
-            fail_next_sync: AtomicBool::new(false),
-        })
-    }
-
-    fn len(&self) -> u64 {
-        self.progress.borrow().appended
-    }
-
-    fn append(&self, bytes: &[u8]) -> Result<u64> {
-        let mut outcome = Ok(0);
-        self.progress.send_if_modified(|p| {
-            outcome = match &p.failed {
-                Some(reason) => Err(self.poisoned(reason.clone())),
-                None => {
-                    p.pending.extend_from_slice(bytes);
-                    p.appended += bytes.len() as u64;
-                    Ok(p.appended)
-                }
-            };
-            false
-        });
-        outcome
-    }
-
-    async fn sync_to(&self, end: u64) -> Result<()> {
-        let mut rx = self.progress.subscribe();
-        loop {
-            let mut lead = None;
-            self.progress.send_if_modified(|p| {
-                if p.failed.is_none() && p.durable < end && !p.syncing {
-                    p.syncing = true;
-                    lead = Some((std::mem::take(&mut p.pending), p.appended));
-                }
-                false
-            });
-            if let Some((bytes, target)) = lead {
-                self.commit(bytes, target).await;
-                continue;
-            }
-            let (failed, durable) = {
-                let p = rx
-                    .wait_for(|p| p.failed.is_some() || p.durable >= end || !p.syncing)
-                    .await
-                    .expect("the sender lives in self");
-                (p.failed.clone(), p.durable)
-            };
-            if let Some(reason) = failed {
-                return Err(self.poisoned(reason));
-            }
-            if durable >= end {
-                return Ok(());
-            }
-        }
-    }
-
-    async fn sync_all(&self) -> Result<()> {
-        self.sync_to(self.len()).await
-    }
-
-    async fn commit(&self, bytes: Vec<u8>, target: u64) {
-        let file = Arc::clone(&self.file);
-        let inject = self.fail_next_sync.swap(false, Ordering::SeqCst);
-        let result = tokio::task::spawn_blocking(move || {
-            (&*file).write_all(&bytes)?;
-            if inject {
-                return Err(std::io::Error::other("injected fdatasync failure"));
-            }
-            file.sync_data()
-        })
-        .await
-        .unwrap_or_else(|join| Err(std::io::Error::other(join)));
-        match result {
-            Ok(()) => self.progress.send_modify(|p| {
-                p.syncing = false;
-                p.durable = p.durable.max(target);
-            }),
-            Err(e) => {
-                tracing::error!(path = %self.path.display(), error = %e,
-                    "write-ahead log write or fdatasync failed; writes are refused until restart");
-                self.progress.send_modify(|p| {
-                    p.syncing = false;
-                    p.failed = Some(format!("fdatasync failed: {e}"));
-                });
-            }
-        }
-    }
-
-    fn poisoned(&self, reason: String) -> StoreError {
-        StoreError::Poisoned {
-            path: self.path.clone(),
-            reason,
-        }
-    }
 }
 
 #[derive(Debug, Default)]
