@@ -208,20 +208,26 @@ impl DurableFile {
         self.sync_to(self.len()).await
     }
 
-    /// Writes `bytes` (buffered mode) and flushes, on the blocking pool;
-    /// the outcome is recorded there and wakes every waiter.
+    /// Writes `bytes` (buffered mode) and flushes on the blocking pool, in
+    /// a task of its own that records the outcome and wakes every waiter.
+    /// The waking happens on a runtime worker, where waking many tasks is
+    /// cheap (from a blocking thread, each wake-up would be a cross-thread
+    /// unpark).
     fn start_commit(&self, bytes: Vec<u8>, target: u64) {
         let file = Arc::clone(&self.file);
         let progress = Arc::clone(&self.progress);
         let path = self.path.clone();
         let inject = self.fail_next_sync.swap(false, Ordering::SeqCst);
-        tokio::task::spawn_blocking(move || {
-            let result = (&*file).write_all(&bytes).and_then(|()| {
+        tokio::spawn(async move {
+            let result = tokio::task::spawn_blocking(move || {
+                (&*file).write_all(&bytes)?;
                 if inject {
                     return Err(std::io::Error::other("injected fdatasync failure"));
                 }
                 file.sync_data()
-            });
+            })
+            .await
+            .unwrap_or_else(|join| Err(std::io::Error::other(join)));
             match result {
                 Ok(()) => progress.send_modify(|p| {
                     p.syncing = false;
