@@ -103,25 +103,10 @@ mod tests {
 
     use super::*;
     use crate::NewEvent;
-    use crate::turns::{IngestLimits, TurnTracker};
+    use crate::turns::assign_all;
 
     fn store(events: Vec<NewEvent>) -> Vec<RawTrace> {
-        let mut t = TurnTracker::default();
-        let mut n = 0;
-        let mut out = vec![];
-        for e in events {
-            let plan = t
-                .plan(&[e], None, None, IngestLimits::default(), 1.0, || {
-                    n += 1;
-                    format!("t{n}")
-                })
-                .unwrap();
-            for trace in plan.new_traces {
-                t.apply(&trace);
-                out.push(trace);
-            }
-        }
-        out
+        assign_all(events)
     }
 
     fn conversation() -> Vec<RawTrace> {

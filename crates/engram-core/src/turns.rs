@@ -486,5 +486,27 @@ fn check_fields(trace_type: TraceType, event: &NewEvent) -> Result<(), CoreError
     Ok(())
 }
 
+/// Assigns and applies `events` one by one, as a store would, with ids
+/// `t1`, `t2`, …; panics on a refused event. For tests and examples.
+#[doc(hidden)]
+pub fn assign_all(events: impl IntoIterator<Item = NewEvent>) -> Vec<RawTrace> {
+    let mut tracker = TurnTracker::default();
+    let mut n = 0;
+    let mut out = vec![];
+    for event in events {
+        let plan = tracker
+            .plan(&[event], None, None, IngestLimits::default(), 1.0, || {
+                n += 1;
+                format!("t{n}")
+            })
+            .expect("a valid event");
+        for trace in plan.new_traces {
+            tracker.apply(&trace);
+            out.push(trace);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests;

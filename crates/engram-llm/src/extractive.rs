@@ -206,28 +206,13 @@ fn sentences(text: &str) -> impl Iterator<Item = String> + '_ {
 mod tests {
     use engram_core::NewEvent;
     use engram_core::memory::SemanticItem;
-    use engram_core::turns::{IngestLimits, TurnTracker};
+    use engram_core::turns::assign_all;
     use serde_json::json;
 
     use super::*;
 
     fn traces(events: Vec<NewEvent>) -> Vec<RawTrace> {
-        let mut t = TurnTracker::default();
-        let mut out = vec![];
-        let mut n = 0;
-        for e in events {
-            let plan = t
-                .plan(&[e], None, None, IngestLimits::default(), 1.0, || {
-                    n += 1;
-                    format!("t{n}")
-                })
-                .unwrap();
-            for trace in plan.new_traces {
-                t.apply(&trace);
-                out.push(trace);
-            }
-        }
-        out
+        assign_all(events)
     }
 
     fn conversation() -> Vec<RawTrace> {

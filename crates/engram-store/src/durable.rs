@@ -81,19 +81,7 @@ impl DurableFile {
             .metadata()
             .map_err(StoreError::io("reading metadata of", path))?
             .len();
-        let (progress, _) = watch::channel(Progress {
-            written: len,
-            synced: len,
-            ..Progress::default()
-        });
-        Ok(Self {
-            path: path.to_owned(),
-            file: Arc::new(file),
-            progress: Arc::new(progress),
-            buffered: false,
-            appending: std::sync::Mutex::new(()),
-            fail_next_sync: AtomicBool::new(false),
-        })
+        Ok(Self::new(path, file, len, false))
     }
 
     /// Creates a new, empty file in buffered mode.
@@ -103,14 +91,23 @@ impl DurableFile {
             .append(true)
             .open(path)
             .map_err(StoreError::io("creating", path))?;
-        Ok(Self {
+        Ok(Self::new(path, file, 0, true))
+    }
+
+    fn new(path: &Path, file: File, len: u64, buffered: bool) -> Self {
+        let (progress, _) = watch::channel(Progress {
+            written: len,
+            synced: len,
+            ..Progress::default()
+        });
+        Self {
             path: path.to_owned(),
             file: Arc::new(file),
-            progress: Arc::new(watch::channel(Progress::default()).0),
-            buffered: true,
+            progress: Arc::new(progress),
+            buffered,
             appending: std::sync::Mutex::new(()),
             fail_next_sync: AtomicBool::new(false),
-        })
+        }
     }
 
     pub fn path(&self) -> &Path {
