@@ -174,16 +174,16 @@ impl DurableFile {
     pub async fn sync_to(&self, end: u64) -> Result<()> {
         let mut rx = self.progress.subscribe();
         loop {
-            let mut lead = None;
+            let mut lead = false;
             self.progress.send_if_modified(|p| {
                 if p.failed.is_none() && p.synced < end && !p.syncing {
                     p.syncing = true;
-                    lead = Some((std::mem::take(&mut p.pending), p.written));
+                    lead = true;
                 }
                 false
             });
-            if let Some((bytes, target)) = lead {
-                self.start_commit(bytes, target);
+            if lead {
+                self.start_commit();
             }
             let p = rx
                 .wait_for(|p| p.failed.is_some() || p.synced >= end || !p.syncing)
@@ -205,17 +205,26 @@ impl DurableFile {
         self.sync_to(self.len()).await
     }
 
-    /// Writes `bytes` (buffered mode) and flushes on the blocking pool, in
-    /// a task of its own that records the outcome and wakes every waiter.
+    /// Writes what is buffered (buffered mode) and flushes on the blocking
+    /// pool, in a task of its own that records the outcome and wakes every
+    /// waiter.
     /// The waking happens on a runtime worker, where waking many tasks is
     /// cheap (from a blocking thread, each wake-up would be a cross-thread
     /// unpark).
-    fn start_commit(&self, bytes: Vec<u8>, target: u64) {
+    fn start_commit(&self) {
         let file = Arc::clone(&self.file);
         let progress = Arc::clone(&self.progress);
         let path = self.path.clone();
         let inject = self.fail_next_sync.swap(false, Ordering::SeqCst);
         tokio::spawn(async move {
+            // Taken only now that the task runs: calls queued on this worker
+            // before it have appended meanwhile, and ride along.
+            let (mut bytes, mut target) = (vec![], 0);
+            progress.send_if_modified(|p| {
+                bytes = std::mem::take(&mut p.pending);
+                target = p.written;
+                false
+            });
             let result = tokio::task::spawn_blocking(move || {
                 (&*file).write_all(&bytes)?;
                 if inject {
