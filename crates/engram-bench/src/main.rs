@@ -43,6 +43,10 @@ struct Args {
     /// Rounds per level (echo and Engram alternate; medians are reported).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
+    /// Measure only one side (for profilers such as `perf stat`): echo or
+    /// engram. Ratios need both.
+    #[arg(long)]
+    only: Option<String>,
     /// Concurrency levels.
     #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
     clients: Vec<usize>,
@@ -137,6 +141,21 @@ async fn compare(args: &Args, duration: Duration, engram_dir: &Path) -> anyhow::
         let mut echo = vec![];
         let mut engram = vec![];
         for round in 0..args.rounds {
+            if let Some(only) = args.only.as_deref() {
+                let (addr, tag) = match only {
+                    "echo" => (echo_addr, "echo".to_owned()),
+                    _ => (engram_addr, format!("r{round}")),
+                };
+                let r = measure(addr, clients, duration, &tag).await?;
+                println!(
+                    "  {clients:>3} clients, round {}: {only} {:>8.0}/s p50 {:>6.0} us cpu {:>4.1} us/call",
+                    round + 1,
+                    r.rate,
+                    us(r.latency.value_at_quantile(0.5)),
+                    r.cpu_per_call_us
+                );
+                continue;
+            }
             let e = measure(echo_addr, clients, duration, "echo").await?;
             let g = measure(engram_addr, clients, duration, &format!("r{round}")).await?;
             println!(

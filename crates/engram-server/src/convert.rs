@@ -128,24 +128,28 @@ pub fn usage_from_pb(u: pb::Usage) -> Usage {
 }
 
 pub fn trace_to_pb(t: &RawTrace) -> pb::RawTrace {
+    trace_into_pb(t.clone())
+}
+
+pub fn trace_into_pb(t: RawTrace) -> pb::RawTrace {
     pb::RawTrace {
-        id: t.id.clone(),
+        id: t.id,
         ts: t.ts,
-        turn_id: t.turn_id.clone(),
+        turn_id: t.turn_id,
         seq: t.seq,
         trace_type: trace_type_to_pb(t.trace_type).into(),
-        content: t.content.clone(),
-        source_event: t.source_event.clone(),
-        tool_name: t.tool_name.clone().unwrap_or_default(),
-        tool_call_id: t.tool_call_id.clone().unwrap_or_default(),
+        content: t.content,
+        source_event: t.source_event,
+        tool_name: t.tool_name.unwrap_or_default(),
+        tool_call_id: t.tool_call_id.unwrap_or_default(),
         tool_args: t.tool_args.as_ref().map(struct_from_json),
         tool_result: t.tool_result.as_ref().map(value_from_json),
-        tool_error: t.tool_error.clone().unwrap_or_default(),
-        correlation_id: t.correlation_id.clone().unwrap_or_default(),
-        tags: t.tags.clone(),
+        tool_error: t.tool_error.unwrap_or_default(),
+        correlation_id: t.correlation_id.unwrap_or_default(),
+        tags: t.tags,
         media: t.media.as_ref().map(media_to_pb),
-        event_id: t.event_id.clone().unwrap_or_default(),
-        tool_result_ref: t.tool_result_ref.clone().unwrap_or_default(),
+        event_id: t.event_id.unwrap_or_default(),
+        tool_result_ref: t.tool_result_ref.unwrap_or_default(),
     }
 }
 

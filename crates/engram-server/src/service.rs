@@ -52,7 +52,7 @@ impl MemoryService for Engram {
             .map_err(from_store)?;
         tracing::debug!(agent = %id, events = events.len(), turn = %out.current_turn_id, "ingested");
         Ok(Response::new(pb::IngestResponse {
-            traces: out.traces.iter().map(convert::trace_to_pb).collect(),
+            traces: out.traces.into_iter().map(convert::trace_into_pb).collect(),
             current_turn_id: out.current_turn_id,
             // Budget tracking comes with the context engine; usage and model
             // are already stored with the traces for it.

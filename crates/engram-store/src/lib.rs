@@ -140,12 +140,15 @@ impl Store {
 
     fn handle(&self, id: &AgentId) -> Arc<AgentHandle> {
         let mut agents = self.inner.agents.lock().expect("registry lock");
-        let handle = agents.entry(id.clone()).or_insert_with(|| {
-            Arc::new(AgentHandle {
-                state: AsyncMutex::new(None),
-                last_used: AtomicU64::new(0),
-            })
-        });
+        let handle = match agents.get(id) {
+            Some(handle) => handle,
+            None => agents.entry(id.clone()).or_insert_with(|| {
+                Arc::new(AgentHandle {
+                    state: AsyncMutex::new(None),
+                    last_used: AtomicU64::new(0),
+                })
+            }),
+        };
         handle.last_used.store(self.now_ms(), Ordering::Relaxed);
         Arc::clone(handle)
     }
