@@ -2,6 +2,7 @@
 //! and how memories are chosen for an answer.
 //!
 //! - [`agent_id`]: the agent id rule (validated before any file is touched).
+//! - [`budget`]: the model table and token budget arithmetic.
 //! - [`trace`]: raw traces as stored in `raw_traces.jsonl`, and incoming events.
 //! - [`turns`]: turn and seq assignment, tool-call pairing, idempotency.
 //! - [`memory`]: episodic and semantic items and their ranking.
@@ -9,6 +10,7 @@
 //! - [`error`]: validation errors, split by the status they map to.
 
 pub mod agent_id;
+pub mod budget;
 pub mod error;
 pub mod memory;
 pub mod retrieve;
