@@ -7,6 +7,7 @@
 //! - [`turns`]: turn and seq assignment, tool-call pairing, idempotency.
 //! - [`memory`]: episodic and semantic items and their ranking.
 //! - [`retrieve`]: the raw tail and tool interactions of an agent.
+//! - [`transcript`]: the active transcript as structured messages.
 //! - [`error`]: validation errors, split by the status they map to.
 
 pub mod agent_id;
@@ -15,6 +16,7 @@ pub mod error;
 pub mod memory;
 pub mod retrieve;
 pub mod trace;
+pub mod transcript;
 pub mod turns;
 
 pub use agent_id::AgentId;
