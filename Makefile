@@ -33,7 +33,7 @@ clippy: ## clippy with warnings as errors
 	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
 
 .PHONY: unit
-unit: ## Unit, property and integration tests (nextest when installed)
+unit: venv ## Unit, property and integration tests (nextest when installed; renderer tests run validate.py from .venv)
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
 		$(CARGO) nextest run --locked --workspace --profile ci; \
 	else \

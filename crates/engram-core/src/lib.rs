@@ -6,6 +6,7 @@
 //! - [`trace`]: raw traces as stored in `raw_traces.jsonl`, and incoming events.
 //! - [`turns`]: turn and seq assignment, tool-call pairing, idempotency.
 //! - [`memory`]: episodic and semantic items and their ranking.
+//! - [`render`]: provider request bodies (OpenAI, Anthropic, Gemini).
 //! - [`retrieve`]: the raw tail and tool interactions of an agent.
 //! - [`transcript`]: the active transcript as structured messages.
 //! - [`error`]: validation errors, split by the status they map to.
@@ -14,6 +15,7 @@ pub mod agent_id;
 pub mod budget;
 pub mod error;
 pub mod memory;
+pub mod render;
 pub mod retrieve;
 pub mod trace;
 pub mod transcript;

@@ -245,4 +245,4 @@ impl Transcript {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -1,0 +1,155 @@
+//! OpenAI Chat Completions and Responses request bodies.
+
+use serde_json::{Map, Value, json};
+
+use super::{Prompt, arguments_text, media_note};
+use crate::transcript::{Message, Role};
+
+/// `POST /v1/chat/completions`.
+pub(super) fn chat(prompt: &Prompt<'_>) -> Value {
+    let mut messages = vec![];
+    if let Some(system) = prompt.system.filter(|s| !s.is_empty()) {
+        messages.push(json!({"role": "system", "content": system}));
+    }
+    messages.extend(prompt.messages.iter().map(chat_message));
+    json!({
+        "model": prompt.model,
+        "max_completion_tokens": prompt.max_output_tokens,
+        "messages": messages,
+    })
+}
+
+fn chat_message(m: &Message) -> Value {
+    match m.role {
+        Role::System => json!({"role": "system", "content": m.content}),
+        Role::User => json!({"role": "user", "content": chat_user_content(m)}),
+        Role::Assistant => {
+            let mut out = Map::new();
+            out.insert("role".into(), "assistant".into());
+            let mut text = m.content.clone();
+            if let Some(media) = &m.media {
+                for url in media.images.iter().chain(&media.audio).chain(&media.video) {
+                    text.push_str(&format!("\n{}", media_note("media", url)));
+                }
+            }
+            // Content may be null only when tool calls carry the message.
+            let content = if text.is_empty() && !m.tool_calls.is_empty() {
+                Value::Null
+            } else {
+                Value::String(text)
+            };
+            out.insert("content".into(), content);
+            if !m.tool_calls.is_empty() {
+                let calls: Vec<Value> = m
+                    .tool_calls
+                    .iter()
+                    .map(|c| {
+                        json!({
+                            "id": c.id,
+                            "type": "function",
+                            "function": {"name": c.name, "arguments": arguments_text(&c.arguments)},
+                        })
+                    })
+                    .collect();
+                out.insert("tool_calls".into(), Value::Array(calls));
+            }
+            Value::Object(out)
+        }
+        Role::Tool => json!({
+            "role": "tool",
+            "tool_call_id": m.tool_call_id.as_deref().unwrap_or_default(),
+            "content": m.content,
+        }),
+    }
+}
+
+/// Plain text, or parts when images ride along (audio and video URLs have
+/// no URL part in this API; they become text notes).
+fn chat_user_content(m: &Message) -> Value {
+    let Some(media) = m.media.as_ref().filter(|m| !m.is_empty()) else {
+        return Value::String(m.content.clone());
+    };
+    let mut text = m.content.clone();
+    for (kind, urls) in [("audio", &media.audio), ("video", &media.video)] {
+        for url in urls {
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            text.push_str(&media_note(kind, url));
+        }
+    }
+    let mut parts = vec![];
+    if !text.is_empty() {
+        parts.push(json!({"type": "text", "text": text}));
+    }
+    for url in &media.images {
+        parts.push(json!({"type": "image_url", "image_url": {"url": url}}));
+    }
+    Value::Array(parts)
+}
+
+/// `POST /v1/responses`.
+pub(super) fn responses(prompt: &Prompt<'_>) -> Value {
+    let mut input = vec![];
+    for m in prompt.messages {
+        match m.role {
+            Role::System => input.push(json!({"role": "system", "content": m.content})),
+            Role::User => input.push(json!({"role": "user", "content": responses_user_content(m)})),
+            Role::Assistant => {
+                let mut text = m.content.clone();
+                if let Some(media) = &m.media {
+                    for url in media.images.iter().chain(&media.audio).chain(&media.video) {
+                        text.push_str(&format!("\n{}", media_note("media", url)));
+                    }
+                }
+                if !text.is_empty() {
+                    input.push(json!({"role": "assistant", "content": text}));
+                }
+                for c in &m.tool_calls {
+                    input.push(json!({
+                        "type": "function_call",
+                        "call_id": c.id,
+                        "name": c.name,
+                        "arguments": arguments_text(&c.arguments),
+                    }));
+                }
+            }
+            Role::Tool => input.push(json!({
+                "type": "function_call_output",
+                "call_id": m.tool_call_id.as_deref().unwrap_or_default(),
+                "output": m.content,
+            })),
+        }
+    }
+    let mut body = Map::new();
+    body.insert("model".into(), prompt.model.into());
+    body.insert("max_output_tokens".into(), prompt.max_output_tokens.into());
+    if let Some(system) = prompt.system.filter(|s| !s.is_empty()) {
+        body.insert("instructions".into(), system.into());
+    }
+    body.insert("input".into(), Value::Array(input));
+    Value::Object(body)
+}
+
+fn responses_user_content(m: &Message) -> Value {
+    let Some(media) = m.media.as_ref().filter(|m| !m.is_empty()) else {
+        return Value::String(m.content.clone());
+    };
+    let mut text = m.content.clone();
+    for (kind, urls) in [("audio", &media.audio), ("video", &media.video)] {
+        for url in urls {
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            text.push_str(&media_note(kind, url));
+        }
+    }
+    let mut parts = vec![];
+    if !text.is_empty() {
+        parts.push(json!({"type": "input_text", "text": text}));
+    }
+    for url in &media.images {
+        parts.push(json!({"type": "input_image", "image_url": url, "detail": "auto"}));
+    }
+    Value::Array(parts)
+}
