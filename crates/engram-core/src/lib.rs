@@ -3,6 +3,7 @@
 //!
 //! - [`agent_id`]: the agent id rule (validated before any file is touched).
 //! - [`budget`]: the model table and token budget arithmetic.
+//! - [`tokens`]: token estimates (tiktoken) cached per message.
 //! - [`trace`]: raw traces as stored in `raw_traces.jsonl`, and incoming events.
 //! - [`turns`]: turn and seq assignment, tool-call pairing, idempotency.
 //! - [`memory`]: episodic and semantic items and their ranking.
@@ -17,6 +18,7 @@ pub mod error;
 pub mod memory;
 pub mod render;
 pub mod retrieve;
+pub mod tokens;
 pub mod trace;
 pub mod transcript;
 pub mod turns;
