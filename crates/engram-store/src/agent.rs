@@ -6,7 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use engram_core::memory::{EpisodicItem, SemanticItem};
+use engram_core::tokens::TokenCache;
+use engram_core::transcript::Transcript;
 use engram_core::{RawTrace, TurnTracker};
+use serde::{Deserialize, Serialize};
 
 use crate::durable::DurableFile;
 use crate::error::{Result, StoreError};
@@ -17,6 +20,23 @@ pub const RAW_TRACES: &str = "raw_traces.jsonl";
 pub const RAW_ARCHIVE: &str = "raw_traces_archive.jsonl";
 pub const EPISODIC: &str = "episodic.jsonl";
 pub const SEMANTIC: &str = "semantic.jsonl";
+pub const STATE: &str = "state.json";
+
+/// The agent's settings and counters (`state.json`, rewritten atomically).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AgentMeta {
+    /// Stored by PrepareRequest; the first message of every prompt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// A reported prompt size passed the trigger: compact before the next
+    /// prompt is built. Cleared by a compaction.
+    pub compaction_required: bool,
+    /// Compaction epoch: the transcript's base changes with each.
+    pub epoch: u32,
+    pub compactions: u32,
+    pub consecutive_failures: u32,
+}
 
 /// A loaded agent. `raw` is `None` while the agent does not exist on disk:
 /// its directory is only created by the first write that passes validation,
@@ -34,15 +54,28 @@ pub(crate) struct AgentState {
     pub deleted: bool,
     /// The log record of the latest append: what a reader waits for.
     pub last_ticket: Option<Ticket>,
+    pub meta: AgentMeta,
+    /// The active transcript of the epoch, kept current with every append.
+    pub transcript: Transcript,
+    /// Token counts of the transcript's messages.
+    pub tokens: TokenCache,
+    /// Transcript messages before the latest trace that carried a provider
+    /// usage report: what that reported prompt covered (roughly).
+    pub report_mark: usize,
 }
 
-/// Read access to a loaded agent, for the server's views.
-#[derive(Debug, Clone, Copy)]
+/// Access to a loaded agent, for the server's views. Only the token cache
+/// is mutable: counting fills it.
+#[derive(Debug)]
 pub struct AgentView<'a> {
     pub traces: &'a [RawTrace],
     pub episodic: &'a [EpisodicItem],
     pub semantic: &'a [SemanticItem],
     pub tracker: &'a TurnTracker,
+    pub meta: &'a AgentMeta,
+    pub transcript: &'a Transcript,
+    pub tokens: &'a mut TokenCache,
+    pub report_mark: usize,
     pub dir: &'a Path,
 }
 
@@ -56,10 +89,12 @@ impl AgentState {
         for name in [RAW_TRACES, EPISODIC, SEMANTIC] {
             remove_debris(&jsonl::tmp_path(&state.dir.join(name)))?;
         }
+        remove_debris(&jsonl::tmp_path(&state.dir.join(STATE)))?;
+        state.meta = load_meta(&state.dir.join(STATE))?;
         let (traces, recovery) = jsonl::load::<RawTrace>(&state.dir.join(RAW_TRACES))?;
         report(&state.dir, RAW_TRACES, &recovery);
         for trace in &traces {
-            state.tracker.apply(trace);
+            state.note(trace);
         }
         state.traces = traces;
         let (episodic, recovery) = jsonl::load(&state.dir.join(EPISODIC))?;
@@ -83,6 +118,10 @@ impl AgentState {
             raw: None,
             deleted: false,
             last_ticket: None,
+            meta: AgentMeta::default(),
+            transcript: Transcript::default(),
+            tokens: TokenCache::default(),
+            report_mark: 0,
         }
     }
 
@@ -101,14 +140,36 @@ impl AgentState {
         Ok(raw)
     }
 
-    pub fn view(&self) -> AgentView<'_> {
+    pub fn view(&mut self) -> AgentView<'_> {
         AgentView {
             traces: &self.traces,
             episodic: &self.episodic,
             semantic: &self.semantic,
             tracker: &self.tracker,
+            meta: &self.meta,
+            transcript: &self.transcript,
+            tokens: &mut self.tokens,
+            report_mark: self.report_mark,
             dir: &self.dir,
         }
+    }
+
+    /// Folds a stored trace into the derived state (turns, transcript).
+    pub fn note(&mut self, trace: &RawTrace) {
+        self.tracker.apply(trace);
+        if trace.usage.is_some() {
+            self.report_mark = self.transcript.messages().len();
+        }
+        let changed = self.transcript.push(trace);
+        self.tokens.invalidate_from(changed);
+    }
+
+    /// Persists `meta` (atomically) and adopts it.
+    pub fn save_meta(&mut self, meta: AgentMeta) -> Result<()> {
+        let json = serde_json::to_vec_pretty(&meta).expect("AgentMeta serializes");
+        jsonl::atomic_write(&self.dir.join(STATE), &json)?;
+        self.meta = meta;
+        Ok(())
     }
 
     /// The stored trace with `id`: active first, then the archive (a retry
@@ -127,6 +188,19 @@ impl AgentState {
             .split(|b| *b == b'\n')
             .filter_map(|line| RawTrace::from_line(line).ok())
             .find(|t| t.id == id))
+    }
+}
+
+fn load_meta(path: &Path) -> Result<AgentMeta> {
+    match fs::read(path) {
+        Ok(bytes) => Ok(serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+            // Written atomically, so damage means outside hands: keep going
+            // with defaults rather than refuse the agent.
+            tracing::warn!(path = %path.display(), error = %e, "unreadable agent state; using defaults");
+            AgentMeta::default()
+        })),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(AgentMeta::default()),
+        Err(e) => Err(StoreError::io("reading", path)(e)),
     }
 }
 

@@ -10,12 +10,14 @@
 //! - [`jsonl`]: loading with torn-tail and corrupt-line recovery, and the
 //!   atomic rewrite helper.
 //! - [`agent`]: one agent's files and derived state.
+//! - `write`: the write path of Ingest and PrepareRequest.
 
 pub mod agent;
 pub mod durable;
 pub mod error;
 pub mod jsonl;
 pub mod wal;
+mod write;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -24,11 +26,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use engram_core::turns::IngestLimits;
-use engram_core::{AgentId, NewEvent, Outcome, RawTrace, Usage};
+use engram_core::{AgentId, NewEvent, RawTrace};
 use tokio::sync::Mutex as AsyncMutex;
 
 use agent::AgentState;
-pub use agent::AgentView;
+pub use agent::{AgentMeta, AgentView};
 pub use durable::FsyncPolicy;
 pub use error::{Result, StoreError};
 
@@ -65,6 +67,26 @@ impl StoreConfig {
 pub struct Ingested {
     /// One trace per request event, in request order.
     pub traces: Vec<RawTrace>,
+    pub current_turn_id: String,
+    /// The agent is marked for compaction at its next prompt.
+    pub compaction_required: bool,
+}
+
+/// What PrepareRequest writes before the prompt is built.
+#[derive(Debug, Clone, Default)]
+pub struct PrepareInput<'a> {
+    /// Stored when it differs from the agent's current one.
+    pub system_prompt: Option<&'a str>,
+    /// Ingested as the new turn's user message.
+    pub user_input: Option<NewEvent>,
+}
+
+/// The result of [`Store::prepare`].
+#[derive(Debug, Clone)]
+pub struct Prepared<T> {
+    pub out: T,
+    /// The stored user input (a retry returns the first one).
+    pub user_trace: Option<RawTrace>,
     pub current_turn_id: String,
 }
 
@@ -180,93 +202,6 @@ impl Store {
             *slot = Some(state);
         }
         Ok(slot.as_mut().expect("just loaded"))
-    }
-
-    /// Validates and stores `events`, creating the agent on its first
-    /// accepted write. Returns once the traces are durable (per policy).
-    pub async fn ingest(
-        &self,
-        id: &AgentId,
-        events: &[NewEvent],
-        usage: Option<Usage>,
-        model: Option<&str>,
-    ) -> Result<Ingested> {
-        loop {
-            let handle = self.handle(id);
-            let mut slot = handle.state.lock().await;
-            let state = self.loaded(id, &mut slot).await?;
-            if state.deleted {
-                continue; // deleted while we waited: start over on a fresh agent
-            }
-            if let Some(reason) = state.raw.as_ref().and_then(|r| r.failure()) {
-                return Err(StoreError::ReadOnly {
-                    agent: id.to_string(),
-                    reason,
-                });
-            }
-            let plan = state.tracker.plan(
-                events,
-                usage,
-                model,
-                self.inner.config.limits,
-                unix_now(),
-                || uuid::Uuid::now_v7().to_string(),
-            )?;
-            let raw = match &state.raw {
-                Some(raw) => Arc::clone(raw),
-                None => state.create()?,
-            };
-            if !plan.new_traces.is_empty() {
-                let start = raw.len();
-                raw.append(&plan.bytes)
-                    .map_err(|e| e.for_agent(id.as_str()))?;
-                if self.inner.config.fsync == FsyncPolicy::Always {
-                    let record = wal::Record::Append {
-                        agent: id.as_str(),
-                        file: agent::RAW_TRACES,
-                        offset: start,
-                        bytes: &plan.bytes,
-                    };
-                    match self.inner.wal.append(&record) {
-                        Ok(ticket) => state.last_ticket = Some(ticket),
-                        Err(e) => {
-                            // Unlogged bytes must not stay: a later record
-                            // would claim their offset.
-                            raw.roll_back(start);
-                            return Err(e.for_agent(id.as_str()));
-                        }
-                    }
-                }
-            }
-            for trace in &plan.new_traces {
-                state.tracker.apply(trace);
-            }
-            let mut traces = Vec::with_capacity(plan.outcomes.len());
-            for outcome in &plan.outcomes {
-                traces.push(match outcome {
-                    Outcome::New(i) => plan.new_traces[*i].clone(),
-                    Outcome::Existing(trace_id) => {
-                        state.find_trace(trace_id)?.ok_or_else(|| StoreError::Io {
-                            context: "finding the trace of a retried event in",
-                            path: state.dir.clone(),
-                            source: std::io::Error::other(format!("trace {trace_id} missing")),
-                        })?
-                    }
-                });
-            }
-            state.traces.extend(plan.new_traces);
-            let current_turn_id = state.tracker.current_turn_id().unwrap_or_default();
-            // A retry waits too: the first attempt may still be in flight.
-            let ticket = state.last_ticket.clone();
-            drop(slot);
-            if let Some(ticket) = ticket {
-                ticket.wait().await.map_err(|e| e.for_agent(id.as_str()))?;
-            }
-            return Ok(Ingested {
-                traces,
-                current_turn_id,
-            });
-        }
     }
 
     /// Runs `f` over a consistent view of an existing agent. What `f` saw is

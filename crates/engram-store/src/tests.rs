@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use engram_core::{NewEvent, TraceType};
+use engram_core::{NewEvent, TraceType, Usage};
 use serde_json::json;
 
 use super::*;
@@ -395,4 +395,108 @@ async fn relaxed_policies_store_the_same_lines_without_the_log() {
         let store = Store::open(config).await.unwrap();
         assert_eq!(count(&store, "r").await, 1);
     }
+}
+
+#[tokio::test]
+async fn prepare_stores_the_system_prompt_and_user_input_and_survives_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let a = id("p");
+    let err = store
+        .prepare(&a, PrepareInput::default(), |_| ())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::NotFound(_)), "{err}");
+    assert!(!dir.path().join("agents/p").exists());
+    let input = PrepareInput {
+        system_prompt: Some("be brief"),
+        user_input: Some(NewEvent::user("hi").with_event_id("u1")),
+    };
+    let first = store
+        .prepare(&a, input.clone(), |v| {
+            (v.meta.system_prompt.clone(), v.transcript.messages().len())
+        })
+        .await
+        .unwrap();
+    assert_eq!(first.out, (Some("be brief".to_owned()), 1));
+    assert_eq!(first.current_turn_id, "turn_0001");
+    // A retried PrepareRequest stores nothing new.
+    let again = store
+        .prepare(&a, input, |v| v.transcript.messages().len())
+        .await
+        .unwrap();
+    assert_eq!(again.out, 1);
+    assert_eq!(again.user_trace.unwrap().id, first.user_trace.unwrap().id);
+    drop(store);
+    let store = open(dir.path()).await;
+    let after = store
+        .prepare(&a, PrepareInput::default(), |v| {
+            (
+                v.meta.system_prompt.clone(),
+                v.transcript.messages().to_vec(),
+            )
+        })
+        .await
+        .unwrap();
+    assert_eq!(after.out.0.as_deref(), Some("be brief"));
+    assert_eq!(after.out.1.len(), 1);
+    assert_eq!(after.out.1[0].content, "hi");
+}
+
+#[tokio::test]
+async fn reported_usage_over_the_trigger_marks_the_agent_durably() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let a = id("big");
+    let usage = |n| {
+        Some(Usage {
+            prompt_tokens: n,
+            completion_tokens: 1,
+            total_tokens: n + 1,
+        })
+    };
+    let seen = std::sync::Mutex::new(vec![]);
+    let trigger = |model: Option<&str>| {
+        seen.lock().unwrap().push(model.map(str::to_owned));
+        Some(1000)
+    };
+    let below = store
+        .ingest_with(
+            &a,
+            &[NewEvent::user("x")],
+            usage(900),
+            Some("gpt-4o"),
+            trigger,
+        )
+        .await
+        .unwrap();
+    assert!(!below.compaction_required);
+    // No model on this call: the agent's last one is used.
+    let over = store
+        .ingest_with(&a, &[NewEvent::assistant("y")], usage(1001), None, |m| {
+            seen.lock().unwrap().push(m.map(str::to_owned));
+            Some(1000)
+        })
+        .await
+        .unwrap();
+    assert!(over.compaction_required);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [Some("gpt-4o".to_owned()), Some("gpt-4o".to_owned())]
+    );
+    drop(store);
+    let store = open(dir.path()).await;
+    let marked = store
+        .read(&a, |v| v.meta.compaction_required)
+        .await
+        .unwrap();
+    assert!(marked, "the mark survives a restart");
+    let later = store
+        .ingest(&a, &[NewEvent::user("z")], None, None)
+        .await
+        .unwrap();
+    assert!(
+        later.compaction_required,
+        "and stays until a compaction clears it"
+    );
 }

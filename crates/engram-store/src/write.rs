@@ -1,0 +1,239 @@
+//! The write path: Ingest and PrepareRequest, under the agent's lock.
+
+use std::sync::Arc;
+
+use engram_core::{AgentId, NewEvent, Outcome, RawTrace, Usage};
+
+use crate::agent::{self, AgentMeta, AgentState, AgentView};
+use crate::{
+    AgentHandle, FsyncPolicy, Ingested, PrepareInput, Prepared, Result, Store, StoreError,
+    unix_now, wal,
+};
+
+impl Store {
+    /// Validates and stores `events`, creating the agent on its first
+    /// accepted write. Returns once the traces are durable (per policy).
+    pub async fn ingest(
+        &self,
+        id: &AgentId,
+        events: &[NewEvent],
+        usage: Option<Usage>,
+        model: Option<&str>,
+    ) -> Result<Ingested> {
+        self.ingest_with(id, events, usage, model, |_| None).await
+    }
+
+    /// [`ingest`](Self::ingest), marking the agent for compaction when the
+    /// reported `usage.prompt_tokens` passes `trigger(model)` (the model of
+    /// this call, or the agent's last known one). The mark is durable before
+    /// the answer and stays until a compaction clears it.
+    pub async fn ingest_with(
+        &self,
+        id: &AgentId,
+        events: &[NewEvent],
+        usage: Option<Usage>,
+        model: Option<&str>,
+        trigger: impl FnOnce(Option<&str>) -> Option<u32>,
+    ) -> Result<Ingested> {
+        loop {
+            let handle = self.handle(id);
+            let mut slot = handle.state.lock().await;
+            let state = self.loaded(id, &mut slot).await?;
+            if state.deleted {
+                continue; // deleted while we waited: start over on a fresh agent
+            }
+            let traces = self.append_events(id, state, events, usage, model)?;
+            if let Some(reported) = usage.map(|u| u.prompt_tokens) {
+                let model = model
+                    .map(str::to_owned)
+                    .or_else(|| state.tracker.last_model().map(str::to_owned));
+                let over = trigger(model.as_deref()).is_some_and(|t| reported > t);
+                if over && !state.meta.compaction_required {
+                    let meta = AgentMeta {
+                        compaction_required: true,
+                        ..state.meta.clone()
+                    };
+                    state.save_meta(meta)?;
+                    tracing::info!(agent = %id, reported, "reported prompt passed the compaction trigger");
+                }
+            }
+            let current_turn_id = state.tracker.current_turn_id().unwrap_or_default();
+            let compaction_required = state.meta.compaction_required;
+            // A retry waits too: the first attempt may still be in flight.
+            let ticket = state.last_ticket.clone();
+            drop(slot);
+            if let Some(ticket) = ticket {
+                ticket.wait().await.map_err(|e| e.for_agent(id.as_str()))?;
+            }
+            return Ok(Ingested {
+                traces,
+                current_turn_id,
+                compaction_required,
+            });
+        }
+    }
+
+    /// The write path of Ingest and PrepareRequest, under the agent's lock:
+    /// validate, append to the agent's file and the log, fold into the
+    /// derived state. Returns one trace per event.
+    fn append_events(
+        &self,
+        id: &AgentId,
+        state: &mut AgentState,
+        events: &[NewEvent],
+        usage: Option<Usage>,
+        model: Option<&str>,
+    ) -> Result<Vec<RawTrace>> {
+        if let Some(reason) = state.raw.as_ref().and_then(|r| r.failure()) {
+            return Err(StoreError::ReadOnly {
+                agent: id.to_string(),
+                reason,
+            });
+        }
+        let plan = state.tracker.plan(
+            events,
+            usage,
+            model,
+            self.inner.config.limits,
+            unix_now(),
+            || uuid::Uuid::now_v7().to_string(),
+        )?;
+        let raw = match &state.raw {
+            Some(raw) => Arc::clone(raw),
+            None => state.create()?,
+        };
+        if !plan.new_traces.is_empty() {
+            let start = raw.len();
+            raw.append(&plan.bytes)
+                .map_err(|e| e.for_agent(id.as_str()))?;
+            if self.inner.config.fsync == FsyncPolicy::Always {
+                let record = wal::Record::Append {
+                    agent: id.as_str(),
+                    file: agent::RAW_TRACES,
+                    offset: start,
+                    bytes: &plan.bytes,
+                };
+                match self.inner.wal.append(&record) {
+                    Ok(ticket) => state.last_ticket = Some(ticket),
+                    Err(e) => {
+                        // Unlogged bytes must not stay: a later record
+                        // would claim their offset.
+                        raw.roll_back(start);
+                        return Err(e.for_agent(id.as_str()));
+                    }
+                }
+            }
+        }
+        for trace in &plan.new_traces {
+            state.note(trace);
+        }
+        let mut traces = Vec::with_capacity(plan.outcomes.len());
+        for outcome in &plan.outcomes {
+            traces.push(match outcome {
+                Outcome::New(i) => plan.new_traces[*i].clone(),
+                Outcome::Existing(trace_id) => {
+                    state.find_trace(trace_id)?.ok_or_else(|| StoreError::Io {
+                        context: "finding the trace of a retried event in",
+                        path: state.dir.clone(),
+                        source: std::io::Error::other(format!("trace {trace_id} missing")),
+                    })?
+                }
+            });
+        }
+        state.traces.extend(plan.new_traces);
+        Ok(traces)
+    }
+
+    /// PrepareRequest's store part, under one hold of the agent's lock:
+    /// stores a changed system prompt, ingests the user input (creating the
+    /// agent), then runs `f` over the agent to build the prompt. Answers
+    /// once what `f` saw is durable.
+    pub async fn prepare<T>(
+        &self,
+        id: &AgentId,
+        input: PrepareInput<'_>,
+        f: impl FnOnce(AgentView<'_>) -> T,
+    ) -> Result<Prepared<T>> {
+        loop {
+            let handle = self.handle(id);
+            let mut slot = handle.state.lock().await;
+            let state = self.loaded(id, &mut slot).await?;
+            if state.deleted {
+                continue;
+            }
+            if !state.exists() && input.user_input.is_none() {
+                drop(slot);
+                self.forget_if_absent(id, &handle);
+                return Err(StoreError::NotFound(id.to_string()));
+            }
+            let user_trace = match &input.user_input {
+                Some(event) => {
+                    let mut traces =
+                        self.append_events(id, state, std::slice::from_ref(event), None, None)?;
+                    traces.pop()
+                }
+                None => None,
+            };
+            if let Some(system) = input.system_prompt
+                && state.meta.system_prompt.as_deref() != Some(system)
+            {
+                let meta = AgentMeta {
+                    system_prompt: Some(system.to_owned()),
+                    ..state.meta.clone()
+                };
+                state.save_meta(meta)?;
+            }
+            let current_turn_id = state.tracker.current_turn_id().unwrap_or_default();
+            let out = f(state.view());
+            let ticket = state.last_ticket.clone();
+            drop(slot);
+            if let Some(ticket) = ticket {
+                ticket.wait().await.map_err(|e| e.for_agent(id.as_str()))?;
+            }
+            return Ok(Prepared {
+                out,
+                user_trace,
+                current_turn_id,
+            });
+        }
+    }
+
+    /// Drops the registry entry of an agent that turned out not to exist.
+    fn forget_if_absent(&self, id: &AgentId, handle: &Arc<AgentHandle>) {
+        let mut agents = self.inner.agents.lock().expect("registry lock");
+        if agents.get(id).is_some_and(|h| Arc::ptr_eq(h, handle)) && Arc::strong_count(handle) == 2
+        {
+            agents.remove(id);
+        }
+    }
+
+    /// Name and size of every file of an agent, sorted by name.
+    pub async fn file_sizes(&self, id: &AgentId) -> Result<Vec<(String, u64)>> {
+        let dir = self.agent_dir(id);
+        tokio::task::spawn_blocking(move || {
+            let mut out = vec![];
+            let entries = std::fs::read_dir(&dir).map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => StoreError::NotFound(
+                    dir.file_name()
+                        .unwrap_or_default()
+                        .to_string_lossy()
+                        .into_owned(),
+                ),
+                _ => StoreError::io("listing", &dir)(e),
+            })?;
+            for entry in entries {
+                let entry = entry.map_err(StoreError::io("listing", &dir))?;
+                let meta = entry
+                    .metadata()
+                    .map_err(StoreError::io("reading metadata of", entry.path()))?;
+                if meta.is_file() {
+                    out.push((entry.file_name().to_string_lossy().into_owned(), meta.len()));
+                }
+            }
+            out.sort();
+            Ok(out)
+        })
+        .await
+        .expect("list task panicked")
+    }
+}
