@@ -106,6 +106,14 @@ impl TokenCache {
         }
     }
 
+    /// Tokens of the counted messages from `index` on (call after
+    /// [`count`](Self::count)).
+    pub fn sum_from(&self, index: usize) -> u64 {
+        self.counts
+            .get(index..)
+            .map_or(0, |c| c.iter().map(|n| u64::from(*n)).sum())
+    }
+
     /// Tokens of `messages` under `encoding`, counting only what is not
     /// cached yet (everything, if the encoding changed).
     pub fn count(&mut self, encoding: Encoding, messages: &[Message]) -> u64 {

@@ -2,6 +2,7 @@
 //! file, then `ENGRAM__<SECTION>__<KEY>` environment variables. Unknown keys
 //! and invalid values fail at start with a message naming the key.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -21,6 +22,7 @@ pub struct Config {
     pub log: LogSection,
     pub store: StoreSection,
     pub limits: LimitsSection,
+    pub budget: BudgetSection,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -68,6 +70,31 @@ pub struct StoreSection {
 pub struct LimitsSection {
     pub max_events_per_request: usize,
     pub max_trace_bytes: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetSection {
+    pub safety_margin_tokens: u32,
+    pub compaction_ratio: f64,
+    pub default_context_tokens: u32,
+    pub default_max_output_tokens: u32,
+    /// By model name prefix.
+    #[serde(default)]
+    pub models: BTreeMap<String, BudgetOverride>,
+    /// By agent id; wins over the model's.
+    #[serde(default)]
+    pub agents: BTreeMap<String, BudgetOverride>,
+}
+
+/// Any subset of a budget's settings.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetOverride {
+    pub context_tokens: Option<u32>,
+    pub max_output_tokens: Option<u32>,
+    pub compaction_ratio: Option<f64>,
+    pub safety_margin_tokens: Option<u32>,
 }
 
 /// Why the configuration was refused.
@@ -140,6 +167,30 @@ impl Config {
         }
         if self.limits.max_trace_bytes < 256 {
             return Err(invalid("limits.max_trace_bytes", "must be at least 256"));
+        }
+        let b = &self.budget;
+        if !(b.compaction_ratio > 0.0 && b.compaction_ratio <= 1.0) {
+            return Err(invalid("budget.compaction_ratio", "must be in (0, 1]"));
+        }
+        if b.default_context_tokens < 1024 {
+            return Err(invalid(
+                "budget.default_context_tokens",
+                "must be at least 1024",
+            ));
+        }
+        for o in b.models.values().chain(b.agents.values()) {
+            if o.compaction_ratio.is_some_and(|r| !(r > 0.0 && r <= 1.0)) {
+                return Err(invalid(
+                    "budget.models/agents.*.compaction_ratio",
+                    "must be in (0, 1]",
+                ));
+            }
+            if o.context_tokens.is_some_and(|c| c < 1024) {
+                return Err(invalid(
+                    "budget.models/agents.*.context_tokens",
+                    "must be at least 1024",
+                ));
+            }
         }
         tracing_subscriber::EnvFilter::try_new(&self.log.level)
             .map_err(|e| invalid("log.level", &e.to_string()))?;
@@ -233,6 +284,29 @@ mod tests {
         assert_eq!(c.store.data_dir, PathBuf::from("/from/env"));
         assert_eq!(c.store.fsync, FsyncSetting::Interval);
         assert_eq!(c.limits.max_events_per_request, 7);
+    }
+
+    #[test]
+    fn budget_overrides_load_from_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("engram.toml");
+        std::fs::write(
+            &path,
+            "[budget.models.\"my-finetune\"]\ncontext_tokens = 32768\n[budget.agents.\"Support-Bot\"]\ncompaction_ratio = 0.5\n",
+        )
+        .unwrap();
+        let c = Config::load_from(Some(&path), env(&[])).unwrap();
+        assert_eq!(c.budget.models["my-finetune"].context_tokens, Some(32768));
+        assert_eq!(
+            c.budget.agents["Support-Bot"].compaction_ratio,
+            Some(0.5),
+            "agent ids keep their case"
+        );
+        std::fs::write(&path, "[budget.agents.x]\ncompaction_ratio = 3.0\n").unwrap();
+        let err = Config::load_from(Some(&path), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("compaction_ratio"), "{err}");
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! Conversions between the wire types (`engram_proto::pb`) and the domain
 //! (`engram_core`). Empty strings on the wire are absent values here.
 
+use engram_core::budget::TokenBudget;
 use engram_core::memory::{EpisodicItem, SemanticItem};
 use engram_core::retrieve::{ToolInteraction, ToolStatus};
+use engram_core::transcript::{Message, Role};
 use engram_core::{Media, NewEvent, RawTrace, TraceType, Usage};
 use engram_proto::pb;
 use prost_types::value::Kind;
@@ -192,6 +194,43 @@ pub fn interaction_to_pb(i: &ToolInteraction) -> pb::ToolInteraction {
         .into(),
         call_trace_id: i.call_trace_id.clone(),
         result_trace_id: i.result_trace_id.clone().unwrap_or_default(),
+    }
+}
+
+pub fn message_to_pb(m: &Message) -> pb::Message {
+    pb::Message {
+        role: match m.role {
+            Role::System => pb::Role::System,
+            Role::User => pb::Role::User,
+            Role::Assistant => pb::Role::Assistant,
+            Role::Tool => pb::Role::Tool,
+        }
+        .into(),
+        content: m.content.clone(),
+        tool_calls: m
+            .tool_calls
+            .iter()
+            .map(|c| pb::ToolCall {
+                id: c.id.clone(),
+                name: c.name.clone(),
+                arguments: Some(struct_from_json(&c.arguments)),
+            })
+            .collect(),
+        tool_call_id: m.tool_call_id.clone().unwrap_or_default(),
+        tool_name: m.tool_name.clone().unwrap_or_default(),
+        is_error: m.is_error,
+        media: m.media.as_ref().map(media_to_pb),
+    }
+}
+
+pub fn budget_to_pb(b: &TokenBudget) -> pb::TokenBudget {
+    pb::TokenBudget {
+        max_context_tokens: b.max_context_tokens,
+        max_output_tokens: b.max_output_tokens,
+        safety_margin_tokens: b.safety_margin_tokens,
+        input_budget: b.input_budget,
+        compaction_ratio: b.compaction_ratio,
+        trigger_tokens: b.trigger_tokens,
     }
 }
 

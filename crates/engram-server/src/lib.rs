@@ -8,7 +8,9 @@
 //!   error → status mapping.
 //! - [`oversize`]: RESOURCE_EXHAUSTED for requests over the size limit.
 
+pub mod budget;
 pub mod config;
+pub mod context;
 pub mod convert;
 pub mod oversize;
 pub mod service;
@@ -69,7 +71,10 @@ pub async fn run(
         reflection(tonic_reflection::server::Builder::configure()).build_v1alpha()?;
 
     let limit = config.server.max_message_bytes;
-    let memory = MemoryServiceServer::new(Engram::new(store.clone()))
+    // The BPE tables load in the background instead of on the first prompt.
+    tokio::task::spawn_blocking(engram_core::tokens::warm_up);
+    let budgets = budget::Budgets::new(config.budget.clone());
+    let memory = MemoryServiceServer::new(Engram::new(store.clone(), budgets))
         .max_decoding_message_size(limit)
         .max_encoding_message_size(limit);
 

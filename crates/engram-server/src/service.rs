@@ -2,6 +2,8 @@
 //! the store for state, `engram_core` for the rules.
 
 use engram_core::AgentId;
+use std::sync::Arc;
+
 use engram_core::memory::{recent_episodic, top_semantic};
 use engram_core::retrieve::{raw_tail, tool_interactions};
 use engram_proto::pb;
@@ -9,8 +11,9 @@ use engram_proto::pb::memory_service_server::MemoryService;
 use engram_store::Store;
 use tonic::{Request, Response, Status};
 
-use crate::convert;
+use crate::budget::Budgets;
 use crate::status::{from_core, from_store};
+use crate::{context, convert};
 
 const DEFAULT_MAX_EPISODIC: u32 = 3;
 const DEFAULT_MAX_SEMANTIC: u32 = 20;
@@ -22,11 +25,15 @@ const MAX_PAGE_SIZE: u32 = 1000;
 #[derive(Debug, Clone)]
 pub struct Engram {
     store: Store,
+    budgets: Arc<Budgets>,
 }
 
 impl Engram {
-    pub fn new(store: Store) -> Self {
-        Self { store }
+    pub fn new(store: Store, budgets: Budgets) -> Self {
+        Self {
+            store,
+            budgets: Arc::new(budgets),
+        }
     }
 }
 
@@ -45,28 +52,34 @@ impl MemoryService for Engram {
         let events: Vec<_> = req.events.into_iter().map(convert::event_from_pb).collect();
         let model = (!req.model.is_empty()).then_some(req.model.as_str());
         let usage = req.usage.map(convert::usage_from_pb);
+        let budgets = &self.budgets;
+        let trigger = |model: Option<&str>| {
+            Some(
+                budgets
+                    .budget(id.as_str(), model.unwrap_or_default(), None)
+                    .trigger_tokens,
+            )
+        };
         let out = self
             .store
-            .ingest(&id, &events, usage, model)
+            .ingest_with(&id, &events, usage, model, trigger)
             .await
             .map_err(from_store)?;
         tracing::debug!(agent = %id, events = events.len(), turn = %out.current_turn_id, "ingested");
         Ok(Response::new(pb::IngestResponse {
             traces: out.traces.into_iter().map(convert::trace_into_pb).collect(),
             current_turn_id: out.current_turn_id,
-            // Budget tracking comes with the context engine; usage and model
-            // are already stored with the traces for it.
-            compaction_required: false,
+            compaction_required: out.compaction_required,
         }))
     }
 
     async fn prepare_request(
         &self,
-        _request: Request<pb::PrepareRequestRequest>,
+        request: Request<pb::PrepareRequestRequest>,
     ) -> Result<Response<pb::PrepareRequestResponse>, Status> {
-        Err(Status::unimplemented(
-            "PrepareRequest is not implemented yet (context engine)",
-        ))
+        context::prepare_request(&self.store, &self.budgets, request.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn compact(
@@ -134,11 +147,11 @@ impl MemoryService for Engram {
 
     async fn get_context_stats(
         &self,
-        _request: Request<pb::GetContextStatsRequest>,
+        request: Request<pb::GetContextStatsRequest>,
     ) -> Result<Response<pb::GetContextStatsResponse>, Status> {
-        Err(Status::unimplemented(
-            "GetContextStats is not implemented yet (context engine)",
-        ))
+        context::context_stats(&self.store, &self.budgets, request.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn list_agents(

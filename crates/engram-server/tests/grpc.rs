@@ -461,19 +461,11 @@ async fn rpcs_of_later_issues_answer_unimplemented() {
     let server = TestServer::start().await;
     let mut c = server.client().await;
     let codes = [
-        c.prepare_request(pb::PrepareRequestRequest::default())
-            .await
-            .unwrap_err()
-            .code(),
         c.compact(pb::CompactRequest::default())
             .await
             .unwrap_err()
             .code(),
         c.search_history(pb::SearchHistoryRequest::default())
-            .await
-            .unwrap_err()
-            .code(),
-        c.get_context_stats(pb::GetContextStatsRequest::default())
             .await
             .unwrap_err()
             .code(),

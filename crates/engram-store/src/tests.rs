@@ -403,7 +403,7 @@ async fn prepare_stores_the_system_prompt_and_user_input_and_survives_restart() 
     let store = open(dir.path()).await;
     let a = id("p");
     let err = store
-        .prepare(&a, PrepareInput::default(), |_| ())
+        .prepare(&a, PrepareInput::default(), |_| Ok(()), |_| ())
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::NotFound(_)), "{err}");
@@ -413,16 +413,19 @@ async fn prepare_stores_the_system_prompt_and_user_input_and_survives_restart() 
         user_input: Some(NewEvent::user("hi").with_event_id("u1")),
     };
     let first = store
-        .prepare(&a, input.clone(), |v| {
-            (v.meta.system_prompt.clone(), v.transcript.messages().len())
-        })
+        .prepare(
+            &a,
+            input.clone(),
+            |_| Ok(()),
+            |v| (v.meta.system_prompt.clone(), v.transcript.messages().len()),
+        )
         .await
         .unwrap();
     assert_eq!(first.out, (Some("be brief".to_owned()), 1));
     assert_eq!(first.current_turn_id, "turn_0001");
     // A retried PrepareRequest stores nothing new.
     let again = store
-        .prepare(&a, input, |v| v.transcript.messages().len())
+        .prepare(&a, input, |_| Ok(()), |v| v.transcript.messages().len())
         .await
         .unwrap();
     assert_eq!(again.out, 1);
@@ -430,12 +433,17 @@ async fn prepare_stores_the_system_prompt_and_user_input_and_survives_restart() 
     drop(store);
     let store = open(dir.path()).await;
     let after = store
-        .prepare(&a, PrepareInput::default(), |v| {
-            (
-                v.meta.system_prompt.clone(),
-                v.transcript.messages().to_vec(),
-            )
-        })
+        .prepare(
+            &a,
+            PrepareInput::default(),
+            |_| Ok(()),
+            |v| {
+                (
+                    v.meta.system_prompt.clone(),
+                    v.transcript.messages().to_vec(),
+                )
+            },
+        )
         .await
         .unwrap();
     assert_eq!(after.out.0.as_deref(), Some("be brief"));

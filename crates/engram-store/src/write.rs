@@ -145,13 +145,15 @@ impl Store {
     }
 
     /// PrepareRequest's store part, under one hold of the agent's lock:
-    /// stores a changed system prompt, ingests the user input (creating the
-    /// agent), then runs `f` over the agent to build the prompt. Answers
-    /// once what `f` saw is durable.
+    /// `check` vets the request against the agent's last reported model
+    /// before anything is written; then a changed system prompt is stored,
+    /// the user input ingested (creating the agent), and `f` builds the
+    /// prompt. Answers once what `f` saw is durable.
     pub async fn prepare<T>(
         &self,
         id: &AgentId,
         input: PrepareInput<'_>,
+        check: impl FnOnce(Option<&str>) -> std::result::Result<(), engram_core::CoreError>,
         f: impl FnOnce(AgentView<'_>) -> T,
     ) -> Result<Prepared<T>> {
         loop {
@@ -166,6 +168,7 @@ impl Store {
                 self.forget_if_absent(id, &handle);
                 return Err(StoreError::NotFound(id.to_string()));
             }
+            check(state.tracker.last_model())?;
             let user_trace = match &input.user_input {
                 Some(event) => {
                     let mut traces =

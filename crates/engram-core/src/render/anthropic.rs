@@ -11,7 +11,7 @@ use crate::transcript::{Message, Role};
 pub(super) fn messages(prompt: &Prompt<'_>) -> Value {
     let mut out: Vec<(&'static str, Vec<Value>)> = vec![];
     let mut system = prompt.system.unwrap_or_default().to_owned();
-    for m in prompt.messages {
+    for m in prompt.all() {
         let (role, blocks) = match m.role {
             Role::System => {
                 if !system.is_empty() {

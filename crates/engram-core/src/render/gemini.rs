@@ -19,7 +19,7 @@ enum Kind {
 pub(super) fn generate_content(prompt: &Prompt<'_>) -> Value {
     let mut contents: Vec<(Kind, Vec<Value>)> = vec![];
     let mut system = prompt.system.unwrap_or_default().to_owned();
-    for m in prompt.messages {
+    for m in prompt.all() {
         let (kind, parts) = match m.role {
             Role::System => {
                 if !system.is_empty() {

@@ -30,9 +30,17 @@ pub enum Format {
 pub struct Prompt<'a> {
     pub model: &'a str,
     pub system: Option<&'a str>,
-    /// The epoch's messages in order, placeholders for pending calls last.
+    /// The epoch's committed messages, in order.
     pub messages: &'a [Message],
+    /// Placeholders for pending calls, rendered after `messages`.
+    pub tail: &'a [Message],
     pub max_output_tokens: u32,
+}
+
+impl<'a> Prompt<'a> {
+    fn all(&self) -> impl Iterator<Item = &'a Message> {
+        self.messages.iter().chain(self.tail)
+    }
 }
 
 /// The request body for `format`.

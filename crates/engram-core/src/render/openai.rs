@@ -11,7 +11,7 @@ pub(super) fn chat(prompt: &Prompt<'_>) -> Value {
     if let Some(system) = prompt.system.filter(|s| !s.is_empty()) {
         messages.push(json!({"role": "system", "content": system}));
     }
-    messages.extend(prompt.messages.iter().map(chat_message));
+    messages.extend(prompt.all().map(chat_message));
     json!({
         "model": prompt.model,
         "max_completion_tokens": prompt.max_output_tokens,
@@ -91,7 +91,7 @@ fn chat_user_content(m: &Message) -> Value {
 /// `POST /v1/responses`.
 pub(super) fn responses(prompt: &Prompt<'_>) -> Value {
     let mut input = vec![];
-    for m in prompt.messages {
+    for m in prompt.all() {
         match m.role {
             Role::System => input.push(json!({"role": "system", "content": m.content})),
             Role::User => input.push(json!({"role": "user", "content": responses_user_content(m)})),

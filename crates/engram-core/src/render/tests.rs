@@ -32,6 +32,7 @@ fn prompt<'a>(messages: &'a [Message]) -> Prompt<'a> {
         model: "test-model",
         system: Some("You are terse."),
         messages,
+        tail: &[],
         max_output_tokens: 1024,
     }
 }

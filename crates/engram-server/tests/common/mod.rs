@@ -164,3 +164,45 @@ pub async fn all_traces(client: &mut Client, agent: &str) -> Vec<pb::RawTrace> {
         .into_inner()
         .raw_tail
 }
+
+/// Runs the providers' schemas and rules (validate.py, warnings as errors)
+/// over `(name, format, payload JSON)` items in one Python process.
+pub fn assert_valid_payloads(items: &[(String, &str, String)]) {
+    use std::io::Write;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let python = std::env::var("ENGRAM_PYTHON")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| {
+            let venv = root.join(".venv/bin/python");
+            if venv.exists() {
+                venv
+            } else {
+                "python3".into()
+            }
+        });
+    let mut child = Command::new(&python)
+        .arg(root.join("scripts/validate_payloads.py"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        for (name, format, payload) in items {
+            writeln!(
+                stdin,
+                "{{\"name\": {}, \"format\": \"{format}\", \"payload\": {payload}}}",
+                serde_json::to_string(name).unwrap()
+            )
+            .unwrap();
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "payloads rejected by validate.py:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

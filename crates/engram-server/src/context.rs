@@ -1,0 +1,251 @@
+//! PrepareRequest and GetContextStats: the prompt of the next LLM call and
+//! the numbers behind it.
+
+use engram_core::budget::TokenBudget;
+use engram_core::render::{self, Format, Prompt};
+use engram_core::tokens::{self, Encoding};
+use engram_core::{AgentId, CoreError, NewEvent, TraceType};
+use engram_proto::pb;
+use engram_store::{AgentView, PrepareInput, Store};
+use tonic::Status;
+
+use crate::budget::Budgets;
+use crate::convert;
+use crate::status::{from_core, from_store};
+
+fn non_empty(s: &str) -> Option<&str> {
+    (!s.is_empty()).then_some(s)
+}
+
+fn format_from_pb(raw: i32) -> Result<Option<Format>, Status> {
+    match pb::RenderFormat::try_from(raw) {
+        Ok(pb::RenderFormat::Unspecified) => Ok(None),
+        Ok(pb::RenderFormat::OpenaiChat) => Ok(Some(Format::OpenAiChat)),
+        Ok(pb::RenderFormat::OpenaiResponses) => Ok(Some(Format::OpenAiResponses)),
+        Ok(pb::RenderFormat::AnthropicMessages) => Ok(Some(Format::AnthropicMessages)),
+        Ok(pb::RenderFormat::Gemini) => Ok(Some(Format::Gemini)),
+        Err(_) => Err(Status::invalid_argument(format!(
+            "render_format {raw} is unknown; use RENDER_FORMAT_UNSPECIFIED, _OPENAI_CHAT, _OPENAI_RESPONSES, _ANTHROPIC_MESSAGES or _GEMINI"
+        ))),
+    }
+}
+
+/// The user input of a PrepareRequest: a user event (type may be left
+/// unspecified).
+fn user_event(e: pb::TraceEvent) -> Result<NewEvent, Status> {
+    let mut event = convert::event_from_pb(e);
+    match event.trace_type {
+        None | Some(TraceType::User) => {
+            event.trace_type = Some(TraceType::User);
+            Ok(event)
+        }
+        Some(other) => Err(Status::invalid_argument(format!(
+            "user_input must be a user event, not {}; ingest other events with Ingest",
+            other.as_str()
+        ))),
+    }
+}
+
+/// Token numbers of the prompt an agent would send now.
+struct Sizing {
+    budget: TokenBudget,
+    /// Our own count of the whole prompt.
+    estimate: u32,
+    /// Size the provider last reported, and our count of what came since.
+    reported: Option<(u32, u32)>,
+    messages: usize,
+}
+
+impl Sizing {
+    /// The best guess of the prompt's size: the provider's last report plus
+    /// what was added since, or our own count when there is no report.
+    fn prompt_tokens(&self) -> u32 {
+        self.reported
+            .map_or(self.estimate, |(r, since)| r.saturating_add(since))
+    }
+}
+
+fn sizing(
+    view: &mut AgentView<'_>,
+    agent: &AgentId,
+    budgets: &Budgets,
+    model: &str,
+    max_output: Option<u32>,
+) -> Sizing {
+    let budget = budgets.budget(agent.as_str(), model, max_output);
+    let encoding = tokens::encoding_for(model);
+    let committed = view.transcript.messages();
+    let tail = view.transcript.pending_tail();
+    let body = view.tokens.count(encoding, committed);
+    let tail_tokens: u64 = tail
+        .iter()
+        .map(|m| u64::from(tokens::count_message(encoding, m)))
+        .sum();
+    let system = system_tokens(encoding, view.meta.system_prompt.as_deref());
+    let estimate = u64::from(system) + body + tail_tokens + u64::from(tokens::REPLY_PRIMING);
+    let reported = view.tracker.last_usage().map(|u| {
+        let since = view.tokens.sum_from(view.report_mark) + tail_tokens;
+        (u.prompt_tokens, clamp(since))
+    });
+    Sizing {
+        budget,
+        estimate: clamp(estimate),
+        reported,
+        messages: committed.len() + tail.len() + usize::from(view.meta.system_prompt.is_some()),
+    }
+}
+
+fn system_tokens(encoding: Encoding, system: Option<&str>) -> u32 {
+    system.map_or(0, |s| {
+        tokens::MESSAGE_OVERHEAD + tokens::count_text(encoding, s)
+    })
+}
+
+fn clamp(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+pub async fn prepare_request(
+    store: &Store,
+    budgets: &Budgets,
+    req: pb::PrepareRequestRequest,
+) -> Result<pb::PrepareRequestResponse, Status> {
+    let id = AgentId::parse(&req.agent_id).map_err(from_core)?;
+    let format = format_from_pb(req.render_format)?;
+    let user_input = req.user_input.map(user_event).transpose()?;
+    let input = PrepareInput {
+        system_prompt: non_empty(&req.system_prompt),
+        user_input,
+    };
+    let max_output = (req.max_output_tokens > 0).then_some(req.max_output_tokens);
+    let request_model = non_empty(&req.model);
+    let force = req.force_compaction;
+    let check = |last_model: Option<&str>| {
+        let needs_model = matches!(format, Some(f) if f != Format::Gemini);
+        if needs_model && request_model.or(last_model).is_none() {
+            return Err(CoreError::Invalid(
+                "model is required to render this format: none was given and no Ingest reported one".into(),
+            ));
+        }
+        Ok(())
+    };
+    let prepared = store
+        .prepare(&id, input, check, |mut view| {
+            let model = request_model
+                .or(view.tracker.last_model())
+                .unwrap_or_default()
+                .to_owned();
+            let size = sizing(&mut view, &id, budgets, &model, max_output);
+            let tokens_now = size.prompt_tokens();
+            let mut warnings = vec![];
+            let trigger = if view.meta.compaction_required {
+                Some("token_pressure")
+            } else if force {
+                Some("reactive")
+            } else if tokens_now > size.budget.trigger_tokens {
+                Some("estimate")
+            } else {
+                None
+            };
+            let mut report = pb::CompactionReport {
+                tokens_before: tokens_now,
+                tokens_after: tokens_now,
+                ..Default::default()
+            };
+            if let Some(trigger) = trigger {
+                // The compaction pipeline plugs in here, before the prompt
+                // is built; until it exists the prompt is served unpruned.
+                report.trigger = trigger.to_owned();
+                report.error = "compaction is not available in this version; nothing was pruned".to_owned();
+                warnings.push(format!(
+                    "compaction needed ({trigger}: prompt ~{tokens_now} tokens, trigger {}) but not available in this version; the prompt was not pruned",
+                    size.budget.trigger_tokens
+                ));
+            }
+            if tokens_now > size.budget.input_budget {
+                warnings.push(format!(
+                    "the prompt (~{tokens_now} tokens) exceeds the input budget of {} ({} tokens)",
+                    if model.is_empty() { "the default model" } else { &model },
+                    size.budget.input_budget
+                ));
+            }
+            let system = view.meta.system_prompt.as_deref();
+            let tail = view.transcript.pending_tail();
+            let prompt = Prompt {
+                model: &model,
+                system,
+                messages: view.transcript.messages(),
+                tail: &tail,
+                max_output_tokens: size.budget.max_output_tokens,
+            };
+            let rendered = format.map(|f| render::render_json(f, &prompt)).unwrap_or_default();
+            let mut messages = Vec::with_capacity(size.messages);
+            if let Some(system) = system {
+                messages.push(pb::Message {
+                    role: pb::Role::System.into(),
+                    content: system.to_owned(),
+                    ..Default::default()
+                });
+            }
+            messages.extend(prompt.messages.iter().chain(&tail).map(convert::message_to_pb));
+            pb::PrepareRequestResponse {
+                messages,
+                rendered_payload_json: rendered,
+                turn_id: String::new(),
+                estimated_prompt_tokens: tokens_now,
+                budget: Some(convert::budget_to_pb(&size.budget)),
+                compaction: Some(report),
+                epoch: view.meta.epoch,
+                warnings,
+            }
+        })
+        .await
+        .map_err(from_store)?;
+    let mut response = prepared.out;
+    response.turn_id = prepared.current_turn_id;
+    Ok(response)
+}
+
+pub async fn context_stats(
+    store: &Store,
+    budgets: &Budgets,
+    req: pb::GetContextStatsRequest,
+) -> Result<pb::GetContextStatsResponse, Status> {
+    let id = AgentId::parse(&req.agent_id).map_err(from_core)?;
+    let request_model = non_empty(&req.model);
+    let mut response = store
+        .read(&id, |mut view| {
+            let model = request_model
+                .or(view.tracker.last_model())
+                .unwrap_or_default()
+                .to_owned();
+            let size = sizing(&mut view, &id, budgets, &model, None);
+            let tokens_now = size.prompt_tokens();
+            pb::GetContextStatsResponse {
+                estimated_tokens: size.estimate,
+                last_reported_prompt_tokens: size.reported.map_or(0, |(r, _)| r),
+                estimated_tokens_since_report: size.reported.map_or(0, |(_, s)| s),
+                budget: Some(convert::budget_to_pb(&size.budget)),
+                trigger_tokens: size.budget.trigger_tokens,
+                percent_used: size.budget.percent_used(tokens_now),
+                messages: u32::try_from(size.messages).unwrap_or(u32::MAX),
+                turns: view.tracker.turn_count(),
+                epoch: view.meta.epoch,
+                compactions: view.meta.compactions,
+                consecutive_failures: view.meta.consecutive_failures,
+                files: vec![],
+                compaction_required: view.meta.compaction_required,
+                model,
+            }
+        })
+        .await
+        .map_err(from_store)?;
+    response.files = store
+        .file_sizes(&id)
+        .await
+        .map_err(from_store)?
+        .into_iter()
+        .map(|(name, bytes)| pb::FileSize { name, bytes })
+        .collect();
+    Ok(response)
+}
