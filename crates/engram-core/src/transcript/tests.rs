@@ -179,6 +179,8 @@ pub(crate) fn conversations() -> impl Strategy<Value = Vec<RawTrace>> {
         }
         assign_all(events)
     })
+    // A prompt always has a message: an agent exists from its first trace.
+    .prop_filter("at least one trace", |traces| !traces.is_empty())
 }
 
 proptest! {
