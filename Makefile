@@ -22,7 +22,7 @@ run: build ## Build and serve on 127.0.0.1:50051 with ./memory as data dir
 	ENGRAM__SERVER__LISTEN=$(ADDR) ENGRAM__STORE__DATA_DIR=$(DATA_DIR) ./target/release/engramd
 
 .PHONY: test
-test: fmt-check clippy unit walkthrough ## Everything CI runs: fmt, clippy, all tests, the README walkthrough
+test: fmt-check clippy unit walkthrough python-test ## Everything CI runs: fmt, clippy, all tests, the README walkthrough, the Python loop
 
 .PHONY: fmt-check
 fmt-check: ## cargo fmt --check
@@ -61,3 +61,8 @@ bench: ## Durability and throughput benchmark (see docs/BENCHMARKS.md)
 clean: ## Remove build output and the venv
 	$(CARGO) clean
 	rm -rf $(VENV)
+
+.PHONY: python-test
+python-test: venv ## The Python agent loop (grpcio stubs from proto/) against the real engramd
+	$(CARGO) build --locked -p engram-server --bin engramd
+	ENGRAMD=$(CURDIR)/target/debug/engramd $(VENV)/bin/python -m pytest -q tests/python
