@@ -54,8 +54,9 @@ walkthrough: venv ## Run the README's grpcurl session against the real server
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) scripts/readme_walkthrough.py README.md target/debug/engramd
 
 .PHONY: bench
-bench: ## Durability and throughput benchmark (see docs/BENCHMARKS.md)
-	$(CARGO) run --release --locked -p engram-bench -- --data-dir ./bench-data
+bench: ## Benchmarks: durable Ingest, PrepareRequest latency (see docs/BENCHMARKS.md)
+	$(CARGO) run --release --locked -p engram-bench -- ingest --data-dir ./bench-data
+	$(CARGO) run --release --locked -p engram-bench -- prepare --data-dir ./bench-data
 
 .PHONY: clean
 clean: ## Remove build output and the venv

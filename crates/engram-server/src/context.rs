@@ -2,7 +2,7 @@
 //! the numbers behind it.
 
 use engram_core::budget::TokenBudget;
-use engram_core::render::{self, Format, Prompt};
+use engram_core::render::{Format, Prompt};
 use engram_core::tokens::{self, Encoding};
 use engram_core::{AgentId, CoreError, NewEvent, TraceType};
 use engram_proto::pb;
@@ -178,7 +178,9 @@ pub async fn prepare_request(
                 tail: &tail,
                 max_output_tokens: size.budget.max_output_tokens,
             };
-            let rendered = format.map(|f| render::render_json(f, &prompt)).unwrap_or_default();
+            let rendered = format
+                .map(|f| view.render.render_json(f, &prompt))
+                .unwrap_or_default();
             let mut messages = Vec::with_capacity(size.messages);
             if let Some(system) = system {
                 messages.push(pb::Message {

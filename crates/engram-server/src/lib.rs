@@ -74,7 +74,7 @@ pub async fn run(
     // The BPE tables load in the background instead of on the first prompt.
     tokio::task::spawn_blocking(engram_core::tokens::warm_up);
     let budgets = budget::Budgets::new(config.budget.clone());
-    let memory = MemoryServiceServer::new(Engram::new(store.clone(), budgets))
+    let memory = MemoryServiceServer::new(Engram::new(store.clone(), budgets, limit))
         .max_decoding_message_size(limit)
         .max_encoding_message_size(limit);
 
@@ -97,6 +97,9 @@ pub async fn run(
     };
     let grace = Duration::from_secs(config.server.shutdown_grace_secs);
     let serve = tonic::transport::Server::builder()
+        // Receive windows that grow with the connection's bandwidth-delay
+        // product, so large requests do not crawl at 64 KiB per round trip.
+        .http2_adaptive_window(Some(true))
         // Outermost: rewrite tonic's size refusals before anything else sees them.
         .layer(oversize::OversizeLayer)
         .add_service(health_service)

@@ -26,14 +26,30 @@ const MAX_PAGE_SIZE: u32 = 1000;
 pub struct Engram {
     store: Store,
     budgets: Arc<Budgets>,
+    /// `server.max_message_bytes`: responses are held to it too.
+    max_message_bytes: usize,
 }
 
 impl Engram {
-    pub fn new(store: Store, budgets: Budgets) -> Self {
+    pub fn new(store: Store, budgets: Budgets, max_message_bytes: usize) -> Self {
         Self {
             store,
             budgets: Arc::new(budgets),
+            max_message_bytes,
         }
+    }
+
+    /// RESOURCE_EXHAUSTED, with the way out, for an answer over the limit
+    /// (tonic would fail it with a bare OUT_OF_RANGE in the trailers).
+    fn fits<M: prost::Message>(&self, response: M, what: &str) -> Result<Response<M>, Status> {
+        let len = response.encoded_len();
+        if len > self.max_message_bytes {
+            return Err(Status::resource_exhausted(format!(
+                "the {what} is {len} bytes, over server.max_message_bytes ({}); compact the agent or raise the limit",
+                self.max_message_bytes
+            )));
+        }
+        Ok(Response::new(response))
     }
 }
 
@@ -77,9 +93,9 @@ impl MemoryService for Engram {
         &self,
         request: Request<pb::PrepareRequestRequest>,
     ) -> Result<Response<pb::PrepareRequestResponse>, Status> {
-        context::prepare_request(&self.store, &self.budgets, request.into_inner())
-            .await
-            .map(Response::new)
+        let response =
+            context::prepare_request(&self.store, &self.budgets, request.into_inner()).await?;
+        self.fits(response, "prompt")
     }
 
     async fn compact(
@@ -133,7 +149,7 @@ impl MemoryService for Engram {
             })
             .await
             .map_err(from_store)?;
-        Ok(Response::new(response))
+        self.fits(response, "answer")
     }
 
     async fn search_history(

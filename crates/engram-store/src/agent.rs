@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use engram_core::memory::{EpisodicItem, SemanticItem};
+use engram_core::render::RenderCache;
 use engram_core::tokens::TokenCache;
 use engram_core::transcript::Transcript;
 use engram_core::{RawTrace, TurnTracker};
@@ -59,6 +60,8 @@ pub(crate) struct AgentState {
     pub transcript: Transcript,
     /// Token counts of the transcript's messages.
     pub tokens: TokenCache,
+    /// Rendered JSON of the transcript's messages.
+    pub render: RenderCache,
     /// Transcript messages before the latest trace that carried a provider
     /// usage report: what that reported prompt covered (roughly).
     pub report_mark: usize,
@@ -75,6 +78,7 @@ pub struct AgentView<'a> {
     pub meta: &'a AgentMeta,
     pub transcript: &'a Transcript,
     pub tokens: &'a mut TokenCache,
+    pub render: &'a mut RenderCache,
     pub report_mark: usize,
     pub dir: &'a Path,
 }
@@ -121,6 +125,7 @@ impl AgentState {
             meta: AgentMeta::default(),
             transcript: Transcript::default(),
             tokens: TokenCache::default(),
+            render: RenderCache::default(),
             report_mark: 0,
         }
     }
@@ -149,6 +154,7 @@ impl AgentState {
             meta: &self.meta,
             transcript: &self.transcript,
             tokens: &mut self.tokens,
+            render: &mut self.render,
             report_mark: self.report_mark,
             dir: &self.dir,
         }
@@ -162,6 +168,7 @@ impl AgentState {
         }
         let changed = self.transcript.push(trace);
         self.tokens.invalidate_from(changed);
+        self.render.invalidate_from(changed);
     }
 
     /// Persists `meta` (atomically) and adopts it.

@@ -9,8 +9,11 @@
 //! brackets is a byte prefix of the next one and prompt caches keep hitting.
 
 mod anthropic;
+mod cache;
 mod gemini;
 mod openai;
+
+pub use cache::RenderCache;
 
 use serde_json::Value;
 

@@ -19,7 +19,7 @@ pub(super) fn chat(prompt: &Prompt<'_>) -> Value {
     })
 }
 
-fn chat_message(m: &Message) -> Value {
+pub(super) fn chat_message(m: &Message) -> Value {
     match m.role {
         Role::System => json!({"role": "system", "content": m.content}),
         Role::User => json!({"role": "user", "content": chat_user_content(m)}),
@@ -90,37 +90,7 @@ fn chat_user_content(m: &Message) -> Value {
 
 /// `POST /v1/responses`.
 pub(super) fn responses(prompt: &Prompt<'_>) -> Value {
-    let mut input = vec![];
-    for m in prompt.all() {
-        match m.role {
-            Role::System => input.push(json!({"role": "system", "content": m.content})),
-            Role::User => input.push(json!({"role": "user", "content": responses_user_content(m)})),
-            Role::Assistant => {
-                let mut text = m.content.clone();
-                if let Some(media) = &m.media {
-                    for url in media.images.iter().chain(&media.audio).chain(&media.video) {
-                        text.push_str(&format!("\n{}", media_note("media", url)));
-                    }
-                }
-                if !text.is_empty() {
-                    input.push(json!({"role": "assistant", "content": text}));
-                }
-                for c in &m.tool_calls {
-                    input.push(json!({
-                        "type": "function_call",
-                        "call_id": c.id,
-                        "name": c.name,
-                        "arguments": arguments_text(&c.arguments),
-                    }));
-                }
-            }
-            Role::Tool => input.push(json!({
-                "type": "function_call_output",
-                "call_id": m.tool_call_id.as_deref().unwrap_or_default(),
-                "output": m.content,
-            })),
-        }
-    }
+    let input: Vec<Value> = prompt.all().flat_map(responses_items).collect();
     let mut body = Map::new();
     body.insert("model".into(), prompt.model.into());
     body.insert("max_output_tokens".into(), prompt.max_output_tokens.into());
@@ -129,6 +99,41 @@ pub(super) fn responses(prompt: &Prompt<'_>) -> Value {
     }
     body.insert("input".into(), Value::Array(input));
     Value::Object(body)
+}
+
+/// The `input` items of one message (a tool-calling assistant step is its
+/// text, if any, then one `function_call` per call).
+pub(super) fn responses_items(m: &Message) -> Vec<Value> {
+    let mut items = vec![];
+    match m.role {
+        Role::System => items.push(json!({"role": "system", "content": m.content})),
+        Role::User => items.push(json!({"role": "user", "content": responses_user_content(m)})),
+        Role::Assistant => {
+            let mut text = m.content.clone();
+            if let Some(media) = &m.media {
+                for url in media.images.iter().chain(&media.audio).chain(&media.video) {
+                    text.push_str(&format!("\n{}", media_note("media", url)));
+                }
+            }
+            if !text.is_empty() {
+                items.push(json!({"role": "assistant", "content": text}));
+            }
+            for c in &m.tool_calls {
+                items.push(json!({
+                    "type": "function_call",
+                    "call_id": c.id,
+                    "name": c.name,
+                    "arguments": arguments_text(&c.arguments),
+                }));
+            }
+        }
+        Role::Tool => items.push(json!({
+            "type": "function_call_output",
+            "call_id": m.tool_call_id.as_deref().unwrap_or_default(),
+            "output": m.content,
+        })),
+    }
+    items
 }
 
 fn responses_user_content(m: &Message) -> Value {

@@ -153,34 +153,35 @@ fn step() -> impl Strategy<Value = Step> {
 /// Random valid event sequences, for this module's and the renderers'
 /// property tests.
 pub(crate) fn conversations() -> impl Strategy<Value = Vec<RawTrace>> {
-    prop::collection::vec(step(), 1..60).prop_map(|steps| {
-        let mut pending: Vec<String> = vec![];
-        let mut events = vec![];
-        let mut n = 0;
-        for s in steps {
-            events.push(match s {
-                Step::User => NewEvent::user(format!("u{n}")),
-                Step::Assistant => NewEvent::assistant(format!("a{n}")),
-                Step::Call => {
-                    n += 1;
-                    pending.push(format!("call_{n}"));
-                    NewEvent::tool_call(format!("call_{n}"), "tool", json!({"n": n}))
-                }
-                Step::Result(_) if pending.is_empty() => continue,
-                Step::Result(i) if i % 5 == 4 => {
-                    err_result(&pending.remove(i % pending.len()), "failed")
-                }
-                Step::Result(i) => {
-                    let id = pending.remove(i % pending.len());
-                    NewEvent::tool_result(id, json!({"ok": true}))
-                }
-            });
-            n += 1;
-        }
-        assign_all(events)
-    })
-    // A prompt always has a message: an agent exists from its first trace.
-    .prop_filter("at least one trace", |traces| !traces.is_empty())
+    prop::collection::vec(step(), 1..60)
+        .prop_map(|steps| {
+            let mut pending: Vec<String> = vec![];
+            let mut events = vec![];
+            let mut n = 0;
+            for s in steps {
+                events.push(match s {
+                    Step::User => NewEvent::user(format!("u{n}")),
+                    Step::Assistant => NewEvent::assistant(format!("a{n}")),
+                    Step::Call => {
+                        n += 1;
+                        pending.push(format!("call_{n}"));
+                        NewEvent::tool_call(format!("call_{n}"), "tool", json!({"n": n}))
+                    }
+                    Step::Result(_) if pending.is_empty() => continue,
+                    Step::Result(i) if i % 5 == 4 => {
+                        err_result(&pending.remove(i % pending.len()), "failed")
+                    }
+                    Step::Result(i) => {
+                        let id = pending.remove(i % pending.len());
+                        NewEvent::tool_result(id, json!({"ok": true}))
+                    }
+                });
+                n += 1;
+            }
+            assign_all(events)
+        })
+        // A prompt always has a message: an agent exists from its first trace.
+        .prop_filter("at least one trace", |traces| !traces.is_empty())
 }
 
 proptest! {

@@ -1,0 +1,252 @@
+//! `engram-bench prepare`: PrepareRequest latency (p50/p99) for transcripts
+//! of 100, 1,000 and 10,000 messages of about 200 tokens (text and tool
+//! calls mixed), rendered as nothing and as OpenAI chat, each once with no
+//! archive and once with 100,000 archived traces on disk; and the memory a
+//! loaded agent takes.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::Args as ClapArgs;
+use engram_core::{NewEvent, RawTrace};
+use engram_proto::pb;
+use engram_proto::pb::memory_service_client::MemoryServiceClient;
+use serde_json::json;
+use tonic::transport::Channel;
+
+use crate::ingest::{histogram, us};
+
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// Directory for the generated agents (created, then emptied).
+    #[arg(long, default_value = "./bench-data")]
+    data_dir: PathBuf,
+    /// Transcript sizes, in messages.
+    #[arg(long, value_delimiter = ',', default_value = "100,1000,10000")]
+    messages: Vec<usize>,
+    /// Archived traces on disk for the "with archive" agents.
+    #[arg(long, default_value_t = 100_000)]
+    archive: usize,
+    /// Measured calls per case (after warm-up).
+    #[arg(long, default_value_t = 300)]
+    calls: usize,
+}
+
+/// About 200 tokens of varied English-like text.
+fn text(seed: usize) -> String {
+    const WORDS: &[&str] = &[
+        "agent",
+        "memory",
+        "weather",
+        "forecast",
+        "city",
+        "tool",
+        "result",
+        "compaction",
+        "summary",
+        "budget",
+        "token",
+        "prompt",
+        "transcript",
+        "provider",
+        "latency",
+        "durable",
+        "archive",
+        "question",
+        "answer",
+        "context",
+        "window",
+        "cache",
+        "payload",
+        "render",
+        "stream",
+    ];
+    let mut out = String::with_capacity(1100);
+    let mut x = seed as u64 * 2_654_435_761 + 1;
+    for i in 0..180 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.push_str(WORDS[(x % WORDS.len() as u64) as usize]);
+        out.push(if i % 15 == 14 { '.' } else { ' ' });
+    }
+    out
+}
+
+/// Traces whose transcript has about `messages` messages: user question,
+/// assistant tool call, tool result, assistant answer, repeated.
+fn conversation(messages: usize) -> Vec<NewEvent> {
+    let mut events = vec![];
+    for turn in 0..messages.div_ceil(4) {
+        events.push(NewEvent::user(text(turn * 4)));
+        events.push(NewEvent::tool_call(
+            format!("call_{turn}"),
+            "search",
+            json!({"query": text(turn * 4 + 1).chars().take(300).collect::<String>()}),
+        ));
+        events.push(NewEvent::tool_result(
+            format!("call_{turn}"),
+            json!(text(turn * 4 + 2)),
+        ));
+        events.push(NewEvent::assistant(text(turn * 4 + 3)));
+    }
+    events
+}
+
+fn write_lines(path: &Path, traces: &[RawTrace]) -> anyhow::Result<()> {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for t in traces {
+        f.write_all(&t.to_line())?;
+    }
+    f.flush()?;
+    Ok(())
+}
+
+/// Writes an agent's files directly (as a long-lived agent would have them).
+fn make_agent(dir: &Path, messages: usize, archive: usize) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let active = engram_core::turns::assign_all(conversation(messages));
+    write_lines(&dir.join("raw_traces.jsonl"), &active)?;
+    std::fs::write(
+        dir.join("state.json"),
+        r#"{"system_prompt":"You are a research assistant."}"#,
+    )?;
+    if archive > 0 {
+        let old = engram_core::turns::assign_all(conversation(archive));
+        write_lines(
+            &dir.join("raw_traces_archive.jsonl"),
+            &old[..archive.min(old.len())],
+        )?;
+    }
+    Ok(())
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let data = args.data_dir.join("prepare");
+    let _ = std::fs::remove_dir_all(&data);
+    let agents = data.join("agents");
+    println!("generating agents in {} ...", agents.display());
+    for &n in &args.messages {
+        make_agent(&agents.join(format!("m{n}")), n, 0)?;
+        make_agent(&agents.join(format!("m{n}-archived")), n, args.archive)
+            .with_context(|| "writing the archive")?;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(measure(&args, &data))?;
+    let _ = std::fs::remove_dir_all(&data);
+    Ok(())
+}
+
+async fn measure(args: &Args, data: &Path) -> anyhow::Result<()> {
+    let config = engram_server::Config::load_from(
+        None,
+        [
+            (
+                "ENGRAM__STORE__DATA_DIR".to_string(),
+                data.display().to_string(),
+            ),
+            ("ENGRAM__LOG__LEVEL".to_string(), "warn".to_string()),
+            // 10,000 messages of 200 tokens make responses of ~11 MB.
+            (
+                "ENGRAM__SERVER__MAX_MESSAGE_BYTES".to_string(),
+                (64 << 20).to_string(),
+            ),
+        ],
+    )?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(engram_server::run(listener, config, async {
+        let _ = stopped.await;
+    }));
+    // Large answers need HTTP/2 windows that grow (as grpcio's BDP probing
+    // does); the 64 KiB default makes a 10 MB answer ~160 round trips.
+    let channel = Channel::from_shared(format!("http://{addr}"))?
+        .http2_adaptive_window(true)
+        .connect()
+        .await?;
+    let mut client = MemoryServiceClient::new(channel).max_decoding_message_size(64 << 20);
+    // Load the tokenizers before measuring anything.
+    engram_core::tokens::warm_up();
+
+    println!(
+        "\nPrepareRequest latency, model gpt-4o, {} calls per case",
+        args.calls
+    );
+    println!(
+        "  messages  archive   format       p50 us    p99 us   prompt tokens   agent load ms   agent RSS MiB"
+    );
+    for &n in &args.messages {
+        for archived in [false, true] {
+            let agent = if archived {
+                format!("m{n}-archived")
+            } else {
+                format!("m{n}")
+            };
+            let rss_before = rss_kib();
+            let loaded = Instant::now();
+            let first = prepare(&mut client, &agent, pb::RenderFormat::Unspecified).await?;
+            let load_ms = loaded.elapsed().as_secs_f64() * 1e3;
+            let rss_mib = rss_kib().saturating_sub(rss_before) as f64 / 1024.0;
+            for (format, name) in [
+                (pb::RenderFormat::Unspecified, "none"),
+                (pb::RenderFormat::OpenaiChat, "openai-chat"),
+            ] {
+                let mut h = histogram();
+                for _ in 0..20 {
+                    prepare(&mut client, &agent, format).await?;
+                }
+                for _ in 0..args.calls {
+                    let t = Instant::now();
+                    prepare(&mut client, &agent, format).await?;
+                    h.record(t.elapsed().as_nanos() as u64)?;
+                }
+                println!(
+                    "  {:>8}  {:>7}   {:<11} {:>8.0}  {:>8.0}   {:>13}   {:>13.1}   {:>13.1}",
+                    n,
+                    if archived { args.archive } else { 0 },
+                    name,
+                    us(h.value_at_quantile(0.5)),
+                    us(h.value_at_quantile(0.99)),
+                    first.estimated_prompt_tokens,
+                    load_ms,
+                    rss_mib
+                );
+            }
+        }
+    }
+    let _ = stop.send(());
+    Ok(())
+}
+
+async fn prepare(
+    client: &mut MemoryServiceClient<Channel>,
+    agent: &str,
+    format: pb::RenderFormat,
+) -> anyhow::Result<pb::PrepareRequestResponse> {
+    Ok(client
+        .prepare_request(pb::PrepareRequestRequest {
+            agent_id: agent.into(),
+            model: "gpt-4o".into(),
+            render_format: format.into(),
+            max_output_tokens: 4096,
+            ..Default::default()
+        })
+        .await?
+        .into_inner())
+}
