@@ -509,4 +509,4 @@ pub fn assign_all(events: impl IntoIterator<Item = NewEvent>) -> Vec<RawTrace> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

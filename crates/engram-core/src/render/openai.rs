@@ -22,16 +22,18 @@ pub(super) fn chat(prompt: &Prompt<'_>) -> Value {
 pub(super) fn chat_message(m: &Message) -> Value {
     match m.role {
         Role::System => json!({"role": "system", "content": m.content}),
-        Role::User => json!({"role": "user", "content": chat_user_content(m)}),
+        Role::User => json!({
+            "role": "user",
+            "content": user_content(
+                m,
+                |text| json!({"type": "text", "text": text}),
+                |url| json!({"type": "image_url", "image_url": {"url": url}}),
+            ),
+        }),
         Role::Assistant => {
             let mut out = Map::new();
             out.insert("role".into(), "assistant".into());
-            let mut text = m.content.clone();
-            if let Some(media) = &m.media {
-                for url in media.images.iter().chain(&media.audio).chain(&media.video) {
-                    text.push_str(&format!("\n{}", media_note("media", url)));
-                }
-            }
+            let text = assistant_text(m);
             // Content may be null only when tool calls carry the message.
             let content = if text.is_empty() && !m.tool_calls.is_empty() {
                 Value::Null
@@ -64,8 +66,13 @@ pub(super) fn chat_message(m: &Message) -> Value {
 }
 
 /// Plain text, or parts when images ride along (audio and video URLs have
-/// no URL part in this API; they become text notes).
-fn chat_user_content(m: &Message) -> Value {
+/// no URL part in OpenAI's APIs; they become text notes). `text_part` and
+/// `image_part` give each API's part shapes.
+fn user_content(
+    m: &Message,
+    text_part: fn(String) -> Value,
+    image_part: fn(&str) -> Value,
+) -> Value {
     let Some(media) = m.media.as_ref().filter(|m| !m.is_empty()) else {
         return Value::String(m.content.clone());
     };
@@ -80,12 +87,21 @@ fn chat_user_content(m: &Message) -> Value {
     }
     let mut parts = vec![];
     if !text.is_empty() {
-        parts.push(json!({"type": "text", "text": text}));
+        parts.push(text_part(text));
     }
-    for url in &media.images {
-        parts.push(json!({"type": "image_url", "image_url": {"url": url}}));
-    }
+    parts.extend(media.images.iter().map(|url| image_part(url)));
     Value::Array(parts)
+}
+
+/// An assistant's text, with notes for any media it carried.
+fn assistant_text(m: &Message) -> String {
+    let mut text = m.content.clone();
+    if let Some(media) = &m.media {
+        for url in media.images.iter().chain(&media.audio).chain(&media.video) {
+            text.push_str(&format!("\n{}", media_note("media", url)));
+        }
+    }
+    text
 }
 
 /// `POST /v1/responses`.
@@ -107,14 +123,16 @@ pub(super) fn responses_items(m: &Message) -> Vec<Value> {
     let mut items = vec![];
     match m.role {
         Role::System => items.push(json!({"role": "system", "content": m.content})),
-        Role::User => items.push(json!({"role": "user", "content": responses_user_content(m)})),
+        Role::User => items.push(json!({
+            "role": "user",
+            "content": user_content(
+                m,
+                |text| json!({"type": "input_text", "text": text}),
+                |url| json!({"type": "input_image", "image_url": url, "detail": "auto"}),
+            ),
+        })),
         Role::Assistant => {
-            let mut text = m.content.clone();
-            if let Some(media) = &m.media {
-                for url in media.images.iter().chain(&media.audio).chain(&media.video) {
-                    text.push_str(&format!("\n{}", media_note("media", url)));
-                }
-            }
+            let text = assistant_text(m);
             if !text.is_empty() {
                 items.push(json!({"role": "assistant", "content": text}));
             }
@@ -134,27 +152,4 @@ pub(super) fn responses_items(m: &Message) -> Vec<Value> {
         })),
     }
     items
-}
-
-fn responses_user_content(m: &Message) -> Value {
-    let Some(media) = m.media.as_ref().filter(|m| !m.is_empty()) else {
-        return Value::String(m.content.clone());
-    };
-    let mut text = m.content.clone();
-    for (kind, urls) in [("audio", &media.audio), ("video", &media.video)] {
-        for url in urls {
-            if !text.is_empty() {
-                text.push('\n');
-            }
-            text.push_str(&media_note(kind, url));
-        }
-    }
-    let mut parts = vec![];
-    if !text.is_empty() {
-        parts.push(json!({"type": "input_text", "text": text}));
-    }
-    for url in &media.images {
-        parts.push(json!({"type": "input_image", "image_url": url, "detail": "auto"}));
-    }
-    Value::Array(parts)
 }

@@ -4,6 +4,7 @@ use serde_json::json;
 use super::*;
 use crate::NewEvent;
 use crate::turns::assign_all;
+use crate::turns::tests::{Step, step};
 
 fn shape(t: &Transcript) -> Vec<String> {
     t.messages()
@@ -130,24 +131,6 @@ fn appends_never_change_earlier_messages() {
         let changed = t.push(trace);
         assert_eq!(&t.messages()[..changed], &before[..changed], "{trace:?}");
     }
-}
-
-/// A step of a random conversation (as in the turn property test).
-#[derive(Debug, Clone)]
-enum Step {
-    User,
-    Assistant,
-    Call,
-    Result(usize),
-}
-
-fn step() -> impl Strategy<Value = Step> {
-    prop_oneof![
-        2 => Just(Step::User),
-        2 => Just(Step::Assistant),
-        3 => Just(Step::Call),
-        3 => (0usize..8).prop_map(Step::Result),
-    ]
 }
 
 /// Random valid event sequences, for this module's and the renderers'

@@ -266,9 +266,9 @@ fn usage_and_model_ride_on_the_last_new_trace_and_survive_replay() {
     assert_eq!(replayed.last_model(), Some("gpt-4o"));
 }
 
-/// One step of a random conversation.
+/// One step of a random conversation (shared with the transcript tests).
 #[derive(Debug, Clone)]
-enum Step {
+pub(crate) enum Step {
     User,
     Assistant,
     Call,
@@ -276,7 +276,7 @@ enum Step {
     Result(usize),
 }
 
-fn step() -> impl Strategy<Value = Step> {
+pub(crate) fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         2 => Just(Step::User),
         2 => Just(Step::Assistant),
