@@ -56,6 +56,7 @@ walkthrough: venv ## Run the README's grpcurl session against the real server
 .PHONY: bench
 bench: ## Benchmarks: durable Ingest, PrepareRequest latency (see docs/BENCHMARKS.md)
 	$(CARGO) run --release --locked -p engram-bench -- ingest --data-dir ./bench-data
+	$(CARGO) build --release --locked -p engram-server --bin engramd
 	$(CARGO) run --release --locked -p engram-bench -- prepare --data-dir ./bench-data
 
 .PHONY: clean

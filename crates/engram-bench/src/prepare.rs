@@ -2,7 +2,8 @@
 //! of 100, 1,000 and 10,000 messages of about 200 tokens (text and tool
 //! calls mixed), rendered as nothing and as OpenAI chat, each once with no
 //! archive and once with 100,000 archived traces on disk; and the memory a
-//! loaded agent takes.
+//! loaded agent takes. The server is the real `engramd` binary in its own
+//! process, so its memory can be read from /proc.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -32,6 +33,9 @@ pub struct Args {
     /// Measured calls per case (after warm-up).
     #[arg(long, default_value_t = 300)]
     calls: usize,
+    /// The server binary (build it with `cargo build --release -p engram-server`).
+    #[arg(long, default_value = "target/release/engramd")]
+    engramd: PathBuf,
 }
 
 /// About 200 tokens of varied English-like text.
@@ -123,8 +127,9 @@ fn make_agent(dir: &Path, messages: usize, archive: usize) -> anyhow::Result<()>
     Ok(())
 }
 
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+/// Resident memory of process `pid`, in KiB (Linux).
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
@@ -139,6 +144,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(&data);
     let agents = data.join("agents");
     println!("generating agents in {} ...", agents.display());
+    make_agent(&agents.join("warm-up"), 4, 0)?;
     for &n in &args.messages {
         make_agent(&agents.join(format!("m{n}")), n, 0)?;
         make_agent(&agents.join(format!("m{n}-archived")), n, args.archive)
@@ -152,38 +158,58 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn measure(args: &Args, data: &Path) -> anyhow::Result<()> {
-    let config = engram_server::Config::load_from(
-        None,
-        [
-            (
-                "ENGRAM__STORE__DATA_DIR".to_string(),
-                data.display().to_string(),
-            ),
-            ("ENGRAM__LOG__LEVEL".to_string(), "warn".to_string()),
-            // 10,000 messages of 200 tokens make responses of ~11 MB.
-            (
-                "ENGRAM__SERVER__MAX_MESSAGE_BYTES".to_string(),
-                (64 << 20).to_string(),
-            ),
-        ],
-    )?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(engram_server::run(listener, config, async {
-        let _ = stopped.await;
-    }));
+/// The real server on port 0 over `data`; killed on drop.
+struct Server {
+    child: std::process::Child,
+    addr: String,
+}
+
+impl Server {
+    fn start(binary: &Path, data: &Path) -> anyhow::Result<Self> {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(binary)
+            .env("ENGRAM__SERVER__LISTEN", "127.0.0.1:0")
+            .env("ENGRAM__STORE__DATA_DIR", data)
+            .env("ENGRAM__LOG__LEVEL", "warn")
+            // 10,000 messages of 200 tokens make answers of ~11 MB.
+            .env("ENGRAM__SERVER__MAX_MESSAGE_BYTES", (64 << 20).to_string())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .with_context(|| {
+                format!(
+                    "starting {} (build it with `cargo build --release -p engram-server`)",
+                    binary.display()
+                )
+            })?;
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
+        let addr = line
+            .trim()
+            .strip_prefix("engramd listening on ")
+            .with_context(|| format!("unexpected first line {line:?}"))?
+            .to_owned();
+        Ok(Self { child, addr })
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn connect(addr: &str) -> anyhow::Result<MemoryServiceClient<Channel>> {
     // Large answers need HTTP/2 windows that grow (as grpcio's BDP probing
     // does); the 64 KiB default makes a 10 MB answer ~160 round trips.
     let channel = Channel::from_shared(format!("http://{addr}"))?
         .http2_adaptive_window(true)
         .connect()
         .await?;
-    let mut client = MemoryServiceClient::new(channel).max_decoding_message_size(64 << 20);
-    // Load the tokenizers before measuring anything.
-    engram_core::tokens::warm_up();
+    Ok(MemoryServiceClient::new(channel).max_decoding_message_size(64 << 20))
+}
 
+async fn measure(args: &Args, data: &Path) -> anyhow::Result<()> {
     println!(
         "\nPrepareRequest latency, model gpt-4o, {} calls per case",
         args.calls
@@ -198,11 +224,17 @@ async fn measure(args: &Args, data: &Path) -> anyhow::Result<()> {
             } else {
                 format!("m{n}")
             };
-            let rss_before = rss_kib();
+            // A fresh server per case: its memory growth is this agent's.
+            let server = Server::start(&args.engramd, data)?;
+            let pid = server.child.id();
+            let mut client = connect(&server.addr).await?;
+            // Loads the tokenizers (and everything else a first call needs).
+            prepare(&mut client, "warm-up", pb::RenderFormat::OpenaiChat).await?;
+            let rss_before = rss_kib(pid);
             let loaded = Instant::now();
             let first = prepare(&mut client, &agent, pb::RenderFormat::Unspecified).await?;
             let load_ms = loaded.elapsed().as_secs_f64() * 1e3;
-            let rss_mib = rss_kib().saturating_sub(rss_before) as f64 / 1024.0;
+            let rss_mib = rss_kib(pid).saturating_sub(rss_before) as f64 / 1024.0;
             for (format, name) in [
                 (pb::RenderFormat::Unspecified, "none"),
                 (pb::RenderFormat::OpenaiChat, "openai-chat"),
@@ -230,7 +262,6 @@ async fn measure(args: &Args, data: &Path) -> anyhow::Result<()> {
             }
         }
     }
-    let _ = stop.send(());
     Ok(())
 }
 
