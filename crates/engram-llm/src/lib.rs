@@ -4,8 +4,13 @@
 //! - [`Summarizer`]: the one operation compaction needs — whole turns in, an
 //!   episodic summary and new or changed semantic facts out.
 //! - [`extractive`]: deterministic, offline, every item tagged `extractive`.
+//! - [`http`]: an OpenAI-compatible chat-completions client (OpenAI, vLLM,
+//!   Ollama, llama.cpp, LiteLLM, …) with retries and backoff.
+//! - [`answer`]: the prompt the LLM gets and how its answer is read.
 
+pub mod answer;
 pub mod extractive;
+pub mod http;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -14,6 +19,7 @@ use engram_core::RawTrace;
 use engram_core::memory::SemanticItem;
 
 pub use extractive::Extractive;
+pub use http::{HttpConfig, HttpSummarizer};
 
 /// Tag on every item the embedded summarizer writes.
 pub const EXTRACTIVE_TAG: &str = "extractive";
@@ -56,6 +62,10 @@ pub enum SummarizeError {
     /// The model answered with something that is not a summary.
     #[error("summarizer answer unusable: {0}")]
     BadAnswer(String),
+    /// The endpoint refused the request (4xx other than 429): a retry would
+    /// get the same answer; the configuration needs a look.
+    #[error("summarizer refused the request: {0}")]
+    Rejected(String),
 }
 
 pub type SummaryFuture<'a> =
