@@ -210,10 +210,19 @@ impl MemoryService for Engram {
 
     async fn fork_agent(
         &self,
-        _request: Request<pb::ForkAgentRequest>,
+        request: Request<pb::ForkAgentRequest>,
     ) -> Result<Response<pb::ForkAgentResponse>, Status> {
-        Err(Status::unimplemented(
-            "ForkAgent is not implemented yet (compaction)",
-        ))
+        let req = request.into_inner();
+        let source = AgentId::parse(&req.source_agent_id)
+            .map_err(|e| Status::invalid_argument(format!("source_agent_id: {e}")))?;
+        let target = AgentId::parse(&req.target_agent_id)
+            .map_err(|e| Status::invalid_argument(format!("target_agent_id: {e}")))?;
+        self.store
+            .fork_agent(&source, &target)
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(pb::ForkAgentResponse {
+            agent_id: target.to_string(),
+        }))
     }
 }

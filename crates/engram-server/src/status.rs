@@ -15,6 +15,7 @@ pub fn from_store(e: StoreError) -> Status {
     match e {
         StoreError::Core(core) => from_core(core),
         StoreError::NotFound(_) => Status::not_found(e.to_string()),
+        StoreError::AlreadyExists(_) => Status::already_exists(e.to_string()),
         StoreError::ReadOnly { .. } | StoreError::Poisoned { .. } => {
             Status::unavailable(e.to_string())
         }

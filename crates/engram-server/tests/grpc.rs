@@ -469,10 +469,6 @@ async fn rpcs_of_later_issues_answer_unimplemented() {
             .await
             .unwrap_err()
             .code(),
-        c.fork_agent(pb::ForkAgentRequest::default())
-            .await
-            .unwrap_err()
-            .code(),
     ];
     assert!(codes.iter().all(|c| *c == Code::Unimplemented), "{codes:?}");
 }
@@ -497,4 +493,48 @@ async fn retries_with_event_id_store_once() {
         .into_inner();
     assert_eq!(first.traces, again.traces);
     assert_eq!(all_traces(&mut client, "idem").await.len(), 1);
+}
+
+#[tokio::test]
+async fn fork_copies_an_agent_under_a_new_id() {
+    let server = TestServer::start().await;
+    let mut c = server.client().await;
+    c.ingest(ingest_req("orig", vec![user("remember me")]))
+        .await
+        .unwrap();
+    let out = c
+        .fork_agent(pb::ForkAgentRequest {
+            source_agent_id: "orig".into(),
+            target_agent_id: "copy".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(out.agent_id, "copy");
+    assert_eq!(all_traces(&mut c, "copy").await[0].content, "remember me");
+    let again = c
+        .fork_agent(pb::ForkAgentRequest {
+            source_agent_id: "orig".into(),
+            target_agent_id: "copy".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(again.code(), Code::AlreadyExists);
+    let bad = c
+        .fork_agent(pb::ForkAgentRequest {
+            source_agent_id: "orig".into(),
+            target_agent_id: "../x".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), Code::InvalidArgument);
+    assert!(bad.message().starts_with("target_agent_id"));
+    let missing = c
+        .fork_agent(pb::ForkAgentRequest {
+            source_agent_id: "nobody".into(),
+            target_agent_id: "y".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), Code::NotFound);
 }

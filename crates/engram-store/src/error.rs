@@ -9,6 +9,9 @@ pub enum StoreError {
     /// The request broke a rule of the contract or a limit.
     #[error(transparent)]
     Core(#[from] CoreError),
+    /// The target of a fork already exists.
+    #[error("agent {0:?} already exists; fork into a new agent id")]
+    AlreadyExists(String),
     /// The agent has never been written (or was deleted).
     #[error("agent {0:?} not found")]
     NotFound(String),

@@ -11,10 +11,12 @@
 //!   atomic rewrite helper.
 //! - [`agent`]: one agent's files and derived state.
 //! - `write`: the write path of Ingest and PrepareRequest.
+//! - `fork`: ForkAgent, a copy of every file of an agent under a new id.
 
 pub mod agent;
 pub mod durable;
 pub mod error;
+mod fork;
 pub mod jsonl;
 pub mod wal;
 mod write;
@@ -116,6 +118,8 @@ pub struct Store {
 }
 
 const TRASH_PREFIX: &str = ".deleted-";
+/// Where a fork is assembled before it is renamed into place.
+const FORK_PREFIX: &str = ".fork-";
 
 impl Store {
     /// Opens (creating if needed) the store. Does not read any agent.
@@ -425,11 +429,9 @@ fn prepare_agents_dir(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(StoreError::io("creating", dir))?;
     for entry in std::fs::read_dir(dir).map_err(StoreError::io("listing", dir))? {
         let entry = entry.map_err(StoreError::io("listing", dir))?;
-        if entry
-            .file_name()
-            .to_string_lossy()
-            .starts_with(TRASH_PREFIX)
-        {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        // Debris of a delete or a fork that a crash interrupted.
+        if name.starts_with(TRASH_PREFIX) || name.starts_with(FORK_PREFIX) {
             let path = entry.path();
             std::fs::remove_dir_all(&path).map_err(StoreError::io("removing", &path))?;
         }

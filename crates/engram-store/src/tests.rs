@@ -508,3 +508,90 @@ async fn reported_usage_over_the_trigger_marks_the_agent_durably() {
         "and stays until a compaction clears it"
     );
 }
+
+#[tokio::test]
+async fn a_fork_copies_everything_and_then_lives_on_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let (src, dst) = (id("src"), id("dst"));
+    store
+        .ingest(
+            &src,
+            &[
+                NewEvent::user("one"),
+                NewEvent::tool_call("c", "f", serde_json::json!({})),
+            ],
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+    store
+        .prepare(
+            &src,
+            PrepareInput {
+                system_prompt: Some("sys"),
+                user_input: None,
+            },
+            |_| Ok(()),
+            |_| (),
+        )
+        .await
+        .unwrap();
+    // A refused Ingest on the target leaves a cached "absent" state behind.
+    assert!(
+        store
+            .ingest(
+                &dst,
+                &[NewEvent::tool_result("x", serde_json::json!(1))],
+                None,
+                None
+            )
+            .await
+            .is_err()
+    );
+    store.fork_agent(&src, &dst).await.unwrap();
+    assert!(matches!(
+        store.fork_agent(&src, &dst).await,
+        Err(StoreError::AlreadyExists(_))
+    ));
+    assert!(matches!(
+        store.fork_agent(&id("nobody"), &id("x")).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(matches!(
+        store.fork_agent(&src, &src).await,
+        Err(StoreError::Core(_))
+    ));
+    // The fork continues the source's turns and pending call…
+    let r = store
+        .ingest(
+            &dst,
+            &[
+                NewEvent::tool_result("c", serde_json::json!(2)),
+                NewEvent::user("two"),
+            ],
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.traces[0].turn_id, "turn_0001");
+    assert_eq!(r.traces[1].turn_id, "turn_0002");
+    let system = store
+        .read(&dst, |v| v.meta.system_prompt.clone())
+        .await
+        .unwrap();
+    assert_eq!(system.as_deref(), Some("sys"));
+    // …and the source does not see it.
+    assert_eq!(count(&store, "src").await, 2);
+    assert_eq!(count(&store, "dst").await, 4);
+    drop(store);
+    let store = open(dir.path()).await;
+    assert_eq!(count(&store, "dst").await, 4, "the fork is durable");
+    assert!(
+        std::fs::read_dir(dir.path().join("agents"))
+            .unwrap()
+            .all(|e| !e.unwrap().file_name().to_string_lossy().starts_with('.'))
+    );
+}

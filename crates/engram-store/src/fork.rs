@@ -1,0 +1,106 @@
+//! ForkAgent: every file of an agent copied under a new id, atomically.
+//!
+//! The copy is assembled in `agents/.fork-<uuid>`, each file flushed, then
+//! renamed to the target's name in one step, so a crash leaves either no
+//! target or a whole one (debris is removed at the next start). The source
+//! is locked meanwhile, so the copy is one consistent state of it.
+
+use std::fs;
+use std::path::Path;
+use std::sync::Arc;
+
+use engram_core::{AgentId, CoreError};
+
+use crate::jsonl::sync_dir;
+use crate::{FORK_PREFIX, Result, Store, StoreError};
+
+impl Store {
+    /// Copies `source` to the new agent `target`.
+    pub async fn fork_agent(&self, source: &AgentId, target: &AgentId) -> Result<()> {
+        if source == target {
+            return Err(CoreError::Invalid(
+                "target_agent_id must differ from source_agent_id".into(),
+            )
+            .into());
+        }
+        let handle = self.existing_handle(source)?;
+        let mut slot = handle.state.lock().await;
+        let state = self.loaded(source, &mut slot).await?;
+        if !state.exists() {
+            return Err(StoreError::NotFound(source.to_string()));
+        }
+        let target_dir = self.agent_dir(target);
+        if target_dir.exists() {
+            return Err(StoreError::AlreadyExists(target.to_string()));
+        }
+        let agents_dir = self.inner.agents_dir.clone();
+        let staging = agents_dir.join(format!("{FORK_PREFIX}{}", uuid::Uuid::new_v4()));
+        let from = state.dir.clone();
+        let to = staging.clone();
+        tokio::task::spawn_blocking(move || copy_agent(&from, &to))
+            .await
+            .expect("copy task panicked")?;
+        self.forget_absent(target).await;
+        let renamed = fs::rename(&staging, &target_dir);
+        if renamed.is_err() || !target_dir.exists() {
+            let _ = fs::remove_dir_all(&staging);
+            return match renamed {
+                // Created meanwhile (an Ingest or another fork won the race).
+                Err(e)
+                    if target_dir.exists() || e.kind() == std::io::ErrorKind::DirectoryNotEmpty =>
+                {
+                    Err(StoreError::AlreadyExists(target.to_string()))
+                }
+                Err(e) => Err(StoreError::io("renaming", &staging)(e)),
+                Ok(()) => Err(StoreError::AlreadyExists(target.to_string())),
+            };
+        }
+        sync_dir(&agents_dir)?;
+        drop(slot);
+        tracing::info!(source = %source, target = %target, "agent forked");
+        Ok(())
+    }
+
+    /// Drops a cached "does not exist" state of `id`, so the next use reads
+    /// the files that are about to appear.
+    async fn forget_absent(&self, id: &AgentId) {
+        let cached = self
+            .inner
+            .agents
+            .lock()
+            .expect("registry lock")
+            .get(id)
+            .map(Arc::clone);
+        if let Some(handle) = cached {
+            let mut slot = handle.state.lock().await;
+            if slot.as_ref().is_none_or(|s| !s.exists()) {
+                if let Some(state) = slot.as_mut() {
+                    state.deleted = true;
+                }
+                let mut agents = self.inner.agents.lock().expect("registry lock");
+                if agents.get(id).is_some_and(|h| Arc::ptr_eq(h, &handle)) {
+                    agents.remove(id);
+                }
+            }
+        }
+    }
+}
+
+/// Copies the agent's regular files (not temp files) and flushes them.
+fn copy_agent(from: &Path, to: &Path) -> Result<()> {
+    fs::create_dir(to).map_err(StoreError::io("creating", to))?;
+    for entry in fs::read_dir(from).map_err(StoreError::io("listing", from))? {
+        let entry = entry.map_err(StoreError::io("listing", from))?;
+        let name = entry.file_name();
+        let is_file = entry.file_type().is_ok_and(|t| t.is_file());
+        if !is_file || name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let dst = to.join(&name);
+        fs::copy(entry.path(), &dst).map_err(StoreError::io("copying to", &dst))?;
+        fs::File::open(&dst)
+            .and_then(|f| f.sync_all())
+            .map_err(StoreError::io("syncing", &dst))?;
+    }
+    sync_dir(to)
+}
