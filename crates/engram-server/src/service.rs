@@ -9,6 +9,7 @@ use engram_core::retrieve::{raw_tail, tool_interactions};
 use engram_proto::pb;
 use engram_proto::pb::memory_service_server::MemoryService;
 use engram_store::Store;
+use engram_store::search::{Cursor, Query};
 use tonic::{Request, Response, Status};
 
 use crate::budget::Budgets;
@@ -20,6 +21,8 @@ const DEFAULT_MAX_SEMANTIC: u32 = 20;
 const DEFAULT_RAW_TAIL_TURNS: u32 = 4;
 const DEFAULT_PAGE_SIZE: u32 = 100;
 const MAX_PAGE_SIZE: u32 = 1000;
+const DEFAULT_SEARCH_LIMIT: u32 = 20;
+const MAX_SEARCH_LIMIT: u32 = 200;
 
 /// The gRPC service over one store.
 #[derive(Debug, Clone)]
@@ -154,11 +157,40 @@ impl MemoryService for Engram {
 
     async fn search_history(
         &self,
-        _request: Request<pb::SearchHistoryRequest>,
+        request: Request<pb::SearchHistoryRequest>,
     ) -> Result<Response<pb::SearchHistoryResponse>, Status> {
-        Err(Status::unimplemented(
-            "SearchHistory is not implemented yet (compaction)",
-        ))
+        let req = request.into_inner();
+        let id = agent(&req.agent_id)?;
+        let query = Query::parse(&req.query).map_err(from_core)?;
+        let limit = match req.limit {
+            0 => DEFAULT_SEARCH_LIMIT,
+            n => n.min(MAX_SEARCH_LIMIT),
+        } as usize;
+        let cursor = match req.page_token.as_str() {
+            "" => None,
+            token => Some(Cursor::from_token(token).ok_or_else(|| {
+                Status::invalid_argument(
+                    "page_token is not one this server issued; pass next_page_token unchanged",
+                )
+            })?),
+        };
+        let (hits, next) = self
+            .store
+            .search(&id, &query, limit, cursor)
+            .await
+            .map_err(from_store)?;
+        let response = pb::SearchHistoryResponse {
+            matches: hits
+                .into_iter()
+                .map(|h| pb::SearchMatch {
+                    turn_id: h.trace.turn_id.clone(),
+                    trace: Some(convert::trace_into_pb(h.trace)),
+                    archived: h.archived,
+                })
+                .collect(),
+            next_page_token: next.map(Cursor::to_token).unwrap_or_default(),
+        };
+        self.fits(response, "page")
     }
 
     async fn get_context_stats(

@@ -460,16 +460,11 @@ async fn list_pages_and_delete_removes_every_file() {
 async fn rpcs_of_later_issues_answer_unimplemented() {
     let server = TestServer::start().await;
     let mut c = server.client().await;
-    let codes = [
-        c.compact(pb::CompactRequest::default())
-            .await
-            .unwrap_err()
-            .code(),
-        c.search_history(pb::SearchHistoryRequest::default())
-            .await
-            .unwrap_err()
-            .code(),
-    ];
+    let codes = [c
+        .compact(pb::CompactRequest::default())
+        .await
+        .unwrap_err()
+        .code()];
     assert!(codes.iter().all(|c| *c == Code::Unimplemented), "{codes:?}");
 }
 
@@ -537,4 +532,77 @@ async fn fork_copies_an_agent_under_a_new_id() {
         .await
         .unwrap_err();
     assert_eq!(missing.code(), Code::NotFound);
+}
+
+#[tokio::test]
+async fn search_history_finds_active_and_archived_traces_newest_first() {
+    let server = TestServer::start().await;
+    let mut c = server.client().await;
+    for i in 0..5 {
+        c.ingest(ingest_req(
+            "s",
+            vec![
+                user(&format!("Trip to Oslo, day {i}")),
+                event(pb::TraceType::Assistant, "noted"),
+            ],
+        ))
+        .await
+        .unwrap();
+    }
+    // An archive as compaction writes it: older traces, one JSON line each.
+    let archived = "{\"id\":\"old-1\",\"ts\":1.0,\"turn_id\":\"turn_0001\",\"seq\":0,\"trace_type\":\"user\",\"content\":\"first trip to oslo\"}\n";
+    std::fs::write(
+        server.agents_dir().join("s/raw_traces_archive.jsonl"),
+        archived,
+    )
+    .unwrap();
+    let mut found = vec![];
+    let mut token = String::new();
+    loop {
+        let page = c
+            .search_history(pb::SearchHistoryRequest {
+                agent_id: "s".into(),
+                query: "OSLO trip".into(),
+                limit: 2,
+                page_token: token,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(page.matches.len() <= 2);
+        found.extend(
+            page.matches
+                .into_iter()
+                .map(|m| (m.trace.unwrap().content, m.archived)),
+        );
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    let expected: Vec<(String, bool)> = (0..5)
+        .rev()
+        .map(|i| (format!("Trip to Oslo, day {i}"), false))
+        .chain([("first trip to oslo".to_string(), true)])
+        .collect();
+    assert_eq!(found, expected);
+    let empty = c
+        .search_history(pb::SearchHistoryRequest {
+            agent_id: "s".into(),
+            query: " ".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(empty.code(), Code::InvalidArgument);
+    let bad_token = c
+        .search_history(pb::SearchHistoryRequest {
+            agent_id: "s".into(),
+            query: "oslo".into(),
+            page_token: "bogus".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad_token.code(), Code::InvalidArgument);
 }

@@ -12,12 +12,15 @@
 //! - [`agent`]: one agent's files and derived state.
 //! - `write`: the write path of Ingest and PrepareRequest.
 //! - `fork`: ForkAgent, a copy of every file of an agent under a new id.
+//! - [`search`]: SearchHistory over active and archived traces.
+//! - [`search`]: SearchHistory over active and archived traces.
 
 pub mod agent;
 pub mod durable;
 pub mod error;
 mod fork;
 pub mod jsonl;
+pub mod search;
 pub mod wal;
 mod write;
 
