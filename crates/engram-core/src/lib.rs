@@ -7,12 +7,14 @@
 //! - [`trace`]: raw traces as stored in `raw_traces.jsonl`, and incoming events.
 //! - [`turns`]: turn and seq assignment, tool-call pairing, idempotency.
 //! - [`memory`]: episodic and semantic items and their ranking.
+//! - [`bm25`]: relevance of memories to a query.
 //! - [`render`]: provider request bodies (OpenAI, Anthropic, Gemini).
 //! - [`retrieve`]: the raw tail and tool interactions of an agent.
 //! - [`transcript`]: the active transcript as structured messages.
 //! - [`error`]: validation errors, split by the status they map to.
 
 pub mod agent_id;
+pub mod bm25;
 pub mod budget;
 pub mod error;
 pub mod memory;

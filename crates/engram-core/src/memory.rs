@@ -63,6 +63,54 @@ pub fn top_semantic(items: &[SemanticItem], n: usize) -> Vec<SemanticItem> {
         .collect()
 }
 
+/// The `n` episodic items most relevant to `query` (BM25 over summary and
+/// tags), ties by salience, then recency; most relevant first.
+pub fn relevant_episodic(items: &[EpisodicItem], query: &str, n: usize) -> Vec<EpisodicItem> {
+    let docs: Vec<String> = items
+        .iter()
+        .map(|i| format!("{} {}", i.summary, i.tags.join(" ")))
+        .collect();
+    let order = rank(
+        &crate::bm25::scores(query, &docs),
+        items.iter().map(|i| (i.salience, i.ts)),
+    );
+    order
+        .into_iter()
+        .take(n)
+        .map(|i| items[i].clone())
+        .collect()
+}
+
+/// The `n` live semantic items most relevant to `query` (BM25 over fact and
+/// tags), ties by salience, then recency; most relevant first.
+pub fn relevant_semantic(items: &[SemanticItem], query: &str, n: usize) -> Vec<SemanticItem> {
+    let live: Vec<&SemanticItem> = items.iter().filter(|i| i.superseded_by.is_none()).collect();
+    let docs: Vec<String> = live
+        .iter()
+        .map(|i| format!("{} {}", i.fact, i.tags.join(" ")))
+        .collect();
+    let order = rank(
+        &crate::bm25::scores(query, &docs),
+        live.iter().map(|i| (i.salience, i.ts)),
+    );
+    order.into_iter().take(n).map(|i| live[i].clone()).collect()
+}
+
+/// Indices by score, then salience, then recency (ts, then file order),
+/// all descending.
+fn rank(scores: &[f64], keys: impl Iterator<Item = (f32, f64)>) -> Vec<usize> {
+    let keys: Vec<(f32, f64)> = keys.collect();
+    let mut order: Vec<usize> = (0..scores.len()).collect();
+    order.sort_by(|&a, &b| {
+        scores[b]
+            .total_cmp(&scores[a])
+            .then(keys[b].0.total_cmp(&keys[a].0))
+            .then(keys[b].1.total_cmp(&keys[a].1))
+            .then(b.cmp(&a))
+    });
+    order
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,6 +142,57 @@ mod tests {
         assert_eq!(ids, ["b", "c", "a"]);
         assert_eq!(top_semantic(&items, 0).len(), 0);
         assert_eq!(top_semantic(&items, 10).len(), 4);
+    }
+
+    #[test]
+    fn a_query_ranks_by_relevance_then_salience_then_recency() {
+        let mut items = vec![
+            fact("tea", 1.0, 0.2),
+            fact("oslo-old", 1.0, 0.5),
+            fact("oslo-new", 2.0, 0.5),
+            fact("oslo-salient", 0.5, 0.9),
+        ];
+        items[0].fact = "likes tea".into();
+        items[1].fact = "lives in Oslo".into();
+        items[2].fact = "lives in Oslo".into();
+        items[3].fact = "lives in Oslo".into();
+        let mut gone = fact("oslo-gone", 3.0, 1.0);
+        gone.fact = "lives in Oslo".into();
+        gone.superseded_by = Some("x".into());
+        items.push(gone);
+        let ids: Vec<_> = relevant_semantic(&items, "where in oslo", 10)
+            .into_iter()
+            .map(|i| i.id)
+            .collect();
+        assert_eq!(ids, ["oslo-salient", "oslo-new", "oslo-old", "tea"]);
+        let episodes = vec![
+            EpisodicItem {
+                id: "e1".into(),
+                ts: 1.0,
+                turn_ids: vec![],
+                summary: "Planned a trip to Rome".into(),
+                tags: vec![],
+                salience: 0.5,
+            },
+            EpisodicItem {
+                id: "e2".into(),
+                ts: 2.0,
+                turn_ids: vec![],
+                summary: "Fixed the deploy script".into(),
+                tags: vec!["devops".into()],
+                salience: 0.5,
+            },
+        ];
+        let ids: Vec<_> = relevant_episodic(&episodes, "rome trip", 1)
+            .into_iter()
+            .map(|i| i.id)
+            .collect();
+        assert_eq!(ids, ["e1"]);
+        let ids: Vec<_> = relevant_episodic(&episodes, "devops", 2)
+            .into_iter()
+            .map(|i| i.id)
+            .collect();
+        assert_eq!(ids, ["e2", "e1"], "tags count");
     }
 
     #[test]

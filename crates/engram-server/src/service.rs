@@ -4,7 +4,7 @@
 use engram_core::AgentId;
 use std::sync::Arc;
 
-use engram_core::memory::{recent_episodic, top_semantic};
+use engram_core::memory::{recent_episodic, relevant_episodic, relevant_semantic, top_semantic};
 use engram_core::retrieve::{raw_tail, tool_interactions};
 use engram_proto::pb;
 use engram_proto::pb::memory_service_server::MemoryService;
@@ -116,11 +116,6 @@ impl MemoryService for Engram {
     ) -> Result<Response<pb::RetrieveResponse>, Status> {
         let req = request.into_inner();
         let id = agent(&req.agent_id)?;
-        if !req.query.is_empty() {
-            return Err(Status::unimplemented(
-                "Retrieve with a query (relevance ranking) is not implemented yet; omit query for recency and salience order",
-            ));
-        }
         let max_episodic = req.max_episodic.unwrap_or(DEFAULT_MAX_EPISODIC) as usize;
         let max_semantic = req.max_semantic.unwrap_or(DEFAULT_MAX_SEMANTIC) as usize;
         let tail_turns = req.raw_tail_turns.unwrap_or(DEFAULT_RAW_TAIL_TURNS) as usize;
@@ -128,16 +123,23 @@ impl MemoryService for Engram {
             .store
             .read(&id, |view| {
                 let tail = raw_tail(view.traces, tail_turns);
+                let query = req.query.trim();
+                // With a query, relevance first; without, recency and salience.
+                let (episodic, semantic) = if query.is_empty() {
+                    (
+                        recent_episodic(view.episodic, max_episodic),
+                        top_semantic(view.semantic, max_semantic),
+                    )
+                } else {
+                    (
+                        relevant_episodic(view.episodic, query, max_episodic),
+                        relevant_semantic(view.semantic, query, max_semantic),
+                    )
+                };
                 pb::RetrieveResponse {
                     bundle: Some(pb::MemoryBundle {
-                        episodic: recent_episodic(view.episodic, max_episodic)
-                            .iter()
-                            .map(convert::episodic_to_pb)
-                            .collect(),
-                        semantic: top_semantic(view.semantic, max_semantic)
-                            .iter()
-                            .map(convert::semantic_to_pb)
-                            .collect(),
+                        episodic: episodic.iter().map(convert::episodic_to_pb).collect(),
+                        semantic: semantic.iter().map(convert::semantic_to_pb).collect(),
                     }),
                     tool_interactions: if req.include_tool_interactions {
                         tool_interactions(tail.iter().copied())

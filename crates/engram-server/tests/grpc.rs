@@ -262,6 +262,25 @@ async fn retrieve_serves_memories_from_the_files() {
     let s: Vec<_> = bundle.semantic.iter().map(|i| i.id.as_str()).collect();
     assert_eq!(e, ["e4", "e5"]);
     assert_eq!(s, ["f2", "f1"]);
+    // With a query: relevance first (BM25), then salience.
+    let ranked = client
+        .retrieve(pb::RetrieveRequest {
+            agent_id: "mem".into(),
+            query: "tea please".into(),
+            max_episodic: Some(1),
+            max_semantic: Some(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .bundle
+        .unwrap();
+    assert_eq!(
+        ranked.semantic[0].id, "f1",
+        "the tea fact beats the more salient Oslo one"
+    );
+    assert_eq!(ranked.episodic.len(), 1);
 }
 
 async fn assert_refused(
