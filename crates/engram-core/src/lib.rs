@@ -8,6 +8,7 @@
 //! - [`turns`]: turn and seq assignment, tool-call pairing, idempotency.
 //! - [`memory`]: episodic and semantic items and their ranking.
 //! - [`bm25`]: relevance of memories to a query.
+//! - [`compaction`]: window selection, the snapshot, fact merging.
 //! - [`render`]: provider request bodies (OpenAI, Anthropic, Gemini).
 //! - [`retrieve`]: the raw tail and tool interactions of an agent.
 //! - [`transcript`]: the active transcript as structured messages.
@@ -16,6 +17,7 @@
 pub mod agent_id;
 pub mod bm25;
 pub mod budget;
+pub mod compaction;
 pub mod error;
 pub mod memory;
 pub mod render;

@@ -1,0 +1,353 @@
+//! Compaction rules without I/O: which turns a summary may take, how the
+//! snapshot reads, and how new facts merge into known ones.
+//!
+//! - [`select_window`]: whole turns older than the kept tail, oldest first,
+//!   stopping before any turn with a call still waiting for its result (a
+//!   summary never separates a call from its result). The current turn is
+//!   never in the window.
+//! - [`render_snapshot`]: the text that starts an epoch (DESIGN §1).
+//! - [`merge_facts`]: the same fact is never stored twice; a changed fact
+//!   supersedes the old one, which is kept with `superseded_by`.
+
+use std::collections::{BTreeMap, HashSet};
+
+use crate::memory::{EpisodicItem, SemanticItem};
+use crate::transcript::result_text;
+use crate::turns::turn_number;
+use crate::{RawTrace, TraceType};
+
+/// The turns a compaction may summarize.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Window {
+    /// Turn ids, oldest first.
+    pub turn_ids: Vec<String>,
+    /// Indices (into the traces given) of every trace of those turns.
+    pub trace_indices: Vec<usize>,
+}
+
+impl Window {
+    pub fn is_empty(&self) -> bool {
+        self.turn_ids.is_empty()
+    }
+}
+
+/// Whole turns older than the last `keep_turns` turns before the current
+/// (latest) one, oldest first, up to the first turn with an unanswered call.
+pub fn select_window(traces: &[RawTrace], keep_turns: usize) -> Window {
+    let mut turns: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for (i, t) in traces.iter().enumerate() {
+        if let Some(n) = turn_number(&t.turn_id) {
+            turns.entry(n).or_default().push(i);
+        }
+    }
+    // The current turn plus the kept tail stay.
+    let candidates = turns.len().saturating_sub(keep_turns + 1);
+    let answered: HashSet<&str> = traces
+        .iter()
+        .filter(|t| t.trace_type == TraceType::ToolResult)
+        .filter_map(|t| t.tool_call_id.as_deref())
+        .collect();
+    let mut window = Window::default();
+    for (_, indices) in turns.into_iter().take(candidates) {
+        let pending = indices.iter().any(|&i| {
+            let t = &traces[i];
+            t.trace_type == TraceType::ToolCall
+                && t.tool_call_id
+                    .as_deref()
+                    .is_some_and(|id| !answered.contains(id))
+        });
+        if pending {
+            break;
+        }
+        window.turn_ids.push(traces[indices[0]].turn_id.clone());
+        window.trace_indices.extend(indices);
+    }
+    window.trace_indices.sort_unstable();
+    window
+}
+
+/// The snapshot text of DESIGN §1: memory bundle, then the recent turns.
+pub fn render_snapshot(
+    episodic: &[EpisodicItem],
+    semantic: &[SemanticItem],
+    tail: &[RawTrace],
+) -> String {
+    let mut out = String::from("[MEMORY:EPISODIC]\n");
+    for (i, e) in episodic.iter().enumerate() {
+        out.push_str(&format!("{}) {}\n", i + 1, one_line(&e.summary)));
+    }
+    out.push_str("[MEMORY:SEMANTIC]\n");
+    for f in semantic.iter().filter(|f| f.superseded_by.is_none()) {
+        out.push_str(&format!("- {}\n", one_line(&f.fact)));
+    }
+    out.push_str("[RECENT TURNS]\n");
+    let mut current = None;
+    let mut ordered: Vec<&RawTrace> = tail.iter().collect();
+    ordered.sort_by_key(|t| (turn_number(&t.turn_id), t.seq));
+    for t in ordered {
+        if current != Some(t.turn_id.as_str()) {
+            current = Some(t.turn_id.as_str());
+            let n = turn_number(&t.turn_id).map_or_else(|| t.turn_id.clone(), |n| n.to_string());
+            out.push_str(&format!("Turn {n}:\n"));
+        }
+        let line = match t.trace_type {
+            TraceType::User => format!("User: {}", one_line(&t.content)),
+            TraceType::Assistant => format!("Assistant: {}", one_line(&t.content)),
+            TraceType::ToolCall => format!(
+                "Tool call: {}({})",
+                t.tool_name.as_deref().unwrap_or("tool"),
+                t.tool_args
+                    .as_ref()
+                    .map(|a| serde_json::Value::Object(a.clone()).to_string())
+                    .unwrap_or_default()
+            ),
+            TraceType::ToolResult => format!("Tool result: {}", one_line(&result_text(t))),
+        };
+        out.push_str("  ");
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A fact a summarizer proposed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewFact {
+    pub fact: String,
+    pub tags: Vec<String>,
+    pub confidence: f32,
+    pub salience: f32,
+}
+
+/// What merging new facts into known ones decided.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FactMerge {
+    /// Items to append to `semantic.jsonl`.
+    pub new_items: Vec<SemanticItem>,
+    /// `(old id, new id)`: the old item is superseded by the new one.
+    pub superseded: Vec<(String, String)>,
+    /// Proposed facts already known word for word (skipped).
+    pub duplicates: usize,
+}
+
+/// Lowercase words: two facts with the same words are the same fact.
+pub fn normalize(text: &str) -> String {
+    crate::bm25::tokenize(text).join(" ")
+}
+
+/// Word overlap (Jaccard) above which a new fact updates a known one.
+const UPDATE_OVERLAP: f64 = 0.6;
+
+fn overlap(a: &str, b: &str) -> f64 {
+    let a: HashSet<String> = crate::bm25::tokenize(a).into_iter().collect();
+    let b: HashSet<String> = crate::bm25::tokenize(b).into_iter().collect();
+    let union = a.union(&b).count();
+    if union == 0 {
+        return 0.0;
+    }
+    a.intersection(&b).count() as f64 / union as f64
+}
+
+/// Merges `proposed` into the live `known` facts: exact repeats (after
+/// normalization) are skipped; a fact mostly made of a known fact's words
+/// supersedes it; anything else is new. `new_id` names new items.
+pub fn merge_facts(
+    known: &[SemanticItem],
+    proposed: &[NewFact],
+    now: f64,
+    mut new_id: impl FnMut() -> String,
+) -> FactMerge {
+    let mut merge = FactMerge::default();
+    let mut live: Vec<(String, String)> = known
+        .iter()
+        .filter(|k| k.superseded_by.is_none())
+        .map(|k| (k.id.clone(), k.fact.clone()))
+        .collect();
+    for p in proposed {
+        let norm = normalize(&p.fact);
+        if norm.is_empty() {
+            continue;
+        }
+        if live.iter().any(|(_, f)| normalize(f) == norm) {
+            merge.duplicates += 1;
+            continue;
+        }
+        let item = SemanticItem {
+            id: new_id(),
+            ts: now,
+            fact: p.fact.trim().to_owned(),
+            tags: p.tags.clone(),
+            confidence: p.confidence.clamp(0.0, 1.0),
+            salience: p.salience.clamp(0.0, 1.0),
+            superseded_by: None,
+        };
+        let replaced = live
+            .iter()
+            .map(|(id, f)| (id.clone(), overlap(f, &p.fact)))
+            .filter(|(_, o)| *o >= UPDATE_OVERLAP)
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(id, _)| id);
+        if let Some(old) = replaced {
+            live.retain(|(id, _)| *id != old);
+            merge.superseded.push((old, item.id.clone()));
+        }
+        live.push((item.id.clone(), item.fact.clone()));
+        merge.new_items.push(item);
+    }
+    merge
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+    use crate::NewEvent;
+    use crate::turns::assign_all;
+
+    fn conversation() -> Vec<RawTrace> {
+        assign_all([
+            NewEvent::user("t1"),
+            NewEvent::tool_call("a", "f", json!({})),
+            NewEvent::user("t2"),
+            NewEvent::tool_result("a", json!("late")),
+            NewEvent::user("t3"),
+            NewEvent::assistant("a3"),
+            NewEvent::user("t4"),
+            NewEvent::tool_call("p", "slow", json!({})),
+            NewEvent::user("t5"),
+            NewEvent::user("t6"),
+            NewEvent::user("t7"),
+        ])
+    }
+
+    #[test]
+    fn the_window_takes_whole_old_turns_and_stops_at_a_pending_call() {
+        let traces = conversation();
+        let w = select_window(&traces, 1);
+        // Turns 6 (tail) and 7 (current) stay; turn 4 waits for "p".
+        assert_eq!(w.turn_ids, ["turn_0001", "turn_0002", "turn_0003"]);
+        let contents: Vec<_> = w
+            .trace_indices
+            .iter()
+            .map(|&i| traces[i].turn_id.as_str())
+            .collect();
+        assert_eq!(
+            contents.iter().filter(|t| **t == "turn_0001").count(),
+            3,
+            "the late result goes with its call"
+        );
+        assert!(select_window(&traces, 10).is_empty());
+        assert!(select_window(&[], 0).is_empty());
+        let all_answered = assign_all([
+            NewEvent::user("1"),
+            NewEvent::user("2"),
+            NewEvent::user("3"),
+        ]);
+        assert_eq!(
+            select_window(&all_answered, 0).turn_ids,
+            ["turn_0001", "turn_0002"],
+            "never the current turn"
+        );
+    }
+
+    #[test]
+    fn the_snapshot_reads_as_the_design_shows() {
+        let tail = assign_all([
+            NewEvent::user("weather?"),
+            NewEvent::tool_call("c", "weather", json!({"city": "Oslo"})),
+            NewEvent::tool_result("c", json!("3 degrees")),
+            NewEvent::assistant("It is\n3 degrees."),
+        ]);
+        let episodic = [EpisodicItem {
+            id: "e".into(),
+            ts: 0.0,
+            turn_ids: vec![],
+            summary: "Talked about travel.".into(),
+            tags: vec![],
+            salience: 0.5,
+        }];
+        let semantic = [SemanticItem {
+            id: "f".into(),
+            ts: 0.0,
+            fact: "Lives in Oslo".into(),
+            tags: vec![],
+            confidence: 1.0,
+            salience: 1.0,
+            superseded_by: None,
+        }];
+        assert_eq!(
+            render_snapshot(&episodic, &semantic, &tail),
+            "[MEMORY:EPISODIC]\n1) Talked about travel.\n[MEMORY:SEMANTIC]\n- Lives in Oslo\n[RECENT TURNS]\nTurn 1:\n  User: weather?\n  Tool call: weather({\"city\":\"Oslo\"})\n  Tool result: 3 degrees\n  Assistant: It is 3 degrees.\n"
+        );
+    }
+
+    #[test]
+    fn facts_are_never_stored_twice_and_updates_supersede() {
+        let known = vec![SemanticItem {
+            id: "old".into(),
+            ts: 0.0,
+            fact: "The user lives in Oslo, Norway".into(),
+            tags: vec![],
+            confidence: 1.0,
+            salience: 1.0,
+            superseded_by: None,
+        }];
+        let fact = |f: &str| NewFact {
+            fact: f.into(),
+            tags: vec![],
+            confidence: 2.0,
+            salience: 0.5,
+        };
+        let mut n = 0;
+        let merge = merge_facts(
+            &known,
+            &[
+                fact("the user lives in oslo norway!"),
+                fact("The user lives in Bergen, Norway"),
+                fact("Prefers tea"),
+                fact("prefers TEA"),
+                fact("  "),
+            ],
+            5.0,
+            || {
+                n += 1;
+                format!("new{n}")
+            },
+        );
+        assert_eq!(merge.duplicates, 2);
+        let facts: Vec<_> = merge.new_items.iter().map(|i| i.fact.as_str()).collect();
+        assert_eq!(facts, ["The user lives in Bergen, Norway", "Prefers tea"]);
+        assert_eq!(merge.superseded, [("old".to_string(), "new1".to_string())]);
+        assert_eq!(merge.new_items[0].confidence, 1.0, "clamped");
+    }
+
+    proptest! {
+        #[test]
+        fn windows_hold_whole_turns_and_whole_tool_pairs(
+            traces in crate::transcript::tests::conversations(),
+            keep in 0usize..5,
+        ) {
+            let w = select_window(&traces, keep);
+            let in_window: HashSet<usize> = w.trace_indices.iter().copied().collect();
+            let turns: HashSet<&str> = w.turn_ids.iter().map(String::as_str).collect();
+            for (i, t) in traces.iter().enumerate() {
+                prop_assert_eq!(in_window.contains(&i), turns.contains(t.turn_id.as_str()), "whole turns only");
+            }
+            let calls: HashSet<&str> = w.trace_indices.iter().filter(|&&i| traces[i].trace_type == TraceType::ToolCall).filter_map(|&i| traces[i].tool_call_id.as_deref()).collect();
+            let results: HashSet<&str> = w.trace_indices.iter().filter(|&&i| traces[i].trace_type == TraceType::ToolResult).filter_map(|&i| traces[i].tool_call_id.as_deref()).collect();
+            prop_assert_eq!(calls, results, "every call with its result");
+            let mut all: Vec<u32> = traces.iter().filter_map(|t| turn_number(&t.turn_id)).collect();
+            all.sort_unstable();
+            all.dedup();
+            for kept in all.iter().rev().take(keep + 1) {
+                prop_assert!(!w.turn_ids.contains(&crate::turns::turn_id(*kept)), "tail and current turn kept");
+            }
+        }
+    }
+}
