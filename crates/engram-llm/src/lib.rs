@@ -7,8 +7,10 @@
 //! - [`http`]: an OpenAI-compatible chat-completions client (OpenAI, vLLM,
 //!   Ollama, llama.cpp, LiteLLM, …) with retries and backoff.
 //! - [`answer`]: the prompt the LLM gets and how its answer is read.
+//! - [`circuit`]: stop calling a failing model for a cool-down.
 
 pub mod answer;
+pub mod circuit;
 pub mod extractive;
 pub mod http;
 
@@ -18,6 +20,7 @@ use std::pin::Pin;
 use engram_core::RawTrace;
 use engram_core::memory::SemanticItem;
 
+pub use circuit::{Circuit, CircuitBreaker};
 pub use extractive::Extractive;
 pub use http::{HttpConfig, HttpSummarizer};
 
@@ -66,6 +69,10 @@ pub enum SummarizeError {
     /// get the same answer; the configuration needs a look.
     #[error("summarizer refused the request: {0}")]
     Rejected(String),
+    /// Too many failures in a row: the model is not called until the
+    /// cool-down ends (this long from now).
+    #[error("summarizer circuit open after repeated failures; retrying in {}s", .0.as_secs())]
+    CircuitOpen(std::time::Duration),
 }
 
 pub type SummaryFuture<'a> =
