@@ -125,6 +125,14 @@ pub struct Transcript {
 }
 
 impl Transcript {
+    /// A transcript that starts from `base` (an epoch's snapshot message).
+    pub fn with_base(base: Message) -> Self {
+        Self {
+            messages: vec![base],
+            open: None,
+        }
+    }
+
     /// Folds the traces of an epoch, in file order.
     pub fn from_traces<'a>(traces: impl IntoIterator<Item = &'a RawTrace>) -> Self {
         let mut t = Self::default();

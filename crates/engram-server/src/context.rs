@@ -83,8 +83,8 @@ fn sizing(
         .sum();
     let system = system_tokens(encoding, view.meta.system_prompt.as_deref());
     let estimate = u64::from(system) + body + tail_tokens + u64::from(tokens::REPLY_PRIMING);
-    let reported = view.tracker.last_usage().map(|u| {
-        let since = view.tokens.sum_from(view.report_mark) + tail_tokens;
+    let reported = view.report.map(|(u, mark)| {
+        let since = view.tokens.sum_from(mark) + tail_tokens;
         (u.prompt_tokens, clamp(since))
     });
     Sizing {

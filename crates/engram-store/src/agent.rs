@@ -8,8 +8,8 @@ use std::sync::Arc;
 use engram_core::memory::{EpisodicItem, SemanticItem};
 use engram_core::render::RenderCache;
 use engram_core::tokens::TokenCache;
-use engram_core::transcript::Transcript;
-use engram_core::{RawTrace, TurnTracker};
+use engram_core::transcript::{Message, Role, Transcript};
+use engram_core::{RawTrace, TurnTracker, Usage};
 use serde::{Deserialize, Serialize};
 
 use crate::durable::DurableFile;
@@ -37,6 +37,18 @@ pub struct AgentMeta {
     pub epoch: u32,
     pub compactions: u32,
     pub consecutive_failures: u32,
+    /// The epoch's snapshot text (memory bundle and raw tail), the first
+    /// message after the system prompt; none before the first compaction.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+    /// Active traces the snapshot already shows (its raw tail): they are
+    /// not repeated as messages.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub snapshot_trace_ids: Vec<String>,
+    /// A compaction written down but not finished (a crash or an I/O error
+    /// interrupted it): finished before the agent is used again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pending: Option<crate::compact::Intent>,
 }
 
 /// A loaded agent. `raw` is `None` while the agent does not exist on disk:
@@ -62,9 +74,11 @@ pub(crate) struct AgentState {
     pub tokens: TokenCache,
     /// Rendered JSON of the transcript's messages.
     pub render: RenderCache,
-    /// Transcript messages before the latest trace that carried a provider
-    /// usage report: what that reported prompt covered (roughly).
-    pub report_mark: usize,
+    /// The provider's last usage report in this epoch, and the number of
+    /// transcript messages before it (what that prompt covered, roughly).
+    pub report: Option<(Usage, usize)>,
+    /// A compaction's summarizer call is under way (memory only).
+    pub compacting: bool,
 }
 
 /// Access to a loaded agent, for the server's views. Only the token cache
@@ -79,7 +93,7 @@ pub struct AgentView<'a> {
     pub transcript: &'a Transcript,
     pub tokens: &'a mut TokenCache,
     pub render: &'a mut RenderCache,
-    pub report_mark: usize,
+    pub report: Option<(Usage, usize)>,
     pub dir: &'a Path,
 }
 
@@ -95,6 +109,11 @@ impl AgentState {
         }
         remove_debris(&jsonl::tmp_path(&state.dir.join(STATE)))?;
         state.meta = load_meta(&state.dir.join(STATE))?;
+        if let Some(snapshot) = &state.meta.snapshot {
+            state.transcript = Transcript::with_base(Message::text(Role::System, snapshot.clone()));
+        }
+        // Archived traces still count for turns, call ids and retries.
+        replay_archive(&state.dir.join(RAW_ARCHIVE), &mut state.tracker)?;
         let (traces, recovery) = jsonl::load::<RawTrace>(&state.dir.join(RAW_TRACES))?;
         report(&state.dir, RAW_TRACES, &recovery);
         for trace in &traces {
@@ -104,9 +123,9 @@ impl AgentState {
         let (episodic, recovery) = jsonl::load(&state.dir.join(EPISODIC))?;
         report(&state.dir, EPISODIC, &recovery);
         state.episodic = episodic;
-        let (semantic, recovery) = jsonl::load(&state.dir.join(SEMANTIC))?;
+        let (semantic, recovery) = jsonl::load::<SemanticItem>(&state.dir.join(SEMANTIC))?;
         report(&state.dir, SEMANTIC, &recovery);
-        state.semantic = semantic;
+        state.semantic = latest_by_id(semantic);
         state.raw = Some(Arc::new(DurableFile::open(&state.dir.join(RAW_TRACES))?));
         Ok(state)
     }
@@ -126,7 +145,8 @@ impl AgentState {
             transcript: Transcript::default(),
             tokens: TokenCache::default(),
             render: RenderCache::default(),
-            report_mark: 0,
+            report: None,
+            compacting: false,
         }
     }
 
@@ -155,7 +175,7 @@ impl AgentState {
             transcript: &self.transcript,
             tokens: &mut self.tokens,
             render: &mut self.render,
-            report_mark: self.report_mark,
+            report: self.report,
             dir: &self.dir,
         }
     }
@@ -163,8 +183,11 @@ impl AgentState {
     /// Folds a stored trace into the derived state (turns, transcript).
     pub fn note(&mut self, trace: &RawTrace) {
         self.tracker.apply(trace);
-        if trace.usage.is_some() {
-            self.report_mark = self.transcript.messages().len();
+        if self.meta.snapshot_trace_ids.contains(&trace.id) {
+            return; // shown in the snapshot text
+        }
+        if let Some(usage) = trace.usage {
+            self.report = Some((usage, self.transcript.messages().len()));
         }
         let changed = self.transcript.push(trace);
         self.tokens.invalidate_from(changed);
@@ -196,6 +219,40 @@ impl AgentState {
             .filter_map(|line| RawTrace::from_line(line).ok())
             .find(|t| t.id == id))
     }
+}
+
+/// Folds the archive into the turn state, a line at a time.
+fn replay_archive(path: &Path, tracker: &mut TurnTracker) -> Result<()> {
+    use std::io::BufRead;
+    let file = match fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(StoreError::io("opening", path)(e)),
+    };
+    for line in std::io::BufReader::new(file).split(b'\n') {
+        let line = line.map_err(StoreError::io("reading", path))?;
+        if let Ok(trace) = RawTrace::from_line(&line) {
+            tracker.apply(&trace);
+        }
+    }
+    Ok(())
+}
+
+/// `semantic.jsonl` is append-only: a later line for the same id (a fact
+/// marked superseded) replaces the earlier one, in the earlier's place.
+fn latest_by_id(items: Vec<SemanticItem>) -> Vec<SemanticItem> {
+    let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut out: Vec<SemanticItem> = Vec::with_capacity(items.len());
+    for item in items {
+        match index.get(&item.id) {
+            Some(&i) => out[i] = item,
+            None => {
+                index.insert(item.id.clone(), out.len());
+                out.push(item);
+            }
+        }
+    }
+    out
 }
 
 fn load_meta(path: &Path) -> Result<AgentMeta> {

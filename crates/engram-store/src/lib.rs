@@ -16,6 +16,7 @@
 //! - [`search`]: SearchHistory over active and archived traces.
 
 pub mod agent;
+pub mod compact;
 pub mod durable;
 pub mod error;
 mod fork;
@@ -111,6 +112,8 @@ struct Inner {
     wal: wal::Wal,
     /// Serializes checkpoints (upkeep and shutdown may both ask for one).
     checkpointing: AsyncMutex<()>,
+    /// Test hook of [`Store::inject_compaction_fault`].
+    compaction_fault: Mutex<Option<&'static str>>,
     opened: Instant,
 }
 
@@ -145,6 +148,7 @@ impl Store {
                 agents: Mutex::new(HashMap::new()),
                 wal,
                 checkpointing: AsyncMutex::new(()),
+                compaction_fault: Mutex::new(None),
                 opened: Instant::now(),
             }),
         })
@@ -208,7 +212,14 @@ impl Store {
                 .expect("load task panicked")?;
             *slot = Some(state);
         }
-        Ok(slot.as_mut().expect("just loaded"))
+        let state = slot.as_mut().expect("just loaded");
+        // A compaction that was interrupted (a crash, an I/O error) is
+        // finished before the agent is used again.
+        if let Some(intent) = state.meta.pending.clone() {
+            tracing::warn!(agent = %id, "finishing an interrupted compaction");
+            self.complete_intent(id, state, &intent).await?;
+        }
+        Ok(state)
     }
 
     /// Runs `f` over a consistent view of an existing agent. What `f` saw is

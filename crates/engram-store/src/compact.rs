@@ -1,0 +1,377 @@
+//! Compaction's store part: take a window of old turns, and after the
+//! summarizer answered, write the summary, archive the turns and start a
+//! new epoch — crash-safe by rolling forward.
+//!
+//! The LLM call happens between [`Store::begin_compaction`] and
+//! [`Store::finish_compaction`], without the agent's lock, so Ingest keeps
+//! working meanwhile; what arrives is not in the window and lands after the
+//! new snapshot. `finish` first writes everything it is about to do into
+//! `state.json` (an [`Intent`]), then does it in an order where every step
+//! can be repeated: episodic and semantic lines are appended unless their
+//! id is there, the archive is cut back to its length before this
+//! compaction and the window appended (only while the window is still in
+//! the active file), the active file is rewritten atomically, and the
+//! intent is cleared in the same atomic write that starts the epoch. An
+//! agent found with an intent at load finishes it first. So after a crash
+//! at any point every trace is in the active file or the archive exactly
+//! once, no turn is in two episodic items, and no episodic item's turns
+//! are still active.
+
+use std::collections::HashSet;
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+use engram_core::compaction::{NewFact, merge_facts, render_snapshot, select_window};
+use engram_core::memory::{EpisodicItem, SemanticItem, recent_episodic, top_semantic};
+use engram_core::turns::turn_number;
+use engram_core::{AgentId, RawTrace};
+use serde::{Deserialize, Serialize};
+
+use crate::agent::{AgentMeta, AgentState, EPISODIC, RAW_ARCHIVE, RAW_TRACES, SEMANTIC};
+use crate::durable::DurableFile;
+use crate::jsonl::{atomic_write, sync_dir};
+use crate::{FsyncPolicy, Result, Store, StoreError, unix_now, wal};
+
+/// Compaction settings (`[policy]`).
+#[derive(Debug, Clone, Copy)]
+pub struct Policy {
+    /// Whole turns kept raw before the current one.
+    pub raw_tail_turns: usize,
+    pub max_episodic: usize,
+    pub max_semantic: usize,
+}
+
+/// What the summarizer gets.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub epoch: u32,
+    pub turn_ids: Vec<String>,
+    /// The window's traces, in file order.
+    pub traces: Vec<RawTrace>,
+    /// Live facts, so the summarizer can update rather than repeat them.
+    pub known_facts: Vec<SemanticItem>,
+    /// The latest turn when the job began; it and later turns stay messages.
+    current_turn: u32,
+}
+
+/// The summarizer's answer, as the store stores it.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    pub text: String,
+    pub tags: Vec<String>,
+    pub salience: f32,
+    pub facts: Vec<NewFact>,
+}
+
+/// What a finished compaction did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub turn_ids: Vec<String>,
+    pub episodic_id: String,
+    pub semantic_added: u32,
+    pub semantic_updated: u32,
+    pub traces_pruned: u32,
+    pub epoch: u32,
+}
+
+/// A compaction written down before any file changes (in `state.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Intent {
+    /// The epoch this compaction ends.
+    pub epoch: u32,
+    pub turn_ids: Vec<String>,
+    pub trace_ids: Vec<String>,
+    /// Length of the archive before this compaction appended to it.
+    pub archive_len: u64,
+    pub episodic: EpisodicItem,
+    pub semantic: Vec<SemanticItem>,
+    /// `(old id, new id)`.
+    pub superseded: Vec<(String, String)>,
+    pub snapshot: String,
+    pub snapshot_trace_ids: Vec<String>,
+}
+
+fn append_sync(path: &Path, bytes: &[u8]) -> Result<()> {
+    let existed = path.exists();
+    let mut f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(StoreError::io("opening", path))?;
+    f.write_all(bytes)
+        .map_err(StoreError::io("appending to", path))?;
+    f.sync_data().map_err(StoreError::io("syncing", path))?;
+    if !existed {
+        sync_dir(path.parent().unwrap_or(Path::new(".")))?;
+    }
+    Ok(())
+}
+
+fn line<T: Serialize>(item: &T) -> Vec<u8> {
+    let mut l = serde_json::to_vec(item).expect("items serialize");
+    l.push(b'\n');
+    l
+}
+
+impl Store {
+    /// Picks the turns to summarize; `None` when there is nothing to
+    /// compact or a compaction of this agent is already running.
+    pub async fn begin_compaction(&self, id: &AgentId, policy: Policy) -> Result<Option<Job>> {
+        let handle = self.existing_handle(id)?;
+        let mut slot = handle.state.lock().await;
+        let state = self.loaded(id, &mut slot).await?;
+        if !state.exists() {
+            return Err(StoreError::NotFound(id.to_string()));
+        }
+        if state.compacting {
+            return Ok(None);
+        }
+        let window = select_window(&state.traces, policy.raw_tail_turns);
+        if window.is_empty() {
+            return Ok(None);
+        }
+        state.compacting = true;
+        Ok(Some(Job {
+            epoch: state.meta.epoch,
+            turn_ids: window.turn_ids,
+            traces: window
+                .trace_indices
+                .iter()
+                .map(|&i| state.traces[i].clone())
+                .collect(),
+            known_facts: state
+                .semantic
+                .iter()
+                .filter(|f| f.superseded_by.is_none())
+                .cloned()
+                .collect(),
+            current_turn: state.tracker.turn_count(),
+        }))
+    }
+
+    /// Gives up a job (the summarizer failed): nothing was written but the
+    /// failure count. Returns the consecutive failures so far.
+    pub async fn abort_compaction(&self, id: &AgentId) -> Result<u32> {
+        let handle = self.existing_handle(id)?;
+        let mut slot = handle.state.lock().await;
+        let state = self.loaded(id, &mut slot).await?;
+        state.compacting = false;
+        let meta = AgentMeta {
+            consecutive_failures: state.meta.consecutive_failures + 1,
+            ..state.meta.clone()
+        };
+        state.save_meta(meta)?;
+        Ok(state.meta.consecutive_failures)
+    }
+
+    /// Stores `summary` for `job` and starts the next epoch.
+    pub async fn finish_compaction(
+        &self,
+        id: &AgentId,
+        job: Job,
+        summary: Summary,
+        policy: Policy,
+    ) -> Result<Outcome> {
+        let handle = self.existing_handle(id)?;
+        let mut slot = handle.state.lock().await;
+        let state = self.loaded(id, &mut slot).await?;
+        state.compacting = false;
+        let active: HashSet<&str> = state.traces.iter().map(|t| t.id.as_str()).collect();
+        if state.meta.epoch != job.epoch
+            || job.traces.iter().any(|t| !active.contains(t.id.as_str()))
+        {
+            return Err(StoreError::Core(engram_core::CoreError::Invalid(
+                "the agent changed while it was being compacted; nothing was written".into(),
+            )));
+        }
+        let now = unix_now();
+        let episodic = EpisodicItem {
+            id: uuid::Uuid::now_v7().to_string(),
+            ts: now,
+            turn_ids: job.turn_ids.clone(),
+            summary: summary.text,
+            tags: summary.tags,
+            salience: summary.salience.clamp(0.0, 1.0),
+        };
+        let merge = merge_facts(&state.semantic, &summary.facts, now, || {
+            uuid::Uuid::now_v7().to_string()
+        });
+        // The memory the new epoch starts from.
+        let mut all_episodic = state.episodic.clone();
+        all_episodic.push(episodic.clone());
+        let superseded: HashSet<&str> = merge
+            .superseded
+            .iter()
+            .map(|(old, _)| old.as_str())
+            .collect();
+        let live: Vec<SemanticItem> = state
+            .semantic
+            .iter()
+            .filter(|f| !superseded.contains(f.id.as_str()))
+            .chain(&merge.new_items)
+            .cloned()
+            .collect();
+        let window: HashSet<&str> = job.traces.iter().map(|t| t.id.as_str()).collect();
+        let tail: Vec<RawTrace> = state
+            .traces
+            .iter()
+            .filter(|t| !window.contains(t.id.as_str()))
+            .filter(|t| turn_number(&t.turn_id).is_some_and(|n| n < job.current_turn))
+            .cloned()
+            .collect();
+        let snapshot = render_snapshot(
+            &recent_episodic(&all_episodic, policy.max_episodic),
+            &top_semantic(&live, policy.max_semantic),
+            &tail,
+        );
+        let archive = state.dir.join(RAW_ARCHIVE);
+        let intent = Intent {
+            epoch: job.epoch,
+            turn_ids: job.turn_ids.clone(),
+            trace_ids: job.traces.iter().map(|t| t.id.clone()).collect(),
+            archive_len: std::fs::metadata(&archive).map_or(0, |m| m.len()),
+            episodic,
+            semantic: merge.new_items.clone(),
+            superseded: merge.superseded.clone(),
+            snapshot,
+            snapshot_trace_ids: tail.iter().map(|t| t.id.clone()).collect(),
+        };
+        let meta = AgentMeta {
+            pending: Some(intent.clone()),
+            ..state.meta.clone()
+        };
+        state.save_meta(meta)?;
+        self.complete_intent(id, state, &intent).await?;
+        tracing::info!(agent = %id, turns = intent.turn_ids.len(), epoch = state.meta.epoch, "compacted");
+        Ok(Outcome {
+            turn_ids: intent.turn_ids,
+            episodic_id: intent.episodic.id,
+            semantic_added: u32::try_from(merge.new_items.len() - merge.superseded.len())
+                .unwrap_or(0),
+            semantic_updated: u32::try_from(merge.superseded.len()).unwrap_or(0),
+            traces_pruned: u32::try_from(intent.trace_ids.len()).unwrap_or(u32::MAX),
+            epoch: state.meta.epoch,
+        })
+    }
+
+    /// Carries out `intent` (every step repeatable), starts the epoch and
+    /// reloads the agent's derived state from its files.
+    pub(crate) async fn complete_intent(
+        &self,
+        id: &AgentId,
+        state: &mut AgentState,
+        intent: &Intent,
+    ) -> Result<()> {
+        let dir = state.dir.clone();
+        self.fault("episodic")?;
+        if !state.episodic.iter().any(|e| e.id == intent.episodic.id) {
+            append_sync(&dir.join(EPISODIC), &line(&intent.episodic))?;
+        }
+        self.fault("semantic")?;
+        let known: HashSet<&str> = state.semantic.iter().map(|s| s.id.as_str()).collect();
+        let mut lines = vec![];
+        for item in intent
+            .semantic
+            .iter()
+            .filter(|s| !known.contains(s.id.as_str()))
+        {
+            lines.extend(line(item));
+        }
+        for (old, new) in &intent.superseded {
+            if let Some(item) = state
+                .semantic
+                .iter()
+                .find(|s| s.id == *old && s.superseded_by.as_deref() != Some(new))
+            {
+                lines.extend(line(&SemanticItem {
+                    superseded_by: Some(new.clone()),
+                    ..item.clone()
+                }));
+            }
+        }
+        if !lines.is_empty() {
+            append_sync(&dir.join(SEMANTIC), &lines)?;
+        }
+        let window: HashSet<&str> = intent.trace_ids.iter().map(String::as_str).collect();
+        let still_active = state.traces.iter().any(|t| window.contains(t.id.as_str()));
+        if still_active {
+            self.fault("archive")?;
+            // Bytes past `archive_len` are this compaction's own, cut short.
+            let archive = dir.join(RAW_ARCHIVE);
+            if archive.exists() {
+                let f = OpenOptions::new()
+                    .write(true)
+                    .open(&archive)
+                    .map_err(StoreError::io("opening", &archive))?;
+                f.set_len(intent.archive_len)
+                    .map_err(StoreError::io("truncating", &archive))?;
+            }
+            let moved: Vec<u8> = state
+                .traces
+                .iter()
+                .filter(|t| window.contains(t.id.as_str()))
+                .flat_map(RawTrace::to_line)
+                .collect();
+            append_sync(&archive, &moved)?;
+            self.fault("rewrite")?;
+            let kept: Vec<u8> = state
+                .traces
+                .iter()
+                .filter(|t| !window.contains(t.id.as_str()))
+                .flat_map(RawTrace::to_line)
+                .collect();
+            let raw_path = dir.join(RAW_TRACES);
+            if let Some(raw) = state.raw.clone() {
+                raw.sync_all().await?;
+            }
+            if self.inner.config.fsync == FsyncPolicy::Always {
+                // Earlier log records of this file must not be replayed
+                // into the rewritten one.
+                let ticket = self.inner.wal.append(&wal::Record::Reset {
+                    agent: id.as_str(),
+                    file: RAW_TRACES,
+                })?;
+                ticket.wait().await?;
+            }
+            atomic_write(&raw_path, &kept)?;
+        }
+        self.fault("finalize")?;
+        let meta = AgentMeta {
+            pending: None,
+            epoch: intent.epoch + 1,
+            compactions: state.meta.compactions + 1,
+            compaction_required: false,
+            consecutive_failures: 0,
+            snapshot: Some(intent.snapshot.clone()),
+            snapshot_trace_ids: intent.snapshot_trace_ids.clone(),
+            ..state.meta.clone()
+        };
+        state.save_meta(meta)?;
+        let mut fresh = AgentState::load(dir)?;
+        fresh.raw = Some(Arc::new(DurableFile::open(&fresh.dir.join(RAW_TRACES))?));
+        *state = fresh;
+        Ok(())
+    }
+}
+
+impl Store {
+    /// Test hook: the named step of this store's compactions fails (as a
+    /// crash there would leave things) until cleared with `None`.
+    #[doc(hidden)]
+    pub fn inject_compaction_fault(&self, step: Option<&'static str>) {
+        *self.inner.compaction_fault.lock().expect("fault lock") = step;
+    }
+
+    fn fault(&self, step: &str) -> Result<()> {
+        if *self.inner.compaction_fault.lock().expect("fault lock") == Some(step) {
+            return Err(StoreError::Io {
+                context: "injected fault before",
+                path: step.into(),
+                source: std::io::Error::other("injected"),
+            });
+        }
+        Ok(())
+    }
+}
