@@ -193,7 +193,13 @@ pub fn merge_facts(
             .map(|(id, _)| id);
         if let Some(old) = replaced {
             live.retain(|(id, _)| *id != old);
-            merge.superseded.push((old, item.id.clone()));
+            // Replacing a fact of this same batch: keep only the newer one.
+            match merge.new_items.iter().position(|i| i.id == old) {
+                Some(at) => {
+                    merge.new_items.remove(at);
+                }
+                None => merge.superseded.push((old, item.id.clone())),
+            }
         }
         live.push((item.id.clone(), item.fact.clone()));
         merge.new_items.push(item);
@@ -312,6 +318,7 @@ mod tests {
                 fact("The user lives in Bergen, Norway"),
                 fact("Prefers tea"),
                 fact("prefers TEA"),
+                fact("Prefers green tea"),
                 fact("  "),
             ],
             5.0,
@@ -322,7 +329,11 @@ mod tests {
         );
         assert_eq!(merge.duplicates, 2);
         let facts: Vec<_> = merge.new_items.iter().map(|i| i.fact.as_str()).collect();
-        assert_eq!(facts, ["The user lives in Bergen, Norway", "Prefers tea"]);
+        assert_eq!(
+            facts,
+            ["The user lives in Bergen, Norway", "Prefers green tea"],
+            "a batch keeps its newest version"
+        );
         assert_eq!(merge.superseded, [("old".to_string(), "new1".to_string())]);
         assert_eq!(merge.new_items[0].confidence, 1.0, "clamped");
     }

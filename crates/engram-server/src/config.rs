@@ -23,6 +23,30 @@ pub struct Config {
     pub store: StoreSection,
     pub limits: LimitsSection,
     pub budget: BudgetSection,
+    pub llm: LlmSection,
+    pub policy: PolicySection,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmSection {
+    pub base_url: String,
+    pub model: String,
+    pub api_key: String,
+    pub api_key_env: String,
+    pub timeout_secs: u64,
+    pub max_retries: u32,
+    pub json_mode: bool,
+    pub circuit_failures: u32,
+    pub circuit_cooldown_secs: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicySection {
+    pub raw_tail_turns: usize,
+    pub max_episodic_items: usize,
+    pub max_semantic_items: usize,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -168,6 +192,19 @@ impl Config {
         if self.limits.max_trace_bytes < 256 {
             return Err(invalid("limits.max_trace_bytes", "must be at least 256"));
         }
+        if !self.llm.base_url.trim().is_empty() {
+            engram_llm::http::endpoint(&self.llm.base_url)
+                .map_err(|e| invalid("llm.base_url", &e))?;
+            if self.llm.model.trim().is_empty() {
+                return Err(invalid("llm.model", "must be set when llm.base_url is"));
+            }
+        }
+        if self.llm.timeout_secs == 0 {
+            return Err(invalid("llm.timeout_secs", "must be > 0"));
+        }
+        if self.llm.circuit_failures == 0 {
+            return Err(invalid("llm.circuit_failures", "must be > 0"));
+        }
         let b = &self.budget;
         if !(b.compaction_ratio > 0.0 && b.compaction_ratio <= 1.0) {
             return Err(invalid("budget.compaction_ratio", "must be in (0, 1]"));
@@ -260,6 +297,11 @@ mod tests {
         assert_eq!(c.server.max_message_bytes, 4 * 1024 * 1024);
         assert_eq!(c.store.data_dir, PathBuf::from("./memory"));
         assert_eq!(c.store.fsync, FsyncSetting::Always);
+        assert!(
+            c.llm.base_url.is_empty(),
+            "the embedded summarizer by default"
+        );
+        assert_eq!(c.policy.raw_tail_turns, 4);
     }
 
     #[test]
@@ -325,6 +367,11 @@ mod tests {
                 "server.max_message_bytes",
             ),
             (("ENGRAM__LOG__LEVEL", "[[["), "log.level"),
+            (("ENGRAM__LLM__BASE_URL", "ftp://x"), "llm.base_url"),
+            (
+                ("ENGRAM__LLM__BASE_URL", "http://127.0.0.1:8080/v1"),
+                "llm.model",
+            ),
         ];
         for ((k, v), expected) in cases {
             let err = Config::load_from(None, env(&[(k, v)]))

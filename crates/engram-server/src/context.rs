@@ -10,6 +10,7 @@ use engram_store::{AgentView, PrepareInput, Store};
 use tonic::Status;
 
 use crate::budget::Budgets;
+use crate::compactor::Compactor;
 use crate::convert;
 use crate::status::{from_core, from_store};
 
@@ -105,9 +106,17 @@ fn clamp(n: u64) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
+/// What the first look at an agent's prompt decided.
+enum Plan {
+    Built(Box<pb::PrepareRequestResponse>),
+    /// Compact first (trigger, prompt tokens now).
+    Compact(&'static str, u32),
+}
+
 pub async fn prepare_request(
     store: &Store,
     budgets: &Budgets,
+    compactor: &Compactor,
     req: pb::PrepareRequestRequest,
 ) -> Result<pb::PrepareRequestResponse, Status> {
     let id = AgentId::parse(&req.agent_id).map_err(from_core)?;
@@ -129,83 +138,116 @@ pub async fn prepare_request(
         }
         Ok(())
     };
-    let prepared = store
-        .prepare(&id, input, check, |mut view| {
-            let model = request_model
-                .or(view.tracker.last_model())
-                .unwrap_or_default()
-                .to_owned();
-            let size = sizing(&mut view, &id, budgets, &model, max_output);
-            let tokens_now = size.prompt_tokens();
-            let mut warnings = vec![];
-            let trigger = if view.meta.compaction_required {
-                Some("token_pressure")
-            } else if force {
-                Some("reactive")
-            } else if tokens_now > size.budget.trigger_tokens {
-                Some("estimate")
-            } else {
-                None
-            };
-            let mut report = pb::CompactionReport {
-                tokens_before: tokens_now,
-                tokens_after: tokens_now,
-                ..Default::default()
-            };
-            if let Some(trigger) = trigger {
-                // The compaction pipeline plugs in here, before the prompt
-                // is built; until it exists the prompt is served unpruned.
-                report.trigger = trigger.to_owned();
-                report.error = "compaction is not available in this version; nothing was pruned".to_owned();
-                warnings.push(format!(
-                    "compaction needed ({trigger}: prompt ~{tokens_now} tokens, trigger {}) but not available in this version; the prompt was not pruned",
-                    size.budget.trigger_tokens
-                ));
-            }
-            if tokens_now > size.budget.input_budget {
-                warnings.push(format!(
+    let agent = &id;
+    let build =
+        |report: Option<pb::CompactionReport>| {
+            move |mut view: AgentView<'_>| {
+                let model = request_model
+                    .or(view.tracker.last_model())
+                    .unwrap_or_default()
+                    .to_owned();
+                let size = sizing(&mut view, agent, budgets, &model, max_output);
+                let tokens_now = size.prompt_tokens();
+                let trigger = if view.meta.compaction_required {
+                    Some("token_pressure")
+                } else if force {
+                    Some("reactive")
+                } else if tokens_now > size.budget.trigger_tokens {
+                    Some("estimate")
+                } else {
+                    None
+                };
+                let mut warnings = vec![];
+                let report = match (report, trigger) {
+                    // Compaction runs before the prompt is built, once.
+                    (None, Some(trigger)) => return Plan::Compact(trigger, tokens_now),
+                    (None, None) => pb::CompactionReport {
+                        tokens_before: tokens_now,
+                        tokens_after: tokens_now,
+                        ..Default::default()
+                    },
+                    (Some(mut report), _) => {
+                        report.tokens_after = tokens_now;
+                        if !report.error.is_empty() {
+                            warnings.push(format!(
+                                "compaction ({}) did not run: {}; the prompt was not pruned",
+                                report.trigger, report.error
+                            ));
+                        }
+                        report
+                    }
+                };
+                if tokens_now > size.budget.input_budget {
+                    warnings.push(format!(
                     "the prompt (~{tokens_now} tokens) exceeds the input budget of {} ({} tokens)",
                     if model.is_empty() { "the default model" } else { &model },
                     size.budget.input_budget
                 ));
+                }
+                let system = view.meta.system_prompt.as_deref();
+                let tail = view.transcript.pending_tail();
+                let prompt = Prompt {
+                    model: &model,
+                    system,
+                    messages: view.transcript.messages(),
+                    tail: &tail,
+                    max_output_tokens: size.budget.max_output_tokens,
+                };
+                let rendered = format
+                    .map(|f| view.render.render_json(f, &prompt))
+                    .unwrap_or_default();
+                let mut messages = Vec::with_capacity(size.messages);
+                if let Some(system) = system {
+                    messages.push(pb::Message {
+                        role: pb::Role::System.into(),
+                        content: system.to_owned(),
+                        ..Default::default()
+                    });
+                }
+                messages.extend(
+                    prompt
+                        .messages
+                        .iter()
+                        .chain(&tail)
+                        .map(convert::message_to_pb),
+                );
+                Plan::Built(Box::new(pb::PrepareRequestResponse {
+                    messages,
+                    rendered_payload_json: rendered,
+                    turn_id: String::new(),
+                    estimated_prompt_tokens: tokens_now,
+                    budget: Some(convert::budget_to_pb(&size.budget)),
+                    compaction: Some(report),
+                    epoch: view.meta.epoch,
+                    warnings,
+                }))
             }
-            let system = view.meta.system_prompt.as_deref();
-            let tail = view.transcript.pending_tail();
-            let prompt = Prompt {
-                model: &model,
-                system,
-                messages: view.transcript.messages(),
-                tail: &tail,
-                max_output_tokens: size.budget.max_output_tokens,
-            };
-            let rendered = format
-                .map(|f| view.render.render_json(f, &prompt))
-                .unwrap_or_default();
-            let mut messages = Vec::with_capacity(size.messages);
-            if let Some(system) = system {
-                messages.push(pb::Message {
-                    role: pb::Role::System.into(),
-                    content: system.to_owned(),
-                    ..Default::default()
-                });
-            }
-            messages.extend(prompt.messages.iter().chain(&tail).map(convert::message_to_pb));
-            pb::PrepareRequestResponse {
-                messages,
-                rendered_payload_json: rendered,
-                turn_id: String::new(),
-                estimated_prompt_tokens: tokens_now,
-                budget: Some(convert::budget_to_pb(&size.budget)),
-                compaction: Some(report),
-                epoch: view.meta.epoch,
-                warnings,
-            }
-        })
+        };
+    let first = store
+        .prepare(&id, input, check, build(None))
         .await
         .map_err(from_store)?;
-    let mut response = prepared.out;
-    response.turn_id = prepared.current_turn_id;
-    Ok(response)
+    let (plan, turn_id) = match first.out {
+        Plan::Built(response) => (Plan::Built(response), first.current_turn_id),
+        Plan::Compact(trigger, tokens_before) => {
+            let report = compactor.compact(&id, trigger, None, tokens_before).await;
+            let second = store
+                .prepare(
+                    &id,
+                    PrepareInput::default(),
+                    |_| Ok(()),
+                    build(Some(report)),
+                )
+                .await
+                .map_err(from_store)?;
+            (second.out, second.current_turn_id)
+        }
+    };
+    let Plan::Built(mut response) = plan else {
+        unreachable!("a prompt built with a report never asks to compact");
+    };
+    response.turn_id = turn_id;
+    Ok(*response)
 }
 
 pub async fn context_stats(
@@ -250,4 +292,15 @@ pub async fn context_stats(
         .map(|(name, bytes)| pb::FileSize { name, bytes })
         .collect();
     Ok(response)
+}
+
+/// The agent's prompt size now (for its last reported model).
+pub async fn prompt_tokens(store: &Store, budgets: &Budgets, id: &AgentId) -> Result<u32, Status> {
+    store
+        .read(id, |mut view| {
+            let model = view.tracker.last_model().unwrap_or_default().to_owned();
+            sizing(&mut view, id, budgets, &model, None).prompt_tokens()
+        })
+        .await
+        .map_err(from_store)
 }

@@ -9,6 +9,7 @@
 //! - [`oversize`]: RESOURCE_EXHAUSTED for requests over the size limit.
 
 pub mod budget;
+pub mod compactor;
 pub mod config;
 pub mod context;
 pub mod convert;
@@ -39,6 +40,8 @@ pub enum ServerError {
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("serving gRPC: {0}")]
     Transport(#[from] tonic::transport::Error),
+    #[error("configuring the summarizer: {0}")]
+    Summarizer(String),
 }
 
 /// Serves Engram on `listener` until `shutdown` resolves, then drains
@@ -74,7 +77,10 @@ pub async fn run(
     // The BPE tables load in the background instead of on the first prompt.
     tokio::task::spawn_blocking(engram_core::tokens::warm_up);
     let budgets = budget::Budgets::new(config.budget.clone());
-    let memory = MemoryServiceServer::new(Engram::new(store.clone(), budgets, limit))
+    let summarizer = compactor::summarizer(&config.llm).map_err(ServerError::Summarizer)?;
+    let compactor = compactor::Compactor::new(store.clone(), summarizer, &config.policy);
+    tracing::info!(summarizer = %compactor.summarizer_name(), "compaction ready");
+    let memory = MemoryServiceServer::new(Engram::new(store.clone(), budgets, compactor, limit))
         .max_decoding_message_size(limit)
         .max_encoding_message_size(limit);
 

@@ -13,6 +13,7 @@ use engram_store::search::{Cursor, Query};
 use tonic::{Request, Response, Status};
 
 use crate::budget::Budgets;
+use crate::compactor::Compactor;
 use crate::status::{from_core, from_store};
 use crate::{context, convert};
 
@@ -29,15 +30,22 @@ const MAX_SEARCH_LIMIT: u32 = 200;
 pub struct Engram {
     store: Store,
     budgets: Arc<Budgets>,
+    compactor: Compactor,
     /// `server.max_message_bytes`: responses are held to it too.
     max_message_bytes: usize,
 }
 
 impl Engram {
-    pub fn new(store: Store, budgets: Budgets, max_message_bytes: usize) -> Self {
+    pub fn new(
+        store: Store,
+        budgets: Budgets,
+        compactor: Compactor,
+        max_message_bytes: usize,
+    ) -> Self {
         Self {
             store,
             budgets: Arc::new(budgets),
+            compactor,
             max_message_bytes,
         }
     }
@@ -96,18 +104,29 @@ impl MemoryService for Engram {
         &self,
         request: Request<pb::PrepareRequestRequest>,
     ) -> Result<Response<pb::PrepareRequestResponse>, Status> {
-        let response =
-            context::prepare_request(&self.store, &self.budgets, request.into_inner()).await?;
+        let response = context::prepare_request(
+            &self.store,
+            &self.budgets,
+            &self.compactor,
+            request.into_inner(),
+        )
+        .await?;
         self.fits(response, "prompt")
     }
 
     async fn compact(
         &self,
-        _request: Request<pb::CompactRequest>,
+        request: Request<pb::CompactRequest>,
     ) -> Result<Response<pb::CompactResponse>, Status> {
-        Err(Status::unimplemented(
-            "Compact is not implemented yet (compaction)",
-        ))
+        let req = request.into_inner();
+        let id = agent(&req.agent_id)?;
+        let focus = Some(req.focus.trim()).filter(|f| !f.is_empty());
+        let before = context::prompt_tokens(&self.store, &self.budgets, &id).await?;
+        let mut report = self.compactor.compact(&id, "manual", focus, before).await;
+        report.tokens_after = context::prompt_tokens(&self.store, &self.budgets, &id).await?;
+        Ok(Response::new(pb::CompactResponse {
+            report: Some(report),
+        }))
     }
 
     async fn retrieve(

@@ -423,18 +423,6 @@ async fn unknown_agents_are_not_found() {
 }
 
 #[tokio::test]
-async fn rpcs_of_later_issues_answer_unimplemented() {
-    let server = TestServer::start().await;
-    let mut c = server.client().await;
-    let codes = [c
-        .compact(pb::CompactRequest::default())
-        .await
-        .unwrap_err()
-        .code()];
-    assert!(codes.iter().all(|c| *c == Code::Unimplemented), "{codes:?}");
-}
-
-#[tokio::test]
 async fn retries_with_event_id_store_once() {
     let server = TestServer::start().await;
     let mut client = server.client().await;

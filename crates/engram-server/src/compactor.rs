@@ -1,0 +1,154 @@
+//! Runs compactions: the store picks the window, the summarizer (embedded
+//! or an LLM over HTTP, behind a circuit breaker) writes the summary, the
+//! store archives and starts the epoch. Failures prune nothing and are
+//! reported, never dropped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use engram_core::AgentId;
+use engram_core::compaction::NewFact;
+use engram_llm::{
+    CircuitBreaker, Extractive, HttpConfig, HttpSummarizer, Summarizer, SummaryRequest,
+};
+use engram_proto::pb;
+use engram_store::Store;
+use engram_store::compact::{Policy, Summary};
+
+use crate::config::{LlmSection, PolicySection};
+
+#[derive(Debug, Clone)]
+pub struct Compactor {
+    store: Store,
+    summarizer: Arc<dyn Summarizer>,
+    policy: Policy,
+}
+
+/// The summarizer `[llm]` asks for: an OpenAI-compatible endpoint behind a
+/// circuit breaker, or the embedded extractive one when no base URL is set.
+pub fn summarizer(llm: &LlmSection) -> Result<Arc<dyn Summarizer>, String> {
+    if llm.base_url.trim().is_empty() {
+        return Ok(Arc::new(Extractive));
+    }
+    let api_key = Some(llm.api_key.clone())
+        .filter(|k| !k.is_empty())
+        .or_else(|| {
+            std::env::var(&llm.api_key_env)
+                .ok()
+                .filter(|k| !k.is_empty())
+        });
+    let http = HttpSummarizer::new(HttpConfig {
+        api_key,
+        timeout: Duration::from_secs(llm.timeout_secs),
+        max_retries: llm.max_retries,
+        json_mode: llm.json_mode,
+        ..HttpConfig::new(&llm.base_url, &llm.model)
+    })?;
+    Ok(Arc::new(CircuitBreaker::new(
+        http,
+        llm.circuit_failures,
+        Duration::from_secs(llm.circuit_cooldown_secs),
+    )))
+}
+
+impl Compactor {
+    pub fn new(store: Store, summarizer: Arc<dyn Summarizer>, policy: &PolicySection) -> Self {
+        Self {
+            store,
+            summarizer,
+            policy: Policy {
+                raw_tail_turns: policy.raw_tail_turns,
+                max_episodic: policy.max_episodic_items,
+                max_semantic: policy.max_semantic_items,
+            },
+        }
+    }
+
+    pub fn summarizer_name(&self) -> String {
+        self.summarizer.name()
+    }
+
+    /// One compaction of `agent`; the report says what happened, errors
+    /// included.
+    pub async fn compact(
+        &self,
+        agent: &AgentId,
+        trigger: &str,
+        focus: Option<&str>,
+        tokens_before: u32,
+    ) -> pb::CompactionReport {
+        let mut report = pb::CompactionReport {
+            trigger: trigger.to_owned(),
+            tokens_before,
+            tokens_after: tokens_before,
+            ..Default::default()
+        };
+        let job = match self.store.begin_compaction(agent, self.policy).await {
+            Ok(Some(job)) => job,
+            Ok(None) => {
+                report.error = format!(
+                    "nothing to compact: no whole turns older than the raw tail ({} turns), or a compaction is already running",
+                    self.policy.raw_tail_turns
+                );
+                return report;
+            }
+            Err(e) => {
+                report.error = format!("storage: {e}");
+                return report;
+            }
+        };
+        report.steps.push("summarize".to_owned());
+        let answer = self
+            .summarizer
+            .summarize(SummaryRequest {
+                traces: &job.traces,
+                known_facts: &job.known_facts,
+                focus,
+            })
+            .await;
+        let summary = match answer {
+            Ok(s) => s,
+            Err(e) => {
+                let failures = self.store.abort_compaction(agent).await.unwrap_or(0);
+                tracing::warn!(agent = %agent, error = %e, failures, "summary failed; nothing pruned");
+                report.error =
+                    format!("{e} (consecutive failures: {failures}); nothing was pruned");
+                return report;
+            }
+        };
+        let summary = Summary {
+            text: summary.episodic_summary,
+            tags: summary.tags,
+            salience: summary.salience,
+            facts: summary
+                .semantic_facts
+                .into_iter()
+                .map(|f| NewFact {
+                    fact: f.fact,
+                    tags: f.tags,
+                    confidence: f.confidence,
+                    salience: f.salience,
+                })
+                .collect(),
+        };
+        match self
+            .store
+            .finish_compaction(agent, job, summary, self.policy)
+            .await
+        {
+            Ok(out) => {
+                report.performed = true;
+                report.turn_ids = out.turn_ids;
+                report.episodic_id = out.episodic_id;
+                report.semantic_added = out.semantic_added;
+                report.semantic_updated = out.semantic_updated;
+                report.traces_pruned = out.traces_pruned;
+            }
+            Err(e) => {
+                tracing::error!(agent = %agent, error = %e, "compaction could not be stored");
+                report.error = format!("storing the compaction failed: {e}");
+            }
+        }
+        report
+    }
+}

@@ -1,0 +1,325 @@
+//! Compaction over gRPC: manual Compact with the embedded summarizer and
+//! with an LLM over HTTP (a local fake speaking the OpenAI API), automatic
+//! compaction at PrepareRequest, failures that prune nothing.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use common::*;
+use engram_proto::pb;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+async fn turns(c: &mut Client, agent: &str, n: usize) {
+    for t in 1..=n {
+        c.ingest(ingest_req(
+            agent,
+            vec![
+                user(&format!("I prefer answer number {t}. What is {t} squared?")),
+                event(
+                    pb::TraceType::Assistant,
+                    &format!(
+                        "{} it is. {}",
+                        t * t,
+                        "Squaring multiplies a number by itself. ".repeat(20)
+                    ),
+                ),
+            ],
+        ))
+        .await
+        .unwrap();
+    }
+}
+
+fn compact(agent: &str) -> pb::CompactRequest {
+    pb::CompactRequest {
+        agent_id: agent.into(),
+        focus: "numbers".into(),
+    }
+}
+
+#[tokio::test]
+async fn manual_compaction_with_the_embedded_summarizer() {
+    let server = TestServer::start().await;
+    let mut c = server.client().await;
+    turns(&mut c, "m", 8).await;
+    let report = c
+        .compact(compact("m"))
+        .await
+        .unwrap()
+        .into_inner()
+        .report
+        .unwrap();
+    assert!(report.performed, "{report:?}");
+    assert_eq!(report.trigger, "manual");
+    assert_eq!(
+        report.turn_ids,
+        ["turn_0001", "turn_0002", "turn_0003"],
+        "raw tail of 4 + current kept"
+    );
+    assert_eq!(report.traces_pruned, 6);
+    assert!(report.tokens_after < report.tokens_before, "{report:?}");
+    let got = c
+        .retrieve(pb::RetrieveRequest {
+            agent_id: "m".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let bundle = got.bundle.unwrap();
+    assert_eq!(bundle.episodic[0].id, report.episodic_id);
+    assert_eq!(bundle.episodic[0].tags, ["extractive"]);
+    // A preference that changed within the summarized turns: the last wins.
+    assert_eq!((report.semantic_added, report.semantic_updated), (1, 0));
+    let facts: Vec<_> = bundle.semantic.iter().map(|f| f.fact.as_str()).collect();
+    assert_eq!(facts, ["I prefer answer number 3"]);
+    let p = c
+        .prepare_request(pb::PrepareRequestRequest {
+            agent_id: "m".into(),
+            model: "gpt-4o".into(),
+            render_format: pb::RenderFormat::OpenaiChat.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(p.epoch, 1);
+    let snapshot = &p.messages[0].content;
+    assert!(
+        snapshot.starts_with("[MEMORY:EPISODIC]\n1) Focus: \"numbers\" Turn 1:"),
+        "{snapshot}"
+    );
+    assert!(
+        snapshot.contains("[MEMORY:SEMANTIC]\n- I prefer answer number 3\n[RECENT TURNS]\nTurn 4:"),
+        "{snapshot}"
+    );
+    assert_valid_payloads(&[(
+        "after compaction".into(),
+        "openai-chat",
+        p.rendered_payload_json,
+    )]);
+    let stats = c
+        .get_context_stats(pb::GetContextStatsRequest {
+            agent_id: "m".into(),
+            model: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((stats.epoch, stats.compactions), (1, 1));
+    let names: Vec<_> = stats.files.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "episodic.jsonl",
+            "raw_traces.jsonl",
+            "raw_traces_archive.jsonl",
+            "semantic.jsonl",
+            "state.json"
+        ]
+    );
+    // Nothing old enough any more: reported, nothing done.
+    let again = c
+        .compact(compact("m"))
+        .await
+        .unwrap()
+        .into_inner()
+        .report
+        .unwrap();
+    assert!(
+        !again.performed && again.error.contains("nothing to compact"),
+        "{again:?}"
+    );
+}
+
+#[tokio::test]
+async fn reported_pressure_compacts_before_the_next_prompt() {
+    let server = TestServer::start().await;
+    let mut c = server.client().await;
+    turns(&mut c, "auto", 7).await;
+    let out = c
+        .ingest(pb::IngestRequest {
+            usage: Some(pb::Usage {
+                prompt_tokens: 1_000_000,
+                completion_tokens: 1,
+                total_tokens: 1_000_001,
+            }),
+            model: "gpt-4o".into(),
+            ..ingest_req("auto", vec![event(pb::TraceType::Assistant, "long answer")])
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(out.compaction_required);
+    let p = c
+        .prepare_request(pb::PrepareRequestRequest {
+            agent_id: "auto".into(),
+            user_input: Some(user("next question")),
+            model: "gpt-4o".into(),
+            render_format: pb::RenderFormat::AnthropicMessages.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let report = p.compaction.unwrap();
+    assert!(report.performed, "{report:?}");
+    assert_eq!(report.trigger, "token_pressure");
+    assert_eq!(p.epoch, 1);
+    assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+    assert_eq!(
+        p.messages.last().unwrap().content,
+        "next question",
+        "the new turn is a message, not summarized"
+    );
+    assert_valid_payloads(&[("auto".into(), "anthropic-messages", p.rendered_payload_json)]);
+    let stats = c
+        .get_context_stats(pb::GetContextStatsRequest {
+            agent_id: "auto".into(),
+            model: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!stats.compaction_required, "cleared by the compaction");
+}
+
+/// A local OpenAI-compatible endpoint answering each request with the next
+/// scripted (status, body); records request paths.
+async fn fake_llm(script: Vec<(u16, String)>) -> (String, Arc<Mutex<Vec<String>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = Arc::clone(&seen);
+    tokio::spawn(async move {
+        let mut n = 0;
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let (status, body) = script[n.min(script.len() - 1)].clone();
+            n += 1;
+            let mut buf = vec![];
+            let mut chunk = [0u8; 8192];
+            loop {
+                let k = stream.read(&mut chunk).await.unwrap();
+                buf.extend_from_slice(&chunk[..k]);
+                let text = String::from_utf8_lossy(&buf).to_string();
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let len: usize = text
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse().unwrap())
+                        })
+                        .unwrap_or(0);
+                    if buf.len() >= end + 4 + len {
+                        log.lock()
+                            .unwrap()
+                            .push(text.split_whitespace().nth(1).unwrap().to_owned());
+                        break;
+                    }
+                }
+            }
+            let reply = format!(
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            stream.write_all(reply.as_bytes()).await.unwrap();
+        }
+    });
+    (base, seen)
+}
+
+fn completion(content: &str) -> String {
+    serde_json::json!({"choices": [{"message": {"role": "assistant", "content": content}}]})
+        .to_string()
+}
+
+#[tokio::test]
+async fn an_llm_over_http_writes_the_summary_and_failures_prune_nothing() {
+    let answer = r#"{"episodic_summary": "Squares of 1 to 3 were computed.", "semantic_facts": [{"fact": "User likes squares", "confidence": 0.9, "salience": 0.7}]}"#;
+    let (base, seen) = fake_llm(vec![
+        (200, completion(answer)),
+        (500, "{\"error\":\"down\"}".into()),
+    ])
+    .await;
+    let server = TestServer::start_with(&[
+        ("ENGRAM__LLM__BASE_URL", &base),
+        ("ENGRAM__LLM__MODEL", "summarizer"),
+        ("ENGRAM__LLM__MAX_RETRIES", "0"),
+        ("ENGRAM__POLICY__RAW_TAIL_TURNS", "1"),
+    ])
+    .await;
+    let mut c = server.client().await;
+    turns(&mut c, "h", 5).await;
+    let report = c
+        .compact(compact("h"))
+        .await
+        .unwrap()
+        .into_inner()
+        .report
+        .unwrap();
+    assert!(report.performed, "{report:?}");
+    assert_eq!(report.semantic_added, 1);
+    assert_eq!(
+        seen.lock().unwrap().as_slice(),
+        ["/v1/chat/completions"],
+        "the configured endpoint"
+    );
+    let bundle = c
+        .retrieve(pb::RetrieveRequest {
+            agent_id: "h".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .bundle
+        .unwrap();
+    assert_eq!(
+        bundle.episodic[0].summary,
+        "Squares of 1 to 3 were computed."
+    );
+    assert_eq!(bundle.semantic[0].fact, "User likes squares");
+
+    // From now on the endpoint fails: nothing is pruned, failures count up,
+    // and after three the circuit opens.
+    turns(&mut c, "h", 3).await;
+    let archive = server.agents_dir().join("h/raw_traces_archive.jsonl");
+    let archived = std::fs::read(&archive).unwrap();
+    for failure in 1..=3 {
+        let r = c
+            .compact(compact("h"))
+            .await
+            .unwrap()
+            .into_inner()
+            .report
+            .unwrap();
+        assert!(!r.performed);
+        assert!(
+            r.error.contains("500")
+                && r.error
+                    .contains(&format!("consecutive failures: {failure}")),
+            "{r:?}"
+        );
+    }
+    let r = c
+        .compact(compact("h"))
+        .await
+        .unwrap()
+        .into_inner()
+        .report
+        .unwrap();
+    assert!(r.error.contains("circuit open"), "{r:?}");
+    assert_eq!(std::fs::read(&archive).unwrap(), archived, "nothing pruned");
+    let stats = c
+        .get_context_stats(pb::GetContextStatsRequest {
+            agent_id: "h".into(),
+            model: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stats.consecutive_failures, 4);
+}
