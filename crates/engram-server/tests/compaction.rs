@@ -188,6 +188,20 @@ async fn reported_pressure_compacts_before_the_next_prompt() {
 /// A local OpenAI-compatible endpoint answering each request with the next
 /// scripted (status, body); records request paths.
 async fn fake_llm(script: Vec<(u16, String)>) -> (String, Arc<Mutex<Vec<String>>>) {
+    let open = Arc::new(tokio::sync::Semaphore::new(usize::MAX >> 4));
+    let (base, seen, _) = fake_llm_gated(script, open).await;
+    (base, seen)
+}
+
+/// Like [`fake_llm`], answering each request only once `gate` hands out a
+/// permit (so a test decides when "the LLM" is done); `arrived` is notified
+/// as each request comes in.
+async fn fake_llm_gated(
+    script: Vec<(u16, String)>,
+    gate: Arc<tokio::sync::Semaphore>,
+) -> (String, Arc<Mutex<Vec<String>>>, Arc<tokio::sync::Notify>) {
+    let arrived = Arc::new(tokio::sync::Notify::new());
+    let notify = Arc::clone(&arrived);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}/v1", listener.local_addr().unwrap());
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -217,6 +231,7 @@ async fn fake_llm(script: Vec<(u16, String)>) -> (String, Arc<Mutex<Vec<String>>
                         log.lock()
                             .unwrap()
                             .push(text.split_whitespace().nth(1).unwrap().to_owned());
+                        notify.notify_one();
                         break;
                     }
                 }
@@ -225,10 +240,14 @@ async fn fake_llm(script: Vec<(u16, String)>) -> (String, Arc<Mutex<Vec<String>>
                 "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                 body.len()
             );
-            stream.write_all(reply.as_bytes()).await.unwrap();
+            let gate = Arc::clone(&gate);
+            tokio::spawn(async move {
+                gate.acquire().await.unwrap().forget();
+                let _ = stream.write_all(reply.as_bytes()).await;
+            });
         }
     });
-    (base, seen)
+    (base, seen, arrived)
 }
 
 fn completion(content: &str) -> String {
@@ -322,4 +341,118 @@ async fn an_llm_over_http_writes_the_summary_and_failures_prune_nothing() {
         .unwrap()
         .into_inner();
     assert_eq!(stats.consecutive_failures, 4);
+}
+
+const SUMMARY: &str = r#"{"episodic_summary": "Early squares.", "semantic_facts": []}"#;
+
+/// The real binary: Ingest keeps working while the summarizer is slow, and
+/// what arrives meanwhile is neither lost nor summarized.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_keeps_working_while_the_summary_is_written() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (base, _, arrived) =
+        fake_llm_gated(vec![(200, completion(SUMMARY))], Arc::clone(&gate)).await;
+    let data = tempfile::tempdir().unwrap();
+    let daemon = Daemon::spawn(
+        data.path(),
+        &[
+            ("ENGRAM__LLM__BASE_URL", &base),
+            ("ENGRAM__LLM__MODEL", "m"),
+            ("ENGRAM__POLICY__RAW_TAIL_TURNS", "1"),
+        ],
+    );
+    let mut c = daemon.client().await;
+    turns(&mut c, "busy", 5).await;
+    let mut compacting = daemon.client().await;
+    let pending = tokio::spawn(async move {
+        compacting
+            .compact(compact("busy"))
+            .await
+            .unwrap()
+            .into_inner()
+            .report
+            .unwrap()
+    });
+    // The summarizer has the request and has not answered: meanwhile…
+    arrived.notified().await;
+    let during = c
+        .ingest(ingest_req(
+            "busy",
+            vec![
+                user("asked during the summary"),
+                event(pb::TraceType::Assistant, "ok"),
+            ],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(during.current_turn_id, "turn_0006");
+    gate.add_permits(1);
+    let report = pending.await.unwrap();
+    assert!(report.performed, "{report:?}");
+    assert_eq!(report.turn_ids, ["turn_0001", "turn_0002", "turn_0003"]);
+    let active = all_traces(&mut c, "busy").await;
+    assert!(
+        active
+            .iter()
+            .any(|t| t.content == "asked during the summary"),
+        "not lost, not archived"
+    );
+    let archive =
+        std::fs::read_to_string(data.path().join("agents/busy/raw_traces_archive.jsonl")).unwrap();
+    assert!(!archive.contains("asked during the summary"));
+    assert_eq!(
+        archive.lines().count() + active.len(),
+        12,
+        "every trace exactly once"
+    );
+}
+
+/// The real binary killed while the summarizer is answering: nothing was
+/// written yet, and the restarted server compacts normally.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_during_the_summary_changes_nothing() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (base, _, arrived) =
+        fake_llm_gated(vec![(200, completion(SUMMARY))], Arc::clone(&gate)).await;
+    let data = tempfile::tempdir().unwrap();
+    let env = [
+        ("ENGRAM__LLM__BASE_URL", base.as_str()),
+        ("ENGRAM__LLM__MODEL", "m"),
+        ("ENGRAM__POLICY__RAW_TAIL_TURNS", "1"),
+    ];
+    let mut daemon = Daemon::spawn(data.path(), &env);
+    let mut c = daemon.client().await;
+    turns(&mut c, "k", 5).await;
+    let before = std::fs::read(data.path().join("agents/k/raw_traces.jsonl")).unwrap();
+    let mut compacting = daemon.client().await;
+    let pending = tokio::spawn(async move { compacting.compact(compact("k")).await });
+    arrived.notified().await;
+    daemon.kill9();
+    assert!(pending.await.unwrap().is_err());
+    assert_eq!(
+        std::fs::read(data.path().join("agents/k/raw_traces.jsonl")).unwrap(),
+        before
+    );
+    assert!(
+        !data
+            .path()
+            .join("agents/k/raw_traces_archive.jsonl")
+            .exists()
+    );
+    gate.add_permits(10);
+    let daemon = Daemon::spawn(data.path(), &env);
+    let mut c = daemon.client().await;
+    let report = c
+        .compact(compact("k"))
+        .await
+        .unwrap()
+        .into_inner()
+        .report
+        .unwrap();
+    assert!(report.performed, "{report:?}");
+    assert_eq!(
+        all_traces(&mut c, "k").await.len() + report.traces_pruned as usize,
+        10
+    );
 }
