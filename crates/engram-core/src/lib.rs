@@ -11,6 +11,7 @@
 //! - [`compaction`]: window selection, the snapshot, fact merging.
 //! - [`render`]: provider request bodies (OpenAI, Anthropic, Gemini).
 //! - [`retrieve`]: the raw tail and tool interactions of an agent.
+//! - [`spill`]: the tool-result budget (large results stored aside).
 //! - [`transcript`]: the active transcript as structured messages.
 //! - [`error`]: validation errors, split by the status they map to.
 
@@ -22,6 +23,7 @@ pub mod error;
 pub mod memory;
 pub mod render;
 pub mod retrieve;
+pub mod spill;
 pub mod tokens;
 pub mod trace;
 pub mod transcript;

@@ -24,6 +24,9 @@ pub struct IngestLimits {
     pub max_events: usize,
     /// Bytes of one stored JSON line (`limits.max_trace_bytes`).
     pub max_trace_bytes: usize,
+    /// Tool results longer than this many characters are stored aside with
+    /// a preview in the trace (`policy.max_tool_result_chars`; 0: never).
+    pub max_tool_result_chars: usize,
 }
 
 impl Default for IngestLimits {
@@ -31,6 +34,7 @@ impl Default for IngestLimits {
         Self {
             max_events: 1000,
             max_trace_bytes: 1024 * 1024,
+            max_tool_result_chars: 20_000,
         }
     }
 }
@@ -88,6 +92,8 @@ pub struct IngestPlan {
     pub new_traces: Vec<RawTrace>,
     /// Their JSONL encoding, concatenated: what to append to the file.
     pub bytes: Vec<u8>,
+    /// Large tool results to store in their own files first.
+    pub spills: Vec<crate::spill::Spill>,
 }
 
 /// Changes a batch would make, layered over the tracker while planning.
@@ -207,6 +213,8 @@ impl TurnTracker {
             last.usage = usage;
             last.model = model.map(str::to_owned);
         }
+        plan.spills =
+            crate::spill::spill_large_results(&mut plan.new_traces, limits.max_tool_result_chars);
         for (index, trace) in plan.new_traces.iter().enumerate() {
             let line = trace.to_line();
             if line.len() > limits.max_trace_bytes {

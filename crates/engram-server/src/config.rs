@@ -44,6 +44,7 @@ pub struct LlmSection {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicySection {
+    pub max_tool_result_chars: usize,
     pub raw_tail_turns: usize,
     pub max_episodic_items: usize,
     pub max_semantic_items: usize,
@@ -261,6 +262,7 @@ impl Config {
             limits: IngestLimits {
                 max_events: self.limits.max_events_per_request,
                 max_trace_bytes: self.limits.max_trace_bytes,
+                max_tool_result_chars: self.policy.max_tool_result_chars,
             },
         }
     }

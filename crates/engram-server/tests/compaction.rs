@@ -456,3 +456,56 @@ async fn a_kill_during_the_summary_changes_nothing() {
         10
     );
 }
+
+/// The tool-result budget at ingest: a large result is stored whole in a
+/// file, the trace and the prompt carry a preview and its name.
+#[tokio::test]
+async fn large_tool_results_are_stored_aside_with_a_preview() {
+    let server = TestServer::start().await;
+    let mut c = server.client().await;
+    let page = "lorem ipsum ".repeat(5_000);
+    let result = pb::TraceEvent {
+        tool_call_id: "big".into(),
+        tool_result: Some(prost_types::Value {
+            kind: Some(prost_types::value::Kind::StringValue(page.clone())),
+        }),
+        ..event(pb::TraceType::ToolResult, "")
+    };
+    let call = pb::TraceEvent {
+        tool_call_id: "big".into(),
+        tool_name: "fetch".into(),
+        ..event(pb::TraceType::ToolCall, "")
+    };
+    let out = c
+        .ingest(ingest_req("t", vec![user("fetch the page"), call, result]))
+        .await
+        .unwrap()
+        .into_inner();
+    let stored = &out.traces[2];
+    assert_eq!(
+        stored.tool_result_ref,
+        format!("tool_results/{}.json", stored.id)
+    );
+    let whole =
+        std::fs::read_to_string(server.agents_dir().join("t").join(&stored.tool_result_ref))
+            .unwrap();
+    assert_eq!(
+        serde_json::from_str::<String>(&whole).unwrap(),
+        page,
+        "nothing lost"
+    );
+    let p = c
+        .prepare_request(pb::PrepareRequestRequest {
+            agent_id: "t".into(),
+            model: "gpt-4o".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let tool = &p.messages[2];
+    assert!(tool.content.len() < 5_000, "{}", tool.content.len());
+    assert!(
+        tool.content.contains("60000 characters") && tool.content.contains(&stored.tool_result_ref)
+    );
+}

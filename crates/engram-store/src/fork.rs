@@ -92,8 +92,12 @@ fn copy_agent(from: &Path, to: &Path) -> Result<()> {
     for entry in fs::read_dir(from).map_err(StoreError::io("listing", from))? {
         let entry = entry.map_err(StoreError::io("listing", from))?;
         let name = entry.file_name();
-        let is_file = entry.file_type().is_ok_and(|t| t.is_file());
-        if !is_file || name.to_string_lossy().starts_with('.') {
+        if name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            // tool_results/: the whole tool results the traces point at.
+            copy_agent(&entry.path(), &to.join(&name))?;
             continue;
         }
         let dst = to.join(&name);

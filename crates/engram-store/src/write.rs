@@ -102,6 +102,13 @@ impl Store {
             Some(raw) => Arc::clone(raw),
             None => state.create()?,
         };
+        if !plan.spills.is_empty() {
+            let dir = state.dir.clone();
+            let spills = plan.spills.clone();
+            // Whole results are durable before the traces that point at them
+            // (rare and bounded by the request size: written in place).
+            write_spills(&dir, &spills)?;
+        }
         if !plan.new_traces.is_empty() {
             let start = raw.len();
             raw.append(&plan.bytes)
@@ -239,4 +246,23 @@ impl Store {
         .await
         .expect("list task panicked")
     }
+}
+
+/// Stores large tool results whole (durably) in `tool_results/`.
+fn write_spills(dir: &std::path::Path, spills: &[engram_core::spill::Spill]) -> Result<()> {
+    use std::io::Write;
+    for spill in spills {
+        let path = dir.join(&spill.path);
+        let parent = path.parent().unwrap_or(dir);
+        if !parent.is_dir() {
+            std::fs::create_dir_all(parent).map_err(StoreError::io("creating", parent))?;
+            crate::jsonl::sync_dir(dir)?;
+        }
+        let mut f = std::fs::File::create(&path).map_err(StoreError::io("creating", &path))?;
+        f.write_all(spill.json.as_bytes())
+            .map_err(StoreError::io("writing", &path))?;
+        f.sync_all().map_err(StoreError::io("syncing", &path))?;
+        crate::jsonl::sync_dir(parent)?;
+    }
+    Ok(())
 }

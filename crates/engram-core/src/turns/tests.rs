@@ -223,6 +223,7 @@ fn limits_are_resource_errors_naming_the_setting() {
     let limits = IngestLimits {
         max_events: 2,
         max_trace_bytes: 300,
+        ..IngestLimits::default()
     };
     let many = vec![NewEvent::user("a"); 3];
     let err = t.plan(&many, None, None, limits, 1.0, ids()).unwrap_err();
