@@ -22,6 +22,8 @@ pub struct Compactor {
     store: Store,
     summarizer: Arc<dyn Summarizer>,
     policy: Policy,
+    /// `policy.max_active_turns` (0: off).
+    max_active_turns: usize,
 }
 
 /// The summarizer `[llm]` asks for: an OpenAI-compatible endpoint behind a
@@ -61,7 +63,13 @@ impl Compactor {
                 max_episodic: policy.max_episodic_items,
                 max_semantic: policy.max_semantic_items,
             },
+            max_active_turns: policy.max_active_turns,
         }
+    }
+
+    /// The turn-count trigger: more active turns than this (0: off).
+    pub fn max_active_turns(&self) -> usize {
+        self.max_active_turns
     }
 
     pub fn summarizer_name(&self) -> String {

@@ -46,6 +46,7 @@ pub struct LlmSection {
 pub struct PolicySection {
     pub max_tool_result_chars: usize,
     pub raw_tail_turns: usize,
+    pub max_active_turns: usize,
     pub max_episodic_items: usize,
     pub max_semantic_items: usize,
 }

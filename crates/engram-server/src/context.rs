@@ -139,6 +139,7 @@ pub async fn prepare_request(
         Ok(())
     };
     let agent = &id;
+    let max_turns = compactor.max_active_turns();
     let build =
         |report: Option<pb::CompactionReport>| {
             move |mut view: AgentView<'_>| {
@@ -154,6 +155,8 @@ pub async fn prepare_request(
                     Some("reactive")
                 } else if tokens_now > size.budget.trigger_tokens {
                     Some("estimate")
+                } else if max_turns > 0 && active_turns(view.traces) > max_turns {
+                    Some("turn_count")
                 } else {
                     None
                 };
@@ -292,6 +295,13 @@ pub async fn context_stats(
         .map(|(name, bytes)| pb::FileSize { name, bytes })
         .collect();
     Ok(response)
+}
+
+/// Distinct turns among the active traces.
+fn active_turns(traces: &[engram_core::RawTrace]) -> usize {
+    let turns: std::collections::HashSet<&str> =
+        traces.iter().map(|t| t.turn_id.as_str()).collect();
+    turns.len()
 }
 
 /// The agent's prompt size now (for its last reported model).

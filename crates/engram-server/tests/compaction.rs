@@ -509,3 +509,32 @@ async fn large_tool_results_are_stored_aside_with_a_preview() {
         tool.content.contains("60000 characters") && tool.content.contains(&stored.tool_result_ref)
     );
 }
+
+#[tokio::test]
+async fn too_many_active_turns_trigger_a_compaction() {
+    let server = TestServer::start_with(&[
+        ("ENGRAM__POLICY__MAX_ACTIVE_TURNS", "6"),
+        ("ENGRAM__POLICY__RAW_TAIL_TURNS", "2"),
+    ])
+    .await;
+    let mut c = server.client().await;
+    turns(&mut c, "many", 6).await;
+    let prepare = |text: &str| pb::PrepareRequestRequest {
+        agent_id: "many".into(),
+        user_input: Some(user(text)),
+        model: "gpt-4o".into(),
+        ..Default::default()
+    };
+    let p = c
+        .prepare_request(prepare("seventh"))
+        .await
+        .unwrap()
+        .into_inner();
+    let report = p.compaction.unwrap();
+    assert_eq!(report.trigger, "turn_count");
+    assert!(report.performed, "{report:?}");
+    assert_eq!(
+        report.turn_ids,
+        ["turn_0001", "turn_0002", "turn_0003", "turn_0004"]
+    );
+}
