@@ -8,8 +8,10 @@
 //!   Ollama, llama.cpp, LiteLLM, …) with retries and backoff.
 //! - [`answer`]: the prompt the LLM gets and how its answer is read.
 //! - [`circuit`]: stop calling a failing model for a cool-down.
+//! - [`chunked`]: windows larger than the model's context, in chunks.
 
 pub mod answer;
+pub mod chunked;
 pub mod circuit;
 pub mod extractive;
 pub mod http;
@@ -20,6 +22,7 @@ use std::pin::Pin;
 use engram_core::RawTrace;
 use engram_core::memory::SemanticItem;
 
+pub use chunked::Chunked;
 pub use circuit::{Circuit, CircuitBreaker};
 pub use extractive::Extractive;
 pub use http::{HttpConfig, HttpSummarizer};

@@ -9,7 +9,7 @@ use std::time::Duration;
 use engram_core::AgentId;
 use engram_core::compaction::NewFact;
 use engram_llm::{
-    CircuitBreaker, Extractive, HttpConfig, HttpSummarizer, Summarizer, SummaryRequest,
+    Chunked, CircuitBreaker, Extractive, HttpConfig, HttpSummarizer, Summarizer, SummaryRequest,
 };
 use engram_proto::pb;
 use engram_store::Store;
@@ -47,7 +47,7 @@ pub fn summarizer(llm: &LlmSection) -> Result<Arc<dyn Summarizer>, String> {
         ..HttpConfig::new(&llm.base_url, &llm.model)
     })?;
     Ok(Arc::new(CircuitBreaker::new(
-        http,
+        Chunked::new(http, llm.context_tokens),
         llm.circuit_failures,
         Duration::from_secs(llm.circuit_cooldown_secs),
     )))

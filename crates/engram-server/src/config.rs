@@ -34,6 +34,8 @@ pub struct LlmSection {
     pub model: String,
     pub api_key: String,
     pub api_key_env: String,
+    /// The summarizer model's context window; larger windows are chunked.
+    pub context_tokens: u32,
     pub timeout_secs: u64,
     pub max_retries: u32,
     pub json_mode: bool,
@@ -200,6 +202,9 @@ impl Config {
             if self.llm.model.trim().is_empty() {
                 return Err(invalid("llm.model", "must be set when llm.base_url is"));
             }
+        }
+        if self.llm.context_tokens < 1024 {
+            return Err(invalid("llm.context_tokens", "must be at least 1024"));
         }
         if self.llm.timeout_secs == 0 {
             return Err(invalid("llm.timeout_secs", "must be > 0"));
