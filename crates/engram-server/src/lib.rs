@@ -52,6 +52,11 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     let store = Store::open(config.store_config()).await?;
+    // Crash tests of the binary: abort at a compaction step (never set in
+    // production; not a config key on purpose).
+    if let Ok(step) = std::env::var("ENGRAM_TEST_CRASH_AT") {
+        store.inject_compaction_crash(Some(step));
+    }
     let upkeep = store.spawn_upkeep();
 
     let (health, health_service) = tonic_health::server::health_reporter();

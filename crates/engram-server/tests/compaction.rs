@@ -538,3 +538,74 @@ async fn too_many_active_turns_trigger_a_compaction() {
         ["turn_0001", "turn_0002", "turn_0003", "turn_0004"]
     );
 }
+
+/// The real binary dies (abort, no cleanup) before each step of a
+/// compaction; the restarted server finds the agent consistent and the
+/// compaction finished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_at_any_step_leaves_the_agent_consistent() {
+    for step in ["episodic", "semantic", "archive", "rewrite", "finalize"] {
+        let data = tempfile::tempdir().unwrap();
+        let env = [("ENGRAM__POLICY__RAW_TAIL_TURNS", "1")];
+        let mut crashing = env.to_vec();
+        crashing.push(("ENGRAM_TEST_CRASH_AT", step));
+        let daemon = Daemon::spawn(data.path(), &crashing);
+        let mut c = daemon.client().await;
+        turns(&mut c, "x", 5).await;
+        assert!(
+            c.compact(compact("x")).await.is_err(),
+            "{step}: the server died"
+        );
+        drop(c);
+        drop(daemon);
+        let daemon = Daemon::spawn(data.path(), &env);
+        let mut c = daemon.client().await;
+        let stats = c
+            .get_context_stats(pb::GetContextStatsRequest {
+                agent_id: "x".into(),
+                model: String::new(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            (stats.epoch, stats.compactions),
+            (1, 1),
+            "{step}: finished at restart"
+        );
+        let dir = data.path().join("agents/x");
+        let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+        let active = read("raw_traces.jsonl");
+        let archive = read("raw_traces_archive.jsonl");
+        let mut ids: Vec<String> = active
+            .lines()
+            .chain(archive.lines())
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["id"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        let total = ids.len();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(
+            (ids.len(), total),
+            (10, 10),
+            "{step}: every trace exactly once"
+        );
+        assert_eq!(
+            read("episodic.jsonl").lines().count(),
+            1,
+            "{step}: one summary"
+        );
+        for line in active.lines() {
+            let turn: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert!(
+                !read("episodic.jsonl").contains(turn["turn_id"].as_str().unwrap()),
+                "{step}: summarized turn still active"
+            );
+        }
+    }
+}

@@ -364,7 +364,25 @@ impl Store {
         *self.inner.compaction_fault.lock().expect("fault lock") = step;
     }
 
+    /// Test hook: the process aborts (like `kill -9`: no cleanup) before the
+    /// named step of a compaction. Used by the crash tests of the binary.
+    #[doc(hidden)]
+    pub fn inject_compaction_crash(&self, step: Option<String>) {
+        *self.inner.compaction_crash.lock().expect("fault lock") = step;
+    }
+
     fn fault(&self, step: &str) -> Result<()> {
+        if self
+            .inner
+            .compaction_crash
+            .lock()
+            .expect("fault lock")
+            .as_deref()
+            == Some(step)
+        {
+            tracing::error!(step, "crashing on purpose (ENGRAM_TEST_CRASH_AT)");
+            std::process::abort();
+        }
         if *self.inner.compaction_fault.lock().expect("fault lock") == Some(step) {
             return Err(StoreError::Io {
                 context: "injected fault before",

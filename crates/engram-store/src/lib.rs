@@ -114,6 +114,8 @@ struct Inner {
     checkpointing: AsyncMutex<()>,
     /// Test hook of [`Store::inject_compaction_fault`].
     compaction_fault: Mutex<Option<&'static str>>,
+    /// Test hook of [`Store::inject_compaction_crash`].
+    compaction_crash: Mutex<Option<String>>,
     opened: Instant,
 }
 
@@ -149,6 +151,7 @@ impl Store {
                 wal,
                 checkpointing: AsyncMutex::new(()),
                 compaction_fault: Mutex::new(None),
+                compaction_crash: Mutex::new(None),
                 opened: Instant::now(),
             }),
         })
