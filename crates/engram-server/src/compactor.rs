@@ -15,11 +15,13 @@ use engram_proto::pb;
 use engram_store::Store;
 use engram_store::compact::{Policy, Summary};
 
+use crate::budget::Budgets;
 use crate::config::{LlmSection, PolicySection};
 
 #[derive(Debug, Clone)]
 pub struct Compactor {
     store: Store,
+    budgets: Arc<Budgets>,
     summarizer: Arc<dyn Summarizer>,
     policy: Policy,
     /// `policy.max_active_turns` (0: off).
@@ -54,9 +56,15 @@ pub fn summarizer(llm: &LlmSection) -> Result<Arc<dyn Summarizer>, String> {
 }
 
 impl Compactor {
-    pub fn new(store: Store, summarizer: Arc<dyn Summarizer>, policy: &PolicySection) -> Self {
+    pub fn new(
+        store: Store,
+        budgets: Arc<Budgets>,
+        summarizer: Arc<dyn Summarizer>,
+        policy: &PolicySection,
+    ) -> Self {
         Self {
             store,
+            budgets,
             summarizer,
             policy: Policy {
                 raw_tail_turns: policy.raw_tail_turns,
@@ -91,6 +99,36 @@ impl Compactor {
             tokens_after: tokens_before,
             ..Default::default()
         };
+        // The cheapest tier first: hide old tool results. A manual Compact
+        // asks for a summary, so it goes straight to that.
+        if trigger != "manual" {
+            match self
+                .store
+                .microcompact(agent, self.policy.raw_tail_turns)
+                .await
+            {
+                Ok(0) => {}
+                Ok(_) => {
+                    report.steps.push("microcompact".to_owned());
+                    match crate::context::over_trigger(&self.store, &self.budgets, agent).await {
+                        Ok((false, tokens)) => {
+                            report.performed = true;
+                            report.tokens_after = tokens;
+                            return report;
+                        }
+                        Ok((true, _)) => {}
+                        Err(e) => {
+                            report.error = format!("storage: {}", e.message());
+                            return report;
+                        }
+                    }
+                }
+                Err(e) => {
+                    report.error = format!("storage: {e}");
+                    return report;
+                }
+            }
+        }
         let job = match self.store.begin_compaction(agent, self.policy).await {
             Ok(Some(job)) => job,
             Ok(None) => {

@@ -306,10 +306,22 @@ fn active_turns(traces: &[engram_core::RawTrace]) -> usize {
 
 /// The agent's prompt size now (for its last reported model).
 pub async fn prompt_tokens(store: &Store, budgets: &Budgets, id: &AgentId) -> Result<u32, Status> {
+    Ok(over_trigger(store, budgets, id).await?.1)
+}
+
+/// Whether the agent's prompt (for its last reported model) is over its
+/// compaction trigger, and its size.
+pub async fn over_trigger(
+    store: &Store,
+    budgets: &Budgets,
+    id: &AgentId,
+) -> Result<(bool, u32), Status> {
     store
         .read(id, |mut view| {
             let model = view.tracker.last_model().unwrap_or_default().to_owned();
-            sizing(&mut view, id, budgets, &model, None).prompt_tokens()
+            let size = sizing(&mut view, id, budgets, &model, None);
+            let tokens = size.prompt_tokens();
+            (tokens > size.budget.trigger_tokens, tokens)
         })
         .await
         .map_err(from_store)

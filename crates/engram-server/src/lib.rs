@@ -81,9 +81,14 @@ pub async fn run(
     let limit = config.server.max_message_bytes;
     // The BPE tables load in the background instead of on the first prompt.
     tokio::task::spawn_blocking(engram_core::tokens::warm_up);
-    let budgets = budget::Budgets::new(config.budget.clone());
+    let budgets = Arc::new(budget::Budgets::new(config.budget.clone()));
     let summarizer = compactor::summarizer(&config.llm).map_err(ServerError::Summarizer)?;
-    let compactor = compactor::Compactor::new(store.clone(), summarizer, &config.policy);
+    let compactor = compactor::Compactor::new(
+        store.clone(),
+        Arc::clone(&budgets),
+        summarizer,
+        &config.policy,
+    );
     tracing::info!(summarizer = %compactor.summarizer_name(), "compaction ready");
     let memory = MemoryServiceServer::new(Engram::new(store.clone(), budgets, compactor, limit))
         .max_decoding_message_size(limit)

@@ -38,13 +38,13 @@ pub struct Engram {
 impl Engram {
     pub fn new(
         store: Store,
-        budgets: Budgets,
+        budgets: Arc<Budgets>,
         compactor: Compactor,
         max_message_bytes: usize,
     ) -> Self {
         Self {
             store,
-            budgets: Arc::new(budgets),
+            budgets,
             compactor,
             max_message_bytes,
         }

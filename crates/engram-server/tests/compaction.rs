@@ -609,3 +609,94 @@ async fn a_crash_at_any_step_leaves_the_agent_consistent() {
         }
     }
 }
+
+/// The cheapest tier first: hiding old tool results is enough, so nothing
+/// is summarized or archived.
+#[tokio::test]
+async fn microcompact_alone_can_bring_the_prompt_under_the_trigger() {
+    let server = TestServer::start_with(&[
+        ("ENGRAM__BUDGET__DEFAULT_CONTEXT_TOKENS", "8000"),
+        ("ENGRAM__BUDGET__DEFAULT_MAX_OUTPUT_TOKENS", "1000"),
+        ("ENGRAM__POLICY__RAW_TAIL_TURNS", "1"),
+    ])
+    .await;
+    let mut c = server.client().await;
+    let page = "a fairly long tool output line with many words in it ".repeat(250);
+    for t in 1..=4 {
+        let call = pb::TraceEvent {
+            tool_call_id: format!("c{t}"),
+            tool_name: "fetch".into(),
+            ..event(pb::TraceType::ToolCall, "")
+        };
+        let result = pb::TraceEvent {
+            tool_call_id: format!("c{t}"),
+            tool_result: Some(prost_types::Value {
+                kind: Some(prost_types::value::Kind::StringValue(page.clone())),
+            }),
+            ..event(pb::TraceType::ToolResult, "")
+        };
+        c.ingest(ingest_req(
+            "micro",
+            vec![
+                user(&format!("fetch {t}")),
+                call,
+                result,
+                event(pb::TraceType::Assistant, "done"),
+            ],
+        ))
+        .await
+        .unwrap();
+    }
+    let out = c
+        .ingest(pb::IngestRequest {
+            usage: Some(pb::Usage {
+                prompt_tokens: 9_000,
+                completion_tokens: 1,
+                total_tokens: 9_001,
+            }),
+            model: "tiny-model".into(),
+            ..ingest_req(
+                "micro",
+                vec![event(pb::TraceType::Assistant, "that was a lot")],
+            )
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(out.compaction_required);
+    let p = c
+        .prepare_request(pb::PrepareRequestRequest {
+            agent_id: "micro".into(),
+            user_input: Some(user("summary please")),
+            model: "tiny-model".into(),
+            render_format: pb::RenderFormat::Gemini.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let report = p.compaction.unwrap();
+    assert!(report.performed, "{report:?}");
+    assert_eq!(report.steps, ["microcompact"]);
+    assert_eq!(p.epoch, 1);
+    assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+    assert!(p.estimated_prompt_tokens < p.budget.unwrap().trigger_tokens);
+    let hidden = p
+        .messages
+        .iter()
+        .filter(|m| m.content.starts_with("[tool result of"))
+        .count();
+    assert_eq!(hidden, 3, "results older than the kept tail (turn 4) hidden, tool name and call id kept");
+    assert!(
+        !server
+            .agents_dir()
+            .join("micro/raw_traces_archive.jsonl")
+            .exists(),
+        "nothing archived"
+    );
+    assert!(
+        !server.agents_dir().join("micro/episodic.jsonl").exists(),
+        "nothing summarized"
+    );
+    assert_valid_payloads(&[("microcompacted".into(), "gemini", p.rendered_payload_json)]);
+}

@@ -49,6 +49,13 @@ pub struct AgentMeta {
     /// interrupted it): finished before the agent is used again.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pending: Option<crate::compact::Intent>,
+    /// The last active trace when this epoch began: usage reported before
+    /// it measured an older prompt and no longer counts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub epoch_start_trace: Option<String>,
+    /// Microcompact: results of turns before this one show as placeholders.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub microcompact_before: Option<u32>,
 }
 
 /// A loaded agent. `raw` is `None` while the agent does not exist on disk:
@@ -79,6 +86,8 @@ pub(crate) struct AgentState {
     pub report: Option<(Usage, usize)>,
     /// A compaction's summarizer call is under way (memory only).
     pub compacting: bool,
+    /// Replay has passed `meta.epoch_start_trace` (memory only).
+    in_epoch: bool,
 }
 
 /// Access to a loaded agent, for the server's views. Only the token cache
@@ -109,6 +118,7 @@ impl AgentState {
         }
         remove_debris(&jsonl::tmp_path(&state.dir.join(STATE)))?;
         state.meta = load_meta(&state.dir.join(STATE))?;
+        state.in_epoch = state.meta.epoch_start_trace.is_none();
         if let Some(snapshot) = &state.meta.snapshot {
             state.transcript = Transcript::with_base(Message::text(Role::System, snapshot.clone()));
         }
@@ -147,6 +157,7 @@ impl AgentState {
             render: RenderCache::default(),
             report: None,
             compacting: false,
+            in_epoch: true,
         }
     }
 
@@ -183,13 +194,25 @@ impl AgentState {
     /// Folds a stored trace into the derived state (turns, transcript).
     pub fn note(&mut self, trace: &RawTrace) {
         self.tracker.apply(trace);
+        let in_epoch = self.in_epoch;
+        if self.meta.epoch_start_trace.as_deref() == Some(trace.id.as_str()) {
+            self.in_epoch = true;
+        }
         if self.meta.snapshot_trace_ids.contains(&trace.id) {
             return; // shown in the snapshot text
         }
-        if let Some(usage) = trace.usage {
+        if let Some(usage) = trace.usage.filter(|_| in_epoch) {
             self.report = Some((usage, self.transcript.messages().len()));
         }
-        let changed = self.transcript.push(trace);
+        let old_result = trace.trace_type == engram_core::TraceType::ToolResult
+            && self.meta.microcompact_before.is_some_and(|before| {
+                engram_core::turns::turn_number(&trace.turn_id).is_some_and(|n| n < before)
+            });
+        let changed = if old_result {
+            self.transcript.push(&microcompacted(trace))
+        } else {
+            self.transcript.push(trace)
+        };
         self.tokens.invalidate_from(changed);
         self.render.invalidate_from(changed);
     }
@@ -218,6 +241,21 @@ impl AgentState {
             .split(|b| *b == b'\n')
             .filter_map(|line| RawTrace::from_line(line).ok())
             .find(|t| t.id == id))
+    }
+}
+
+/// A tool result as microcompact shows it: name, call id and size only.
+pub fn microcompacted(trace: &RawTrace) -> RawTrace {
+    let size = engram_core::transcript::result_text(trace).chars().count();
+    RawTrace {
+        tool_result: Some(serde_json::Value::String(format!(
+            "[tool result of {size} characters omitted: {} ({}); the raw trace keeps it]",
+            trace.tool_name.as_deref().unwrap_or("tool"),
+            trace.tool_call_id.as_deref().unwrap_or_default()
+        ))),
+        tool_error: None,
+        content: String::new(),
+        ..trace.clone()
     }
 }
 

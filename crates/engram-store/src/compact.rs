@@ -338,8 +338,15 @@ impl Store {
             atomic_write(&raw_path, &kept)?;
         }
         self.fault("finalize")?;
+        let epoch_start_trace = state
+            .traces
+            .iter()
+            .rev()
+            .find(|t| !window.contains(t.id.as_str()))
+            .map(|t| t.id.clone());
         let meta = AgentMeta {
             pending: None,
+            epoch_start_trace,
             epoch: intent.epoch + 1,
             compactions: state.meta.compactions + 1,
             compaction_required: false,
@@ -357,6 +364,46 @@ impl Store {
 }
 
 impl Store {
+    /// Microcompact: tool results of turns older than the last
+    /// `keep_turns` (and the current one) show as placeholders from now on,
+    /// in a new epoch. Nothing is archived or lost. Returns how many results
+    /// the change hid (0: nothing changed).
+    pub async fn microcompact(&self, id: &AgentId, keep_turns: usize) -> Result<u32> {
+        let handle = self.existing_handle(id)?;
+        let mut slot = handle.state.lock().await;
+        let state = self.loaded(id, &mut slot).await?;
+        if !state.exists() {
+            return Err(StoreError::NotFound(id.to_string()));
+        }
+        let latest = state.tracker.turn_count();
+        let before = latest.saturating_sub(u32::try_from(keep_turns).unwrap_or(u32::MAX));
+        let already = state.meta.microcompact_before.unwrap_or(0);
+        let hidden = state
+            .traces
+            .iter()
+            .filter(|t| t.trace_type == engram_core::TraceType::ToolResult)
+            .filter(|t| !state.meta.snapshot_trace_ids.contains(&t.id))
+            .filter_map(|t| turn_number(&t.turn_id))
+            .filter(|n| *n >= already && *n < before)
+            .count();
+        if hidden == 0 {
+            return Ok(0);
+        }
+        let meta = AgentMeta {
+            microcompact_before: Some(before),
+            epoch: state.meta.epoch + 1,
+            compaction_required: false,
+            epoch_start_trace: state.traces.last().map(|t| t.id.clone()),
+            ..state.meta.clone()
+        };
+        state.save_meta(meta)?;
+        let mut fresh = AgentState::load(state.dir.clone())?;
+        fresh.raw = state.raw.clone();
+        *state = fresh;
+        tracing::info!(agent = %id, hidden, "microcompacted old tool results");
+        Ok(u32::try_from(hidden).unwrap_or(u32::MAX))
+    }
+
     /// Test hook: the named step of this store's compactions fails (as a
     /// crash there would leave things) until cleared with `None`.
     #[doc(hidden)]
