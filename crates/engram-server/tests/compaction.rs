@@ -686,7 +686,10 @@ async fn microcompact_alone_can_bring_the_prompt_under_the_trigger() {
         .iter()
         .filter(|m| m.content.starts_with("[tool result of"))
         .count();
-    assert_eq!(hidden, 3, "results older than the kept tail (turn 4) hidden, tool name and call id kept");
+    assert_eq!(
+        hidden, 3,
+        "results older than the kept tail (turn 4) hidden, tool name and call id kept"
+    );
     assert!(
         !server
             .agents_dir()
@@ -699,4 +702,181 @@ async fn microcompact_alone_can_bring_the_prompt_under_the_trigger() {
         "nothing summarized"
     );
     assert_valid_payloads(&[("microcompacted".into(), "gemini", p.rendered_payload_json)]);
+}
+
+/// DESIGN §4 for 30 turns against an LLM summarizer over HTTP, with the
+/// provider's usage reported: compaction happens at the first prompt after
+/// the trigger is passed, the prompt then starts with the memory block and
+/// the tail, the files are as DESIGN §2 says, and no trace is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_turns_compact_at_the_right_time_and_lose_nothing() {
+    let answer = r#"{"episodic_summary": "Earlier turns: weather lookups.", "semantic_facts": [{"fact": "User checks the weather daily", "confidence": 0.9, "salience": 0.8}]}"#;
+    let (base, _) = fake_llm(vec![(200, completion(answer))]).await;
+    let server = TestServer::start_with(&[
+        ("ENGRAM__LLM__BASE_URL", &base),
+        ("ENGRAM__LLM__MODEL", "summarizer"),
+        ("ENGRAM__BUDGET__DEFAULT_CONTEXT_TOKENS", "6000"),
+        ("ENGRAM__BUDGET__DEFAULT_MAX_OUTPUT_TOKENS", "1000"),
+    ])
+    .await;
+    let mut c = server.client().await;
+    let agent = "thirty";
+    let mut events = 0;
+    let mut compacted_at = vec![];
+    let mut over_trigger = false;
+    for turn in 1..=30 {
+        let p = c
+            .prepare_request(pb::PrepareRequestRequest {
+                agent_id: agent.into(),
+                system_prompt: "You answer weather questions.".into(),
+                user_input: Some(user(&format!(
+                    "Turn {turn}: what is the weather in city {turn}? {}",
+                    "Please be detailed. ".repeat(15)
+                ))),
+                model: "agent-model".into(),
+                render_format: pb::RenderFormat::OpenaiChat.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        events += 1;
+        let report = p.compaction.clone().unwrap();
+        let budget = p.budget.unwrap();
+        // It runs exactly when the last reported prompt, or this prompt's
+        // own estimate, passed the trigger.
+        let due = over_trigger || report.tokens_before > budget.trigger_tokens;
+        assert_eq!(report.performed, due, "turn {turn}: {report:?}");
+        if report.performed {
+            assert_eq!(
+                report.trigger,
+                if over_trigger {
+                    "token_pressure"
+                } else {
+                    "estimate"
+                }
+            );
+            assert!(
+                report.tokens_after < report.tokens_before,
+                "turn {turn}: {report:?}"
+            );
+            if report.steps.contains(&"summarize".to_owned()) {
+                compacted_at.push(turn);
+                assert!(
+                    p.messages[1]
+                        .content
+                        .starts_with("[MEMORY:EPISODIC]\n1) Earlier turns"),
+                    "turn {turn}"
+                );
+                assert!(p.messages[1].content.contains("[RECENT TURNS]"));
+            }
+        }
+        let usage = |n: u32| {
+            Some(pb::Usage {
+                prompt_tokens: n,
+                completion_tokens: 50,
+                total_tokens: n + 50,
+            })
+        };
+        let call = pb::TraceEvent {
+            tool_call_id: format!("w{turn}"),
+            tool_name: "weather".into(),
+            ..event(pb::TraceType::ToolCall, "")
+        };
+        let marked = c
+            .ingest(pb::IngestRequest {
+                usage: usage(p.estimated_prompt_tokens),
+                model: "agent-model".into(),
+                ..ingest_req(agent, vec![call])
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .compaction_required;
+        let result = pb::TraceEvent {
+            tool_call_id: format!("w{turn}"),
+            content: format!(
+                "Sunny, {turn} degrees. {}",
+                "Light wind from the west. ".repeat(10)
+            ),
+            ..event(pb::TraceType::ToolResult, "")
+        };
+        c.ingest(ingest_req(agent, vec![result])).await.unwrap();
+        let cont = c
+            .prepare_request(pb::PrepareRequestRequest {
+                agent_id: agent.into(),
+                model: "agent-model".into(),
+                render_format: pb::RenderFormat::OpenaiChat.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let report = cont.compaction.clone().unwrap();
+        let due = marked || report.tokens_before > budget.trigger_tokens;
+        assert_eq!(
+            report.performed, due,
+            "continuation of turn {turn}: {report:?}"
+        );
+        if report.steps.contains(&"summarize".to_owned()) {
+            compacted_at.push(turn);
+        }
+        let out = c
+            .ingest(pb::IngestRequest {
+                usage: usage(cont.estimated_prompt_tokens),
+                model: "agent-model".into(),
+                ..ingest_req(
+                    agent,
+                    vec![event(
+                        pb::TraceType::Assistant,
+                        &format!("It is sunny in city {turn}."),
+                    )],
+                )
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        events += 3;
+        over_trigger = cont.estimated_prompt_tokens > budget.trigger_tokens;
+        assert_eq!(out.compaction_required, over_trigger, "turn {turn}");
+    }
+    assert!(
+        !compacted_at.is_empty(),
+        "30 turns of this size must compact"
+    );
+    let dir = server.agents_dir().join(agent);
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "episodic.jsonl",
+            "raw_traces.jsonl",
+            "raw_traces_archive.jsonl",
+            "semantic.jsonl",
+            "state.json"
+        ]
+    );
+    let mut ids = vec![];
+    for file in ["raw_traces.jsonl", "raw_traces_archive.jsonl"] {
+        for line in std::fs::read_to_string(dir.join(file)).unwrap().lines() {
+            ids.push(
+                serde_json::from_str::<serde_json::Value>(line).unwrap()["id"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+            );
+        }
+    }
+    let total = ids.len();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(
+        (ids.len(), total),
+        (events, events),
+        "every trace once, in active or archive"
+    );
 }
