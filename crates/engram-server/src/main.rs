@@ -57,34 +57,26 @@ async fn serve() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding server.listen {addr}"))?;
     let local = listener.local_addr()?;
+    let shutdown = shutdown_signal()?;
     tracing::info!(%local, data_dir = %config.store.data_dir.display(), fsync = ?config.store.fsync, "engramd listening");
     // One machine-readable line on stdout, for scripts and tests that start
     // the server on port 0.
     println!("engramd listening on {local}");
-    engram_server::run(listener, config, shutdown_signal()).await?;
+    engram_server::run(listener, config, shutdown).await?;
     Ok(())
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::error!(error = %e, "cannot listen for SIGINT");
-            std::future::pending::<()>().await;
+/// Resolves on SIGTERM or SIGINT. The handlers are installed when this is
+/// called, not when first polled, so a signal that arrives right after
+/// start-up still drains instead of killing the process.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
         }
-    };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
-    }
+    })
 }
