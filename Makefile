@@ -58,6 +58,7 @@ bench: ## Benchmarks: durable Ingest, PrepareRequest latency (see docs/BENCHMARK
 	$(CARGO) run --release --locked -p engram-bench -- ingest --data-dir ./bench-data
 	$(CARGO) build --release --locked -p engram-server --bin engramd
 	$(CARGO) run --release --locked -p engram-bench -- prepare --data-dir ./bench-data
+	$(CARGO) run --release --locked -p engram-bench -- compact --data-dir ./bench-data
 
 .PHONY: clean
 clean: ## Remove build output and the venv

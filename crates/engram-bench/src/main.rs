@@ -4,7 +4,10 @@
 //!   echo service (the framework ceiling).
 //! - `prepare`: PrepareRequest latency by transcript size, with and without
 //!   a large archive, and memory per loaded agent.
+//! - `compact`: the store's part of a compaction by window size, and Ingest
+//!   latency while a compaction waits for its summary.
 
+mod compact;
 mod ingest;
 mod prepare;
 
@@ -23,11 +26,14 @@ enum Command {
     Ingest(ingest::Args),
     /// PrepareRequest latency by transcript size and archive size.
     Prepare(prepare::Args),
+    /// Compaction cost without the LLM, and Ingest during a compaction.
+    Compact(compact::Args),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Ingest(args) => ingest::run(args),
         Command::Prepare(args) => prepare::run(args),
+        Command::Compact(args) => compact::run(args),
     }
 }

@@ -191,9 +191,33 @@ impl AgentState {
         }
     }
 
+    /// Rebuilds the transcript and its caches from the active traces for
+    /// the epoch `meta` describes (after a compaction). The turn state is
+    /// kept: it already holds every trace, archived ones included.
+    pub fn rebuild_epoch(&mut self) {
+        self.transcript = match &self.meta.snapshot {
+            Some(snapshot) => Transcript::with_base(Message::text(Role::System, snapshot.clone())),
+            None => Transcript::default(),
+        };
+        self.tokens = TokenCache::default();
+        self.render = RenderCache::default();
+        self.report = None;
+        self.in_epoch = self.meta.epoch_start_trace.is_none();
+        let traces = std::mem::take(&mut self.traces);
+        for trace in &traces {
+            self.note_epoch(trace);
+        }
+        self.traces = traces;
+    }
+
     /// Folds a stored trace into the derived state (turns, transcript).
     pub fn note(&mut self, trace: &RawTrace) {
         self.tracker.apply(trace);
+        self.note_epoch(trace);
+    }
+
+    /// The transcript part of [`note`](Self::note).
+    fn note_epoch(&mut self, trace: &RawTrace) {
         let in_epoch = self.in_epoch;
         if self.meta.epoch_start_trace.as_deref() == Some(trace.id.as_str()) {
             self.in_epoch = true;

@@ -109,6 +109,15 @@ fn append_sync(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// The JSONL text of `traces` (slices appended whole, not byte by byte).
+fn lines_of<'a>(traces: impl Iterator<Item = &'a RawTrace>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for t in traces {
+        out.extend_from_slice(&t.to_line());
+    }
+    out
+}
+
 fn line<T: Serialize>(item: &T) -> Vec<u8> {
     let mut l = serde_json::to_vec(item).expect("items serialize");
     l.push(b'\n');
@@ -308,20 +317,20 @@ impl Store {
                 f.set_len(intent.archive_len)
                     .map_err(StoreError::io("truncating", &archive))?;
             }
-            let moved: Vec<u8> = state
-                .traces
-                .iter()
-                .filter(|t| window.contains(t.id.as_str()))
-                .flat_map(RawTrace::to_line)
-                .collect();
+            let moved = lines_of(
+                state
+                    .traces
+                    .iter()
+                    .filter(|t| window.contains(t.id.as_str())),
+            );
             append_sync(&archive, &moved)?;
             self.fault("rewrite")?;
-            let kept: Vec<u8> = state
-                .traces
-                .iter()
-                .filter(|t| !window.contains(t.id.as_str()))
-                .flat_map(RawTrace::to_line)
-                .collect();
+            let kept = lines_of(
+                state
+                    .traces
+                    .iter()
+                    .filter(|t| !window.contains(t.id.as_str())),
+            );
             let raw_path = dir.join(RAW_TRACES);
             if let Some(raw) = state.raw.clone() {
                 raw.sync_all().await?;
@@ -356,9 +365,27 @@ impl Store {
             ..state.meta.clone()
         };
         state.save_meta(meta)?;
-        let mut fresh = AgentState::load(dir)?;
-        fresh.raw = Some(Arc::new(DurableFile::open(&fresh.dir.join(RAW_TRACES))?));
-        *state = fresh;
+        // The new state in memory, from what was just written (no reload).
+        if !state.episodic.iter().any(|e| e.id == intent.episodic.id) {
+            state.episodic.push(intent.episodic.clone());
+        }
+        for item in &intent.semantic {
+            if !state.semantic.iter().any(|s| s.id == item.id) {
+                state.semantic.push(item.clone());
+            }
+        }
+        for (old, new) in &intent.superseded {
+            if let Some(item) = state.semantic.iter_mut().find(|s| s.id == *old) {
+                item.superseded_by = Some(new.clone());
+            }
+        }
+        state.traces.retain(|t| !window.contains(t.id.as_str()));
+        if still_active {
+            // The rewrite replaced the file: appends go to the new one.
+            state.raw = Some(Arc::new(DurableFile::open(&dir.join(RAW_TRACES))?));
+            state.last_ticket = None;
+        }
+        state.rebuild_epoch();
         Ok(())
     }
 }
@@ -397,9 +424,7 @@ impl Store {
             ..state.meta.clone()
         };
         state.save_meta(meta)?;
-        let mut fresh = AgentState::load(state.dir.clone())?;
-        fresh.raw = state.raw.clone();
-        *state = fresh;
+        state.rebuild_epoch();
         tracing::info!(agent = %id, hidden, "microcompacted old tool results");
         Ok(u32::try_from(hidden).unwrap_or(u32::MAX))
     }
