@@ -7,10 +7,12 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 
 use engram_proto::pb;
 use engram_proto::pb::memory_service_client::MemoryServiceClient;
 use engram_server::Config;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
 
@@ -205,4 +207,104 @@ pub fn assert_valid_payloads(items: &[(String, &str, String)]) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+// Compaction helpers shared by the compaction test files.
+
+/// A local OpenAI-compatible endpoint answering each request with the next
+/// scripted (status, body); records request paths.
+pub async fn fake_llm(script: Vec<(u16, String)>) -> (String, Arc<Mutex<Vec<String>>>) {
+    let open = Arc::new(tokio::sync::Semaphore::new(usize::MAX >> 4));
+    let (base, seen, _) = fake_llm_gated(script, open).await;
+    (base, seen)
+}
+
+/// Like [`fake_llm`], answering each request only once `gate` hands out a
+/// permit (so a test decides when "the LLM" is done); `arrived` is notified
+/// as each request comes in.
+pub async fn fake_llm_gated(
+    script: Vec<(u16, String)>,
+    gate: Arc<tokio::sync::Semaphore>,
+) -> (String, Arc<Mutex<Vec<String>>>, Arc<tokio::sync::Notify>) {
+    let arrived = Arc::new(tokio::sync::Notify::new());
+    let notify = Arc::clone(&arrived);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = Arc::clone(&seen);
+    tokio::spawn(async move {
+        let mut n = 0;
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let (status, body) = script[n.min(script.len() - 1)].clone();
+            n += 1;
+            let mut buf = vec![];
+            let mut chunk = [0u8; 8192];
+            loop {
+                let k = stream.read(&mut chunk).await.unwrap();
+                buf.extend_from_slice(&chunk[..k]);
+                let text = String::from_utf8_lossy(&buf).to_string();
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let len: usize = text
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse().unwrap())
+                        })
+                        .unwrap_or(0);
+                    if buf.len() >= end + 4 + len {
+                        log.lock()
+                            .unwrap()
+                            .push(text.split_whitespace().nth(1).unwrap().to_owned());
+                        notify.notify_one();
+                        break;
+                    }
+                }
+            }
+            let reply = format!(
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let gate = Arc::clone(&gate);
+            tokio::spawn(async move {
+                gate.acquire().await.unwrap().forget();
+                let _ = stream.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    (base, seen, arrived)
+}
+
+pub fn completion(content: &str) -> String {
+    serde_json::json!({"choices": [{"message": {"role": "assistant", "content": content}}]})
+        .to_string()
+}
+
+pub async fn turns(c: &mut Client, agent: &str, n: usize) {
+    for t in 1..=n {
+        c.ingest(ingest_req(
+            agent,
+            vec![
+                user(&format!("I prefer answer number {t}. What is {t} squared?")),
+                event(
+                    pb::TraceType::Assistant,
+                    &format!(
+                        "{} it is. {}",
+                        t * t,
+                        "Squaring multiplies a number by itself. ".repeat(20)
+                    ),
+                ),
+            ],
+        ))
+        .await
+        .unwrap();
+    }
+}
+
+pub fn compact(agent: &str) -> pb::CompactRequest {
+    pb::CompactRequest {
+        agent_id: agent.into(),
+        focus: "numbers".into(),
+    }
 }

@@ -1,0 +1,213 @@
+//! Compaction in the store: the happy path, recovery after a fault at
+//! each step, failures.
+use std::collections::HashMap;
+
+use engram_core::compaction::NewFact;
+use engram_core::memory::EpisodicItem;
+use engram_core::transcript::Role;
+use serde_json::json;
+
+use super::*;
+use crate::compact::{Policy, Summary};
+
+const POLICY: Policy = Policy {
+    raw_tail_turns: 2,
+    max_episodic: 3,
+    max_semantic: 20,
+};
+
+async fn conversation(store: &Store, a: &AgentId, turns: usize) {
+    for t in 1..=turns {
+        store
+            .ingest(
+                a,
+                &[
+                    NewEvent::user(format!("question {t}")),
+                    NewEvent::tool_call(format!("c{t}"), "lookup", json!({"t": t})),
+                    NewEvent::tool_result(format!("c{t}"), json!("found")),
+                    NewEvent::assistant(format!("answer {t}")),
+                ],
+                None,
+                None,
+            )
+            .await
+            .unwrap();
+    }
+}
+
+fn summary() -> Summary {
+    Summary {
+        text: "Asked five questions.".into(),
+        tags: vec![],
+        salience: 0.5,
+        facts: vec![NewFact {
+            fact: "User asks many questions".into(),
+            tags: vec![],
+            confidence: 0.8,
+            salience: 0.6,
+        }],
+    }
+}
+
+fn lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The crash-safety invariants of DESIGN §5, read from the files.
+fn assert_consistent(dir: &Path, ingested: usize) {
+    let agent = dir.join("agents/c");
+    let active = lines(&agent.join("raw_traces.jsonl"));
+    let archived = lines(&agent.join("raw_traces_archive.jsonl"));
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for t in active.iter().chain(&archived) {
+        *seen
+            .entry(t["id"].as_str().unwrap().to_owned())
+            .or_default() += 1;
+    }
+    assert_eq!(seen.len(), ingested, "every trace is somewhere");
+    assert!(seen.values().all(|n| *n == 1), "and only once");
+    let episodic: Vec<EpisodicItem> = lines(&agent.join("episodic.jsonl"))
+        .into_iter()
+        .map(|v| serde_json::from_value(v).unwrap())
+        .collect();
+    let mut summarized = HashMap::new();
+    for e in &episodic {
+        for t in &e.turn_ids {
+            assert!(
+                summarized.insert(t.clone(), e.id.clone()).is_none(),
+                "turn {t} summarized twice"
+            );
+        }
+    }
+    for t in &active {
+        assert!(
+            !summarized.contains_key(t["turn_id"].as_str().unwrap()),
+            "a summarized turn is still active"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_compaction_archives_old_turns_and_starts_an_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let a = id("c");
+    conversation(&store, &a, 6).await;
+    let job = store.begin_compaction(&a, POLICY).await.unwrap().unwrap();
+    assert_eq!(
+        job.turn_ids,
+        ["turn_0001", "turn_0002", "turn_0003"],
+        "tail 2 + current kept"
+    );
+    assert!(
+        store.begin_compaction(&a, POLICY).await.unwrap().is_none(),
+        "one at a time"
+    );
+    // Ingest keeps working while the summarizer runs.
+    store
+        .ingest(&a, &[NewEvent::assistant("meanwhile")], None, None)
+        .await
+        .unwrap();
+    let out = store
+        .finish_compaction(&a, job, summary(), POLICY)
+        .await
+        .unwrap();
+    assert_eq!(out.traces_pruned, 12);
+    assert_eq!(
+        (out.epoch, out.semantic_added, out.semantic_updated),
+        (1, 1, 0)
+    );
+    assert_consistent(dir.path(), 25);
+    let (meta, first, messages) = store
+        .read(&a, |v| {
+            (
+                v.meta.clone(),
+                v.transcript.messages()[0].clone(),
+                v.transcript.messages().len(),
+            )
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        (meta.epoch, meta.compactions, meta.compaction_required),
+        (1, 1, false)
+    );
+    assert_eq!(first.role, Role::System);
+    assert!(first.content.starts_with("[MEMORY:EPISODIC]\n1) Asked five questions.\n[MEMORY:SEMANTIC]\n- User asks many questions\n[RECENT TURNS]\nTurn 4:\n"));
+    // snapshot + current turn (user, call step, result, answer) + "meanwhile"
+    assert_eq!(messages, 1 + 5);
+    // Turns keep counting, retries of archived events are still known.
+    let next = store
+        .ingest(&a, &[NewEvent::user("q7")], None, None)
+        .await
+        .unwrap();
+    assert_eq!(next.traces[0].turn_id, "turn_0007");
+    drop(store);
+    let store = open(dir.path()).await;
+    let again = store
+        .read(&a, |v| (v.meta.epoch, v.transcript.messages().len()))
+        .await
+        .unwrap();
+    assert_eq!(again, (1, 7), "the epoch survives a restart");
+}
+
+#[tokio::test]
+async fn an_interrupted_compaction_is_finished_at_the_next_load() {
+    for step in ["episodic", "semantic", "archive", "rewrite", "finalize"] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path()).await;
+        let a = id("c");
+        conversation(&store, &a, 5).await;
+        let job = store.begin_compaction(&a, POLICY).await.unwrap().unwrap();
+        store.inject_compaction_fault(Some(step));
+        let err = store
+            .finish_compaction(&a, job, summary(), POLICY)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("injected"), "{step}: {err}");
+        drop(store);
+        // As after a crash at that step: a new process loads the agent.
+        let store = open(dir.path()).await;
+        let epoch = store.read(&a, |v| v.meta.epoch).await.unwrap();
+        assert_eq!(epoch, 1, "{step}: finished, not lost");
+        assert_consistent(dir.path(), 20);
+        assert_eq!(
+            lines(&dir.path().join("agents/c/episodic.jsonl")).len(),
+            1,
+            "{step}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_failed_summary_writes_nothing_but_the_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let a = id("c");
+    conversation(&store, &a, 5).await;
+    store.begin_compaction(&a, POLICY).await.unwrap().unwrap();
+    assert_eq!(store.abort_compaction(&a).await.unwrap(), 1);
+    assert!(
+        !dir.path()
+            .join("agents/c/raw_traces_archive.jsonl")
+            .exists()
+    );
+    assert!(
+        store.begin_compaction(&a, POLICY).await.unwrap().is_some(),
+        "may try again"
+    );
+    let short = id("short");
+    conversation(&store, &short, 2).await;
+    assert!(
+        store
+            .begin_compaction(&short, POLICY)
+            .await
+            .unwrap()
+            .is_none(),
+        "nothing old enough"
+    );
+}
