@@ -85,8 +85,29 @@ impl Compactor {
     }
 
     /// One compaction of `agent`; the report says what happened, errors
-    /// included.
+    /// included. It runs as a task of its own, so a caller that goes away
+    /// (a cancelled RPC) cannot leave it half-done or the agent marked busy.
     pub async fn compact(
+        &self,
+        agent: &AgentId,
+        trigger: &str,
+        focus: Option<&str>,
+        tokens_before: u32,
+    ) -> pb::CompactionReport {
+        let this = self.clone();
+        let (agent, trigger) = (agent.clone(), trigger.to_owned());
+        let focus = focus.map(str::to_owned);
+        let task = tokio::spawn(async move {
+            this.run(&agent, &trigger, focus.as_deref(), tokens_before)
+                .await
+        });
+        task.await.unwrap_or_else(|e| pb::CompactionReport {
+            error: format!("the compaction task failed: {e}"),
+            ..Default::default()
+        })
+    }
+
+    async fn run(
         &self,
         agent: &AgentId,
         trigger: &str,
