@@ -4,6 +4,7 @@
 use engram_core::budget::TokenBudget;
 use engram_core::render::{Format, Prompt};
 use engram_core::tokens::{self, Encoding};
+use engram_core::transcript::Message;
 use engram_core::{AgentId, CoreError, NewEvent, TraceType};
 use engram_proto::pb;
 use engram_store::{AgentView, PrepareInput, Store};
@@ -55,6 +56,8 @@ struct Sizing {
     /// Size the provider last reported, and our count of what came since.
     reported: Option<(u32, u32)>,
     messages: usize,
+    /// Placeholders for calls still waiting for results (rendered last).
+    tail: Vec<Message>,
 }
 
 impl Sizing {
@@ -93,6 +96,7 @@ fn sizing(
         estimate: clamp(estimate),
         reported,
         messages: committed.len() + tail.len() + usize::from(view.meta.system_prompt.is_some()),
+        tail,
     }
 }
 
@@ -188,7 +192,7 @@ pub async fn prepare_request(
                 ));
                 }
                 let system = view.meta.system_prompt.as_deref();
-                let tail = view.transcript.pending_tail();
+                let tail = size.tail;
                 let prompt = Prompt {
                     model: &model,
                     system,
