@@ -77,10 +77,7 @@ impl Store {
                 if let Some(state) = slot.as_mut() {
                     state.deleted = true;
                 }
-                let mut agents = self.inner.agents.lock().expect("registry lock");
-                if agents.get(id).is_some_and(|h| Arc::ptr_eq(h, &handle)) {
-                    agents.remove(id);
-                }
+                self.unregister(id, &handle);
             }
         }
     }

@@ -189,6 +189,15 @@ impl Store {
         Arc::clone(handle)
     }
 
+    /// Drops `id` from the registry if `handle` is still its entry (a newer
+    /// handle for the same id stays).
+    fn unregister(&self, id: &AgentId, handle: &Arc<AgentHandle>) {
+        let mut agents = self.inner.agents.lock().expect("registry lock");
+        if agents.get(id).is_some_and(|h| Arc::ptr_eq(h, handle)) {
+            agents.remove(id);
+        }
+    }
+
     /// The handle of an agent that exists, without registering absent ids.
     fn existing_handle(&self, id: &AgentId) -> Result<Arc<AgentHandle>> {
         let known = self
@@ -273,14 +282,8 @@ impl Store {
         let handle = self.handle(id);
         let mut slot = handle.state.lock().await;
         let dir = self.agent_dir(id);
-        let forget = || {
-            let mut agents = self.inner.agents.lock().expect("registry lock");
-            if agents.get(id).is_some_and(|h| Arc::ptr_eq(h, &handle)) {
-                agents.remove(id);
-            }
-        };
         if !dir.is_dir() {
-            forget();
+            self.unregister(id, &handle);
             return Err(StoreError::NotFound(id.to_string()));
         }
         if self.inner.config.fsync == FsyncPolicy::Always {
@@ -302,7 +305,7 @@ impl Store {
         let mut gone = AgentState::absent(dir.clone());
         gone.deleted = true;
         *slot = Some(gone);
-        forget();
+        self.unregister(id, &handle);
         drop(slot);
         tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&trash))
             .await

@@ -6,8 +6,7 @@ use engram_core::{AgentId, NewEvent, Outcome, RawTrace, Usage};
 
 use crate::agent::{self, AgentMeta, AgentState, AgentView};
 use crate::{
-    AgentHandle, FsyncPolicy, Ingested, PrepareInput, Prepared, Result, Store, StoreError,
-    unix_now, wal,
+    FsyncPolicy, Ingested, PrepareInput, Prepared, Result, Store, StoreError, unix_now, wal,
 };
 
 impl Store {
@@ -172,7 +171,10 @@ impl Store {
             }
             if !state.exists() && input.user_input.is_none() {
                 drop(slot);
-                self.forget_if_absent(id, &handle);
+                // Nobody else holds it: an id that does not exist is not kept.
+                if Arc::strong_count(&handle) == 2 {
+                    self.unregister(id, &handle);
+                }
                 return Err(StoreError::NotFound(id.to_string()));
             }
             check(state.tracker.last_model())?;
@@ -205,15 +207,6 @@ impl Store {
                 user_trace,
                 current_turn_id,
             });
-        }
-    }
-
-    /// Drops the registry entry of an agent that turned out not to exist.
-    fn forget_if_absent(&self, id: &AgentId, handle: &Arc<AgentHandle>) {
-        let mut agents = self.inner.agents.lock().expect("registry lock");
-        if agents.get(id).is_some_and(|h| Arc::ptr_eq(h, handle)) && Arc::strong_count(handle) == 2
-        {
-            agents.remove(id);
         }
     }
 
