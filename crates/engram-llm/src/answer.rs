@@ -11,7 +11,7 @@ use engram_core::turns::turn_number;
 use engram_core::{RawTrace, TraceType};
 use serde_json::Value;
 
-use crate::{FactDraft, SummarizeError, Summary, SummaryRequest};
+use crate::{NewFact, SummarizeError, Summary, SummaryRequest};
 
 /// Tag on a summary taken from an answer that held no JSON.
 pub const UNSTRUCTURED_TAG: &str = "unstructured";
@@ -118,7 +118,7 @@ pub fn parse(text: &str) -> Result<Summary, SummarizeError> {
 }
 
 /// A fact as a string or as an object with `fact` (scores clamped to 0..1).
-fn fact(v: &Value) -> Option<FactDraft> {
+fn fact(v: &Value) -> Option<NewFact> {
     let unit = |key: &str, default: f32| {
         v.get(key)
             .and_then(Value::as_f64)
@@ -143,7 +143,7 @@ fn fact(v: &Value) -> Option<FactDraft> {
                 .collect()
         })
         .unwrap_or_default();
-    Some(FactDraft {
+    Some(NewFact {
         fact: text.to_owned(),
         tags,
         confidence: unit("confidence", 0.7),

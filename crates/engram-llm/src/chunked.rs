@@ -105,7 +105,7 @@ mod tests {
     use engram_core::turns::assign_all;
 
     use super::*;
-    use crate::{FactDraft, SummarizeError};
+    use crate::{NewFact, SummarizeError};
 
     /// Records the turns of each call; answers with their ids.
     #[derive(Debug, Default)]
@@ -124,7 +124,7 @@ mod tests {
                     episodic_summary: turns.join(","),
                     tags: vec!["t".into()],
                     salience: 0.5,
-                    semantic_facts: vec![FactDraft {
+                    semantic_facts: vec![NewFact {
                         fact: format!("fact of {}", turns[0]),
                         tags: vec![],
                         confidence: 1.0,

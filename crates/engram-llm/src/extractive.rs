@@ -8,12 +8,11 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use engram_core::compaction::normalize;
 use engram_core::turns::turn_number;
 use engram_core::{RawTrace, TraceType};
 
-use crate::{
-    EXTRACTIVE_TAG, FactDraft, Summarizer, Summary, SummaryFuture, SummaryRequest, normalize_fact,
-};
+use crate::{EXTRACTIVE_TAG, NewFact, Summarizer, Summary, SummaryFuture, SummaryRequest};
 
 /// Longest quote of a request or answer, in characters.
 const QUOTE_CHARS: usize = 160;
@@ -88,7 +87,7 @@ pub fn summarize(request: SummaryRequest<'_>) -> Summary {
     let mut seen: HashSet<String> = request
         .known_facts
         .iter()
-        .map(|f| normalize_fact(&f.fact))
+        .map(|f| normalize(&f.fact))
         .collect();
     let mut facts = vec![];
     for trace in request
@@ -105,8 +104,8 @@ pub fn summarize(request: SummaryRequest<'_>) -> Summary {
                 continue;
             }
             let fact = truncate(&sentence, FACT_CHARS);
-            if seen.insert(normalize_fact(&fact)) {
-                facts.push(FactDraft {
+            if seen.insert(normalize(&fact)) {
+                facts.push(NewFact {
                     fact,
                     tags: vec![EXTRACTIVE_TAG.to_owned()],
                     confidence: 0.5,

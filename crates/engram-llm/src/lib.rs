@@ -20,6 +20,8 @@ use std::future::Future;
 use std::pin::Pin;
 
 use engram_core::RawTrace;
+/// A fact a summarizer proposes; the store deduplicates and merges it.
+pub use engram_core::compaction::NewFact;
 use engram_core::memory::SemanticItem;
 
 pub use chunked::Chunked;
@@ -47,16 +49,7 @@ pub struct Summary {
     pub episodic_summary: String,
     pub tags: Vec<String>,
     pub salience: f32,
-    pub semantic_facts: Vec<FactDraft>,
-}
-
-/// A fact proposed by a summarizer, before deduplication and storage.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FactDraft {
-    pub fact: String,
-    pub tags: Vec<String>,
-    pub confidence: f32,
-    pub salience: f32,
+    pub semantic_facts: Vec<NewFact>,
 }
 
 /// Why no usable summary came back. Compaction prunes nothing on either.
@@ -87,14 +80,4 @@ pub trait Summarizer: Send + Sync + std::fmt::Debug {
     fn name(&self) -> String;
 
     fn summarize<'a>(&'a self, request: SummaryRequest<'a>) -> SummaryFuture<'a>;
-}
-
-/// Lowercase, alphanumeric words joined by single spaces: two facts with the
-/// same normal form are the same fact.
-pub fn normalize_fact(text: &str) -> String {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .collect::<Vec<_>>()
-        .join(" ")
 }

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use engram_core::AgentId;
-use engram_core::compaction::NewFact;
 use engram_llm::{
     Chunked, CircuitBreaker, Extractive, HttpConfig, HttpSummarizer, Summarizer, SummaryRequest,
 };
@@ -187,16 +186,7 @@ impl Compactor {
             text: summary.episodic_summary,
             tags: summary.tags,
             salience: summary.salience,
-            facts: summary
-                .semantic_facts
-                .into_iter()
-                .map(|f| NewFact {
-                    fact: f.fact,
-                    tags: f.tags,
-                    confidence: f.confidence,
-                    salience: f.salience,
-                })
-                .collect(),
+            facts: summary.semantic_facts,
         };
         match self
             .store
