@@ -81,8 +81,16 @@ pub fn render_snapshot(
         out.push_str(&format!("- {}\n", one_line(&f.fact)));
     }
     out.push_str("[RECENT TURNS]\n");
+    out.push_str(&render_turns(tail));
+    out
+}
+
+/// Turns as text, one line per event under `Turn N:` (the snapshot's raw
+/// tail, and what a summarizer is shown), in turn and seq order.
+pub fn render_turns(traces: &[RawTrace]) -> String {
+    let mut out = String::new();
     let mut current = None;
-    let mut ordered: Vec<&RawTrace> = tail.iter().collect();
+    let mut ordered: Vec<&RawTrace> = traces.iter().collect();
     ordered.sort_by_key(|t| (turn_number(&t.turn_id), t.seq));
     for t in ordered {
         if current != Some(t.turn_id.as_str()) {

@@ -7,8 +7,7 @@
 //! summarized); an empty answer, or JSON without a summary, is unusable and
 //! nothing is pruned.
 
-use engram_core::turns::turn_number;
-use engram_core::{RawTrace, TraceType};
+use engram_core::compaction::render_turns;
 use serde_json::Value;
 
 use crate::{NewFact, SummarizeError, Summary, SummaryRequest};
@@ -47,39 +46,6 @@ pub fn messages(request: &SummaryRequest<'_>) -> (String, String) {
     user.push_str("Turns to summarize:\n");
     user.push_str(&render_turns(request.traces));
     (system, user)
-}
-
-/// Turns as text, in the snapshot's style (`Turn 12:` then one line per
-/// event).
-pub fn render_turns(traces: &[RawTrace]) -> String {
-    let mut out = String::new();
-    let mut current = None;
-    for t in traces {
-        if current != Some(t.turn_id.as_str()) {
-            current = Some(t.turn_id.as_str());
-            let n = turn_number(&t.turn_id).map_or_else(|| t.turn_id.clone(), |n| n.to_string());
-            out.push_str(&format!("Turn {n}:\n"));
-        }
-        let line = match t.trace_type {
-            TraceType::User => format!("User: {}", t.content),
-            TraceType::Assistant => format!("Assistant: {}", t.content),
-            TraceType::ToolCall => format!(
-                "Tool call: {}({})",
-                t.tool_name.as_deref().unwrap_or("tool"),
-                t.tool_args
-                    .as_ref()
-                    .map(|a| Value::Object(a.clone()).to_string())
-                    .unwrap_or_default()
-            ),
-            TraceType::ToolResult => {
-                format!("Tool result: {}", engram_core::transcript::result_text(t))
-            }
-        };
-        out.push_str("  ");
-        out.push_str(&line.replace('\n', "\n  "));
-        out.push('\n');
-    }
-    out
 }
 
 /// Reads a summarizer's answer; see the module docs for what is accepted.

@@ -5,8 +5,8 @@
 use engram_core::RawTrace;
 use engram_core::tokens::{Encoding, count_text};
 
-use crate::answer::render_turns;
 use crate::{Summarizer, Summary, SummaryFuture, SummaryRequest};
+use engram_core::compaction::render_turns;
 
 #[derive(Debug)]
 pub struct Chunked<S> {
