@@ -243,7 +243,6 @@ impl Store {
 
 /// Stores large tool results whole (durably) in `tool_results/`.
 fn write_spills(dir: &std::path::Path, spills: &[engram_core::spill::Spill]) -> Result<()> {
-    use std::io::Write;
     for spill in spills {
         let path = dir.join(&spill.path);
         let parent = path.parent().unwrap_or(dir);
@@ -251,11 +250,7 @@ fn write_spills(dir: &std::path::Path, spills: &[engram_core::spill::Spill]) -> 
             std::fs::create_dir_all(parent).map_err(StoreError::io("creating", parent))?;
             crate::jsonl::sync_dir(dir)?;
         }
-        let mut f = std::fs::File::create(&path).map_err(StoreError::io("creating", &path))?;
-        f.write_all(spill.json.as_bytes())
-            .map_err(StoreError::io("writing", &path))?;
-        f.sync_all().map_err(StoreError::io("syncing", &path))?;
-        crate::jsonl::sync_dir(parent)?;
+        crate::jsonl::atomic_write(&path, spill.json.as_bytes())?;
     }
     Ok(())
 }
