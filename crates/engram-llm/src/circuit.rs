@@ -77,6 +77,10 @@ impl<S: Summarizer> Summarizer for CircuitBreaker<S> {
         self.inner.name()
     }
 
+    fn circuit_open(&self) -> bool {
+        matches!(self.circuit(), Circuit::Open { .. })
+    }
+
     fn summarize<'a>(&'a self, request: SummaryRequest<'a>) -> SummaryFuture<'a> {
         Box::pin(async move {
             if let Circuit::Open { remaining } = self.circuit() {

@@ -80,4 +80,9 @@ pub trait Summarizer: Send + Sync + std::fmt::Debug {
     fn name(&self) -> String;
 
     fn summarize<'a>(&'a self, request: SummaryRequest<'a>) -> SummaryFuture<'a>;
+
+    /// True while a circuit breaker keeps calls away from the model.
+    fn circuit_open(&self) -> bool {
+        false
+    }
 }

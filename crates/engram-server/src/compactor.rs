@@ -94,16 +94,25 @@ impl Compactor {
         tokens_before: u32,
     ) -> pb::CompactionReport {
         let this = self.clone();
+        let label = trigger_label(trigger);
         let (agent, trigger) = (agent.clone(), trigger.to_owned());
         let focus = focus.map(str::to_owned);
         let task = tokio::spawn(async move {
             this.run(&agent, &trigger, focus.as_deref(), tokens_before)
                 .await
         });
-        task.await.unwrap_or_else(|e| pb::CompactionReport {
+        let report = task.await.unwrap_or_else(|e| pb::CompactionReport {
             error: format!("the compaction task failed: {e}"),
             ..Default::default()
-        })
+        });
+        metrics::counter!("engram_compactions_total", "trigger" => label, "outcome" => outcome(&report))
+            .increment(1);
+        report
+    }
+
+    /// True while the summarizer's circuit breaker is open.
+    pub fn circuit_open(&self) -> bool {
+        self.summarizer.circuit_open()
     }
 
     async fn run(
@@ -164,6 +173,7 @@ impl Compactor {
             }
         };
         report.steps.push("summarize".to_owned());
+        let started = std::time::Instant::now();
         let answer = self
             .summarizer
             .summarize(SummaryRequest {
@@ -172,9 +182,12 @@ impl Compactor {
                 focus,
             })
             .await;
+        metrics::histogram!("engram_summarizer_duration_seconds")
+            .record(started.elapsed().as_secs_f64());
         let summary = match answer {
             Ok(s) => s,
             Err(e) => {
+                metrics::counter!("engram_summarizer_failures_total").increment(1);
                 let failures = self.store.abort_compaction(agent).await.unwrap_or(0);
                 tracing::warn!(agent = %agent, error = %e, failures, "summary failed; nothing pruned");
                 report.error =
@@ -207,5 +220,32 @@ impl Compactor {
             }
         }
         report
+    }
+}
+
+/// Triggers are a fixed set; anything else (never expected) is one label,
+/// so a label cannot grow without bound.
+fn trigger_label(trigger: &str) -> &'static str {
+    match trigger {
+        "token_pressure" => "token_pressure",
+        "turn_count" => "turn_count",
+        "estimate" => "estimate",
+        "reactive" => "reactive",
+        "manual" => "manual",
+        _ => "other",
+    }
+}
+
+fn outcome(report: &pb::CompactionReport) -> &'static str {
+    if report.performed {
+        if report.steps.iter().any(|s| s == "summarize") {
+            "summarized"
+        } else {
+            "microcompacted"
+        }
+    } else if report.error.starts_with("nothing to compact") {
+        "skipped"
+    } else {
+        "failed"
     }
 }

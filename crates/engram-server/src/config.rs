@@ -19,6 +19,7 @@ pub const DEFAULT_TOML: &str = include_str!("default.toml");
 #[serde(deny_unknown_fields)]
 pub struct Config {
     pub server: ServerSection,
+    pub auth: AuthSection,
     pub log: LogSection,
     pub store: StoreSection,
     pub limits: LimitsSection,
@@ -59,6 +60,51 @@ pub struct ServerSection {
     pub listen: String,
     pub max_message_bytes: usize,
     pub shutdown_grace_secs: u64,
+    /// Empty: no metrics endpoint.
+    pub metrics_listen: String,
+    pub tls_cert: PathBuf,
+    pub tls_key: PathBuf,
+    pub tls_client_ca: PathBuf,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSection {
+    pub tokens_file: PathBuf,
+    #[serde(default)]
+    pub tokens: Vec<TokenConfig>,
+}
+
+/// One `[[auth.tokens]]` table. Its Debug output hides the secret.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    #[serde(default)]
+    pub name: String,
+    pub token: Option<String>,
+    pub token_sha256: Option<String>,
+    #[serde(default)]
+    pub agents: Vec<String>,
+    #[serde(default)]
+    pub admin: bool,
+}
+
+impl std::fmt::Debug for TokenConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenConfig")
+            .field("name", &self.name)
+            .field("agents", &self.agents)
+            .field("admin", &self.admin)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The shape of `auth.tokens_file`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokensFile {
+    #[serde(default)]
+    tokens: Vec<TokenConfig>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -165,13 +211,52 @@ impl Config {
                     .source(Some(env)),
             )
             .build()?;
-        let config: Self = built.try_deserialize()?;
+        let mut config: Self = built.try_deserialize()?;
+        config.load_tokens_file()?;
         config.validate()?;
         Ok(config)
     }
 
+    fn load_tokens_file(&mut self) -> Result<(), ConfigError> {
+        let path = &self.auth.tokens_file;
+        if path.as_os_str().is_empty() {
+            return Ok(());
+        }
+        let file: TokensFile = config::Config::builder()
+            .add_source(File::from(path.as_path()).format(FileFormat::Toml))
+            .build()
+            .and_then(config::Config::try_deserialize)
+            .map_err(|e| invalid("auth.tokens_file", &e.to_string()))?;
+        if file.tokens.is_empty() {
+            // An empty file must not silently leave the server open.
+            return Err(invalid(
+                "auth.tokens_file",
+                &format!("{} holds no [[tokens]]", path.display()),
+            ));
+        }
+        self.auth.tokens.extend(file.tokens);
+        Ok(())
+    }
+
     fn validate(&self) -> Result<(), ConfigError> {
         self.listen_addr()?;
+        self.metrics_addr()?;
+        let s = &self.server;
+        let set = |p: &PathBuf| !p.as_os_str().is_empty();
+        if set(&s.tls_cert) != set(&s.tls_key) {
+            return Err(invalid(
+                "server.tls_cert",
+                "tls_cert and tls_key are set together or not at all",
+            ));
+        }
+        if set(&s.tls_client_ca) && !set(&s.tls_cert) {
+            return Err(invalid(
+                "server.tls_client_ca",
+                "needs server.tls_cert and server.tls_key",
+            ));
+        }
+        crate::auth::Authenticator::new(&self.auth.tokens)
+            .map_err(|e| invalid("auth.tokens", &e))?;
         if self.server.max_message_bytes < 1024 {
             return Err(invalid("server.max_message_bytes", "must be at least 1024"));
         }
@@ -249,6 +334,20 @@ impl Config {
                     "{:?} is not a socket address like 127.0.0.1:50051 ({e})",
                     self.server.listen
                 ),
+            )
+        })
+    }
+
+    /// The metrics endpoint, when `server.metrics_listen` is set.
+    pub fn metrics_addr(&self) -> Result<Option<SocketAddr>, ConfigError> {
+        let raw = self.server.metrics_listen.trim();
+        if raw.is_empty() {
+            return Ok(None);
+        }
+        raw.parse().map(Some).map_err(|e| {
+            invalid(
+                "server.metrics_listen",
+                &format!("{raw:?} is not a socket address like 0.0.0.0:9090 ({e})"),
             )
         })
     }
@@ -360,6 +459,39 @@ mod tests {
     }
 
     #[test]
+    fn auth_tokens_come_from_the_config_and_the_tokens_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("engram.toml");
+        let tokens = dir.path().join("tokens.toml");
+        std::fs::write(
+            &path,
+            "[[auth.tokens]]\nname = \"a\"\ntoken = \"aaaaaaaaaaaaaaaaaaaa\"\nagents = [\"a-*\"]\n",
+        )
+        .unwrap();
+        std::fs::write(
+            &tokens,
+            "[[tokens]]\nname = \"ops\"\ntoken = \"bbbbbbbbbbbbbbbbbbbb\"\nadmin = true\n",
+        )
+        .unwrap();
+        let c = Config::load_from(
+            Some(&path),
+            env(&[("ENGRAM__AUTH__TOKENS_FILE", tokens.to_str().unwrap())]),
+        )
+        .unwrap();
+        let names: Vec<_> = c.auth.tokens.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["a", "ops"]);
+        std::fs::write(
+            &path,
+            "[[auth.tokens]]\ntoken = \"short\"\nagents = [\"a\"]\n",
+        )
+        .unwrap();
+        let err = Config::load_from(Some(&path), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("auth.tokens") && err.contains("16"), "{err}");
+    }
+
+    #[test]
     fn unknown_keys_and_bad_values_name_the_key() {
         let cases = [
             (("ENGRAM__SERVER__LISTN", "x"), "listn"),
@@ -379,6 +511,19 @@ mod tests {
             (
                 ("ENGRAM__LLM__BASE_URL", "http://127.0.0.1:8080/v1"),
                 "llm.model",
+            ),
+            (
+                ("ENGRAM__SERVER__METRICS_LISTEN", "everywhere"),
+                "server.metrics_listen",
+            ),
+            (("ENGRAM__SERVER__TLS_CERT", "/x.pem"), "server.tls_cert"),
+            (
+                ("ENGRAM__SERVER__TLS_CLIENT_CA", "/ca.pem"),
+                "server.tls_client_ca",
+            ),
+            (
+                ("ENGRAM__AUTH__TOKENS_FILE", "/nonexistent.toml"),
+                "auth.tokens_file",
             ),
         ];
         for ((k, v), expected) in cases {

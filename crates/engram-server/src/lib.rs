@@ -7,13 +7,19 @@
 //! - [`convert`] / [`status`]: wire ↔ domain conversions and the one
 //!   error → status mapping.
 //! - [`oversize`]: RESOURCE_EXHAUSTED for requests over the size limit.
+//! - [`auth`]: bearer tokens scoped to agent-id patterns.
+//! - [`observe`]: Prometheus metrics.
+//! - [`probe`]: the client side of `engramd health`.
 
+pub mod auth;
 pub mod budget;
 pub mod compactor;
 pub mod config;
 pub mod context;
 pub mod convert;
+pub mod observe;
 pub mod oversize;
+pub mod probe;
 pub mod service;
 pub mod status;
 pub mod telemetry;
@@ -42,15 +48,49 @@ pub enum ServerError {
     Transport(#[from] tonic::transport::Error),
     #[error("configuring the summarizer: {0}")]
     Summarizer(String),
+    #[error("configuring auth: {0}")]
+    Auth(String),
+    #[error("configuring TLS: {0}")]
+    Tls(String),
+    #[error("serving metrics: {0}")]
+    Metrics(std::io::Error),
 }
 
 /// Serves Engram on `listener` until `shutdown` resolves, then drains
 /// in-flight calls (up to `server.shutdown_grace_secs`) and flushes the store.
+/// Metrics, when `server.metrics_listen` is set, are served there.
 pub async fn run(
     listener: TcpListener,
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
+    let metrics = match config
+        .metrics_addr()
+        .map_err(|e| ServerError::Auth(e.to_string()))?
+    {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .map_err(ServerError::Metrics)?,
+        ),
+        None => None,
+    };
+    run_with_metrics(listener, metrics, config, shutdown).await
+}
+
+/// [`run`] with the metrics listener bound by the caller (which can then
+/// report its port).
+pub async fn run_with_metrics(
+    listener: TcpListener,
+    metrics: Option<TcpListener>,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    // Installed before anything records, so the first calls count too.
+    let prometheus = metrics.as_ref().map(|_| observe::install());
+    let authenticator =
+        Arc::new(auth::Authenticator::new(&config.auth.tokens).map_err(ServerError::Auth)?);
+    let tls = tls_config(&config.server)?;
     let store = Store::open(config.store_config()).await?;
     // Crash tests of the binary: abort at a compaction step (never set in
     // production; not a config key on purpose).
@@ -90,6 +130,31 @@ pub async fn run(
         &config.policy,
     );
     tracing::info!(summarizer = %compactor.summarizer_name(), "compaction ready");
+    tracing::info!(
+        auth = if authenticator.enabled() {
+            "tokens"
+        } else {
+            "off"
+        },
+        tokens = config.auth.tokens.len(),
+        tls = tls.is_some(),
+        mtls = !config.server.tls_client_ca.as_os_str().is_empty(),
+        "security"
+    );
+    let metrics_stop = Arc::new(Notify::new());
+    let metrics_task = match (metrics, prometheus) {
+        (Some(listener), Some(handle)) => {
+            let stop = Arc::clone(&metrics_stop);
+            Some(tokio::spawn(observe::serve(
+                listener,
+                handle,
+                store.clone(),
+                compactor.clone(),
+                async move { stop.notified().await },
+            )))
+        }
+        _ => None,
+    };
     let memory = MemoryServiceServer::new(Engram::new(store.clone(), budgets, compactor, limit))
         .max_decoding_message_size(limit)
         .max_encoding_message_size(limit);
@@ -112,12 +177,19 @@ pub async fn run(
         }
     };
     let grace = Duration::from_secs(config.server.shutdown_grace_secs);
-    let serve = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls)?;
+    }
+    let serve = builder
         // Receive windows that grow with the connection's bandwidth-delay
         // product, so large requests do not crawl at 64 KiB per round trip.
         .http2_adaptive_window(Some(true))
-        // Outermost: rewrite tonic's size refusals before anything else sees them.
+        // Outermost: count every call, refusals included, by its final code.
+        .layer(observe::RpcMetricsLayer)
+        // Rewrite tonic's size refusals before anything else sees them.
         .layer(oversize::OversizeLayer)
+        .layer(auth::AuthLayer::new(authenticator))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -131,7 +203,39 @@ pub async fn run(
         }
     };
     upkeep.abort();
+    metrics_stop.notify_one();
+    if let Some(task) = metrics_task {
+        match task.await {
+            Ok(Err(e)) => tracing::warn!(error = %e, "the metrics endpoint failed"),
+            Err(e) => tracing::warn!(error = %e, "the metrics task panicked"),
+            Ok(Ok(())) => {}
+        }
+    }
     store.close().await;
     tracing::info!("stopped");
     result
+}
+
+/// The rustls server config `server.tls_*` asks for, if any.
+fn tls_config(
+    server: &config::ServerSection,
+) -> Result<Option<tonic::transport::ServerTlsConfig>, ServerError> {
+    use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+    if server.tls_cert.as_os_str().is_empty() {
+        return Ok(None);
+    }
+    let read = |key: &str, path: &std::path::Path| {
+        std::fs::read(path)
+            .map_err(|e| ServerError::Tls(format!("server.{key} {}: {e}", path.display())))
+    };
+    let identity = Identity::from_pem(
+        read("tls_cert", &server.tls_cert)?,
+        read("tls_key", &server.tls_key)?,
+    );
+    let mut tls = ServerTlsConfig::new().identity(identity);
+    if !server.tls_client_ca.as_os_str().is_empty() {
+        let ca = read("tls_client_ca", &server.tls_client_ca)?;
+        tls = tls.client_ca_root(Certificate::from_pem(ca));
+    }
+    Ok(Some(tls))
 }

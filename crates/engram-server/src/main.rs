@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use engram_server::probe::{self, Probe};
 use engram_server::{Config, config::DEFAULT_TOML, telemetry};
 
 /// Engram: a gRPC memory service for LLM agents.
@@ -27,6 +28,30 @@ enum Command {
     CheckConfig,
     /// Print the built-in default configuration.
     Defaults,
+    /// Ask a running server's gRPC health service; exit 0 when SERVING
+    /// (for container HEALTHCHECKs and exec probes).
+    Health {
+        /// host:port to ask; default: server.listen (0.0.0.0 asks 127.0.0.1).
+        #[arg(long)]
+        addr: Option<String>,
+        /// Service to ask about; empty: the server as a whole.
+        #[arg(long, default_value = "")]
+        service: String,
+        /// PEM CA to verify the server with; the call then uses TLS.
+        #[arg(long)]
+        tls_ca: Option<PathBuf>,
+        /// Name to verify in the server's certificate (default: the host).
+        #[arg(long, requires = "tls_ca")]
+        tls_domain: Option<String>,
+        /// Client certificate (PEM) for servers that require mTLS.
+        #[arg(long, requires_all = ["tls_key", "tls_ca"])]
+        tls_cert: Option<PathBuf>,
+        /// The client certificate's key (PEM).
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
+        #[arg(long, default_value_t = 5)]
+        timeout_secs: u64,
+    },
 }
 
 fn main() -> ExitCode {
@@ -47,9 +72,39 @@ async fn serve() -> anyhow::Result<()> {
         return Ok(());
     }
     let config = Config::load(cli.config.as_deref())?;
-    if let Some(Command::CheckConfig) = cli.command {
-        println!("configuration ok");
-        return Ok(());
+    match cli.command {
+        Some(Command::CheckConfig) => {
+            println!("configuration ok");
+            return Ok(());
+        }
+        Some(Command::Health {
+            addr,
+            service,
+            tls_ca,
+            tls_domain,
+            tls_cert,
+            tls_key,
+            timeout_secs,
+        }) => {
+            let probe = Probe {
+                addr: addr
+                    .unwrap_or_else(|| probe::local_addr(config.listen_addr().expect("validated"))),
+                service,
+                tls_ca,
+                tls_domain,
+                tls_identity: tls_cert.zip(tls_key),
+                timeout: std::time::Duration::from_secs(timeout_secs),
+            };
+            let status = probe::check(&probe).await?;
+            println!("{}", status.as_str_name());
+            anyhow::ensure!(
+                status == tonic_health::pb::health_check_response::ServingStatus::Serving,
+                "{} is not serving",
+                probe.addr
+            );
+            return Ok(());
+        }
+        Some(Command::Serve | Command::Defaults) | None => {}
     }
     telemetry::init(&config.log);
     let addr = config.listen_addr()?;
@@ -57,12 +112,24 @@ async fn serve() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding server.listen {addr}"))?;
     let local = listener.local_addr()?;
+    let metrics = match config.metrics_addr()? {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding server.metrics_listen {addr}"))?,
+        ),
+        None => None,
+    };
     let shutdown = shutdown_signal()?;
     tracing::info!(%local, data_dir = %config.store.data_dir.display(), fsync = ?config.store.fsync, "engramd listening");
     // One machine-readable line on stdout, for scripts and tests that start
     // the server on port 0.
+    // Both are bound already; the gRPC line comes first, as always.
     println!("engramd listening on {local}");
-    engram_server::run(listener, config, shutdown).await?;
+    if let Some(m) = &metrics {
+        println!("engramd metrics on {}", m.local_addr()?);
+    }
+    engram_server::run_with_metrics(listener, metrics, config, shutdown).await?;
     Ok(())
 }
 

@@ -12,6 +12,7 @@ use engram_store::Store;
 use engram_store::search::{Cursor, Query};
 use tonic::{Request, Response, Status};
 
+use crate::auth;
 use crate::budget::Budgets;
 use crate::compactor::Compactor;
 use crate::status::{from_core, from_store};
@@ -74,6 +75,7 @@ impl MemoryService for Engram {
         &self,
         request: Request<pb::IngestRequest>,
     ) -> Result<Response<pb::IngestResponse>, Status> {
+        auth::authorize(&request, &request.get_ref().agent_id)?;
         let req = request.into_inner();
         let id = agent(&req.agent_id)?;
         let events: Vec<_> = req.events.into_iter().map(convert::event_from_pb).collect();
@@ -93,6 +95,7 @@ impl MemoryService for Engram {
             .await
             .map_err(from_store)?;
         tracing::debug!(agent = %id, events = events.len(), turn = %out.current_turn_id, "ingested");
+        metrics::counter!("engram_traces_ingested_total").increment(out.traces.len() as u64);
         Ok(Response::new(pb::IngestResponse {
             traces: out.traces.into_iter().map(convert::trace_into_pb).collect(),
             current_turn_id: out.current_turn_id,
@@ -104,6 +107,7 @@ impl MemoryService for Engram {
         &self,
         request: Request<pb::PrepareRequestRequest>,
     ) -> Result<Response<pb::PrepareRequestResponse>, Status> {
+        auth::authorize(&request, &request.get_ref().agent_id)?;
         let response = context::prepare_request(
             &self.store,
             &self.budgets,
@@ -118,6 +122,7 @@ impl MemoryService for Engram {
         &self,
         request: Request<pb::CompactRequest>,
     ) -> Result<Response<pb::CompactResponse>, Status> {
+        auth::authorize(&request, &request.get_ref().agent_id)?;
         let req = request.into_inner();
         let id = agent(&req.agent_id)?;
         let focus = Some(req.focus.trim()).filter(|f| !f.is_empty());
@@ -133,6 +138,7 @@ impl MemoryService for Engram {
         &self,
         request: Request<pb::RetrieveRequest>,
     ) -> Result<Response<pb::RetrieveResponse>, Status> {
+        auth::authorize(&request, &request.get_ref().agent_id)?;
         let req = request.into_inner();
         let id = agent(&req.agent_id)?;
         let max_episodic = req.max_episodic.unwrap_or(DEFAULT_MAX_EPISODIC) as usize;
@@ -180,6 +186,7 @@ impl MemoryService for Engram {
         &self,
         request: Request<pb::SearchHistoryRequest>,
     ) -> Result<Response<pb::SearchHistoryResponse>, Status> {
+        auth::authorize(&request, &request.get_ref().agent_id)?;
         let req = request.into_inner();
         let id = agent(&req.agent_id)?;
         let query = Query::parse(&req.query).map_err(from_core)?;
@@ -218,6 +225,7 @@ impl MemoryService for Engram {
         &self,
         request: Request<pb::GetContextStatsRequest>,
     ) -> Result<Response<pb::GetContextStatsResponse>, Status> {
+        auth::authorize(&request, &request.get_ref().agent_id)?;
         context::context_stats(&self.store, &self.budgets, request.into_inner())
             .await
             .map(Response::new)
@@ -227,6 +235,7 @@ impl MemoryService for Engram {
         &self,
         request: Request<pb::ListAgentsRequest>,
     ) -> Result<Response<pb::ListAgentsResponse>, Status> {
+        let scope = auth::scope(&request);
         let req = request.into_inner();
         let page_size = match req.page_size {
             0 => DEFAULT_PAGE_SIZE,
@@ -242,7 +251,9 @@ impl MemoryService for Engram {
         }
         let (agent_ids, next) = self
             .store
-            .list_agents(page_size as usize, token)
+            .list_agents(page_size as usize, token, |id| {
+                scope.as_ref().is_none_or(|s| s.allows(id))
+            })
             .await
             .map_err(from_store)?;
         Ok(Response::new(pb::ListAgentsResponse {
@@ -255,6 +266,7 @@ impl MemoryService for Engram {
         &self,
         request: Request<pb::DeleteAgentRequest>,
     ) -> Result<Response<pb::DeleteAgentResponse>, Status> {
+        auth::require_admin(&request, "DeleteAgent")?;
         let id = agent(&request.into_inner().agent_id)?;
         self.store.delete_agent(&id).await.map_err(from_store)?;
         tracing::info!(agent = %id, "agent deleted");
@@ -265,6 +277,8 @@ impl MemoryService for Engram {
         &self,
         request: Request<pb::ForkAgentRequest>,
     ) -> Result<Response<pb::ForkAgentResponse>, Status> {
+        auth::authorize(&request, &request.get_ref().source_agent_id)?;
+        auth::authorize(&request, &request.get_ref().target_agent_id)?;
         let req = request.into_inner();
         let source = AgentId::parse(&req.source_agent_id)
             .map_err(|e| Status::invalid_argument(format!("source_agent_id: {e}")))?;

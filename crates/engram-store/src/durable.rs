@@ -53,6 +53,8 @@ struct Progress {
     syncing: bool,
     /// Why the file is poisoned, once it is.
     failed: Option<String>,
+    /// Appends since the last commit began: the size of the next group.
+    unsynced_appends: u64,
 }
 
 #[derive(Debug)]
@@ -145,6 +147,7 @@ impl DurableFile {
             self.progress.send_if_modified(|p| {
                 p.pending.extend_from_slice(bytes);
                 p.written += bytes.len() as u64;
+                p.unsynced_appends += 1;
                 end = p.written;
                 false
             });
@@ -164,6 +167,7 @@ impl DurableFile {
         let end = start + bytes.len() as u64;
         self.progress.send_if_modified(|p| {
             p.written = end;
+            p.unsynced_appends += 1;
             false
         });
         Ok(end)
@@ -219,18 +223,27 @@ impl DurableFile {
         tokio::spawn(async move {
             // Taken only now that the task runs: calls queued on this worker
             // before it have appended meanwhile, and ride along.
-            let (mut bytes, mut target) = (vec![], 0);
+            let (mut bytes, mut target, mut group, mut from) = (vec![], 0, 0, 0);
             progress.send_if_modified(|p| {
                 bytes = std::mem::take(&mut p.pending);
                 target = p.written;
+                from = p.synced;
+                group = std::mem::take(&mut p.unsynced_appends);
                 false
             });
+            metrics::histogram!("engram_fsync_batch_appends").record(group as f64);
+            metrics::histogram!("engram_fsync_batch_bytes")
+                .record(target.saturating_sub(from) as f64);
             let result = tokio::task::spawn_blocking(move || {
+                let started = std::time::Instant::now();
                 (&*file).write_all(&bytes)?;
                 if inject {
                     return Err(std::io::Error::other("injected fdatasync failure"));
                 }
-                file.sync_data()
+                file.sync_data()?;
+                metrics::histogram!("engram_fsync_duration_seconds")
+                    .record(started.elapsed().as_secs_f64());
+                Ok(())
             })
             .await
             .unwrap_or_else(|join| Err(std::io::Error::other(join)));

@@ -258,15 +258,18 @@ impl Store {
 
     /// Agent ids after `page_token`, sorted, at most `page_size`; the token
     /// of the next page when more remain.
+    /// Only ids `visible` accepts count (an auth scope), so pages stay full.
     pub async fn list_agents(
         &self,
         page_size: usize,
         page_token: Option<&str>,
+        visible: impl Fn(&str) -> bool,
     ) -> Result<(Vec<String>, Option<String>)> {
         let dir = self.inner.agents_dir.clone();
         let mut ids = tokio::task::spawn_blocking(move || list_dirs(&dir))
             .await
             .expect("list task panicked")?;
+        ids.retain(|id| visible(id));
         ids.sort();
         let start = page_token.map_or(0, |t| ids.partition_point(|id| id.as_str() <= t));
         let page: Vec<String> = ids[start..].iter().take(page_size).cloned().collect();
@@ -274,6 +277,15 @@ impl Store {
             .then(|| page.last().cloned())
             .flatten();
         Ok((page, next))
+    }
+
+    /// Bytes of every file under the data directory (a walk: meant for a
+    /// metrics scrape, not a hot path).
+    pub async fn disk_bytes(&self) -> u64 {
+        let root = self.inner.config.data_dir.clone();
+        tokio::task::spawn_blocking(move || tree_bytes(&root))
+            .await
+            .unwrap_or(0)
     }
 
     /// Removes every file of the agent. In-flight calls on it finish first;
@@ -473,3 +485,17 @@ fn list_dirs(dir: &Path) -> Result<Vec<String>> {
 
 #[cfg(test)]
 mod tests;
+
+fn tree_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => tree_bytes(&e.path()),
+            Ok(_) => e.metadata().map_or(0, |m| m.len()),
+            Err(_) => 0,
+        })
+        .sum()
+}

@@ -89,6 +89,7 @@ pub async fn channel(addr: SocketAddr) -> Channel {
 pub struct Daemon {
     pub child: Child,
     pub addr: SocketAddr,
+    stdout: BufReader<std::process::ChildStdout>,
 }
 
 impl Daemon {
@@ -103,16 +104,27 @@ impl Daemon {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn().expect("spawn engramd");
-        let stdout = child.stdout.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).unwrap();
+        stdout.read_line(&mut line).unwrap();
         let addr = line
             .trim()
             .strip_prefix("engramd listening on ")
             .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
             .parse()
             .unwrap();
-        Self { child, addr }
+        Self {
+            child,
+            addr,
+            stdout,
+        }
+    }
+
+    /// The next line the daemon printed (e.g. `engramd metrics on ADDR`).
+    pub fn next_line(&mut self) -> String {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        line.trim().to_owned()
     }
 
     pub async fn client(&self) -> Client {

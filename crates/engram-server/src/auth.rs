@@ -1,0 +1,374 @@
+//! Bearer-token auth: who is calling (a tower layer, before any handler)
+//! and what they may touch (checked in the handlers, which know the agent).
+//!
+//! Tokens are kept only as SHA-256 digests and compared in constant time;
+//! a configured plaintext `token` is hashed at start. Health and reflection
+//! stay open so probes and grpcurl discovery work without a secret.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use subtle::ConstantTimeEq;
+use tonic::Status;
+use tonic::codegen::http;
+use tower::{Layer, Service};
+
+use crate::config::TokenConfig;
+
+/// Paths served to anyone: probes and service discovery.
+const OPEN_PREFIXES: [&str; 2] = ["/grpc.health.v1.Health/", "/grpc.reflection."];
+
+/// What one token may do.
+#[derive(Debug)]
+pub struct Scope {
+    pub name: String,
+    patterns: Vec<String>,
+    pub admin: bool,
+}
+
+impl Scope {
+    /// Admin tokens reach every agent; others the ids their patterns match.
+    pub fn allows(&self, agent: &str) -> bool {
+        self.admin || self.patterns.iter().any(|p| glob(p, agent))
+    }
+
+    fn describe(&self) -> String {
+        self.patterns.join(", ")
+    }
+}
+
+#[derive(Debug)]
+struct Credential {
+    digest: [u8; 32],
+    scope: Arc<Scope>,
+}
+
+/// The configured tokens; empty means auth is off.
+#[derive(Debug, Default)]
+pub struct Authenticator {
+    credentials: Vec<Credential>,
+}
+
+impl Authenticator {
+    /// Checks every table: one of `token` / `token_sha256`, agent patterns
+    /// unless admin, no two tokens alike.
+    pub fn new(tokens: &[TokenConfig]) -> Result<Self, String> {
+        let mut credentials: Vec<Credential> = Vec::with_capacity(tokens.len());
+        for (i, t) in tokens.iter().enumerate() {
+            let name = if t.name.is_empty() {
+                format!("#{}", i + 1)
+            } else {
+                t.name.clone()
+            };
+            let digest = match (&t.token, &t.token_sha256) {
+                (Some(token), None) if token.len() >= 16 => sha256(token.as_bytes()),
+                (Some(_), None) => {
+                    return Err(format!(
+                        "token {name}: the token must be at least 16 characters"
+                    ));
+                }
+                (None, Some(hex)) => parse_digest(hex)
+                    .ok_or_else(|| format!("token {name}: token_sha256 must be 64 hex digits"))?,
+                _ => {
+                    return Err(format!(
+                        "token {name}: set exactly one of token and token_sha256"
+                    ));
+                }
+            };
+            if !t.admin && t.agents.is_empty() {
+                return Err(format!(
+                    "token {name}: list agent-id patterns in agents (e.g. [\"team-a-*\"]) or set admin = true"
+                ));
+            }
+            if t.agents.iter().any(|p| p.trim().is_empty()) {
+                return Err(format!("token {name}: empty agent pattern"));
+            }
+            if credentials.iter().any(|c| c.digest == digest) {
+                return Err(format!("token {name}: the same token is configured twice"));
+            }
+            credentials.push(Credential {
+                digest,
+                scope: Arc::new(Scope {
+                    name,
+                    patterns: t.agents.clone(),
+                    admin: t.admin,
+                }),
+            });
+        }
+        Ok(Self { credentials })
+    }
+
+    pub fn enabled(&self) -> bool {
+        !self.credentials.is_empty()
+    }
+
+    /// The scope of the bearer token in `authorization`, or UNAUTHENTICATED.
+    pub fn authenticate(&self, header: Option<&http::HeaderValue>) -> Result<Arc<Scope>, Status> {
+        let value = header.ok_or_else(|| {
+            Status::unauthenticated(
+                "this server needs a token: send `authorization: Bearer <token>`",
+            )
+        })?;
+        let token = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
+            .ok_or_else(|| {
+                Status::unauthenticated("the authorization header must be `Bearer <token>`")
+            })?;
+        let digest = sha256(token.as_bytes());
+        // Every credential is compared, so timing does not tell which matched.
+        let mut found = None;
+        for c in &self.credentials {
+            if bool::from(c.digest.ct_eq(&digest)) {
+                found = Some(Arc::clone(&c.scope));
+            }
+        }
+        found.ok_or_else(|| Status::unauthenticated("unknown token"))
+    }
+}
+
+/// PERMISSION_DENIED unless the caller's scope covers `agent`. Without a
+/// scope on the request (auth off) everything is allowed.
+pub fn authorize<T>(request: &tonic::Request<T>, agent: &str) -> Result<(), Status> {
+    match request.extensions().get::<Arc<Scope>>() {
+        Some(scope) if !scope.allows(agent) => Err(Status::permission_denied(format!(
+            "token {} may not use agent {agent:?}; its agents: {}",
+            scope.name,
+            scope.describe()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// PERMISSION_DENIED unless the caller holds an admin token (or auth is off).
+pub fn require_admin<T>(request: &tonic::Request<T>, what: &str) -> Result<(), Status> {
+    match request.extensions().get::<Arc<Scope>>() {
+        Some(scope) if !scope.admin => Err(Status::permission_denied(format!(
+            "{what} needs an admin token; token {} is not one",
+            scope.name
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The caller's scope, when auth is on.
+pub fn scope<T>(request: &tonic::Request<T>) -> Option<Arc<Scope>> {
+    request.extensions().get::<Arc<Scope>>().cloned()
+}
+
+/// `*` matches any run of characters (none included); all else literally.
+fn glob(pattern: &str, text: &str) -> bool {
+    let (p, t) = (pattern.as_bytes(), text.as_bytes());
+    let (mut pi, mut ti) = (0, 0);
+    // Where the last `*` was, and where in the text it started matching.
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && p[pi] == b'*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if pi < p.len() && p[pi] == t[ti] {
+            pi += 1;
+            ti += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
+fn sha256(bytes: &[u8]) -> [u8; 32] {
+    let d = ring::digest::digest(&ring::digest::SHA256, bytes);
+    d.as_ref().try_into().expect("SHA-256 is 32 bytes")
+}
+
+fn parse_digest(hex_digest: &str) -> Option<[u8; 32]> {
+    hex::decode(hex_digest.trim()).ok()?.try_into().ok()
+}
+
+/// Authenticates every call outside the open paths and hands the handlers
+/// the caller's [`Scope`] in the request extensions.
+#[derive(Debug, Clone)]
+pub struct AuthLayer {
+    auth: Arc<Authenticator>,
+}
+
+impl AuthLayer {
+    pub fn new(auth: Arc<Authenticator>) -> Self {
+        Self { auth }
+    }
+}
+
+impl<S> Layer<S> for AuthLayer {
+    type Service = Auth<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Auth {
+            inner,
+            auth: Arc::clone(&self.auth),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Auth<S> {
+    inner: S,
+    auth: Arc<Authenticator>,
+}
+
+impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for Auth<S>
+where
+    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>>,
+    S::Future: Send + 'static,
+    ResBody: Default + Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<ReqBody>) -> Self::Future {
+        let path = req.uri().path();
+        if self.auth.enabled() && !OPEN_PREFIXES.iter().any(|p| path.starts_with(p)) {
+            match self
+                .auth
+                .authenticate(req.headers().get(http::header::AUTHORIZATION))
+            {
+                Ok(scope) => {
+                    req.extensions_mut().insert(scope);
+                }
+                Err(status) => {
+                    tracing::info!(
+                        path,
+                        reason = status.message(),
+                        "call refused: not authenticated"
+                    );
+                    return Box::pin(async move { Ok(status.into_http()) });
+                }
+            }
+        }
+        Box::pin(self.inner.call(req))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(token: &str, agents: &[&str], admin: bool) -> TokenConfig {
+        TokenConfig {
+            name: String::new(),
+            token: Some(token.into()),
+            token_sha256: None,
+            agents: agents.iter().map(|s| s.to_string()).collect(),
+            admin,
+        }
+    }
+
+    fn bearer(v: &str) -> http::HeaderValue {
+        http::HeaderValue::from_str(v).unwrap()
+    }
+
+    #[test]
+    fn glob_matches_runs_and_literals() {
+        for (p, t, want) in [
+            ("team-a-*", "team-a-bot", true),
+            ("team-a-*", "team-a-", true),
+            ("team-a-*", "team-b-bot", false),
+            ("*", "anything", true),
+            ("exact", "exact", true),
+            ("exact", "exactly", false),
+            ("*-prod", "billing-prod", true),
+            ("a*b*c", "aXXbYYc", true),
+            ("a*b*c", "aXXbYY", false),
+            ("a**", "a", true),
+        ] {
+            assert_eq!(glob(p, t), want, "{p} vs {t}");
+        }
+    }
+
+    #[test]
+    fn tokens_authenticate_by_plaintext_or_digest() {
+        let digest = hex::encode(sha256(b"second-secret-token"));
+        let auth = Authenticator::new(&[
+            token("first-secret-token", &["team-a-*"], false),
+            TokenConfig {
+                name: "ops".into(),
+                token: None,
+                token_sha256: Some(digest.to_uppercase()),
+                agents: vec![],
+                admin: true,
+            },
+        ])
+        .unwrap();
+        let a = auth
+            .authenticate(Some(&bearer("Bearer first-secret-token")))
+            .unwrap();
+        assert!(a.allows("team-a-x") && !a.allows("team-b-x") && !a.admin);
+        let ops = auth
+            .authenticate(Some(&bearer("bearer second-secret-token")))
+            .unwrap();
+        assert!(ops.admin && ops.allows("anyone"));
+        for bad in [
+            None,
+            Some(bearer("Bearer nope-nope-nope-nope")),
+            Some(bearer("Basic first-secret-token")),
+        ] {
+            let err = auth.authenticate(bad.as_ref()).unwrap_err();
+            assert_eq!(err.code(), tonic::Code::Unauthenticated);
+        }
+    }
+
+    #[test]
+    fn bad_token_tables_are_refused_with_the_reason() {
+        let cases = [
+            (token("short", &["a"], false), "16 characters"),
+            (
+                token("long-enough-token-1", &[], false),
+                "agent-id patterns",
+            ),
+            (
+                TokenConfig {
+                    token_sha256: Some("abc".into()),
+                    ..token("long-enough-token-1", &["a"], false)
+                },
+                "exactly one",
+            ),
+            (
+                TokenConfig {
+                    token: None,
+                    token_sha256: Some("zz".into()),
+                    ..token("", &["a"], false)
+                },
+                "64 hex",
+            ),
+        ];
+        for (t, expected) in cases {
+            let err = Authenticator::new(&[t]).unwrap_err();
+            assert!(err.contains(expected), "{err}");
+        }
+        let twice = [
+            token("long-enough-token-1", &["a"], false),
+            token("long-enough-token-1", &["b"], false),
+        ];
+        assert!(Authenticator::new(&twice).unwrap_err().contains("twice"));
+        assert!(!Authenticator::new(&[]).unwrap().enabled());
+    }
+
+    #[test]
+    fn debug_output_never_shows_the_secret() {
+        let t = token("super-secret-value-123", &["a"], false);
+        assert!(!format!("{t:?}").contains("super-secret"));
+    }
+}
