@@ -1,0 +1,94 @@
+import { test } from "node:test";
+import * as assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+
+import { EngramClient, assistant, fromStruct, fromValue, status, toolCall, toolResult, user } from "../src";
+import { TOOLS, runAgent } from "../examples/agent_loop";
+import { fakeLlm, startEngramd } from "./harness";
+
+test("the example agent loop runs tools through Engram", async () => {
+  const server = await startEngramd();
+  const llm = await fakeLlm();
+  const engram = new EngramClient(server.addr);
+  try {
+    const text = await runAgent(engram, "node-example", "Weather in Oslo?", { llmUrl: llm.baseUrl, model: "gpt-4o-mini" });
+    assert.equal(text, "It is 12 C in Oslo.");
+    assert.deepEqual(llm.seen.map((s) => s.path), ["/v1/chat/completions", "/v1/chat/completions"]);
+    const second = llm.seen[1].body;
+    assert.deepEqual(second.messages.map((m: any) => m.role), ["system", "user", "assistant", "tool"]);
+    assert.equal(second.messages[2].tool_calls[0].function.name, "get_weather");
+    assert.deepEqual(second.tools, TOOLS);
+    const stats = await engram.contextStats("node-example");
+    assert.equal(stats.turns, 1);
+    assert.equal(stats.messages, 5);
+    const hits = await engram.searchHistory("node-example", "Oslo");
+    assert.ok(hits.matches.some((m: any) => m.trace.content.includes("12 C")));
+  } finally {
+    engram.close();
+    await llm.close();
+    await server.stop();
+  }
+});
+
+test("the wrapper covers the API", async () => {
+  const server = await startEngramd();
+  const engram = new EngramClient(server.addr);
+  try {
+    const out = await engram.ingest("node-api", [
+      user("I like green tea", "e1"),
+      toolCall("c1", "lookup", { q: "tea", n: 2 }),
+      toolResult("c1", { found: ["sencha"] }, { name: "lookup" }),
+      assistant("Sencha is green tea."),
+    ], { usage: { prompt_tokens: 50, completion_tokens: 5, total_tokens: 55 }, model: "gpt-4o-mini" });
+    assert.deepEqual(out.traces.map((t: any) => t.seq), [0, 1, 2, 3]);
+    assert.deepEqual(fromStruct(out.traces[1].tool_args), { q: "tea", n: 2 });
+    assert.deepEqual(fromValue(out.traces[2].tool_result), { found: ["sencha"] });
+    const again = await engram.ingest("node-api", [user("I like green tea", "e1")]);
+    assert.equal(again.traces[0].id, out.traces[0].id, "event_id makes retries idempotent");
+
+    const prompt = await engram.prepareRequest("node-api", { model: "gemini-2.5-flash", renderFormat: "gemini" });
+    assert.equal(prompt.payload.contents[0].role, "user");
+    assert.equal((await engram.prepareRequest("node-api", { renderFormat: null })).payload, null);
+    await assert.rejects(engram.prepareRequest("node-api", { renderFormat: "cohere" as any }), /renderFormat/);
+
+    const tail = await engram.retrieve("node-api", { includeToolInteractions: true });
+    assert.equal(tail.tool_interactions[0].tool_name, "lookup");
+    assert.equal(await engram.forkAgent("node-api", "node-api-copy"), "node-api-copy");
+    assert.deepEqual(await engram.listAgents(1), ["node-api", "node-api-copy"]);
+    await engram.deleteAgent("node-api-copy");
+    assert.deepEqual(await engram.listAgents(), ["node-api"]);
+    const report = await engram.compact("node-api");
+    assert.equal(report.performed, false);
+    assert.match(report.error, /nothing to compact/);
+    await assert.rejects(engram.ingest("bad id!", [user("x")]), (e: any) => e.code === status.INVALID_ARGUMENT);
+  } finally {
+    engram.close();
+    await server.stop();
+  }
+});
+
+test("tokens are sent and checked", async () => {
+  const token = "node-team-token-0123456789";
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "engram-tokens-"));
+  const file = path.join(dir, "tokens.toml");
+  const digest = createHash("sha256").update(token).digest("hex");
+  fs.writeFileSync(file, `[[tokens]]\nname = "node"\ntoken_sha256 = "${digest}"\nagents = ["node-*"]\n`);
+  const server = await startEngramd({ ENGRAM__AUTH__TOKENS_FILE: file });
+  const scoped = new EngramClient(server.addr, { token });
+  const anonymous = new EngramClient(server.addr);
+  const wrong = new EngramClient(server.addr, { token: "not-the-token-at-all" });
+  try {
+    await scoped.ingest("node-scoped", [user("hi")]);
+    await assert.rejects(scoped.ingest("other-agent", [user("hi")]), (e: any) => e.code === status.PERMISSION_DENIED);
+    for (const client of [anonymous, wrong]) {
+      await assert.rejects(client.ingest("node-scoped", [user("hi")]), (e: any) => e.code === status.UNAUTHENTICATED);
+    }
+  } finally {
+    for (const c of [scoped, anonymous, wrong]) c.close();
+    await server.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -1,0 +1,200 @@
+"""EngramClient: plain Python values in, protobuf messages (or dicts) out.
+
+Errors are grpc.RpcError as raised by grpcio; `err.code()` is the status
+(INVALID_ARGUMENT, NOT_FOUND, UNAUTHENTICATED, PERMISSION_DENIED, ...).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Optional
+
+import grpc
+from google.protobuf import struct_pb2
+
+from engram.v1 import service_pb2 as svc
+from engram.v1 import service_pb2_grpc
+from engram.v1 import types_pb2 as types
+
+FORMATS = {
+    None: types.RENDER_FORMAT_UNSPECIFIED,
+    "openai-chat": types.RENDER_FORMAT_OPENAI_CHAT,
+    "openai-responses": types.RENDER_FORMAT_OPENAI_RESPONSES,
+    "anthropic": types.RENDER_FORMAT_ANTHROPIC_MESSAGES,
+    "gemini": types.RENDER_FORMAT_GEMINI,
+}
+
+
+def user(text: str, *, event_id: str = "") -> types.TraceEvent:
+    """A user message: starts the next turn."""
+    return types.TraceEvent(trace_type=types.TRACE_TYPE_USER, content=text, event_id=event_id)
+
+
+def assistant(text: str, *, event_id: str = "") -> types.TraceEvent:
+    return types.TraceEvent(trace_type=types.TRACE_TYPE_ASSISTANT, content=text, event_id=event_id)
+
+
+def tool_call(call_id: str, name: str, args: Optional[dict] = None, *,
+              event_id: str = "") -> types.TraceEvent:
+    """The model asked for a tool; `args` is a plain dict."""
+    s = struct_pb2.Struct()
+    s.update(args or {})
+    return types.TraceEvent(trace_type=types.TRACE_TYPE_TOOL_CALL, tool_call_id=call_id,
+                            tool_name=name, tool_args=s, event_id=event_id)
+
+
+def tool_result(call_id: str, result: Any = None, *, name: str = "", error: str = "",
+                event_id: str = "") -> types.TraceEvent:
+    """A tool's answer (any JSON value) or, with `error`, its failure."""
+    v = struct_pb2.Value()
+    if isinstance(result, str):
+        v.string_value = result
+    else:
+        # Value has no direct setter for arbitrary JSON; go through a Struct.
+        holder = struct_pb2.Struct()
+        holder.update({"v": result})
+        v.CopyFrom(holder.fields["v"])
+    return types.TraceEvent(trace_type=types.TRACE_TYPE_TOOL_RESULT, tool_call_id=call_id,
+                            tool_name=name, tool_result=v, tool_error=error, event_id=event_id)
+
+
+@dataclass
+class Prompt:
+    """What PrepareRequest answered; `payload` is the rendered request body."""
+
+    response: svc.PrepareRequestResponse
+
+    @property
+    def payload(self) -> Optional[dict]:
+        raw = self.response.rendered_payload_json
+        return json.loads(raw) if raw else None
+
+    @property
+    def turn_id(self) -> str:
+        return self.response.turn_id
+
+    @property
+    def estimated_prompt_tokens(self) -> int:
+        return self.response.estimated_prompt_tokens
+
+    @property
+    def warnings(self) -> list:
+        return list(self.response.warnings)
+
+
+class _Bearer(grpc.AuthMetadataPlugin):
+    def __init__(self, token: str):
+        self._metadata = (("authorization", f"Bearer {token}"),)
+
+    def __call__(self, context, callback):
+        callback(self._metadata, None)
+
+
+class EngramClient:
+    """One channel to one Engram server. Use as a context manager or call
+    close(). `token` sends `authorization: Bearer <token>`; `tls_ca` (PEM
+    bytes or a path) turns on TLS, `client_cert`/`client_key` add mTLS."""
+
+    def __init__(self, target: str = "127.0.0.1:50051", *, token: Optional[str] = None,
+                 tls_ca=None, client_cert=None, client_key=None,
+                 server_name: Optional[str] = None, timeout: float = 30.0):
+        self.timeout = timeout
+        if tls_ca is not None:
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=_pem(tls_ca), private_key=_pem(client_key),
+                certificate_chain=_pem(client_cert))
+            if token:
+                creds = grpc.composite_channel_credentials(
+                    creds, grpc.metadata_call_credentials(_Bearer(token)))
+            options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
+            self._channel = grpc.secure_channel(target, creds, options=options)
+            self._metadata = ()
+        else:
+            # grpcio refuses call credentials on insecure channels, so the
+            # token rides as plain metadata (fine on localhost / a sidecar).
+            self._channel = grpc.insecure_channel(target)
+            self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self.stub = service_pb2_grpc.MemoryServiceStub(self._channel)
+
+    def __enter__(self) -> "EngramClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def _call(self, method: str, request):
+        return getattr(self.stub, method)(request, timeout=self.timeout, metadata=self._metadata)
+
+    def ingest(self, agent_id: str, events: Iterable[types.TraceEvent], *,
+               usage: Optional[dict] = None, model: str = "") -> svc.IngestResponse:
+        """Stores events (see user/assistant/tool_call/tool_result); `usage`
+        is the provider's {"prompt_tokens", "completion_tokens", "total_tokens"}."""
+        u = None
+        if usage:
+            u = types.Usage(prompt_tokens=usage.get("prompt_tokens", 0),
+                            completion_tokens=usage.get("completion_tokens", 0),
+                            total_tokens=usage.get("total_tokens", 0))
+        return self._call("Ingest", svc.IngestRequest(agent_id=agent_id, events=list(events),
+                                                       usage=u, model=model))
+
+    def prepare_request(self, agent_id: str, *, user_input=None, system_prompt: str = "",
+                        model: str = "", render_format: Optional[str] = "openai-chat",
+                        max_output_tokens: int = 0, force_compaction: bool = False) -> Prompt:
+        """The prompt for the next LLM call. `user_input` (a str or event)
+        is stored as the new turn's user message first. `render_format`:
+        openai-chat, openai-responses, anthropic, gemini or None."""
+        if isinstance(user_input, str):
+            user_input = user(user_input)
+        if render_format not in FORMATS:
+            raise ValueError(f"render_format must be one of {sorted(k for k in FORMATS if k)} or None")
+        return Prompt(self._call("PrepareRequest", svc.PrepareRequestRequest(
+            agent_id=agent_id, system_prompt=system_prompt, user_input=user_input, model=model,
+            render_format=FORMATS[render_format], max_output_tokens=max_output_tokens,
+            force_compaction=force_compaction)))
+
+    def compact(self, agent_id: str, focus: str = "") -> types.CompactionReport:
+        return self._call("Compact", svc.CompactRequest(agent_id=agent_id, focus=focus)).report
+
+    def retrieve(self, agent_id: str, query: str = "", *, max_episodic: Optional[int] = None,
+                 max_semantic: Optional[int] = None, raw_tail_turns: Optional[int] = None,
+                 include_tool_interactions: bool = False) -> svc.RetrieveResponse:
+        return self._call("Retrieve", svc.RetrieveRequest(
+            agent_id=agent_id, query=query, max_episodic=max_episodic,
+            max_semantic=max_semantic, raw_tail_turns=raw_tail_turns,
+            include_tool_interactions=include_tool_interactions))
+
+    def search_history(self, agent_id: str, query: str, *, limit: int = 0,
+                       page_token: str = "") -> svc.SearchHistoryResponse:
+        return self._call("SearchHistory", svc.SearchHistoryRequest(
+            agent_id=agent_id, query=query, limit=limit, page_token=page_token))
+
+    def context_stats(self, agent_id: str, model: str = "") -> svc.GetContextStatsResponse:
+        return self._call("GetContextStats", svc.GetContextStatsRequest(agent_id=agent_id, model=model))
+
+    def list_agents(self, page_size: int = 0) -> Iterator[str]:
+        """Every agent id the caller may see, following pages."""
+        token = ""
+        while True:
+            page = self._call("ListAgents", svc.ListAgentsRequest(page_size=page_size, page_token=token))
+            yield from page.agent_ids
+            token = page.next_page_token
+            if not token:
+                return
+
+    def delete_agent(self, agent_id: str) -> None:
+        self._call("DeleteAgent", svc.DeleteAgentRequest(agent_id=agent_id))
+
+    def fork_agent(self, source_agent_id: str, target_agent_id: str) -> str:
+        return self._call("ForkAgent", svc.ForkAgentRequest(
+            source_agent_id=source_agent_id, target_agent_id=target_agent_id)).agent_id
+
+
+def _pem(value) -> Optional[bytes]:
+    if value is None or isinstance(value, bytes):
+        return value
+    with open(value, "rb") as f:
+        return f.read()

@@ -1,0 +1,86 @@
+"""A real engramd per test (ENGRAMD names the binary; default
+target/debug/engramd of this checkout) and a scripted OpenAI-compatible
+endpoint standing in for the model."""
+
+import json
+import os
+import subprocess
+import tempfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+
+
+@pytest.fixture
+def start_engramd():
+    """Starts engramd on 127.0.0.1:0 with extra ENGRAM__ env; returns its address."""
+    procs, dirs = [], []
+
+    def start(**env):
+        binary = os.environ.get("ENGRAMD", os.path.join(ROOT, "target", "debug", "engramd"))
+        data = tempfile.TemporaryDirectory()
+        dirs.append(data)
+        full = dict(os.environ, ENGRAM__SERVER__LISTEN="127.0.0.1:0",
+                    ENGRAM__STORE__DATA_DIR=data.name, ENGRAM__LOG__LEVEL="warn", **env)
+        proc = subprocess.Popen([binary], env=full, stdout=subprocess.PIPE, text=True)
+        procs.append(proc)
+        line = proc.stdout.readline().strip()
+        prefix = "engramd listening on "
+        assert line.startswith(prefix), f"engramd did not start: {line!r}"
+        return line[len(prefix):]
+
+    yield start
+    for proc in procs:
+        proc.terminate()
+        proc.wait(timeout=30)
+    for d in dirs:
+        d.cleanup()
+
+
+@pytest.fixture
+def engramd(start_engramd):
+    return start_engramd()
+
+
+@pytest.fixture
+def fake_llm():
+    """An OpenAI-compatible /v1/chat/completions: asks for get_weather on a
+    fresh user question, answers from the tool result once it has one.
+    Yields (base_url, requests seen)."""
+    seen = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            seen.append((self.path, body))
+            last = body["messages"][-1]
+            if last["role"] == "tool":
+                weather = json.loads(last["content"])
+                message = {"role": "assistant",
+                           "content": f"It is {weather['temp_c']} C in {weather['city']}."}
+            else:
+                message = {"role": "assistant", "content": None, "tool_calls": [{
+                    "id": f"call_{len(seen)}", "type": "function",
+                    "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})}}]}
+            answer = {"id": "x", "object": "chat.completion", "model": body["model"],
+                      "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                      "usage": {"prompt_tokens": 100 + len(seen), "completion_tokens": 10,
+                                "total_tokens": 110 + len(seen)}}
+            raw = json.dumps(answer).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1", seen
+    server.shutdown()
