@@ -86,3 +86,10 @@ clients/node/node_modules/.package-lock.json: clients/node/package-lock.json
 node-client: clients/node/node_modules/.package-lock.json ## clients/node: npm ci from the lock file, tsc, node --test
 	$(CARGO) build --locked -p engram-server --bin engramd
 	cd clients/node && ENGRAMD=$(CURDIR)/target/debug/engramd npm test --silent
+
+.PHONY: deploy-check
+deploy-check: venv ## hadolint the Dockerfile; parse compose; render and validate deploy/k8s offline
+	$(CARGO) build --locked -p engram-server --bin engramd
+	$(VENV)/bin/hadolint deploy/Dockerfile
+	@command -v kubectl >/dev/null || { echo "deploy-check needs kubectl (for kubectl kustomize)"; exit 1; }
+	$(VENV)/bin/python scripts/check_deploy.py target/debug/engramd kubectl $(VENV)/bin/kubernetes-validate

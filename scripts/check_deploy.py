@@ -1,0 +1,207 @@
+"""Offline checks of everything under deploy/ and docker-compose.yml.
+
+- Dockerfile: ports, volume, non-root user, the health check, ENGRAM__ keys.
+- docker-compose.yml: services, ports, volumes, env keys against the config.
+- deploy/k8s/{sidecar,shared}: rendered with `kubectl kustomize`, validated
+  with kubernetes-validate (strict, offline), then the things that matter
+  here: gRPC probes, security contexts, resources, volumes, and the
+  ConfigMap's engram.toml and the Secret's tokens.toml accepted by the real
+  `engramd check-config`.
+
+usage: check_deploy.py ENGRAMD KUBECTL KUBERNETES_VALIDATE
+"""
+
+import base64
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import tomllib
+
+import yaml
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+DATA_DIR = "/var/lib/engram"
+K8S_VERSION = "1.30.0"
+failures = []
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+
+
+def config_keys():
+    with open(os.path.join(ROOT, "crates/engram-server/src/default.toml"), "rb") as f:
+        defaults = tomllib.load(f)
+    return {f"ENGRAM__{s.upper()}__{k.upper()}" for s, t in defaults.items() for k in t}
+
+
+KEYS = config_keys()
+
+
+def check_env_keys(names, where):
+    for name in names:
+        if name.startswith("ENGRAM__"):
+            check(name in KEYS, f"{where}: {name} is not a config key (see `engramd defaults`)")
+
+
+def dockerfile():
+    path = os.path.join(ROOT, "deploy/Dockerfile")
+    text = open(path).read()
+    runtime = text.split("\nFROM ")[-1]
+    check(re.search(r"^EXPOSE 50051 9090$", runtime, re.M), "Dockerfile: EXPOSE 50051 9090")
+    check(f'VOLUME ["{DATA_DIR}"]' in runtime, f"Dockerfile: VOLUME {DATA_DIR}")
+    user = re.findall(r"^USER (\S+)", runtime, re.M)
+    check(user and user[-1].split(":")[0] not in ("0", "root"), "Dockerfile: runs as a non-root USER")
+    check(re.search(r'HEALTHCHECK .*\n?.*CMD \["/usr/local/bin/engramd", "health"', runtime),
+          "Dockerfile: HEALTHCHECK uses `engramd health`")
+    check(f"ENGRAM__STORE__DATA_DIR={DATA_DIR}" in runtime, "Dockerfile: data dir is the volume")
+    check_env_keys(re.findall(r"(ENGRAM__\w+)=", runtime), "Dockerfile")
+
+
+def compose():
+    doc = yaml.safe_load(open(os.path.join(ROOT, "docker-compose.yml")))
+    services = doc.get("services", {})
+    engram = services.get("engram")
+    check(engram is not None, "compose: an engram service")
+    if engram is None:
+        return
+    dockerfile_path = os.path.join(ROOT, engram["build"]["context"], engram["build"]["dockerfile"])
+    check(os.path.isfile(dockerfile_path), f"compose: build.dockerfile {dockerfile_path} exists")
+    container_ports = {p.rsplit(":", 1)[-1] for p in engram.get("ports", [])}
+    check({"50051", "9090"} <= container_ports, f"compose: ports 50051 and 9090 published ({container_ports})")
+    env = engram.get("environment", {})
+    check_env_keys(env, "compose engram.environment")
+    check(env.get("ENGRAM__STORE__DATA_DIR") == DATA_DIR, "compose: data dir")
+    check(env.get("ENGRAM__SERVER__LISTEN", "").startswith("0.0.0.0:50051"), "compose: listens on all interfaces")
+    check("ENGRAM__LLM__BASE_URL" in env and "ENGRAM__LLM__MODEL" in env, "compose: LLM wired by env")
+    volumes = engram.get("volumes", [])
+    check(f"engram-data:{DATA_DIR}" in volumes, "compose: the engram-data volume holds the data dir")
+    check("engram-data" in (doc.get("volumes") or {}), "compose: engram-data is a named volume")
+    llm = [name for name, s in services.items() if "llm" in (s.get("profiles") or [])]
+    check("ollama" in llm, "compose: an OpenAI-compatible LLM service in the llm profile")
+    check("engram" not in llm, "compose: engram runs without a profile")
+
+
+def containers_of(obj):
+    return obj["spec"]["template"]["spec"]["containers"]
+
+
+def check_engram_container(c, pod, where):
+    for probe in ("livenessProbe", "readinessProbe"):
+        grpc = (c.get(probe) or {}).get("grpc")
+        check(grpc and grpc.get("port") == 50051, f"{where}: {probe} is a gRPC probe on 50051")
+    sc = c.get("securityContext", {})
+    check(sc.get("readOnlyRootFilesystem") is True, f"{where}: read-only root filesystem")
+    check(sc.get("allowPrivilegeEscalation") is False, f"{where}: no privilege escalation")
+    check(sc.get("capabilities", {}).get("drop") == ["ALL"], f"{where}: drops all capabilities")
+    check(pod.get("securityContext", {}).get("runAsNonRoot") is True, f"{where}: pod runs as non-root")
+    res = c.get("resources", {})
+    check(res.get("requests") and res.get("limits", {}).get("memory"), f"{where}: requests and a memory limit")
+    mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
+    check(DATA_DIR in mounts, f"{where}: a volume at {DATA_DIR}")
+    check_env_keys([e["name"] for e in c.get("env", [])], where)
+    args = c.get("args", [])
+    if "--config" in args:
+        config = args[args.index("--config") + 1]
+        check(os.path.dirname(config) in mounts, f"{where}: --config {config} is on a mounted volume")
+    grace = pod.get("terminationGracePeriodSeconds", 30)
+    check(grace > 30, f"{where}: termination grace ({grace}s) longer than shutdown_grace_secs")
+    return mounts
+
+
+def run(cmd, **kw):
+    p = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if p.returncode != 0:
+        failures.append(f"{' '.join(cmd)}: {p.stdout}{p.stderr}")
+    return p
+
+
+def kustomize(layout, kubectl, validator, engramd, tmp):
+    rendered = run([kubectl, "kustomize", os.path.join(ROOT, "deploy/k8s", layout)]).stdout
+    out = os.path.join(tmp, f"{layout}.yaml")
+    open(out, "w").write(rendered)
+    run([validator, "--strict", "--quiet", "-k", K8S_VERSION, out])
+    docs = [d for d in yaml.safe_load_all(rendered) if d]
+    kinds = {}
+    for d in docs:
+        kinds.setdefault(d["kind"], []).append(d)
+    config = kinds.get("ConfigMap", [{}])[0].get("data", {}).get("engram.toml")
+    check(config is not None, f"{layout}: a ConfigMap with engram.toml")
+    env = dict(os.environ)
+    for secret in kinds.get("Secret", []):
+        if "tokens.toml" in secret.get("data", {}):
+            tokens = os.path.join(tmp, f"{layout}-tokens.toml")
+            open(tokens, "wb").write(base64.b64decode(secret["data"]["tokens.toml"]))
+            env["ENGRAM__AUTH__TOKENS_FILE"] = tokens
+    if config is not None:
+        path = os.path.join(tmp, f"{layout}-engram.toml")
+        open(path, "w").write(config)
+        run([engramd, "--config", path, "check-config"], env=env)
+    return kinds
+
+
+def k8s(kubectl, validator, engramd):
+    with tempfile.TemporaryDirectory() as tmp:
+        kinds = kustomize("sidecar", kubectl, validator, engramd, tmp)
+        deployment = kinds.get("Deployment", [None])[0]
+        check(deployment is not None, "sidecar: a Deployment")
+        if deployment:
+            pod = deployment["spec"]["template"]["spec"]
+            names = [c["name"] for c in pod["containers"]]
+            check(len(names) >= 2 and "engram" in names, f"sidecar: agent and engram in one pod ({names})")
+            for c in pod["containers"]:
+                if c["name"] == "engram":
+                    check_engram_container(c, pod, "sidecar engram")
+                else:
+                    env = {e["name"]: e.get("value") for e in c.get("env", [])}
+                    check(env.get("ENGRAM_ADDR") == "127.0.0.1:50051", "sidecar: the agent dials localhost")
+            volumes = {v["name"]: v for v in pod["volumes"]}
+            data = [m for m in next(c for c in pod["containers"] if c["name"] == "engram")["volumeMounts"]
+                    if m["mountPath"] == DATA_DIR]
+            check(data and ("persistentVolumeClaim" in volumes[data[0]["name"]] or "emptyDir" in volumes[data[0]["name"]]),
+                  "sidecar: data on a PVC or an emptyDir")
+
+        kinds = kustomize("shared", kubectl, validator, engramd, tmp)
+        sts = kinds.get("StatefulSet", [None])[0]
+        check(sts is not None, "shared: a StatefulSet")
+        if sts:
+            pod = sts["spec"]["template"]["spec"]
+            mounts = check_engram_container(containers_of(sts)[0], pod, "shared engram")
+            claims = [t["metadata"]["name"] for t in sts["spec"].get("volumeClaimTemplates", [])]
+            check(mounts.get(DATA_DIR) in claims, "shared: data on a volume claim template")
+            labels = sts["spec"]["template"]["metadata"]["labels"]
+            services = kinds.get("Service", [])
+            check(any(p["port"] == 50051 for s in services for p in s["spec"]["ports"]), "shared: a Service on 50051")
+            check(any(s["metadata"]["name"] == sts["spec"]["serviceName"] for s in services),
+                  "shared: the governing Service exists")
+            for s in services:
+                sel = s["spec"]["selector"]
+                check(all(labels.get(k) == v for k, v in sel.items()), f"shared: Service {s['metadata']['name']} selects the pods")
+            pdbs = kinds.get("PodDisruptionBudget", [])
+            check(pdbs and all(labels.get(k) == v for k, v in pdbs[0]["spec"]["selector"]["matchLabels"].items()),
+                  "shared: a PodDisruptionBudget selecting the pods")
+            secrets = {s["metadata"]["name"] for s in kinds.get("Secret", [])}
+            refs = {e["valueFrom"]["secretKeyRef"]["name"] for e in containers_of(sts)[0].get("env", [])
+                    if "valueFrom" in e} | {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+            check(refs and refs <= secrets, f"shared: referenced Secrets {refs} are rendered ({secrets})")
+            configs = {c["metadata"]["name"] for c in kinds.get("ConfigMap", [])}
+            used = {v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v}
+            check(used and used <= configs, f"shared: referenced ConfigMaps {used} are rendered")
+
+
+def main():
+    engramd, kubectl, validator = sys.argv[1:4]
+    dockerfile()
+    compose()
+    k8s(kubectl, validator, engramd)
+    if failures:
+        print("deploy checks failed:", *failures, sep="\n  ")
+        sys.exit(1)
+    print("deploy checks passed: Dockerfile, docker-compose.yml, deploy/k8s/{sidecar,shared}")
+
+
+if __name__ == "__main__":
+    main()
