@@ -3,7 +3,9 @@
 
 The commands between `<!-- walkthrough:start -->` and `<!-- walkthrough:end -->`
 are run in order, verbatim except that the documented address 127.0.0.1:50051
-becomes the port-0 address of a fresh server on a temp data dir. A comment line
+becomes the port-0 address of a fresh server on a temp data dir. Each block
+gets its own server; `<!-- walkthrough:start KEY=VALUE ... -->` adds server
+environment (relative paths are taken from the repository root). A comment line
 `# expect: TEXT` after a command asserts its output contains TEXT;
 `# expect-error: TEXT` asserts the command fails and says TEXT.
 
@@ -19,14 +21,27 @@ import tempfile
 DOC_ADDR = "127.0.0.1:50051"
 
 
-def steps(readme):
-    """[(command, [(kind, text), ...]), ...] from the walkthrough's sh blocks."""
+def walkthroughs(readme):
+    """[(server env, steps), ...], one per walkthrough block."""
     text = open(readme, encoding="utf-8").read()
-    m = re.search(r"<!-- walkthrough:start -->(.*?)<!-- walkthrough:end -->", text, re.S)
-    if not m:
+    found = re.findall(r"<!-- walkthrough:start ?(.*?) ?-->(.*?)<!-- walkthrough:end -->", text, re.S)
+    if not found:
         sys.exit("README has no walkthrough block")
+    root = os.path.dirname(os.path.abspath(readme))
     out = []
-    for block in re.findall(r"```sh\n(.*?)```", m.group(1), re.S):
+    for settings, body in found:
+        env = {}
+        for pair in settings.split():
+            key, value = pair.split("=", 1)
+            env[key] = os.path.join(root, value) if os.path.exists(os.path.join(root, value)) else value
+        out.append((env, steps(body)))
+    return out
+
+
+def steps(section):
+    """[(command, [(kind, text), ...]), ...] from a walkthrough's sh blocks."""
+    out = []
+    for block in re.findall(r"```sh\n(.*?)```", section, re.S):
         for line in re.sub(r"\\\n\s*", " ", block).splitlines():
             line = line.strip()
             for kind, marker in (("ok", "# expect:"), ("err", "# expect-error:")):
@@ -39,14 +54,22 @@ def steps(readme):
 
 def main():
     readme, engramd = sys.argv[1], sys.argv[2]
-    cmds = steps(readme)
-    if not cmds:
-        sys.exit("walkthrough has no commands")
+    total = 0
+    for server_env, cmds in walkthroughs(readme):
+        if not cmds:
+            sys.exit("a walkthrough block has no commands")
+        run_block(engramd, server_env, cmds)
+        total += len(cmds)
+    print(f"walkthrough: {total} commands ok")
+
+
+def run_block(engramd, server_env, cmds):
     with tempfile.TemporaryDirectory() as data:
         env = dict(os.environ,
                    ENGRAM__SERVER__LISTEN="127.0.0.1:0",
                    ENGRAM__STORE__DATA_DIR=data,
-                   ENGRAM__LOG__LEVEL="warn")
+                   ENGRAM__LOG__LEVEL="warn",
+                   **server_env)
         server = subprocess.Popen([engramd], env=env, stdout=subprocess.PIPE, text=True)
         try:
             first = server.stdout.readline().strip()
@@ -68,7 +91,6 @@ def main():
         finally:
             server.terminate()
             server.wait(timeout=30)
-    print(f"walkthrough: {len(cmds)} commands ok")
 
 
 if __name__ == "__main__":
