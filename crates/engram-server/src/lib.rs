@@ -48,11 +48,13 @@ pub enum ServerError {
     Transport(#[from] tonic::transport::Error),
     #[error("configuring the summarizer: {0}")]
     Summarizer(String),
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
     #[error("configuring auth: {0}")]
     Auth(String),
     #[error("configuring TLS: {0}")]
     Tls(String),
-    #[error("serving metrics: {0}")]
+    #[error("metrics endpoint (server.metrics_listen): {0}")]
     Metrics(std::io::Error),
 }
 

@@ -122,9 +122,9 @@ async fn serve() -> anyhow::Result<()> {
     };
     let shutdown = shutdown_signal()?;
     tracing::info!(%local, data_dir = %config.store.data_dir.display(), fsync = ?config.store.fsync, "engramd listening");
-    // One machine-readable line on stdout, for scripts and tests that start
-    // the server on port 0.
-    // Both are bound already; the gRPC line comes first, as always.
+    // Machine-readable lines on stdout, for scripts and tests that start the
+    // server on port 0: gRPC first, as always, then metrics if on. Both
+    // listeners are bound already.
     println!("engramd listening on {local}");
     if let Some(m) = &metrics {
         println!("engramd metrics on {}", m.local_addr()?);
