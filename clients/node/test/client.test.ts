@@ -1,5 +1,6 @@
 import { test } from "node:test";
 import * as assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import * as fs from "node:fs";
 import * as os from "node:os";
@@ -88,6 +89,31 @@ test("tokens are sent and checked", async () => {
     }
   } finally {
     for (const c of [scoped, anonymous, wrong]) c.close();
+    await server.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("TLS with a client certificate (mTLS)", async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "engram-pki-"));
+  execFileSync("bash", [path.join(__dirname, "..", "..", "..", "..", "scripts", "test_pki.sh"), dir]);
+  const file = (name: string) => path.join(dir, name);
+  const server = await startEngramd({
+    ENGRAM__SERVER__TLS_CERT: file("server.pem"),
+    ENGRAM__SERVER__TLS_KEY: file("server.key"),
+    ENGRAM__SERVER__TLS_CLIENT_CA: file("ca.pem"),
+  });
+  const target = `localhost:${server.addr.split(":").pop()}`;
+  const mtls = new EngramClient(target, { tlsCa: file("ca.pem"), clientCert: file("client.pem"), clientKey: file("client.key") });
+  const anonymous = new EngramClient(target, { tlsCa: file("ca.pem"), timeoutMs: 5000 });
+  try {
+    await mtls.ingest("node-tls", [user("over mTLS")]);
+    assert.deepEqual(await mtls.listAgents(), ["node-tls"]);
+    await assert.rejects(anonymous.ingest("node-tls", [user("no client certificate")]),
+      (e: any) => e.code === status.UNAVAILABLE);
+  } finally {
+    mtls.close();
+    anonymous.close();
     await server.stop();
     fs.rmSync(dir, { recursive: true, force: true });
   }

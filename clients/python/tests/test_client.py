@@ -2,6 +2,7 @@
 
 import hashlib
 import os
+import subprocess
 import sys
 
 import grpc
@@ -84,3 +85,22 @@ def test_tokens_are_sent_and_checked(start_engramd, tmp_path):
             with pytest.raises(grpc.RpcError) as err:
                 engram.ingest("py-scoped", [user("hi")])
             assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_tls_and_mtls(start_engramd, tmp_path):
+    pki = os.path.join(os.path.dirname(__file__), "..", "..", "..", "scripts", "test_pki.sh")
+    subprocess.run(["bash", pki, str(tmp_path)], check=True)
+    cert = {k: str(tmp_path / f) for k, f in
+            [("ca", "ca.pem"), ("cert", "server.pem"), ("key", "server.key"),
+             ("client_cert", "client.pem"), ("client_key", "client.key")]}
+    addr = start_engramd(ENGRAM__SERVER__TLS_CERT=cert["cert"], ENGRAM__SERVER__TLS_KEY=cert["key"],
+                         ENGRAM__SERVER__TLS_CLIENT_CA=cert["ca"])
+    target = "localhost:" + addr.rsplit(":", 1)[1]
+    with EngramClient(target, tls_ca=cert["ca"], client_cert=cert["client_cert"],
+                      client_key=cert["client_key"], timeout=10) as engram:
+        engram.ingest("py-tls", [user("over mTLS")])
+        assert list(engram.list_agents()) == ["py-tls"]
+    with EngramClient(target, tls_ca=cert["ca"], timeout=5) as engram:
+        with pytest.raises(grpc.RpcError) as err:
+            engram.ingest("py-tls", [user("no client certificate")])
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
