@@ -12,13 +12,7 @@ async fn manual_compaction_with_the_embedded_summarizer() {
     let server = TestServer::start().await;
     let mut c = server.client().await;
     turns(&mut c, "m", 8).await;
-    let report = c
-        .compact(compact("m"))
-        .await
-        .unwrap()
-        .into_inner()
-        .report
-        .unwrap();
+    let report = compact_now(&mut c, "m").await;
     assert!(report.performed, "{report:?}");
     assert_eq!(report.trigger, "manual");
     assert_eq!(
@@ -89,13 +83,7 @@ async fn manual_compaction_with_the_embedded_summarizer() {
         ]
     );
     // Nothing old enough any more: reported, nothing done.
-    let again = c
-        .compact(compact("m"))
-        .await
-        .unwrap()
-        .into_inner()
-        .report
-        .unwrap();
+    let again = compact_now(&mut c, "m").await;
     assert!(
         !again.performed && again.error.contains("nothing to compact"),
         "{again:?}"
@@ -171,13 +159,7 @@ async fn an_llm_over_http_writes_the_summary_and_failures_prune_nothing() {
     .await;
     let mut c = server.client().await;
     turns(&mut c, "h", 5).await;
-    let report = c
-        .compact(compact("h"))
-        .await
-        .unwrap()
-        .into_inner()
-        .report
-        .unwrap();
+    let report = compact_now(&mut c, "h").await;
     assert!(report.performed, "{report:?}");
     assert_eq!(report.semantic_added, 1);
     assert_eq!(
@@ -207,13 +189,7 @@ async fn an_llm_over_http_writes_the_summary_and_failures_prune_nothing() {
     let archive = server.agents_dir().join("h/raw_traces_archive.jsonl");
     let archived = std::fs::read(&archive).unwrap();
     for failure in 1..=3 {
-        let r = c
-            .compact(compact("h"))
-            .await
-            .unwrap()
-            .into_inner()
-            .report
-            .unwrap();
+        let r = compact_now(&mut c, "h").await;
         assert!(!r.performed);
         assert!(
             r.error.contains("500")
@@ -222,13 +198,7 @@ async fn an_llm_over_http_writes_the_summary_and_failures_prune_nothing() {
             "{r:?}"
         );
     }
-    let r = c
-        .compact(compact("h"))
-        .await
-        .unwrap()
-        .into_inner()
-        .report
-        .unwrap();
+    let r = compact_now(&mut c, "h").await;
     assert!(r.error.contains("circuit open"), "{r:?}");
     assert_eq!(std::fs::read(&archive).unwrap(), archived, "nothing pruned");
     let stats = c

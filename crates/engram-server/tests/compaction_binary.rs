@@ -108,13 +108,7 @@ async fn a_kill_during_the_summary_changes_nothing() {
     gate.add_permits(10);
     let daemon = Daemon::spawn(data.path(), &env);
     let mut c = daemon.client().await;
-    let report = c
-        .compact(compact("k"))
-        .await
-        .unwrap()
-        .into_inner()
-        .report
-        .unwrap();
+    let report = compact_now(&mut c, "k").await;
     assert!(report.performed, "{report:?}");
     assert_eq!(
         all_traces(&mut c, "k").await.len() + report.traces_pruned as usize,

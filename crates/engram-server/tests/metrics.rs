@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Daemon, compact, ingest_req, turns, user};
+use common::{Daemon, compact_now, ingest_req, turns, user};
 use engram_proto::pb;
 
 async fn scrape(addr: &str) -> String {
@@ -43,13 +43,7 @@ async fn metrics_count_calls_commits_compactions_and_state() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
-    let report = c
-        .compact(compact("metered"))
-        .await
-        .unwrap()
-        .into_inner()
-        .report
-        .unwrap();
+    let report = compact_now(&mut c, "metered").await;
     assert!(report.performed, "{report:?}");
     c.list_agents(pb::ListAgentsRequest::default())
         .await

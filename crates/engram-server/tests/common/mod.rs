@@ -314,6 +314,16 @@ pub async fn turns(c: &mut Client, agent: &str, n: usize) {
     }
 }
 
+/// A manual Compact of `agent` (focus "numbers"); its report.
+pub async fn compact_now(c: &mut Client, agent: &str) -> pb::CompactionReport {
+    c.compact(compact(agent))
+        .await
+        .unwrap()
+        .into_inner()
+        .report
+        .unwrap()
+}
+
 pub fn compact(agent: &str) -> pb::CompactRequest {
     pb::CompactRequest {
         agent_id: agent.into(),
