@@ -49,6 +49,10 @@ pub struct Args {
     /// Concurrency levels.
     #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
     clients: Vec<usize>,
+    /// Serve Prometheus metrics (on a port-0 listener) while measuring, to
+    /// see what recording costs.
+    #[arg(long)]
+    metrics: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -128,8 +132,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// machine whose speed drifts (shared VMs do) affects both alike.
 async fn compare(args: &Args, duration: Duration, engram_dir: &Path) -> anyhow::Result<Vec<Level>> {
     let (echo_addr, stop_echo) = start_server(&Target::Echo).await?;
-    let (engram_addr, stop_engram) =
-        start_server(&Target::Engram(engram_dir.to_owned(), args.fsync.clone())).await?;
+    let (engram_addr, stop_engram) = start_server(&Target::Engram(
+        engram_dir.to_owned(),
+        args.fsync.clone(),
+        args.metrics,
+    ))
+    .await?;
     println!(
         "\n(b) tonic echo, no storage  vs  (c) Engram durable Ingest, fsync = {}",
         args.fsync
@@ -259,7 +267,7 @@ fn fsync_appends(dir: &Path, lines: usize, per_sync: usize) -> anyhow::Result<Fs
 #[derive(Clone)]
 enum Target {
     Echo,
-    Engram(PathBuf, String),
+    Engram(PathBuf, String, bool),
 }
 
 struct LevelResult {
@@ -288,10 +296,15 @@ async fn start_server(
                     .serve_with_incoming_shutdown(incoming, shutdown),
             );
         }
-        Target::Engram(dir, fsync) => {
+        Target::Engram(dir, fsync, metrics) => {
+            let metrics_listen = if *metrics { "127.0.0.1:0" } else { "" };
             let config = engram_server::Config::load_from(
                 None,
                 [
+                    (
+                        "ENGRAM__SERVER__METRICS_LISTEN".to_string(),
+                        metrics_listen.to_string(),
+                    ),
                     (
                         "ENGRAM__STORE__DATA_DIR".to_string(),
                         dir.display().to_string(),
