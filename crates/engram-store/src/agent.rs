@@ -195,12 +195,15 @@ impl AgentState {
     /// the epoch `meta` describes (after a compaction). The turn state is
     /// kept: it already holds every trace, archived ones included.
     pub fn rebuild_epoch(&mut self) {
-        self.transcript = match &self.meta.snapshot {
+        let transcript = match &self.meta.snapshot {
             Some(snapshot) => Transcript::with_base(Message::text(Role::System, snapshot.clone())),
             None => Transcript::default(),
         };
-        self.tokens = TokenCache::default();
-        self.render = RenderCache::default();
+        crate::drop_later((
+            std::mem::replace(&mut self.transcript, transcript),
+            std::mem::take(&mut self.tokens),
+            std::mem::take(&mut self.render),
+        ));
         self.report = None;
         self.in_epoch = self.meta.epoch_start_trace.is_none();
         let traces = std::mem::take(&mut self.traces);

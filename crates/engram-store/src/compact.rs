@@ -253,6 +253,7 @@ impl Store {
         };
         state.save_meta(meta)?;
         self.complete_intent(id, state, &intent).await?;
+        crate::drop_later(job);
         tracing::info!(agent = %id, turns = intent.turn_ids.len(), epoch = state.meta.epoch, "compacted");
         Ok(Outcome {
             turn_ids: intent.turn_ids,
@@ -379,10 +380,17 @@ impl Store {
                 item.superseded_by = Some(new.clone());
             }
         }
-        state.traces.retain(|t| !window.contains(t.id.as_str()));
+        let (kept, moved): (Vec<_>, Vec<_>) = std::mem::take(&mut state.traces)
+            .into_iter()
+            .partition(|t| !window.contains(t.id.as_str()));
+        state.traces = kept;
+        crate::drop_later(moved);
         if still_active {
-            // The rewrite replaced the file: appends go to the new one.
-            state.raw = Some(Arc::new(DurableFile::open(&dir.join(RAW_TRACES))?));
+            // The rewrite replaced the file: appends go to the new one. The
+            // old one's blocks are freed when its last handle closes, which
+            // for megabytes of lines is milliseconds in the kernel.
+            let fresh = Arc::new(DurableFile::open(&dir.join(RAW_TRACES))?);
+            crate::drop_later(state.raw.replace(fresh));
             state.last_ticket = None;
         }
         state.rebuild_epoch();

@@ -499,3 +499,16 @@ fn tree_bytes(dir: &Path) -> u64 {
         })
         .sum()
 }
+
+/// Frees `value` on the blocking pool. Dropping a compacted window (thousands
+/// of traces, the old transcript and its caches, the replaced file) is
+/// milliseconds of `free` and block freeing that need not happen while the
+/// agent is locked.
+pub(crate) fn drop_later<T: Send + 'static>(value: T) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn_blocking(move || drop(value));
+        }
+        Err(_) => drop(value),
+    }
+}
