@@ -11,6 +11,11 @@ mod compact;
 mod ingest;
 mod prepare;
 
+// The allocator engramd uses, so in-process measurements match the binary
+// (and echo gets it too: the ratio compares like with like).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]

@@ -167,7 +167,16 @@ struct Server {
 impl Server {
     fn start(binary: &Path, data: &Path) -> anyhow::Result<Self> {
         use std::io::BufRead;
+        // A window larger than any transcript here: the bench measures
+        // prompts, not the compaction the estimate trigger would start.
+        let config = data.join("bench.toml");
+        std::fs::write(
+            &config,
+            "[budget.models.\"gpt-4o\"]\ncontext_tokens = 100000000\n",
+        )?;
         let mut child = std::process::Command::new(binary)
+            .arg("--config")
+            .arg(&config)
             .env("ENGRAM__SERVER__LISTEN", "127.0.0.1:0")
             .env("ENGRAM__STORE__DATA_DIR", data)
             .env("ENGRAM__LOG__LEVEL", "warn")

@@ -8,6 +8,12 @@ use clap::{Parser, Subcommand};
 use engram_server::probe::{self, Probe};
 use engram_server::{Config, config::DEFAULT_TOML, telemetry};
 
+// mimalloc: Engram allocates many short-lived buffers per call (protobuf,
+// JSON lines, rendered bodies); glibc's malloc/free was the largest item in
+// profiles. See docs/BENCHMARKS.md.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Engram: a gRPC memory service for LLM agents.
 #[derive(Debug, Parser)]
 #[command(version, about)]
