@@ -1,7 +1,10 @@
 """Offline checks of everything under deploy/ and docker-compose.yml.
 
-- Dockerfile: ports, volume, non-root user, the health check, ENGRAM__ keys.
-- docker-compose.yml: services, ports, volumes, env keys against the config.
+- Dockerfile: ports, volume, non-root user, the health check, and its ENV
+  accepted by the real `engramd check-config`.
+- docker-compose.yml: services, ports, volumes; the engram service's
+  environment (with compose's defaults, and with the llm profile's base URL)
+  accepted by `engramd check-config`.
 - deploy/k8s/{sidecar,shared}: rendered with `kubectl kustomize`, validated
   with kubernetes-validate (strict, offline), then the things that matter
   here: gRPC probes, security contexts, resources, volumes, and the
@@ -47,7 +50,21 @@ def check_env_keys(names, where):
             check(name in KEYS, f"{where}: {name} is not a config key (see `engramd defaults`)")
 
 
-def dockerfile():
+def check_config(env_vars, where, engramd):
+    """Runs the real `engramd check-config` with exactly these ENGRAM__ vars."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM__")}
+    env.update({k: str(v) for k, v in env_vars.items()})
+    p = subprocess.run([engramd, "check-config"], env=env, capture_output=True, text=True)
+    check(p.returncode == 0, f"{where}: engramd check-config refused it: {p.stderr.strip()}")
+
+
+def compose_value(value):
+    """A compose value as compose would substitute it with nothing set:
+    `${VAR:-default}` becomes default, `${VAR}` empty."""
+    return re.sub(r"\$\{\w+(?::?-([^}]*))?\}", lambda m: m.group(1) or "", str(value))
+
+
+def dockerfile(engramd):
     path = os.path.join(ROOT, "deploy/Dockerfile")
     text = open(path).read()
     runtime = text.split("\nFROM ")[-1]
@@ -59,9 +76,10 @@ def dockerfile():
           "Dockerfile: HEALTHCHECK uses `engramd health`")
     check(f"ENGRAM__STORE__DATA_DIR={DATA_DIR}" in runtime, "Dockerfile: data dir is the volume")
     check_env_keys(re.findall(r"(ENGRAM__\w+)=", runtime), "Dockerfile")
+    check_config(dict(re.findall(r"(ENGRAM__\w+)=(\S+)", runtime)), "Dockerfile ENV", engramd)
 
 
-def compose():
+def compose(engramd):
     doc = yaml.safe_load(open(os.path.join(ROOT, "docker-compose.yml")))
     services = doc.get("services", {})
     engram = services.get("engram")
@@ -74,6 +92,11 @@ def compose():
     check({"50051", "9090"} <= container_ports, f"compose: ports 50051 and 9090 published ({container_ports})")
     env = engram.get("environment", {})
     check_env_keys(env, "compose engram.environment")
+    check_config({k: compose_value(v) for k, v in env.items() if k.startswith("ENGRAM__")},
+                 "compose engram.environment", engramd)
+    llm_env = {k: compose_value(v) for k, v in env.items() if k.startswith("ENGRAM__")}
+    llm_env["ENGRAM__LLM__BASE_URL"] = "http://ollama:11434/v1"
+    check_config(llm_env, "compose with the llm profile's base URL", engramd)
     check(env.get("ENGRAM__STORE__DATA_DIR") == DATA_DIR, "compose: data dir")
     check(env.get("ENGRAM__SERVER__LISTEN", "").startswith("0.0.0.0:50051"), "compose: listens on all interfaces")
     check("ENGRAM__LLM__BASE_URL" in env and "ENGRAM__LLM__MODEL" in env, "compose: LLM wired by env")
@@ -194,8 +217,8 @@ def k8s(kubectl, validator, engramd):
 
 def main():
     engramd, kubectl, validator = sys.argv[1:4]
-    dockerfile()
-    compose()
+    dockerfile(engramd)
+    compose(engramd)
     k8s(kubectl, validator, engramd)
     if failures:
         print("deploy checks failed:", *failures, sep="\n  ")
