@@ -8,9 +8,9 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http_body::{Body, Frame, SizeHint};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -19,6 +19,9 @@ use tower::{Layer, Service};
 
 use crate::compactor::Compactor;
 use engram_store::Store;
+
+/// How long a walk of the data dir for `engram_disk_bytes` is reused.
+const DISK_WALK_EVERY: Duration = Duration::from_secs(60);
 
 /// Latency buckets in seconds: 50 µs to 30 s.
 const SECONDS: [f64; 16] = [
@@ -106,7 +109,7 @@ fn describe() {
     describe_gauge!(
         "engram_disk_bytes",
         metrics::Unit::Bytes,
-        "Bytes of every file under store.data_dir"
+        "Bytes of every file under store.data_dir (walked at most once a minute)"
     );
 }
 
@@ -118,29 +121,65 @@ pub async fn serve(
     compactor: Compactor,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    use axum::routing::get;
-    let scrape =
-        move || {
-            let (handle, store, compactor) = (handle.clone(), store.clone(), compactor.clone());
-            async move {
-                metrics::gauge!("engram_agents_loaded").set(store.loaded_agents() as f64);
-                metrics::gauge!("engram_disk_bytes").set(store.disk_bytes().await as f64);
-                metrics::gauge!("engram_summarizer_circuit_open")
-                    .set(if compactor.circuit_open() { 1.0 } else { 0.0 });
-                handle.run_upkeep();
-                (
-                    [(
-                        http::header::CONTENT_TYPE,
-                        "text/plain; version=0.0.4; charset=utf-8",
-                    )],
-                    handle.render(),
-                )
-            }
-        };
-    let app = axum::Router::new().route("/metrics", get(scrape));
+    let scraper = Arc::new(Scraper {
+        handle,
+        store,
+        compactor,
+        walked: tokio::sync::Mutex::new(None),
+    });
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let scraper = Arc::clone(&scraper);
+            async move { scraper.scrape().await }
+        }),
+    );
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
+}
+
+struct Scraper {
+    handle: PrometheusHandle,
+    store: Store,
+    compactor: Compactor,
+    /// When the data dir was last walked and what it held: with many agents
+    /// a walk is many stat calls, so scrapes reuse it for a while.
+    walked: tokio::sync::Mutex<Option<(Instant, u64)>>,
+}
+
+impl Scraper {
+    /// Reads the state gauges, then renders everything.
+    async fn scrape(&self) -> ([(http::HeaderName, &'static str); 1], String) {
+        metrics::gauge!("engram_agents_loaded").set(self.store.loaded_agents() as f64);
+        metrics::gauge!("engram_disk_bytes").set(self.disk_bytes().await as f64);
+        let open = if self.compactor.circuit_open() {
+            1.0
+        } else {
+            0.0
+        };
+        metrics::gauge!("engram_summarizer_circuit_open").set(open);
+        self.handle.run_upkeep();
+        (
+            [(
+                http::header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            self.handle.render(),
+        )
+    }
+
+    async fn disk_bytes(&self) -> u64 {
+        let mut walked = self.walked.lock().await;
+        match *walked {
+            Some((at, bytes)) if at.elapsed() < DISK_WALK_EVERY => bytes,
+            _ => {
+                let bytes = self.store.disk_bytes().await;
+                *walked = Some((Instant::now(), bytes));
+                bytes
+            }
+        }
+    }
 }
 
 /// Counts and times every call by method and gRPC status code.
