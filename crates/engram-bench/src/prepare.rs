@@ -226,6 +226,7 @@ async fn measure(args: &Args, data: &Path) -> anyhow::Result<()> {
     println!(
         "  messages  archive   format       p50 us    p99 us   prompt tokens   agent load ms   agent RSS MiB"
     );
+    let mut reloads = vec![];
     for &n in &args.messages {
         for archived in [false, true] {
             let agent = if archived {
@@ -269,7 +270,26 @@ async fn measure(args: &Args, data: &Path) -> anyhow::Result<()> {
                     rss_mib
                 );
             }
+            if archived {
+                // A second process: the first load wrote the turn-state
+                // checkpoint, so this one need not replay the archive.
+                drop(client);
+                drop(server);
+                let server = Server::start(&args.engramd, data)?;
+                let mut client = connect(&server.addr).await?;
+                prepare(&mut client, "warm-up", pb::RenderFormat::OpenaiChat).await?;
+                let t = Instant::now();
+                prepare(&mut client, &agent, pb::RenderFormat::Unspecified).await?;
+                reloads.push((n, t.elapsed().as_secs_f64() * 1e3));
+            }
         }
+    }
+    println!(
+        "\nAgent load in a restarted server (archive of {} traces, turn state from turns.json)",
+        args.archive
+    );
+    for (n, ms) in reloads {
+        println!("  {n:>8} messages   {ms:>8.1} ms");
     }
     Ok(())
 }

@@ -9,6 +9,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+use serde::{Deserialize, Serialize};
+
 use crate::{CoreError, NewEvent, RawTrace, TraceType, Usage};
 
 /// Longest client-chosen identifier (event_id, tool_call_id, tool_name, …).
@@ -53,15 +55,16 @@ pub fn turn_number(id: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct CallInfo {
     turn: u32,
     tool_name: String,
     answered: bool,
 }
 
-/// The per-agent state behind turn assignment.
-#[derive(Debug, Clone, Default)]
+/// The per-agent state behind turn assignment. It serializes so a store
+/// can checkpoint it instead of replaying every trace ever stored.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TurnTracker {
     /// Number of the latest turn; 0 before the first.
     last_turn: u32,

@@ -79,7 +79,8 @@ async fn manual_compaction_with_the_embedded_summarizer() {
             "raw_traces.jsonl",
             "raw_traces_archive.jsonl",
             "semantic.jsonl",
-            "state.json"
+            "state.json",
+            "turns.json"
         ]
     );
     // Nothing old enough any more: reported, nothing done.

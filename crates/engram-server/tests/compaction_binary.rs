@@ -340,7 +340,8 @@ async fn thirty_turns_compact_at_the_right_time_and_lose_nothing() {
             "raw_traces.jsonl",
             "raw_traces_archive.jsonl",
             "semantic.jsonl",
-            "state.json"
+            "state.json",
+            "turns.json"
         ]
     );
     let mut ids = vec![];

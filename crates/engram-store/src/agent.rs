@@ -22,6 +22,8 @@ pub const RAW_ARCHIVE: &str = "raw_traces_archive.jsonl";
 pub const EPISODIC: &str = "episodic.jsonl";
 pub const SEMANTIC: &str = "semantic.jsonl";
 pub const STATE: &str = "state.json";
+/// The turn state as of the last compaction (derived; see [`load_tracker`]).
+pub const TURNS: &str = "turns.json";
 
 /// The agent's settings and counters (`state.json`, rewritten atomically).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -117,13 +119,14 @@ impl AgentState {
             remove_debris(&jsonl::tmp_path(&state.dir.join(name)))?;
         }
         remove_debris(&jsonl::tmp_path(&state.dir.join(STATE)))?;
+        remove_debris(&jsonl::tmp_path(&state.dir.join(TURNS)))?;
         state.meta = load_meta(&state.dir.join(STATE))?;
         state.in_epoch = state.meta.epoch_start_trace.is_none();
         if let Some(snapshot) = &state.meta.snapshot {
             state.transcript = Transcript::with_base(Message::text(Role::System, snapshot.clone()));
         }
         // Archived traces still count for turns, call ids and retries.
-        replay_archive(&state.dir.join(RAW_ARCHIVE), &mut state.tracker)?;
+        state.tracker = load_tracker(&state.dir)?;
         let (traces, recovery) = jsonl::load::<RawTrace>(&state.dir.join(RAW_TRACES))?;
         report(&state.dir, RAW_TRACES, &recovery);
         for trace in &traces {
@@ -284,6 +287,54 @@ pub fn microcompacted(trace: &RawTrace) -> RawTrace {
         content: String::new(),
         ..trace.clone()
     }
+}
+
+/// What `turns.json` holds: the tracker, and the archive length it is for.
+#[derive(Serialize, Deserialize)]
+struct TurnsCheckpoint<T> {
+    archive_len: u64,
+    tracker: T,
+}
+
+/// The turn state of the archived traces: the checkpoint when it is for the
+/// archive as it is, else a replay of the archive (which then writes one).
+/// The checkpoint may also hold traces still active; applying those again
+/// at load changes nothing.
+fn load_tracker(dir: &Path) -> Result<TurnTracker> {
+    let archive = dir.join(RAW_ARCHIVE);
+    let archive_len = fs::metadata(&archive).map_or(0, |m| m.len());
+    if archive_len == 0 {
+        return Ok(TurnTracker::default());
+    }
+    let checkpoint = fs::read(dir.join(TURNS))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<TurnsCheckpoint<TurnTracker>>(&bytes).ok())
+        .filter(|c| c.archive_len == archive_len);
+    if let Some(c) = checkpoint {
+        return Ok(c.tracker);
+    }
+    let mut tracker = TurnTracker::default();
+    replay_archive(&archive, &mut tracker)?;
+    if let Err(e) = save_turns(dir, &tracker) {
+        tracing::warn!(dir = %dir.display(), error = %e, "could not checkpoint the turn state; the next load replays the archive again");
+    }
+    Ok(tracker)
+}
+
+/// Checkpoints `tracker` for the archive as it is now. Not flushed: the file
+/// is derived, and a stale, torn or missing one only means a replay.
+pub fn save_turns(dir: &Path, tracker: &TurnTracker) -> Result<()> {
+    let archive = dir.join(RAW_ARCHIVE);
+    let archive_len = fs::metadata(&archive).map_or(0, |m| m.len());
+    let json = serde_json::to_vec(&TurnsCheckpoint {
+        archive_len,
+        tracker,
+    })
+    .expect("the tracker serializes");
+    let path = dir.join(TURNS);
+    let tmp = jsonl::tmp_path(&path);
+    fs::write(&tmp, json).map_err(StoreError::io("writing", &tmp))?;
+    fs::rename(&tmp, &path).map_err(StoreError::io("renaming over", &path))
 }
 
 /// Folds the archive into the turn state, a line at a time.

@@ -347,6 +347,10 @@ impl Store {
             }
             atomic_write(&raw_path, &kept)?;
         }
+        // So that loading this agent need not replay the archive it just grew.
+        if let Err(e) = crate::agent::save_turns(&dir, &state.tracker) {
+            tracing::warn!(agent = %id, error = %e, "could not checkpoint the turn state; loads replay the archive");
+        }
         self.fault("finalize")?;
         let epoch_start_trace = state
             .traces

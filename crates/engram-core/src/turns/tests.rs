@@ -346,4 +346,53 @@ proptest! {
             prop_assert_eq!(s, expected, "seqs of {}", turn);
         }
     }
+
+    #[test]
+    fn a_checkpoint_plus_the_active_traces_rebuilds_the_same_state(
+        steps in prop::collection::vec(step(), 1..60),
+        cut in 0.0f64..=1.0,
+        archived in 0.0f64..=1.0,
+    ) {
+        // A store checkpoints the tracker at a compaction (after `cut`
+        // traces, the first `archived` share of them moved to the archive)
+        // and at load applies the active traces on top of it: that must
+        // rebuild the tracker a full replay builds.
+        let mut t = TurnTracker::default();
+        let mut pending: Vec<String> = vec![];
+        let mut stored = vec![];
+        for (i, s) in steps.into_iter().enumerate() {
+            let mut e = match s {
+                Step::User => NewEvent::user("u"),
+                Step::Assistant => NewEvent::assistant("a"),
+                Step::Call => {
+                    pending.push(format!("call-{i}"));
+                    NewEvent::tool_call(format!("call-{i}"), "tool", json!({"i": i}))
+                }
+                Step::Result(_) if pending.is_empty() => continue,
+                Step::Result(k) => {
+                    let id = pending.remove(k % pending.len());
+                    NewEvent::tool_result(id, json!("ok"))
+                }
+            };
+            e.event_id = Some(format!("event-{i}"));
+            let usage = (i % 3 == 0).then_some(Usage { prompt_tokens: i as u32, ..Usage::default() });
+            let plan = t.plan(&[e], usage, Some("m"), IngestLimits::default(), 1.0, ids()).unwrap();
+            for trace in plan.new_traces {
+                t.apply(&trace);
+                stored.push(trace);
+            }
+        }
+        let k = (stored.len() as f64 * cut) as usize;
+        let m = (k as f64 * archived) as usize;
+        let mut checkpoint = TurnTracker::default();
+        for trace in &stored[..k] {
+            checkpoint.apply(trace);
+        }
+        let json = serde_json::to_string(&checkpoint).unwrap();
+        let mut loaded: TurnTracker = serde_json::from_str(&json).unwrap();
+        for trace in &stored[m..] {
+            loaded.apply(trace);
+        }
+        prop_assert_eq!(loaded, t);
+    }
 }

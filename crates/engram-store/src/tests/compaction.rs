@@ -211,3 +211,73 @@ async fn a_failed_summary_writes_nothing_but_the_count() {
         "nothing old enough"
     );
 }
+
+#[tokio::test]
+async fn loads_start_from_the_turn_checkpoint_unless_it_is_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let a = id("c");
+    let mut first = NewEvent::user("first question");
+    first.event_id = Some("e1".into());
+    let original = store
+        .ingest(&a, std::slice::from_ref(&first), None, None)
+        .await
+        .unwrap();
+    conversation(&store, &a, 5).await;
+    let job = store.begin_compaction(&a, POLICY).await.unwrap().unwrap();
+    store
+        .finish_compaction(&a, job, summary(), POLICY)
+        .await
+        .unwrap();
+    drop(store);
+    let agent = dir.path().join("agents/c");
+    let turns = agent.join("turns.json");
+    let archive_len = std::fs::metadata(agent.join("raw_traces_archive.jsonl"))
+        .unwrap()
+        .len();
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&turns).unwrap()).unwrap();
+    assert_eq!(written["archive_len"], archive_len);
+
+    // Out of date or unreadable: ignored, the archive is replayed, and the
+    // checkpoint is written again for the archive as it is.
+    let mut stale = written.clone();
+    stale["archive_len"] = json!(archive_len + 1);
+    stale["tracker"]["last_turn"] = json!(99);
+    let bad = [serde_json::to_vec(&stale).unwrap(), b"not json".to_vec()];
+    for (expected_turn, bad) in (7..).zip(bad) {
+        std::fs::write(&turns, bad).unwrap();
+        let store = open(dir.path()).await;
+        let next = store
+            .ingest(&a, &[NewEvent::user("next")], None, None)
+            .await
+            .unwrap();
+        assert_eq!(next.traces[0].turn_id, format!("turn_{expected_turn:04}"));
+        // Retries of archived events are still recognised.
+        let retry = store
+            .ingest(&a, std::slice::from_ref(&first), None, None)
+            .await
+            .unwrap();
+        assert_eq!(retry.traces[0].id, original.traces[0].id);
+        drop(store);
+        let rewritten: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&turns).unwrap()).unwrap();
+        assert_eq!(rewritten["archive_len"], archive_len);
+    }
+
+    // Current: a load starts from it (a doctored one shows through).
+    let mut doctored = written;
+    doctored["tracker"]["last_turn"] = json!(41);
+    std::fs::write(&turns, serde_json::to_vec(&doctored).unwrap()).unwrap();
+    let store = open(dir.path()).await;
+    let next = store
+        .ingest(&a, &[NewEvent::user("after the checkpoint")], None, None)
+        .await
+        .unwrap();
+    assert_eq!(next.traces[0].turn_id, "turn_0042");
+    let retry = store
+        .ingest(&a, std::slice::from_ref(&first), None, None)
+        .await
+        .unwrap();
+    assert_eq!(retry.traces[0].id, original.traces[0].id);
+}
