@@ -1,8 +1,9 @@
 /**
  * Engram's Node/TypeScript client: a thin promise-based wrapper over
  * @grpc/grpc-js with the service loaded from engram's .proto files at run
- * time (copied into ./proto by `npm run build`; ENGRAM_PROTO_DIR or the
- * `protoDir` option point elsewhere).
+ * time (copied into ./proto by `npm run build`, which also generates the
+ * message types in src/generated; ENGRAM_PROTO_DIR or the `protoDir` option
+ * point elsewhere).
  *
  * Errors reject with grpc-js's ServiceError: `err.code` is a grpc.status.
  */
@@ -10,6 +11,13 @@ import * as path from "node:path";
 import * as fs from "node:fs";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
+// Types generated from the protos by proto-loader-gen-types (`npm run proto`).
+import type { CompactionReport__Output } from "./generated/engram/v1/CompactionReport";
+import type { GetContextStatsResponse__Output } from "./generated/engram/v1/GetContextStatsResponse";
+import type { IngestResponse__Output } from "./generated/engram/v1/IngestResponse";
+import type { PrepareRequestResponse__Output } from "./generated/engram/v1/PrepareRequestResponse";
+import type { RetrieveResponse__Output } from "./generated/engram/v1/RetrieveResponse";
+import type { SearchHistoryResponse__Output } from "./generated/engram/v1/SearchHistoryResponse";
 
 export { status } from "@grpc/grpc-js";
 
@@ -118,11 +126,12 @@ export interface PrepareOptions {
 
 /** PrepareRequest's answer, with the rendered body decoded. */
 export interface Prompt {
+  /** The provider request body (parsed JSON), or null without a render format. */
   payload: any | null;
   turnId: string;
   estimatedPromptTokens: number;
   warnings: string[];
-  raw: any;
+  raw: PrepareRequestResponse__Output;
 }
 
 function loadService(protoDir: string): grpc.ServiceClientConstructor {
@@ -175,7 +184,7 @@ export class EngramClient {
   }
 
   /** Stores events; `usage` is what the provider reported for the call that made them. */
-  ingest(agentId: string, events: TraceEvent[], opts: { usage?: Usage; model?: string } = {}): Promise<any> {
+  ingest(agentId: string, events: TraceEvent[], opts: { usage?: Usage; model?: string } = {}): Promise<IngestResponse__Output> {
     return this.call("Ingest", { agent_id: agentId, events, usage: opts.usage ?? null, model: opts.model ?? "" });
   }
 
@@ -186,7 +195,7 @@ export class EngramClient {
       throw new Error(`renderFormat must be one of ${Object.keys(FORMATS).join(", ")} or null`);
     }
     const userInput = typeof opts.userInput === "string" ? user(opts.userInput) : opts.userInput ?? null;
-    const raw = await this.call("PrepareRequest", {
+    const raw = await this.call<PrepareRequestResponse__Output>("PrepareRequest", {
       agent_id: agentId,
       system_prompt: opts.systemPrompt ?? "",
       user_input: userInput,
@@ -204,12 +213,12 @@ export class EngramClient {
     };
   }
 
-  async compact(agentId: string, focus = ""): Promise<any> {
+  async compact(agentId: string, focus = ""): Promise<CompactionReport__Output> {
     return (await this.call("Compact", { agent_id: agentId, focus })).report;
   }
 
   retrieve(agentId: string, opts: { query?: string; maxEpisodic?: number; maxSemantic?: number;
-    rawTailTurns?: number; includeToolInteractions?: boolean } = {}): Promise<any> {
+    rawTailTurns?: number; includeToolInteractions?: boolean } = {}): Promise<RetrieveResponse__Output> {
     return this.call("Retrieve", {
       agent_id: agentId,
       query: opts.query ?? "",
@@ -220,11 +229,11 @@ export class EngramClient {
     });
   }
 
-  searchHistory(agentId: string, query: string, opts: { limit?: number; pageToken?: string } = {}): Promise<any> {
+  searchHistory(agentId: string, query: string, opts: { limit?: number; pageToken?: string } = {}): Promise<SearchHistoryResponse__Output> {
     return this.call("SearchHistory", { agent_id: agentId, query, limit: opts.limit ?? 0, page_token: opts.pageToken ?? "" });
   }
 
-  contextStats(agentId: string, model = ""): Promise<any> {
+  contextStats(agentId: string, model = ""): Promise<GetContextStatsResponse__Output> {
     return this.call("GetContextStats", { agent_id: agentId, model });
   }
 
