@@ -63,7 +63,7 @@ bench: ## Benchmarks: durable Ingest, PrepareRequest latency (see docs/BENCHMARK
 .PHONY: clean
 clean: ## Remove build output, the venv and the clients' build output
 	$(CARGO) clean
-	rm -rf $(VENV) clients/node/node_modules clients/node/dist clients/node/proto \
+	rm -rf $(VENV) clients/node/node_modules clients/node/dist clients/node/proto clients/node/src/generated \
 		clients/python/build clients/python/engram clients/python/*.egg-info
 
 .PHONY: python-test
