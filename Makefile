@@ -22,7 +22,7 @@ run: build ## Build and serve on 127.0.0.1:50051 with ./memory as data dir
 	ENGRAM__SERVER__LISTEN=$(ADDR) ENGRAM__STORE__DATA_DIR=$(DATA_DIR) ./target/release/engramd
 
 .PHONY: test
-test: fmt-check clippy unit walkthrough python-test clients deploy-check ## Everything CI runs: fmt, clippy, all tests, the README walkthrough, clients, deploy manifests
+test: fmt-check clippy unit walkthrough clients deploy-check ## Everything CI runs: fmt, clippy, all tests, the README walkthrough, clients, deploy manifests
 
 .PHONY: fmt-check
 fmt-check: ## cargo fmt --check
@@ -66,16 +66,11 @@ clean: ## Remove build output, the venv and the clients' build output
 	rm -rf $(VENV) clients/node/node_modules clients/node/dist clients/node/proto clients/node/src/generated \
 		clients/python/build clients/python/engram clients/python/*.egg-info
 
-.PHONY: python-test
-python-test: venv ## The Python agent loop (grpcio stubs from proto/) against the real engramd
-	$(CARGO) build --locked -p engram-server --bin engramd
-	ENGRAMD=$(CURDIR)/target/debug/engramd $(VENV)/bin/python -m pytest -q tests/python
-
 .PHONY: clients
 clients: python-client node-client ## Both client suites against the real engramd
 
 .PHONY: python-client
-python-client: venv ## clients/python: build (stubs from proto/), install into .venv, pytest
+python-client: venv ## clients/python: build (stubs from proto/), install into .venv, pytest (client, example loop, 20-turn loop in every render format)
 	$(CARGO) build --locked -p engram-server --bin engramd
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps ./clients/python
 	ENGRAMD=$(CURDIR)/target/debug/engramd $(VENV)/bin/python -m pytest -q clients/python/tests

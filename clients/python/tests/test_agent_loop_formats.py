@@ -7,10 +7,15 @@ import json
 import os
 import sys
 
+import grpc
 import pytest
 from google.protobuf import struct_pb2
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+from engram.v1 import service_pb2 as svc
+from engram.v1 import service_pb2_grpc
+from engram.v1 import types_pb2 as types
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "third_party", "provider-schemas"))
 import validate  # noqa: E402
 
@@ -47,9 +52,16 @@ def check(fmt, payload, where):
     assert not problems, f"{where}: {problems}"
 
 
+@pytest.fixture
+def client(engramd):
+    """The generated stub itself: this test speaks the proto-level API."""
+    channel = grpc.insecure_channel(engramd)
+    yield service_pb2_grpc.MemoryServiceStub(channel)
+    channel.close()
+
+
 @pytest.mark.parametrize("render_format", list(FORMATS))
-def test_twenty_turns_with_tools(pb, client, render_format):
-    svc, types = pb.service, pb.types
+def test_twenty_turns_with_tools(client, render_format):
     agent = f"py-loop-{render_format.lower().replace('_', '-')}"
     fmt = FORMATS[render_format]
     for turn in range(1, TURNS + 1):
