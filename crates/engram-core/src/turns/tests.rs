@@ -286,6 +286,32 @@ pub(crate) fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
+/// The events of a random conversation: calls numbered `call-1`, … and
+/// results that answer a pending call (results with none pending dropped).
+fn events_of(steps: Vec<Step>) -> Vec<NewEvent> {
+    let mut pending: Vec<String> = vec![];
+    let mut events = vec![];
+    let mut n = 0;
+    for s in steps {
+        let e = match s {
+            Step::User => NewEvent::user("u"),
+            Step::Assistant => NewEvent::assistant("a"),
+            Step::Call => {
+                n += 1;
+                pending.push(format!("call-{n}"));
+                NewEvent::tool_call(format!("call-{n}"), "tool", json!({"n": n}))
+            }
+            Step::Result(_) if pending.is_empty() => continue,
+            Step::Result(i) => {
+                let id = pending.remove(i % pending.len());
+                NewEvent::tool_result(id, json!("ok"))
+            }
+        };
+        events.push(e);
+    }
+    events
+}
+
 proptest! {
     #[test]
     fn tool_results_carry_their_calls_turn_and_turns_are_consecutive(
@@ -293,26 +319,7 @@ proptest! {
         batch in 1usize..5,
     ) {
         let mut t = TurnTracker::default();
-        let mut pending: Vec<String> = vec![];
-        let mut events = vec![];
-        let mut n = 0;
-        for s in steps {
-            let e = match s {
-                Step::User => NewEvent::user("u"),
-                Step::Assistant => NewEvent::assistant("a"),
-                Step::Call => {
-                    n += 1;
-                    pending.push(format!("call-{n}"));
-                    NewEvent::tool_call(format!("call-{n}"), "tool", json!({"n": n}))
-                }
-                Step::Result(_) if pending.is_empty() => continue,
-                Step::Result(i) => {
-                    let id = pending.remove(i % pending.len());
-                    NewEvent::tool_result(id, json!("ok"))
-                }
-            };
-            events.push(e);
-        }
+        let events = events_of(steps);
         let mut stored = vec![];
         for chunk in events.chunks(batch) {
             stored.extend(ingest(&mut t, chunk.to_vec()).unwrap());
@@ -358,22 +365,8 @@ proptest! {
         // and at load applies the active traces on top of it: that must
         // rebuild the tracker a full replay builds.
         let mut t = TurnTracker::default();
-        let mut pending: Vec<String> = vec![];
         let mut stored = vec![];
-        for (i, s) in steps.into_iter().enumerate() {
-            let mut e = match s {
-                Step::User => NewEvent::user("u"),
-                Step::Assistant => NewEvent::assistant("a"),
-                Step::Call => {
-                    pending.push(format!("call-{i}"));
-                    NewEvent::tool_call(format!("call-{i}"), "tool", json!({"i": i}))
-                }
-                Step::Result(_) if pending.is_empty() => continue,
-                Step::Result(k) => {
-                    let id = pending.remove(k % pending.len());
-                    NewEvent::tool_result(id, json!("ok"))
-                }
-            };
+        for (i, mut e) in events_of(steps).into_iter().enumerate() {
             e.event_id = Some(format!("event-{i}"));
             let usage = (i % 3 == 0).then_some(Usage { prompt_tokens: i as u32, ..Usage::default() });
             let plan = t.plan(&[e], usage, Some("m"), IngestLimits::default(), 1.0, ids()).unwrap();
