@@ -54,8 +54,11 @@ pub enum ServerError {
     Auth(String),
     #[error("configuring TLS: {0}")]
     Tls(String),
-    #[error("metrics endpoint (server.metrics_listen): {0}")]
-    Metrics(std::io::Error),
+    #[error("binding server.metrics_listen {addr}: {error}")]
+    Metrics {
+        addr: std::net::SocketAddr,
+        error: std::io::Error,
+    },
 }
 
 /// Serves Engram on `listener` until `shutdown` resolves, then drains
@@ -66,18 +69,20 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    let metrics = match config
-        .metrics_addr()
-        .map_err(|e| ServerError::Auth(e.to_string()))?
-    {
-        Some(addr) => Some(
+    let metrics = bind_metrics(&config).await?;
+    run_with_metrics(listener, metrics, config, shutdown).await
+}
+
+/// The metrics listener `server.metrics_listen` asks for, if any.
+pub async fn bind_metrics(config: &Config) -> Result<Option<TcpListener>, ServerError> {
+    match config.metrics_addr()? {
+        Some(addr) => Ok(Some(
             TcpListener::bind(addr)
                 .await
-                .map_err(ServerError::Metrics)?,
-        ),
-        None => None,
-    };
-    run_with_metrics(listener, metrics, config, shutdown).await
+                .map_err(|error| ServerError::Metrics { addr, error })?,
+        )),
+        None => Ok(None),
+    }
 }
 
 /// [`run`] with the metrics listener bound by the caller (which can then
@@ -89,7 +94,7 @@ pub async fn run_with_metrics(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     // Installed before anything records, so the first calls count too.
-    let prometheus = metrics.as_ref().map(|_| observe::install());
+    let metrics = metrics.map(|listener| (listener, observe::install()));
     let authenticator =
         Arc::new(auth::Authenticator::new(&config.auth.tokens).map_err(ServerError::Auth)?);
     let tls = tls_config(&config.server)?;
@@ -144,19 +149,16 @@ pub async fn run_with_metrics(
         "security"
     );
     let metrics_stop = Arc::new(Notify::new());
-    let metrics_task = match (metrics, prometheus) {
-        (Some(listener), Some(handle)) => {
-            let stop = Arc::clone(&metrics_stop);
-            Some(tokio::spawn(observe::serve(
-                listener,
-                handle,
-                store.clone(),
-                compactor.clone(),
-                async move { stop.notified().await },
-            )))
-        }
-        _ => None,
-    };
+    let metrics_task = metrics.map(|(listener, handle)| {
+        let stop = Arc::clone(&metrics_stop);
+        tokio::spawn(observe::serve(
+            listener,
+            handle,
+            store.clone(),
+            compactor.clone(),
+            async move { stop.notified().await },
+        ))
+    });
     let memory = MemoryServiceServer::new(Engram::new(store.clone(), budgets, compactor, limit))
         .max_decoding_message_size(limit)
         .max_encoding_message_size(limit);

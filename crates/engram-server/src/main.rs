@@ -118,14 +118,7 @@ async fn serve() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding server.listen {addr}"))?;
     let local = listener.local_addr()?;
-    let metrics = match config.metrics_addr()? {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("binding server.metrics_listen {addr}"))?,
-        ),
-        None => None,
-    };
+    let metrics = engram_server::bind_metrics(&config).await?;
     let shutdown = shutdown_signal()?;
     tracing::info!(%local, data_dir = %config.store.data_dir.display(), fsync = ?config.store.fsync, "engramd listening");
     // Machine-readable lines on stdout, for scripts and tests that start the
