@@ -331,10 +331,7 @@ pub fn save_turns(dir: &Path, tracker: &TurnTracker) -> Result<()> {
         tracker,
     })
     .expect("the tracker serializes");
-    let path = dir.join(TURNS);
-    let tmp = jsonl::tmp_path(&path);
-    fs::write(&tmp, json).map_err(StoreError::io("writing", &tmp))?;
-    fs::rename(&tmp, &path).map_err(StoreError::io("renaming over", &path))
+    jsonl::replace_unflushed(&dir.join(TURNS), &json)
 }
 
 /// Folds the archive into the turn state, a line at a time.

@@ -115,14 +115,29 @@ pub fn load<T: DeserializeOwned>(path: &Path) -> Result<(Vec<T>, Recovery)> {
 /// Replaces `path` with `bytes` so that a crash leaves either the old or the
 /// new file: write a temp file, fsync it, rename it over, fsync the dir.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
+    replace(path, bytes, true)
+}
+
+/// [`atomic_write`] without the flushes, for derived files: after a crash
+/// the file is the old one, the new one, or unreadable, never half of each.
+pub fn replace_unflushed(path: &Path, bytes: &[u8]) -> Result<()> {
+    replace(path, bytes, false)
+}
+
+fn replace(path: &Path, bytes: &[u8], flush: bool) -> Result<()> {
     let tmp = tmp_path(path);
     let mut f = File::create(&tmp).map_err(StoreError::io("creating", &tmp))?;
     f.write_all(bytes)
         .map_err(StoreError::io("writing", &tmp))?;
-    f.sync_all().map_err(StoreError::io("syncing", &tmp))?;
+    if flush {
+        f.sync_all().map_err(StoreError::io("syncing", &tmp))?;
+    }
     drop(f);
     fs::rename(&tmp, path).map_err(StoreError::io("renaming over", path))?;
-    sync_dir(path.parent().unwrap_or(Path::new(".")))
+    if flush {
+        sync_dir(path.parent().unwrap_or(Path::new(".")))?;
+    }
+    Ok(())
 }
 
 /// The temp file [`atomic_write`] uses; a leftover one is debris of a crash.
