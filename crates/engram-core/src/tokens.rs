@@ -58,12 +58,76 @@ pub fn warm_up() {
     bpe(Encoding::Cl100k);
 }
 
-/// Tokens of `text`.
+/// Tokens of `text`, in time linear in its length whatever it holds.
+///
+/// The BPE is quadratic in the length of one pre-tokenized piece, and its
+/// regex engine overflows its stack on runs of about a million characters,
+/// so the text goes to it in bounded segments (see [`segments`]). Ordinary
+/// prose is cut only between words, where the tokenizer would split anyway,
+/// and counts exactly; a run of one class of characters longer than
+/// [`MAX_RUN`] bytes (a base64 blob, a minified file, a long URL) is cut
+/// every `MAX_RUN` bytes, which can add a token per cut: under 2% on such
+/// runs, and an estimate is all a count is.
 pub fn count_text(encoding: Encoding, text: &str) -> u32 {
-    if text.is_empty() {
-        return 0;
+    let bpe = bpe(encoding);
+    let n: usize = segments(text).map(|s| bpe.encode_ordinary(s).len()).sum();
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// Longest run of whitespace or of non-whitespace handed to the BPE whole.
+pub const MAX_RUN: usize = 64;
+/// Segments grow to about this many bytes before they end at a word.
+const SEGMENT: usize = 4096;
+
+/// `text` cut into consecutive pieces that tokenize like the whole: at a
+/// word's end once a segment holds [`SEGMENT`] bytes, and inside any run of
+/// whitespace or non-whitespace every [`MAX_RUN`] bytes. The pieces
+/// concatenate to `text`; none is empty.
+pub fn segments(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let end = segment_end(rest);
+        let (piece, tail) = rest.split_at(end);
+        rest = tail;
+        Some(piece)
+    })
+}
+
+/// Where the first segment of `text` (not empty) ends.
+fn segment_end(text: &str) -> usize {
+    let mut run_start = 0;
+    let mut prev: Option<char> = None;
+    for (i, c) in text.char_indices() {
+        let space = c.is_whitespace();
+        if prev.map(char::is_whitespace) != Some(space) {
+            if i >= SEGMENT && prev.is_some_and(|p| word_ends(p, c)) {
+                return i;
+            }
+            run_start = i;
+        } else if i - run_start >= MAX_RUN {
+            return i;
+        }
+        if i >= 8 * SEGMENT {
+            // Only newlines after punctuation for this long: cut anyway.
+            return i;
+        }
+        prev = Some(c);
     }
-    u32::try_from(bpe(encoding).encode_ordinary(text).len()).unwrap_or(u32::MAX)
+    text.len()
+}
+
+/// Whether the tokenizer always splits between `prev` (not whitespace) and
+/// `next` (whitespace): before blanks, and before line breaks except after
+/// punctuation, which takes the line breaks that follow it into its token.
+fn word_ends(prev: char, next: char) -> bool {
+    match next {
+        ' ' | '\t' => true,
+        '\n' | '\r' => prev.is_alphanumeric(),
+        _ => false,
+    }
 }
 
 /// Tokens one message costs in a prompt: framing, text, tool calls (name
@@ -94,9 +158,41 @@ pub struct TokenCache {
     encoding: Option<Encoding>,
     counts: Vec<u32>,
     total: u64,
+    /// The system prompt's hash and tokens (it is sent with every prompt,
+    /// and can be long).
+    system: Option<(u64, u32)>,
 }
 
 impl TokenCache {
+    /// Tokens the system prompt costs as a message (0 without one),
+    /// counted once per prompt text and encoding.
+    pub fn count_system(&mut self, encoding: Encoding, system: Option<&str>) -> u32 {
+        use std::hash::{Hash, Hasher};
+        let Some(text) = system else { return 0 };
+        self.set_encoding(encoding);
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        text.hash(&mut h);
+        let key = h.finish();
+        match self.system {
+            Some((k, n)) if k == key => n,
+            _ => {
+                let n = MESSAGE_OVERHEAD.saturating_add(count_text(encoding, text));
+                self.system = Some((key, n));
+                n
+            }
+        }
+    }
+
+    /// Starts over when the encoding changes: every count is per encoding.
+    fn set_encoding(&mut self, encoding: Encoding) {
+        if self.encoding != Some(encoding) {
+            *self = Self {
+                encoding: Some(encoding),
+                ..Self::default()
+            };
+        }
+    }
+
     /// Forgets counts from message `index` on (it changed or is new).
     pub fn invalidate_from(&mut self, index: usize) {
         if index < self.counts.len() {
@@ -117,12 +213,7 @@ impl TokenCache {
     /// Tokens of `messages` under `encoding`, counting only what is not
     /// cached yet (everything, if the encoding changed).
     pub fn count(&mut self, encoding: Encoding, messages: &[Message]) -> u64 {
-        if self.encoding != Some(encoding) {
-            *self = Self {
-                encoding: Some(encoding),
-                ..Self::default()
-            };
-        }
+        self.set_encoding(encoding);
         self.invalidate_from(messages.len());
         for m in &messages[self.counts.len()..] {
             let n = count_message(encoding, m);
@@ -161,6 +252,105 @@ mod tests {
         assert_eq!(count_text(Encoding::Cl100k, ""), 0);
         let m = Message::text(Role::User, "hello world");
         assert_eq!(count_message(Encoding::Cl100k, &m), MESSAGE_OVERHEAD + 2);
+    }
+
+    /// Deterministic noise (xorshift), so the cases are the same every run.
+    fn noise(seed: u64, len: usize, alphabet: &[u8]) -> String {
+        let mut x = seed | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                alphabet[(x % alphabet.len() as u64) as usize] as char
+            })
+            .collect()
+    }
+
+    const BASE64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+    #[test]
+    fn a_million_characters_without_whitespace_count_without_panic() {
+        // Each of these overflowed the tokenizer's stack, or took seconds
+        // per 100k characters, when handed to it whole.
+        let inputs = [
+            "A".repeat(1_000_000),
+            noise(7, 1_000_000, BASE64),
+            " ".repeat(1_000_000),
+            "\n".repeat(1_000_000),
+            "é".repeat(500_000),
+            "1".repeat(1_000_000),
+            "!".repeat(1_000_000),
+        ];
+        for text in &inputs {
+            for encoding in [Encoding::Cl100k, Encoding::O200k] {
+                let n = count_text(encoding, text);
+                assert!(
+                    n > 0 && (n as usize) <= text.len(),
+                    "{n} tokens for {} bytes",
+                    text.len()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn long_runs_count_close_to_exact_and_linearly() {
+        let blob = noise(11, 200_000, BASE64);
+        let exact = bpe(Encoding::Cl100k).encode_ordinary(&blob[..5_000]).len() as f64;
+        let cut = f64::from(count_text(Encoding::Cl100k, &blob[..5_000]));
+        assert!((cut - exact).abs() / exact < 0.03, "{cut} vs {exact}");
+        // Forty times the text, forty times the tokens (within 1%).
+        let whole = f64::from(count_text(Encoding::Cl100k, &blob));
+        assert!(
+            (whole / cut / 40.0 - 1.0).abs() < 0.01,
+            "{whole} vs 40 x {cut}"
+        );
+    }
+
+    #[test]
+    fn the_system_prompt_is_counted_once_per_text() {
+        let mut cache = TokenCache::default();
+        let long = "word ".repeat(10_000);
+        let n = cache.count_system(Encoding::Cl100k, Some(&long));
+        assert_eq!(n, MESSAGE_OVERHEAD + count_text(Encoding::Cl100k, &long));
+        assert_eq!(cache.system.map(|(_, c)| c), Some(n));
+        assert_eq!(cache.count_system(Encoding::Cl100k, Some(&long)), n);
+        assert_eq!(
+            cache.count_system(Encoding::Cl100k, Some("hello world")),
+            MESSAGE_OVERHEAD + 2
+        );
+        assert_eq!(cache.count_system(Encoding::Cl100k, None), 0);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn segments_rebuild_the_text_within_bounds(
+            text in proptest::string::string_regex(
+                "([a-zé ]{0,80}|[A-Za-z0-9+/=]{0,300}|[ \t\n]{0,200}|\\PC{0,40}){0,60}"
+            ).expect("a valid regex")
+        ) {
+            let pieces: Vec<&str> = segments(&text).collect();
+            proptest::prop_assert_eq!(pieces.concat(), text.clone());
+            for p in &pieces {
+                proptest::prop_assert!(!p.is_empty());
+                proptest::prop_assert!(p.len() <= SEGMENT + 2 * MAX_RUN + 8, "{}", p.len());
+            }
+        }
+
+        #[test]
+        fn prose_counts_exactly(words in proptest::collection::vec("[A-Za-z,.'!?]{1,12}", 0..1200),
+                                seps in proptest::collection::vec("( |  |\n|\n\n| \t)", 1200)) {
+            let mut text = String::new();
+            for (w, s) in words.iter().zip(&seps) {
+                text.push_str(w);
+                text.push_str(s);
+            }
+            let exact = bpe(Encoding::Cl100k).encode_ordinary(&text).len();
+            proptest::prop_assert_eq!(count_text(Encoding::Cl100k, &text) as usize, exact);
+        }
     }
 
     #[test]

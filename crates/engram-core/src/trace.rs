@@ -144,6 +144,39 @@ pub struct NewEvent {
 }
 
 impl NewEvent {
+    /// About how many bytes the event carries (its text and JSON payloads):
+    /// a measure of the work of storing it, not of its stored size.
+    pub fn approx_bytes(&self) -> usize {
+        fn json(v: &Value) -> usize {
+            match v {
+                Value::String(s) => s.len() + 2,
+                Value::Array(a) => a.iter().map(json).sum::<usize>() + 2,
+                Value::Object(m) => m.iter().map(|(k, v)| k.len() + json(v)).sum::<usize>() + 2,
+                _ => 8,
+            }
+        }
+        let strings = [&self.tool_name, &self.tool_call_id, &self.tool_error]
+            .into_iter()
+            .flatten()
+            .map(String::len);
+        let media = self
+            .media
+            .iter()
+            .flat_map(|m| m.images.iter().chain(&m.audio).chain(&m.video))
+            .map(String::len);
+        self.content.len()
+            + self.source_event.len()
+            + strings.chain(media).sum::<usize>()
+            + self.tags.iter().map(String::len).sum::<usize>()
+            + self
+                .tool_args
+                .iter()
+                .flatten()
+                .map(|(k, v)| k.len() + json(v))
+                .sum::<usize>()
+            + self.tool_result.as_ref().map_or(0, json)
+    }
+
     /// A user message with `content`, the common case in tests and tools.
     pub fn user(content: impl Into<String>) -> Self {
         Self {

@@ -12,7 +12,7 @@ use engram_llm::{
 };
 use engram_proto::pb;
 use engram_store::Store;
-use engram_store::compact::{Policy, Summary};
+use engram_store::compact::{Job, Policy, Summary};
 
 use crate::budget::Budgets;
 use crate::config::{LlmSection, PolicySection};
@@ -174,18 +174,11 @@ impl Compactor {
         };
         report.steps.push("summarize".to_owned());
         let started = std::time::Instant::now();
-        let answer = self
-            .summarizer
-            .summarize(SummaryRequest {
-                traces: &job.traces,
-                known_facts: &job.known_facts,
-                focus,
-            })
-            .await;
+        let answer = self.summarize(job, focus).await;
         metrics::histogram!("engram_summarizer_duration_seconds")
             .record(started.elapsed().as_secs_f64());
-        let summary = match answer {
-            Ok(s) => s,
+        let (summary, job) = match answer {
+            Ok(out) => out,
             Err(e) => {
                 metrics::counter!("engram_summarizer_failures_total").increment(1);
                 let failures = self.store.abort_compaction(agent).await.unwrap_or(0);
@@ -220,6 +213,38 @@ impl Compactor {
             }
         }
         report
+    }
+}
+
+impl Compactor {
+    /// The summarizer's answer for `job`. The whole call runs on a blocking
+    /// thread of its own: building the prompt of a large window, counting
+    /// its chunks and the embedded summarizer are CPU work that must not
+    /// hold an async worker, and the HTTP wait there costs nobody.
+    async fn summarize(
+        &self,
+        job: Job,
+        focus: Option<&str>,
+    ) -> Result<(engram_llm::Summary, Job), String> {
+        let summarizer = Arc::clone(&self.summarizer);
+        let runtime = tokio::runtime::Handle::current();
+        let focus = focus.map(str::to_owned);
+        let task = tokio::task::spawn_blocking(move || {
+            let answer = runtime.block_on(summarizer.summarize(SummaryRequest {
+                traces: &job.traces,
+                known_facts: &job.known_facts,
+                focus: focus.as_deref(),
+            }));
+            answer
+                .map(|summary| (summary, job))
+                .map_err(|e| e.to_string())
+        });
+        task.await.unwrap_or_else(|e| {
+            // A bug in a summarizer fails this compaction like an error
+            // would (nothing pruned, a failure counted), not the agent.
+            tracing::error!(error = %e, "the summarizer panicked");
+            Err("the summarizer failed unexpectedly".to_owned())
+        })
     }
 }
 

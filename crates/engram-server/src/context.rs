@@ -3,7 +3,7 @@
 
 use engram_core::budget::TokenBudget;
 use engram_core::render::{Format, Prompt};
-use engram_core::tokens::{self, Encoding};
+use engram_core::tokens;
 use engram_core::transcript::Message;
 use engram_core::{AgentId, CoreError, NewEvent, TraceType};
 use engram_proto::pb;
@@ -85,7 +85,9 @@ fn sizing(
         .iter()
         .map(|m| u64::from(tokens::count_message(encoding, m)))
         .sum();
-    let system = system_tokens(encoding, view.meta.system_prompt.as_deref());
+    let system = view
+        .tokens
+        .count_system(encoding, view.meta.system_prompt.as_deref());
     let estimate = u64::from(system) + body + tail_tokens + u64::from(tokens::REPLY_PRIMING);
     let reported = view.report.map(|(u, mark)| {
         let since = view.tokens.sum_from(mark) + tail_tokens;
@@ -98,12 +100,6 @@ fn sizing(
         messages: committed.len() + tail.len() + usize::from(view.meta.system_prompt.is_some()),
         tail,
     }
-}
-
-fn system_tokens(encoding: Encoding, system: Option<&str>) -> u32 {
-    system.map_or(0, |s| {
-        tokens::MESSAGE_OVERHEAD + tokens::count_text(encoding, s)
-    })
 }
 
 fn clamp(n: u64) -> u32 {

@@ -8,10 +8,12 @@
 //!   error → status mapping.
 //! - [`oversize`]: RESOURCE_EXHAUSTED for requests over the size limit.
 //! - [`auth`]: bearer tokens scoped to agent-id patterns.
+//! - [`boundary`]: a panic in a handler is answered INTERNAL.
 //! - [`observe`]: Prometheus metrics.
 //! - [`probe`]: the client side of `engramd health`.
 
 pub mod auth;
+pub mod boundary;
 pub mod budget;
 pub mod compactor;
 pub mod config;

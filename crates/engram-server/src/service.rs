@@ -13,6 +13,7 @@ use engram_store::search::{Cursor, Query};
 use tonic::{Request, Response, Status};
 
 use crate::auth;
+use crate::boundary::catch_panics;
 use crate::budget::Budgets;
 use crate::compactor::Compactor;
 use crate::status::{from_core, from_store};
@@ -69,9 +70,9 @@ fn agent(raw: &str) -> Result<AgentId, Status> {
     AgentId::parse(raw).map_err(from_core)
 }
 
-#[tonic::async_trait]
-impl MemoryService for Engram {
-    async fn ingest(
+/// The handlers; the trait impl below puts each behind the request boundary.
+impl Engram {
+    async fn handle_ingest(
         &self,
         request: Request<pb::IngestRequest>,
     ) -> Result<Response<pb::IngestResponse>, Status> {
@@ -103,7 +104,7 @@ impl MemoryService for Engram {
         }))
     }
 
-    async fn prepare_request(
+    async fn handle_prepare_request(
         &self,
         request: Request<pb::PrepareRequestRequest>,
     ) -> Result<Response<pb::PrepareRequestResponse>, Status> {
@@ -118,7 +119,7 @@ impl MemoryService for Engram {
         self.fits(response, "prompt")
     }
 
-    async fn compact(
+    async fn handle_compact(
         &self,
         request: Request<pb::CompactRequest>,
     ) -> Result<Response<pb::CompactResponse>, Status> {
@@ -134,7 +135,7 @@ impl MemoryService for Engram {
         }))
     }
 
-    async fn retrieve(
+    async fn handle_retrieve(
         &self,
         request: Request<pb::RetrieveRequest>,
     ) -> Result<Response<pb::RetrieveResponse>, Status> {
@@ -182,7 +183,7 @@ impl MemoryService for Engram {
         self.fits(response, "answer")
     }
 
-    async fn search_history(
+    async fn handle_search_history(
         &self,
         request: Request<pb::SearchHistoryRequest>,
     ) -> Result<Response<pb::SearchHistoryResponse>, Status> {
@@ -221,7 +222,7 @@ impl MemoryService for Engram {
         self.fits(response, "page")
     }
 
-    async fn get_context_stats(
+    async fn handle_get_context_stats(
         &self,
         request: Request<pb::GetContextStatsRequest>,
     ) -> Result<Response<pb::GetContextStatsResponse>, Status> {
@@ -231,7 +232,7 @@ impl MemoryService for Engram {
             .map(Response::new)
     }
 
-    async fn list_agents(
+    async fn handle_list_agents(
         &self,
         request: Request<pb::ListAgentsRequest>,
     ) -> Result<Response<pb::ListAgentsResponse>, Status> {
@@ -262,7 +263,7 @@ impl MemoryService for Engram {
         }))
     }
 
-    async fn delete_agent(
+    async fn handle_delete_agent(
         &self,
         request: Request<pb::DeleteAgentRequest>,
     ) -> Result<Response<pb::DeleteAgentResponse>, Status> {
@@ -273,7 +274,7 @@ impl MemoryService for Engram {
         Ok(Response::new(pb::DeleteAgentResponse {}))
     }
 
-    async fn fork_agent(
+    async fn handle_fork_agent(
         &self,
         request: Request<pb::ForkAgentRequest>,
     ) -> Result<Response<pb::ForkAgentResponse>, Status> {
@@ -291,5 +292,90 @@ impl MemoryService for Engram {
         Ok(Response::new(pb::ForkAgentResponse {
             agent_id: target.to_string(),
         }))
+    }
+}
+
+#[tonic::async_trait]
+impl MemoryService for Engram {
+    async fn ingest(
+        &self,
+        request: Request<pb::IngestRequest>,
+    ) -> Result<Response<pb::IngestResponse>, Status> {
+        let agent = request.get_ref().agent_id.clone();
+        catch_panics("Ingest", &agent, self.handle_ingest(request)).await
+    }
+
+    async fn prepare_request(
+        &self,
+        request: Request<pb::PrepareRequestRequest>,
+    ) -> Result<Response<pb::PrepareRequestResponse>, Status> {
+        let agent = request.get_ref().agent_id.clone();
+        catch_panics(
+            "PrepareRequest",
+            &agent,
+            self.handle_prepare_request(request),
+        )
+        .await
+    }
+
+    async fn compact(
+        &self,
+        request: Request<pb::CompactRequest>,
+    ) -> Result<Response<pb::CompactResponse>, Status> {
+        let agent = request.get_ref().agent_id.clone();
+        catch_panics("Compact", &agent, self.handle_compact(request)).await
+    }
+
+    async fn retrieve(
+        &self,
+        request: Request<pb::RetrieveRequest>,
+    ) -> Result<Response<pb::RetrieveResponse>, Status> {
+        let agent = request.get_ref().agent_id.clone();
+        catch_panics("Retrieve", &agent, self.handle_retrieve(request)).await
+    }
+
+    async fn search_history(
+        &self,
+        request: Request<pb::SearchHistoryRequest>,
+    ) -> Result<Response<pb::SearchHistoryResponse>, Status> {
+        let agent = request.get_ref().agent_id.clone();
+        catch_panics("SearchHistory", &agent, self.handle_search_history(request)).await
+    }
+
+    async fn get_context_stats(
+        &self,
+        request: Request<pb::GetContextStatsRequest>,
+    ) -> Result<Response<pb::GetContextStatsResponse>, Status> {
+        let agent = request.get_ref().agent_id.clone();
+        catch_panics(
+            "GetContextStats",
+            &agent,
+            self.handle_get_context_stats(request),
+        )
+        .await
+    }
+
+    async fn list_agents(
+        &self,
+        request: Request<pb::ListAgentsRequest>,
+    ) -> Result<Response<pb::ListAgentsResponse>, Status> {
+        let agent = String::new();
+        catch_panics("ListAgents", &agent, self.handle_list_agents(request)).await
+    }
+
+    async fn delete_agent(
+        &self,
+        request: Request<pb::DeleteAgentRequest>,
+    ) -> Result<Response<pb::DeleteAgentResponse>, Status> {
+        let agent = request.get_ref().agent_id.clone();
+        catch_panics("DeleteAgent", &agent, self.handle_delete_agent(request)).await
+    }
+
+    async fn fork_agent(
+        &self,
+        request: Request<pb::ForkAgentRequest>,
+    ) -> Result<Response<pb::ForkAgentResponse>, Status> {
+        let agent = request.get_ref().source_agent_id.clone();
+        catch_panics("ForkAgent", &agent, self.handle_fork_agent(request)).await
     }
 }

@@ -179,6 +179,22 @@ impl AgentState {
         Ok(raw)
     }
 
+    /// Runs `f` over the view; off the async workers when the agent is
+    /// large enough for counting, rendering or ranking it to take a while.
+    pub fn run<T>(&mut self, f: impl FnOnce(AgentView<'_>) -> T) -> T {
+        let active = self.raw.as_ref().map_or(0, |r| r.len());
+        let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+        // Memories are ranked by Retrieve: about a line of text each.
+        let memories = (self.episodic.len() + self.semantic.len()) * 256;
+        let size =
+            active + (text(&self.meta.system_prompt) + text(&self.meta.snapshot) + memories) as u64;
+        if size > crate::OFFLOAD_BYTES as u64 {
+            crate::offload(|| f(self.view()))
+        } else {
+            f(self.view())
+        }
+    }
+
     pub fn view(&mut self) -> AgentView<'_> {
         AgentView {
             traces: &self.traces,

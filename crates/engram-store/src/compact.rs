@@ -124,12 +124,83 @@ fn line<T: Serialize>(item: &T) -> Vec<u8> {
     l
 }
 
+/// Plans the commit of `job` with `summary` (the episodic item, the merged
+/// facts, the snapshot of the new epoch) and writes it down as the agent's
+/// intent. Returns it with the facts added and updated.
+fn write_intent(
+    state: &mut AgentState,
+    job: &Job,
+    summary: Summary,
+    policy: Policy,
+) -> Result<(Intent, u32, u32)> {
+    let now = unix_now();
+    let episodic = EpisodicItem {
+        id: uuid::Uuid::now_v7().to_string(),
+        ts: now,
+        turn_ids: job.turn_ids.clone(),
+        summary: summary.text,
+        tags: summary.tags,
+        salience: summary.salience.clamp(0.0, 1.0),
+    };
+    let merge = merge_facts(&state.semantic, &summary.facts, now, || {
+        uuid::Uuid::now_v7().to_string()
+    });
+    // The memory the new epoch starts from.
+    let mut all_episodic = state.episodic.clone();
+    all_episodic.push(episodic.clone());
+    let superseded: HashSet<&str> = merge
+        .superseded
+        .iter()
+        .map(|(old, _)| old.as_str())
+        .collect();
+    let live: Vec<SemanticItem> = state
+        .semantic
+        .iter()
+        .filter(|f| !superseded.contains(f.id.as_str()))
+        .chain(&merge.new_items)
+        .cloned()
+        .collect();
+    let window: HashSet<&str> = job.traces.iter().map(|t| t.id.as_str()).collect();
+    let tail: Vec<RawTrace> = state
+        .traces
+        .iter()
+        .filter(|t| !window.contains(t.id.as_str()))
+        .filter(|t| turn_number(&t.turn_id).is_some_and(|n| n < job.current_turn))
+        .cloned()
+        .collect();
+    let snapshot = render_snapshot(
+        &recent_episodic(&all_episodic, policy.max_episodic),
+        &top_semantic(&live, policy.max_semantic),
+        &tail,
+    );
+    let archive = state.dir.join(RAW_ARCHIVE);
+    let intent = Intent {
+        epoch: job.epoch,
+        turn_ids: job.turn_ids.clone(),
+        trace_ids: job.traces.iter().map(|t| t.id.clone()).collect(),
+        archive_len: std::fs::metadata(&archive).map_or(0, |m| m.len()),
+        episodic,
+        semantic: merge.new_items.clone(),
+        superseded: merge.superseded.clone(),
+        snapshot,
+        snapshot_trace_ids: tail.iter().map(|t| t.id.clone()).collect(),
+    };
+    let meta = AgentMeta {
+        pending: Some(intent.clone()),
+        ..state.meta.clone()
+    };
+    state.save_meta(meta)?;
+    let added = u32::try_from(merge.new_items.len() - merge.superseded.len()).unwrap_or(0);
+    let updated = u32::try_from(merge.superseded.len()).unwrap_or(0);
+    Ok((intent, added, updated))
+}
+
 impl Store {
     /// Picks the turns to summarize; `None` when there is nothing to
     /// compact or a compaction of this agent is already running.
     pub async fn begin_compaction(&self, id: &AgentId, policy: Policy) -> Result<Option<Job>> {
         let handle = self.existing_handle(id)?;
-        let mut slot = handle.state.lock().await;
+        let mut slot = handle.lock().await;
         let state = self.loaded(id, &mut slot).await?;
         if !state.exists() {
             return Err(StoreError::NotFound(id.to_string()));
@@ -164,7 +235,7 @@ impl Store {
     /// failure count. Returns the consecutive failures so far.
     pub async fn abort_compaction(&self, id: &AgentId) -> Result<u32> {
         let handle = self.existing_handle(id)?;
-        let mut slot = handle.state.lock().await;
+        let mut slot = handle.lock().await;
         let state = self.loaded(id, &mut slot).await?;
         state.compacting = false;
         let meta = AgentMeta {
@@ -184,7 +255,7 @@ impl Store {
         policy: Policy,
     ) -> Result<Outcome> {
         let handle = self.existing_handle(id)?;
-        let mut slot = handle.state.lock().await;
+        let mut slot = handle.lock().await;
         let state = self.loaded(id, &mut slot).await?;
         state.compacting = false;
         let active: HashSet<&str> = state.traces.iter().map(|t| t.id.as_str()).collect();
@@ -195,86 +266,61 @@ impl Store {
                 "the agent changed while it was being compacted; nothing was written".into(),
             )));
         }
-        let now = unix_now();
-        let episodic = EpisodicItem {
-            id: uuid::Uuid::now_v7().to_string(),
-            ts: now,
-            turn_ids: job.turn_ids.clone(),
-            summary: summary.text,
-            tags: summary.tags,
-            salience: summary.salience.clamp(0.0, 1.0),
-        };
-        let merge = merge_facts(&state.semantic, &summary.facts, now, || {
-            uuid::Uuid::now_v7().to_string()
-        });
-        // The memory the new epoch starts from.
-        let mut all_episodic = state.episodic.clone();
-        all_episodic.push(episodic.clone());
-        let superseded: HashSet<&str> = merge
-            .superseded
-            .iter()
-            .map(|(old, _)| old.as_str())
-            .collect();
-        let live: Vec<SemanticItem> = state
-            .semantic
-            .iter()
-            .filter(|f| !superseded.contains(f.id.as_str()))
-            .chain(&merge.new_items)
-            .cloned()
-            .collect();
-        let window: HashSet<&str> = job.traces.iter().map(|t| t.id.as_str()).collect();
-        let tail: Vec<RawTrace> = state
-            .traces
-            .iter()
-            .filter(|t| !window.contains(t.id.as_str()))
-            .filter(|t| turn_number(&t.turn_id).is_some_and(|n| n < job.current_turn))
-            .cloned()
-            .collect();
-        let snapshot = render_snapshot(
-            &recent_episodic(&all_episodic, policy.max_episodic),
-            &top_semantic(&live, policy.max_semantic),
-            &tail,
-        );
-        let archive = state.dir.join(RAW_ARCHIVE);
-        let intent = Intent {
-            epoch: job.epoch,
-            turn_ids: job.turn_ids.clone(),
-            trace_ids: job.traces.iter().map(|t| t.id.clone()).collect(),
-            archive_len: std::fs::metadata(&archive).map_or(0, |m| m.len()),
-            episodic,
-            semantic: merge.new_items.clone(),
-            superseded: merge.superseded.clone(),
-            snapshot,
-            snapshot_trace_ids: tail.iter().map(|t| t.id.clone()).collect(),
-        };
-        let meta = AgentMeta {
-            pending: Some(intent.clone()),
-            ..state.meta.clone()
-        };
-        state.save_meta(meta)?;
+        let (intent, added, updated) =
+            crate::offload(|| write_intent(state, &job, summary, policy))?;
         self.complete_intent(id, state, &intent).await?;
         crate::drop_later(job);
         tracing::info!(agent = %id, turns = intent.turn_ids.len(), epoch = state.meta.epoch, "compacted");
         Ok(Outcome {
             turn_ids: intent.turn_ids,
             episodic_id: intent.episodic.id,
-            semantic_added: u32::try_from(merge.new_items.len() - merge.superseded.len())
-                .unwrap_or(0),
-            semantic_updated: u32::try_from(merge.superseded.len()).unwrap_or(0),
+            semantic_added: added,
+            semantic_updated: updated,
             traces_pruned: u32::try_from(intent.trace_ids.len()).unwrap_or(u32::MAX),
             epoch: state.meta.epoch,
         })
     }
 
     /// Carries out `intent` (every step repeatable), starts the epoch and
-    /// reloads the agent's derived state from its files.
+    /// reloads the agent's derived state from its files. Blocking file I/O and the rebuild of the transcript run off the
+    /// async workers; the agent stays locked throughout.
     pub(crate) async fn complete_intent(
         &self,
         id: &AgentId,
         state: &mut AgentState,
         intent: &Intent,
     ) -> Result<()> {
-        let dir = state.dir.clone();
+        let window: HashSet<&str> = intent.trace_ids.iter().map(String::as_str).collect();
+        let kept = crate::offload(|| self.store_memories_and_archive(state, intent, &window))?;
+        if let Some(kept) = &kept {
+            if let Some(raw) = state.raw.clone() {
+                raw.sync_all().await?;
+            }
+            if self.inner.config.fsync == FsyncPolicy::Always {
+                // Earlier log records of this file must not be replayed
+                // into the rewritten one.
+                let ticket = self.inner.wal.append(&wal::Record::Reset {
+                    agent: id.as_str(),
+                    file: RAW_TRACES,
+                })?;
+                ticket.wait().await?;
+            }
+            let raw_path = state.dir.join(RAW_TRACES);
+            crate::offload(|| atomic_write(&raw_path, kept))?;
+        }
+        crate::offload(|| self.start_epoch(id, state, intent, &window, kept.is_some()))
+    }
+
+    /// The episodic and semantic lines of `intent` and the window's traces
+    /// in the archive; the lines the active file keeps, while the window is
+    /// still in it (`None`: an earlier attempt already rewrote it).
+    fn store_memories_and_archive(
+        &self,
+        state: &AgentState,
+        intent: &Intent,
+        window: &HashSet<&str>,
+    ) -> Result<Option<Vec<u8>>> {
+        let dir = &state.dir;
         self.fault("episodic")?;
         if !state.episodic.iter().any(|e| e.id == intent.episodic.id) {
             append_sync(&dir.join(EPISODIC), &line(&intent.episodic))?;
@@ -304,49 +350,48 @@ impl Store {
         if !lines.is_empty() {
             append_sync(&dir.join(SEMANTIC), &lines)?;
         }
-        let window: HashSet<&str> = intent.trace_ids.iter().map(String::as_str).collect();
         let still_active = state.traces.iter().any(|t| window.contains(t.id.as_str()));
-        if still_active {
-            self.fault("archive")?;
-            // Bytes past `archive_len` are this compaction's own, cut short.
-            let archive = dir.join(RAW_ARCHIVE);
-            if archive.exists() {
-                let f = OpenOptions::new()
-                    .write(true)
-                    .open(&archive)
-                    .map_err(StoreError::io("opening", &archive))?;
-                f.set_len(intent.archive_len)
-                    .map_err(StoreError::io("truncating", &archive))?;
-            }
-            let moved = lines_of(
-                state
-                    .traces
-                    .iter()
-                    .filter(|t| window.contains(t.id.as_str())),
-            );
-            append_sync(&archive, &moved)?;
-            self.fault("rewrite")?;
-            let kept = lines_of(
-                state
-                    .traces
-                    .iter()
-                    .filter(|t| !window.contains(t.id.as_str())),
-            );
-            let raw_path = dir.join(RAW_TRACES);
-            if let Some(raw) = state.raw.clone() {
-                raw.sync_all().await?;
-            }
-            if self.inner.config.fsync == FsyncPolicy::Always {
-                // Earlier log records of this file must not be replayed
-                // into the rewritten one.
-                let ticket = self.inner.wal.append(&wal::Record::Reset {
-                    agent: id.as_str(),
-                    file: RAW_TRACES,
-                })?;
-                ticket.wait().await?;
-            }
-            atomic_write(&raw_path, &kept)?;
+        if !still_active {
+            return Ok(None);
         }
+        self.fault("archive")?;
+        // Bytes past `archive_len` are this compaction's own, cut short.
+        let archive = dir.join(RAW_ARCHIVE);
+        if archive.exists() {
+            let f = OpenOptions::new()
+                .write(true)
+                .open(&archive)
+                .map_err(StoreError::io("opening", &archive))?;
+            f.set_len(intent.archive_len)
+                .map_err(StoreError::io("truncating", &archive))?;
+        }
+        let moved = lines_of(
+            state
+                .traces
+                .iter()
+                .filter(|t| window.contains(t.id.as_str())),
+        );
+        append_sync(&archive, &moved)?;
+        self.fault("rewrite")?;
+        Ok(Some(lines_of(
+            state
+                .traces
+                .iter()
+                .filter(|t| !window.contains(t.id.as_str())),
+        )))
+    }
+
+    /// Starts the epoch of `intent` on disk (clearing the intent) and in
+    /// memory.
+    fn start_epoch(
+        &self,
+        id: &AgentId,
+        state: &mut AgentState,
+        intent: &Intent,
+        window: &HashSet<&str>,
+        still_active: bool,
+    ) -> Result<()> {
+        let dir = state.dir.clone();
         // So that loading this agent need not replay the archive it just grew.
         if let Err(e) = crate::agent::save_turns(&dir, &state.tracker) {
             tracing::warn!(agent = %id, error = %e, "could not checkpoint the turn state; loads replay the archive");
@@ -409,7 +454,7 @@ impl Store {
     /// the change hid (0: nothing changed).
     pub async fn microcompact(&self, id: &AgentId, keep_turns: usize) -> Result<u32> {
         let handle = self.existing_handle(id)?;
-        let mut slot = handle.state.lock().await;
+        let mut slot = handle.lock().await;
         let state = self.loaded(id, &mut slot).await?;
         if !state.exists() {
             return Err(StoreError::NotFound(id.to_string()));

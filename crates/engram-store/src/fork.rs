@@ -24,7 +24,7 @@ impl Store {
             .into());
         }
         let handle = self.existing_handle(source)?;
-        let mut slot = handle.state.lock().await;
+        let mut slot = handle.lock().await;
         let state = self.loaded(source, &mut slot).await?;
         if !state.exists() {
             return Err(StoreError::NotFound(source.to_string()));
@@ -72,7 +72,7 @@ impl Store {
             .get(id)
             .map(Arc::clone);
         if let Some(handle) = cached {
-            let mut slot = handle.state.lock().await;
+            let mut slot = handle.lock().await;
             if slot.as_ref().is_none_or(|s| !s.exists()) {
                 if let Some(state) = slot.as_mut() {
                     state.deleted = true;

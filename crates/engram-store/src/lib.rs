@@ -104,6 +104,57 @@ struct AgentHandle {
     last_used: AtomicU64,
 }
 
+impl AgentHandle {
+    async fn lock(&self) -> Slot<'_> {
+        Slot(self.state.lock().await)
+    }
+}
+
+/// An agent's lock, held. If a panic unwinds while it is held (a bug in
+/// counting, rendering or the turn rules), the agent's in-memory state is
+/// dropped on the way out, so the next call reloads it from the files
+/// rather than finding it half-changed: one bad request cannot leave an
+/// agent unusable.
+struct Slot<'a>(tokio::sync::MutexGuard<'a, Option<AgentState>>);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            *self.0 = None;
+        }
+    }
+}
+
+impl std::ops::Deref for Slot<'_> {
+    type Target = Option<AgentState>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Slot<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+/// Work over more bytes than this (an agent's active traces and prompt, a
+/// request's events) runs off the async workers: below it, handing the
+/// worker's tasks to another thread would cost more than the work.
+pub(crate) const OFFLOAD_BYTES: usize = 64 * 1024;
+
+/// Runs `f` (CPU-heavy or blocking work) without stalling the async
+/// workers: on a multi-threaded runtime the worker first hands its other
+/// tasks to a fresh thread (`block_in_place`); on a current-thread runtime
+/// (some tests) there is nobody to hand them to, and `f` runs inline.
+pub fn offload<T>(f: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
 #[derive(Debug)]
 struct Inner {
     config: StoreConfig,
@@ -212,17 +263,13 @@ impl Store {
         Ok(self.handle(id))
     }
 
-    async fn loaded<'a>(
-        &self,
-        id: &AgentId,
-        slot: &'a mut Option<AgentState>,
-    ) -> Result<&'a mut AgentState> {
+    async fn loaded<'a>(&self, id: &AgentId, slot: &'a mut Slot<'_>) -> Result<&'a mut AgentState> {
         if slot.is_none() {
             let dir = self.agent_dir(id);
             let state = tokio::task::spawn_blocking(move || AgentState::load(dir))
                 .await
                 .expect("load task panicked")?;
-            *slot = Some(state);
+            **slot = Some(state);
         }
         let state = slot.as_mut().expect("just loaded");
         // A compaction that was interrupted (a crash, an I/O error) is
@@ -238,20 +285,18 @@ impl Store {
     /// durable when this returns (no read of data a crash could still lose).
     pub async fn read<T>(&self, id: &AgentId, f: impl FnOnce(AgentView<'_>) -> T) -> Result<T> {
         let handle = self.existing_handle(id)?;
-        let mut slot = handle.state.lock().await;
+        let mut slot = handle.lock().await;
         let state = self.loaded(id, &mut slot).await?;
         if !state.exists() {
             return Err(StoreError::NotFound(id.to_string()));
         }
-        let out = f(state.view());
+        let out = state.run(f);
         let ticket = state.last_ticket.clone();
         drop(slot);
-        if let Some(ticket) = ticket
-            && let Err(e) = ticket.wait().await
-        {
-            // The agent is read-only now; what it holds is still the best
-            // answer, and the write that failed was never acknowledged.
-            tracing::warn!(agent = %id, error = %e, "serving a read after a failed flush");
+        if let Some(ticket) = ticket {
+            // What `f` saw may include a write whose flush failed: never
+            // acknowledged, so never shown.
+            ticket.wait().await.map_err(|e| e.for_agent(id.as_str()))?;
         }
         Ok(out)
     }
@@ -292,7 +337,7 @@ impl Store {
     /// later calls see NOT_FOUND (or, for Ingest, a new empty agent).
     pub async fn delete_agent(&self, id: &AgentId) -> Result<()> {
         let handle = self.handle(id);
-        let mut slot = handle.state.lock().await;
+        let mut slot = handle.lock().await;
         let dir = self.agent_dir(id);
         if !dir.is_dir() {
             self.unregister(id, &handle);

@@ -427,3 +427,35 @@ async fn reported_usage_over_the_trigger_marks_the_agent_durably() {
 
 mod compaction;
 mod registry;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_under_the_agent_lock_drops_its_memory_state_not_the_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let a = id("panicky");
+    store
+        .ingest(
+            &a,
+            &[NewEvent::user("hi"), NewEvent::assistant("hello")],
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+    let (s, a2) = (store.clone(), a.clone());
+    let crashed = tokio::spawn(async move {
+        s.read(&a2, |_| -> usize { panic!("a bug while counting") })
+            .await
+    })
+    .await;
+    assert!(crashed.unwrap_err().is_panic());
+    // The lock is free and the state gone: the next call reloads it.
+    let handle = store.handle(&a);
+    assert!(handle.state.try_lock().unwrap().is_none());
+    assert_eq!(count(&store, "panicky").await, 2);
+    let out = store
+        .ingest(&a, &[NewEvent::user("again")], None, None)
+        .await
+        .unwrap();
+    assert_eq!(out.current_turn_id, "turn_0002");
+}

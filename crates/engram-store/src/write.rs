@@ -36,7 +36,7 @@ impl Store {
     ) -> Result<Ingested> {
         loop {
             let handle = self.handle(id);
-            let mut slot = handle.state.lock().await;
+            let mut slot = handle.lock().await;
             let state = self.loaded(id, &mut slot).await?;
             if state.deleted {
                 continue; // deleted while we waited: start over on a fresh agent
@@ -76,6 +76,23 @@ impl Store {
     /// validate, append to the agent's file and the log, fold into the
     /// derived state. Returns one trace per event.
     fn append_events(
+        &self,
+        id: &AgentId,
+        state: &mut AgentState,
+        events: &[NewEvent],
+        usage: Option<Usage>,
+        model: Option<&str>,
+    ) -> Result<Vec<RawTrace>> {
+        // Validating and serializing a request near the size limit is
+        // milliseconds of CPU: not on the async workers.
+        if events.iter().map(NewEvent::approx_bytes).sum::<usize>() > crate::OFFLOAD_BYTES {
+            crate::offload(|| self.append_now(id, state, events, usage, model))
+        } else {
+            self.append_now(id, state, events, usage, model)
+        }
+    }
+
+    fn append_now(
         &self,
         id: &AgentId,
         state: &mut AgentState,
@@ -164,7 +181,7 @@ impl Store {
     ) -> Result<Prepared<T>> {
         loop {
             let handle = self.handle(id);
-            let mut slot = handle.state.lock().await;
+            let mut slot = handle.lock().await;
             let state = self.loaded(id, &mut slot).await?;
             if state.deleted {
                 continue;
@@ -196,7 +213,7 @@ impl Store {
                 state.save_meta(meta)?;
             }
             let current_turn_id = state.tracker.current_turn_id().unwrap_or_default();
-            let out = f(state.view());
+            let out = state.run(f);
             let ticket = state.last_ticket.clone();
             drop(slot);
             if let Some(ticket) = ticket {

@@ -1,0 +1,90 @@
+//! Hostile input against the real server: one message must not wedge its
+//! agent or stall the others.
+
+mod common;
+
+use common::*;
+use engram_proto::pb;
+
+/// Deterministic base64-looking noise.
+fn noise(len: usize) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ALPHABET[(x % 64) as usize] as char
+        })
+        .collect()
+}
+
+fn prepare(agent: &str, system: &str, force: bool) -> pb::PrepareRequestRequest {
+    pb::PrepareRequestRequest {
+        agent_id: agent.into(),
+        system_prompt: system.into(),
+        model: "gpt-4o".into(),
+        render_format: pb::RenderFormat::OpenaiChat.into(),
+        force_compaction: force,
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_million_characters_without_whitespace_leave_the_agent_usable() {
+    // Room for a prompt of 3 MB, twice (messages and payload).
+    let server = TestServer::start_with(&[("ENGRAM__SERVER__MAX_MESSAGE_BYTES", "16777216")]).await;
+    let limit = 16 * 1024 * 1024;
+    let mut c = server
+        .client()
+        .await
+        .max_decoding_message_size(limit)
+        .max_encoding_message_size(limit);
+    // A base64 blob of zeros and a minified file: no whitespace at all.
+    c.ingest(ingest_req("blob", vec![user(&"A".repeat(1_000_000))]))
+        .await
+        .unwrap();
+    c.ingest(ingest_req(
+        "blob",
+        vec![event(pb::TraceType::Assistant, &noise(1_000_000))],
+    ))
+    .await
+    .unwrap();
+    // The system prompt is stored before it is counted: a long one too.
+    let system = noise(1_000_000);
+    for force in [false, true] {
+        let prompt = c
+            .prepare_request(prepare("blob", &system, force))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(
+            prompt.estimated_prompt_tokens > 300_000,
+            "{}",
+            prompt.estimated_prompt_tokens
+        );
+        assert!(prompt.rendered_payload_json.len() > 3_000_000);
+    }
+    compact_now(&mut c, "blob").await;
+    let stats = c
+        .get_context_stats(pb::GetContextStatsRequest {
+            agent_id: "blob".into(),
+            model: "gpt-4o".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        stats.estimated_tokens > 300_000,
+        "{}",
+        stats.estimated_tokens
+    );
+    // And the agent takes ordinary turns after it.
+    let out = c
+        .ingest(ingest_req("blob", vec![user("and now a normal question")]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!out.current_turn_id.is_empty());
+}
