@@ -6,8 +6,11 @@
 //!   a large archive, and memory per loaded agent.
 //! - `compact`: the store's part of a compaction by window size, and Ingest
 //!   latency while a compaction waits for its summary.
+//! - `hostile`: token counting of 1M characters without whitespace, and
+//!   small-Ingest latency while other clients prepare 1M-character prompts.
 
 mod compact;
+mod hostile;
 mod ingest;
 mod prepare;
 
@@ -33,6 +36,8 @@ enum Command {
     Prepare(prepare::Args),
     /// Compaction cost without the LLM, and Ingest during a compaction.
     Compact(compact::Args),
+    /// Counting hostile text, and Ingest latency beside huge prompts.
+    Hostile(hostile::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -40,5 +45,6 @@ fn main() -> anyhow::Result<()> {
         Command::Ingest(args) => ingest::run(args),
         Command::Prepare(args) => prepare::run(args),
         Command::Compact(args) => compact::run(args),
+        Command::Hostile(args) => hostile::run(args),
     }
 }

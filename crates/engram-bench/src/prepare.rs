@@ -159,13 +159,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// The real server on port 0 over `data`; killed on drop.
-struct Server {
+pub(crate) struct Server {
     child: std::process::Child,
-    addr: String,
+    pub(crate) addr: String,
 }
 
 impl Server {
-    fn start(binary: &Path, data: &Path) -> anyhow::Result<Self> {
+    pub(crate) fn start(binary: &Path, data: &Path) -> anyhow::Result<Self> {
         use std::io::BufRead;
         // A window larger than any transcript here: the bench measures
         // prompts, not the compaction the estimate trigger would start.
@@ -208,7 +208,7 @@ impl Drop for Server {
     }
 }
 
-async fn connect(addr: &str) -> anyhow::Result<MemoryServiceClient<Channel>> {
+pub(crate) async fn connect(addr: &str) -> anyhow::Result<MemoryServiceClient<Channel>> {
     // Large answers need HTTP/2 windows that grow (as grpcio's BDP probing
     // does); the 64 KiB default makes a 10 MB answer ~160 round trips.
     let channel = Channel::from_shared(format!("http://{addr}"))?

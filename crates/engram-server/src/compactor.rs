@@ -74,9 +74,20 @@ impl Compactor {
         }
     }
 
-    /// The turn-count trigger: more active turns than this (0: off).
+    /// The turn-count trigger: more finished active turns than this (0: off).
     pub fn max_active_turns(&self) -> usize {
         self.max_active_turns
+    }
+
+    /// The policy a summary for `trigger` follows: a turn-count compaction
+    /// keeps no more raw turns than the trigger allows, or the very next
+    /// prompt would trigger it again with nothing left to do.
+    fn policy_for(&self, trigger: &str) -> Policy {
+        let mut policy = self.policy;
+        if trigger == "turn_count" && self.max_active_turns > 0 {
+            policy.raw_tail_turns = policy.raw_tail_turns.min(self.max_active_turns);
+        }
+        policy
     }
 
     pub fn summarizer_name(&self) -> String {
@@ -128,9 +139,11 @@ impl Compactor {
             tokens_after: tokens_before,
             ..Default::default()
         };
-        // The cheapest tier first: hide old tool results. A manual Compact
-        // asks for a summary, so it goes straight to that.
-        if trigger != "manual" {
+        // The cheapest tier that can answer the trigger. Hiding old tool
+        // results shrinks the prompt but keeps every turn: it answers the
+        // token triggers only; a turn count or a manual Compact summarizes.
+        let mut opened_epoch = false;
+        if matches!(trigger, "token_pressure" | "estimate" | "reactive") {
             match self
                 .store
                 .microcompact(agent, self.policy.raw_tail_turns)
@@ -139,6 +152,7 @@ impl Compactor {
                 Ok(0) => {}
                 Ok(_) => {
                     report.steps.push("microcompact".to_owned());
+                    opened_epoch = true;
                     match crate::context::over_trigger(&self.store, &self.budgets, agent).await {
                         Ok((false, tokens)) => {
                             report.performed = true;
@@ -158,12 +172,13 @@ impl Compactor {
                 }
             }
         }
-        let job = match self.store.begin_compaction(agent, self.policy).await {
+        let policy = self.policy_for(trigger);
+        let mut job = match self.store.begin_compaction(agent, policy).await {
             Ok(Some(job)) => job,
             Ok(None) => {
                 report.error = format!(
                     "nothing to compact: no whole turns older than the raw tail ({} turns), or a compaction is already running",
-                    self.policy.raw_tail_turns
+                    policy.raw_tail_turns
                 );
                 return report;
             }
@@ -172,6 +187,9 @@ impl Compactor {
                 return report;
             }
         };
+        if opened_epoch {
+            job.next_epoch = job.epoch;
+        }
         report.steps.push("summarize".to_owned());
         let started = std::time::Instant::now();
         let answer = self.summarize(job, focus).await;
@@ -196,7 +214,7 @@ impl Compactor {
         };
         match self
             .store
-            .finish_compaction(agent, job, summary, self.policy)
+            .finish_compaction(agent, job, summary, policy)
             .await
         {
             Ok(out) => {

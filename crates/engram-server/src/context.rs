@@ -155,7 +155,9 @@ pub async fn prepare_request(
                     Some("reactive")
                 } else if tokens_now > size.budget.trigger_tokens {
                     Some("estimate")
-                } else if max_turns > 0 && active_turns(view.traces) > max_turns {
+                } else if max_turns > 0
+                    && finished_turns(view.traces, view.tracker.current_turn_id()) > max_turns
+                {
                     Some("turn_count")
                 } else {
                     None
@@ -297,10 +299,14 @@ pub async fn context_stats(
     Ok(response)
 }
 
-/// Distinct turns among the active traces.
-fn active_turns(traces: &[engram_core::RawTrace]) -> usize {
-    let turns: std::collections::HashSet<&str> =
-        traces.iter().map(|t| t.turn_id.as_str()).collect();
+/// Distinct turns among the active traces, the current one not counted.
+fn finished_turns(traces: &[engram_core::RawTrace], current: Option<String>) -> usize {
+    let current = current.unwrap_or_default();
+    let turns: std::collections::HashSet<&str> = traces
+        .iter()
+        .map(|t| t.turn_id.as_str())
+        .filter(|t| *t != current)
+        .collect();
     turns.len()
 }
 

@@ -274,25 +274,122 @@ async fn too_many_active_turns_trigger_a_compaction() {
     ])
     .await;
     let mut c = server.client().await;
-    turns(&mut c, "many", 6).await;
+    turns(&mut c, "many", 7).await;
     let prepare = |text: &str| pb::PrepareRequestRequest {
         agent_id: "many".into(),
         user_input: Some(user(text)),
         model: "gpt-4o".into(),
         ..Default::default()
     };
+    // Seven finished turns and the new one: one finished turn too many.
     let p = c
-        .prepare_request(prepare("seventh"))
+        .prepare_request(prepare("eighth"))
         .await
         .unwrap()
         .into_inner();
     let report = p.compaction.unwrap();
     assert_eq!(report.trigger, "turn_count");
     assert!(report.performed, "{report:?}");
+    assert_eq!(report.steps, ["summarize"]);
     assert_eq!(
         report.turn_ids,
-        ["turn_0001", "turn_0002", "turn_0003", "turn_0004"]
+        [
+            "turn_0001",
+            "turn_0002",
+            "turn_0003",
+            "turn_0004",
+            "turn_0005"
+        ]
     );
+}
+
+/// Distinct turns in the agent's active file.
+fn active_turns(server: &TestServer, agent: &str) -> std::collections::BTreeSet<String> {
+    let text =
+        std::fs::read_to_string(server.agents_dir().join(agent).join("raw_traces.jsonl")).unwrap();
+    text.lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["turn_id"].to_string())
+        .collect()
+}
+
+/// The README's agent loop (a tool call every turn, a PrepareRequest before
+/// each model call) with a turn limit: every trigger summarizes, the active
+/// turns stay within the limit, and each compaction is one epoch.
+#[tokio::test]
+async fn the_turn_limit_holds_in_the_agent_loop_one_epoch_per_compaction() {
+    let server = TestServer::start_with(&[("ENGRAM__POLICY__MAX_ACTIVE_TURNS", "4")]).await;
+    let mut c = server.client().await;
+    let prepare = |user_input: Option<pb::TraceEvent>| pb::PrepareRequestRequest {
+        agent_id: "loop".into(),
+        system_prompt: "You are a helpful assistant.".into(),
+        user_input,
+        model: "gpt-4o".into(),
+        render_format: pb::RenderFormat::OpenaiChat.into(),
+        ..Default::default()
+    };
+    let mut compactions = 0;
+    for t in 1..=12 {
+        let question = user(&format!("What is the weather in city {t}?"));
+        for step in 0..2 {
+            let p = c
+                .prepare_request(prepare((step == 0).then(|| question.clone())))
+                .await
+                .unwrap()
+                .into_inner();
+            let report = p.compaction.unwrap();
+            if report.performed {
+                compactions += 1;
+                assert_eq!(report.trigger, "turn_count", "{report:?}");
+                assert_eq!(report.steps, ["summarize"], "{report:?}");
+            }
+            assert_eq!(p.epoch, compactions, "turn {t}: one epoch per compaction");
+            let active = active_turns(&server, "loop");
+            assert!(active.len() <= 5, "turn {t}: {active:?}");
+            if step == 0 {
+                let call = pb::TraceEvent {
+                    tool_call_id: format!("c{t}"),
+                    tool_name: "weather".into(),
+                    ..event(pb::TraceType::ToolCall, "")
+                };
+                let result = pb::TraceEvent {
+                    tool_call_id: format!("c{t}"),
+                    ..event(pb::TraceType::ToolResult, &format!("rain, {t} degrees"))
+                };
+                c.ingest(pb::IngestRequest {
+                    usage: Some(pb::Usage {
+                        prompt_tokens: 300,
+                        completion_tokens: 20,
+                        total_tokens: 320,
+                    }),
+                    ..ingest_req("loop", vec![call])
+                })
+                .await
+                .unwrap();
+                c.ingest(ingest_req("loop", vec![result])).await.unwrap();
+            } else {
+                c.ingest(ingest_req(
+                    "loop",
+                    vec![event(
+                        pb::TraceType::Assistant,
+                        &format!("It rains, {t} degrees."),
+                    )],
+                ))
+                .await
+                .unwrap();
+            }
+        }
+    }
+    // Turns 6 to 12 each found five finished turns: seven summaries.
+    assert_eq!(compactions, 7);
+    let stats = c
+        .get_context_stats(pb::GetContextStatsRequest {
+            agent_id: "loop".into(),
+            model: "gpt-4o".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((stats.epoch, stats.compactions), (7, 7));
 }
 
 /// The cheapest tier first: hiding old tool results is enough, so nothing
@@ -387,4 +484,51 @@ async fn microcompact_alone_can_bring_the_prompt_under_the_trigger() {
         "nothing summarized"
     );
     assert_valid_payloads(&[("microcompacted".into(), "gemini", p.rendered_payload_json)]);
+}
+
+/// Hiding old tool results is not enough here, so the same compaction goes
+/// on to summarize: two tiers, one compaction, one new epoch.
+#[tokio::test]
+async fn two_tiers_of_one_compaction_start_one_epoch() {
+    let server = TestServer::start_with(&[
+        ("ENGRAM__BUDGET__DEFAULT_CONTEXT_TOKENS", "8000"),
+        ("ENGRAM__BUDGET__DEFAULT_MAX_OUTPUT_TOKENS", "1000"),
+        ("ENGRAM__POLICY__RAW_TAIL_TURNS", "1"),
+    ])
+    .await;
+    let mut c = server.client().await;
+    let words = "a fairly long line with many different words in it ";
+    for t in 1..=5 {
+        let call = pb::TraceEvent {
+            tool_call_id: format!("c{t}"),
+            tool_name: "fetch".into(),
+            ..event(pb::TraceType::ToolCall, "")
+        };
+        let result = pb::TraceEvent {
+            tool_call_id: format!("c{t}"),
+            ..event(pb::TraceType::ToolResult, &words.repeat(80))
+        };
+        c.ingest(ingest_req(
+            "tiers",
+            vec![user(&words.repeat(100)), call, result],
+        ))
+        .await
+        .unwrap();
+    }
+    let p = c
+        .prepare_request(pb::PrepareRequestRequest {
+            agent_id: "tiers".into(),
+            user_input: Some(user("and now?")),
+            model: "tiny-model".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let report = p.compaction.unwrap();
+    assert!(report.performed, "{report:?}");
+    assert_eq!(report.trigger, "estimate");
+    assert_eq!(report.steps, ["microcompact", "summarize"]);
+    assert_eq!(p.epoch, 1);
+    assert!(p.estimated_prompt_tokens < p.budget.unwrap().trigger_tokens);
 }

@@ -47,6 +47,10 @@ pub struct Policy {
 #[derive(Debug, Clone)]
 pub struct Job {
     pub epoch: u32,
+    /// The epoch the compaction starts: `epoch + 1`, or `epoch` when a
+    /// cheaper tier of the same compaction already started a new one (one
+    /// compaction, one epoch: the provider's prompt cache breaks once).
+    pub next_epoch: u32,
     pub turn_ids: Vec<String>,
     /// The window's traces, in file order.
     pub traces: Vec<RawTrace>,
@@ -81,6 +85,10 @@ pub struct Outcome {
 pub struct Intent {
     /// The epoch this compaction ends.
     pub epoch: u32,
+    /// The epoch it starts (absent in intents written before it existed:
+    /// then `epoch + 1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_epoch: Option<u32>,
     pub turn_ids: Vec<String>,
     pub trace_ids: Vec<String>,
     /// Length of the archive before this compaction appended to it.
@@ -176,6 +184,7 @@ fn write_intent(
     let archive = state.dir.join(RAW_ARCHIVE);
     let intent = Intent {
         epoch: job.epoch,
+        next_epoch: Some(job.next_epoch),
         turn_ids: job.turn_ids.clone(),
         trace_ids: job.traces.iter().map(|t| t.id.clone()).collect(),
         archive_len: std::fs::metadata(&archive).map_or(0, |m| m.len()),
@@ -215,6 +224,7 @@ impl Store {
         state.compacting = true;
         Ok(Some(Job {
             epoch: state.meta.epoch,
+            next_epoch: state.meta.epoch + 1,
             turn_ids: window.turn_ids,
             traces: window
                 .trace_indices
@@ -406,7 +416,7 @@ impl Store {
         let meta = AgentMeta {
             pending: None,
             epoch_start_trace,
-            epoch: intent.epoch + 1,
+            epoch: intent.next_epoch.unwrap_or(intent.epoch + 1),
             compactions: state.meta.compactions + 1,
             compaction_required: false,
             consecutive_failures: 0,
