@@ -167,7 +167,8 @@ impl Compactor {
                     }
                 }
                 Err(e) => {
-                    report.error = format!("storage: {e}");
+                    tracing::warn!(agent = %agent, error = %e, "microcompact failed");
+                    report.error = e.client_message();
                     return report;
                 }
             }
@@ -183,7 +184,8 @@ impl Compactor {
                 return report;
             }
             Err(e) => {
-                report.error = format!("storage: {e}");
+                tracing::warn!(agent = %agent, error = %e, "no compaction window");
+                report.error = e.client_message();
                 return report;
             }
         };
@@ -226,8 +228,8 @@ impl Compactor {
                 report.traces_pruned = out.traces_pruned;
             }
             Err(e) => {
-                tracing::error!(agent = %agent, error = %e, "compaction could not be stored");
-                report.error = format!("storing the compaction failed: {e}");
+                tracing::warn!(agent = %agent, error = %e, "compaction could not be stored; nothing pruned");
+                report.error = format!("storing the compaction failed: {}", e.client_message());
             }
         }
         report

@@ -95,22 +95,51 @@ pub async fn run_with_metrics(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    // Installed before anything records, so the first calls count too.
-    let metrics = metrics.map(|listener| (listener, observe::install()));
-    let authenticator =
-        Arc::new(auth::Authenticator::new(&config.auth.tokens).map_err(ServerError::Auth)?);
-    let tls = tls_config(&config.server)?;
     let store = Store::open(config.store_config()).await?;
     // Crash tests of the binary: abort at a compaction step (never set in
     // production; not a config key on purpose).
     if let Ok(step) = std::env::var("ENGRAM_TEST_CRASH_AT") {
         store.inject_compaction_crash(Some(step));
     }
+    serve(listener, metrics, config, store, shutdown).await
+}
+
+/// [`run_with_metrics`] over a store the caller opened (and can reach).
+pub async fn serve(
+    listener: TcpListener,
+    metrics: Option<TcpListener>,
+    config: Config,
+    store: Store,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    // Installed before anything records, so the first calls count too.
+    let metrics = metrics.map(|listener| (listener, observe::install()));
+    let authenticator =
+        Arc::new(auth::Authenticator::new(&config.auth.tokens).map_err(ServerError::Auth)?);
+    let tls = tls_config(&config.server)?;
     let upkeep = store.spawn_upkeep();
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<MemoryServiceServer<Engram>>().await;
     health.set_service_status("", ServingStatus::Serving).await;
+    // A failed flush stops the store for good: say so, so an orchestrator
+    // restarts the process and the log replay restores what was
+    // acknowledged.
+    let failure_watch = {
+        let mut failed = store.watch_failure();
+        let health = health.clone();
+        tokio::spawn(async move {
+            if failed.wait_for(Option::is_some).await.is_ok() {
+                health
+                    .set_not_serving::<MemoryServiceServer<Engram>>()
+                    .await;
+                health
+                    .set_service_status("", ServingStatus::NotServing)
+                    .await;
+                metrics::gauge!("engram_storage_failed").set(1.0);
+            }
+        })
+    };
 
     // Both versions list every service, each other included, so any client
     // (grpcurl speaks v1alpha, newer tools v1) sees the same server.
@@ -209,6 +238,7 @@ pub async fn run_with_metrics(
         }
     };
     upkeep.abort();
+    failure_watch.abort();
     metrics_stop.notify_one();
     if let Some(task) = metrics_task {
         match task.await {

@@ -16,13 +16,18 @@ pub fn from_store(e: StoreError) -> Status {
         StoreError::Core(core) => from_core(core),
         StoreError::NotFound(_) => Status::not_found(e.to_string()),
         StoreError::AlreadyExists(_) => Status::already_exists(e.to_string()),
-        StoreError::ReadOnly { .. } | StoreError::Poisoned { .. } => {
-            Status::unavailable(e.to_string())
+        // Paths and OS errors are for the operator's log, not the client.
+        StoreError::DiskFull { .. } => {
+            tracing::warn!(error = %e, "disk full; the request was refused");
+            Status::resource_exhausted(e.client_message())
+        }
+        StoreError::ReadOnly { .. } | StoreError::Poisoned { .. } | StoreError::Failed(_) => {
+            tracing::error!(error = %e, "storage failed");
+            Status::unavailable(e.client_message())
         }
         StoreError::Io { .. } => {
-            // Paths and OS errors are for the operator's log, not the client.
             tracing::error!(error = %e, "storage error");
-            Status::unavailable("storage error; the operator's log has details; retry later")
+            Status::unavailable(e.client_message())
         }
     }
 }

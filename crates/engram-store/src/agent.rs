@@ -12,7 +12,7 @@ use engram_core::transcript::{Message, Role, Transcript};
 use engram_core::{RawTrace, TurnTracker, Usage};
 use serde::{Deserialize, Serialize};
 
-use crate::durable::DurableFile;
+use crate::durable::{DurableFile, StorageHealth};
 use crate::error::{Result, StoreError};
 use crate::jsonl::{self, Recovery};
 use crate::wal::Ticket;
@@ -110,7 +110,7 @@ pub struct AgentView<'a> {
 
 impl AgentState {
     /// Loads the agent in `dir`, repairing torn or corrupt lines. Blocking.
-    pub fn load(dir: PathBuf) -> Result<Self> {
+    pub fn load(dir: PathBuf, health: &Arc<StorageHealth>) -> Result<Self> {
         let mut state = Self::absent(dir);
         if !state.dir.is_dir() {
             return Ok(state);
@@ -139,7 +139,10 @@ impl AgentState {
         let (semantic, recovery) = jsonl::load::<SemanticItem>(&state.dir.join(SEMANTIC))?;
         report(&state.dir, SEMANTIC, &recovery);
         state.semantic = latest_by_id(semantic);
-        state.raw = Some(Arc::new(DurableFile::open(&state.dir.join(RAW_TRACES))?));
+        state.raw = Some(Arc::new(DurableFile::open(
+            &state.dir.join(RAW_TRACES),
+            health,
+        )?));
         Ok(state)
     }
 
@@ -169,11 +172,11 @@ impl AgentState {
     }
 
     /// Creates the agent's directory and trace file, durably.
-    pub fn create(&mut self) -> Result<Arc<DurableFile>> {
+    pub fn create(&mut self, health: &Arc<StorageHealth>) -> Result<Arc<DurableFile>> {
         let parent = self.dir.parent().unwrap_or(Path::new("."));
         fs::create_dir_all(&self.dir).map_err(StoreError::io("creating", &self.dir))?;
         jsonl::sync_dir(parent)?;
-        let raw = Arc::new(DurableFile::open(&self.dir.join(RAW_TRACES))?);
+        let raw = Arc::new(DurableFile::open(&self.dir.join(RAW_TRACES), health)?);
         jsonl::sync_dir(&self.dir)?;
         self.raw = Some(Arc::clone(&raw));
         Ok(raw)

@@ -126,6 +126,16 @@ fn lines_of<'a>(traces: impl Iterator<Item = &'a RawTrace>) -> Vec<u8> {
     out
 }
 
+/// An earlier compaction is written down but could not be finished for
+/// lack of space (see `Store::loaded`): no other may start meanwhile.
+fn waiting_for_space(dir: &Path) -> StoreError {
+    StoreError::DiskFull {
+        context: "finishing an earlier compaction in",
+        path: dir.to_owned(),
+        source: std::io::ErrorKind::StorageFull.into(),
+    }
+}
+
 fn line<T: Serialize>(item: &T) -> Vec<u8> {
     let mut l = serde_json::to_vec(item).expect("items serialize");
     l.push(b'\n');
@@ -217,6 +227,9 @@ impl Store {
         if state.compacting {
             return Ok(None);
         }
+        if state.meta.pending.is_some() {
+            return Err(waiting_for_space(&state.dir));
+        }
         let window = select_window(&state.traces, policy.raw_tail_turns);
         if window.is_empty() {
             return Ok(None);
@@ -278,7 +291,12 @@ impl Store {
         }
         let (intent, added, updated) =
             crate::offload(|| write_intent(state, &job, summary, policy))?;
-        self.complete_intent(id, state, &intent).await?;
+        if let Err(e) = self.complete_intent(id, state, &intent).await {
+            // The files hold the intent; memory may be ahead of them. The
+            // next call reloads the agent and rolls the intent forward.
+            *slot = None;
+            return Err(e);
+        }
         crate::drop_later(job);
         tracing::info!(agent = %id, turns = intent.turn_ids.len(), epoch = state.meta.epoch, "compacted");
         Ok(Outcome {
@@ -448,7 +466,10 @@ impl Store {
             // The rewrite replaced the file: appends go to the new one. The
             // old one's blocks are freed when its last handle closes, which
             // for megabytes of lines is milliseconds in the kernel.
-            let fresh = Arc::new(DurableFile::open(&dir.join(RAW_TRACES))?);
+            let fresh = Arc::new(DurableFile::open(
+                &dir.join(RAW_TRACES),
+                &self.inner.health,
+            )?);
             crate::drop_later(state.raw.replace(fresh));
             state.last_ticket = None;
         }
@@ -468,6 +489,9 @@ impl Store {
         let state = self.loaded(id, &mut slot).await?;
         if !state.exists() {
             return Err(StoreError::NotFound(id.to_string()));
+        }
+        if state.meta.pending.is_some() {
+            return Err(waiting_for_space(&state.dir));
         }
         let latest = state.tracker.turn_count();
         let before = latest.saturating_sub(u32::try_from(keep_turns).unwrap_or(u32::MAX));

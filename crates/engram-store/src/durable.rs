@@ -6,10 +6,10 @@
 //! it, and the next leader covers all of them at once. Concurrency therefore
 //! raises the number of appends per `fdatasync` instead of queueing on it.
 //!
-//! Two modes: a *direct* file (agent files) writes each append at once and a
-//! commit only flushes; a *buffered* file (the write-ahead log) only copies
-//! appends into memory and a commit writes the whole buffer and flushes it in
-//! one blocking call, off the async workers.
+//! Each append is written at once, under the caller's lock, so a full disk
+//! (ENOSPC, EDQUOT) surfaces there: the partial bytes are cut back off and
+//! the caller undoes its own change, nothing of it visible. A commit only
+//! flushes.
 //!
 //! A commit runs on the blocking pool to completion and records its outcome
 //! itself, so a leader whose caller goes away (a cancelled RPC) can neither
@@ -17,7 +17,9 @@
 //!
 //! A failed `fdatasync` poisons the file for good: after a failed flush the
 //! kernel may have dropped the dirty pages and marked them clean, so a retry
-//! could "succeed" without the data. Nothing is acknowledged after that.
+//! could "succeed" without the data. Nothing is acknowledged after that, and
+//! the [`StorageHealth`] the file reports to turns failed: the store refuses
+//! everything until a restart replays its log (as PostgreSQL does).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -42,10 +44,41 @@ pub enum FsyncPolicy {
     Never,
 }
 
+/// Whether the store's files can still be trusted. A failed flush ends that
+/// for the life of the process.
+#[derive(Debug)]
+pub struct StorageHealth(watch::Sender<Option<String>>);
+
+impl StorageHealth {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self(watch::channel(None).0))
+    }
+
+    /// Records the first failure (later ones add nothing).
+    pub fn fail(&self, reason: &str) {
+        self.0.send_if_modified(|failed| {
+            if failed.is_some() {
+                return false;
+            }
+            tracing::error!(%reason, "storage failed; refusing every request until restart");
+            *failed = Some(reason.to_owned());
+            true
+        });
+    }
+
+    /// Why the store stopped, if it did.
+    pub fn failure(&self) -> Option<String> {
+        self.0.borrow().clone()
+    }
+
+    /// Changes to [`failure`](Self::failure), for health reporting.
+    pub fn subscribe(&self) -> watch::Receiver<Option<String>> {
+        self.0.subscribe()
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 struct Progress {
-    /// Appended bytes not yet handed to the OS (buffered mode).
-    pending: Vec<u8>,
     /// Bytes appended so far (the file's logical length).
     written: u64,
     /// Bytes known durable.
@@ -62,7 +95,7 @@ pub struct DurableFile {
     path: PathBuf,
     file: Arc<File>,
     progress: Arc<watch::Sender<Progress>>,
-    buffered: bool,
+    health: Arc<StorageHealth>,
     /// Serializes appends so the offsets they report are exact. Callers
     /// already serialize per agent; this makes it true for any caller.
     appending: std::sync::Mutex<()>,
@@ -73,7 +106,7 @@ pub struct DurableFile {
 impl DurableFile {
     /// Opens `path` for appending, creating it if needed. The bytes already
     /// in the file count as durable (recovery has checked them).
-    pub fn open(path: &Path) -> Result<Self> {
+    pub fn open(path: &Path, health: &Arc<StorageHealth>) -> Result<Self> {
         let file = OpenOptions::new()
             .create(true)
             .append(true)
@@ -83,20 +116,20 @@ impl DurableFile {
             .metadata()
             .map_err(StoreError::io("reading metadata of", path))?
             .len();
-        Ok(Self::new(path, file, len, false))
+        Ok(Self::new(path, file, len, health))
     }
 
-    /// Creates a new, empty file in buffered mode.
-    pub fn create_buffered(path: &Path) -> Result<Self> {
+    /// Creates a new, empty file.
+    pub fn create(path: &Path, health: &Arc<StorageHealth>) -> Result<Self> {
         let file = OpenOptions::new()
             .create_new(true)
             .append(true)
             .open(path)
             .map_err(StoreError::io("creating", path))?;
-        Ok(Self::new(path, file, 0, true))
+        Ok(Self::new(path, file, 0, health))
     }
 
-    fn new(path: &Path, file: File, len: u64, buffered: bool) -> Self {
+    fn new(path: &Path, file: File, len: u64, health: &Arc<StorageHealth>) -> Self {
         let (progress, _) = watch::channel(Progress {
             written: len,
             synced: len,
@@ -106,7 +139,7 @@ impl DurableFile {
             path: path.to_owned(),
             file: Arc::new(file),
             progress: Arc::new(progress),
-            buffered,
+            health: Arc::clone(health),
             appending: std::sync::Mutex::new(()),
             fail_next_sync: AtomicBool::new(false),
         }
@@ -141,17 +174,6 @@ impl DurableFile {
         let _one_at_a_time = self.appending.lock().expect("append lock");
         if let Some(reason) = self.failure() {
             return Err(self.poisoned(reason));
-        }
-        if self.buffered {
-            let mut end = 0;
-            self.progress.send_if_modified(|p| {
-                p.pending.extend_from_slice(bytes);
-                p.written += bytes.len() as u64;
-                p.unsynced_appends += 1;
-                end = p.written;
-                false
-            });
-            return Ok(end);
         }
         let start = self.len();
         if let Err(e) = (&*self.file).write_all(bytes) {
@@ -209,9 +231,8 @@ impl DurableFile {
         self.sync_to(self.len()).await
     }
 
-    /// Writes what is buffered (buffered mode) and flushes on the blocking
-    /// pool, in a task of its own that records the outcome and wakes every
-    /// waiter.
+    /// Flushes on the blocking pool, in a task of its own that records the
+    /// outcome and wakes every waiter.
     /// The waking happens on a runtime worker, where waking many tasks is
     /// cheap (from a blocking thread, each wake-up would be a cross-thread
     /// unpark).
@@ -219,13 +240,13 @@ impl DurableFile {
         let file = Arc::clone(&self.file);
         let progress = Arc::clone(&self.progress);
         let path = self.path.clone();
+        let health = Arc::clone(&self.health);
         let inject = self.fail_next_sync.swap(false, Ordering::SeqCst);
         tokio::spawn(async move {
             // Taken only now that the task runs: calls queued on this worker
             // before it have appended meanwhile, and ride along.
-            let (mut bytes, mut target, mut group, mut from) = (vec![], 0, 0, 0);
+            let (mut target, mut group, mut from) = (0, 0, 0);
             progress.send_if_modified(|p| {
-                bytes = std::mem::take(&mut p.pending);
                 target = p.written;
                 from = p.synced;
                 group = std::mem::take(&mut p.unsynced_appends);
@@ -236,7 +257,6 @@ impl DurableFile {
                 .record(target.saturating_sub(from) as f64);
             let result = tokio::task::spawn_blocking(move || {
                 let started = std::time::Instant::now();
-                (&*file).write_all(&bytes)?;
                 if inject {
                     return Err(std::io::Error::other("injected fdatasync failure"));
                 }
@@ -253,11 +273,16 @@ impl DurableFile {
                     p.synced = p.synced.max(target);
                 }),
                 Err(e) => {
+                    // Even ENOSPC here: the pages were accepted by write()
+                    // and may now be gone. Never retried, never acknowledged.
+                    let reason = format!("fdatasync of {} failed: {e}", path.display());
                     tracing::error!(path = %path.display(), error = %e,
-                        "write or fdatasync failed; the file is poisoned and refuses writes until restart");
+                        "fdatasync failed; the file is poisoned and refuses writes until restart");
+                    metrics::counter!("engram_fsync_failures_total").increment(1);
+                    health.fail(&reason);
                     progress.send_modify(|p| {
                         p.syncing = false;
-                        p.failed = Some(format!("fdatasync failed: {e}"));
+                        p.failed = Some(reason);
                     });
                 }
             }
@@ -265,7 +290,8 @@ impl DurableFile {
     }
 
     fn poison(&self, reason: String) {
-        tracing::error!(path = %self.path.display(), %reason, "file poisoned; its agent is read-only until restart");
+        tracing::error!(path = %self.path.display(), %reason, "file poisoned");
+        self.health.fail(&reason);
         self.progress.send_modify(|p| p.failed = Some(reason));
     }
 
@@ -283,7 +309,6 @@ impl DurableFile {
         let _one_at_a_time = self.appending.lock().expect("append lock");
         match self.file.set_len(start) {
             Ok(()) => self.progress.send_if_modified(|p| {
-                p.pending.clear();
                 p.written = start;
                 p.synced = p.synced.min(start);
                 false
@@ -309,7 +334,9 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_appends_share_syncs_and_all_become_durable() {
         let dir = tempfile::tempdir().unwrap();
-        let f = Arc::new(DurableFile::open(&dir.path().join("log.jsonl")).unwrap());
+        let f = Arc::new(
+            DurableFile::open(&dir.path().join("log.jsonl"), &StorageHealth::new()).unwrap(),
+        );
         let mut tasks = vec![];
         for i in 0..64 {
             let f = Arc::clone(&f);
@@ -329,12 +356,13 @@ mod tests {
     #[tokio::test]
     async fn a_cancelled_leader_neither_wedges_the_file_nor_loses_the_commit() {
         let dir = tempfile::tempdir().unwrap();
-        for buffered in [false, true] {
-            let path = dir.path().join(format!("f-{buffered}"));
-            let f = if buffered {
-                DurableFile::create_buffered(&path).unwrap()
+        for create in [false, true] {
+            let path = dir.path().join(format!("f-{create}"));
+            let health = StorageHealth::new();
+            let f = if create {
+                DurableFile::create(&path, &health).unwrap()
             } else {
-                DurableFile::open(&path).unwrap()
+                DurableFile::open(&path, &health).unwrap()
             };
             let end = f.append(b"one\n").unwrap();
             // Poll the sync once (it becomes the leader and starts the
@@ -347,10 +375,7 @@ mod tests {
             let end = f.append(b"two\n").unwrap();
             let synced =
                 tokio::time::timeout(std::time::Duration::from_secs(20), f.sync_to(end)).await;
-            assert!(
-                matches!(synced, Ok(Ok(()))),
-                "buffered={buffered}: {synced:?}"
-            );
+            assert!(matches!(synced, Ok(Ok(()))), "create={create}: {synced:?}");
             assert_eq!(std::fs::read(&path).unwrap(), b"one\ntwo\n");
         }
     }
@@ -358,10 +383,12 @@ mod tests {
     #[tokio::test]
     async fn a_failed_sync_poisons_the_file_for_good() {
         let dir = tempfile::tempdir().unwrap();
-        let f = DurableFile::open(&dir.path().join("agent").join("x")).err();
+        let health = StorageHealth::new();
+        let f = DurableFile::open(&dir.path().join("agent").join("x"), &health).err();
         assert!(f.is_some(), "missing parent dir is an error, not a panic");
         std::fs::create_dir(dir.path().join("agent")).unwrap();
-        let f = DurableFile::open(&dir.path().join("agent").join("raw_traces.jsonl")).unwrap();
+        let f =
+            DurableFile::open(&dir.path().join("agent").join("raw_traces.jsonl"), &health).unwrap();
         let end = f.append(b"{}\n").unwrap();
         f.inject_sync_failure();
         let err = f.sync_to(end).await.unwrap_err();
@@ -373,5 +400,7 @@ mod tests {
         assert!(f.sync_to(end).await.is_err());
         assert!(f.append(b"{}\n").is_err());
         assert!(f.failure().unwrap().contains("fdatasync"));
+        // The whole store is told, so it can stop serving.
+        assert!(health.failure().unwrap().contains("fdatasync"));
     }
 }

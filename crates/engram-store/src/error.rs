@@ -33,7 +33,29 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    /// The disk (or the quota) is full. What the request wrote was cut back
+    /// off: nothing of it is visible, and the same write succeeds once space
+    /// is freed.
+    #[error("disk full while {context} {}: {source}", path.display())]
+    DiskFull {
+        context: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A flush failed earlier: what it covered may be lost from the page
+    /// cache, so this store answers nothing more until it restarts and
+    /// replays its log (health says NOT_SERVING meanwhile).
+    #[error("the store stopped after a failed flush ({0}); restart engramd")]
+    Failed(String),
 }
+
+/// What a client is told for errors whose details (paths, OS errors) are
+/// for the operator's log only.
+pub const DISK_FULL: &str =
+    "disk full: nothing of this request was stored; free space on the data volume and retry";
+pub const STORAGE_FAILED: &str = "storage failed: a flush did not complete, so this server refuses requests until it restarts; the operator's log has details";
+pub const STORAGE_ERROR: &str = "storage error; the operator's log has details; retry later";
 
 impl StoreError {
     pub(crate) fn io(
@@ -41,12 +63,43 @@ impl StoreError {
         path: impl Into<PathBuf>,
     ) -> impl FnOnce(std::io::Error) -> Self {
         let path = path.into();
-        move |source| Self::Io {
-            context,
-            path,
-            source,
+        move |source| {
+            if is_disk_full(&source) {
+                Self::DiskFull {
+                    context,
+                    path,
+                    source,
+                }
+            } else {
+                Self::Io {
+                    context,
+                    path,
+                    source,
+                }
+            }
         }
     }
+
+    /// The message for a client: this error's own text where it holds
+    /// nothing of the server's, else a fixed one (the log has the details).
+    pub fn client_message(&self) -> String {
+        match self {
+            Self::Core(_) | Self::AlreadyExists(_) | Self::NotFound(_) => self.to_string(),
+            Self::DiskFull { .. } => DISK_FULL.to_owned(),
+            Self::ReadOnly { .. } | Self::Poisoned { .. } | Self::Failed(_) => {
+                STORAGE_FAILED.to_owned()
+            }
+            Self::Io { .. } => STORAGE_ERROR.to_owned(),
+        }
+    }
+}
+
+/// ENOSPC or EDQUOT: no room for the write, which is not a failed flush.
+pub fn is_disk_full(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    )
 }
 
 impl StoreError {

@@ -161,6 +161,8 @@ struct Inner {
     agents_dir: PathBuf,
     agents: Mutex<HashMap<AgentId, Arc<AgentHandle>>>,
     wal: wal::Wal,
+    /// Failed for good once a flush failed: every call is refused then.
+    health: Arc<durable::StorageHealth>,
     /// Serializes checkpoints (upkeep and shutdown may both ask for one).
     checkpointing: AsyncMutex<()>,
     /// Test hook of [`Store::inject_compaction_fault`].
@@ -186,11 +188,13 @@ impl Store {
         let agents_dir = config.data_dir.join("agents");
         let wal_dir = config.data_dir.join("wal");
         let dir = agents_dir.clone();
+        let health = durable::StorageHealth::new();
+        let wal_health = Arc::clone(&health);
         // Replays what a crash left in the log (whatever the policy is now)
         // before any agent can be read.
         let wal = tokio::task::spawn_blocking(move || {
             prepare_agents_dir(&dir)?;
-            wal::Wal::open(&wal_dir, &dir)
+            wal::Wal::open(&wal_dir, &dir, &wal_health)
         })
         .await
         .expect("open task panicked")?;
@@ -200,6 +204,7 @@ impl Store {
                 agents_dir,
                 agents: Mutex::new(HashMap::new()),
                 wal,
+                health,
                 checkpointing: AsyncMutex::new(()),
                 compaction_fault: Mutex::new(None),
                 compaction_crash: Mutex::new(None),
@@ -263,22 +268,57 @@ impl Store {
         Ok(self.handle(id))
     }
 
+    /// Why the store stopped serving, if it did (a failed flush).
+    pub fn failure(&self) -> Option<String> {
+        self.inner.health.failure()
+    }
+
+    /// Changes to [`failure`](Self::failure), for health reporting.
+    pub fn watch_failure(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.inner.health.subscribe()
+    }
+
+    /// Makes the next flush of the write-ahead log fail, as a dying disk
+    /// would (tests of what follows a failed fsync).
+    #[doc(hidden)]
+    pub fn inject_log_sync_failure(&self) {
+        self.inner.wal.inject_sync_failure();
+    }
+
     async fn loaded<'a>(&self, id: &AgentId, slot: &'a mut Slot<'_>) -> Result<&'a mut AgentState> {
+        if let Some(reason) = self.failure() {
+            return Err(StoreError::Failed(reason));
+        }
         if slot.is_none() {
-            let dir = self.agent_dir(id);
-            let state = tokio::task::spawn_blocking(move || AgentState::load(dir))
-                .await
-                .expect("load task panicked")?;
-            **slot = Some(state);
+            **slot = Some(self.load(id).await?);
         }
         let state = slot.as_mut().expect("just loaded");
         // A compaction that was interrupted (a crash, an I/O error) is
         // finished before the agent is used again.
         if let Some(intent) = state.meta.pending.clone() {
             tracing::warn!(agent = %id, "finishing an interrupted compaction");
-            self.complete_intent(id, state, &intent).await?;
+            if let Err(e) = self.complete_intent(id, state, &intent).await {
+                // Memory may be ahead of the files now: start over from them.
+                **slot = None;
+                if !matches!(e, StoreError::DiskFull { .. }) {
+                    return Err(e);
+                }
+                // The agent serves what it had before that compaction, which
+                // is finished at a later call, once there is room.
+                tracing::warn!(agent = %id, error = %e, "disk full; the interrupted compaction waits for space");
+                **slot = Some(self.load(id).await?);
+            }
         }
-        Ok(state)
+        Ok(slot.as_mut().expect("loaded"))
+    }
+
+    /// The agent's state from its files. Blocking work, off the workers.
+    async fn load(&self, id: &AgentId) -> Result<AgentState> {
+        let dir = self.agent_dir(id);
+        let health = Arc::clone(&self.inner.health);
+        tokio::task::spawn_blocking(move || AgentState::load(dir, &health))
+            .await
+            .expect("load task panicked")
     }
 
     /// Runs `f` over a consistent view of an existing agent. What `f` saw is

@@ -178,7 +178,7 @@ async fn agents_write_in_parallel_and_each_keeps_its_order() {
 }
 
 #[tokio::test]
-async fn a_failed_log_flush_is_never_acknowledged_and_stops_writes() {
+async fn a_failed_log_flush_is_never_acknowledged_and_stops_the_store() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path()).await;
     let a = id("sick");
@@ -186,7 +186,7 @@ async fn a_failed_log_flush_is_never_acknowledged_and_stops_writes() {
         .ingest(&a, &[NewEvent::user("x")], None, None)
         .await
         .unwrap();
-    store.inner.wal.inject_sync_failure();
+    store.inject_log_sync_failure();
     let err = store
         .ingest(&a, &[NewEvent::assistant("y")], None, None)
         .await
@@ -195,27 +195,43 @@ async fn a_failed_log_flush_is_never_acknowledged_and_stops_writes() {
         matches!(&err, StoreError::ReadOnly { agent, .. } if agent == "sick"),
         "{err}"
     );
-    // Never retried and then acknowledged; the shared log refuses every
-    // agent now, and says why.
+    // Never retried and then acknowledged: the store refuses every agent,
+    // reads included (they could show the unacknowledged write), and says
+    // why, until a restart replays the log.
+    assert!(store.failure().unwrap().contains("fdatasync"));
     let err = store
         .ingest(&id("other"), &[NewEvent::user("z")], None, None)
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("fdatasync failed"), "{err}");
+    assert!(matches!(err, StoreError::Failed(_)), "{err}");
+    assert!(matches!(
+        store.read(&a, |v| v.traces.len()).await,
+        Err(StoreError::Failed(_))
+    ));
     assert!(
-        !dir.path()
-            .join("agents/other")
-            .join("raw_traces.jsonl")
-            .exists()
-            || std::fs::read(dir.path().join("agents/other/raw_traces.jsonl"))
-                .unwrap()
-                .is_empty(),
-        "a refused write leaves no line behind"
+        !dir.path().join("agents/other").exists(),
+        "a refused write leaves nothing behind"
+    );
+    drop(store);
+    let store = open(dir.path()).await;
+    assert!(store.failure().is_none());
+    let texts = store
+        .read(&a, |v| {
+            v.traces
+                .iter()
+                .map(|t| t.content.clone())
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        texts[0], "x",
+        "what was acknowledged is there after restart"
     );
 }
 
 #[tokio::test]
-async fn a_failed_agent_flush_makes_that_agent_read_only() {
+async fn a_failed_agent_flush_stops_the_store_and_keeps_the_log() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path()).await;
     let a = id("sick");
@@ -239,18 +255,20 @@ async fn a_failed_agent_flush_makes_that_agent_read_only() {
         .ingest(&a, &[NewEvent::assistant("y")], None, None)
         .await
         .unwrap_err();
-    assert!(matches!(err, StoreError::ReadOnly { .. }), "{err}");
-    // Reads still work, other agents are unaffected.
-    assert_eq!(count(&store, "sick").await, 1);
-    store
+    assert!(matches!(err, StoreError::Failed(_)), "{err}");
+    let err = store
         .ingest(&id("well"), &[NewEvent::user("x")], None, None)
         .await
-        .unwrap();
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Failed(_)), "{err}");
     // The log segment that covers the unflushed agent is kept for replay.
     assert_eq!(
         std::fs::read_dir(dir.path().join("wal")).unwrap().count(),
         2
     );
+    drop(store);
+    let store = open(dir.path()).await;
+    assert_eq!(count(&store, "sick").await, 1);
 }
 
 #[tokio::test]

@@ -20,7 +20,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use crate::durable::DurableFile;
+use crate::durable::{DurableFile, StorageHealth};
 use crate::error::{Result, StoreError};
 use crate::jsonl::sync_dir;
 
@@ -135,13 +135,14 @@ struct Current {
 pub struct Wal {
     dir: PathBuf,
     current: Mutex<Current>,
+    health: Arc<StorageHealth>,
 }
 
 impl Wal {
     /// Replays what an earlier run left in `dir` into the agent files under
     /// `agents_dir`, flushes them, removes the old segments and opens a new
     /// one. Blocking.
-    pub fn open(dir: &Path, agents_dir: &Path) -> Result<Self> {
+    pub fn open(dir: &Path, agents_dir: &Path, health: &Arc<StorageHealth>) -> Result<Self> {
         fs::create_dir_all(dir).map_err(StoreError::io("creating", dir))?;
         let segments = list_segments(dir)?;
         if !segments.is_empty() {
@@ -157,14 +158,17 @@ impl Wal {
             }
         }
         let id = segments.last().map_or(1, |(id, _)| id + 1);
-        let file = new_segment(dir, id)?;
+        let file = new_segment(dir, id, health)?;
         Ok(Self {
             dir: dir.to_owned(),
             current: Mutex::new(Current { id, file }),
+            health: Arc::clone(health),
         })
     }
 
-    /// Appends `record`; the caller awaits the ticket before acknowledging.
+    /// Appends `record` (written at once: a full disk fails here, with
+    /// nothing of the record left); the caller awaits the ticket before
+    /// acknowledging.
     pub fn append(&self, record: &Record<'_>) -> Result<Ticket> {
         let bytes = record.encode();
         let current = self.current.lock().expect("wal lock");
@@ -185,7 +189,7 @@ impl Wal {
     pub fn rotate(&self) -> Result<Vec<u64>> {
         let mut current = self.current.lock().expect("wal lock");
         let id = current.id + 1;
-        let file = new_segment(&self.dir, id)?;
+        let file = new_segment(&self.dir, id, &self.health)?;
         *current = Current { id, file };
         drop(current);
         Ok(list_segments(&self.dir)?
@@ -224,8 +228,8 @@ fn segment_path(dir: &Path, id: u64) -> PathBuf {
     dir.join(format!("{id:020}{SUFFIX}"))
 }
 
-fn new_segment(dir: &Path, id: u64) -> Result<Arc<DurableFile>> {
-    let file = DurableFile::create_buffered(&segment_path(dir, id))?;
+fn new_segment(dir: &Path, id: u64, health: &Arc<StorageHealth>) -> Result<Arc<DurableFile>> {
+    let file = DurableFile::create(&segment_path(dir, id), health)?;
     sync_dir(dir)?;
     Ok(Arc::new(file))
 }
@@ -377,7 +381,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let (wal_dir, agents) = (root.path().join("wal"), root.path().join("agents"));
         fs::create_dir_all(agents.join("keep")).unwrap();
-        let wal = Wal::open(&wal_dir, &agents).unwrap();
+        let wal = Wal::open(&wal_dir, &agents, &StorageHealth::new()).unwrap();
         append(&wal, "keep", 0, b"one\n");
         append(&wal, "keep", 4, b"two\n");
         append(&wal, "gone", 0, b"x\n");
@@ -401,7 +405,7 @@ mod tests {
         fs::write(&seg, bytes).unwrap();
         drop(wal);
 
-        let wal = Wal::open(&wal_dir, &agents).unwrap();
+        let wal = Wal::open(&wal_dir, &agents, &StorageHealth::new()).unwrap();
         assert_eq!(
             fs::read(agents.join("keep/raw_traces.jsonl")).unwrap(),
             b"one\ntwo\n"
@@ -422,7 +426,12 @@ mod tests {
     #[tokio::test]
     async fn rotation_hands_back_the_old_segments() {
         let root = tempfile::tempdir().unwrap();
-        let wal = Wal::open(&root.path().join("wal"), &root.path().join("agents")).unwrap();
+        let wal = Wal::open(
+            &root.path().join("wal"),
+            &root.path().join("agents"),
+            &StorageHealth::new(),
+        )
+        .unwrap();
         append(&wal, "a", 0, b"1\n");
         let old = wal.rotate().unwrap();
         assert_eq!(old, [1]);

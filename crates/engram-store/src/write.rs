@@ -52,8 +52,14 @@ impl Store {
                         compaction_required: true,
                         ..state.meta.clone()
                     };
-                    state.save_meta(meta)?;
                     tracing::info!(agent = %id, reported, "reported prompt passed the compaction trigger");
+                    // The traces are stored: this request is not refused for
+                    // want of the mark. Without it the reported usage, kept
+                    // in the trace, still triggers by the estimate.
+                    if let Err(e) = state.save_meta(meta) {
+                        tracing::warn!(agent = %id, error = %e, "could not store the compaction mark; it holds until restart");
+                        state.meta.compaction_required = true;
+                    }
                 }
             }
             let current_turn_id = state.tracker.current_turn_id().unwrap_or_default();
@@ -116,7 +122,7 @@ impl Store {
         )?;
         let raw = match &state.raw {
             Some(raw) => Arc::clone(raw),
-            None => state.create()?,
+            None => state.create(&self.inner.health)?,
         };
         if !plan.spills.is_empty() {
             let dir = state.dir.clone();
@@ -195,23 +201,29 @@ impl Store {
                 return Err(StoreError::NotFound(id.to_string()));
             }
             check(state.tracker.last_model())?;
+            let before = state.meta.clone();
+            if state.exists() {
+                store_system_prompt(state, input.system_prompt)?;
+            }
             let user_trace = match &input.user_input {
                 Some(event) => {
-                    let mut traces =
-                        self.append_events(id, state, std::slice::from_ref(event), None, None)?;
-                    traces.pop()
+                    match self.append_events(id, state, std::slice::from_ref(event), None, None) {
+                        Ok(mut traces) => traces.pop(),
+                        Err(e) => {
+                            // Refused: the system prompt goes back too.
+                            if state.meta != before
+                                && let Err(undo) = state.save_meta(before)
+                            {
+                                tracing::warn!(agent = %id, error = %undo, "could not restore the system prompt of a refused request");
+                            }
+                            return Err(e);
+                        }
+                    }
                 }
                 None => None,
             };
-            if let Some(system) = input.system_prompt
-                && state.meta.system_prompt.as_deref() != Some(system)
-            {
-                let meta = AgentMeta {
-                    system_prompt: Some(system.to_owned()),
-                    ..state.meta.clone()
-                };
-                state.save_meta(meta)?;
-            }
+            // A new agent's directory exists only now.
+            store_system_prompt(state, input.system_prompt)?;
             let current_turn_id = state.tracker.current_turn_id().unwrap_or_default();
             let out = state.run(f);
             let ticket = state.last_ticket.clone();
@@ -255,6 +267,20 @@ impl Store {
         })
         .await
         .expect("list task panicked")
+    }
+}
+
+/// Stores `system` as the agent's system prompt when it is a change.
+fn store_system_prompt(state: &mut AgentState, system: Option<&str>) -> Result<()> {
+    match system {
+        Some(system) if state.meta.system_prompt.as_deref() != Some(system) => {
+            let meta = AgentMeta {
+                system_prompt: Some(system.to_owned()),
+                ..state.meta.clone()
+            };
+            state.save_meta(meta)
+        }
+        _ => Ok(()),
     }
 }
 
