@@ -234,9 +234,7 @@ impl Compactor {
         }
         report
     }
-}
 
-impl Compactor {
     /// The summarizer's answer for `job`. The whole call runs on a blocking
     /// thread of its own: building the prompt of a large window, counting
     /// its chunks and the embedded summarizer are CPU work that must not

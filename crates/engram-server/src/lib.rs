@@ -130,12 +130,7 @@ pub async fn serve(
         let health = health.clone();
         tokio::spawn(async move {
             if failed.wait_for(Option::is_some).await.is_ok() {
-                health
-                    .set_not_serving::<MemoryServiceServer<Engram>>()
-                    .await;
-                health
-                    .set_service_status("", ServingStatus::NotServing)
-                    .await;
+                not_serving(&health).await;
                 metrics::gauge!("engram_storage_failed").set(1.0);
             }
         })
@@ -202,12 +197,7 @@ pub async fn serve(
             shutdown.await;
             tracing::info!("shutdown requested; draining in-flight calls");
             // Load balancers and probes see NOT_SERVING before we stop.
-            health
-                .set_not_serving::<MemoryServiceServer<Engram>>()
-                .await;
-            health
-                .set_service_status("", ServingStatus::NotServing)
-                .await;
+            not_serving(&health).await;
             draining.notify_one();
         }
     };
@@ -250,6 +240,16 @@ pub async fn serve(
     store.close().await;
     tracing::info!("stopped");
     result
+}
+
+/// Health NOT_SERVING for the server and the service alike.
+async fn not_serving(health: &tonic_health::server::HealthReporter) {
+    health
+        .set_not_serving::<MemoryServiceServer<Engram>>()
+        .await;
+    health
+        .set_service_status("", ServingStatus::NotServing)
+        .await;
 }
 
 /// The rustls server config `server.tls_*` asks for, if any.

@@ -346,15 +346,8 @@ async fn the_turn_limit_holds_in_the_agent_loop_one_epoch_per_compaction() {
             let active = active_turns(&server, "loop");
             assert!(active.len() <= 5, "turn {t}: {active:?}");
             if step == 0 {
-                let call = pb::TraceEvent {
-                    tool_call_id: format!("c{t}"),
-                    tool_name: "weather".into(),
-                    ..event(pb::TraceType::ToolCall, "")
-                };
-                let result = pb::TraceEvent {
-                    tool_call_id: format!("c{t}"),
-                    ..event(pb::TraceType::ToolResult, &format!("rain, {t} degrees"))
-                };
+                let call = tool_call(&format!("c{t}"), "weather");
+                let result = tool_result(&format!("c{t}"), &format!("rain, {t} degrees"));
                 c.ingest(pb::IngestRequest {
                     usage: Some(pb::Usage {
                         prompt_tokens: 300,
@@ -392,24 +385,22 @@ async fn the_turn_limit_holds_in_the_agent_loop_one_epoch_per_compaction() {
     assert_eq!((stats.epoch, stats.compactions), (7, 7));
 }
 
+/// An 8,000-token window and a raw tail of one turn.
+const SMALL_WINDOW: &[(&str, &str)] = &[
+    ("ENGRAM__BUDGET__DEFAULT_CONTEXT_TOKENS", "8000"),
+    ("ENGRAM__BUDGET__DEFAULT_MAX_OUTPUT_TOKENS", "1000"),
+    ("ENGRAM__POLICY__RAW_TAIL_TURNS", "1"),
+];
+
 /// The cheapest tier first: hiding old tool results is enough, so nothing
 /// is summarized or archived.
 #[tokio::test]
 async fn microcompact_alone_can_bring_the_prompt_under_the_trigger() {
-    let server = TestServer::start_with(&[
-        ("ENGRAM__BUDGET__DEFAULT_CONTEXT_TOKENS", "8000"),
-        ("ENGRAM__BUDGET__DEFAULT_MAX_OUTPUT_TOKENS", "1000"),
-        ("ENGRAM__POLICY__RAW_TAIL_TURNS", "1"),
-    ])
-    .await;
+    let server = TestServer::start_with(SMALL_WINDOW).await;
     let mut c = server.client().await;
     let page = "a fairly long tool output line with many words in it ".repeat(250);
     for t in 1..=4 {
-        let call = pb::TraceEvent {
-            tool_call_id: format!("c{t}"),
-            tool_name: "fetch".into(),
-            ..event(pb::TraceType::ToolCall, "")
-        };
+        let call = tool_call(&format!("c{t}"), "fetch");
         let result = pb::TraceEvent {
             tool_call_id: format!("c{t}"),
             tool_result: Some(prost_types::Value {
@@ -490,24 +481,12 @@ async fn microcompact_alone_can_bring_the_prompt_under_the_trigger() {
 /// on to summarize: two tiers, one compaction, one new epoch.
 #[tokio::test]
 async fn two_tiers_of_one_compaction_start_one_epoch() {
-    let server = TestServer::start_with(&[
-        ("ENGRAM__BUDGET__DEFAULT_CONTEXT_TOKENS", "8000"),
-        ("ENGRAM__BUDGET__DEFAULT_MAX_OUTPUT_TOKENS", "1000"),
-        ("ENGRAM__POLICY__RAW_TAIL_TURNS", "1"),
-    ])
-    .await;
+    let server = TestServer::start_with(SMALL_WINDOW).await;
     let mut c = server.client().await;
     let words = "a fairly long line with many different words in it ";
     for t in 1..=5 {
-        let call = pb::TraceEvent {
-            tool_call_id: format!("c{t}"),
-            tool_name: "fetch".into(),
-            ..event(pb::TraceType::ToolCall, "")
-        };
-        let result = pb::TraceEvent {
-            tool_call_id: format!("c{t}"),
-            ..event(pb::TraceType::ToolResult, &words.repeat(80))
-        };
+        let call = tool_call(&format!("c{t}"), "fetch");
+        let result = tool_result(&format!("c{t}"), &words.repeat(80));
         c.ingest(ingest_req(
             "tiers",
             vec![user(&words.repeat(100)), call, result],

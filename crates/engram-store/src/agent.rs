@@ -191,11 +191,7 @@ impl AgentState {
         let memories = (self.episodic.len() + self.semantic.len()) * 256;
         let size =
             active + (text(&self.meta.system_prompt) + text(&self.meta.snapshot) + memories) as u64;
-        if size > crate::OFFLOAD_BYTES as u64 {
-            crate::offload(|| f(self.view()))
-        } else {
-            f(self.view())
-        }
+        crate::offload_over(size, || f(self.view()))
     }
 
     pub fn view(&mut self) -> AgentView<'_> {

@@ -310,8 +310,9 @@ impl Store {
     }
 
     /// Carries out `intent` (every step repeatable), starts the epoch and
-    /// reloads the agent's derived state from its files. Blocking file I/O and the rebuild of the transcript run off the
-    /// async workers; the agent stays locked throughout.
+    /// reloads the agent's derived state from its files. Blocking file I/O
+    /// and the rebuild of the transcript run off the async workers; the
+    /// agent stays locked throughout.
     pub(crate) async fn complete_intent(
         &self,
         id: &AgentId,

@@ -155,6 +155,15 @@ pub fn offload<T>(f: impl FnOnce() -> T) -> T {
     }
 }
 
+/// [`offload`] for work over `bytes` bytes, inline below [`OFFLOAD_BYTES`].
+pub(crate) fn offload_over<T>(bytes: u64, f: impl FnOnce() -> T) -> T {
+    if bytes > OFFLOAD_BYTES as u64 {
+        offload(f)
+    } else {
+        f()
+    }
+}
+
 #[derive(Debug)]
 struct Inner {
     config: StoreConfig,

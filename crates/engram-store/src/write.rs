@@ -91,11 +91,10 @@ impl Store {
     ) -> Result<Vec<RawTrace>> {
         // Validating and serializing a request near the size limit is
         // milliseconds of CPU: not on the async workers.
-        if events.iter().map(NewEvent::approx_bytes).sum::<usize>() > crate::OFFLOAD_BYTES {
-            crate::offload(|| self.append_now(id, state, events, usage, model))
-        } else {
+        let bytes = events.iter().map(NewEvent::approx_bytes).sum::<usize>();
+        crate::offload_over(bytes as u64, || {
             self.append_now(id, state, events, usage, model)
-        }
+        })
     }
 
     fn append_now(
@@ -201,17 +200,18 @@ impl Store {
                 return Err(StoreError::NotFound(id.to_string()));
             }
             check(state.tracker.last_model())?;
-            let before = state.meta.clone();
-            if state.exists() {
-                store_system_prompt(state, input.system_prompt)?;
-            }
+            let replaced = if state.exists() {
+                store_system_prompt(state, input.system_prompt)?
+            } else {
+                None
+            };
             let user_trace = match &input.user_input {
                 Some(event) => {
                     match self.append_events(id, state, std::slice::from_ref(event), None, None) {
                         Ok(mut traces) => traces.pop(),
                         Err(e) => {
                             // Refused: the system prompt goes back too.
-                            if state.meta != before
+                            if let Some(before) = replaced
                                 && let Err(undo) = state.save_meta(before)
                             {
                                 tracing::warn!(agent = %id, error = %undo, "could not restore the system prompt of a refused request");
@@ -270,17 +270,20 @@ impl Store {
     }
 }
 
-/// Stores `system` as the agent's system prompt when it is a change.
-fn store_system_prompt(state: &mut AgentState, system: Option<&str>) -> Result<()> {
+/// Stores `system` as the agent's system prompt when it is a change;
+/// returns the settings it replaced, to undo it with.
+fn store_system_prompt(state: &mut AgentState, system: Option<&str>) -> Result<Option<AgentMeta>> {
     match system {
         Some(system) if state.meta.system_prompt.as_deref() != Some(system) => {
+            let before = state.meta.clone();
             let meta = AgentMeta {
                 system_prompt: Some(system.to_owned()),
-                ..state.meta.clone()
+                ..before.clone()
             };
-            state.save_meta(meta)
+            state.save_meta(meta)?;
+            Ok(Some(before))
         }
-        _ => Ok(()),
+        _ => Ok(None),
     }
 }
 

@@ -153,6 +153,23 @@ pub fn event(trace_type: pb::TraceType, content: &str) -> pb::TraceEvent {
     }
 }
 
+/// A tool call `id` of tool `name`, no arguments.
+pub fn tool_call(id: &str, name: &str) -> pb::TraceEvent {
+    pb::TraceEvent {
+        tool_call_id: id.into(),
+        tool_name: name.into(),
+        ..event(pb::TraceType::ToolCall, "")
+    }
+}
+
+/// The result of call `id`, as text.
+pub fn tool_result(id: &str, text: &str) -> pb::TraceEvent {
+    pb::TraceEvent {
+        tool_call_id: id.into(),
+        ..event(pb::TraceType::ToolResult, text)
+    }
+}
+
 pub fn user(content: &str) -> pb::TraceEvent {
     event(pb::TraceType::User, content)
 }
