@@ -18,6 +18,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The vendored protoc: no system protoc needed, no PROTOC env mutation.
     config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
     tonic_prost_build::configure()
+        // Undecodable requests are INVALID_ARGUMENT (see codec.rs).
+        .codec_path("crate::codec::EngramCodec")
         .file_descriptor_set_path(out_dir.join("engram_descriptor.bin"))
         .compile_with_config(config, &protos, &[proto_root])?;
     Ok(())

@@ -1,7 +1,10 @@
 //! The gRPC contract of Engram (`proto/engram/v1`), generated at build time.
 //!
 //! - [`pb`]: messages, enums, `memory_service_client` and `memory_service_server`.
+//! - [`codec`]: prost's codec, with undecodable requests INVALID_ARGUMENT.
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for server reflection.
+
+pub mod codec;
 
 /// Generated `engram.v1` code.
 pub mod pb {

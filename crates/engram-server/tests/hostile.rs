@@ -88,3 +88,39 @@ async fn a_million_characters_without_whitespace_leave_the_agent_usable() {
         .into_inner();
     assert!(!out.current_turn_id.is_empty());
 }
+
+/// Bytes that are not the method's message are the caller's mistake:
+/// INVALID_ARGUMENT on every method, and the server carries on.
+#[tokio::test]
+async fn undecodable_requests_are_invalid_arguments() {
+    let server = TestServer::start().await;
+    // Field 99 as a group nested past prost's recursion limit (100).
+    let nested: Vec<u8> = std::iter::repeat_n([0x9b, 0x06], 200).flatten().collect();
+    // Tag 0 is never valid; noise after it.
+    let random: Vec<u8> = std::iter::once(0)
+        .chain(noise(512).bytes().map(|b| b.wrapping_mul(31)))
+        .collect();
+    let bodies: [(&str, Vec<u8>); 4] = [
+        ("random bytes", random),
+        ("a truncated varint", vec![0x08, 0xff]),
+        ("invalid UTF-8 in agent_id", vec![0x0a, 0x02, 0xff, 0xfe]),
+        ("groups nested 200 deep", nested),
+    ];
+    for method in METHODS {
+        for (what, body) in &bodies {
+            let err = call_raw(server.channel().await, method, body.clone())
+                .await
+                .expect_err(what);
+            assert_eq!(
+                err.code(),
+                tonic::Code::InvalidArgument,
+                "{method}, {what}: {err:?}"
+            );
+            assert!(err.message().contains("not valid protobuf"), "{err:?}");
+        }
+    }
+    let mut c = server.client().await;
+    c.ingest(ingest_req("after", vec![user("still here")]))
+        .await
+        .unwrap();
+}

@@ -347,3 +347,76 @@ pub fn compact(agent: &str) -> pb::CompactRequest {
         focus: "numbers".into(),
     }
 }
+
+/// Every method of the service, as gRPC paths.
+pub const METHODS: [&str; 9] = [
+    "Ingest",
+    "PrepareRequest",
+    "Compact",
+    "Retrieve",
+    "SearchHistory",
+    "GetContextStats",
+    "ListAgents",
+    "DeleteAgent",
+    "ForkAgent",
+];
+
+/// Sends `body` as the request of `method` byte for byte (no protobuf
+/// encoding), so a test can send what no generated client would.
+pub async fn call_raw(channel: Channel, method: &str, body: Vec<u8>) -> Result<(), tonic::Status> {
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let path = format!("/engram.v1.MemoryService/{method}")
+        .parse()
+        .unwrap();
+    grpc.unary(tonic::Request::new(body), path, RawCodec)
+        .await
+        .map(|_| ())
+}
+
+/// Writes the bytes it is given; reads an answer as bytes it ignores.
+#[derive(Debug, Clone, Copy)]
+pub struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = ();
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> Self {
+        RawCodec
+    }
+
+    fn decoder(&mut self) -> Self {
+        RawCodec
+    }
+}
+
+impl tonic::codec::Encoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        bytes::BufMut::put_slice(dst, &item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawCodec {
+    type Item = ();
+    type Error = tonic::Status;
+
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<()>, tonic::Status> {
+        let n = bytes::Buf::remaining(src);
+        bytes::Buf::advance(src, n);
+        Ok(Some(()))
+    }
+}
