@@ -65,10 +65,18 @@ pub enum SummarizeError {
     /// get the same answer; the configuration needs a look.
     #[error("summarizer refused the request: {0}")]
     Rejected(String),
-    /// Too many failures in a row: the model is not called until the
-    /// cool-down ends (this long from now).
-    #[error("summarizer circuit open after repeated failures; retrying in {}s", .0.as_secs())]
+    /// Too many outages in a row: the model is not called until the
+    /// cool-down ends (this long from now; zero while a trial call decides).
+    #[error("summarizer circuit open after repeated failures; {}", retry_in(*.0))]
     CircuitOpen(std::time::Duration),
+}
+
+fn retry_in(wait: std::time::Duration) -> String {
+    if wait.is_zero() {
+        "a trial call is under way".to_owned()
+    } else {
+        format!("retrying in {}s", wait.as_secs_f64().ceil())
+    }
 }
 
 pub type SummaryFuture<'a> =

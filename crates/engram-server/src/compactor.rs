@@ -1,21 +1,27 @@
 //! Runs compactions: the store picks the window, the summarizer (embedded
-//! or an LLM over HTTP, behind a circuit breaker) writes the summary, the
-//! store archives and starts the epoch. Failures prune nothing and are
-//! reported, never dropped.
+//! or an LLM over HTTP, behind the endpoint's circuit breaker) writes the
+//! summary, the store archives and starts the epoch. Failures prune nothing
+//! and are reported, never dropped. One compaction per agent runs at a
+//! time (later requests share its report), and an agent whose compactions
+//! keep failing pauses on its own, without holding up the others.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use engram_core::AgentId;
 use engram_llm::{
-    Chunked, CircuitBreaker, Extractive, HttpConfig, HttpSummarizer, Summarizer, SummaryRequest,
+    Chunked, CircuitBreaker, Extractive, HttpConfig, HttpSummarizer, SummarizeError, Summarizer,
+    SummaryRequest,
 };
 use engram_proto::pb;
 use engram_store::Store;
 use engram_store::compact::{Job, Policy, Summary};
+use tokio::time::Instant;
 
 use crate::budget::Budgets;
 use crate::config::{LlmSection, PolicySection};
+use crate::flights::{Flights, Share};
 
 #[derive(Debug, Clone)]
 pub struct Compactor {
@@ -25,6 +31,44 @@ pub struct Compactor {
     policy: Policy,
     /// `policy.max_active_turns` (0: off).
     max_active_turns: usize,
+    flights: Arc<Flights<pb::CompactionReport>>,
+    pauses: Arc<Pauses>,
+}
+
+/// Agents whose compactions failed `after` times in a row, and until when
+/// their automatic compaction waits.
+#[derive(Debug)]
+struct Pauses {
+    after: u32,
+    cooldown: Duration,
+    until: Mutex<HashMap<AgentId, Instant>>,
+}
+
+impl Pauses {
+    fn remaining(&self, agent: &AgentId) -> Option<Duration> {
+        let until = *self.lock().get(agent)?;
+        until.checked_duration_since(Instant::now())
+    }
+
+    fn record(&self, agent: &AgentId, consecutive_failures: Option<u32>) {
+        let mut until = self.lock();
+        match consecutive_failures {
+            Some(n) if n >= self.after => {
+                let now = Instant::now();
+                // Ended pauses go, so the map holds only paused agents.
+                until.retain(|_, t| *t > now);
+                until.insert(agent.clone(), now + self.cooldown);
+            }
+            Some(_) => {}
+            None => {
+                until.remove(agent);
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<AgentId, Instant>> {
+        self.until.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// The summarizer `[llm]` asks for: an OpenAI-compatible endpoint behind a
@@ -51,6 +95,7 @@ pub fn summarizer(llm: &LlmSection) -> Result<Arc<dyn Summarizer>, String> {
         Chunked::new(http, llm.context_tokens),
         llm.circuit_failures,
         Duration::from_secs(llm.circuit_cooldown_secs),
+        Duration::from_secs(llm.circuit_max_cooldown_secs),
     )))
 }
 
@@ -60,6 +105,7 @@ impl Compactor {
         budgets: Arc<Budgets>,
         summarizer: Arc<dyn Summarizer>,
         policy: &PolicySection,
+        llm: &LlmSection,
     ) -> Self {
         Self {
             store,
@@ -71,6 +117,12 @@ impl Compactor {
                 max_semantic: policy.max_semantic_items,
             },
             max_active_turns: policy.max_active_turns,
+            flights: Arc::default(),
+            pauses: Arc::new(Pauses {
+                after: llm.agent_failures.max(1),
+                cooldown: Duration::from_secs(llm.agent_cooldown_secs),
+                until: Mutex::default(),
+            }),
         }
     }
 
@@ -95,8 +147,10 @@ impl Compactor {
     }
 
     /// One compaction of `agent`; the report says what happened, errors
-    /// included. It runs as a task of its own, so a caller that goes away
-    /// (a cancelled RPC) cannot leave it half-done or the agent marked busy.
+    /// included. While one runs, another request for the same agent waits
+    /// for it and gets its report. It runs as a task of its own, so a
+    /// caller that goes away (a cancelled RPC) cannot leave it half-done or
+    /// the agent marked busy.
     pub async fn compact(
         &self,
         agent: &AgentId,
@@ -106,17 +160,23 @@ impl Compactor {
     ) -> pb::CompactionReport {
         let this = self.clone();
         let label = trigger_label(trigger);
-        let (agent, trigger) = (agent.clone(), trigger.to_owned());
-        let focus = focus.map(str::to_owned);
-        let task = tokio::spawn(async move {
-            this.run(&agent, &trigger, focus.as_deref(), tokens_before)
-                .await
-        });
-        let report = task.await.unwrap_or_else(|e| pb::CompactionReport {
-            error: format!("the compaction task failed: {e}"),
-            ..Default::default()
-        });
-        metrics::counter!("engram_compactions_total", "trigger" => label, "outcome" => outcome(&report))
+        let work = {
+            let (agent, trigger) = (agent.clone(), trigger.to_owned());
+            let focus = focus.map(str::to_owned);
+            async move {
+                this.run(&agent, &trigger, focus.as_deref(), tokens_before)
+                    .await
+            }
+        };
+        let (report, share) = self.flights.run(agent, work, unexpected).await;
+        let outcome = match share {
+            Share::Led => outcome(&report),
+            Share::Joined => {
+                tracing::debug!(agent = %agent, trigger, "joined the running compaction");
+                "joined"
+            }
+        };
+        metrics::counter!("engram_compactions_total", "trigger" => label, "outcome" => outcome)
             .increment(1);
         report
     }
@@ -173,6 +233,16 @@ impl Compactor {
                 }
             }
         }
+        if trigger != "manual"
+            && let Some(left) = self.pauses.remaining(agent)
+        {
+            report.error = format!(
+                "compaction paused: this agent's last {} compactions failed; automatic compaction resumes in {}s (a manual Compact tries at once)",
+                self.pauses.after,
+                left.as_secs_f64().ceil()
+            );
+            return report;
+        }
         let policy = self.policy_for(trigger);
         let mut job = match self.store.begin_compaction(agent, policy).await {
             Ok(Some(job)) => job,
@@ -201,7 +271,12 @@ impl Compactor {
             Ok(out) => out,
             Err(e) => {
                 metrics::counter!("engram_summarizer_failures_total").increment(1);
-                let failures = self.store.abort_compaction(agent).await.unwrap_or(0);
+                // An open circuit did not try this agent's turns at all.
+                let own = !matches!(e, SummarizeError::CircuitOpen(_));
+                let failures = self.store.abort_compaction(agent, own).await.unwrap_or(0);
+                if own {
+                    self.pauses.record(agent, Some(failures));
+                }
                 tracing::warn!(agent = %agent, error = %e, failures, "summary failed; nothing pruned");
                 report.error =
                     format!("{e} (consecutive failures: {failures}); nothing was pruned");
@@ -220,6 +295,7 @@ impl Compactor {
             .await
         {
             Ok(out) => {
+                self.pauses.record(agent, None);
                 report.performed = true;
                 report.turn_ids = out.turn_ids;
                 report.episodic_id = out.episodic_id;
@@ -243,7 +319,7 @@ impl Compactor {
         &self,
         job: Job,
         focus: Option<&str>,
-    ) -> Result<(engram_llm::Summary, Job), String> {
+    ) -> Result<(engram_llm::Summary, Job), SummarizeError> {
         let summarizer = Arc::clone(&self.summarizer);
         let runtime = tokio::runtime::Handle::current();
         let focus = focus.map(str::to_owned);
@@ -253,15 +329,15 @@ impl Compactor {
                 known_facts: &job.known_facts,
                 focus: focus.as_deref(),
             }));
-            answer
-                .map(|summary| (summary, job))
-                .map_err(|e| e.to_string())
+            answer.map(|summary| (summary, job))
         });
         task.await.unwrap_or_else(|e| {
             // A bug in a summarizer fails this compaction like an error
             // would (nothing pruned, a failure counted), not the agent.
             tracing::error!(error = %e, "the summarizer panicked");
-            Err("the summarizer failed unexpectedly".to_owned())
+            Err(SummarizeError::BadAnswer(
+                "the summarizer failed unexpectedly".to_owned(),
+            ))
         })
     }
 }
@@ -279,6 +355,14 @@ fn trigger_label(trigger: &str) -> &'static str {
     }
 }
 
+/// The report of a compaction whose task panicked or was dropped.
+fn unexpected() -> pb::CompactionReport {
+    pb::CompactionReport {
+        error: "the compaction failed unexpectedly; nothing was pruned".to_owned(),
+        ..Default::default()
+    }
+}
+
 fn outcome(report: &pb::CompactionReport) -> &'static str {
     if report.performed {
         if report.steps.iter().any(|s| s == "summarize") {
@@ -286,7 +370,9 @@ fn outcome(report: &pb::CompactionReport) -> &'static str {
         } else {
             "microcompacted"
         }
-    } else if report.error.starts_with("nothing to compact") {
+    } else if report.error.starts_with("nothing to compact")
+        || report.error.starts_with("compaction paused")
+    {
         "skipped"
     } else {
         "failed"

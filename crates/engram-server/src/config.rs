@@ -40,8 +40,15 @@ pub struct LlmSection {
     pub timeout_secs: u64,
     pub max_retries: u32,
     pub json_mode: bool,
+    /// Outages in a row that open the endpoint's circuit.
     pub circuit_failures: u32,
+    /// Its first cool-down; doubled on each failed trial, up to the max.
     pub circuit_cooldown_secs: u64,
+    pub circuit_max_cooldown_secs: u64,
+    /// Failed compactions of one agent in a row that pause its automatic
+    /// compaction for `agent_cooldown_secs`.
+    pub agent_failures: u32,
+    pub agent_cooldown_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -297,6 +304,15 @@ impl Config {
         if self.llm.circuit_failures == 0 {
             return Err(invalid("llm.circuit_failures", "must be > 0"));
         }
+        if self.llm.agent_failures == 0 {
+            return Err(invalid("llm.agent_failures", "must be > 0"));
+        }
+        if self.llm.circuit_max_cooldown_secs < self.llm.circuit_cooldown_secs {
+            return Err(invalid(
+                "llm.circuit_max_cooldown_secs",
+                "must be at least llm.circuit_cooldown_secs",
+            ));
+        }
         let b = &self.budget;
         if !(b.compaction_ratio > 0.0 && b.compaction_ratio <= 1.0) {
             return Err(invalid("budget.compaction_ratio", "must be in (0, 1]"));
@@ -525,6 +541,11 @@ mod tests {
                 ("ENGRAM__AUTH__TOKENS_FILE", "/nonexistent.toml"),
                 "auth.tokens_file",
             ),
+            (
+                ("ENGRAM__LLM__CIRCUIT_MAX_COOLDOWN_SECS", "1"),
+                "llm.circuit_max_cooldown_secs",
+            ),
+            (("ENGRAM__LLM__AGENT_FAILURES", "0"), "llm.agent_failures"),
         ];
         for ((k, v), expected) in cases {
             let err = Config::load_from(None, env(&[(k, v)]))

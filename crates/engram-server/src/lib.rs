@@ -19,6 +19,7 @@ pub mod compactor;
 pub mod config;
 pub mod context;
 pub mod convert;
+pub mod flights;
 pub mod observe;
 pub mod oversize;
 pub mod probe;
@@ -161,6 +162,7 @@ pub async fn serve(
         Arc::clone(&budgets),
         summarizer,
         &config.policy,
+        &config.llm,
     );
     tracing::info!(summarizer = %compactor.summarizer_name(), "compaction ready");
     tracing::info!(

@@ -254,13 +254,17 @@ impl Store {
         }))
     }
 
-    /// Gives up a job (the summarizer failed): nothing was written but the
+    /// Gives up a job: nothing is written but, when the failure was this
+    /// agent's (`failed`; not a summarizer that was not called at all), the
     /// failure count. Returns the consecutive failures so far.
-    pub async fn abort_compaction(&self, id: &AgentId) -> Result<u32> {
+    pub async fn abort_compaction(&self, id: &AgentId, failed: bool) -> Result<u32> {
         let handle = self.existing_handle(id)?;
         let mut slot = handle.lock().await;
         let state = self.loaded(id, &mut slot).await?;
         state.compacting = false;
+        if !failed {
+            return Ok(state.meta.consecutive_failures);
+        }
         let meta = AgentMeta {
             consecutive_failures: state.meta.consecutive_failures + 1,
             ..state.meta.clone()
@@ -493,6 +497,10 @@ impl Store {
         }
         if state.meta.pending.is_some() {
             return Err(waiting_for_space(&state.dir));
+        }
+        if state.compacting {
+            // A new epoch now would make that summary's work stale.
+            return Ok(0);
         }
         let latest = state.tracker.turn_count();
         let before = latest.saturating_sub(u32::try_from(keep_turns).unwrap_or(u32::MAX));

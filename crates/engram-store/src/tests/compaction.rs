@@ -190,7 +190,7 @@ async fn a_failed_summary_writes_nothing_but_the_count() {
     let a = id("c");
     conversation(&store, &a, 5).await;
     store.begin_compaction(&a, POLICY).await.unwrap().unwrap();
-    assert_eq!(store.abort_compaction(&a).await.unwrap(), 1);
+    assert_eq!(store.abort_compaction(&a, true).await.unwrap(), 1);
     assert!(
         !dir.path()
             .join("agents/c/raw_traces_archive.jsonl")
@@ -199,6 +199,11 @@ async fn a_failed_summary_writes_nothing_but_the_count() {
     assert!(
         store.begin_compaction(&a, POLICY).await.unwrap().is_some(),
         "may try again"
+    );
+    assert_eq!(
+        store.abort_compaction(&a, false).await.unwrap(),
+        1,
+        "a summarizer that was not called is not the agent's failure"
     );
     let short = id("short");
     conversation(&store, &short, 2).await;

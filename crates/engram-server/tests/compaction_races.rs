@@ -1,0 +1,198 @@
+//! Compaction requests that meet: concurrent requests for one agent share
+//! one summary, and one agent's failures pause that agent only.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use engram_core::AgentId;
+use engram_proto::pb;
+use engram_server::budget::Budgets;
+use engram_server::compactor::{Compactor, summarizer};
+use futures_util::FutureExt;
+
+const SUMMARY: &str = r#"{"episodic_summary": "Early squares.", "semantic_facts": []}"#;
+
+fn llm_env(base: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("ENGRAM__LLM__BASE_URL", base.to_owned()),
+        ("ENGRAM__LLM__MODEL", "m".to_owned()),
+        ("ENGRAM__LLM__MAX_RETRIES", "0".to_owned()),
+        ("ENGRAM__POLICY__RAW_TAIL_TURNS", "1".to_owned()),
+    ]
+}
+
+async fn start(env: &[(&'static str, String)]) -> TestServer {
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    TestServer::start_with(&env).await
+}
+
+/// A PrepareRequest that asks to compact first; its report.
+async fn forced(c: &mut Client, agent: &str) -> pb::CompactionReport {
+    c.prepare_request(pb::PrepareRequestRequest {
+        agent_id: agent.into(),
+        force_compaction: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .compaction
+    .unwrap()
+}
+
+/// A manual Compact, an automatic compaction and another manual Compact of
+/// one agent at once: one summarizer call, one summary, the same report
+/// for all three; nothing is thrown away. The compactions run on a
+/// compactor of the test's own over the server's store, so the test can
+/// make sure the later two are waiting before the summarizer answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_compactions_of_one_agent_share_one_summary() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (base, seen, arrived) =
+        fake_llm_gated(vec![(200, completion(SUMMARY))], Arc::clone(&gate)).await;
+    let data = tempfile::tempdir().unwrap();
+    let mut env = llm_env(&base);
+    env.push(("ENGRAM__STORE__DATA_DIR", data.path().display().to_string()));
+    let config =
+        engram_server::Config::load_from(None, env.iter().map(|(k, v)| (k.to_string(), v.clone())))
+            .unwrap();
+    let store = engram_store::Store::open(config.store_config())
+        .await
+        .unwrap();
+    let compactor = Compactor::new(
+        store.clone(),
+        Arc::new(Budgets::new(config.budget.clone())),
+        summarizer(&config.llm).unwrap(),
+        &config.policy,
+        &config.llm,
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(engram_server::serve(listener, None, config, store, async {
+        let _ = stopped.await;
+    }));
+    let mut c = pb::memory_service_client::MemoryServiceClient::new(channel(addr).await);
+    turns(&mut c, "race", 5).await;
+    let agent = AgentId::parse("race").unwrap();
+
+    let first = tokio::spawn({
+        let (compactor, agent) = (compactor.clone(), agent.clone());
+        async move { compactor.compact(&agent, "manual", None, 0).await }
+    });
+    // The summarizer has the first request and has not answered: the
+    // later two start and find it running.
+    arrived.notified().await;
+    let mut second = Box::pin(compactor.compact(&agent, "reactive", None, 0));
+    let mut third = Box::pin(compactor.compact(&agent, "manual", Some("again"), 0));
+    assert!((&mut second).now_or_never().is_none());
+    assert!((&mut third).now_or_never().is_none());
+    gate.add_permits(1);
+    let (first, second, third) = tokio::join!(first, second, third);
+    let first = first.unwrap();
+    assert!(first.performed, "{first:?}");
+    assert_eq!(first.trigger, "manual");
+    for other in [&second, &third] {
+        assert!(other.performed, "{other:?}");
+        assert_eq!(other.episodic_id, first.episodic_id, "the same summary");
+        assert_eq!(other.turn_ids, first.turn_ids);
+    }
+    assert_eq!(seen.lock().unwrap().len(), 1, "one summarizer call for all");
+    let bundle = c
+        .retrieve(pb::RetrieveRequest {
+            agent_id: "race".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .bundle
+        .unwrap();
+    assert_eq!(bundle.episodic.len(), 1);
+    // Once it is over, a new request compacts afresh.
+    turns(&mut c, "race", 3).await;
+    gate.add_permits(1);
+    let next = compact_now(&mut c, "race").await;
+    assert!(next.performed, "{next:?}");
+    assert_ne!(next.episodic_id, first.episodic_id);
+    assert_eq!(seen.lock().unwrap().len(), 2);
+}
+
+/// One agent whose summaries keep coming back unusable pauses its own
+/// automatic compaction; another agent compacts at once, and a manual
+/// Compact of the paused agent still tries.
+#[tokio::test]
+async fn one_agents_failures_pause_that_agent_only() {
+    let (base, seen) = fake_llm(vec![
+        (200, completion("")),
+        (200, completion("")),
+        (200, completion("")),
+        (200, completion(SUMMARY)),
+    ])
+    .await;
+    let server = start(&llm_env(&base)).await;
+    let mut c = server.client().await;
+    turns(&mut c, "bad", 5).await;
+    turns(&mut c, "good", 5).await;
+    for n in 1..=3 {
+        let r = forced(&mut c, "bad").await;
+        assert!(!r.performed);
+        assert!(
+            r.error.contains("empty answer")
+                && r.error.contains(&format!("consecutive failures: {n}")),
+            "{r:?}"
+        );
+    }
+    let paused = forced(&mut c, "bad").await;
+    assert!(!paused.performed);
+    assert!(
+        paused.error.starts_with("compaction paused") && paused.error.contains("resumes in 300s"),
+        "{paused:?}"
+    );
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        3,
+        "a paused agent costs no call"
+    );
+
+    let other = forced(&mut c, "good").await;
+    assert!(other.performed, "not held up by another agent: {other:?}");
+    assert_eq!(seen.lock().unwrap().len(), 4);
+
+    let manual = compact_now(&mut c, "bad").await;
+    assert!(
+        manual.performed,
+        "a manual Compact tries at once: {manual:?}"
+    );
+    turns(&mut c, "bad", 3).await;
+    let resumed = forced(&mut c, "bad").await;
+    assert!(resumed.performed, "a success ends the pause: {resumed:?}");
+}
+
+/// An outage (every call fails with 500) opens the endpoint's circuit for
+/// every agent, but for a short first cool-down, not for minutes.
+#[tokio::test]
+async fn an_outage_opens_the_endpoint_circuit_for_seconds() {
+    let (base, seen) = fake_llm(vec![(500, "{\"error\":\"down\"}".into())]).await;
+    let server = start(&llm_env(&base)).await;
+    let mut c = server.client().await;
+    for agent in ["b1", "b2", "b3", "c"] {
+        turns(&mut c, agent, 5).await;
+    }
+    for agent in ["b1", "b2", "b3"] {
+        let r = forced(&mut c, agent).await;
+        assert!(r.error.contains("500"), "{r:?}");
+    }
+    let r = forced(&mut c, "c").await;
+    assert!(
+        r.error.contains("circuit open") && r.error.contains("retrying in 5s"),
+        "{r:?}"
+    );
+    assert!(
+        r.error.contains("consecutive failures: 0"),
+        "not c's failure: {r:?}"
+    );
+    assert_eq!(seen.lock().unwrap().len(), 3);
+}
