@@ -60,6 +60,12 @@ bench: ## Benchmarks: durable Ingest, PrepareRequest latency (see docs/BENCHMARK
 	$(CARGO) run --release --locked -p engram-bench -- prepare --data-dir ./bench-data
 	$(CARGO) run --release --locked -p engram-bench -- compact --data-dir ./bench-data
 
+.PHONY: chaos
+chaos: ## kill -9 cycles under writers and compactions, and a seeded gRPC fuzz, against the release engramd (CYCLES, CASES, SEED)
+	$(CARGO) build --release --locked -p engram-server --bin engramd -p engram-chaos --bin engram-chaos
+	./target/release/engram-chaos --seed $(or $(SEED),1) chaos --cycles $(or $(CYCLES),20)
+	./target/release/engram-chaos --seed $(or $(SEED),1) fuzz --cases $(or $(CASES),5000)
+
 .PHONY: clean
 clean: ## Remove build output, the venv and the clients' build output
 	$(CARGO) clean

@@ -450,7 +450,7 @@ fn check_fields(trace_type: TraceType, event: &NewEvent) -> Result<(), CoreError
         && !has_media
     {
         return Err(CoreError::invalid(format!(
-            "a {kind} event needs content or media"
+            "{kind} events need content or media"
         )));
     }
     if let Some(ts) = event.ts

@@ -254,7 +254,10 @@ impl Compactor {
                 return report;
             }
             Err(e) => {
-                tracing::warn!(agent = %agent, error = %e, "no compaction window");
+                // A delete racing the compaction is no fault of the server.
+                if !matches!(e, engram_store::StoreError::NotFound(_)) {
+                    tracing::warn!(agent = %agent, error = %e, "no compaction window");
+                }
                 report.error = e.client_message();
                 return report;
             }

@@ -192,7 +192,7 @@ fn bad_events_are_refused_with_a_reason() {
             NewEvent::tool_result("zz", json!(2)),
             "matches no tool call",
         ),
-        (NewEvent::user(""), "needs content or media"),
+        (NewEvent::user(""), "need content or media"),
         (args_on_user, "only for tool_call"),
         (future_turn, "does not exist yet"),
         (bad_ts, "epoch seconds"),

@@ -1,0 +1,372 @@
+//! A seeded gRPC fuzz of the real binary: every RPC with hostile fields
+//! (see `hostile`), undecodable bytes, and DeleteAgent racing the writers. It
+//! counts what must never happen: a crash, a panic, a call that hangs, an
+//! INTERNAL or UNKNOWN answer.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use engram_proto::pb;
+use prost::Message;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::daemon::{Client, Daemon, Launch};
+use crate::hostile::{AGENTS, Gen};
+
+#[derive(Debug, Clone)]
+pub struct FuzzConfig {
+    pub binary: PathBuf,
+    pub seed: u64,
+    pub cases: usize,
+    /// Clients sending at once (plus one that deletes agents).
+    pub concurrency: usize,
+    /// A call that takes longer counts as a hang.
+    pub call_timeout: Duration,
+    /// Print every error answer to stderr.
+    pub verbose: bool,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct FuzzReport {
+    pub cases: usize,
+    pub deletes: usize,
+    /// Answers by gRPC code name.
+    pub codes: BTreeMap<String, usize>,
+    pub hangs: usize,
+    pub crashes: usize,
+    /// `engram_panics_total` at the end.
+    pub panics: u64,
+    /// The first few cases that went wrong: seed, case, method, answer.
+    pub failures: Vec<String>,
+    pub elapsed: Duration,
+}
+
+impl FuzzReport {
+    pub fn internal(&self) -> usize {
+        self.codes.get("Internal").copied().unwrap_or(0)
+    }
+
+    pub fn unknown(&self) -> usize {
+        self.codes.get("Unknown").copied().unwrap_or(0)
+    }
+
+    pub fn clean(&self) -> bool {
+        self.internal() == 0
+            && self.unknown() == 0
+            && self.hangs == 0
+            && self.crashes == 0
+            && self.panics == 0
+    }
+}
+
+impl fmt::Display for FuzzReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "cases {} (+{} concurrent deletes) in {:.1} s",
+            self.cases,
+            self.deletes,
+            self.elapsed.as_secs_f64()
+        )?;
+        writeln!(
+            f,
+            "crashes {}  panics {}  hangs {}  INTERNAL {}  UNKNOWN {}",
+            self.crashes,
+            self.panics,
+            self.hangs,
+            self.internal(),
+            self.unknown()
+        )?;
+        let codes: Vec<String> = self.codes.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        write!(f, "answers: {}", codes.join(", "))?;
+        for failure in &self.failures {
+            write!(f, "\n  {failure}")?;
+        }
+        Ok(())
+    }
+}
+
+const METHODS: [&str; 9] = [
+    "Ingest",
+    "PrepareRequest",
+    "Compact",
+    "Retrieve",
+    "SearchHistory",
+    "GetContextStats",
+    "ListAgents",
+    "DeleteAgent",
+    "ForkAgent",
+];
+
+/// One request of `method` with hostile fields, encoded.
+fn request(g: &mut Gen, method: &str) -> Vec<u8> {
+    match method {
+        "Ingest" => pb::IngestRequest {
+            agent_id: g.agent_id(),
+            events: g.events(),
+            usage: g.rng.random_bool(0.3).then(|| pb::Usage {
+                prompt_tokens: g.u32(),
+                completion_tokens: g.u32(),
+                total_tokens: g.u32(),
+            }),
+            model: if g.wild {
+                g.unicode(0..30)
+            } else {
+                "gpt-4o".into()
+            },
+        }
+        .encode_to_vec(),
+        "PrepareRequest" => pb::PrepareRequestRequest {
+            agent_id: g.agent_id(),
+            system_prompt: if g.rng.random_bool(0.3) {
+                g.text()
+            } else {
+                String::new()
+            },
+            user_input: g.rng.random_bool(0.5).then(|| g.user_input()),
+            model: ["gpt-4o", "claude-3-5-sonnet", "unknown-model", "", "x\0y"]
+                [g.rng.random_range(0..if g.wild { 5 } else { 3 })]
+            .into(),
+            render_format: if g.wild {
+                g.rng.random_range(-1..7)
+            } else {
+                g.rng.random_range(0..5)
+            },
+            max_output_tokens: g.u32(),
+            force_compaction: g.rng.random_bool(0.2),
+        }
+        .encode_to_vec(),
+        "Compact" => pb::CompactRequest {
+            agent_id: g.agent_id(),
+            focus: g.text(),
+        }
+        .encode_to_vec(),
+        "Retrieve" => pb::RetrieveRequest {
+            agent_id: g.agent_id(),
+            max_episodic: g.opt_u32(),
+            max_semantic: g.opt_u32(),
+            query: g.query(),
+            raw_tail_turns: g.opt_u32(),
+            include_tool_interactions: g.rng.random_bool(0.5),
+        }
+        .encode_to_vec(),
+        "SearchHistory" => pb::SearchHistoryRequest {
+            agent_id: g.agent_id(),
+            query: g.query(),
+            limit: g.u32(),
+            page_token: g.unicode(0..40),
+        }
+        .encode_to_vec(),
+        "GetContextStats" => pb::GetContextStatsRequest {
+            agent_id: g.agent_id(),
+            model: g.unicode(0..30),
+        }
+        .encode_to_vec(),
+        "ListAgents" => pb::ListAgentsRequest {
+            page_size: g.u32(),
+            page_token: g.unicode(0..40),
+        }
+        .encode_to_vec(),
+        "DeleteAgent" => pb::DeleteAgentRequest {
+            agent_id: g.agent_id(),
+        }
+        .encode_to_vec(),
+        _ => pb::ForkAgentRequest {
+            source_agent_id: g.agent_id(),
+            target_agent_id: g.agent_id(),
+        }
+        .encode_to_vec(),
+    }
+}
+
+/// A valid encoding damaged: bytes flipped, cut short, or noise.
+fn damage(g: &mut Gen, mut bytes: Vec<u8>) -> Vec<u8> {
+    match g.rng.random_range(0..3) {
+        0 if !bytes.is_empty() => {
+            for _ in 0..g.rng.random_range(1..8) {
+                let i = g.rng.random_range(0..bytes.len());
+                bytes[i] ^= 1 << g.rng.random_range(0..8);
+            }
+            bytes
+        }
+        1 if bytes.len() > 1 => {
+            let keep = g.rng.random_range(1..bytes.len());
+            bytes.truncate(keep);
+            bytes
+        }
+        _ => (0..g.rng.random_range(1..512))
+            .map(|_| g.rng.random())
+            .collect(),
+    }
+}
+
+#[derive(Debug, Default)]
+struct Tally {
+    report: FuzzReport,
+}
+
+pub async fn run(config: &FuzzConfig) -> anyhow::Result<FuzzReport> {
+    let data = tempfile::tempdir()?;
+    let mut daemon = Daemon::spawn(&Launch {
+        binary: config.binary.clone(),
+        data_dir: data.path().to_owned(),
+        env: vec![
+            // Room for the megabyte fields, and compactions that happen.
+            (
+                "ENGRAM__SERVER__MAX_MESSAGE_BYTES".into(),
+                (8 << 20).to_string(),
+            ),
+            ("ENGRAM__POLICY__MAX_ACTIVE_TURNS".into(), "4".into()),
+        ],
+        metrics: true,
+    })?;
+    let started = Instant::now();
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let done = Arc::new(AtomicBool::new(false));
+    let channel = daemon.channel().await?;
+    let deleter = {
+        let (channel, done, tally) = (channel.clone(), Arc::clone(&done), Arc::clone(&tally));
+        let mut rng = StdRng::seed_from_u64(config.seed ^ 0xde1e7e);
+        let (timeout, verbose) = (config.call_timeout, config.verbose);
+        tokio::spawn(async move {
+            while !done.load(Ordering::SeqCst) {
+                let agent = AGENTS[rng.random_range(0..AGENTS.len())];
+                let body = pb::DeleteAgentRequest {
+                    agent_id: agent.into(),
+                }
+                .encode_to_vec();
+                let what = format!("concurrent DeleteAgent {agent}");
+                call(
+                    &channel,
+                    "DeleteAgent",
+                    body,
+                    timeout,
+                    &tally,
+                    what,
+                    verbose,
+                )
+                .await;
+                tally.lock().expect("tally").report.deletes += 1;
+                tokio::time::sleep(Duration::from_millis(rng.random_range(5..50))).await;
+            }
+        })
+    };
+    let mut workers = vec![];
+    for w in 0..config.concurrency.max(1) {
+        let (channel, tally) = (channel.clone(), Arc::clone(&tally));
+        let config = config.clone();
+        workers.push(tokio::spawn(async move {
+            let seed = config.seed.wrapping_add(w as u64);
+            let mut g = Gen::new(StdRng::seed_from_u64(seed));
+            for case in (w..config.cases).step_by(config.concurrency.max(1)) {
+                // Ingest often, so the other calls find agents with turns.
+                let method = if g.rng.random_bool(0.3) {
+                    "Ingest"
+                } else {
+                    METHODS[g.rng.random_range(0..METHODS.len())]
+                };
+                g.wild = g.rng.random_bool(0.4);
+                let mut body = request(&mut g, method);
+                let raw = g.rng.random_bool(0.1);
+                if raw {
+                    body = damage(&mut g, body);
+                }
+                let what = format!(
+                    "seed {seed} case {case}: {method}{} ({} bytes)",
+                    if raw { ", damaged" } else { "" },
+                    body.len()
+                );
+                let verbose = config.verbose;
+                call(
+                    &channel,
+                    method,
+                    body,
+                    config.call_timeout,
+                    &tally,
+                    what,
+                    verbose,
+                )
+                .await;
+                tally.lock().expect("tally").report.cases += 1;
+            }
+        }));
+    }
+    for w in workers {
+        w.await?;
+    }
+    done.store(true, Ordering::SeqCst);
+    deleter.await?;
+
+    let mut report = std::mem::take(&mut tally.lock().expect("tally").report);
+    report.elapsed = started.elapsed();
+    if daemon.exited().is_some() {
+        report.crashes += 1;
+    } else {
+        // Still answering, and what it says about itself.
+        let mut c: Client = daemon.client().await?;
+        if let Err(e) = c.list_agents(pb::ListAgentsRequest::default()).await {
+            report.crashes += 1;
+            report.failures.push(format!("after the run: {e:?}"));
+        }
+        if let Some(addr) = &daemon.metrics {
+            report.panics = panics(addr).await?;
+        }
+        daemon.stop()?;
+    }
+    Ok(report)
+}
+
+/// One call; its answer tallied.
+async fn call(
+    channel: &tonic::transport::Channel,
+    method: &str,
+    body: Vec<u8>,
+    timeout: Duration,
+    tally: &Mutex<Tally>,
+    what: String,
+    verbose: bool,
+) {
+    let answer =
+        tokio::time::timeout(timeout, crate::raw::call_raw(channel.clone(), method, body)).await;
+    let mut tally = tally.lock().expect("tally");
+    let report = &mut tally.report;
+    let code = match answer {
+        Err(_) => {
+            report.hangs += 1;
+            "Hang".to_owned()
+        }
+        Ok(Ok(())) => "Ok".to_owned(),
+        Ok(Err(status)) => {
+            if verbose {
+                let message: String = status.message().chars().take(150).collect();
+                eprintln!("{what}: {:?} {message}", status.code());
+            }
+            format!("{:?}", status.code())
+        }
+    };
+    if matches!(code.as_str(), "Hang" | "Internal" | "Unknown") && report.failures.len() < 10 {
+        report.failures.push(format!("{what}: {code}"));
+    }
+    *report.codes.entry(code).or_default() += 1;
+}
+
+/// The sum of `engram_panics_total` on the metrics endpoint.
+async fn panics(addr: &str) -> anyhow::Result<u64> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: engram\r\n\r\n")
+        .await?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).await?;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with("engram_panics_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64)
+}

@@ -1,0 +1,59 @@
+//! Requests sent byte for byte, for what no generated client would send.
+
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::transport::Channel;
+
+/// Sends `body` as the request of `method` (e.g. `Ingest`) without
+/// protobuf encoding; the answer's bytes are dropped.
+pub async fn call_raw(channel: Channel, method: &str, body: Vec<u8>) -> Result<(), tonic::Status> {
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready()
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let path = format!("/engram.v1.MemoryService/{method}")
+        .parse()
+        .map_err(|_| tonic::Status::invalid_argument("bad method name"))?;
+    grpc.unary(tonic::Request::new(body), path, RawCodec)
+        .await
+        .map(|_| ())
+}
+
+/// Writes the bytes it is given; reads an answer as bytes it ignores.
+#[derive(Debug, Clone, Copy)]
+pub struct RawCodec;
+
+impl Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = ();
+    type Encoder = Self;
+    type Decoder = Self;
+
+    fn encoder(&mut self) -> Self {
+        Self
+    }
+
+    fn decoder(&mut self) -> Self {
+        Self
+    }
+}
+
+impl Encoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        bytes::BufMut::put_slice(dst, &item);
+        Ok(())
+    }
+}
+
+impl Decoder for RawCodec {
+    type Item = ();
+    type Error = tonic::Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<()>, tonic::Status> {
+        let n = bytes::Buf::remaining(src);
+        bytes::Buf::advance(src, n);
+        Ok(Some(()))
+    }
+}

@@ -1,0 +1,50 @@
+//! The short versions of `make chaos`, against the real binary: kill -9
+//! cycles under writers and compactions, and a seeded fuzz of every RPC.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use engram_chaos::{chaos, fuzz};
+
+fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_engramd"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_cycles_lose_duplicate_and_misplace_nothing() {
+    let report = chaos::run(&chaos::ChaosConfig {
+        binary: binary(),
+        cycles: 4,
+        writers: 6,
+        agents: 3,
+        run_ms: (300, 900),
+        llm_delay: Duration::from_millis(150),
+        seed: 7,
+    })
+    .await
+    .unwrap();
+    println!("{report}");
+    assert!(report.clean(), "{report}");
+    assert!(report.events_acked > 100, "{report}");
+    assert!(report.compactions > 0, "compactions ran: {report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seeded_fuzz_of_every_rpc_finds_no_crash_panic_hang_or_internal() {
+    let report = fuzz::run(&fuzz::FuzzConfig {
+        binary: binary(),
+        seed: 11,
+        cases: 1500,
+        concurrency: 4,
+        call_timeout: Duration::from_secs(60),
+        verbose: false,
+    })
+    .await
+    .unwrap();
+    println!("{report}");
+    assert!(report.clean(), "{report}");
+    assert!(
+        report.codes.get("Ok").copied().unwrap_or(0) > 200,
+        "deep enough: {report}"
+    );
+}
