@@ -38,7 +38,9 @@ pub struct ChaosReport {
     pub cycles: usize,
     pub requests_acked: usize,
     pub events_acked: usize,
-    /// Requests a kill cut off, retried with the same event ids.
+    /// Calls (Ingest or PrepareRequest) a kill cut off.
+    pub cut_off_by_kill: usize,
+    /// Ingest requests among them, retried with the same event ids.
     pub retried_after_kill: usize,
     pub lost: usize,
     pub duplicated: usize,
@@ -137,6 +139,7 @@ impl fmt::Display for ChaosReport {
 struct Ledger {
     acked: HashSet<String>,
     requests: usize,
+    cut_off: usize,
     retried: usize,
     errors: Vec<String>,
 }
@@ -218,6 +221,7 @@ pub async fn run(config: &ChaosConfig) -> anyhow::Result<ChaosReport> {
     }
     let ledger = std::mem::take(&mut *ledger.lock().expect("ledger"));
     report.requests_acked = ledger.requests;
+    report.cut_off_by_kill = ledger.cut_off;
     report.retried_after_kill = ledger.retried;
     report.events_acked = ledger.acked.len();
     report.unexpected_errors = ledger.errors;
@@ -298,7 +302,7 @@ async fn write(
             if sent.is_ok() {
                 let mut l = ledger.lock().expect("ledger");
                 l.requests += 1;
-                l.retried += usize::from(cursor.in_doubt);
+                l.retried += usize::from(cursor.in_doubt && cursor.step < 2);
                 l.acked.extend(ids);
             }
             sent
@@ -321,6 +325,7 @@ async fn write(
             Err(status) => {
                 if killed.load(Ordering::SeqCst) {
                     cursor.in_doubt = true;
+                    ledger.lock().expect("ledger").cut_off += 1;
                     return cursor;
                 }
                 ledger

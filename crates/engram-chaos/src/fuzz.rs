@@ -92,7 +92,8 @@ impl fmt::Display for FuzzReport {
     }
 }
 
-const METHODS: [&str; 9] = [
+/// Every method of the service.
+pub const METHODS: [&str; 9] = [
     "Ingest",
     "PrepareRequest",
     "Compact",
@@ -262,7 +263,9 @@ pub async fn run(config: &FuzzConfig) -> anyhow::Result<FuzzReport> {
         let (channel, tally) = (channel.clone(), Arc::clone(&tally));
         let config = config.clone();
         workers.push(tokio::spawn(async move {
-            let seed = config.seed.wrapping_add(w as u64);
+            // Each client's stream follows from (seed, client): a case is
+            // replayed with the same --seed and --concurrency.
+            let seed = config.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ w as u64;
             let mut g = Gen::new(StdRng::seed_from_u64(seed));
             for case in (w..config.cases).step_by(config.concurrency.max(1)) {
                 // Ingest often, so the other calls find agents with turns.
@@ -278,7 +281,8 @@ pub async fn run(config: &FuzzConfig) -> anyhow::Result<FuzzReport> {
                     body = damage(&mut g, body);
                 }
                 let what = format!(
-                    "seed {seed} case {case}: {method}{} ({} bytes)",
+                    "seed {} case {case}: {method}{} ({} bytes)",
+                    config.seed,
                     if raw { ", damaged" } else { "" },
                     body.len()
                 );

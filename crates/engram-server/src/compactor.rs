@@ -227,7 +227,9 @@ impl Compactor {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(agent = %agent, error = %e, "microcompact failed");
+                    if !deleted(&e) {
+                        tracing::warn!(agent = %agent, error = %e, "microcompact failed");
+                    }
                     report.error = e.client_message();
                     return report;
                 }
@@ -254,8 +256,7 @@ impl Compactor {
                 return report;
             }
             Err(e) => {
-                // A delete racing the compaction is no fault of the server.
-                if !matches!(e, engram_store::StoreError::NotFound(_)) {
+                if !deleted(&e) {
                     tracing::warn!(agent = %agent, error = %e, "no compaction window");
                 }
                 report.error = e.client_message();
@@ -307,7 +308,9 @@ impl Compactor {
                 report.traces_pruned = out.traces_pruned;
             }
             Err(e) => {
-                tracing::warn!(agent = %agent, error = %e, "compaction could not be stored; nothing pruned");
+                if !deleted(&e) {
+                    tracing::warn!(agent = %agent, error = %e, "compaction could not be stored; nothing pruned");
+                }
                 report.error = format!("storing the compaction failed: {}", e.client_message());
             }
         }
@@ -356,6 +359,12 @@ fn trigger_label(trigger: &str) -> &'static str {
         "manual" => "manual",
         _ => "other",
     }
+}
+
+/// The agent was deleted while it was being compacted: a race with
+/// DeleteAgent, no fault of the server's worth a warning.
+fn deleted(e: &engram_store::StoreError) -> bool {
+    matches!(e, engram_store::StoreError::NotFound(_))
 }
 
 /// The report of a compaction whose task panicked or was dropped.

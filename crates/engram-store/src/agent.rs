@@ -264,6 +264,12 @@ impl AgentState {
 
     /// Persists `meta` (atomically) and adopts it.
     pub fn save_meta(&mut self, meta: AgentMeta) -> Result<()> {
+        if self.deleted {
+            // A call that waited for the lock while the agent was deleted:
+            // its directory is gone, and must not come back.
+            let id = self.dir.file_name().unwrap_or_default().to_string_lossy();
+            return Err(StoreError::NotFound(id.into_owned()));
+        }
         let json = serde_json::to_vec_pretty(&meta).expect("AgentMeta serializes");
         jsonl::atomic_write(&self.dir.join(STATE), &json)?;
         self.meta = meta;

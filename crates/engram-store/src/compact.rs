@@ -285,6 +285,9 @@ impl Store {
         let mut slot = handle.lock().await;
         let state = self.loaded(id, &mut slot).await?;
         state.compacting = false;
+        if !state.exists() {
+            return Err(StoreError::NotFound(id.to_string()));
+        }
         let active: HashSet<&str> = state.traces.iter().map(|t| t.id.as_str()).collect();
         if state.meta.epoch != job.epoch
             || job.traces.iter().any(|t| !active.contains(t.id.as_str()))

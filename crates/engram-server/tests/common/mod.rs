@@ -348,18 +348,5 @@ pub fn compact(agent: &str) -> pb::CompactRequest {
     }
 }
 
-/// Every method of the service, as gRPC paths.
-pub const METHODS: [&str; 9] = [
-    "Ingest",
-    "PrepareRequest",
-    "Compact",
-    "Retrieve",
-    "SearchHistory",
-    "GetContextStats",
-    "ListAgents",
-    "DeleteAgent",
-    "ForkAgent",
-];
-
 #[allow(unused_imports)]
-pub use engram_chaos::raw::call_raw;
+pub use engram_chaos::{fuzz::METHODS, raw::call_raw};

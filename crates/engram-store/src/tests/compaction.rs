@@ -286,3 +286,57 @@ async fn loads_start_from_the_turn_checkpoint_unless_it_is_stale() {
         .unwrap();
     assert_eq!(retry.traces[0].id, original.traces[0].id);
 }
+
+/// While a summary is being written, hiding old tool results would start
+/// an epoch under it and make the summary's work stale: it waits.
+#[tokio::test]
+async fn microcompact_waits_for_a_running_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let a = id("mc");
+    conversation(&store, &a, 5).await;
+    let job = store.begin_compaction(&a, POLICY).await.unwrap().unwrap();
+    assert_eq!(store.microcompact(&a, 1).await.unwrap(), 0);
+    let out = store
+        .finish_compaction(&a, job, summary(), POLICY)
+        .await
+        .unwrap();
+    assert_eq!(out.epoch, 1, "the summary's work was not thrown away");
+    let b = id("mc2");
+    conversation(&store, &b, 5).await;
+    assert!(
+        store.microcompact(&b, 1).await.unwrap() > 0,
+        "the same history, no summary running: results are hidden"
+    );
+}
+
+/// A compaction whose agent is deleted while the summary is written ends
+/// as NOT_FOUND, also when its last step was already waiting for the
+/// agent's lock as the delete took it, and never brings the agent's
+/// directory back.
+#[tokio::test]
+async fn a_compaction_outlived_by_its_agent_ends_as_not_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let a = id("gone");
+    for finish in [false, true] {
+        conversation(&store, &a, 5).await;
+        let job = store.begin_compaction(&a, POLICY).await.unwrap().unwrap();
+        // Polled in order: the delete takes the lock and waits for its log
+        // record; the compaction's step then waits for the lock.
+        let (deleted, step) = tokio::join!(store.delete_agent(&a), async {
+            if finish {
+                store
+                    .finish_compaction(&a, job, summary(), POLICY)
+                    .await
+                    .map(|_| ())
+            } else {
+                store.abort_compaction(&a, true).await.map(|_| ())
+            }
+        });
+        deleted.unwrap();
+        let err = step.unwrap_err();
+        assert!(matches!(err, StoreError::NotFound(_)), "{err:?}");
+        assert!(!dir.path().join("agents/gone").exists());
+    }
+}
