@@ -385,10 +385,16 @@ impl Store {
     /// Removes every file of the agent. In-flight calls on it finish first;
     /// later calls see NOT_FOUND (or, for Ingest, a new empty agent).
     pub async fn delete_agent(&self, id: &AgentId) -> Result<()> {
-        let handle = self.handle(id);
+        self.delete_through(id, self.handle(id)).await
+    }
+
+    async fn delete_through(&self, id: &AgentId, handle: Arc<AgentHandle>) -> Result<()> {
         let mut slot = handle.lock().await;
         let dir = self.agent_dir(id);
-        if !dir.is_dir() {
+        // Deleted while this call waited for the lock: a directory there
+        // now belongs to a new agent of the same id, under another handle.
+        let stale = slot.as_ref().is_some_and(|s| s.deleted);
+        if stale || !dir.is_dir() {
             self.unregister(id, &handle);
             return Err(StoreError::NotFound(id.to_string()));
         }

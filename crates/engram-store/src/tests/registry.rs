@@ -40,6 +40,43 @@ async fn delete_removes_everything_and_the_id_can_start_over() {
     );
 }
 
+/// Two deletes of one agent meet: the second waited for the lock while the
+/// first removed the agent, and meanwhile an Ingest started a new agent of
+/// the same id. The second delete must not take the new agent's files
+/// from under it (a fuzz run found it did: the new agent then failed with
+/// storage errors).
+#[tokio::test]
+async fn a_delete_that_waited_out_another_leaves_the_new_agent_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let a = id("twice");
+    store
+        .ingest(&a, &[NewEvent::user("old")], None, None)
+        .await
+        .unwrap();
+    let waiting = store.handle(&a);
+    store.delete_agent(&a).await.unwrap();
+    store
+        .ingest(&a, &[NewEvent::user("new")], None, None)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.delete_through(&a, waiting).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(dir.path().join("agents/twice").is_dir());
+    let contents = store
+        .read(&a, |v| {
+            v.traces
+                .iter()
+                .map(|t| t.content.clone())
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap();
+    assert_eq!(contents, ["new"]);
+}
+
 #[tokio::test]
 async fn list_agents_pages_in_order() {
     let dir = tempfile::tempdir().unwrap();
