@@ -87,7 +87,12 @@ impl fmt::Display for ChaosReport {
         )?;
         writeln!(
             f,
-            "requests retried after a kill       {}",
+            "calls cut off by a kill             {}",
+            self.cut_off_by_kill
+        )?;
+        writeln!(
+            f,
+            "Ingests retried after a kill        {}",
             self.retried_after_kill
         )?;
         writeln!(f, "lost                                {}", self.lost)?;
@@ -149,7 +154,7 @@ struct Ledger {
 struct Cursor {
     job: usize,
     /// 0: the user message and the tool call; 1: the result and the
-    /// answer; 2: the prompt.
+    /// answer; 2: the prompt (every third job).
     step: u8,
     /// The request at this step may have been applied before a kill.
     in_doubt: bool,
@@ -319,8 +324,16 @@ async fn write(
         match result {
             Ok(()) => {
                 cursor.in_doubt = false;
-                cursor.step = (cursor.step + 1) % 3;
-                cursor.job += usize::from(cursor.step == 0);
+                cursor.step += 1;
+                // A prompt every third job: the kills land on Ingests too,
+                // not mostly on prompts waiting for a summary.
+                if cursor.step == 2 && cursor.job % 3 != 2 {
+                    cursor.step = 3;
+                }
+                if cursor.step == 3 {
+                    cursor.step = 0;
+                    cursor.job += 1;
+                }
             }
             Err(status) => {
                 if killed.load(Ordering::SeqCst) {
