@@ -6,6 +6,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 ADDR ?= 127.0.0.1:50051
 DATA_DIR ?= ./memory
+# Test hooks (fault injection) for the test runs; never in release builds.
+TEST_FEATURES := engram-server/fault-injection
 
 .DEFAULT_GOAL := help
 
@@ -29,15 +31,16 @@ fmt-check: ## cargo fmt --check
 	$(CARGO) fmt --all -- --check
 
 .PHONY: clippy
-clippy: ## clippy with warnings as errors
+clippy: ## clippy with warnings as errors, with and without the test hooks
 	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --locked --workspace --all-targets --features $(TEST_FEATURES) -- -D warnings
 
 .PHONY: unit
 unit: venv ## Unit, property and integration tests (nextest when installed; renderer tests run validate.py from .venv)
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
-		$(CARGO) nextest run --locked --workspace --profile ci; \
+		$(CARGO) nextest run --locked --workspace --features $(TEST_FEATURES) --profile ci; \
 	else \
-		$(CARGO) test --locked --workspace; \
+		$(CARGO) test --locked --workspace --features $(TEST_FEATURES); \
 	fi
 
 $(VENV)/.ready: requirements-dev.txt

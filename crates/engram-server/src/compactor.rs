@@ -77,13 +77,7 @@ pub fn summarizer(llm: &LlmSection) -> Result<Arc<dyn Summarizer>, String> {
     if llm.base_url.trim().is_empty() {
         return Ok(Arc::new(Extractive));
     }
-    let api_key = Some(llm.api_key.clone())
-        .filter(|k| !k.is_empty())
-        .or_else(|| {
-            std::env::var(&llm.api_key_env)
-                .ok()
-                .filter(|k| !k.is_empty())
-        });
+    let api_key = Some(llm.api_key.0.clone()).filter(|k| !k.is_empty());
     let http = HttpSummarizer::new(HttpConfig {
         api_key,
         timeout: Duration::from_secs(llm.timeout_secs),

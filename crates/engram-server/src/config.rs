@@ -26,6 +26,11 @@ pub struct Config {
     pub budget: BudgetSection,
     pub llm: LlmSection,
     pub policy: PolicySection,
+    /// Crash tests of the binary: abort before this compaction step
+    /// (`ENGRAM_TEST_CRASH_AT`; builds with `fault-injection` only).
+    #[cfg(feature = "fault-injection")]
+    #[serde(skip)]
+    pub crash_at: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -33,7 +38,8 @@ pub struct Config {
 pub struct LlmSection {
     pub base_url: String,
     pub model: String,
-    pub api_key: String,
+    /// The key itself, or (after loading) the value of `api_key_env`.
+    pub api_key: Secret,
     pub api_key_env: String,
     /// The summarizer model's context window; larger windows are chunked.
     pub context_tokens: u32,
@@ -49,6 +55,27 @@ pub struct LlmSection {
     /// compaction for `agent_cooldown_secs`.
     pub agent_failures: u32,
     pub agent_cooldown_secs: u64,
+}
+
+/// A secret from the configuration: its Debug output hides it.
+#[derive(Clone, Default, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl Secret {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_empty() {
+            "\"\""
+        } else {
+            "<hidden>"
+        })
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -200,9 +227,16 @@ impl Config {
         file: Option<&Path>,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Self, ConfigError> {
-        let env: config::Map<String, String> = env
-            .into_iter()
+        let all: Vec<(String, String)> = env.into_iter().collect();
+        let lookup = |name: &str| {
+            all.iter()
+                .find(|(k, v)| k == name && !v.is_empty())
+                .map(|(_, v)| v.clone())
+        };
+        let env: config::Map<String, String> = all
+            .iter()
             .filter(|(k, _)| k.starts_with("ENGRAM__"))
+            .cloned()
             .collect();
         let mut builder =
             config::Config::builder().add_source(File::from_str(DEFAULT_TOML, FileFormat::Toml));
@@ -219,6 +253,15 @@ impl Config {
             )
             .build()?;
         let mut config: Self = built.try_deserialize()?;
+        if config.llm.api_key.is_empty()
+            && let Some(key) = lookup(&config.llm.api_key_env)
+        {
+            config.llm.api_key = Secret(key);
+        }
+        #[cfg(feature = "fault-injection")]
+        {
+            config.crash_at = lookup("ENGRAM_TEST_CRASH_AT");
+        }
         config.load_tokens_file()?;
         config.validate()?;
         Ok(config)
@@ -425,6 +468,31 @@ mod tests {
             "the embedded summarizer by default"
         );
         assert_eq!(c.policy.raw_tail_turns, 4);
+    }
+
+    /// The key is read from the variable `api_key_env` names, once, by the
+    /// configuration; it never shows in Debug output.
+    #[test]
+    fn the_llm_key_comes_from_its_variable_and_stays_hidden() {
+        let config = Config::load_from(
+            None,
+            env(&[
+                ("ENGRAM__LLM__API_KEY_ENV", "MY_KEY"),
+                ("MY_KEY", "sk-secret"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(config.llm.api_key.0, "sk-secret");
+        assert!(!format!("{config:?}").contains("sk-secret"));
+        let explicit = Config::load_from(
+            None,
+            env(&[
+                ("ENGRAM__LLM__API_KEY", "sk-file"),
+                ("ENGRAM_LLM_API_KEY", "sk-env"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(explicit.llm.api_key.0, "sk-file", "the key itself wins");
     }
 
     #[test]

@@ -97,11 +97,8 @@ pub async fn run_with_metrics(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     let store = Store::open(config.store_config()).await?;
-    // Crash tests of the binary: abort at a compaction step (never set in
-    // production; not a config key on purpose).
-    if let Ok(step) = std::env::var("ENGRAM_TEST_CRASH_AT") {
-        store.inject_compaction_crash(Some(step));
-    }
+    #[cfg(feature = "fault-injection")]
+    store.inject_compaction_crash(config.crash_at.clone());
     serve(listener, metrics, config, store, shutdown).await
 }
 

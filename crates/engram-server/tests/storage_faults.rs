@@ -161,6 +161,8 @@ async fn a_full_disk_refuses_invisibly_and_writes_resume_when_space_is_freed() {
     assert_eq!(stored_markers(&data.join("agents/full")), want);
 }
 
+/// Needs the `fault-injection` build (`make test`).
+#[cfg(feature = "fault-injection")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_fsync_turns_health_not_serving_and_refuses_everything() {
     let data = tempfile::tempdir().unwrap();

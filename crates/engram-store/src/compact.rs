@@ -357,11 +357,11 @@ impl Store {
         window: &HashSet<&str>,
     ) -> Result<Option<Vec<u8>>> {
         let dir = &state.dir;
-        self.fault("episodic")?;
+        self.inner.faults.check("episodic")?;
         if !state.episodic.iter().any(|e| e.id == intent.episodic.id) {
             append_sync(&dir.join(EPISODIC), &line(&intent.episodic))?;
         }
-        self.fault("semantic")?;
+        self.inner.faults.check("semantic")?;
         let known: HashSet<&str> = state.semantic.iter().map(|s| s.id.as_str()).collect();
         let mut lines = vec![];
         for item in intent
@@ -390,7 +390,7 @@ impl Store {
         if !still_active {
             return Ok(None);
         }
-        self.fault("archive")?;
+        self.inner.faults.check("archive")?;
         // Bytes past `archive_len` are this compaction's own, cut short.
         let archive = dir.join(RAW_ARCHIVE);
         if archive.exists() {
@@ -408,7 +408,7 @@ impl Store {
                 .filter(|t| window.contains(t.id.as_str())),
         );
         append_sync(&archive, &moved)?;
-        self.fault("rewrite")?;
+        self.inner.faults.check("rewrite")?;
         Ok(Some(lines_of(
             state
                 .traces
@@ -432,7 +432,7 @@ impl Store {
         if let Err(e) = crate::agent::save_turns(&dir, &state.tracker) {
             tracing::warn!(agent = %id, error = %e, "could not checkpoint the turn state; loads replay the archive");
         }
-        self.fault("finalize")?;
+        self.inner.faults.check("finalize")?;
         let epoch_start_trace = state
             .traces
             .iter()
@@ -530,41 +530,5 @@ impl Store {
         state.rebuild_epoch();
         tracing::info!(agent = %id, hidden, "microcompacted old tool results");
         Ok(u32::try_from(hidden).unwrap_or(u32::MAX))
-    }
-
-    /// Test hook: the named step of this store's compactions fails (as a
-    /// crash there would leave things) until cleared with `None`.
-    #[doc(hidden)]
-    pub fn inject_compaction_fault(&self, step: Option<&'static str>) {
-        *self.inner.compaction_fault.lock().expect("fault lock") = step;
-    }
-
-    /// Test hook: the process aborts (like `kill -9`: no cleanup) before the
-    /// named step of a compaction. Used by the crash tests of the binary.
-    #[doc(hidden)]
-    pub fn inject_compaction_crash(&self, step: Option<String>) {
-        *self.inner.compaction_crash.lock().expect("fault lock") = step;
-    }
-
-    fn fault(&self, step: &str) -> Result<()> {
-        if self
-            .inner
-            .compaction_crash
-            .lock()
-            .expect("fault lock")
-            .as_deref()
-            == Some(step)
-        {
-            tracing::error!(step, "crashing on purpose (ENGRAM_TEST_CRASH_AT)");
-            std::process::abort();
-        }
-        if *self.inner.compaction_fault.lock().expect("fault lock") == Some(step) {
-            return Err(StoreError::Io {
-                context: "injected fault before",
-                path: step.into(),
-                source: std::io::Error::other("injected"),
-            });
-        }
-        Ok(())
     }
 }

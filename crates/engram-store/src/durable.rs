@@ -321,7 +321,7 @@ impl DurableFile {
     }
 
     /// Makes the next fdatasync fail, as a dying disk would.
-    #[doc(hidden)]
+    #[cfg(any(test, feature = "fault-injection"))]
     pub fn inject_sync_failure(&self) {
         self.fail_next_sync.store(true, Ordering::SeqCst);
     }

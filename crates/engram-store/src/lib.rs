@@ -19,6 +19,7 @@ pub mod agent;
 pub mod compact;
 pub mod durable;
 pub mod error;
+mod faults;
 mod fork;
 pub mod jsonl;
 pub mod search;
@@ -174,10 +175,8 @@ struct Inner {
     health: Arc<durable::StorageHealth>,
     /// Serializes checkpoints (upkeep and shutdown may both ask for one).
     checkpointing: AsyncMutex<()>,
-    /// Test hook of [`Store::inject_compaction_fault`].
-    compaction_fault: Mutex<Option<&'static str>>,
-    /// Test hook of [`Store::inject_compaction_crash`].
-    compaction_crash: Mutex<Option<String>>,
+    /// Faults tests ask for (nothing without `fault-injection`).
+    faults: faults::Faults,
     opened: Instant,
 }
 
@@ -215,8 +214,7 @@ impl Store {
                 wal,
                 health,
                 checkpointing: AsyncMutex::new(()),
-                compaction_fault: Mutex::new(None),
-                compaction_crash: Mutex::new(None),
+                faults: faults::Faults::default(),
                 opened: Instant::now(),
             }),
         })
@@ -285,13 +283,6 @@ impl Store {
     /// Changes to [`failure`](Self::failure), for health reporting.
     pub fn watch_failure(&self) -> tokio::sync::watch::Receiver<Option<String>> {
         self.inner.health.subscribe()
-    }
-
-    /// Makes the next flush of the write-ahead log fail, as a dying disk
-    /// would (tests of what follows a failed fsync).
-    #[doc(hidden)]
-    pub fn inject_log_sync_failure(&self) {
-        self.inner.wal.inject_sync_failure();
     }
 
     async fn loaded<'a>(&self, id: &AgentId, slot: &'a mut Slot<'_>) -> Result<&'a mut AgentState> {

@@ -217,7 +217,7 @@ impl Wal {
 
 impl Wal {
     /// Makes the next flush of the open segment fail, as a dying disk would.
-    #[doc(hidden)]
+    #[cfg(any(test, feature = "fault-injection"))]
     pub fn inject_sync_failure(&self) {
         let current = self.current.lock().expect("wal lock");
         current.file.inject_sync_failure();

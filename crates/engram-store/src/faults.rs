@@ -1,0 +1,86 @@
+//! Fault injection for tests: a compaction step that fails (as an I/O error
+//! there would leave things) or aborts the process (as `kill -9` would),
+//! and a flush that fails. Compiled only into the crate's own tests and
+//! builds with the `fault-injection` feature, which the project's test
+//! runs enable and release builds do not: the production binary has no
+//! way to turn a fault on.
+
+#[cfg(any(test, feature = "fault-injection"))]
+mod on {
+    use std::sync::{Mutex, PoisonError};
+
+    use crate::{Result, Store, StoreError};
+
+    #[derive(Debug, Default)]
+    pub struct Faults {
+        fail_at: Mutex<Option<&'static str>>,
+        crash_at: Mutex<Option<String>>,
+    }
+
+    impl Faults {
+        /// Before the named step of a compaction: abort or fail if asked.
+        pub fn check(&self, step: &str) -> Result<()> {
+            let crash = self.crash_at.lock().unwrap_or_else(PoisonError::into_inner);
+            if crash.as_deref() == Some(step) {
+                tracing::error!(step, "crashing on purpose (fault injection)");
+                std::process::abort();
+            }
+            if *self.fail_at.lock().unwrap_or_else(PoisonError::into_inner) == Some(step) {
+                return Err(StoreError::Io {
+                    context: "injected fault before",
+                    path: step.into(),
+                    source: std::io::Error::other("injected"),
+                });
+            }
+            Ok(())
+        }
+    }
+
+    impl Store {
+        /// The named step of this store's compactions fails until cleared
+        /// with `None`.
+        pub fn inject_compaction_fault(&self, step: Option<&'static str>) {
+            *self
+                .inner
+                .faults
+                .fail_at
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = step;
+        }
+
+        /// The process aborts (no cleanup) before the named step of a
+        /// compaction. Used by the crash tests of the binary.
+        pub fn inject_compaction_crash(&self, step: Option<String>) {
+            *self
+                .inner
+                .faults
+                .crash_at
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = step;
+        }
+
+        /// The next flush of the write-ahead log fails, as a dying disk's
+        /// would.
+        pub fn inject_log_sync_failure(&self) {
+            self.inner.wal.inject_sync_failure();
+        }
+    }
+}
+
+#[cfg(any(test, feature = "fault-injection"))]
+pub(crate) use on::Faults;
+
+/// Without fault injection: nothing to check.
+#[cfg(not(any(test, feature = "fault-injection")))]
+#[derive(Debug, Default)]
+pub(crate) struct Faults {
+    _none: (),
+}
+
+#[cfg(not(any(test, feature = "fault-injection")))]
+impl Faults {
+    #[inline]
+    pub(crate) fn check(&self, _step: &str) -> crate::Result<()> {
+        Ok(())
+    }
+}
