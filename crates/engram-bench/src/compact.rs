@@ -8,8 +8,9 @@ use std::time::Instant;
 
 use clap::Args as ClapArgs;
 use engram_core::compaction::NewFact;
+use engram_core::compaction::Summary;
 use engram_core::{AgentId, NewEvent};
-use engram_store::compact::{Policy, Summary};
+use engram_store::compact::Policy;
 use engram_store::{Store, StoreConfig};
 use serde_json::json;
 
@@ -57,10 +58,10 @@ async fn fill(store: &Store, agent: &AgentId, turns: usize) -> anyhow::Result<()
 
 fn summary() -> Summary {
     Summary {
-        text: "A long conversation about memory.".into(),
+        episodic_summary: "A long conversation about memory.".into(),
         tags: vec![],
         salience: 0.5,
-        facts: (0..10)
+        semantic_facts: (0..10)
             .map(|i| NewFact {
                 fact: format!("fact number {i} about the user"),
                 tags: vec![],

@@ -22,6 +22,8 @@ use std::pin::Pin;
 use engram_core::RawTrace;
 /// A fact a summarizer proposes; the store deduplicates and merges it.
 pub use engram_core::compaction::NewFact;
+/// A summarizer's answer.
+pub use engram_core::compaction::Summary;
 use engram_core::memory::SemanticItem;
 
 pub use chunked::Chunked;
@@ -41,15 +43,6 @@ pub struct SummaryRequest<'a> {
     pub known_facts: &'a [SemanticItem],
     /// Extra instruction of a manual compaction.
     pub focus: Option<&'a str>,
-}
-
-/// A summarizer's answer.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Summary {
-    pub episodic_summary: String,
-    pub tags: Vec<String>,
-    pub salience: f32,
-    pub semantic_facts: Vec<NewFact>,
 }
 
 /// Why no usable summary came back. Compaction prunes nothing on either.

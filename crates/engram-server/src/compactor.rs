@@ -10,18 +10,19 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use engram_core::AgentId;
+use engram_core::compaction::{CompactionError, CompactionReport, Tier, Trigger};
 use engram_llm::{
     Chunked, CircuitBreaker, Extractive, HttpConfig, HttpSummarizer, SummarizeError, Summarizer,
     SummaryRequest,
 };
-use engram_proto::pb;
-use engram_store::Store;
-use engram_store::compact::{Job, Policy, Summary};
+use engram_store::compact::{Job, Policy};
+use engram_store::{Store, StoreError};
 use tokio::time::Instant;
 
 use crate::budget::Budgets;
 use crate::config::{LlmSection, PolicySection};
 use crate::flights::{Flights, Share};
+use crate::sizing;
 
 #[derive(Debug, Clone)]
 pub struct Compactor {
@@ -31,7 +32,7 @@ pub struct Compactor {
     policy: Policy,
     /// `policy.max_active_turns` (0: off).
     max_active_turns: usize,
-    flights: Arc<Flights<pb::CompactionReport>>,
+    flights: Arc<Flights<CompactionReport>>,
     pauses: Arc<Pauses>,
 }
 
@@ -128,9 +129,9 @@ impl Compactor {
     /// The policy a summary for `trigger` follows: a turn-count compaction
     /// keeps no more raw turns than the trigger allows, or the very next
     /// prompt would trigger it again with nothing left to do.
-    fn policy_for(&self, trigger: &str) -> Policy {
+    fn policy_for(&self, trigger: Trigger) -> Policy {
         let mut policy = self.policy;
-        if trigger == "turn_count" && self.max_active_turns > 0 {
+        if trigger == Trigger::TurnCount && self.max_active_turns > 0 {
             policy.raw_tail_turns = policy.raw_tail_turns.min(self.max_active_turns);
         }
         policy
@@ -148,29 +149,31 @@ impl Compactor {
     pub async fn compact(
         &self,
         agent: &AgentId,
-        trigger: &str,
+        trigger: Trigger,
         focus: Option<&str>,
         tokens_before: u32,
-    ) -> pb::CompactionReport {
+    ) -> CompactionReport {
         let this = self.clone();
-        let label = trigger_label(trigger);
         let work = {
-            let (agent, trigger) = (agent.clone(), trigger.to_owned());
+            let agent = agent.clone();
             let focus = focus.map(str::to_owned);
             async move {
-                this.run(&agent, &trigger, focus.as_deref(), tokens_before)
+                this.run(&agent, trigger, focus.as_deref(), tokens_before)
                     .await
             }
         };
-        let (report, share) = self.flights.run(agent, work, unexpected).await;
+        let failed = move || {
+            CompactionReport::new(trigger, tokens_before).failed(CompactionError::Unexpected)
+        };
+        let (report, share) = self.flights.run(agent, work, failed).await;
         let outcome = match share {
-            Share::Led => outcome(&report),
+            Share::Led => report.outcome(),
             Share::Joined => {
-                tracing::debug!(agent = %agent, trigger, "joined the running compaction");
+                tracing::debug!(agent = %agent, trigger = trigger.as_str(), "joined the running compaction");
                 "joined"
             }
         };
-        metrics::counter!("engram_compactions_total", "trigger" => label, "outcome" => outcome)
+        metrics::counter!("engram_compactions_total", "trigger" => trigger.as_str(), "outcome" => outcome)
             .increment(1);
         report
     }
@@ -183,21 +186,16 @@ impl Compactor {
     async fn run(
         &self,
         agent: &AgentId,
-        trigger: &str,
+        trigger: Trigger,
         focus: Option<&str>,
         tokens_before: u32,
-    ) -> pb::CompactionReport {
-        let mut report = pb::CompactionReport {
-            trigger: trigger.to_owned(),
-            tokens_before,
-            tokens_after: tokens_before,
-            ..Default::default()
-        };
+    ) -> CompactionReport {
+        let mut report = CompactionReport::new(trigger, tokens_before);
         // The cheapest tier that can answer the trigger. Hiding old tool
         // results shrinks the prompt but keeps every turn: it answers the
-        // token triggers only; a turn count or a manual Compact summarizes.
+        // size triggers only; a turn count or a manual Compact summarizes.
         let mut opened_epoch = false;
-        if matches!(trigger, "token_pressure" | "estimate" | "reactive") {
+        if trigger.is_about_size() {
             match self
                 .store
                 .microcompact(agent, self.policy.raw_tail_turns)
@@ -205,62 +203,43 @@ impl Compactor {
             {
                 Ok(0) => {}
                 Ok(_) => {
-                    report.steps.push("microcompact".to_owned());
+                    report.steps.push(Tier::Microcompact);
                     opened_epoch = true;
-                    match crate::context::over_trigger(&self.store, &self.budgets, agent).await {
+                    match sizing::over_trigger(&self.store, &self.budgets, agent).await {
                         Ok((false, tokens)) => {
                             report.performed = true;
                             report.tokens_after = tokens;
                             return report;
                         }
                         Ok((true, _)) => {}
-                        Err(e) => {
-                            report.error = format!("storage: {}", e.message());
-                            return report;
-                        }
+                        Err(e) => return report.failed(storage(agent, &e, "sizing")),
                     }
                 }
-                Err(e) => {
-                    if !deleted(&e) {
-                        tracing::warn!(agent = %agent, error = %e, "microcompact failed");
-                    }
-                    report.error = e.client_message();
-                    return report;
-                }
+                Err(e) => return report.failed(storage(agent, &e, "microcompact")),
             }
         }
-        if trigger != "manual"
+        if trigger != Trigger::Manual
             && let Some(left) = self.pauses.remaining(agent)
         {
-            report.error = format!(
-                "compaction paused: this agent's last {} compactions failed; automatic compaction resumes in {}s (a manual Compact tries at once)",
-                self.pauses.after,
-                left.as_secs_f64().ceil()
-            );
-            return report;
+            return report.failed(CompactionError::Paused {
+                failures: self.pauses.after,
+                resumes_in_secs: left.as_secs_f64().ceil() as u64,
+            });
         }
         let policy = self.policy_for(trigger);
         let mut job = match self.store.begin_compaction(agent, policy).await {
             Ok(Some(job)) => job,
             Ok(None) => {
-                report.error = format!(
-                    "nothing to compact: no whole turns older than the raw tail ({} turns), or a compaction is already running",
-                    policy.raw_tail_turns
-                );
-                return report;
+                return report.failed(CompactionError::NothingToCompact {
+                    raw_tail_turns: policy.raw_tail_turns,
+                });
             }
-            Err(e) => {
-                if !deleted(&e) {
-                    tracing::warn!(agent = %agent, error = %e, "no compaction window");
-                }
-                report.error = e.client_message();
-                return report;
-            }
+            Err(e) => return report.failed(storage(agent, &e, "choosing the window")),
         };
         if opened_epoch {
             job.next_epoch = job.epoch;
         }
-        report.steps.push("summarize".to_owned());
+        report.steps.push(Tier::Summarize);
         let started = std::time::Instant::now();
         let answer = self.summarize(job, focus).await;
         metrics::histogram!("engram_summarizer_duration_seconds")
@@ -276,16 +255,11 @@ impl Compactor {
                     self.pauses.record(agent, Some(failures));
                 }
                 tracing::warn!(agent = %agent, error = %e, failures, "summary failed; nothing pruned");
-                report.error =
-                    format!("{e} (consecutive failures: {failures}); nothing was pruned");
-                return report;
+                return report.failed(CompactionError::Summarizer {
+                    message: e.to_string(),
+                    consecutive_failures: failures,
+                });
             }
-        };
-        let summary = Summary {
-            text: summary.episodic_summary,
-            tags: summary.tags,
-            salience: summary.salience,
-            facts: summary.semantic_facts,
         };
         match self
             .store
@@ -300,15 +274,10 @@ impl Compactor {
                 report.semantic_added = out.semantic_added;
                 report.semantic_updated = out.semantic_updated;
                 report.traces_pruned = out.traces_pruned;
+                report
             }
-            Err(e) => {
-                if !deleted(&e) {
-                    tracing::warn!(agent = %agent, error = %e, "compaction could not be stored; nothing pruned");
-                }
-                report.error = format!("storing the compaction failed: {}", e.client_message());
-            }
+            Err(e) => report.failed(storage(agent, &e, "storing the compaction")),
         }
-        report
     }
 
     /// The summarizer's answer for `job`. The whole call runs on a blocking
@@ -342,45 +311,16 @@ impl Compactor {
     }
 }
 
-/// Triggers are a fixed set; anything else (never expected) is one label,
-/// so a label cannot grow without bound.
-fn trigger_label(trigger: &str) -> &'static str {
-    match trigger {
-        "token_pressure" => "token_pressure",
-        "turn_count" => "turn_count",
-        "estimate" => "estimate",
-        "reactive" => "reactive",
-        "manual" => "manual",
-        _ => "other",
+/// The report's account of a storage error (no paths or OS errors), logged
+/// unless the agent was deleted meanwhile: a race with DeleteAgent is no
+/// fault of the server's worth a warning.
+fn storage(agent: &AgentId, e: &StoreError, step: &'static str) -> CompactionError {
+    if !matches!(e, StoreError::NotFound(_)) {
+        tracing::warn!(agent = %agent, error = %e, step, "compaction stopped by storage; nothing pruned");
     }
-}
-
-/// The agent was deleted while it was being compacted: a race with
-/// DeleteAgent, no fault of the server's worth a warning.
-fn deleted(e: &engram_store::StoreError) -> bool {
-    matches!(e, engram_store::StoreError::NotFound(_))
-}
-
-/// The report of a compaction whose task panicked or was dropped.
-fn unexpected() -> pb::CompactionReport {
-    pb::CompactionReport {
-        error: "the compaction failed unexpectedly; nothing was pruned".to_owned(),
-        ..Default::default()
-    }
-}
-
-fn outcome(report: &pb::CompactionReport) -> &'static str {
-    if report.performed {
-        if report.steps.iter().any(|s| s == "summarize") {
-            "summarized"
-        } else {
-            "microcompacted"
-        }
-    } else if report.error.starts_with("nothing to compact")
-        || report.error.starts_with("compaction paused")
-    {
-        "skipped"
-    } else {
-        "failed"
-    }
+    let message = e.client_message();
+    CompactionError::Storage(match step {
+        "storing the compaction" => format!("storing the compaction failed: {message}"),
+        _ => message,
+    })
 }

@@ -1,10 +1,8 @@
 //! PrepareRequest and GetContextStats: the prompt of the next LLM call and
 //! the numbers behind it.
 
-use engram_core::budget::TokenBudget;
+use engram_core::compaction::{CompactionReport, Signals, Trigger, decide};
 use engram_core::render::{Format, Prompt};
-use engram_core::tokens;
-use engram_core::transcript::Message;
 use engram_core::{AgentId, CoreError, NewEvent, TraceType};
 use engram_proto::pb;
 use engram_store::{AgentView, PrepareInput, Store};
@@ -13,6 +11,7 @@ use tonic::Status;
 use crate::budget::Budgets;
 use crate::compactor::Compactor;
 use crate::convert;
+use crate::sizing::{finished_turns, sizing};
 use crate::status::{from_core, from_store};
 
 fn non_empty(s: &str) -> Option<&str> {
@@ -48,69 +47,11 @@ fn user_event(e: pb::TraceEvent) -> Result<NewEvent, Status> {
     }
 }
 
-/// Token numbers of the prompt an agent would send now.
-struct Sizing {
-    budget: TokenBudget,
-    /// Our own count of the whole prompt.
-    estimate: u32,
-    /// Size the provider last reported, and our count of what came since.
-    reported: Option<(u32, u32)>,
-    messages: usize,
-    /// Placeholders for calls still waiting for results (rendered last).
-    tail: Vec<Message>,
-}
-
-impl Sizing {
-    /// The best guess of the prompt's size: the provider's last report plus
-    /// what was added since, or our own count when there is no report.
-    fn prompt_tokens(&self) -> u32 {
-        self.reported
-            .map_or(self.estimate, |(r, since)| r.saturating_add(since))
-    }
-}
-
-fn sizing(
-    view: &mut AgentView<'_>,
-    agent: &AgentId,
-    budgets: &Budgets,
-    model: &str,
-    max_output: Option<u32>,
-) -> Sizing {
-    let budget = budgets.budget(agent.as_str(), model, max_output);
-    let encoding = tokens::encoding_for(model);
-    let committed = view.transcript.messages();
-    let tail = view.transcript.pending_tail();
-    let body = view.tokens.count(encoding, committed);
-    let tail_tokens: u64 = tail
-        .iter()
-        .map(|m| u64::from(tokens::count_message(encoding, m)))
-        .sum();
-    let system = view
-        .tokens
-        .count_system(encoding, view.meta.system_prompt.as_deref());
-    let estimate = u64::from(system) + body + tail_tokens + u64::from(tokens::REPLY_PRIMING);
-    let reported = view.report.map(|(u, mark)| {
-        let since = view.tokens.sum_from(mark) + tail_tokens;
-        (u.prompt_tokens, clamp(since))
-    });
-    Sizing {
-        budget,
-        estimate: clamp(estimate),
-        reported,
-        messages: committed.len() + tail.len() + usize::from(view.meta.system_prompt.is_some()),
-        tail,
-    }
-}
-
-fn clamp(n: u64) -> u32 {
-    u32::try_from(n).unwrap_or(u32::MAX)
-}
-
 /// What the first look at an agent's prompt decided.
 enum Plan {
     Built(Box<pb::PrepareRequestResponse>),
     /// Compact first (trigger, prompt tokens now).
-    Compact(&'static str, u32),
+    Compact(Trigger, u32),
 }
 
 pub async fn prepare_request(
@@ -141,7 +82,7 @@ pub async fn prepare_request(
     let agent = &id;
     let max_turns = compactor.max_active_turns();
     let build =
-        |report: Option<pb::CompactionReport>| {
+        |report: Option<CompactionReport>| {
             move |mut view: AgentView<'_>| {
                 let model = request_model
                     .or(view.tracker.last_model())
@@ -149,37 +90,27 @@ pub async fn prepare_request(
                     .to_owned();
                 let size = sizing(&mut view, agent, budgets, &model, max_output);
                 let tokens_now = size.prompt_tokens();
-                let trigger = if view.meta.compaction_required {
-                    Some("token_pressure")
-                } else if force {
-                    Some("reactive")
-                } else if tokens_now > size.budget.trigger_tokens {
-                    Some("estimate")
-                } else if max_turns > 0
-                    && finished_turns(view.traces, view.tracker.current_turn_id()) > max_turns
-                {
-                    Some("turn_count")
-                } else {
-                    None
+                let signals = Signals {
+                    compaction_required: view.meta.compaction_required,
+                    force,
+                    finished_turns: finished_turns(view.traces, view.tracker.current_turn_id()),
+                    max_active_turns: max_turns,
                 };
+                let trigger = decide(size.size, &size.budget, signals);
                 let mut warnings = vec![];
                 let report = match (report, trigger) {
                     // Compaction runs before the prompt is built, once.
                     (None, Some(trigger)) => return Plan::Compact(trigger, tokens_now),
-                    (None, None) => pb::CompactionReport {
-                        tokens_before: tokens_now,
-                        tokens_after: tokens_now,
-                        ..Default::default()
-                    },
+                    (None, None) => convert::no_compaction_to_pb(tokens_now),
                     (Some(mut report), _) => {
                         report.tokens_after = tokens_now;
-                        if !report.error.is_empty() {
+                        if let Some(error) = &report.error {
                             warnings.push(format!(
-                                "compaction ({}) did not run: {}; the prompt was not pruned",
-                                report.trigger, report.error
+                                "compaction ({}) did not run: {error}; the prompt was not pruned",
+                                report.trigger.as_str()
                             ));
                         }
-                        report
+                        convert::report_to_pb(&report)
                     }
                 };
                 if tokens_now > size.budget.input_budget {
@@ -271,9 +202,9 @@ pub async fn context_stats(
             let size = sizing(&mut view, &id, budgets, &model, None);
             let tokens_now = size.prompt_tokens();
             pb::GetContextStatsResponse {
-                estimated_tokens: size.estimate,
-                last_reported_prompt_tokens: size.reported.map_or(0, |(r, _)| r),
-                estimated_tokens_since_report: size.reported.map_or(0, |(_, s)| s),
+                estimated_tokens: size.size.estimate,
+                last_reported_prompt_tokens: size.size.reported.map_or(0, |(r, _)| r),
+                estimated_tokens_since_report: size.size.reported.map_or(0, |(_, s)| s),
                 budget: Some(convert::budget_to_pb(&size.budget)),
                 trigger_tokens: size.budget.trigger_tokens,
                 percent_used: size.budget.percent_used(tokens_now),
@@ -299,36 +230,10 @@ pub async fn context_stats(
     Ok(response)
 }
 
-/// Distinct turns among the active traces, the current one not counted.
-fn finished_turns(traces: &[engram_core::RawTrace], current: Option<String>) -> usize {
-    let current = current.unwrap_or_default();
-    let turns: std::collections::HashSet<&str> = traces
-        .iter()
-        .map(|t| t.turn_id.as_str())
-        .filter(|t| *t != current)
-        .collect();
-    turns.len()
-}
-
 /// The agent's prompt size now (for its last reported model).
 pub async fn prompt_tokens(store: &Store, budgets: &Budgets, id: &AgentId) -> Result<u32, Status> {
-    Ok(over_trigger(store, budgets, id).await?.1)
-}
-
-/// Whether the agent's prompt (for its last reported model) is over its
-/// compaction trigger, and its size.
-pub async fn over_trigger(
-    store: &Store,
-    budgets: &Budgets,
-    id: &AgentId,
-) -> Result<(bool, u32), Status> {
-    store
-        .read(id, |mut view| {
-            let model = view.tracker.last_model().unwrap_or_default().to_owned();
-            let size = sizing(&mut view, id, budgets, &model, None);
-            let tokens = size.prompt_tokens();
-            (tokens > size.budget.trigger_tokens, tokens)
-        })
+    Ok(crate::sizing::over_trigger(store, budgets, id)
         .await
-        .map_err(from_store)
+        .map_err(from_store)?
+        .1)
 }

@@ -2,6 +2,7 @@
 //! (`engram_core`). Empty strings on the wire are absent values here.
 
 use engram_core::budget::TokenBudget;
+use engram_core::compaction::CompactionReport;
 use engram_core::memory::{EpisodicItem, SemanticItem};
 use engram_core::retrieve::{ToolInteraction, ToolStatus};
 use engram_core::transcript::{Message, Role};
@@ -220,6 +221,35 @@ pub fn message_to_pb(m: &Message) -> pb::Message {
         tool_name: m.tool_name.clone().unwrap_or_default(),
         is_error: m.is_error,
         media: m.media.as_ref().map(media_to_pb),
+    }
+}
+
+pub fn report_to_pb(r: &CompactionReport) -> pb::CompactionReport {
+    pb::CompactionReport {
+        performed: r.performed,
+        trigger: r.trigger.as_str().to_owned(),
+        steps: r.steps.iter().map(|t| t.as_str().to_owned()).collect(),
+        turn_ids: r.turn_ids.clone(),
+        episodic_id: r.episodic_id.clone(),
+        semantic_added: r.semantic_added,
+        semantic_updated: r.semantic_updated,
+        traces_pruned: r.traces_pruned,
+        tokens_before: r.tokens_before,
+        tokens_after: r.tokens_after,
+        error: r
+            .error
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+    }
+}
+
+/// The report of a prompt that needed no compaction: its size only.
+pub fn no_compaction_to_pb(tokens: u32) -> pb::CompactionReport {
+    pb::CompactionReport {
+        tokens_before: tokens,
+        tokens_after: tokens,
+        ..Default::default()
     }
 }
 

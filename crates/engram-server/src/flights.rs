@@ -40,9 +40,10 @@ impl<V: Clone + Send + Sync + 'static> Flights<V> {
     /// already running. The work runs as a task of its own: a caller that
     /// goes away (a cancelled RPC) leaves it to finish for the others. A
     /// panic in it is answered `failed()`, to everyone waiting.
-    pub async fn run<W>(self: &Arc<Self>, agent: &AgentId, work: W, failed: fn() -> V) -> (V, Share)
+    pub async fn run<W, F>(self: &Arc<Self>, agent: &AgentId, work: W, failed: F) -> (V, Share)
     where
         W: Future<Output = V> + Send + 'static,
+        F: Fn() -> V + Clone + Send + 'static,
     {
         let (mut answer, share) = {
             let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
@@ -55,11 +56,12 @@ impl<V: Clone + Send + Sync + 'static> Flights<V> {
                         flights: Arc::clone(self),
                         agent: agent.clone(),
                     };
+                    let on_panic = failed.clone();
                     tokio::spawn(async move {
                         let value = AssertUnwindSafe(work)
                             .catch_unwind()
                             .await
-                            .unwrap_or_else(|_| failed());
+                            .unwrap_or_else(|_| on_panic());
                         // Gone from the map before the answer is out: a
                         // request after this one starts afresh.
                         drop(landed);
@@ -70,7 +72,7 @@ impl<V: Clone + Send + Sync + 'static> Flights<V> {
             }
         };
         let value = match answer.wait_for(Option::is_some).await {
-            Ok(value) => value.clone().unwrap_or_else(failed),
+            Ok(value) => value.clone().unwrap_or_else(&failed),
             // The task was dropped unfinished (the runtime shuts down).
             Err(_) => failed(),
         };

@@ -24,6 +24,7 @@ pub mod observe;
 pub mod oversize;
 pub mod probe;
 pub mod service;
+pub mod sizing;
 pub mod status;
 pub mod telemetry;
 

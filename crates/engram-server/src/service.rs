@@ -4,6 +4,7 @@
 use engram_core::AgentId;
 use std::sync::Arc;
 
+use engram_core::compaction::Trigger;
 use engram_core::memory::{recent_episodic, relevant_episodic, relevant_semantic, top_semantic};
 use engram_core::retrieve::{raw_tail, tool_interactions};
 use engram_proto::pb;
@@ -128,10 +129,13 @@ impl Engram {
         let id = agent(&req.agent_id)?;
         let focus = Some(req.focus.trim()).filter(|f| !f.is_empty());
         let before = context::prompt_tokens(&self.store, &self.budgets, &id).await?;
-        let mut report = self.compactor.compact(&id, "manual", focus, before).await;
+        let mut report = self
+            .compactor
+            .compact(&id, Trigger::Manual, focus, before)
+            .await;
         report.tokens_after = context::prompt_tokens(&self.store, &self.budgets, &id).await?;
         Ok(Response::new(pb::CompactResponse {
-            report: Some(report),
+            report: Some(convert::report_to_pb(&report)),
         }))
     }
 

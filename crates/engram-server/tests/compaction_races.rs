@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use common::*;
 use engram_core::AgentId;
+use engram_core::compaction::Trigger;
 use engram_proto::pb;
 use engram_server::budget::Budgets;
 use engram_server::compactor::{Compactor, summarizer};
@@ -80,20 +81,20 @@ async fn concurrent_compactions_of_one_agent_share_one_summary() {
 
     let first = tokio::spawn({
         let (compactor, agent) = (compactor.clone(), agent.clone());
-        async move { compactor.compact(&agent, "manual", None, 0).await }
+        async move { compactor.compact(&agent, Trigger::Manual, None, 0).await }
     });
     // The summarizer has the first request and has not answered: the
     // later two start and find it running.
     arrived.notified().await;
-    let mut second = Box::pin(compactor.compact(&agent, "reactive", None, 0));
-    let mut third = Box::pin(compactor.compact(&agent, "manual", Some("again"), 0));
+    let mut second = Box::pin(compactor.compact(&agent, Trigger::Reactive, None, 0));
+    let mut third = Box::pin(compactor.compact(&agent, Trigger::Manual, Some("again"), 0));
     assert!((&mut second).now_or_never().is_none());
     assert!((&mut third).now_or_never().is_none());
     gate.add_permits(1);
     let (first, second, third) = tokio::join!(first, second, third);
     let first = first.unwrap();
     assert!(first.performed, "{first:?}");
-    assert_eq!(first.trigger, "manual");
+    assert_eq!(first.trigger, Trigger::Manual);
     for other in [&second, &third] {
         assert!(other.performed, "{other:?}");
         assert_eq!(other.episodic_id, first.episodic_id, "the same summary");

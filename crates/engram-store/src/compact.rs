@@ -23,7 +23,7 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
-use engram_core::compaction::{NewFact, merge_facts, render_snapshot, select_window};
+use engram_core::compaction::{Summary, merge_facts, render_snapshot, select_window};
 use engram_core::memory::{EpisodicItem, SemanticItem, recent_episodic, top_semantic};
 use engram_core::turns::turn_number;
 use engram_core::{AgentId, RawTrace};
@@ -60,18 +60,9 @@ pub struct Job {
     current_turn: u32,
 }
 
-/// The summarizer's answer, as the store stores it.
-#[derive(Debug, Clone)]
-pub struct Summary {
-    pub text: String,
-    pub tags: Vec<String>,
-    pub salience: f32,
-    pub facts: Vec<NewFact>,
-}
-
 /// What a finished compaction did.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Outcome {
+pub struct Committed {
     pub turn_ids: Vec<String>,
     pub episodic_id: String,
     pub semantic_added: u32,
@@ -156,11 +147,11 @@ fn write_intent(
         id: uuid::Uuid::now_v7().to_string(),
         ts: now,
         turn_ids: job.turn_ids.clone(),
-        summary: summary.text,
+        summary: summary.episodic_summary,
         tags: summary.tags,
         salience: summary.salience.clamp(0.0, 1.0),
     };
-    let merge = merge_facts(&state.semantic, &summary.facts, now, || {
+    let merge = merge_facts(&state.semantic, &summary.semantic_facts, now, || {
         uuid::Uuid::now_v7().to_string()
     });
     // The memory the new epoch starts from.
@@ -280,7 +271,7 @@ impl Store {
         job: Job,
         summary: Summary,
         policy: Policy,
-    ) -> Result<Outcome> {
+    ) -> Result<Committed> {
         let handle = self.existing_handle(id)?;
         let mut slot = handle.lock().await;
         let state = self.loaded(id, &mut slot).await?;
@@ -306,7 +297,7 @@ impl Store {
         }
         crate::drop_later(job);
         tracing::info!(agent = %id, turns = intent.turn_ids.len(), epoch = state.meta.epoch, "compacted");
-        Ok(Outcome {
+        Ok(Committed {
             turn_ids: intent.turn_ids,
             episodic_id: intent.episodic.id,
             semantic_added: added,

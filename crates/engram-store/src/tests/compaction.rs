@@ -8,7 +8,8 @@ use engram_core::transcript::Role;
 use serde_json::json;
 
 use super::*;
-use crate::compact::{Policy, Summary};
+use crate::compact::Policy;
+use engram_core::compaction::Summary;
 
 const POLICY: Policy = Policy {
     raw_tail_turns: 2,
@@ -37,10 +38,10 @@ async fn conversation(store: &Store, a: &AgentId, turns: usize) {
 
 fn summary() -> Summary {
     Summary {
-        text: "Asked five questions.".into(),
+        episodic_summary: "Asked five questions.".into(),
         tags: vec![],
         salience: 0.5,
-        facts: vec![NewFact {
+        semantic_facts: vec![NewFact {
             fact: "User asks many questions".into(),
             tags: vec![],
             confidence: 0.8,

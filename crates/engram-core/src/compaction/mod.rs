@@ -8,6 +8,12 @@
 //! - [`render_snapshot`]: the text that starts an epoch (DESIGN §1).
 //! - [`merge_facts`]: the same fact is never stored twice; a changed fact
 //!   supersedes the old one, which is kept with `superseded_by`.
+//! - [`trigger`]: the prompt's size ([`PromptSize`]), the [`Trigger`]s and
+//!   [`decide`], which one fires now; the [`Tier`]s that answer it.
+//! - [`report`]: the [`CompactionReport`] of what a compaction did.
+
+pub mod report;
+pub mod trigger;
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -15,6 +21,20 @@ use crate::memory::{EpisodicItem, SemanticItem};
 use crate::transcript::result_text;
 use crate::turns::turn_number;
 use crate::{RawTrace, TraceType};
+
+pub use report::{CompactionError, CompactionReport};
+pub use trigger::{PromptSize, Signals, Tier, Trigger, decide};
+
+/// A summarizer's answer: what a compaction stores. Summarizers return it
+/// (engram-llm) and the store commits it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    pub episodic_summary: String,
+    pub tags: Vec<String>,
+    pub salience: f32,
+    /// New or changed facts; [`merge_facts`] folds them into known ones.
+    pub semantic_facts: Vec<NewFact>,
+}
 
 /// The turns a compaction may summarize.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -1,0 +1,134 @@
+//! What a compaction did, or why it did not.
+
+use std::fmt;
+
+use super::trigger::{Tier, Trigger};
+
+/// The account of one compaction, as reports and metrics give it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompactionReport {
+    pub trigger: Trigger,
+    /// The tiers that ran, cheapest first.
+    pub steps: Vec<Tier>,
+    /// The prompt got smaller: a tier changed something.
+    pub performed: bool,
+    /// Summarized turns.
+    pub turn_ids: Vec<String>,
+    pub episodic_id: String,
+    pub semantic_added: u32,
+    pub semantic_updated: u32,
+    pub traces_pruned: u32,
+    pub tokens_before: u32,
+    pub tokens_after: u32,
+    pub error: Option<CompactionError>,
+}
+
+impl CompactionReport {
+    pub fn new(trigger: Trigger, tokens_before: u32) -> Self {
+        Self {
+            trigger,
+            steps: vec![],
+            performed: false,
+            turn_ids: vec![],
+            episodic_id: String::new(),
+            semantic_added: 0,
+            semantic_updated: 0,
+            traces_pruned: 0,
+            tokens_before,
+            tokens_after: tokens_before,
+            error: None,
+        }
+    }
+
+    /// The same report, ended by `error`.
+    pub fn failed(mut self, error: CompactionError) -> Self {
+        self.error = Some(error);
+        self
+    }
+
+    /// The metric label of how it ended.
+    pub fn outcome(&self) -> &'static str {
+        match &self.error {
+            _ if self.performed && self.steps.contains(&Tier::Summarize) => "summarized",
+            _ if self.performed => "microcompacted",
+            Some(CompactionError::NothingToCompact { .. } | CompactionError::Paused { .. }) => {
+                "skipped"
+            }
+            _ => "failed",
+        }
+    }
+}
+
+/// Why a compaction did not (fully) happen. Nothing was pruned in any case.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CompactionError {
+    /// No whole turn is older than the kept raw tail, or another
+    /// compaction of the agent holds the turns.
+    NothingToCompact { raw_tail_turns: usize },
+    /// The agent's last compactions failed; automatic ones wait.
+    Paused { failures: u32, resumes_in_secs: u64 },
+    /// The summarizer gave no usable summary.
+    Summarizer {
+        message: String,
+        consecutive_failures: u32,
+    },
+    /// Storage refused (a message without paths or OS errors).
+    Storage(String),
+    /// A bug (a panic) ended it.
+    Unexpected,
+}
+
+impl fmt::Display for CompactionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NothingToCompact { raw_tail_turns } => write!(
+                f,
+                "nothing to compact: no whole turns older than the raw tail ({raw_tail_turns} turns), or a compaction is already running"
+            ),
+            Self::Paused {
+                failures,
+                resumes_in_secs,
+            } => write!(
+                f,
+                "compaction paused: this agent's last {failures} compactions failed; automatic compaction resumes in {resumes_in_secs}s (a manual Compact tries at once)"
+            ),
+            Self::Summarizer {
+                message,
+                consecutive_failures,
+            } => write!(
+                f,
+                "{message} (consecutive failures: {consecutive_failures}); nothing was pruned"
+            ),
+            Self::Storage(message) => f.write_str(message),
+            Self::Unexpected => {
+                f.write_str("the compaction failed unexpectedly; nothing was pruned")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_follow_what_ran_and_why_it_stopped() {
+        let mut r = CompactionReport::new(Trigger::Estimate, 10);
+        assert_eq!(r.outcome(), "failed");
+        r.steps.push(Tier::Microcompact);
+        r.performed = true;
+        assert_eq!(r.outcome(), "microcompacted");
+        r.steps.push(Tier::Summarize);
+        assert_eq!(r.outcome(), "summarized");
+        let skipped = CompactionReport::new(Trigger::Manual, 0)
+            .failed(CompactionError::NothingToCompact { raw_tail_turns: 4 });
+        assert_eq!(skipped.outcome(), "skipped");
+        assert!(
+            skipped
+                .error
+                .unwrap()
+                .to_string()
+                .starts_with("nothing to compact")
+        );
+    }
+}
