@@ -23,8 +23,9 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
-use engram_core::compaction::{Summary, merge_facts, render_snapshot, select_window};
-use engram_core::memory::{EpisodicItem, SemanticItem, recent_episodic, top_semantic};
+use engram_core::compaction::plan::{Before, SnapshotLimits, plan};
+use engram_core::compaction::{Summary, select_window};
+use engram_core::memory::{EpisodicItem, SemanticItem};
 use engram_core::turns::turn_number;
 use engram_core::{AgentId, RawTrace};
 use serde::{Deserialize, Serialize};
@@ -133,55 +134,36 @@ fn line<T: Serialize>(item: &T) -> Vec<u8> {
     l
 }
 
-/// Plans the commit of `job` with `summary` (the episodic item, the merged
-/// facts, the snapshot of the new epoch) and writes it down as the agent's
-/// intent. Returns it with the facts added and updated.
+/// Plans the commit of `job` with `summary` (core's [`plan`]) and writes
+/// it down as the agent's intent. Returns it with the facts added and
+/// updated.
 fn write_intent(
     state: &mut AgentState,
     job: &Job,
     summary: Summary,
     policy: Policy,
 ) -> Result<(Intent, u32, u32)> {
-    let now = unix_now();
-    let episodic = EpisodicItem {
-        id: uuid::Uuid::now_v7().to_string(),
-        ts: now,
-        turn_ids: job.turn_ids.clone(),
-        summary: summary.episodic_summary,
-        tags: summary.tags,
-        salience: summary.salience.clamp(0.0, 1.0),
-    };
-    let merge = merge_facts(&state.semantic, &summary.semantic_facts, now, || {
-        uuid::Uuid::now_v7().to_string()
-    });
-    // The memory the new epoch starts from.
-    let mut all_episodic = state.episodic.clone();
-    all_episodic.push(episodic.clone());
-    let superseded: HashSet<&str> = merge
-        .superseded
-        .iter()
-        .map(|(old, _)| old.as_str())
-        .collect();
-    let live: Vec<SemanticItem> = state
-        .semantic
-        .iter()
-        .filter(|f| !superseded.contains(f.id.as_str()))
-        .chain(&merge.new_items)
-        .cloned()
-        .collect();
     let window: HashSet<&str> = job.traces.iter().map(|t| t.id.as_str()).collect();
-    let tail: Vec<RawTrace> = state
-        .traces
-        .iter()
-        .filter(|t| !window.contains(t.id.as_str()))
-        .filter(|t| turn_number(&t.turn_id).is_some_and(|n| n < job.current_turn))
-        .cloned()
-        .collect();
-    let snapshot = render_snapshot(
-        &recent_episodic(&all_episodic, policy.max_episodic),
-        &top_semantic(&live, policy.max_semantic),
-        &tail,
+    let before = Before {
+        active: &state.traces,
+        episodic: &state.episodic,
+        semantic: &state.semantic,
+        current_turn: job.current_turn,
+    };
+    let limits = SnapshotLimits {
+        max_episodic: policy.max_episodic,
+        max_semantic: policy.max_semantic,
+    };
+    let planned = plan(
+        before,
+        &job.turn_ids,
+        &window,
+        summary,
+        limits,
+        unix_now(),
+        || uuid::Uuid::now_v7().to_string(),
     );
+    let (added, updated) = planned.fact_counts();
     let archive = state.dir.join(RAW_ARCHIVE);
     let intent = Intent {
         epoch: job.epoch,
@@ -189,19 +171,17 @@ fn write_intent(
         turn_ids: job.turn_ids.clone(),
         trace_ids: job.traces.iter().map(|t| t.id.clone()).collect(),
         archive_len: std::fs::metadata(&archive).map_or(0, |m| m.len()),
-        episodic,
-        semantic: merge.new_items.clone(),
-        superseded: merge.superseded.clone(),
-        snapshot,
-        snapshot_trace_ids: tail.iter().map(|t| t.id.clone()).collect(),
+        episodic: planned.episodic,
+        semantic: planned.facts.new_items,
+        superseded: planned.facts.superseded,
+        snapshot: planned.snapshot,
+        snapshot_trace_ids: planned.snapshot_trace_ids,
     };
     let meta = AgentMeta {
         pending: Some(intent.clone()),
         ..state.meta.clone()
     };
     state.save_meta(meta)?;
-    let added = u32::try_from(merge.new_items.len() - merge.superseded.len()).unwrap_or(0);
-    let updated = u32::try_from(merge.superseded.len()).unwrap_or(0);
     Ok((intent, added, updated))
 }
 

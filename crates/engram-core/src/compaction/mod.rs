@@ -10,8 +10,11 @@
 //!   supersedes the old one, which is kept with `superseded_by`.
 //! - [`trigger`]: the prompt's size ([`PromptSize`]), the [`Trigger`]s and
 //!   [`decide`], which one fires now; the [`Tier`]s that answer it.
+//! - [`plan`]: what a compaction commits (episodic item, facts, the new
+//!   epoch's snapshot), decided without I/O.
 //! - [`report`]: the [`CompactionReport`] of what a compaction did.
 
+pub mod plan;
 pub mod report;
 pub mod trigger;
 

@@ -1,0 +1,181 @@
+//! What a compaction commits, decided without I/O: the episodic item of
+//! the summary, the facts it adds or supersedes, and the snapshot the new
+//! epoch starts from. The store writes the plan down (its intent) and
+//! carries it out crash-safely.
+
+use std::collections::HashSet;
+
+use super::{FactMerge, Summary, merge_facts, render_snapshot};
+use crate::RawTrace;
+use crate::memory::{EpisodicItem, SemanticItem, recent_episodic, top_semantic};
+use crate::turns::turn_number;
+
+/// How much memory the snapshot shows.
+#[derive(Debug, Clone, Copy)]
+pub struct SnapshotLimits {
+    pub max_episodic: usize,
+    pub max_semantic: usize,
+}
+
+/// The agent as the compaction found it.
+#[derive(Debug, Clone, Copy)]
+pub struct Before<'a> {
+    pub active: &'a [RawTrace],
+    pub episodic: &'a [EpisodicItem],
+    pub semantic: &'a [SemanticItem],
+    /// The latest turn when the window was chosen: it and later turns stay
+    /// messages of the new epoch, not part of its snapshot.
+    pub current_turn: u32,
+}
+
+/// The commit of one compaction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub episodic: EpisodicItem,
+    pub facts: FactMerge,
+    pub snapshot: String,
+    /// The active traces the snapshot shows (its raw tail).
+    pub snapshot_trace_ids: Vec<String>,
+}
+
+impl Plan {
+    /// Facts added (updates not counted) and facts updated.
+    pub fn fact_counts(&self) -> (u32, u32) {
+        let updated = self.facts.superseded.len();
+        let added = self.facts.new_items.len().saturating_sub(updated);
+        (
+            u32::try_from(added).unwrap_or(u32::MAX),
+            u32::try_from(updated).unwrap_or(u32::MAX),
+        )
+    }
+}
+
+/// Plans the commit of `summary` for the window of `turn_ids` (its traces:
+/// `window`). `new_id` names the new items.
+pub fn plan(
+    before: Before<'_>,
+    turn_ids: &[String],
+    window: &HashSet<&str>,
+    summary: Summary,
+    limits: SnapshotLimits,
+    now: f64,
+    mut new_id: impl FnMut() -> String,
+) -> Plan {
+    let episodic = EpisodicItem {
+        id: new_id(),
+        ts: now,
+        turn_ids: turn_ids.to_vec(),
+        summary: summary.episodic_summary,
+        tags: summary.tags,
+        salience: summary.salience.clamp(0.0, 1.0),
+    };
+    let facts = merge_facts(before.semantic, &summary.semantic_facts, now, new_id);
+    let mut all_episodic = before.episodic.to_vec();
+    all_episodic.push(episodic.clone());
+    let superseded: HashSet<&str> = facts
+        .superseded
+        .iter()
+        .map(|(old, _)| old.as_str())
+        .collect();
+    let live: Vec<SemanticItem> = before
+        .semantic
+        .iter()
+        .filter(|f| !superseded.contains(f.id.as_str()))
+        .chain(&facts.new_items)
+        .cloned()
+        .collect();
+    let tail: Vec<RawTrace> = before
+        .active
+        .iter()
+        .filter(|t| !window.contains(t.id.as_str()))
+        .filter(|t| turn_number(&t.turn_id).is_some_and(|n| n < before.current_turn))
+        .cloned()
+        .collect();
+    let snapshot = render_snapshot(
+        &recent_episodic(&all_episodic, limits.max_episodic),
+        &top_semantic(&live, limits.max_semantic),
+        &tail,
+    );
+    Plan {
+        episodic,
+        facts,
+        snapshot,
+        snapshot_trace_ids: tail.iter().map(|t| t.id.clone()).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::NewEvent;
+    use crate::compaction::NewFact;
+    use crate::turns::assign_all;
+
+    fn fact(text: &str) -> NewFact {
+        NewFact {
+            fact: text.into(),
+            tags: vec![],
+            confidence: 0.9,
+            salience: 0.5,
+        }
+    }
+
+    /// The window's turn becomes the episodic item; the turns between it
+    /// and the current one are the snapshot's raw tail; a changed fact
+    /// supersedes its old version, and the snapshot shows the new one.
+    #[test]
+    fn a_plan_summarizes_the_window_and_snapshots_the_rest() {
+        let active = assign_all([
+            NewEvent::user("first question"),
+            NewEvent::tool_call("c", "f", json!({})),
+            NewEvent::tool_result("c", json!("done")),
+            NewEvent::user("second question"),
+            NewEvent::user("third question"),
+        ]);
+        let known = crate::compaction::merge_facts(&[], &[fact("User lives in Oslo")], 1.0, || {
+            "old".into()
+        });
+        let window: HashSet<&str> = active[..3].iter().map(|t| t.id.as_str()).collect();
+        let mut ids = (0..).map(|n| format!("new{n}"));
+        let planned = plan(
+            Before {
+                active: &active,
+                episodic: &[],
+                semantic: &known.new_items,
+                current_turn: 3,
+            },
+            &["turn_0001".to_owned()],
+            &window,
+            Summary {
+                episodic_summary: "Asked a first question.".into(),
+                tags: vec![],
+                salience: 7.0,
+                semantic_facts: vec![fact("User lives in Bergen"), fact("User likes tea")],
+            },
+            SnapshotLimits {
+                max_episodic: 3,
+                max_semantic: 20,
+            },
+            2.0,
+            || ids.next().unwrap(),
+        );
+        assert_eq!(planned.episodic.id, "new0");
+        assert_eq!(planned.episodic.turn_ids, ["turn_0001"]);
+        assert_eq!(planned.episodic.salience, 1.0, "clamped");
+        assert_eq!(
+            planned.snapshot_trace_ids,
+            [active[3].id.clone()],
+            "turn 2 only"
+        );
+        assert!(planned.snapshot.contains("Asked a first question."));
+        assert!(planned.snapshot.contains("second question"));
+        assert!(
+            !planned.snapshot.contains("third question"),
+            "the current turn"
+        );
+        assert!(planned.snapshot.contains("Bergen") && !planned.snapshot.contains("Oslo"));
+        assert_eq!(planned.fact_counts(), (1, 1));
+    }
+}
