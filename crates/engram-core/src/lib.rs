@@ -24,6 +24,7 @@ pub mod memory;
 pub mod render;
 pub mod retrieve;
 pub mod spill;
+pub mod text;
 pub mod tokens;
 pub mod trace;
 pub mod transcript;

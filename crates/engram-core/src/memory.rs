@@ -36,6 +36,13 @@ pub struct SemanticItem {
     pub superseded_by: Option<String>,
 }
 
+impl SemanticItem {
+    /// Not superseded: the fact as it stands now.
+    pub fn is_live(&self) -> bool {
+        self.superseded_by.is_none()
+    }
+}
+
 /// The `n` most recent episodic items, oldest first (file order is
 /// append order, so the tail of the file is the most recent).
 pub fn recent_episodic(items: &[EpisodicItem], n: usize) -> Vec<EpisodicItem> {
@@ -48,7 +55,7 @@ pub fn top_semantic(items: &[SemanticItem], n: usize) -> Vec<SemanticItem> {
     let mut live: Vec<(usize, &SemanticItem)> = items
         .iter()
         .enumerate()
-        .filter(|(_, item)| item.superseded_by.is_none())
+        .filter(|(_, item)| item.is_live())
         .collect();
     live.sort_by(|(ia, a), (ib, b)| {
         b.salience
@@ -84,7 +91,7 @@ pub fn relevant_episodic(items: &[EpisodicItem], query: &str, n: usize) -> Vec<E
 /// The `n` live semantic items most relevant to `query` (BM25 over fact and
 /// tags), ties by salience, then recency; most relevant first.
 pub fn relevant_semantic(items: &[SemanticItem], query: &str, n: usize) -> Vec<SemanticItem> {
-    let live: Vec<&SemanticItem> = items.iter().filter(|i| i.superseded_by.is_none()).collect();
+    let live: Vec<&SemanticItem> = items.iter().filter(|i| i.is_live()).collect();
     let docs: Vec<String> = live
         .iter()
         .map(|i| format!("{} {}", i.fact, i.tags.join(" ")))

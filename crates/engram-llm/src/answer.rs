@@ -34,11 +34,7 @@ pub fn messages(request: &SummaryRequest<'_>) -> (String, String) {
     let mut user = String::new();
     if !request.known_facts.is_empty() {
         user.push_str("Known facts:\n");
-        for f in request
-            .known_facts
-            .iter()
-            .filter(|f| f.superseded_by.is_none())
-        {
+        for f in request.known_facts.iter().filter(|f| f.is_live()) {
             user.push_str(&format!("- {}\n", f.fact));
         }
         user.push('\n');

@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use engram_core::compaction::normalize;
+use engram_core::text::fold_whitespace;
 use engram_core::turns::turn_number;
 use engram_core::{RawTrace, TraceType};
 
@@ -183,7 +184,7 @@ fn turn_line(number: u32, traces: &[&RawTrace]) -> String {
 
 /// One line, trimmed to [`QUOTE_CHARS`], in double quotes.
 fn quote(text: &str) -> String {
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let flat = fold_whitespace(text);
     format!("\"{}\"", truncate(&flat, QUOTE_CHARS))
 }
 
@@ -197,7 +198,7 @@ fn truncate(text: &str, max: usize) -> String {
 
 fn sentences(text: &str) -> impl Iterator<Item = String> + '_ {
     text.split(['.', '!', '?', '\n', ';'])
-        .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
+        .map(fold_whitespace)
         .filter(|s| s.len() >= 8)
 }
 

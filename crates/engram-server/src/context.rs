@@ -10,13 +10,9 @@ use tonic::Status;
 
 use crate::budget::Budgets;
 use crate::compactor::Compactor;
-use crate::convert;
+use crate::convert::{self, non_empty};
 use crate::sizing::{finished_turns, sizing};
 use crate::status::{from_core, from_store};
-
-fn non_empty(s: &str) -> Option<&str> {
-    (!s.is_empty()).then_some(s)
-}
 
 fn format_from_pb(raw: i32) -> Result<Option<Format>, Status> {
     match pb::RenderFormat::try_from(raw) {
@@ -64,11 +60,11 @@ pub async fn prepare_request(
     let format = format_from_pb(req.render_format)?;
     let user_input = req.user_input.map(user_event).transpose()?;
     let input = PrepareInput {
-        system_prompt: non_empty(&req.system_prompt),
+        system_prompt: non_empty(req.system_prompt.as_str()),
         user_input,
     };
     let max_output = (req.max_output_tokens > 0).then_some(req.max_output_tokens);
-    let request_model = non_empty(&req.model);
+    let request_model = non_empty(req.model.as_str());
     let force = req.force_compaction;
     let check = |last_model: Option<&str>| {
         let needs_model = matches!(format, Some(f) if f != Format::Gemini);
@@ -192,7 +188,7 @@ pub async fn context_stats(
     req: pb::GetContextStatsRequest,
 ) -> Result<pb::GetContextStatsResponse, Status> {
     let id = AgentId::parse(&req.agent_id).map_err(from_core)?;
-    let request_model = non_empty(&req.model);
+    let request_model = non_empty(req.model.as_str());
     let mut response = store
         .read(&id, |mut view| {
             let model = request_model

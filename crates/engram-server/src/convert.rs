@@ -64,8 +64,9 @@ pub fn struct_from_json(o: &Map<String, Value>) -> prost_types::Struct {
     }
 }
 
-fn non_empty(s: String) -> Option<String> {
-    (!s.is_empty()).then_some(s)
+/// `None` for an empty string: proto3 cannot tell unset from empty.
+pub fn non_empty<S: AsRef<str>>(s: S) -> Option<S> {
+    (!s.as_ref().is_empty()).then_some(s)
 }
 
 pub fn trace_type_from_pb(raw: i32) -> Option<TraceType> {

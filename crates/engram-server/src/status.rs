@@ -16,6 +16,7 @@ pub fn from_store(e: StoreError) -> Status {
         StoreError::Core(core) => from_core(core),
         StoreError::NotFound(_) => Status::not_found(e.to_string()),
         StoreError::AlreadyExists(_) => Status::already_exists(e.to_string()),
+        StoreError::Conflict(_) => Status::aborted(e.to_string()),
         // Paths and OS errors are for the operator's log, not the client.
         StoreError::DiskFull { .. } => {
             tracing::warn!(error = %e, "disk full; the request was refused");

@@ -218,7 +218,7 @@ impl Store {
             known_facts: state
                 .semantic
                 .iter()
-                .filter(|f| f.superseded_by.is_none())
+                .filter(|f| f.is_live())
                 .cloned()
                 .collect(),
             current_turn: state.tracker.turn_count(),
@@ -263,9 +263,9 @@ impl Store {
         if state.meta.epoch != job.epoch
             || job.traces.iter().any(|t| !active.contains(t.id.as_str()))
         {
-            return Err(StoreError::Core(engram_core::CoreError::Invalid(
+            return Err(StoreError::Conflict(
                 "the agent changed while it was being compacted; nothing was written".into(),
-            )));
+            ));
         }
         let (intent, added, updated) =
             crate::offload(|| write_intent(state, &job, summary, policy))?;

@@ -15,6 +15,10 @@ pub enum StoreError {
     /// The agent has never been written (or was deleted).
     #[error("agent {0:?} not found")]
     NotFound(String),
+    /// Another change to the agent won a race with this one (which wrote
+    /// nothing); the caller may try again.
+    #[error("{0}")]
+    Conflict(String),
     /// A durable write of this agent failed earlier; its files may have lost
     /// pages, so the agent refuses writes until an operator restarts.
     #[error(
@@ -84,7 +88,9 @@ impl StoreError {
     /// nothing of the server's, else a fixed one (the log has the details).
     pub fn client_message(&self) -> String {
         match self {
-            Self::Core(_) | Self::AlreadyExists(_) | Self::NotFound(_) => self.to_string(),
+            Self::Core(_) | Self::AlreadyExists(_) | Self::NotFound(_) | Self::Conflict(_) => {
+                self.to_string()
+            }
             Self::DiskFull { .. } => DISK_FULL.to_owned(),
             Self::ReadOnly { .. } | Self::Poisoned { .. } | Self::Failed(_) => {
                 STORAGE_FAILED.to_owned()

@@ -97,11 +97,15 @@ pub fn render_snapshot(
 ) -> String {
     let mut out = String::from("[MEMORY:EPISODIC]\n");
     for (i, e) in episodic.iter().enumerate() {
-        out.push_str(&format!("{}) {}\n", i + 1, one_line(&e.summary)));
+        out.push_str(&format!(
+            "{}) {}\n",
+            i + 1,
+            crate::text::fold_whitespace(&e.summary)
+        ));
     }
     out.push_str("[MEMORY:SEMANTIC]\n");
-    for f in semantic.iter().filter(|f| f.superseded_by.is_none()) {
-        out.push_str(&format!("- {}\n", one_line(&f.fact)));
+    for f in semantic.iter().filter(|f| f.is_live()) {
+        out.push_str(&format!("- {}\n", crate::text::fold_whitespace(&f.fact)));
     }
     out.push_str("[RECENT TURNS]\n");
     out.push_str(&render_turns(tail));
@@ -122,8 +126,10 @@ pub fn render_turns(traces: &[RawTrace]) -> String {
             out.push_str(&format!("Turn {n}:\n"));
         }
         let line = match t.trace_type {
-            TraceType::User => format!("User: {}", one_line(&t.content)),
-            TraceType::Assistant => format!("Assistant: {}", one_line(&t.content)),
+            TraceType::User => format!("User: {}", crate::text::fold_whitespace(&t.content)),
+            TraceType::Assistant => {
+                format!("Assistant: {}", crate::text::fold_whitespace(&t.content))
+            }
             TraceType::ToolCall => format!(
                 "Tool call: {}({})",
                 t.tool_name.as_deref().unwrap_or("tool"),
@@ -132,17 +138,16 @@ pub fn render_turns(traces: &[RawTrace]) -> String {
                     .map(|a| serde_json::Value::Object(a.clone()).to_string())
                     .unwrap_or_default()
             ),
-            TraceType::ToolResult => format!("Tool result: {}", one_line(&result_text(t))),
+            TraceType::ToolResult => format!(
+                "Tool result: {}",
+                crate::text::fold_whitespace(&result_text(t))
+            ),
         };
         out.push_str("  ");
         out.push_str(&line);
         out.push('\n');
     }
     out
-}
-
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// A fact a summarizer proposed.
@@ -195,7 +200,7 @@ pub fn merge_facts(
     let mut merge = FactMerge::default();
     let mut live: Vec<(String, String)> = known
         .iter()
-        .filter(|k| k.superseded_by.is_none())
+        .filter(|k| k.is_live())
         .map(|k| (k.id.clone(), k.fact.clone()))
         .collect();
     for p in proposed {
