@@ -8,10 +8,13 @@
 //! - [`turns`]: turn and seq assignment, tool-call pairing, idempotency.
 //! - [`memory`]: episodic and semantic items and their ranking.
 //! - [`bm25`]: relevance of memories to a query.
-//! - [`compaction`]: window selection, the snapshot, fact merging.
+//! - [`compaction`]: when to compact (triggers, tiers, the prompt's size),
+//!   window selection, the commit plan (summary, facts, snapshot), the
+//!   report.
 //! - [`render`]: provider request bodies (OpenAI, Anthropic, Gemini).
 //! - [`retrieve`]: the raw tail and tool interactions of an agent.
 //! - [`spill`]: the tool-result budget (large results stored aside).
+//! - [`text`]: small text helpers.
 //! - [`transcript`]: the active transcript as structured messages.
 //! - [`error`]: validation errors, split by the status they map to.
 

@@ -4,6 +4,10 @@
 //!   `engramd` and by the integration tests alike.
 //! - [`config`]: layered configuration.
 //! - [`service`]: the `engram.v1.MemoryService` handlers.
+//! - [`context`]: PrepareRequest and GetContextStats; [`sizing`]: the size
+//!   of an agent's prompt; [`budget`]: budgets from the config.
+//! - [`compactor`]: the tier ladder of a compaction, the per-agent pause
+//!   and the summarizer stack; [`flights`]: one compaction per agent.
 //! - [`convert`] / [`status`]: wire ↔ domain conversions and the one
 //!   error → status mapping.
 //! - [`oversize`]: RESOURCE_EXHAUSTED for requests over the size limit.
@@ -11,6 +15,7 @@
 //! - [`boundary`]: a panic in a handler is answered INTERNAL.
 //! - [`observe`]: Prometheus metrics.
 //! - [`probe`]: the client side of `engramd health`.
+//! - [`telemetry`]: the log subscriber.
 
 pub mod auth;
 pub mod boundary;

@@ -12,8 +12,11 @@
 //! - [`agent`]: one agent's files and derived state.
 //! - `write`: the write path of Ingest and PrepareRequest.
 //! - `fork`: ForkAgent, a copy of every file of an agent under a new id.
+//! - [`compact`]: a compaction's window, and its commit carried out
+//!   crash-safely (the intent in `state.json` is rolled forward).
 //! - [`search`]: SearchHistory over active and archived traces.
-//! - [`search`]: SearchHistory over active and archived traces.
+//! - [`error`]: store errors, and the client-safe message of each.
+//! - `faults`: fault injection for tests (`fault-injection` feature).
 
 pub mod agent;
 pub mod compact;
