@@ -271,7 +271,8 @@ impl AgentState {
             return Err(StoreError::NotFound(id.into_owned()));
         }
         let json = serde_json::to_vec_pretty(&meta).expect("AgentMeta serializes");
-        jsonl::atomic_write(&self.dir.join(STATE), &json)?;
+        // A rename and two fsyncs: never on an async worker.
+        crate::offload(|| jsonl::atomic_write(&self.dir.join(STATE), &json))?;
         self.meta = meta;
         Ok(())
     }
@@ -283,7 +284,9 @@ impl AgentState {
             return Ok(Some(t.clone()));
         }
         let archive = self.dir.join(RAW_ARCHIVE);
-        let text = match fs::read(&archive) {
+        // The whole archive is read: a rare path (a retry of an event a
+        // compaction archived since), but never on an async worker.
+        let text = match crate::offload(|| fs::read(&archive)) {
             Ok(t) => t,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(StoreError::io("reading", archive)(e)),

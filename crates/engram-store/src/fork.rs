@@ -41,7 +41,7 @@ impl Store {
             .await
             .expect("copy task panicked")?;
         self.forget_absent(target).await;
-        let renamed = fs::rename(&staging, &target_dir);
+        let renamed = crate::offload(|| fs::rename(&staging, &target_dir));
         if renamed.is_err() || !target_dir.exists() {
             let _ = fs::remove_dir_all(&staging);
             return match renamed {
@@ -55,7 +55,7 @@ impl Store {
                 Ok(()) => Err(StoreError::AlreadyExists(target.to_string())),
             };
         }
-        sync_dir(&agents_dir)?;
+        crate::offload(|| sync_dir(&agents_dir))?;
         drop(slot);
         tracing::info!(source = %source, target = %target, "agent forked");
         Ok(())

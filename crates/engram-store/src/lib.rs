@@ -406,8 +406,10 @@ impl Store {
             .inner
             .agents_dir
             .join(format!("{TRASH_PREFIX}{}", uuid::Uuid::new_v4()));
-        std::fs::rename(&dir, &trash).map_err(StoreError::io("renaming", &dir))?;
-        jsonl::sync_dir(&self.inner.agents_dir)?;
+        offload(|| {
+            std::fs::rename(&dir, &trash).map_err(StoreError::io("renaming", &dir))?;
+            jsonl::sync_dir(&self.inner.agents_dir)
+        })?;
         let mut gone = AgentState::absent(dir.clone());
         gone.deleted = true;
         *slot = Some(gone);

@@ -287,8 +287,16 @@ fn store_system_prompt(state: &mut AgentState, system: Option<&str>) -> Result<O
     }
 }
 
-/// Stores large tool results whole (durably) in `tool_results/`.
+/// Stores large tool results whole (durably) in `tool_results/`, off the
+/// async workers (a write and fsyncs per result).
 fn write_spills(dir: &std::path::Path, spills: &[engram_core::spill::Spill]) -> Result<()> {
+    if spills.is_empty() {
+        return Ok(());
+    }
+    crate::offload(|| write_spills_now(dir, spills))
+}
+
+fn write_spills_now(dir: &std::path::Path, spills: &[engram_core::spill::Spill]) -> Result<()> {
     for spill in spills {
         let path = dir.join(&spill.path);
         let parent = path.parent().unwrap_or(dir);
