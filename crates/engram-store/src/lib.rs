@@ -12,6 +12,8 @@
 //! - [`agent`]: one agent's files and derived state.
 //! - `write`: the write path of Ingest and PrepareRequest.
 //! - `fork`: ForkAgent, a copy of every file of an agent under a new id.
+//! - `registry`: listing and deleting agents, idle eviction, checkpoints,
+//!   the background upkeep.
 //! - [`compact`]: a compaction's window, and its commit carried out
 //!   crash-safely (the intent in `state.json` is rolled forward).
 //! - [`search`]: SearchHistory over active and archived traces.
@@ -25,6 +27,7 @@ pub mod error;
 mod faults;
 mod fork;
 pub mod jsonl;
+mod registry;
 pub mod search;
 pub mod wal;
 mod write;
@@ -343,207 +346,6 @@ impl Store {
         }
         Ok(out)
     }
-
-    /// Agent ids after `page_token`, sorted, at most `page_size`; the token
-    /// of the next page when more remain.
-    /// Only ids `visible` accepts count (an auth scope), so pages stay full.
-    pub async fn list_agents(
-        &self,
-        page_size: usize,
-        page_token: Option<&str>,
-        visible: impl Fn(&str) -> bool,
-    ) -> Result<(Vec<String>, Option<String>)> {
-        let dir = self.inner.agents_dir.clone();
-        let mut ids = tokio::task::spawn_blocking(move || list_dirs(&dir))
-            .await
-            .expect("list task panicked")?;
-        ids.retain(|id| visible(id));
-        ids.sort();
-        let start = page_token.map_or(0, |t| ids.partition_point(|id| id.as_str() <= t));
-        let page: Vec<String> = ids[start..].iter().take(page_size).cloned().collect();
-        let next = (start + page.len() < ids.len())
-            .then(|| page.last().cloned())
-            .flatten();
-        Ok((page, next))
-    }
-
-    /// Bytes of every file under the data directory (a walk: meant for a
-    /// metrics scrape, not a hot path).
-    pub async fn disk_bytes(&self) -> u64 {
-        let root = self.inner.config.data_dir.clone();
-        tokio::task::spawn_blocking(move || tree_bytes(&root))
-            .await
-            .unwrap_or(0)
-    }
-
-    /// Removes every file of the agent. In-flight calls on it finish first;
-    /// later calls see NOT_FOUND (or, for Ingest, a new empty agent).
-    pub async fn delete_agent(&self, id: &AgentId) -> Result<()> {
-        self.delete_through(id, self.handle(id)).await
-    }
-
-    async fn delete_through(&self, id: &AgentId, handle: Arc<AgentHandle>) -> Result<()> {
-        let mut slot = handle.lock().await;
-        let dir = self.agent_dir(id);
-        // Deleted while this call waited for the lock: a directory there
-        // now belongs to a new agent of the same id, under another handle.
-        let stale = slot.as_ref().is_some_and(|s| s.deleted);
-        if stale || !dir.is_dir() {
-            self.unregister(id, &handle);
-            return Err(StoreError::NotFound(id.to_string()));
-        }
-        if self.inner.config.fsync == FsyncPolicy::Always {
-            // Logged before the files go, so a replay never revives them.
-            let ticket = self
-                .inner
-                .wal
-                .append(&wal::Record::Delete { agent: id.as_str() })?;
-            ticket.wait().await.map_err(|e| e.for_agent(id.as_str()))?;
-        }
-        // Rename first: one atomic step makes the agent gone, even if the
-        // removal of its files is interrupted.
-        let trash = self
-            .inner
-            .agents_dir
-            .join(format!("{TRASH_PREFIX}{}", uuid::Uuid::new_v4()));
-        offload(|| {
-            std::fs::rename(&dir, &trash).map_err(StoreError::io("renaming", &dir))?;
-            jsonl::sync_dir(&self.inner.agents_dir)
-        })?;
-        let mut gone = AgentState::absent(dir.clone());
-        gone.deleted = true;
-        *slot = Some(gone);
-        self.unregister(id, &handle);
-        drop(slot);
-        tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&trash))
-            .await
-            .expect("remove task panicked")
-            .map_err(StoreError::io("removing", &dir))?;
-        Ok(())
-    }
-
-    /// Unloads agents idle for longer than `max_idle` that nobody is using,
-    /// flushing their files first (while still registered, so a checkpoint
-    /// never misses them). Returns how many were unloaded.
-    pub async fn evict_idle(&self, max_idle: Duration) -> usize {
-        let cutoff = self.now_ms().saturating_sub(max_idle.as_millis() as u64);
-        let idle = |h: &Arc<AgentHandle>| h.last_used.load(Ordering::Relaxed) <= cutoff;
-        let candidates: Vec<(AgentId, Arc<AgentHandle>)> = {
-            let agents = self.inner.agents.lock().expect("registry lock");
-            agents
-                .iter()
-                .filter(|(_, h)| idle(h))
-                .map(|(id, h)| (id.clone(), Arc::clone(h)))
-                .collect()
-        };
-        let mut evicted = 0;
-        for (id, handle) in candidates {
-            self.flush_handle(&handle).await;
-            let mut agents = self.inner.agents.lock().expect("registry lock");
-            // Still idle, unused (only the map and `handle` hold it), clean.
-            let clean = handle.state.try_lock().is_ok_and(|s| {
-                s.as_ref()
-                    .and_then(|s| s.raw.as_ref())
-                    .is_none_or(|r| !r.is_dirty())
-            });
-            if clean && idle(&handle) && Arc::strong_count(&handle) == 2 {
-                agents.remove(&id);
-                evicted += 1;
-            }
-        }
-        evicted
-    }
-
-    /// Flushes every agent file, then drops the log segments that only
-    /// covered what is now flushed. Bounds the log (and so start-up replay).
-    pub async fn checkpoint(&self) -> Result<()> {
-        let _one = self.inner.checkpointing.lock().await;
-        let old = self.inner.wal.rotate()?;
-        if self.flush_all().await {
-            self.inner.wal.remove(&old)?;
-        }
-        Ok(())
-    }
-
-    /// Flushes and checkpoints: the last call before the process exits.
-    pub async fn close(&self) {
-        if let Err(e) = self.checkpoint().await {
-            tracing::error!(error = %e, "final checkpoint failed; the log will be replayed at start");
-        }
-    }
-
-    /// Flushes every loaded agent's files (checkpoints, the interval
-    /// policy). False if any flush failed.
-    pub async fn flush_all(&self) -> bool {
-        let handles: Vec<Arc<AgentHandle>> = self
-            .inner
-            .agents
-            .lock()
-            .expect("registry lock")
-            .values()
-            .cloned()
-            .collect();
-        let mut ok = true;
-        for handle in &handles {
-            ok &= self.flush_handle(handle).await;
-        }
-        ok
-    }
-
-    async fn flush_handle(&self, handle: &AgentHandle) -> bool {
-        let raw = handle
-            .state
-            .lock()
-            .await
-            .as_ref()
-            .and_then(|s| s.raw.clone());
-        match raw {
-            Some(raw) if raw.failure().is_some() => false,
-            Some(raw) if raw.is_dirty() => match raw.sync_all().await {
-                Ok(()) => true,
-                Err(e) => {
-                    tracing::error!(path = %raw.path().display(), error = %e, "flush failed");
-                    false
-                }
-            },
-            _ => true,
-        }
-    }
-
-    /// Background upkeep: the interval flush, checkpoints when the log
-    /// grows, idle eviction. Runs until the returned task is aborted.
-    pub fn spawn_upkeep(&self) -> tokio::task::JoinHandle<()> {
-        let store = self.clone();
-        tokio::spawn(async move {
-            let config = &store.inner.config;
-            let mut tick = Duration::from_secs(1);
-            if config.fsync == FsyncPolicy::Interval {
-                tick = tick.min(config.fsync_interval);
-            }
-            if let Some(idle) = config.idle_evict {
-                tick = tick.min((idle / 4).max(Duration::from_millis(50)));
-            }
-            let mut interval = tokio::time::interval(tick);
-            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                interval.tick().await;
-                if config.fsync == FsyncPolicy::Interval {
-                    store.flush_all().await;
-                }
-                if store.inner.wal.segment_len() > config.wal_segment_bytes
-                    && let Err(e) = store.checkpoint().await
-                {
-                    tracing::error!(error = %e, "checkpoint failed");
-                }
-                if let Some(max_idle) = config.idle_evict {
-                    let n = store.evict_idle(max_idle).await;
-                    if n > 0 {
-                        tracing::debug!(evicted = n, "unloaded idle agents");
-                    }
-                }
-            }
-        })
-    }
 }
 
 fn unix_now() -> f64 {
@@ -567,34 +369,8 @@ fn prepare_agents_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn list_dirs(dir: &Path) -> Result<Vec<String>> {
-    let mut ids = vec![];
-    for entry in std::fs::read_dir(dir).map_err(StoreError::io("listing", dir))? {
-        let entry = entry.map_err(StoreError::io("listing", dir))?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if AgentId::parse(&name).is_ok() && entry.file_type().is_ok_and(|t| t.is_dir()) {
-            ids.push(name);
-        }
-    }
-    Ok(ids)
-}
-
 #[cfg(test)]
 mod tests;
-
-fn tree_bytes(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .map(|e| match e.file_type() {
-            Ok(t) if t.is_dir() => tree_bytes(&e.path()),
-            Ok(_) => e.metadata().map_or(0, |m| m.len()),
-            Err(_) => 0,
-        })
-        .sum()
-}
 
 /// Frees `value` on the blocking pool. Dropping a compacted window (thousands
 /// of traces, the old transcript and its caches, the replaced file) is

@@ -1,0 +1,189 @@
+//! Configuration: layers, validation, secrets.
+
+use super::*;
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn defaults_parse_and_validate() {
+    let c = Config::load_from(None, env(&[])).unwrap();
+    assert_eq!(c.server.listen, "127.0.0.1:50051");
+    assert_eq!(c.server.max_message_bytes, 4 * 1024 * 1024);
+    assert_eq!(c.store.data_dir, PathBuf::from("./memory"));
+    assert_eq!(c.store.fsync, FsyncSetting::Always);
+    assert!(
+        c.llm.base_url.is_empty(),
+        "the embedded summarizer by default"
+    );
+    assert_eq!(c.policy.raw_tail_turns, 4);
+}
+
+/// The key is read from the variable `api_key_env` names, once, by the
+/// configuration; it never shows in Debug output.
+#[test]
+fn the_llm_key_comes_from_its_variable_and_stays_hidden() {
+    let config = Config::load_from(
+        None,
+        env(&[
+            ("ENGRAM__LLM__API_KEY_ENV", "MY_KEY"),
+            ("MY_KEY", "sk-secret"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(config.llm.api_key.0, "sk-secret");
+    assert!(!format!("{config:?}").contains("sk-secret"));
+    let explicit = Config::load_from(
+        None,
+        env(&[
+            ("ENGRAM__LLM__API_KEY", "sk-file"),
+            ("ENGRAM_LLM_API_KEY", "sk-env"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(explicit.llm.api_key.0, "sk-file", "the key itself wins");
+}
+
+#[test]
+fn file_then_env_override_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("engram.toml");
+    std::fs::write(
+        &path,
+        "[server]\nlisten = \"0.0.0.0:7000\"\n[store]\ndata_dir = \"/from/file\"\nfsync = \"interval\"\n",
+    )
+    .unwrap();
+    let c = Config::load_from(
+        Some(&path),
+        env(&[
+            ("ENGRAM__STORE__DATA_DIR", "/from/env"),
+            ("ENGRAM__LIMITS__MAX_EVENTS_PER_REQUEST", "7"),
+            ("UNRELATED", "x"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(c.server.listen, "0.0.0.0:7000");
+    assert_eq!(c.store.data_dir, PathBuf::from("/from/env"));
+    assert_eq!(c.store.fsync, FsyncSetting::Interval);
+    assert_eq!(c.limits.max_events_per_request, 7);
+}
+
+#[test]
+fn budget_overrides_load_from_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("engram.toml");
+    std::fs::write(
+        &path,
+        "[budget.models.\"my-finetune\"]\ncontext_tokens = 32768\n[budget.agents.\"Support-Bot\"]\ncompaction_ratio = 0.5\n",
+    )
+    .unwrap();
+    let c = Config::load_from(Some(&path), env(&[])).unwrap();
+    assert_eq!(c.budget.models["my-finetune"].context_tokens, Some(32768));
+    assert_eq!(
+        c.budget.agents["Support-Bot"].compaction_ratio,
+        Some(0.5),
+        "agent ids keep their case"
+    );
+    std::fs::write(&path, "[budget.agents.x]\ncompaction_ratio = 3.0\n").unwrap();
+    let err = Config::load_from(Some(&path), env(&[]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("compaction_ratio"), "{err}");
+}
+
+#[test]
+fn auth_tokens_come_from_the_config_and_the_tokens_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("engram.toml");
+    let tokens = dir.path().join("tokens.toml");
+    std::fs::write(
+        &path,
+        "[[auth.tokens]]\nname = \"a\"\ntoken = \"aaaaaaaaaaaaaaaaaaaa\"\nagents = [\"a-*\"]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &tokens,
+        "[[tokens]]\nname = \"ops\"\ntoken = \"bbbbbbbbbbbbbbbbbbbb\"\nadmin = true\n",
+    )
+    .unwrap();
+    let c = Config::load_from(
+        Some(&path),
+        env(&[("ENGRAM__AUTH__TOKENS_FILE", tokens.to_str().unwrap())]),
+    )
+    .unwrap();
+    let names: Vec<_> = c.auth.tokens.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["a", "ops"]);
+    std::fs::write(
+        &path,
+        "[[auth.tokens]]\ntoken = \"short\"\nagents = [\"a\"]\n",
+    )
+    .unwrap();
+    let err = Config::load_from(Some(&path), env(&[]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("auth.tokens") && err.contains("16"), "{err}");
+}
+
+#[test]
+fn unknown_keys_and_bad_values_name_the_key() {
+    let cases = [
+        (("ENGRAM__SERVER__LISTN", "x"), "listn"),
+        (("ENGRAM__STOR__DATA_DIR", "x"), "stor"),
+        (("ENGRAM__SERVER__LISTEN", "nowhere"), "server.listen"),
+        (("ENGRAM__STORE__FSYNC", "sometimes"), "fsync"),
+        (
+            ("ENGRAM__LIMITS__MAX_TRACE_BYTES", "lots"),
+            "max_trace_bytes",
+        ),
+        (
+            ("ENGRAM__SERVER__MAX_MESSAGE_BYTES", "10"),
+            "server.max_message_bytes",
+        ),
+        (("ENGRAM__LOG__LEVEL", "[[["), "log.level"),
+        (("ENGRAM__LLM__BASE_URL", "ftp://x"), "llm.base_url"),
+        (
+            ("ENGRAM__LLM__BASE_URL", "http://127.0.0.1:8080/v1"),
+            "llm.model",
+        ),
+        (
+            ("ENGRAM__SERVER__METRICS_LISTEN", "everywhere"),
+            "server.metrics_listen",
+        ),
+        (("ENGRAM__SERVER__TLS_CERT", "/x.pem"), "server.tls_cert"),
+        (
+            ("ENGRAM__SERVER__TLS_CLIENT_CA", "/ca.pem"),
+            "server.tls_client_ca",
+        ),
+        (
+            ("ENGRAM__AUTH__TOKENS_FILE", "/nonexistent.toml"),
+            "auth.tokens_file",
+        ),
+        (
+            ("ENGRAM__LLM__CIRCUIT_MAX_COOLDOWN_SECS", "1"),
+            "llm.circuit_max_cooldown_secs",
+        ),
+        (("ENGRAM__LLM__AGENT_FAILURES", "0"), "llm.agent_failures"),
+    ];
+    for ((k, v), expected) in cases {
+        let err = Config::load_from(None, env(&[(k, v)]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(expected),
+            "{k}={v}: {err:?} should name {expected}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, "[store]\nfsnyc = \"always\"\n").unwrap();
+    let err = Config::load_from(Some(&path), env(&[]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("fsnyc"), "{err}");
+    let err = Config::load_from(Some(&dir.path().join("missing.toml")), env(&[])).unwrap_err();
+    assert!(err.to_string().contains("missing.toml"), "{err}");
+}
