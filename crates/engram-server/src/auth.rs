@@ -5,17 +5,14 @@
 //! a configured plaintext `token` is hashed at start. Health and reflection
 //! stay open so probes and grpcurl discovery work without a secret.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use subtle::ConstantTimeEq;
 use tonic::Status;
 use tonic::codegen::http;
-use tower::{Layer, Service};
 
 use crate::config::TokenConfig;
+use crate::layers::Hook;
 
 /// Paths served to anyone: probes and service discovery.
 const OPEN_PREFIXES: [&str; 2] = ["/grpc.health.v1.Health/", "/grpc.reflection."];
@@ -197,68 +194,46 @@ fn parse_digest(hex_digest: &str) -> Option<[u8; 32]> {
 /// Authenticates every call outside the open paths and hands the handlers
 /// the caller's [`Scope`] in the request extensions.
 #[derive(Debug, Clone)]
-pub struct AuthLayer {
+pub struct Auth {
     auth: Arc<Authenticator>,
 }
 
-impl AuthLayer {
+impl Auth {
     pub fn new(auth: Arc<Authenticator>) -> Self {
         Self { auth }
     }
 }
 
-impl<S> Layer<S> for AuthLayer {
-    type Service = Auth<S>;
+impl<ReqBody, ResBody: Default> Hook<ReqBody, ResBody> for Auth {
+    type State = ();
+    type Body = ResBody;
 
-    fn layer(&self, inner: S) -> Self::Service {
-        Auth {
-            inner,
-            auth: Arc::clone(&self.auth),
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct Auth<S> {
-    inner: S,
-    auth: Arc<Authenticator>,
-}
-
-impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for Auth<S>
-where
-    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>>,
-    S::Future: Send + 'static,
-    ResBody: Default + Send + 'static,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: http::Request<ReqBody>) -> Self::Future {
+    fn before(&self, req: &mut http::Request<ReqBody>) -> Result<(), http::Response<ResBody>> {
         let path = req.uri().path();
-        if self.auth.enabled() && !OPEN_PREFIXES.iter().any(|p| path.starts_with(p)) {
-            match self
-                .auth
-                .authenticate(req.headers().get(http::header::AUTHORIZATION))
-            {
-                Ok(scope) => {
-                    req.extensions_mut().insert(scope);
-                }
-                Err(status) => {
-                    tracing::info!(
-                        path,
-                        reason = status.message(),
-                        "call refused: not authenticated"
-                    );
-                    return Box::pin(async move { Ok(status.into_http()) });
-                }
+        if !self.auth.enabled() || OPEN_PREFIXES.iter().any(|p| path.starts_with(p)) {
+            return Ok(());
+        }
+        match self
+            .auth
+            .authenticate(req.headers().get(http::header::AUTHORIZATION))
+        {
+            Ok(scope) => {
+                req.extensions_mut().insert(scope);
+                Ok(())
+            }
+            Err(status) => {
+                tracing::info!(
+                    path,
+                    reason = status.message(),
+                    "call refused: not authenticated"
+                );
+                Err(status.into_http())
             }
         }
-        Box::pin(self.inner.call(req))
+    }
+
+    fn after(_: (), res: http::Response<ResBody>) -> http::Response<ResBody> {
+        res
     }
 }
 

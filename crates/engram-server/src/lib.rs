@@ -10,7 +10,9 @@
 //!   and the summarizer stack; [`flights`]: one compaction per agent.
 //! - [`convert`] / [`status`]: wire ↔ domain conversions and the one
 //!   error → status mapping.
-//! - [`oversize`]: RESOURCE_EXHAUSTED for requests over the size limit.
+//! - [`layers`]: the one tower layer of the hooks around every call:
+//!   [`auth`], the metrics of [`observe`], and [`oversize`] (RESOURCE_EXHAUSTED
+//!   for requests over the size limit).
 //! - [`auth`]: bearer tokens scoped to agent-id patterns.
 //! - [`boundary`]: a panic in a handler is answered INTERNAL.
 //! - [`observe`]: Prometheus metrics.
@@ -25,6 +27,7 @@ pub mod config;
 pub mod context;
 pub mod convert;
 pub mod flights;
+pub mod layers;
 pub mod observe;
 pub mod oversize;
 pub mod probe;
@@ -43,6 +46,8 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
+
+use layers::HookLayer;
 
 pub use config::Config;
 pub use service::Engram;
@@ -216,10 +221,10 @@ pub async fn serve(
         // product, so large requests do not crawl at 64 KiB per round trip.
         .http2_adaptive_window(Some(true))
         // Outermost: count every call, refusals included, by its final code.
-        .layer(observe::RpcMetricsLayer)
+        .layer(HookLayer(observe::RpcMetrics))
         // Rewrite tonic's size refusals before anything else sees them.
-        .layer(oversize::OversizeLayer)
-        .layer(auth::AuthLayer::new(authenticator))
+        .layer(HookLayer(oversize::Oversize))
+        .layer(HookLayer(auth::Auth::new(authenticator)))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

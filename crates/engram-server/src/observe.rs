@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use http_body::{Body, Frame, SizeHint};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tonic::codegen::http;
-use tower::{Layer, Service};
 
 use crate::compactor::Compactor;
+use crate::layers::Hook;
 use engram_store::Store;
 
 /// How long a walk of the data dir for `engram_disk_bytes` is reused.
@@ -184,51 +184,33 @@ impl Scraper {
 
 /// Counts and times every call by method and gRPC status code.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct RpcMetricsLayer;
+pub struct RpcMetrics;
 
-impl<S> Layer<S> for RpcMetricsLayer {
-    type Service = RpcMetrics<S>;
+impl<ReqBody, ResBody> Hook<ReqBody, ResBody> for RpcMetrics {
+    type State = (&'static str, Instant);
+    type Body = Observed<ResBody>;
 
-    fn layer(&self, inner: S) -> Self::Service {
-        RpcMetrics { inner }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct RpcMetrics<S> {
-    inner: S,
-}
-
-impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for RpcMetrics<S>
-where
-    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>>,
-    S::Future: Send + 'static,
-{
-    type Response = http::Response<Observed<ResBody>>;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+    fn before(
+        &self,
+        req: &mut http::Request<ReqBody>,
+    ) -> Result<Self::State, http::Response<Self::Body>> {
+        Ok((method_label(req.uri().path()), Instant::now()))
     }
 
-    fn call(&mut self, req: http::Request<ReqBody>) -> Self::Future {
-        let method = method_label(req.uri().path());
-        let started = Instant::now();
-        let fut = self.inner.call(req);
-        Box::pin(async move {
-            let res = fut.await?;
-            // A trailers-only answer (every error) has its code in the
-            // headers; a normal one in the trailers at the end of the body.
-            let code = res.headers().get("grpc-status").map(code_label);
-            Ok(res.map(|body| Observed {
-                body,
-                call: Some(Call {
-                    method,
-                    started,
-                    code,
-                }),
-            }))
+    fn after(
+        (method, started): Self::State,
+        res: http::Response<ResBody>,
+    ) -> http::Response<Self::Body> {
+        // A trailers-only answer (every error) has its code in the
+        // headers; a normal one in the trailers at the end of the body.
+        let code = res.headers().get("grpc-status").map(code_label);
+        res.map(|body| Observed {
+            body,
+            call: Some(Call {
+                method,
+                started,
+                code,
+            }),
         })
     }
 }

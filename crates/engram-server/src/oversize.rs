@@ -6,60 +6,35 @@
 //! every OUT_OF_RANGE leaving the server is tonic's size check: this layer
 //! rewrites its code (a trailers-only response carries it in the headers).
 
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
 use tonic::codegen::http;
-use tower::{Layer, Service};
+
+use crate::layers::Hook;
 
 const OUT_OF_RANGE: &str = "11";
 const RESOURCE_EXHAUSTED: &str = "8";
 
 #[derive(Debug, Clone, Copy, Default)]
-pub struct OversizeLayer;
+pub struct Oversize;
 
-impl<S> Layer<S> for OversizeLayer {
-    type Service = Oversize<S>;
+impl<ReqBody, ResBody> Hook<ReqBody, ResBody> for Oversize {
+    type State = ();
+    type Body = ResBody;
 
-    fn layer(&self, inner: S) -> Self::Service {
-        Oversize { inner }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct Oversize<S> {
-    inner: S,
-}
-
-impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for Oversize<S>
-where
-    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>>,
-    S::Future: Send + 'static,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+    fn before(&self, _: &mut http::Request<ReqBody>) -> Result<(), http::Response<ResBody>> {
+        Ok(())
     }
 
-    fn call(&mut self, req: http::Request<ReqBody>) -> Self::Future {
-        let fut = self.inner.call(req);
-        Box::pin(async move {
-            let mut res = fut.await?;
-            let headers = res.headers_mut();
-            if headers
-                .get("grpc-status")
-                .is_some_and(|v| v == OUT_OF_RANGE)
-            {
-                headers.insert(
-                    "grpc-status",
-                    http::HeaderValue::from_static(RESOURCE_EXHAUSTED),
-                );
-            }
-            Ok(res)
-        })
+    fn after(_: (), mut res: http::Response<ResBody>) -> http::Response<ResBody> {
+        let headers = res.headers_mut();
+        if headers
+            .get("grpc-status")
+            .is_some_and(|v| v == OUT_OF_RANGE)
+        {
+            headers.insert(
+                "grpc-status",
+                http::HeaderValue::from_static(RESOURCE_EXHAUSTED),
+            );
+        }
+        res
     }
 }
