@@ -168,16 +168,7 @@ async fn an_llm_over_http_writes_the_summary_and_failures_prune_nothing() {
         ["/v1/chat/completions"],
         "the configured endpoint"
     );
-    let bundle = c
-        .retrieve(pb::RetrieveRequest {
-            agent_id: "h".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .bundle
-        .unwrap();
+    let bundle = bundle(&mut c, "h").await;
     assert_eq!(
         bundle.episodic[0].summary,
         "Squares of 1 to 3 were computed."

@@ -101,17 +101,7 @@ async fn concurrent_compactions_of_one_agent_share_one_summary() {
         assert_eq!(other.turn_ids, first.turn_ids);
     }
     assert_eq!(seen.lock().unwrap().len(), 1, "one summarizer call for all");
-    let bundle = c
-        .retrieve(pb::RetrieveRequest {
-            agent_id: "race".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .bundle
-        .unwrap();
-    assert_eq!(bundle.episodic.len(), 1);
+    assert_eq!(bundle(&mut c, "race").await.episodic.len(), 1);
     // Once it is over, a new request compacts afresh.
     turns(&mut c, "race", 3).await;
     gate.add_permits(1);

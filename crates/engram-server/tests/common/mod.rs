@@ -331,6 +331,19 @@ pub async fn turns(c: &mut Client, agent: &str, n: usize) {
     }
 }
 
+/// The memory bundle Retrieve gives for `agent` with its defaults.
+pub async fn bundle(c: &mut Client, agent: &str) -> pb::MemoryBundle {
+    c.retrieve(pb::RetrieveRequest {
+        agent_id: agent.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .bundle
+    .unwrap()
+}
+
 /// A manual Compact of `agent` (focus "numbers"); its report.
 pub async fn compact_now(c: &mut Client, agent: &str) -> pb::CompactionReport {
     c.compact(compact(agent))
