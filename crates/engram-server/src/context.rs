@@ -11,7 +11,7 @@ use tonic::Status;
 use crate::budget::Budgets;
 use crate::compactor::Compactor;
 use crate::convert::{self, non_empty};
-use crate::sizing::{finished_turns, sizing};
+use crate::sizing::{Sizing, finished_turns, sizing};
 use crate::status::{from_core, from_store};
 
 fn format_from_pb(raw: i32) -> Result<Option<Format>, Status> {
@@ -43,9 +43,19 @@ fn user_event(e: pb::TraceEvent) -> Result<NewEvent, Status> {
     }
 }
 
+/// What a PrepareRequest asks for, parsed.
+struct Ask<'a> {
+    agent: &'a AgentId,
+    model: Option<&'a str>,
+    format: Option<Format>,
+    max_output: Option<u32>,
+    force: bool,
+    max_active_turns: usize,
+}
+
 /// What the first look at an agent's prompt decided.
-enum Plan {
-    Built(Box<pb::PrepareRequestResponse>),
+enum Look {
+    Ready(Box<pb::PrepareRequestResponse>),
     /// Compact first (trigger, prompt tokens now).
     Compact(Trigger, u32),
 }
@@ -57,129 +67,147 @@ pub async fn prepare_request(
     req: pb::PrepareRequestRequest,
 ) -> Result<pb::PrepareRequestResponse, Status> {
     let id = AgentId::parse(&req.agent_id).map_err(from_core)?;
-    let format = format_from_pb(req.render_format)?;
     let user_input = req.user_input.map(user_event).transpose()?;
     let input = PrepareInput {
         system_prompt: non_empty(req.system_prompt.as_str()),
         user_input,
     };
-    let max_output = (req.max_output_tokens > 0).then_some(req.max_output_tokens);
-    let request_model = non_empty(req.model.as_str());
-    let force = req.force_compaction;
+    let ask = Ask {
+        agent: &id,
+        model: non_empty(req.model.as_str()),
+        format: format_from_pb(req.render_format)?,
+        max_output: (req.max_output_tokens > 0).then_some(req.max_output_tokens),
+        force: req.force_compaction,
+        max_active_turns: compactor.max_active_turns(),
+    };
     let check = |last_model: Option<&str>| {
-        let needs_model = matches!(format, Some(f) if f != Format::Gemini);
-        if needs_model && request_model.or(last_model).is_none() {
+        let needs_model = matches!(ask.format, Some(f) if f != Format::Gemini);
+        if needs_model && ask.model.or(last_model).is_none() {
             return Err(CoreError::Invalid(
                 "model is required to render this format: none was given and no Ingest reported one".into(),
             ));
         }
         Ok(())
     };
-    let agent = &id;
-    let max_turns = compactor.max_active_turns();
-    let build =
-        |report: Option<CompactionReport>| {
-            move |mut view: AgentView<'_>| {
-                let model = request_model
-                    .or(view.tracker.last_model())
-                    .unwrap_or_default()
-                    .to_owned();
-                let size = sizing(&mut view, agent, budgets, &model, max_output);
-                let tokens_now = size.prompt_tokens();
-                let signals = Signals {
-                    compaction_required: view.meta.compaction_required,
-                    force,
-                    finished_turns: finished_turns(view.traces, view.tracker.current_turn_id()),
-                    max_active_turns: max_turns,
-                };
-                let trigger = decide(size.size, &size.budget, signals);
-                let mut warnings = vec![];
-                let report = match (report, trigger) {
-                    // Compaction runs before the prompt is built, once.
-                    (None, Some(trigger)) => return Plan::Compact(trigger, tokens_now),
-                    (None, None) => convert::no_compaction_to_pb(tokens_now),
-                    (Some(mut report), _) => {
-                        report.tokens_after = tokens_now;
-                        if let Some(error) = &report.error {
-                            warnings.push(format!(
-                                "compaction ({}) did not run: {error}; the prompt was not pruned",
-                                report.trigger.as_str()
-                            ));
-                        }
-                        convert::report_to_pb(&report)
-                    }
-                };
-                if tokens_now > size.budget.input_budget {
-                    warnings.push(format!(
-                    "the prompt (~{tokens_now} tokens) exceeds the input budget of {} ({} tokens)",
-                    if model.is_empty() { "the default model" } else { &model },
-                    size.budget.input_budget
-                ));
-                }
-                let system = view.meta.system_prompt.as_deref();
-                let tail = size.tail;
-                let prompt = Prompt {
-                    model: &model,
-                    system,
-                    messages: view.transcript.messages(),
-                    tail: &tail,
-                    max_output_tokens: size.budget.max_output_tokens,
-                };
-                let rendered = format
-                    .map(|f| view.render.render_json(f, &prompt))
-                    .unwrap_or_default();
-                let mut messages = Vec::with_capacity(size.messages);
-                if let Some(system) = system {
-                    messages.push(pb::Message {
-                        role: pb::Role::System.into(),
-                        content: system.to_owned(),
-                        ..Default::default()
-                    });
-                }
-                messages.extend(
-                    prompt
-                        .messages
-                        .iter()
-                        .chain(&tail)
-                        .map(convert::message_to_pb),
-                );
-                Plan::Built(Box::new(pb::PrepareRequestResponse {
-                    messages,
-                    rendered_payload_json: rendered,
-                    turn_id: String::new(),
-                    estimated_prompt_tokens: tokens_now,
-                    budget: Some(convert::budget_to_pb(&size.budget)),
-                    compaction: Some(report),
-                    epoch: view.meta.epoch,
-                    warnings,
-                }))
-            }
-        };
     let first = store
-        .prepare(&id, input, check, build(None))
+        .prepare(&id, input, check, |view| look(view, &ask, budgets))
         .await
         .map_err(from_store)?;
-    let (plan, turn_id) = match first.out {
-        Plan::Built(response) => (Plan::Built(response), first.current_turn_id),
-        Plan::Compact(trigger, tokens_before) => {
+    match first.out {
+        Look::Ready(response) => Ok(*response),
+        Look::Compact(trigger, tokens_before) => {
+            // Compaction runs before the prompt is built, once; the prompt
+            // of the new epoch is built whatever the report says.
             let report = compactor.compact(&id, trigger, None, tokens_before).await;
-            let second = store
-                .prepare(
-                    &id,
-                    PrepareInput::default(),
-                    |_| Ok(()),
-                    build(Some(report)),
-                )
+            store
+                .read(&id, |mut view| {
+                    let size = size_of(&mut view, &ask, budgets);
+                    build(view, &ask, size, Some(report))
+                })
                 .await
-                .map_err(from_store)?;
-            (second.out, second.current_turn_id)
+                .map_err(from_store)
+        }
+    }
+}
+
+/// The size of the prompt `ask` would get now, and its model.
+fn size_of(view: &mut AgentView<'_>, ask: &Ask<'_>, budgets: &Budgets) -> (Sizing, String) {
+    let model = ask
+        .model
+        .or(view.tracker.last_model())
+        .unwrap_or_default()
+        .to_owned();
+    let size = sizing(view, ask.agent, budgets, &model, ask.max_output);
+    (size, model)
+}
+
+/// The prompt, unless a compaction must come first.
+fn look(mut view: AgentView<'_>, ask: &Ask<'_>, budgets: &Budgets) -> Look {
+    let (size, model) = size_of(&mut view, ask, budgets);
+    let signals = Signals {
+        compaction_required: view.meta.compaction_required,
+        force: ask.force,
+        finished_turns: finished_turns(view.traces, view.tracker.current_turn_id()),
+        max_active_turns: ask.max_active_turns,
+    };
+    match decide(size.size, &size.budget, signals) {
+        Some(trigger) => Look::Compact(trigger, size.prompt_tokens()),
+        None => Look::Ready(Box::new(build(view, ask, (size, model), None))),
+    }
+}
+
+/// The answer of a PrepareRequest: the messages, the rendered payload and
+/// the numbers, with the report of the compaction that ran before, if one
+/// did.
+fn build(
+    view: AgentView<'_>,
+    ask: &Ask<'_>,
+    (size, model): (Sizing, String),
+    report: Option<CompactionReport>,
+) -> pb::PrepareRequestResponse {
+    let tokens_now = size.prompt_tokens();
+    let mut warnings = vec![];
+    let report = match report {
+        None => convert::no_compaction_to_pb(tokens_now),
+        Some(mut report) => {
+            report.tokens_after = tokens_now;
+            if let Some(error) = &report.error {
+                warnings.push(format!(
+                    "compaction ({}) did not run: {error}; the prompt was not pruned",
+                    report.trigger.as_str()
+                ));
+            }
+            convert::report_to_pb(&report)
         }
     };
-    let Plan::Built(mut response) = plan else {
-        unreachable!("a prompt built with a report never asks to compact");
+    if tokens_now > size.budget.input_budget {
+        warnings.push(format!(
+            "the prompt (~{tokens_now} tokens) exceeds the input budget of {} ({} tokens)",
+            if model.is_empty() {
+                "the default model"
+            } else {
+                &model
+            },
+            size.budget.input_budget
+        ));
+    }
+    let system = view.meta.system_prompt.as_deref();
+    let prompt = Prompt {
+        model: &model,
+        system,
+        messages: view.transcript.messages(),
+        tail: &size.tail,
+        max_output_tokens: size.budget.max_output_tokens,
     };
-    response.turn_id = turn_id;
-    Ok(*response)
+    let rendered = ask
+        .format
+        .map(|f| view.render.render_json(f, &prompt))
+        .unwrap_or_default();
+    let mut messages = Vec::with_capacity(size.messages);
+    if let Some(system) = system {
+        messages.push(pb::Message {
+            role: pb::Role::System.into(),
+            content: system.to_owned(),
+            ..Default::default()
+        });
+    }
+    messages.extend(
+        prompt
+            .messages
+            .iter()
+            .chain(&size.tail)
+            .map(convert::message_to_pb),
+    );
+    pb::PrepareRequestResponse {
+        messages,
+        rendered_payload_json: rendered,
+        turn_id: view.tracker.current_turn_id().unwrap_or_default(),
+        estimated_prompt_tokens: tokens_now,
+        budget: Some(convert::budget_to_pb(&size.budget)),
+        compaction: Some(report),
+        epoch: view.meta.epoch,
+        warnings,
+    }
 }
 
 pub async fn context_stats(
