@@ -11,8 +11,31 @@ use subtle::ConstantTimeEq;
 use tonic::Status;
 use tonic::codegen::http;
 
-use crate::config::TokenConfig;
 use crate::layers::Hook;
+
+/// One `[[auth.tokens]]` table. Its Debug output hides the secret.
+#[derive(Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    #[serde(default)]
+    pub name: String,
+    pub token: Option<String>,
+    pub token_sha256: Option<String>,
+    #[serde(default)]
+    pub agents: Vec<String>,
+    #[serde(default)]
+    pub admin: bool,
+}
+
+impl std::fmt::Debug for TokenConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenConfig")
+            .field("name", &self.name)
+            .field("agents", &self.agents)
+            .field("admin", &self.admin)
+            .finish_non_exhaustive()
+    }
+}
 
 /// Paths served to anyone: probes and service discovery.
 const OPEN_PREFIXES: [&str; 2] = ["/grpc.health.v1.Health/", "/grpc.reflection."];

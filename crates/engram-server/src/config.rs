@@ -12,6 +12,8 @@ use engram_core::turns::IngestLimits;
 use engram_store::{FsyncPolicy, StoreConfig};
 use serde::Deserialize;
 
+pub use crate::auth::TokenConfig;
+
 /// The built-in defaults, also shipped as documentation.
 pub const DEFAULT_TOML: &str = include_str!("default.toml");
 
@@ -107,30 +109,6 @@ pub struct AuthSection {
     pub tokens_file: PathBuf,
     #[serde(default)]
     pub tokens: Vec<TokenConfig>,
-}
-
-/// One `[[auth.tokens]]` table. Its Debug output hides the secret.
-#[derive(Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TokenConfig {
-    #[serde(default)]
-    pub name: String,
-    pub token: Option<String>,
-    pub token_sha256: Option<String>,
-    #[serde(default)]
-    pub agents: Vec<String>,
-    #[serde(default)]
-    pub admin: bool,
-}
-
-impl std::fmt::Debug for TokenConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenConfig")
-            .field("name", &self.name)
-            .field("agents", &self.agents)
-            .field("admin", &self.admin)
-            .finish_non_exhaustive()
-    }
 }
 
 /// The shape of `auth.tokens_file`.

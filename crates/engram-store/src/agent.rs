@@ -50,7 +50,7 @@ pub struct AgentMeta {
     /// A compaction written down but not finished (a crash or an I/O error
     /// interrupted it): finished before the agent is used again.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub pending: Option<crate::compact::Intent>,
+    pub pending: Option<crate::intent::Intent>,
     /// The last active trace when this epoch began: usage reported before
     /// it measured an older prompt and no longer counts.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -25,10 +25,12 @@ use std::sync::Arc;
 
 use engram_core::compaction::plan::{Before, SnapshotLimits, plan};
 use engram_core::compaction::{Summary, select_window};
-use engram_core::memory::{EpisodicItem, SemanticItem};
+use engram_core::memory::SemanticItem;
 use engram_core::turns::turn_number;
 use engram_core::{AgentId, RawTrace};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+
+pub use crate::intent::Intent;
 
 use crate::agent::{AgentMeta, AgentState, EPISODIC, RAW_ARCHIVE, RAW_TRACES, SEMANTIC};
 use crate::durable::DurableFile;
@@ -70,27 +72,6 @@ pub struct Committed {
     pub semantic_updated: u32,
     pub traces_pruned: u32,
     pub epoch: u32,
-}
-
-/// A compaction written down before any file changes (in `state.json`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Intent {
-    /// The epoch this compaction ends.
-    pub epoch: u32,
-    /// The epoch it starts (absent in intents written before it existed:
-    /// then `epoch + 1`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next_epoch: Option<u32>,
-    pub turn_ids: Vec<String>,
-    pub trace_ids: Vec<String>,
-    /// Length of the archive before this compaction appended to it.
-    pub archive_len: u64,
-    pub episodic: EpisodicItem,
-    pub semantic: Vec<SemanticItem>,
-    /// `(old id, new id)`.
-    pub superseded: Vec<(String, String)>,
-    pub snapshot: String,
-    pub snapshot_trace_ids: Vec<String>,
 }
 
 fn append_sync(path: &Path, bytes: &[u8]) -> Result<()> {

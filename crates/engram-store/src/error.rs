@@ -26,7 +26,7 @@ pub enum StoreError {
     )]
     ReadOnly { agent: String, reason: String },
     /// A file whose flush failed; it refuses further writes (see
-    /// [`crate::durable`]).
+    /// the `durable` module).
     #[error("{} is read-only after a storage failure ({reason}); fix the disk and restart engramd", path.display())]
     Poisoned { path: PathBuf, reason: String },
     /// The file system failed; retrying may succeed.

@@ -11,6 +11,8 @@
 //!   atomic rewrite helper.
 //! - [`agent`]: one agent's files and derived state.
 //! - `write`: the write path of Ingest and PrepareRequest.
+//! - `intent`: a compaction's commit as written down before it is carried
+//!   out.
 //! - `fork`: ForkAgent, a copy of every file of an agent under a new id.
 //! - `registry`: listing and deleting agents, idle eviction, checkpoints,
 //!   the background upkeep.
@@ -26,6 +28,7 @@ pub mod durable;
 pub mod error;
 mod faults;
 mod fork;
+mod intent;
 pub mod jsonl;
 mod registry;
 pub mod search;
