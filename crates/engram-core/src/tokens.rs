@@ -6,7 +6,7 @@
 use tiktoken_rs::CoreBPE;
 
 use crate::budget::normalize_model;
-use crate::transcript::Message;
+use crate::transcript::{Message, Transcript};
 
 /// Tokens a chat format spends on each message's framing (role, separators).
 pub const MESSAGE_OVERHEAD: u32 = 4;
@@ -155,6 +155,8 @@ pub fn count_message(encoding: Encoding, m: &Message) -> u32 {
 /// prompt costs only the tokenization of what changed since the last one.
 #[derive(Debug, Clone, Default)]
 pub struct TokenCache {
+    /// The transcript counted (its [`Transcript::id`]).
+    transcript: u64,
     encoding: Option<Encoding>,
     counts: Vec<u32>,
     total: u64,
@@ -194,7 +196,7 @@ impl TokenCache {
     }
 
     /// Forgets counts from message `index` on (it changed or is new).
-    pub fn invalidate_from(&mut self, index: usize) {
+    fn invalidate_from(&mut self, index: usize) {
         if index < self.counts.len() {
             let dropped: u64 = self.counts[index..].iter().map(|n| u64::from(*n)).sum();
             self.total -= dropped;
@@ -210,11 +212,19 @@ impl TokenCache {
             .map_or(0, |c| c.iter().map(|n| u64::from(*n)).sum())
     }
 
-    /// Tokens of `messages` under `encoding`, counting only what is not
-    /// cached yet (everything, if the encoding changed).
-    pub fn count(&mut self, encoding: Encoding, messages: &[Message]) -> u64 {
+    /// Tokens of `transcript`'s messages under `encoding`, counting only
+    /// what is not cached yet: the messages added since the last count, and
+    /// the last one counted then (the only one that can have changed);
+    /// everything for another transcript or encoding.
+    pub fn count(&mut self, encoding: Encoding, transcript: &Transcript) -> u64 {
         self.set_encoding(encoding);
-        self.invalidate_from(messages.len());
+        if self.transcript != transcript.id() {
+            self.transcript = transcript.id();
+            self.counts.clear();
+            self.total = 0;
+        }
+        let messages = transcript.messages();
+        self.invalidate_from(self.counts.len().saturating_sub(1).min(messages.len()));
         for m in &messages[self.counts.len()..] {
             let n = count_message(encoding, m);
             self.counts.push(n);
@@ -353,6 +363,34 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// A cache that looks at the transcript only now and then (as a
+        /// prompt does, between Ingests) still counts exactly what a fresh
+        /// count would; another transcript starts it over.
+        #[test]
+        fn a_cache_kept_outside_the_transcript_stays_exact(
+            traces in crate::transcript::tests::conversations(),
+            every in 1usize..5,
+        ) {
+            let fresh = |t: &Transcript| -> u64 {
+                t.messages().iter().map(|m| u64::from(count_message(Encoding::Cl100k, m))).sum()
+            };
+            let mut t = Transcript::default();
+            let mut cache = TokenCache::default();
+            for (i, trace) in traces.iter().enumerate() {
+                t.push(trace);
+                if i % every == 0 {
+                    proptest::prop_assert_eq!(cache.count(Encoding::Cl100k, &t), fresh(&t));
+                }
+            }
+            proptest::prop_assert_eq!(cache.count(Encoding::Cl100k, &t), fresh(&t));
+            let other = Transcript::from_traces(traces.iter().take(traces.len() / 2));
+            proptest::prop_assert_eq!(cache.count(Encoding::Cl100k, &other), fresh(&other));
+        }
+    }
+
     #[test]
     fn the_cache_counts_only_what_changed() {
         let traces = assign_all([
@@ -365,9 +403,8 @@ mod tests {
         let mut cache = TokenCache::default();
         let mut totals = vec![];
         for trace in &traces {
-            let changed = t.push(trace);
-            cache.invalidate_from(changed);
-            totals.push(cache.count(Encoding::Cl100k, t.messages()));
+            t.push(trace);
+            totals.push(cache.count(Encoding::Cl100k, &t));
         }
         let fresh: u64 = t
             .messages()
@@ -381,7 +418,7 @@ mod tests {
         );
         assert!(totals.windows(2).all(|w| w[0] < w[1]), "{totals:?}");
         // Switching models recounts under the new encoding.
-        let o200k = cache.count(Encoding::O200k, t.messages());
+        let o200k = cache.count(Encoding::O200k, &t);
         let fresh: u64 = t
             .messages()
             .iter()

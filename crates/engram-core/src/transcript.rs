@@ -16,6 +16,8 @@
 //!   arrives later is delivered as a user note ([`late_result_note`]), since
 //!   the provider would reject a tool message that far from its call.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use serde_json::{Map, Value};
 
 use crate::{Media, RawTrace, TraceType};
@@ -117,11 +119,37 @@ struct OpenStep {
     answered_any: bool,
 }
 
+/// Identities of transcripts, so caches kept outside one can tell it from
+/// another (a rebuilt epoch, another agent).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
 /// The committed messages of an epoch (after its base) and the open step.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug)]
 pub struct Transcript {
+    id: u64,
     messages: Vec<Message>,
     open: Option<OpenStep>,
+}
+
+impl Default for Transcript {
+    fn default() -> Self {
+        Self {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            messages: vec![],
+            open: None,
+        }
+    }
+}
+
+/// A clone is a transcript of its own: it may grow apart from the original.
+impl Clone for Transcript {
+    fn clone(&self) -> Self {
+        Self {
+            messages: self.messages.clone(),
+            open: self.open.clone(),
+            ..Self::default()
+        }
+    }
 }
 
 impl Transcript {
@@ -129,8 +157,16 @@ impl Transcript {
     pub fn with_base(base: Message) -> Self {
         Self {
             messages: vec![base],
-            open: None,
+            ..Self::default()
         }
+    }
+
+    /// This transcript's identity. With [`messages`](Self::messages) it is
+    /// all a cache needs: only the last committed message can still change,
+    /// so a cache that saw `n` messages of this transcript knows the first
+    /// `n - 1` of them as they are.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// Folds the traces of an epoch, in file order.

@@ -20,6 +20,7 @@ use engram_store::{Store, StoreError};
 use tokio::time::Instant;
 
 use crate::budget::Budgets;
+use crate::caches::ContextCaches;
 use crate::config::{LlmSection, PolicySection};
 use crate::flights::{Flights, Share};
 use crate::sizing;
@@ -27,6 +28,7 @@ use crate::sizing;
 #[derive(Debug, Clone)]
 pub struct Compactor {
     store: Store,
+    caches: Arc<ContextCaches>,
     budgets: Arc<Budgets>,
     summarizer: Arc<dyn Summarizer>,
     policy: Policy,
@@ -97,6 +99,7 @@ pub fn summarizer(llm: &LlmSection) -> Result<Arc<dyn Summarizer>, String> {
 impl Compactor {
     pub fn new(
         store: Store,
+        caches: Arc<ContextCaches>,
         budgets: Arc<Budgets>,
         summarizer: Arc<dyn Summarizer>,
         policy: &PolicySection,
@@ -104,6 +107,7 @@ impl Compactor {
     ) -> Self {
         Self {
             store,
+            caches,
             budgets,
             summarizer,
             policy: Policy {
@@ -205,7 +209,9 @@ impl Compactor {
                 Ok(_) => {
                     report.steps.push(Tier::Microcompact);
                     opened_epoch = true;
-                    match sizing::over_trigger(&self.store, &self.budgets, agent).await {
+                    match sizing::over_trigger(&self.store, &self.caches, &self.budgets, agent)
+                        .await
+                    {
                         Ok((false, tokens)) => {
                             report.performed = true;
                             report.tokens_after = tokens;

@@ -9,6 +9,7 @@ use engram_store::{AgentView, PrepareInput, Store};
 use tonic::Status;
 
 use crate::budget::Budgets;
+use crate::caches::{self, Caches, ContextCaches};
 use crate::compactor::Compactor;
 use crate::convert::{self, non_empty};
 use crate::sizing::{Sizing, finished_turns, sizing};
@@ -62,6 +63,7 @@ enum Look {
 
 pub async fn prepare_request(
     store: &Store,
+    caches: &ContextCaches,
     budgets: &Budgets,
     compactor: &Compactor,
     req: pb::PrepareRequestRequest,
@@ -89,8 +91,11 @@ pub async fn prepare_request(
         }
         Ok(())
     };
+    let cell = caches.of(&id);
     let first = store
-        .prepare(&id, input, check, |view| look(view, &ask, budgets))
+        .prepare(&id, input, check, |view| {
+            look(view, &mut caches::lock(&cell), &ask, budgets)
+        })
         .await
         .map_err(from_store)?;
     match first.out {
@@ -100,9 +105,10 @@ pub async fn prepare_request(
             // of the new epoch is built whatever the report says.
             let report = compactor.compact(&id, trigger, None, tokens_before).await;
             store
-                .read(&id, |mut view| {
-                    let size = size_of(&mut view, &ask, budgets);
-                    build(view, &ask, size, Some(report))
+                .read(&id, |view| {
+                    let caches = &mut caches::lock(&cell);
+                    let size = size_of(&view, caches, &ask, budgets);
+                    build(view, caches, &ask, size, Some(report))
                 })
                 .await
                 .map_err(from_store)
@@ -111,19 +117,24 @@ pub async fn prepare_request(
 }
 
 /// The size of the prompt `ask` would get now, and its model.
-fn size_of(view: &mut AgentView<'_>, ask: &Ask<'_>, budgets: &Budgets) -> (Sizing, String) {
+fn size_of(
+    view: &AgentView<'_>,
+    caches: &mut Caches,
+    ask: &Ask<'_>,
+    budgets: &Budgets,
+) -> (Sizing, String) {
     let model = ask
         .model
         .or(view.tracker.last_model())
         .unwrap_or_default()
         .to_owned();
-    let size = sizing(view, ask.agent, budgets, &model, ask.max_output);
+    let size = sizing(view, caches, ask.agent, budgets, &model, ask.max_output);
     (size, model)
 }
 
 /// The prompt, unless a compaction must come first.
-fn look(mut view: AgentView<'_>, ask: &Ask<'_>, budgets: &Budgets) -> Look {
-    let (size, model) = size_of(&mut view, ask, budgets);
+fn look(view: AgentView<'_>, caches: &mut Caches, ask: &Ask<'_>, budgets: &Budgets) -> Look {
+    let (size, model) = size_of(&view, caches, ask, budgets);
     let signals = Signals {
         compaction_required: view.meta.compaction_required,
         force: ask.force,
@@ -132,7 +143,7 @@ fn look(mut view: AgentView<'_>, ask: &Ask<'_>, budgets: &Budgets) -> Look {
     };
     match decide(size.size, &size.budget, signals) {
         Some(trigger) => Look::Compact(trigger, size.prompt_tokens()),
-        None => Look::Ready(Box::new(build(view, ask, (size, model), None))),
+        None => Look::Ready(Box::new(build(view, caches, ask, (size, model), None))),
     }
 }
 
@@ -141,6 +152,7 @@ fn look(mut view: AgentView<'_>, ask: &Ask<'_>, budgets: &Budgets) -> Look {
 /// did.
 fn build(
     view: AgentView<'_>,
+    caches: &mut Caches,
     ask: &Ask<'_>,
     (size, model): (Sizing, String),
     report: Option<CompactionReport>,
@@ -181,7 +193,7 @@ fn build(
     };
     let rendered = ask
         .format
-        .map(|f| view.render.render_json(f, &prompt))
+        .map(|f| caches.render.render_json(f, view.transcript.id(), &prompt))
         .unwrap_or_default();
     let mut messages = Vec::with_capacity(size.messages);
     if let Some(system) = system {
@@ -212,18 +224,20 @@ fn build(
 
 pub async fn context_stats(
     store: &Store,
+    caches: &ContextCaches,
     budgets: &Budgets,
     req: pb::GetContextStatsRequest,
 ) -> Result<pb::GetContextStatsResponse, Status> {
     let id = AgentId::parse(&req.agent_id).map_err(from_core)?;
     let request_model = non_empty(req.model.as_str());
+    let cell = caches.of(&id);
     let mut response = store
-        .read(&id, |mut view| {
+        .read(&id, |view| {
             let model = request_model
                 .or(view.tracker.last_model())
                 .unwrap_or_default()
                 .to_owned();
-            let size = sizing(&mut view, &id, budgets, &model, None);
+            let size = sizing(&view, &mut caches::lock(&cell), &id, budgets, &model, None);
             let tokens_now = size.prompt_tokens();
             pb::GetContextStatsResponse {
                 estimated_tokens: size.size.estimate,
@@ -255,8 +269,13 @@ pub async fn context_stats(
 }
 
 /// The agent's prompt size now (for its last reported model).
-pub async fn prompt_tokens(store: &Store, budgets: &Budgets, id: &AgentId) -> Result<u32, Status> {
-    Ok(crate::sizing::over_trigger(store, budgets, id)
+pub async fn prompt_tokens(
+    store: &Store,
+    caches: &ContextCaches,
+    budgets: &Budgets,
+    id: &AgentId,
+) -> Result<u32, Status> {
+    Ok(crate::sizing::over_trigger(store, caches, budgets, id)
         .await
         .map_err(from_store)?
         .1)

@@ -5,7 +5,8 @@
 //! - [`config`]: layered configuration.
 //! - [`service`]: the `engram.v1.MemoryService` handlers.
 //! - [`context`]: PrepareRequest and GetContextStats; [`sizing`]: the size
-//!   of an agent's prompt; [`budget`]: budgets from the config.
+//!   of an agent's prompt; [`budget`]: budgets from the config;
+//!   [`caches`]: the per-agent token and render caches.
 //! - [`compactor`]: the tier ladder of a compaction, the per-agent pause
 //!   and the summarizer stack; [`flights`]: one compaction per agent.
 //! - [`convert`] / [`status`]: wire ↔ domain conversions and the one
@@ -22,6 +23,7 @@
 pub mod auth;
 pub mod boundary;
 pub mod budget;
+pub mod caches;
 pub mod compactor;
 pub mod config;
 pub mod context;
@@ -164,9 +166,12 @@ pub async fn serve(
     // The BPE tables load in the background instead of on the first prompt.
     tokio::task::spawn_blocking(engram_core::tokens::warm_up);
     let budgets = Arc::new(budget::Budgets::new(config.budget.clone()));
+    let caches = Arc::new(caches::ContextCaches::default());
+    let cache_upkeep = spawn_cache_upkeep(&caches, store.config().idle_evict);
     let summarizer = compactor::summarizer(&config.llm).map_err(ServerError::Summarizer)?;
     let compactor = compactor::Compactor::new(
         store.clone(),
+        Arc::clone(&caches),
         Arc::clone(&budgets),
         summarizer,
         &config.policy,
@@ -195,9 +200,15 @@ pub async fn serve(
             async move { stop.notified().await },
         ))
     });
-    let memory = MemoryServiceServer::new(Engram::new(store.clone(), budgets, compactor, limit))
-        .max_decoding_message_size(limit)
-        .max_encoding_message_size(limit);
+    let memory = MemoryServiceServer::new(Engram::new(
+        store.clone(),
+        caches,
+        budgets,
+        compactor,
+        limit,
+    ))
+    .max_decoding_message_size(limit)
+    .max_encoding_message_size(limit);
 
     let draining = Arc::new(Notify::new());
     let signal = {
@@ -238,6 +249,7 @@ pub async fn serve(
         }
     };
     upkeep.abort();
+    cache_upkeep.abort();
     failure_watch.abort();
     metrics_stop.notify_one();
     if let Some(task) = metrics_task {
@@ -250,6 +262,26 @@ pub async fn serve(
     store.close().await;
     tracing::info!("stopped");
     result
+}
+
+/// Drops the prompt caches of agents idle for `idle` (the store's own
+/// idle eviction; without it, never).
+fn spawn_cache_upkeep(
+    caches: &Arc<caches::ContextCaches>,
+    idle: Option<Duration>,
+) -> tokio::task::JoinHandle<()> {
+    let caches = Arc::clone(caches);
+    tokio::spawn(async move {
+        let Some(idle) = idle else { return };
+        let mut tick = tokio::time::interval(idle.min(Duration::from_secs(60)));
+        loop {
+            tick.tick().await;
+            let n = caches.evict_idle(idle);
+            if n > 0 {
+                tracing::debug!(evicted = n, "dropped the prompt caches of idle agents");
+            }
+        }
+    })
 }
 
 /// Health NOT_SERVING for the server and the service alike.

@@ -16,6 +16,7 @@ use tonic::{Request, Response, Status};
 use crate::auth;
 use crate::boundary::catch_panics;
 use crate::budget::Budgets;
+use crate::caches::ContextCaches;
 use crate::compactor::Compactor;
 use crate::status::{from_core, from_store};
 use crate::{context, convert};
@@ -32,6 +33,7 @@ const MAX_SEARCH_LIMIT: u32 = 200;
 #[derive(Debug, Clone)]
 pub struct Engram {
     store: Store,
+    caches: Arc<ContextCaches>,
     budgets: Arc<Budgets>,
     compactor: Compactor,
     /// `server.max_message_bytes`: responses are held to it too.
@@ -41,12 +43,14 @@ pub struct Engram {
 impl Engram {
     pub fn new(
         store: Store,
+        caches: Arc<ContextCaches>,
         budgets: Arc<Budgets>,
         compactor: Compactor,
         max_message_bytes: usize,
     ) -> Self {
         Self {
             store,
+            caches,
             budgets,
             compactor,
             max_message_bytes,
@@ -112,6 +116,7 @@ impl Engram {
         auth::authorize(&request, &request.get_ref().agent_id)?;
         let response = context::prepare_request(
             &self.store,
+            &self.caches,
             &self.budgets,
             &self.compactor,
             request.into_inner(),
@@ -128,12 +133,13 @@ impl Engram {
         let req = request.into_inner();
         let id = agent(&req.agent_id)?;
         let focus = Some(req.focus.trim()).filter(|f| !f.is_empty());
-        let before = context::prompt_tokens(&self.store, &self.budgets, &id).await?;
+        let before = context::prompt_tokens(&self.store, &self.caches, &self.budgets, &id).await?;
         let mut report = self
             .compactor
             .compact(&id, Trigger::Manual, focus, before)
             .await;
-        report.tokens_after = context::prompt_tokens(&self.store, &self.budgets, &id).await?;
+        report.tokens_after =
+            context::prompt_tokens(&self.store, &self.caches, &self.budgets, &id).await?;
         Ok(Response::new(pb::CompactResponse {
             report: Some(convert::report_to_pb(&report)),
         }))
@@ -231,9 +237,14 @@ impl Engram {
         request: Request<pb::GetContextStatsRequest>,
     ) -> Result<Response<pb::GetContextStatsResponse>, Status> {
         auth::authorize(&request, &request.get_ref().agent_id)?;
-        context::context_stats(&self.store, &self.budgets, request.into_inner())
-            .await
-            .map(Response::new)
+        context::context_stats(
+            &self.store,
+            &self.caches,
+            &self.budgets,
+            request.into_inner(),
+        )
+        .await
+        .map(Response::new)
     }
 
     async fn handle_list_agents(

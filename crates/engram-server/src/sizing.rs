@@ -9,6 +9,7 @@ use engram_core::transcript::Message;
 use engram_store::{AgentView, Store, StoreError};
 
 use crate::budget::Budgets;
+use crate::caches::{self, Caches, ContextCaches};
 
 /// Token numbers of the prompt an agent would send now.
 pub struct Sizing {
@@ -27,7 +28,8 @@ impl Sizing {
 }
 
 pub fn sizing(
-    view: &mut AgentView<'_>,
+    view: &AgentView<'_>,
+    caches: &mut Caches,
     agent: &AgentId,
     budgets: &Budgets,
     model: &str,
@@ -37,17 +39,17 @@ pub fn sizing(
     let encoding = tokens::encoding_for(model);
     let committed = view.transcript.messages();
     let tail = view.transcript.pending_tail();
-    let body = view.tokens.count(encoding, committed);
+    let body = caches.tokens.count(encoding, view.transcript);
     let tail_tokens: u64 = tail
         .iter()
         .map(|m| u64::from(tokens::count_message(encoding, m)))
         .sum();
-    let system = view
+    let system = caches
         .tokens
         .count_system(encoding, view.meta.system_prompt.as_deref());
     let estimate = u64::from(system) + body + tail_tokens + u64::from(tokens::REPLY_PRIMING);
     let reported = view.report.map(|(u, mark)| {
-        let since = view.tokens.sum_from(mark) + tail_tokens;
+        let since = caches.tokens.sum_from(mark) + tail_tokens;
         (u.prompt_tokens, clamp(since))
     });
     Sizing {
@@ -80,13 +82,15 @@ pub fn finished_turns(traces: &[engram_core::RawTrace], current: Option<String>)
 /// compaction trigger, and its size.
 pub async fn over_trigger(
     store: &Store,
+    caches: &ContextCaches,
     budgets: &Budgets,
     id: &AgentId,
 ) -> Result<(bool, u32), StoreError> {
+    let cell = caches.of(id);
     store
-        .read(id, |mut view| {
+        .read(id, |view| {
             let model = view.tracker.last_model().unwrap_or_default().to_owned();
-            let size = sizing(&mut view, id, budgets, &model, None);
+            let size = sizing(&view, &mut caches::lock(&cell), id, budgets, &model, None);
             let tokens = size.prompt_tokens();
             (tokens > size.budget.trigger_tokens, tokens)
         })

@@ -64,6 +64,7 @@ async fn concurrent_compactions_of_one_agent_share_one_summary() {
         .unwrap();
     let compactor = Compactor::new(
         store.clone(),
+        Arc::default(),
         Arc::new(Budgets::new(config.budget.clone())),
         summarizer(&config.llm).unwrap(),
         &config.policy,

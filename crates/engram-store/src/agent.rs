@@ -6,8 +6,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use engram_core::memory::{EpisodicItem, SemanticItem};
-use engram_core::render::RenderCache;
-use engram_core::tokens::TokenCache;
 use engram_core::transcript::{Message, Role, Transcript};
 use engram_core::{RawTrace, TurnTracker, Usage};
 use serde::{Deserialize, Serialize};
@@ -79,10 +77,6 @@ pub(crate) struct AgentState {
     pub meta: AgentMeta,
     /// The active transcript of the epoch, kept current with every append.
     pub transcript: Transcript,
-    /// Token counts of the transcript's messages.
-    pub tokens: TokenCache,
-    /// Rendered JSON of the transcript's messages.
-    pub render: RenderCache,
     /// The provider's last usage report in this epoch, and the number of
     /// transcript messages before it (what that prompt covered, roughly).
     pub report: Option<(Usage, usize)>,
@@ -102,8 +96,6 @@ pub struct AgentView<'a> {
     pub tracker: &'a TurnTracker,
     pub meta: &'a AgentMeta,
     pub transcript: &'a Transcript,
-    pub tokens: &'a mut TokenCache,
-    pub render: &'a mut RenderCache,
     pub report: Option<(Usage, usize)>,
     pub dir: &'a Path,
 }
@@ -159,8 +151,6 @@ impl AgentState {
             last_ticket: None,
             meta: AgentMeta::default(),
             transcript: Transcript::default(),
-            tokens: TokenCache::default(),
-            render: RenderCache::default(),
             report: None,
             compacting: false,
             in_epoch: true,
@@ -202,14 +192,12 @@ impl AgentState {
             tracker: &self.tracker,
             meta: &self.meta,
             transcript: &self.transcript,
-            tokens: &mut self.tokens,
-            render: &mut self.render,
             report: self.report,
             dir: &self.dir,
         }
     }
 
-    /// Rebuilds the transcript and its caches from the active traces for
+    /// Rebuilds the transcript from the active traces for
     /// the epoch `meta` describes (after a compaction). The turn state is
     /// kept: it already holds every trace, archived ones included.
     pub fn rebuild_epoch(&mut self) {
@@ -217,11 +205,7 @@ impl AgentState {
             Some(snapshot) => Transcript::with_base(Message::text(Role::System, snapshot.clone())),
             None => Transcript::default(),
         };
-        crate::drop_later((
-            std::mem::replace(&mut self.transcript, transcript),
-            std::mem::take(&mut self.tokens),
-            std::mem::take(&mut self.render),
-        ));
+        crate::drop_later(std::mem::replace(&mut self.transcript, transcript));
         self.report = None;
         self.in_epoch = self.meta.epoch_start_trace.is_none();
         let traces = std::mem::take(&mut self.traces);
@@ -253,13 +237,11 @@ impl AgentState {
             && self.meta.microcompact_before.is_some_and(|before| {
                 engram_core::turns::turn_number(&trace.turn_id).is_some_and(|n| n < before)
             });
-        let changed = if old_result {
-            self.transcript.push(&microcompacted(trace))
+        if old_result {
+            self.transcript.push(&microcompacted(trace));
         } else {
-            self.transcript.push(trace)
-        };
-        self.tokens.invalidate_from(changed);
-        self.render.invalidate_from(changed);
+            self.transcript.push(trace);
+        }
     }
 
     /// Persists `meta` (atomically) and adopts it.

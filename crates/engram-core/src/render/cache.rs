@@ -15,6 +15,9 @@ use crate::transcript::Message;
 
 #[derive(Debug, Clone, Default)]
 pub struct RenderCache {
+    /// The transcript rendered (its
+    /// [`Transcript::id`](crate::transcript::Transcript::id)).
+    transcript: u64,
     format: Option<Format>,
     /// JSON of each committed message's items, comma-joined.
     fragments: Vec<String>,
@@ -36,21 +39,26 @@ fn json_string(s: &str) -> String {
 }
 
 impl RenderCache {
-    /// Forgets fragments from message `index` on (it changed or is new).
-    pub fn invalidate_from(&mut self, index: usize) {
-        self.fragments.truncate(index);
-    }
-
-    /// The request body for `format`, as [`render_json`] would write it.
-    pub fn render_json(&mut self, format: Format, prompt: &Prompt<'_>) -> String {
+    /// The request body for `format`, as [`render_json`] would write it,
+    /// for a prompt whose messages are those of the transcript `transcript`
+    /// (its [`Transcript::id`](crate::transcript::Transcript::id)). Renders the messages added since the last
+    /// call and the last one rendered then (the only one that can have
+    /// changed); everything for another transcript or format.
+    pub fn render_json(&mut self, format: Format, transcript: u64, prompt: &Prompt<'_>) -> String {
         if !matches!(format, Format::OpenAiChat | Format::OpenAiResponses) {
             return render_json(format, prompt);
         }
-        if self.format != Some(format) {
+        if self.format != Some(format) || self.transcript != transcript {
             self.format = Some(format);
+            self.transcript = transcript;
             self.fragments.clear();
         }
-        self.invalidate_from(prompt.messages.len());
+        let keep = self
+            .fragments
+            .len()
+            .saturating_sub(1)
+            .min(prompt.messages.len());
+        self.fragments.truncate(keep);
         for m in &prompt.messages[self.fragments.len()..] {
             self.fragments.push(fragment(format, m));
         }
@@ -117,13 +125,15 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
         #[test]
-        fn cached_rendering_is_byte_identical(traces in crate::transcript::tests::conversations(), system in prop::option::of("[a-z \"\n]{0,12}")) {
+        fn cached_rendering_is_byte_identical(traces in crate::transcript::tests::conversations(), system in prop::option::of("[a-z \"\n]{0,12}"), every in 1usize..4) {
             for format in [Format::OpenAiChat, Format::OpenAiResponses, Format::AnthropicMessages, Format::Gemini] {
                 let mut transcript = Transcript::default();
                 let mut cache = RenderCache::default();
-                for trace in &traces {
-                    let changed = transcript.push(trace);
-                    cache.invalidate_from(changed);
+                for (i, trace) in traces.iter().enumerate() {
+                    transcript.push(trace);
+                    if i % every != 0 {
+                        continue; // a prompt only now and then
+                    }
                     let tail = transcript.pending_tail();
                     let prompt = Prompt {
                         model: "m\"odel",
@@ -132,7 +142,7 @@ mod tests {
                         tail: &tail,
                         max_output_tokens: 77,
                     };
-                    prop_assert_eq!(cache.render_json(format, &prompt), render_json(format, &prompt));
+                    prop_assert_eq!(cache.render_json(format, transcript.id(), &prompt), render_json(format, &prompt));
                 }
             }
         }

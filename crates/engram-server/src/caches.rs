@@ -1,0 +1,93 @@
+//! The context engine's caches: per agent, the token counts and the
+//! rendered JSON of its transcript's messages, so a prompt costs only what
+//! changed since the last one. They are caches, not state: kept here, not
+//! in storage, keyed by the transcript's identity (a new epoch or a
+//! reloaded agent starts them over), and dropped when idle.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use engram_core::AgentId;
+use engram_core::render::RenderCache;
+use engram_core::tokens::TokenCache;
+
+/// One agent's caches.
+#[derive(Debug, Default)]
+pub struct Caches {
+    pub tokens: TokenCache,
+    pub render: RenderCache,
+}
+
+#[derive(Debug)]
+struct Entry {
+    caches: Arc<Mutex<Caches>>,
+    used: Instant,
+}
+
+#[derive(Debug, Default)]
+pub struct ContextCaches {
+    agents: Mutex<HashMap<AgentId, Entry>>,
+}
+
+impl ContextCaches {
+    /// The caches of `agent` (new ones the first time), held until the
+    /// guard drops. Callers hold them for one count or render: a second
+    /// request of the same agent waits that long.
+    pub fn of(&self, agent: &AgentId) -> Arc<Mutex<Caches>> {
+        let mut agents = self.lock();
+        let entry = agents.entry(agent.clone()).or_insert_with(|| Entry {
+            caches: Arc::default(),
+            used: Instant::now(),
+        });
+        entry.used = Instant::now();
+        Arc::clone(&entry.caches)
+    }
+
+    /// Drops the caches of agents unused for longer than `max_idle`;
+    /// returns how many.
+    pub fn evict_idle(&self, max_idle: Duration) -> usize {
+        let mut agents = self.lock();
+        let before = agents.len();
+        agents.retain(|_, e| e.used.elapsed() <= max_idle);
+        before - agents.len()
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<AgentId, Entry>> {
+        self.agents.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The caches behind `cell`, whatever a panic left there (a cache is
+/// rebuilt from scratch by its next use at worst).
+pub fn lock(cell: &Mutex<Caches>) -> MutexGuard<'_, Caches> {
+    cell.lock().unwrap_or_else(|poisoned| {
+        let mut guard = poisoned.into_inner();
+        *guard = Caches::default();
+        guard
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agents_get_their_own_caches_and_idle_ones_go() {
+        let caches = ContextCaches::default();
+        let (a, b) = (AgentId::parse("a").unwrap(), AgentId::parse("b").unwrap());
+        assert!(Arc::ptr_eq(&caches.of(&a), &caches.of(&a)));
+        assert!(!Arc::ptr_eq(&caches.of(&a), &caches.of(&b)));
+        assert_eq!(caches.evict_idle(Duration::from_secs(60)), 0);
+        assert_eq!(caches.evict_idle(Duration::ZERO), 2);
+        assert!(caches.is_empty());
+    }
+}
