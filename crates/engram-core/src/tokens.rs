@@ -6,7 +6,7 @@
 use tiktoken_rs::CoreBPE;
 
 use crate::budget::normalize_model;
-use crate::transcript::{Message, Transcript};
+use crate::transcript::Message;
 
 /// Tokens a chat format spends on each message's framing (role, separators).
 pub const MESSAGE_OVERHEAD: u32 = 4;
@@ -155,7 +155,8 @@ pub fn count_message(encoding: Encoding, m: &Message) -> u32 {
 /// prompt costs only the tokenization of what changed since the last one.
 #[derive(Debug, Clone, Default)]
 pub struct TokenCache {
-    /// The transcript counted (its [`Transcript::id`]).
+    /// The transcript counted (its
+    /// [`Transcript::id`](crate::transcript::Transcript::id)).
     transcript: u64,
     encoding: Option<Encoding>,
     counts: Vec<u32>,
@@ -216,14 +217,16 @@ impl TokenCache {
     /// what is not cached yet: the messages added since the last count, and
     /// the last one counted then (the only one that can have changed);
     /// everything for another transcript or encoding.
-    pub fn count(&mut self, encoding: Encoding, transcript: &Transcript) -> u64 {
+    ///
+    /// `messages` are those of the transcript `transcript` (its
+    /// [`Transcript::id`](crate::transcript::Transcript::id)).
+    pub fn count(&mut self, encoding: Encoding, transcript: u64, messages: &[Message]) -> u64 {
         self.set_encoding(encoding);
-        if self.transcript != transcript.id() {
-            self.transcript = transcript.id();
+        if self.transcript != transcript {
+            self.transcript = transcript;
             self.counts.clear();
             self.total = 0;
         }
-        let messages = transcript.messages();
         self.invalidate_from(self.counts.len().saturating_sub(1).min(messages.len()));
         for m in &messages[self.counts.len()..] {
             let n = count_message(encoding, m);
@@ -382,12 +385,12 @@ mod tests {
             for (i, trace) in traces.iter().enumerate() {
                 t.push(trace);
                 if i % every == 0 {
-                    proptest::prop_assert_eq!(cache.count(Encoding::Cl100k, &t), fresh(&t));
+                    proptest::prop_assert_eq!(cache.count(Encoding::Cl100k, t.id(), t.messages()), fresh(&t));
                 }
             }
-            proptest::prop_assert_eq!(cache.count(Encoding::Cl100k, &t), fresh(&t));
+            proptest::prop_assert_eq!(cache.count(Encoding::Cl100k, t.id(), t.messages()), fresh(&t));
             let other = Transcript::from_traces(traces.iter().take(traces.len() / 2));
-            proptest::prop_assert_eq!(cache.count(Encoding::Cl100k, &other), fresh(&other));
+            proptest::prop_assert_eq!(cache.count(Encoding::Cl100k, other.id(), other.messages()), fresh(&other));
         }
     }
 
@@ -404,7 +407,7 @@ mod tests {
         let mut totals = vec![];
         for trace in &traces {
             t.push(trace);
-            totals.push(cache.count(Encoding::Cl100k, &t));
+            totals.push(cache.count(Encoding::Cl100k, t.id(), t.messages()));
         }
         let fresh: u64 = t
             .messages()
@@ -418,7 +421,7 @@ mod tests {
         );
         assert!(totals.windows(2).all(|w| w[0] < w[1]), "{totals:?}");
         // Switching models recounts under the new encoding.
-        let o200k = cache.count(Encoding::O200k, &t);
+        let o200k = cache.count(Encoding::O200k, t.id(), t.messages());
         let fresh: u64 = t
             .messages()
             .iter()

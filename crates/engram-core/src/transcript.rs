@@ -16,6 +16,7 @@
 //!   arrives later is delivered as a user note ([`late_result_note`]), since
 //!   the provider would reject a tool message that far from its call.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Map, Value};
@@ -127,7 +128,9 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 #[derive(Debug)]
 pub struct Transcript {
     id: u64,
-    messages: Vec<Message>,
+    /// Shared with readers that render a prompt after the agent's lock is
+    /// released; a change while one still holds them copies them first.
+    messages: Arc<Vec<Message>>,
     open: Option<OpenStep>,
 }
 
@@ -135,7 +138,7 @@ impl Default for Transcript {
     fn default() -> Self {
         Self {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            messages: vec![],
+            messages: Arc::default(),
             open: None,
         }
     }
@@ -145,7 +148,7 @@ impl Default for Transcript {
 impl Clone for Transcript {
     fn clone(&self) -> Self {
         Self {
-            messages: self.messages.clone(),
+            messages: Arc::new(self.messages.as_ref().clone()),
             open: self.open.clone(),
             ..Self::default()
         }
@@ -156,7 +159,7 @@ impl Transcript {
     /// A transcript that starts from `base` (an epoch's snapshot message).
     pub fn with_base(base: Message) -> Self {
         Self {
-            messages: vec![base],
+            messages: Arc::new(vec![base]),
             ..Self::default()
         }
     }
@@ -176,6 +179,16 @@ impl Transcript {
             t.push(trace);
         }
         t
+    }
+
+    /// The committed messages, shared: a reader keeps them as they are now
+    /// while the transcript goes on (see [`messages`](Self::messages)).
+    pub fn shared(&self) -> Arc<Vec<Message>> {
+        Arc::clone(&self.messages)
+    }
+
+    fn messages_mut(&mut self) -> &mut Vec<Message> {
+        Arc::make_mut(&mut self.messages)
     }
 
     /// Committed messages. Only the last one can still change (a tool call
@@ -201,14 +214,14 @@ impl Transcript {
         match trace.trace_type {
             TraceType::User => {
                 self.close_step();
-                self.messages.push(Message {
+                self.messages_mut().push(Message {
                     media: trace.media.clone(),
                     ..Message::text(Role::User, trace.content.clone())
                 });
             }
             TraceType::Assistant => {
                 self.close_step();
-                self.messages.push(Message {
+                self.messages_mut().push(Message {
                     media: trace.media.clone(),
                     ..Message::text(Role::Assistant, trace.content.clone())
                 });
@@ -226,12 +239,16 @@ impl Transcript {
                         step.answered_any = true;
                         let is_error = trace.tool_error.as_deref().is_some_and(|e| !e.is_empty());
                         let name = trace.tool_name.clone().unwrap_or(name);
-                        self.messages
-                            .push(Message::tool(&id, &name, result_text(trace), is_error));
+                        Arc::make_mut(&mut self.messages).push(Message::tool(
+                            &id,
+                            &name,
+                            result_text(trace),
+                            is_error,
+                        ));
                     }
                     None => {
                         self.close_step();
-                        self.messages
+                        self.messages_mut()
                             .push(Message::text(Role::User, late_result_note(trace)));
                     }
                 }
@@ -255,7 +272,9 @@ impl Transcript {
             .filter(|s| !s.answered_any && Some(s.index) == last)
         {
             step.unanswered.push(entry);
-            self.messages[step.index].tool_calls.push(call);
+            Arc::make_mut(&mut self.messages)[step.index]
+                .tool_calls
+                .push(call);
             return step.index;
         }
         self.close_step();
@@ -268,10 +287,10 @@ impl Transcript {
         let index = if joins_text {
             last.unwrap_or_default()
         } else {
-            self.messages.push(Message::text(Role::Assistant, ""));
+            self.messages_mut().push(Message::text(Role::Assistant, ""));
             self.messages.len() - 1
         };
-        self.messages[index].tool_calls.push(call);
+        self.messages_mut()[index].tool_calls.push(call);
         self.open = Some(OpenStep {
             index,
             unanswered: vec![entry],
@@ -283,7 +302,9 @@ impl Transcript {
     /// Commits placeholders for the open step's unanswered calls.
     fn close_step(&mut self) {
         let tail = self.pending_tail();
-        self.messages.extend(tail);
+        if !tail.is_empty() {
+            self.messages_mut().extend(tail);
+        }
         self.open = None;
     }
 }

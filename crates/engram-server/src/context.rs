@@ -5,14 +5,14 @@ use engram_core::compaction::{CompactionReport, Signals, Trigger, decide};
 use engram_core::render::{Format, Prompt};
 use engram_core::{AgentId, CoreError, NewEvent, TraceType};
 use engram_proto::pb;
-use engram_store::{AgentView, PrepareInput, Store};
+use engram_store::{PrepareInput, Store};
 use tonic::Status;
 
 use crate::budget::Budgets;
-use crate::caches::{self, Caches, ContextCaches};
+use crate::caches::{Caches, ContextCaches};
 use crate::compactor::Compactor;
 use crate::convert::{self, non_empty};
-use crate::sizing::{Sizing, finished_turns, sizing};
+use crate::sizing::{self, Parts, Sizing, sizing};
 use crate::status::{from_core, from_store};
 
 fn format_from_pb(raw: i32) -> Result<Option<Format>, Status> {
@@ -91,59 +91,60 @@ pub async fn prepare_request(
         }
         Ok(())
     };
-    let cell = caches.of(&id);
+    // The agent is locked only to store the input and take the parts of
+    // its prompt; counting and rendering happen after.
     let first = store
-        .prepare(&id, input, check, |view| {
-            look(view, &mut caches::lock(&cell), &ask, budgets)
-        })
+        .prepare(&id, input, check, |view| Parts::of(&view))
         .await
         .map_err(from_store)?;
-    match first.out {
+    let parts = first.out;
+    let look = sizing::with_caches(caches, &id, &parts, |c| look(&parts, c, &ask, budgets));
+    match look {
         Look::Ready(response) => Ok(*response),
         Look::Compact(trigger, tokens_before) => {
             // Compaction runs before the prompt is built, once; the prompt
             // of the new epoch is built whatever the report says.
             let report = compactor.compact(&id, trigger, None, tokens_before).await;
-            store
-                .read(&id, |view| {
-                    let caches = &mut caches::lock(&cell);
-                    let size = size_of(&view, caches, &ask, budgets);
-                    build(view, caches, &ask, size, Some(report))
-                })
+            let parts = store
+                .read(&id, |view| Parts::of(&view))
                 .await
-                .map_err(from_store)
+                .map_err(from_store)?;
+            Ok(sizing::with_caches(caches, &id, &parts, |c| {
+                let size = size_of(&parts, c, &ask, budgets);
+                build(&parts, c, &ask, size, Some(report))
+            }))
         }
     }
 }
 
 /// The size of the prompt `ask` would get now, and its model.
 fn size_of(
-    view: &AgentView<'_>,
+    parts: &Parts,
     caches: &mut Caches,
     ask: &Ask<'_>,
     budgets: &Budgets,
 ) -> (Sizing, String) {
     let model = ask
         .model
-        .or(view.tracker.last_model())
+        .or(parts.last_model.as_deref())
         .unwrap_or_default()
         .to_owned();
-    let size = sizing(view, caches, ask.agent, budgets, &model, ask.max_output);
+    let size = sizing(parts, caches, ask.agent, budgets, &model, ask.max_output);
     (size, model)
 }
 
 /// The prompt, unless a compaction must come first.
-fn look(view: AgentView<'_>, caches: &mut Caches, ask: &Ask<'_>, budgets: &Budgets) -> Look {
-    let (size, model) = size_of(&view, caches, ask, budgets);
+fn look(parts: &Parts, caches: &mut Caches, ask: &Ask<'_>, budgets: &Budgets) -> Look {
+    let (size, model) = size_of(parts, caches, ask, budgets);
     let signals = Signals {
-        compaction_required: view.meta.compaction_required,
+        compaction_required: parts.compaction_required,
         force: ask.force,
-        finished_turns: finished_turns(view.traces, view.tracker.current_turn_id()),
+        finished_turns: parts.finished_turns,
         max_active_turns: ask.max_active_turns,
     };
     match decide(size.size, &size.budget, signals) {
         Some(trigger) => Look::Compact(trigger, size.prompt_tokens()),
-        None => Look::Ready(Box::new(build(view, caches, ask, (size, model), None))),
+        None => Look::Ready(Box::new(build(parts, caches, ask, (size, model), None))),
     }
 }
 
@@ -151,7 +152,7 @@ fn look(view: AgentView<'_>, caches: &mut Caches, ask: &Ask<'_>, budgets: &Budge
 /// the numbers, with the report of the compaction that ran before, if one
 /// did.
 fn build(
-    view: AgentView<'_>,
+    parts: &Parts,
     caches: &mut Caches,
     ask: &Ask<'_>,
     (size, model): (Sizing, String),
@@ -183,17 +184,17 @@ fn build(
             size.budget.input_budget
         ));
     }
-    let system = view.meta.system_prompt.as_deref();
+    let system = parts.system.as_deref();
     let prompt = Prompt {
         model: &model,
         system,
-        messages: view.transcript.messages(),
-        tail: &size.tail,
+        messages: &parts.messages,
+        tail: &parts.tail,
         max_output_tokens: size.budget.max_output_tokens,
     };
     let rendered = ask
         .format
-        .map(|f| caches.render.render_json(f, view.transcript.id(), &prompt))
+        .map(|f| caches.render.render_json(f, parts.transcript, &prompt))
         .unwrap_or_default();
     let mut messages = Vec::with_capacity(size.messages);
     if let Some(system) = system {
@@ -207,17 +208,17 @@ fn build(
         prompt
             .messages
             .iter()
-            .chain(&size.tail)
+            .chain(&parts.tail)
             .map(convert::message_to_pb),
     );
     pb::PrepareRequestResponse {
         messages,
         rendered_payload_json: rendered,
-        turn_id: view.tracker.current_turn_id().unwrap_or_default(),
+        turn_id: parts.current_turn_id.clone(),
         estimated_prompt_tokens: tokens_now,
         budget: Some(convert::budget_to_pb(&size.budget)),
         compaction: Some(report),
-        epoch: view.meta.epoch,
+        epoch: parts.epoch,
         warnings,
     }
 }
@@ -230,34 +231,34 @@ pub async fn context_stats(
 ) -> Result<pb::GetContextStatsResponse, Status> {
     let id = AgentId::parse(&req.agent_id).map_err(from_core)?;
     let request_model = non_empty(req.model.as_str());
-    let cell = caches.of(&id);
-    let mut response = store
-        .read(&id, |view| {
-            let model = request_model
-                .or(view.tracker.last_model())
-                .unwrap_or_default()
-                .to_owned();
-            let size = sizing(&view, &mut caches::lock(&cell), &id, budgets, &model, None);
-            let tokens_now = size.prompt_tokens();
-            pb::GetContextStatsResponse {
-                estimated_tokens: size.size.estimate,
-                last_reported_prompt_tokens: size.size.reported.map_or(0, |(r, _)| r),
-                estimated_tokens_since_report: size.size.reported.map_or(0, |(_, s)| s),
-                budget: Some(convert::budget_to_pb(&size.budget)),
-                trigger_tokens: size.budget.trigger_tokens,
-                percent_used: size.budget.percent_used(tokens_now),
-                messages: u32::try_from(size.messages).unwrap_or(u32::MAX),
-                turns: view.tracker.turn_count(),
-                epoch: view.meta.epoch,
-                compactions: view.meta.compactions,
-                consecutive_failures: view.meta.consecutive_failures,
-                files: vec![],
-                compaction_required: view.meta.compaction_required,
-                model,
-            }
-        })
+    let parts = store
+        .read(&id, |view| Parts::of(&view))
         .await
         .map_err(from_store)?;
+    let model = request_model
+        .or(parts.last_model.as_deref())
+        .unwrap_or_default()
+        .to_owned();
+    let size = sizing::with_caches(caches, &id, &parts, |c| {
+        sizing(&parts, c, &id, budgets, &model, None)
+    });
+    let tokens_now = size.prompt_tokens();
+    let mut response = pb::GetContextStatsResponse {
+        estimated_tokens: size.size.estimate,
+        last_reported_prompt_tokens: size.size.reported.map_or(0, |(r, _)| r),
+        estimated_tokens_since_report: size.size.reported.map_or(0, |(_, s)| s),
+        budget: Some(convert::budget_to_pb(&size.budget)),
+        trigger_tokens: size.budget.trigger_tokens,
+        percent_used: size.budget.percent_used(tokens_now),
+        messages: u32::try_from(size.messages).unwrap_or(u32::MAX),
+        turns: parts.turns,
+        epoch: parts.epoch,
+        compactions: parts.compactions,
+        consecutive_failures: parts.consecutive_failures,
+        files: vec![],
+        compaction_required: parts.compaction_required,
+        model,
+    };
     response.files = store
         .file_sizes(&id)
         .await

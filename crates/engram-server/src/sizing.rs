@@ -1,15 +1,68 @@
-//! The size of the prompt an agent would send now, counted from its view:
-//! the budget of its model, our own count, and the provider's last report.
+//! What a prompt is made of, taken from an agent under its lock ([`Parts`]:
+//! cheap, the messages are shared), and its size, counted after the lock
+//! is released: the budget of its model, our own count, and the
+//! provider's last report.
 
-use engram_core::AgentId;
+use std::sync::Arc;
+
 use engram_core::budget::TokenBudget;
 use engram_core::compaction::PromptSize;
 use engram_core::tokens;
 use engram_core::transcript::Message;
+use engram_core::{AgentId, Usage};
 use engram_store::{AgentView, Store, StoreError};
 
 use crate::budget::Budgets;
 use crate::caches::{self, Caches, ContextCaches};
+
+/// An agent's prompt as it stands, owned: what PrepareRequest and
+/// GetContextStats count and render once the agent is unlocked.
+#[derive(Debug, Clone)]
+pub struct Parts {
+    /// The transcript's identity (for the caches).
+    pub transcript: u64,
+    pub messages: Arc<Vec<Message>>,
+    /// Placeholders for calls still waiting for results (rendered last).
+    pub tail: Vec<Message>,
+    pub system: Option<String>,
+    /// The provider's last usage report this epoch, and the number of
+    /// messages before it.
+    pub report: Option<(Usage, usize)>,
+    pub last_model: Option<String>,
+    pub compaction_required: bool,
+    /// Active turns, the current one not counted.
+    pub finished_turns: usize,
+    pub turns: u32,
+    pub current_turn_id: String,
+    pub epoch: u32,
+    pub compactions: u32,
+    pub consecutive_failures: u32,
+    /// About how much text there is (to keep big counts off the async
+    /// workers).
+    pub bytes: u64,
+}
+
+impl Parts {
+    pub fn of(view: &AgentView<'_>) -> Self {
+        let text = |s: &Option<String>| s.as_ref().map_or(0, String::len) as u64;
+        Self {
+            transcript: view.transcript.id(),
+            messages: view.transcript.shared(),
+            tail: view.transcript.pending_tail(),
+            system: view.meta.system_prompt.clone(),
+            report: view.report,
+            last_model: view.tracker.last_model().map(str::to_owned),
+            compaction_required: view.meta.compaction_required,
+            finished_turns: finished_turns(view.traces, view.tracker.current_turn_id()),
+            turns: view.tracker.turn_count(),
+            current_turn_id: view.tracker.current_turn_id().unwrap_or_default(),
+            epoch: view.meta.epoch,
+            compactions: view.meta.compactions,
+            consecutive_failures: view.meta.consecutive_failures,
+            bytes: view.active_bytes + text(&view.meta.system_prompt) + text(&view.meta.snapshot),
+        }
+    }
+}
 
 /// Token numbers of the prompt an agent would send now.
 pub struct Sizing {
@@ -17,8 +70,6 @@ pub struct Sizing {
     pub size: PromptSize,
     /// Messages of the prompt, the system prompt included.
     pub messages: usize,
-    /// Placeholders for calls still waiting for results (rendered last).
-    pub tail: Vec<Message>,
 }
 
 impl Sizing {
@@ -28,7 +79,7 @@ impl Sizing {
 }
 
 pub fn sizing(
-    view: &AgentView<'_>,
+    parts: &Parts,
     caches: &mut Caches,
     agent: &AgentId,
     budgets: &Budgets,
@@ -37,18 +88,19 @@ pub fn sizing(
 ) -> Sizing {
     let budget = budgets.budget(agent.as_str(), model, max_output);
     let encoding = tokens::encoding_for(model);
-    let committed = view.transcript.messages();
-    let tail = view.transcript.pending_tail();
-    let body = caches.tokens.count(encoding, view.transcript);
-    let tail_tokens: u64 = tail
+    let body = caches
+        .tokens
+        .count(encoding, parts.transcript, &parts.messages);
+    let tail_tokens: u64 = parts
+        .tail
         .iter()
         .map(|m| u64::from(tokens::count_message(encoding, m)))
         .sum();
     let system = caches
         .tokens
-        .count_system(encoding, view.meta.system_prompt.as_deref());
+        .count_system(encoding, parts.system.as_deref());
     let estimate = u64::from(system) + body + tail_tokens + u64::from(tokens::REPLY_PRIMING);
-    let reported = view.report.map(|(u, mark)| {
+    let reported = parts.report.map(|(u, mark)| {
         let since = caches.tokens.sum_from(mark) + tail_tokens;
         (u.prompt_tokens, clamp(since))
     });
@@ -58,8 +110,7 @@ pub fn sizing(
             estimate: clamp(estimate),
             reported,
         },
-        messages: committed.len() + tail.len() + usize::from(view.meta.system_prompt.is_some()),
-        tail,
+        messages: parts.messages.len() + parts.tail.len() + usize::from(parts.system.is_some()),
     }
 }
 
@@ -68,7 +119,7 @@ fn clamp(n: u64) -> u32 {
 }
 
 /// Distinct turns among the active traces, the current one not counted.
-pub fn finished_turns(traces: &[engram_core::RawTrace], current: Option<String>) -> usize {
+fn finished_turns(traces: &[engram_core::RawTrace], current: Option<String>) -> usize {
     let current = current.unwrap_or_default();
     let turns: std::collections::HashSet<&str> = traces
         .iter()
@@ -76,6 +127,18 @@ pub fn finished_turns(traces: &[engram_core::RawTrace], current: Option<String>)
         .filter(|t| *t != current)
         .collect();
     turns.len()
+}
+
+/// Runs `f` on the agent's caches, off the async workers when the prompt is
+/// large enough for counting or rendering it to take a while.
+pub fn with_caches<T>(
+    caches: &ContextCaches,
+    agent: &AgentId,
+    parts: &Parts,
+    f: impl FnOnce(&mut Caches) -> T,
+) -> T {
+    let cell = caches.of(agent);
+    engram_store::offload_over(parts.bytes, || f(&mut caches::lock(&cell)))
 }
 
 /// Whether the agent's prompt (for its last reported model) is over its
@@ -86,13 +149,11 @@ pub async fn over_trigger(
     budgets: &Budgets,
     id: &AgentId,
 ) -> Result<(bool, u32), StoreError> {
-    let cell = caches.of(id);
-    store
-        .read(id, |view| {
-            let model = view.tracker.last_model().unwrap_or_default().to_owned();
-            let size = sizing(&view, &mut caches::lock(&cell), id, budgets, &model, None);
-            let tokens = size.prompt_tokens();
-            (tokens > size.budget.trigger_tokens, tokens)
-        })
-        .await
+    let parts = store.read(id, |view| Parts::of(&view)).await?;
+    let model = parts.last_model.clone().unwrap_or_default();
+    let size = with_caches(caches, id, &parts, |c| {
+        sizing(&parts, c, id, budgets, &model, None)
+    });
+    let tokens = size.prompt_tokens();
+    Ok((tokens > size.budget.trigger_tokens, tokens))
 }

@@ -98,6 +98,8 @@ pub struct AgentView<'a> {
     pub transcript: &'a Transcript,
     pub report: Option<(Usage, usize)>,
     pub dir: &'a Path,
+    /// Bytes of the active traces' file.
+    pub active_bytes: u64,
 }
 
 impl AgentState {
@@ -194,6 +196,7 @@ impl AgentState {
             transcript: &self.transcript,
             report: self.report,
             dir: &self.dir,
+            active_bytes: self.raw.as_ref().map_or(0, |r| r.len()),
         }
     }
 

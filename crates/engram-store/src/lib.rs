@@ -151,7 +151,7 @@ impl std::ops::DerefMut for Slot<'_> {
 /// Work over more bytes than this (an agent's active traces and prompt, a
 /// request's events) runs off the async workers: below it, handing the
 /// worker's tasks to another thread would cost more than the work.
-pub(crate) const OFFLOAD_BYTES: usize = 64 * 1024;
+pub const OFFLOAD_BYTES: usize = 64 * 1024;
 
 /// Runs `f` (CPU-heavy or blocking work) without stalling the async
 /// workers: on a multi-threaded runtime the worker first hands its other
@@ -166,7 +166,7 @@ pub fn offload<T>(f: impl FnOnce() -> T) -> T {
 }
 
 /// [`offload`] for work over `bytes` bytes, inline below [`OFFLOAD_BYTES`].
-pub(crate) fn offload_over<T>(bytes: u64, f: impl FnOnce() -> T) -> T {
+pub fn offload_over<T>(bytes: u64, f: impl FnOnce() -> T) -> T {
     if bytes > OFFLOAD_BYTES as u64 {
         offload(f)
     } else {
