@@ -36,18 +36,8 @@ pub struct Args {
     engramd: PathBuf,
 }
 
-/// Deterministic base64-looking noise.
 fn noise(len: usize) -> String {
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ALPHABET[(x % 64) as usize] as char
-        })
-        .collect()
+    engram_chaos::hostile::base64_noise(0x2545_f491_4f6c_dd1d, len)
 }
 
 fn prose(len: usize) -> String {

@@ -8,6 +8,21 @@ use prost_types::value::Kind;
 use rand::Rng;
 use rand::rngs::StdRng;
 
+/// Deterministic base64-looking noise of `len` characters: text without
+/// whitespace that the tokenizer finds no long merges in (a data blob).
+pub fn base64_noise(seed: u64, len: usize) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ALPHABET[(x % 64) as usize] as char
+        })
+        .collect()
+}
+
 /// Agent ids that exist often enough for calls to meet on them.
 pub const AGENTS: [&str; 5] = ["fz-a", "fz-b", "fz-c", "fz_d", "fz.e"];
 

@@ -3,7 +3,7 @@
 
 use engram_core::compaction::{CompactionReport, Signals, Trigger, decide};
 use engram_core::render::{Format, Prompt};
-use engram_core::{AgentId, CoreError, NewEvent, TraceType};
+use engram_core::{AgentId, CoreError};
 use engram_proto::pb;
 use engram_store::{PrepareInput, Store};
 use tonic::Status;
@@ -14,35 +14,6 @@ use crate::compactor::Compactor;
 use crate::convert::{self, non_empty};
 use crate::sizing::{self, Parts, Sizing, sizing};
 use crate::status::{from_core, from_store};
-
-fn format_from_pb(raw: i32) -> Result<Option<Format>, Status> {
-    match pb::RenderFormat::try_from(raw) {
-        Ok(pb::RenderFormat::Unspecified) => Ok(None),
-        Ok(pb::RenderFormat::OpenaiChat) => Ok(Some(Format::OpenAiChat)),
-        Ok(pb::RenderFormat::OpenaiResponses) => Ok(Some(Format::OpenAiResponses)),
-        Ok(pb::RenderFormat::AnthropicMessages) => Ok(Some(Format::AnthropicMessages)),
-        Ok(pb::RenderFormat::Gemini) => Ok(Some(Format::Gemini)),
-        Err(_) => Err(Status::invalid_argument(format!(
-            "render_format {raw} is unknown; use RENDER_FORMAT_UNSPECIFIED, _OPENAI_CHAT, _OPENAI_RESPONSES, _ANTHROPIC_MESSAGES or _GEMINI"
-        ))),
-    }
-}
-
-/// The user input of a PrepareRequest: a user event (type may be left
-/// unspecified).
-fn user_event(e: pb::TraceEvent) -> Result<NewEvent, Status> {
-    let mut event = convert::event_from_pb(e);
-    match event.trace_type {
-        None | Some(TraceType::User) => {
-            event.trace_type = Some(TraceType::User);
-            Ok(event)
-        }
-        Some(other) => Err(Status::invalid_argument(format!(
-            "user_input must be a user event, not {}; ingest other events with Ingest",
-            other.as_str()
-        ))),
-    }
-}
 
 /// What a PrepareRequest asks for, parsed.
 struct Ask<'a> {
@@ -69,7 +40,7 @@ pub async fn prepare_request(
     req: pb::PrepareRequestRequest,
 ) -> Result<pb::PrepareRequestResponse, Status> {
     let id = AgentId::parse(&req.agent_id).map_err(from_core)?;
-    let user_input = req.user_input.map(user_event).transpose()?;
+    let user_input = req.user_input.map(convert::user_event).transpose()?;
     let input = PrepareInput {
         system_prompt: non_empty(req.system_prompt.as_str()),
         user_input,
@@ -77,7 +48,7 @@ pub async fn prepare_request(
     let ask = Ask {
         agent: &id,
         model: non_empty(req.model.as_str()),
-        format: format_from_pb(req.render_format)?,
+        format: convert::format_from_pb(req.render_format)?,
         max_output: (req.max_output_tokens > 0).then_some(req.max_output_tokens),
         force: req.force_compaction,
         max_active_turns: compactor.max_active_turns(),
@@ -124,11 +95,7 @@ fn size_of(
     ask: &Ask<'_>,
     budgets: &Budgets,
 ) -> (Sizing, String) {
-    let model = ask
-        .model
-        .or(parts.last_model.as_deref())
-        .unwrap_or_default()
-        .to_owned();
+    let model = parts.model(ask.model);
     let size = sizing(parts, caches, ask.agent, budgets, &model, ask.max_output);
     (size, model)
 }
@@ -230,18 +197,10 @@ pub async fn context_stats(
     req: pb::GetContextStatsRequest,
 ) -> Result<pb::GetContextStatsResponse, Status> {
     let id = AgentId::parse(&req.agent_id).map_err(from_core)?;
-    let request_model = non_empty(req.model.as_str());
-    let parts = store
-        .read(&id, |view| Parts::of(&view))
-        .await
-        .map_err(from_store)?;
-    let model = request_model
-        .or(parts.last_model.as_deref())
-        .unwrap_or_default()
-        .to_owned();
-    let size = sizing::with_caches(caches, &id, &parts, |c| {
-        sizing(&parts, c, &id, budgets, &model, None)
-    });
+    let (parts, size, model) =
+        sizing::measure(store, caches, budgets, &id, non_empty(req.model.as_str()))
+            .await
+            .map_err(from_store)?;
     let tokens_now = size.prompt_tokens();
     let mut response = pb::GetContextStatsResponse {
         estimated_tokens: size.size.estimate,

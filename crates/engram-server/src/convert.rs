@@ -4,12 +4,14 @@
 use engram_core::budget::TokenBudget;
 use engram_core::compaction::CompactionReport;
 use engram_core::memory::{EpisodicItem, SemanticItem};
+use engram_core::render::Format;
 use engram_core::retrieve::{ToolInteraction, ToolStatus};
 use engram_core::transcript::{Message, Role};
 use engram_core::{Media, NewEvent, RawTrace, TraceType, Usage};
 use engram_proto::pb;
 use prost_types::value::Kind;
 use serde_json::{Map, Number, Value};
+use tonic::Status;
 
 pub fn json_from_value(v: prost_types::Value) -> Value {
     match v.kind {
@@ -262,6 +264,35 @@ pub fn budget_to_pb(b: &TokenBudget) -> pb::TokenBudget {
         input_budget: b.input_budget,
         compaction_ratio: b.compaction_ratio,
         trigger_tokens: b.trigger_tokens,
+    }
+}
+
+pub fn format_from_pb(raw: i32) -> Result<Option<Format>, Status> {
+    match pb::RenderFormat::try_from(raw) {
+        Ok(pb::RenderFormat::Unspecified) => Ok(None),
+        Ok(pb::RenderFormat::OpenaiChat) => Ok(Some(Format::OpenAiChat)),
+        Ok(pb::RenderFormat::OpenaiResponses) => Ok(Some(Format::OpenAiResponses)),
+        Ok(pb::RenderFormat::AnthropicMessages) => Ok(Some(Format::AnthropicMessages)),
+        Ok(pb::RenderFormat::Gemini) => Ok(Some(Format::Gemini)),
+        Err(_) => Err(Status::invalid_argument(format!(
+            "render_format {raw} is unknown; use RENDER_FORMAT_UNSPECIFIED, _OPENAI_CHAT, _OPENAI_RESPONSES, _ANTHROPIC_MESSAGES or _GEMINI"
+        ))),
+    }
+}
+
+/// The user input of a PrepareRequest: a user event (type may be left
+/// unspecified).
+pub fn user_event(e: pb::TraceEvent) -> Result<NewEvent, Status> {
+    let mut event = event_from_pb(e);
+    match event.trace_type {
+        None | Some(TraceType::User) => {
+            event.trace_type = Some(TraceType::User);
+            Ok(event)
+        }
+        Some(other) => Err(Status::invalid_argument(format!(
+            "user_input must be a user event, not {}; ingest other events with Ingest",
+            other.as_str()
+        ))),
     }
 }
 

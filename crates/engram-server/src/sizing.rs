@@ -43,8 +43,18 @@ pub struct Parts {
 }
 
 impl Parts {
+    /// The model a prompt is for: the request's, or the last one the
+    /// agent's Ingests reported ("" for neither: the default budget).
+    pub fn model(&self, requested: Option<&str>) -> String {
+        requested
+            .or(self.last_model.as_deref())
+            .unwrap_or_default()
+            .to_owned()
+    }
+}
+
+impl Parts {
     pub fn of(view: &AgentView<'_>) -> Self {
-        let text = |s: &Option<String>| s.as_ref().map_or(0, String::len) as u64;
         Self {
             transcript: view.transcript.id(),
             messages: view.transcript.shared(),
@@ -59,7 +69,7 @@ impl Parts {
             epoch: view.meta.epoch,
             compactions: view.meta.compactions,
             consecutive_failures: view.meta.consecutive_failures,
-            bytes: view.active_bytes + text(&view.meta.system_prompt) + text(&view.meta.snapshot),
+            bytes: view.bytes,
         }
     }
 }
@@ -141,6 +151,23 @@ pub fn with_caches<T>(
     engram_store::offload_over(parts.bytes, || f(&mut caches::lock(&cell)))
 }
 
+/// The agent's prompt parts, and its size for `model` (or its last
+/// reported one): one lock to take the parts, the count after it.
+pub async fn measure(
+    store: &Store,
+    caches: &ContextCaches,
+    budgets: &Budgets,
+    id: &AgentId,
+    model: Option<&str>,
+) -> Result<(Parts, Sizing, String), StoreError> {
+    let parts = store.read(id, |view| Parts::of(&view)).await?;
+    let model = parts.model(model);
+    let size = with_caches(caches, id, &parts, |c| {
+        sizing(&parts, c, id, budgets, &model, None)
+    });
+    Ok((parts, size, model))
+}
+
 /// Whether the agent's prompt (for its last reported model) is over its
 /// compaction trigger, and its size.
 pub async fn over_trigger(
@@ -149,11 +176,7 @@ pub async fn over_trigger(
     budgets: &Budgets,
     id: &AgentId,
 ) -> Result<(bool, u32), StoreError> {
-    let parts = store.read(id, |view| Parts::of(&view)).await?;
-    let model = parts.last_model.clone().unwrap_or_default();
-    let size = with_caches(caches, id, &parts, |c| {
-        sizing(&parts, c, id, budgets, &model, None)
-    });
+    let (_, size, _) = measure(store, caches, budgets, id, None).await?;
     let tokens = size.prompt_tokens();
     Ok((tokens > size.budget.trigger_tokens, tokens))
 }

@@ -6,18 +6,8 @@ mod common;
 use common::*;
 use engram_proto::pb;
 
-/// Deterministic base64-looking noise.
 fn noise(len: usize) -> String {
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ALPHABET[(x % 64) as usize] as char
-        })
-        .collect()
+    engram_chaos::hostile::base64_noise(0x9e37_79b9_7f4a_7c15, len)
 }
 
 fn prepare(agent: &str, system: &str, force: bool) -> pb::PrepareRequestRequest {

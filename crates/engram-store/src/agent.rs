@@ -98,8 +98,9 @@ pub struct AgentView<'a> {
     pub transcript: &'a Transcript,
     pub report: Option<(Usage, usize)>,
     pub dir: &'a Path,
-    /// Bytes of the active traces' file.
-    pub active_bytes: u64,
+    /// About how much text the agent holds (to keep work over it off the
+    /// async workers when it is large).
+    pub bytes: u64,
 }
 
 impl AgentState {
@@ -174,16 +175,21 @@ impl AgentState {
         Ok(raw)
     }
 
+    /// About how much text the agent holds: its active traces, system
+    /// prompt, snapshot and memories (ranked by Retrieve: about a line of
+    /// text each). Work over it runs off the async workers when it is
+    /// large.
+    fn bytes(&self) -> u64 {
+        let active = self.raw.as_ref().map_or(0, |r| r.len());
+        let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+        let memories = (self.episodic.len() + self.semantic.len()) * 256;
+        active + (text(&self.meta.system_prompt) + text(&self.meta.snapshot) + memories) as u64
+    }
+
     /// Runs `f` over the view; off the async workers when the agent is
     /// large enough for counting, rendering or ranking it to take a while.
     pub fn run<T>(&mut self, f: impl FnOnce(AgentView<'_>) -> T) -> T {
-        let active = self.raw.as_ref().map_or(0, |r| r.len());
-        let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
-        // Memories are ranked by Retrieve: about a line of text each.
-        let memories = (self.episodic.len() + self.semantic.len()) * 256;
-        let size =
-            active + (text(&self.meta.system_prompt) + text(&self.meta.snapshot) + memories) as u64;
-        crate::offload_over(size, || f(self.view()))
+        crate::offload_over(self.bytes(), || f(self.view()))
     }
 
     pub fn view(&mut self) -> AgentView<'_> {
@@ -196,7 +202,7 @@ impl AgentState {
             transcript: &self.transcript,
             report: self.report,
             dir: &self.dir,
-            active_bytes: self.raw.as_ref().map_or(0, |r| r.len()),
+            bytes: self.bytes(),
         }
     }
 

@@ -13,6 +13,16 @@ async fn open(dir: &Path) -> Store {
     Store::open(StoreConfig::new(dir)).await.unwrap()
 }
 
+/// The contents of the agent's active traces, in order.
+async fn contents(store: &Store, agent: &AgentId) -> Vec<String> {
+    store
+        .read(agent, |v| {
+            v.traces.iter().map(|t| t.content.clone()).collect()
+        })
+        .await
+        .unwrap()
+}
+
 async fn count(store: &Store, agent: &str) -> usize {
     store.read(&id(agent), |v| v.traces.len()).await.unwrap()
 }
@@ -215,15 +225,7 @@ async fn a_failed_log_flush_is_never_acknowledged_and_stops_the_store() {
     drop(store);
     let store = open(dir.path()).await;
     assert!(store.failure().is_none());
-    let texts = store
-        .read(&a, |v| {
-            v.traces
-                .iter()
-                .map(|t| t.content.clone())
-                .collect::<Vec<_>>()
-        })
-        .await
-        .unwrap();
+    let texts = contents(&store, &a).await;
     assert_eq!(
         texts[0], "x",
         "what was acknowledged is there after restart"

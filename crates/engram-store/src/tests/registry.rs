@@ -65,16 +65,7 @@ async fn a_delete_that_waited_out_another_leaves_the_new_agent_alone() {
         Err(StoreError::NotFound(_))
     ));
     assert!(dir.path().join("agents/twice").is_dir());
-    let contents = store
-        .read(&a, |v| {
-            v.traces
-                .iter()
-                .map(|t| t.content.clone())
-                .collect::<Vec<_>>()
-        })
-        .await
-        .unwrap();
-    assert_eq!(contents, ["new"]);
+    assert_eq!(contents(&store, &a).await, ["new"]);
 }
 
 #[tokio::test]
