@@ -144,11 +144,12 @@ impl Default for Transcript {
     }
 }
 
-/// A clone is a transcript of its own: it may grow apart from the original.
+/// A clone is a transcript of its own identity: it may grow apart from the
+/// original (the messages are copied on its first change).
 impl Clone for Transcript {
     fn clone(&self) -> Self {
         Self {
-            messages: Arc::new(self.messages.as_ref().clone()),
+            messages: Arc::clone(&self.messages),
             open: self.open.clone(),
             ..Self::default()
         }

@@ -200,7 +200,8 @@ impl Store {
                 return Err(StoreError::NotFound(id.to_string()));
             }
             check(state.tracker.last_model())?;
-            let replaced = if state.exists() {
+            let existed = state.exists();
+            let replaced = if existed {
                 store_system_prompt(state, input.system_prompt)?
             } else {
                 None
@@ -222,8 +223,10 @@ impl Store {
                 }
                 None => None,
             };
-            // A new agent's directory exists only now.
-            store_system_prompt(state, input.system_prompt)?;
+            if !existed {
+                // A new agent's directory exists only now.
+                store_system_prompt(state, input.system_prompt)?;
+            }
             let current_turn_id = state.tracker.current_turn_id().unwrap_or_default();
             let out = state.run(f);
             let ticket = state.last_ticket.clone();
