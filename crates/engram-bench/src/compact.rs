@@ -10,8 +10,8 @@ use clap::Args as ClapArgs;
 use engram_core::compaction::NewFact;
 use engram_core::compaction::Summary;
 use engram_core::{AgentId, NewEvent};
-use engram_store::compact::Policy;
-use engram_store::{Store, StoreConfig};
+use engram_store::Policy;
+use engram_store::{FileStore, Store, StoreConfig};
 use serde_json::json;
 
 use crate::ingest::{histogram, us};
@@ -36,7 +36,7 @@ const POLICY: Policy = Policy {
 };
 
 /// Four traces a turn: question, tool call, result, answer (~200 tokens of text).
-async fn fill(store: &Store, agent: &AgentId, turns: usize) -> anyhow::Result<()> {
+async fn fill(store: &dyn Store, agent: &AgentId, turns: usize) -> anyhow::Result<()> {
     let text = "memory agent compaction budget token prompt transcript provider ".repeat(12);
     for t in 0..turns {
         store
@@ -79,7 +79,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let store = Store::open(StoreConfig::new(&dir)).await?;
+        let store = FileStore::open(StoreConfig::new(&dir)).await?;
         println!("compaction, store part (the LLM call excluded), fsync = always");
         println!("  window traces   begin ms   finish ms");
         for &n in &args.traces {

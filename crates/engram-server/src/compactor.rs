@@ -15,8 +15,7 @@ use engram_llm::{
     Chunked, CircuitBreaker, Extractive, HttpConfig, HttpSummarizer, SummarizeError, Summarizer,
     SummaryRequest,
 };
-use engram_store::compact::{Job, Policy};
-use engram_store::{Store, StoreError};
+use engram_store::{AgentContext, Job, Policy, Store, StoreError};
 use tokio::time::Instant;
 
 use crate::budget::Budgets;
@@ -25,16 +24,42 @@ use crate::config::{LlmSection, PolicySection};
 use crate::flights::{Flights, Share};
 use crate::sizing;
 
+/// A compaction's report, and the agent's prompt after it when the
+/// compaction changed it (the caller need not read it again).
+#[derive(Debug, Clone)]
+pub struct Compacted {
+    pub report: CompactionReport,
+    pub context: Option<AgentContext>,
+}
+
+impl Compacted {
+    fn only(report: CompactionReport) -> Self {
+        Self {
+            report,
+            context: None,
+        }
+    }
+
+    /// The compaction stopped: what it did so far stays reported (and a
+    /// microcompact's new prompt stays the prompt).
+    fn failed(self, error: CompactionError) -> Self {
+        Self {
+            report: self.report.failed(error),
+            ..self
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Compactor {
-    store: Store,
+    store: Arc<dyn Store>,
     caches: Arc<ContextCaches>,
     budgets: Arc<Budgets>,
     summarizer: Arc<dyn Summarizer>,
     policy: Policy,
     /// `policy.max_active_turns` (0: off).
     max_active_turns: usize,
-    flights: Arc<Flights<CompactionReport>>,
+    flights: Arc<Flights<Compacted>>,
     pauses: Arc<Pauses>,
 }
 
@@ -98,7 +123,7 @@ pub fn summarizer(llm: &LlmSection) -> Result<Arc<dyn Summarizer>, String> {
 
 impl Compactor {
     pub fn new(
-        store: Store,
+        store: Arc<dyn Store>,
         caches: Arc<ContextCaches>,
         budgets: Arc<Budgets>,
         summarizer: Arc<dyn Summarizer>,
@@ -147,7 +172,7 @@ impl Compactor {
 
     /// One compaction of `agent`; the report says what happened, errors
     /// included. While one runs, another request for the same agent waits
-    /// for it and gets its report. It runs as a task of its own, so a
+    /// for it and gets its outcome. It runs as a task of its own, so a
     /// caller that goes away (a cancelled RPC) cannot leave it half-done or
     /// the agent marked busy.
     pub async fn compact(
@@ -156,7 +181,7 @@ impl Compactor {
         trigger: Trigger,
         focus: Option<&str>,
         tokens_before: u32,
-    ) -> CompactionReport {
+    ) -> Compacted {
         let this = self.clone();
         let work = {
             let agent = agent.clone();
@@ -167,11 +192,13 @@ impl Compactor {
             }
         };
         let failed = move || {
-            CompactionReport::new(trigger, tokens_before).failed(CompactionError::Unexpected)
+            Compacted::only(
+                CompactionReport::new(trigger, tokens_before).failed(CompactionError::Unexpected),
+            )
         };
-        let (report, share) = self.flights.run(agent, work, failed).await;
+        let (compacted, share) = self.flights.run(agent, work, failed).await;
         let outcome = match share {
-            Share::Led => report.outcome(),
+            Share::Led => compacted.report.outcome(),
             Share::Joined => {
                 tracing::debug!(agent = %agent, trigger = trigger.as_str(), "joined the running compaction");
                 "joined"
@@ -179,7 +206,7 @@ impl Compactor {
         };
         metrics::counter!("engram_compactions_total", "trigger" => trigger.as_str(), "outcome" => outcome)
             .increment(1);
-        report
+        compacted
     }
 
     /// True while the summarizer's circuit breaker is open.
@@ -193,41 +220,36 @@ impl Compactor {
         trigger: Trigger,
         focus: Option<&str>,
         tokens_before: u32,
-    ) -> CompactionReport {
-        let mut report = CompactionReport::new(trigger, tokens_before);
+    ) -> Compacted {
+        let mut out = Compacted::only(CompactionReport::new(trigger, tokens_before));
         // The cheapest tier that can answer the trigger. Hiding old tool
         // results shrinks the prompt but keeps every turn: it answers the
         // size triggers only; a turn count or a manual Compact summarizes.
-        let mut opened_epoch = false;
         if trigger.is_about_size() {
             match self
                 .store
                 .microcompact(agent, self.policy.raw_tail_turns)
                 .await
             {
-                Ok(0) => {}
-                Ok(_) => {
-                    report.steps.push(Tier::Microcompact);
-                    opened_epoch = true;
-                    match sizing::over_trigger(&self.store, &self.caches, &self.budgets, agent)
-                        .await
-                    {
-                        Ok((false, tokens)) => {
-                            report.performed = true;
-                            report.tokens_after = tokens;
-                            return report;
-                        }
-                        Ok((true, _)) => {}
-                        Err(e) => return report.failed(storage(agent, &e, "sizing")),
+                Ok(None) => {}
+                Ok(Some(done)) => {
+                    out.report.steps.push(Tier::Microcompact);
+                    let (over, tokens) =
+                        sizing::over_trigger(&self.caches, &self.budgets, agent, &done.context);
+                    out.context = Some(done.context);
+                    if !over {
+                        out.report.performed = true;
+                        out.report.tokens_after = tokens;
+                        return out;
                     }
                 }
-                Err(e) => return report.failed(storage(agent, &e, "microcompact")),
+                Err(e) => return out.failed(storage(agent, &e, "microcompact")),
             }
         }
         if trigger != Trigger::Manual
             && let Some(left) = self.pauses.remaining(agent)
         {
-            return report.failed(CompactionError::Paused {
+            return out.failed(CompactionError::Paused {
                 failures: self.pauses.after,
                 resumes_in_secs: left.as_secs_f64().ceil() as u64,
             });
@@ -236,22 +258,23 @@ impl Compactor {
         let mut job = match self.store.begin_compaction(agent, policy).await {
             Ok(Some(job)) => job,
             Ok(None) => {
-                return report.failed(CompactionError::NothingToCompact {
+                return out.failed(CompactionError::NothingToCompact {
                     raw_tail_turns: policy.raw_tail_turns,
                 });
             }
-            Err(e) => return report.failed(storage(agent, &e, "choosing the window")),
+            Err(e) => return out.failed(storage(agent, &e, "choosing the window")),
         };
-        if opened_epoch {
+        if out.context.is_some() {
+            // Microcompact opened this compaction's epoch already.
             job.next_epoch = job.epoch;
         }
-        report.steps.push(Tier::Summarize);
+        out.report.steps.push(Tier::Summarize);
         let started = std::time::Instant::now();
         let answer = self.summarize(job, focus).await;
         metrics::histogram!("engram_summarizer_duration_seconds")
             .record(started.elapsed().as_secs_f64());
         let (summary, job) = match answer {
-            Ok(out) => out,
+            Ok(answer) => answer,
             Err(e) => {
                 metrics::counter!("engram_summarizer_failures_total").increment(1);
                 // An open circuit did not try this agent's turns at all.
@@ -261,7 +284,7 @@ impl Compactor {
                     self.pauses.record(agent, Some(failures));
                 }
                 tracing::warn!(agent = %agent, error = %e, failures, "summary failed; nothing pruned");
-                return report.failed(CompactionError::Summarizer {
+                return out.failed(CompactionError::Summarizer {
                     message: e.to_string(),
                     consecutive_failures: failures,
                 });
@@ -272,17 +295,19 @@ impl Compactor {
             .finish_compaction(agent, job, summary, policy)
             .await
         {
-            Ok(out) => {
+            Ok(done) => {
                 self.pauses.record(agent, None);
+                let report = &mut out.report;
                 report.performed = true;
-                report.turn_ids = out.turn_ids;
-                report.episodic_id = out.episodic_id;
-                report.semantic_added = out.semantic_added;
-                report.semantic_updated = out.semantic_updated;
-                report.traces_pruned = out.traces_pruned;
-                report
+                report.turn_ids = done.turn_ids;
+                report.episodic_id = done.episodic_id;
+                report.semantic_added = done.semantic_added;
+                report.semantic_updated = done.semantic_updated;
+                report.traces_pruned = done.traces_pruned;
+                out.context = Some(done.context);
+                out
             }
-            Err(e) => report.failed(storage(agent, &e, "storing the compaction")),
+            Err(e) => out.failed(storage(agent, &e, "storing the compaction")),
         }
     }
 
@@ -294,7 +319,7 @@ impl Compactor {
         &self,
         job: Job,
         focus: Option<&str>,
-    ) -> Result<(engram_llm::Summary, Job), SummarizeError> {
+    ) -> Result<(engram_core::compaction::Summary, Job), SummarizeError> {
         let summarizer = Arc::clone(&self.summarizer);
         let runtime = tokio::runtime::Handle::current();
         let focus = focus.map(str::to_owned);

@@ -1,18 +1,18 @@
 //! PrepareRequest and GetContextStats: the prompt of the next LLM call and
 //! the numbers behind it.
 
+use engram_core::AgentId;
 use engram_core::compaction::{CompactionReport, Signals, Trigger, decide};
 use engram_core::render::{Format, Prompt};
-use engram_core::{AgentId, CoreError};
 use engram_proto::pb;
-use engram_store::{PrepareInput, Store};
+use engram_store::{AgentContext, PrepareInput, Store};
 use tonic::Status;
 
 use crate::budget::Budgets;
 use crate::caches::{Caches, ContextCaches};
 use crate::compactor::Compactor;
 use crate::convert::{self, non_empty};
-use crate::sizing::{self, Parts, Sizing, sizing};
+use crate::sizing::{self, Sizing, sizing};
 use crate::status::{from_core, from_store};
 
 /// What a PrepareRequest asks for, parsed.
@@ -33,7 +33,7 @@ enum Look {
 }
 
 pub async fn prepare_request(
-    store: &Store,
+    store: &dyn Store,
     caches: &ContextCaches,
     budgets: &Budgets,
     compactor: &Compactor,
@@ -41,10 +41,6 @@ pub async fn prepare_request(
 ) -> Result<pb::PrepareRequestResponse, Status> {
     let id = AgentId::parse(&req.agent_id).map_err(from_core)?;
     let user_input = req.user_input.map(convert::user_event).transpose()?;
-    let input = PrepareInput {
-        system_prompt: non_empty(req.system_prompt.as_str()),
-        user_input,
-    };
     let ask = Ask {
         agent: &id,
         model: non_empty(req.model.as_str()),
@@ -53,36 +49,30 @@ pub async fn prepare_request(
         force: req.force_compaction,
         max_active_turns: compactor.max_active_turns(),
     };
-    let check = |last_model: Option<&str>| {
-        let needs_model = matches!(ask.format, Some(f) if f != Format::Gemini);
-        if needs_model && ask.model.or(last_model).is_none() {
-            return Err(CoreError::Invalid(
-                "model is required to render this format: none was given and no Ingest reported one".into(),
-            ));
-        }
-        Ok(())
+    let input = PrepareInput {
+        system_prompt: non_empty(req.system_prompt.as_str()),
+        user_input,
+        model: ask.model,
+        // Every payload but Gemini's names its model.
+        needs_model: matches!(ask.format, Some(f) if f != Format::Gemini),
     };
-    // The agent is locked only to store the input and take the parts of
-    // its prompt; counting and rendering happen after.
-    let first = store
-        .prepare(&id, input, check, |view| Parts::of(&view))
-        .await
-        .map_err(from_store)?;
-    let parts = first.out;
-    let look = sizing::with_caches(caches, &id, &parts, |c| look(&parts, c, &ask, budgets));
+    // The agent is locked only to store the input and take its prompt;
+    // counting, deciding and rendering happen after.
+    let context = store.prepare(&id, input).await.map_err(from_store)?.context;
+    let look = sizing::with_caches(caches, &id, &context, |c| look(&context, c, &ask, budgets));
     match look {
         Look::Ready(response) => Ok(*response),
         Look::Compact(trigger, tokens_before) => {
             // Compaction runs before the prompt is built, once; the prompt
             // of the new epoch is built whatever the report says.
-            let report = compactor.compact(&id, trigger, None, tokens_before).await;
-            let parts = store
-                .read(&id, |view| Parts::of(&view))
-                .await
-                .map_err(from_store)?;
-            Ok(sizing::with_caches(caches, &id, &parts, |c| {
-                let size = size_of(&parts, c, &ask, budgets);
-                build(&parts, c, &ask, size, Some(report))
+            let compacted = compactor.compact(&id, trigger, None, tokens_before).await;
+            let context = match compacted.context {
+                Some(context) => context,
+                None => store.context(&id).await.map_err(from_store)?,
+            };
+            Ok(sizing::with_caches(caches, &id, &context, |c| {
+                let size = size_of(&context, c, &ask, budgets);
+                build(&context, c, &ask, size, Some(compacted.report))
             }))
         }
     }
@@ -90,28 +80,28 @@ pub async fn prepare_request(
 
 /// The size of the prompt `ask` would get now, and its model.
 fn size_of(
-    parts: &Parts,
+    context: &AgentContext,
     caches: &mut Caches,
     ask: &Ask<'_>,
     budgets: &Budgets,
 ) -> (Sizing, String) {
-    let model = parts.model(ask.model);
-    let size = sizing(parts, caches, ask.agent, budgets, &model, ask.max_output);
+    let model = context.model(ask.model);
+    let size = sizing(context, caches, ask.agent, budgets, &model, ask.max_output);
     (size, model)
 }
 
 /// The prompt, unless a compaction must come first.
-fn look(parts: &Parts, caches: &mut Caches, ask: &Ask<'_>, budgets: &Budgets) -> Look {
-    let (size, model) = size_of(parts, caches, ask, budgets);
+fn look(context: &AgentContext, caches: &mut Caches, ask: &Ask<'_>, budgets: &Budgets) -> Look {
+    let (size, model) = size_of(context, caches, ask, budgets);
     let signals = Signals {
-        compaction_required: parts.compaction_required,
+        compaction_required: context.compaction_required,
         force: ask.force,
-        finished_turns: parts.finished_turns,
+        finished_turns: context.finished_turns,
         max_active_turns: ask.max_active_turns,
     };
     match decide(size.size, &size.budget, signals) {
         Some(trigger) => Look::Compact(trigger, size.prompt_tokens()),
-        None => Look::Ready(Box::new(build(parts, caches, ask, (size, model), None))),
+        None => Look::Ready(Box::new(build(context, caches, ask, (size, model), None))),
     }
 }
 
@@ -119,7 +109,7 @@ fn look(parts: &Parts, caches: &mut Caches, ask: &Ask<'_>, budgets: &Budgets) ->
 /// the numbers, with the report of the compaction that ran before, if one
 /// did.
 fn build(
-    parts: &Parts,
+    context: &AgentContext,
     caches: &mut Caches,
     ask: &Ask<'_>,
     (size, model): (Sizing, String),
@@ -151,17 +141,17 @@ fn build(
             size.budget.input_budget
         ));
     }
-    let system = parts.system.as_deref();
+    let system = context.system.as_deref();
     let prompt = Prompt {
         model: &model,
         system,
-        messages: &parts.messages,
-        tail: &parts.tail,
+        messages: &context.messages,
+        tail: &context.tail,
         max_output_tokens: size.budget.max_output_tokens,
     };
     let rendered = ask
         .format
-        .map(|f| caches.render.render_json(f, parts.transcript, &prompt))
+        .map(|f| caches.render.render_json(f, context.transcript, &prompt))
         .unwrap_or_default();
     let mut messages = Vec::with_capacity(size.messages);
     if let Some(system) = system {
@@ -175,29 +165,29 @@ fn build(
         prompt
             .messages
             .iter()
-            .chain(&parts.tail)
+            .chain(&context.tail)
             .map(convert::message_to_pb),
     );
     pb::PrepareRequestResponse {
         messages,
         rendered_payload_json: rendered,
-        turn_id: parts.current_turn_id.clone(),
+        turn_id: context.current_turn_id.clone(),
         estimated_prompt_tokens: tokens_now,
         budget: Some(convert::budget_to_pb(&size.budget)),
         compaction: Some(report),
-        epoch: parts.epoch,
+        epoch: context.epoch,
         warnings,
     }
 }
 
 pub async fn context_stats(
-    store: &Store,
+    store: &dyn Store,
     caches: &ContextCaches,
     budgets: &Budgets,
     req: pb::GetContextStatsRequest,
 ) -> Result<pb::GetContextStatsResponse, Status> {
     let id = AgentId::parse(&req.agent_id).map_err(from_core)?;
-    let (parts, size, model) =
+    let (context, size, model) =
         sizing::measure(store, caches, budgets, &id, non_empty(req.model.as_str()))
             .await
             .map_err(from_store)?;
@@ -210,12 +200,12 @@ pub async fn context_stats(
         trigger_tokens: size.budget.trigger_tokens,
         percent_used: size.budget.percent_used(tokens_now),
         messages: u32::try_from(size.messages).unwrap_or(u32::MAX),
-        turns: parts.turns,
-        epoch: parts.epoch,
-        compactions: parts.compactions,
-        consecutive_failures: parts.consecutive_failures,
+        turns: context.turns,
+        epoch: context.epoch,
+        compactions: context.compactions,
+        consecutive_failures: context.consecutive_failures,
         files: vec![],
-        compaction_required: parts.compaction_required,
+        compaction_required: context.compaction_required,
         model,
     };
     response.files = store
@@ -230,13 +220,13 @@ pub async fn context_stats(
 
 /// The agent's prompt size now (for its last reported model).
 pub async fn prompt_tokens(
-    store: &Store,
+    store: &dyn Store,
     caches: &ContextCaches,
     budgets: &Budgets,
     id: &AgentId,
 ) -> Result<u32, Status> {
-    Ok(crate::sizing::over_trigger(store, caches, budgets, id)
+    let (_, size, _) = sizing::measure(store, caches, budgets, id, None)
         .await
-        .map_err(from_store)?
-        .1)
+        .map_err(from_store)?;
+    Ok(size.prompt_tokens())
 }

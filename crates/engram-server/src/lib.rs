@@ -43,7 +43,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use engram_proto::pb::memory_service_server::MemoryServiceServer;
-use engram_store::{Store, StoreError};
+use engram_store::{FileStore, Store, StoreError};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tonic::transport::server::TcpIncoming;
@@ -109,10 +109,10 @@ pub async fn run_with_metrics(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    let store = Store::open(config.store_config()).await?;
+    let store = FileStore::open(config.store_config()).await?;
     #[cfg(feature = "fault-injection")]
     store.inject_compaction_crash(config.crash_at.clone());
-    serve(listener, metrics, config, store, shutdown).await
+    serve(listener, metrics, config, Arc::new(store), shutdown).await
 }
 
 /// [`run_with_metrics`] over a store the caller opened (and can reach).
@@ -120,7 +120,7 @@ pub async fn serve(
     listener: TcpListener,
     metrics: Option<TcpListener>,
     config: Config,
-    store: Store,
+    store: Arc<dyn Store>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     // Installed before anything records, so the first calls count too.
@@ -167,10 +167,10 @@ pub async fn serve(
     tokio::task::spawn_blocking(engram_core::tokens::warm_up);
     let budgets = Arc::new(budget::Budgets::new(config.budget.clone()));
     let caches = Arc::new(caches::ContextCaches::default());
-    let cache_upkeep = spawn_cache_upkeep(&caches, store.config().idle_evict);
+    let cache_upkeep = spawn_cache_upkeep(&caches, config.store_config().idle_evict);
     let summarizer = compactor::summarizer(&config.llm).map_err(ServerError::Summarizer)?;
     let compactor = compactor::Compactor::new(
-        store.clone(),
+        Arc::clone(&store),
         Arc::clone(&caches),
         Arc::clone(&budgets),
         summarizer,
@@ -195,13 +195,13 @@ pub async fn serve(
         tokio::spawn(observe::serve(
             listener,
             handle,
-            store.clone(),
+            Arc::clone(&store),
             compactor.clone(),
             async move { stop.notified().await },
         ))
     });
     let memory = MemoryServiceServer::new(Engram::new(
-        store.clone(),
+        Arc::clone(&store),
         caches,
         budgets,
         compactor,

@@ -117,7 +117,7 @@ fn describe() {
 pub async fn serve(
     listener: tokio::net::TcpListener,
     handle: PrometheusHandle,
-    store: Store,
+    store: Arc<dyn Store>,
     compactor: Compactor,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
@@ -141,7 +141,7 @@ pub async fn serve(
 
 struct Scraper {
     handle: PrometheusHandle,
-    store: Store,
+    store: Arc<dyn Store>,
     compactor: Compactor,
     /// When the data dir was last walked and what it held: with many agents
     /// a walk is many stat calls, so scrapes reuse it for a while.

@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use engram_core::compaction::Trigger;
 use engram_core::memory::{recent_episodic, relevant_episodic, relevant_semantic, top_semantic};
-use engram_core::retrieve::{raw_tail, tool_interactions};
+use engram_core::retrieve::tool_interactions;
 use engram_proto::pb;
 use engram_proto::pb::memory_service_server::MemoryService;
 use engram_store::Store;
-use engram_store::search::{Cursor, Query};
+use engram_store::search::Query;
 use tonic::{Request, Response, Status};
 
 use crate::auth;
@@ -18,8 +18,9 @@ use crate::boundary::catch_panics;
 use crate::budget::Budgets;
 use crate::caches::ContextCaches;
 use crate::compactor::Compactor;
+use crate::convert::non_empty;
 use crate::status::{from_core, from_store};
-use crate::{context, convert};
+use crate::{context, convert, sizing};
 
 const DEFAULT_MAX_EPISODIC: u32 = 3;
 const DEFAULT_MAX_SEMANTIC: u32 = 20;
@@ -32,7 +33,7 @@ const MAX_SEARCH_LIMIT: u32 = 200;
 /// The gRPC service over one store.
 #[derive(Debug, Clone)]
 pub struct Engram {
-    store: Store,
+    store: Arc<dyn Store>,
     caches: Arc<ContextCaches>,
     budgets: Arc<Budgets>,
     compactor: Compactor,
@@ -42,7 +43,7 @@ pub struct Engram {
 
 impl Engram {
     pub fn new(
-        store: Store,
+        store: Arc<dyn Store>,
         caches: Arc<ContextCaches>,
         budgets: Arc<Budgets>,
         compactor: Compactor,
@@ -87,19 +88,29 @@ impl Engram {
         let events: Vec<_> = req.events.into_iter().map(convert::event_from_pb).collect();
         let model = (!req.model.is_empty()).then_some(req.model.as_str());
         let usage = req.usage.map(convert::usage_from_pb);
-        let budgets = &self.budgets;
-        let trigger = |model: Option<&str>| {
-            Some(
-                budgets
-                    .budget(id.as_str(), model.unwrap_or_default(), None)
-                    .trigger_tokens,
-            )
-        };
-        let out = self
+        let mut out = self
             .store
-            .ingest_with(&id, &events, usage, model, trigger)
+            .ingest(&id, &events, usage, model)
             .await
             .map_err(from_store)?;
+        if let Some(reported) = usage.map(|u| u.prompt_tokens)
+            && !out.compaction_required
+        {
+            let model = out.model.as_deref().unwrap_or_default();
+            let trigger = self.budgets.budget(id.as_str(), model, None).trigger_tokens;
+            if reported > trigger {
+                tracing::info!(agent = %id, reported, trigger, "reported prompt passed the compaction trigger");
+                // The traces are stored: this request is not refused for
+                // want of the mark. Without it the reported usage, kept in
+                // the trace, still triggers by the estimate.
+                match self.store.mark_compaction_required(&id, out.epoch).await {
+                    Ok(marked) => out.compaction_required = marked,
+                    Err(e) => {
+                        tracing::warn!(agent = %id, error = %e, "could not store the compaction mark");
+                    }
+                }
+            }
+        }
         tracing::debug!(agent = %id, events = events.len(), turn = %out.current_turn_id, "ingested");
         metrics::counter!("engram_traces_ingested_total").increment(out.traces.len() as u64);
         Ok(Response::new(pb::IngestResponse {
@@ -115,7 +126,7 @@ impl Engram {
     ) -> Result<Response<pb::PrepareRequestResponse>, Status> {
         auth::authorize(&request, &request.get_ref().agent_id)?;
         let response = context::prepare_request(
-            &self.store,
+            self.store.as_ref(),
             &self.caches,
             &self.budgets,
             &self.compactor,
@@ -133,13 +144,17 @@ impl Engram {
         let req = request.into_inner();
         let id = agent(&req.agent_id)?;
         let focus = Some(req.focus.trim()).filter(|f| !f.is_empty());
-        let before = context::prompt_tokens(&self.store, &self.caches, &self.budgets, &id).await?;
-        let mut report = self
+        let store = self.store.as_ref();
+        let before = context::prompt_tokens(store, &self.caches, &self.budgets, &id).await?;
+        let compacted = self
             .compactor
             .compact(&id, Trigger::Manual, focus, before)
             .await;
-        report.tokens_after =
-            context::prompt_tokens(&self.store, &self.caches, &self.budgets, &id).await?;
+        let mut report = compacted.report;
+        report.tokens_after = match compacted.context {
+            Some(context) => sizing::over_trigger(&self.caches, &self.budgets, &id, &context).1,
+            None => context::prompt_tokens(store, &self.caches, &self.budgets, &id).await?,
+        };
         Ok(Response::new(pb::CompactResponse {
             report: Some(convert::report_to_pb(&report)),
         }))
@@ -155,41 +170,44 @@ impl Engram {
         let max_episodic = req.max_episodic.unwrap_or(DEFAULT_MAX_EPISODIC) as usize;
         let max_semantic = req.max_semantic.unwrap_or(DEFAULT_MAX_SEMANTIC) as usize;
         let tail_turns = req.raw_tail_turns.unwrap_or(DEFAULT_RAW_TAIL_TURNS) as usize;
-        let response = self
+        let recall = self
             .store
-            .read(&id, |view| {
-                let tail = raw_tail(view.traces, tail_turns);
-                let query = req.query.trim();
-                // With a query, relevance first; without, recency and salience.
-                let (episodic, semantic) = if query.is_empty() {
-                    (
-                        recent_episodic(view.episodic, max_episodic),
-                        top_semantic(view.semantic, max_semantic),
-                    )
-                } else {
-                    (
-                        relevant_episodic(view.episodic, query, max_episodic),
-                        relevant_semantic(view.semantic, query, max_semantic),
-                    )
-                };
-                pb::RetrieveResponse {
-                    bundle: Some(pb::MemoryBundle {
-                        episodic: episodic.iter().map(convert::episodic_to_pb).collect(),
-                        semantic: semantic.iter().map(convert::semantic_to_pb).collect(),
-                    }),
-                    tool_interactions: if req.include_tool_interactions {
-                        tool_interactions(tail.iter().copied())
-                            .iter()
-                            .map(convert::interaction_to_pb)
-                            .collect()
-                    } else {
-                        vec![]
-                    },
-                    raw_tail: tail.into_iter().map(convert::trace_to_pb).collect(),
-                }
-            })
+            .recall(&id, tail_turns)
             .await
             .map_err(from_store)?;
+        let query = req.query.trim();
+        // Ranking every memory is CPU work: off the async workers when
+        // there are many.
+        let memories = (recall.episodic.len() + recall.semantic.len()) as u64 * 256;
+        let (episodic, semantic) = engram_store::offload_over(memories, || {
+            // With a query, relevance first; without, recency and salience.
+            if query.is_empty() {
+                (
+                    recent_episodic(&recall.episodic, max_episodic),
+                    top_semantic(&recall.semantic, max_semantic),
+                )
+            } else {
+                (
+                    relevant_episodic(&recall.episodic, query, max_episodic),
+                    relevant_semantic(&recall.semantic, query, max_semantic),
+                )
+            }
+        });
+        let response = pb::RetrieveResponse {
+            bundle: Some(pb::MemoryBundle {
+                episodic: episodic.iter().map(convert::episodic_to_pb).collect(),
+                semantic: semantic.iter().map(convert::semantic_to_pb).collect(),
+            }),
+            tool_interactions: if req.include_tool_interactions {
+                tool_interactions(&recall.raw_tail)
+                    .iter()
+                    .map(convert::interaction_to_pb)
+                    .collect()
+            } else {
+                vec![]
+            },
+            raw_tail: recall.raw_tail.iter().map(convert::trace_to_pb).collect(),
+        };
         self.fits(response, "answer")
     }
 
@@ -205,21 +223,15 @@ impl Engram {
             0 => DEFAULT_SEARCH_LIMIT,
             n => n.min(MAX_SEARCH_LIMIT),
         } as usize;
-        let cursor = match req.page_token.as_str() {
-            "" => None,
-            token => Some(Cursor::from_token(token).ok_or_else(|| {
-                Status::invalid_argument(
-                    "page_token is not one this server issued; pass next_page_token unchanged",
-                )
-            })?),
-        };
-        let (hits, next) = self
+        let page_token = non_empty(req.page_token.as_str());
+        let page = self
             .store
-            .search(&id, &query, limit, cursor)
+            .search(&id, &query, limit, page_token)
             .await
             .map_err(from_store)?;
         let response = pb::SearchHistoryResponse {
-            matches: hits
+            matches: page
+                .hits
                 .into_iter()
                 .map(|h| pb::SearchMatch {
                     turn_id: h.trace.turn_id.clone(),
@@ -227,7 +239,7 @@ impl Engram {
                     archived: h.archived,
                 })
                 .collect(),
-            next_page_token: next.map(Cursor::to_token).unwrap_or_default(),
+            next_page_token: page.next_page_token.unwrap_or_default(),
         };
         self.fits(response, "page")
     }
@@ -238,7 +250,7 @@ impl Engram {
     ) -> Result<Response<pb::GetContextStatsResponse>, Status> {
         auth::authorize(&request, &request.get_ref().agent_id)?;
         context::context_stats(
-            &self.store,
+            self.store.as_ref(),
             &self.caches,
             &self.budgets,
             request.into_inner(),
@@ -267,7 +279,7 @@ impl Engram {
         }
         let (agent_ids, next) = self
             .store
-            .list_agents(page_size as usize, token, |id| {
+            .list_agents(page_size as usize, token, &|id| {
                 scope.as_ref().is_none_or(|s| s.allows(id))
             })
             .await

@@ -59,11 +59,13 @@ async fn concurrent_compactions_of_one_agent_share_one_summary() {
     let config =
         engram_server::Config::load_from(None, env.iter().map(|(k, v)| (k.to_string(), v.clone())))
             .unwrap();
-    let store = engram_store::Store::open(config.store_config())
-        .await
-        .unwrap();
+    let store: Arc<dyn engram_store::Store> = Arc::new(
+        engram_store::FileStore::open(config.store_config())
+            .await
+            .unwrap(),
+    );
     let compactor = Compactor::new(
-        store.clone(),
+        Arc::clone(&store),
         Arc::default(),
         Arc::new(Budgets::new(config.budget.clone())),
         summarizer(&config.llm).unwrap(),
@@ -93,7 +95,8 @@ async fn concurrent_compactions_of_one_agent_share_one_summary() {
     assert!((&mut third).now_or_never().is_none());
     gate.add_permits(1);
     let (first, second, third) = tokio::join!(first, second, third);
-    let first = first.unwrap();
+    let first = first.unwrap().report;
+    let (second, third) = (second.report, third.report);
     assert!(first.performed, "{first:?}");
     assert_eq!(first.trigger, Trigger::Manual);
     for other in [&second, &third] {

@@ -174,9 +174,11 @@ async fn a_failed_fsync_turns_health_not_serving_and_refuses_everything() {
         )],
     )
     .unwrap();
-    let store = engram_store::Store::open(config.store_config())
-        .await
-        .unwrap();
+    let store = std::sync::Arc::new(
+        engram_store::FileStore::open(config.store_config())
+            .await
+            .unwrap(),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

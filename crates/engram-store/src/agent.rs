@@ -86,23 +86,6 @@ pub(crate) struct AgentState {
     in_epoch: bool,
 }
 
-/// Access to a loaded agent, for the server's views. Only the token cache
-/// is mutable: counting fills it.
-#[derive(Debug)]
-pub struct AgentView<'a> {
-    pub traces: &'a [RawTrace],
-    pub episodic: &'a [EpisodicItem],
-    pub semantic: &'a [SemanticItem],
-    pub tracker: &'a TurnTracker,
-    pub meta: &'a AgentMeta,
-    pub transcript: &'a Transcript,
-    pub report: Option<(Usage, usize)>,
-    pub dir: &'a Path,
-    /// About how much text the agent holds (to keep work over it off the
-    /// async workers when it is large).
-    pub bytes: u64,
-}
-
 impl AgentState {
     /// Loads the agent in `dir`, repairing torn or corrupt lines. Blocking.
     pub fn load(dir: PathBuf, health: &Arc<StorageHealth>) -> Result<Self> {
@@ -186,22 +169,29 @@ impl AgentState {
         active + (text(&self.meta.system_prompt) + text(&self.meta.snapshot) + memories) as u64
     }
 
-    /// Runs `f` over the view; off the async workers when the agent is
-    /// large enough for counting, rendering or ranking it to take a while.
-    pub fn run<T>(&mut self, f: impl FnOnce(AgentView<'_>) -> T) -> T {
-        crate::offload_over(self.bytes(), || f(self.view()))
+    /// Runs `f` over the agent; off the async workers when it is large
+    /// enough for reading it to take a while.
+    pub fn run<T>(&self, f: impl FnOnce(&Self) -> T) -> T {
+        crate::offload_over(self.bytes(), || f(self))
     }
 
-    pub fn view(&mut self) -> AgentView<'_> {
-        AgentView {
-            traces: &self.traces,
-            episodic: &self.episodic,
-            semantic: &self.semantic,
-            tracker: &self.tracker,
-            meta: &self.meta,
-            transcript: &self.transcript,
+    /// The prompt as it stands, owned (the messages shared, not copied).
+    pub fn context(&self) -> crate::AgentContext {
+        let current = self.tracker.current_turn_id();
+        crate::AgentContext {
+            transcript: self.transcript.id(),
+            messages: self.transcript.shared(),
+            tail: self.transcript.pending_tail(),
+            system: self.meta.system_prompt.clone(),
             report: self.report,
-            dir: &self.dir,
+            last_model: self.tracker.last_model().map(str::to_owned),
+            compaction_required: self.meta.compaction_required,
+            finished_turns: finished_turns(&self.traces, current.as_deref()),
+            turns: self.tracker.turn_count(),
+            current_turn_id: current.unwrap_or_default(),
+            epoch: self.meta.epoch,
+            compactions: self.meta.compactions,
+            consecutive_failures: self.meta.consecutive_failures,
             bytes: self.bytes(),
         }
     }
@@ -287,6 +277,17 @@ impl AgentState {
             .filter_map(|line| RawTrace::from_line(line).ok())
             .find(|t| t.id == id))
     }
+}
+
+/// Distinct turns among the active traces, the current one not counted.
+fn finished_turns(traces: &[RawTrace], current: Option<&str>) -> usize {
+    let current = current.unwrap_or_default();
+    let turns: std::collections::HashSet<&str> = traces
+        .iter()
+        .map(|t| t.turn_id.as_str())
+        .filter(|t| *t != current)
+        .collect();
+    turns.len()
 }
 
 /// A tool result as microcompact shows it: name, call id and size only.

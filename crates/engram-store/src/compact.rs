@@ -2,8 +2,8 @@
 //! summarizer answered, write the summary, archive the turns and start a
 //! new epoch — crash-safe by rolling forward.
 //!
-//! The LLM call happens between [`Store::begin_compaction`] and
-//! [`Store::finish_compaction`], without the agent's lock, so Ingest keeps
+//! The LLM call happens between [`FileStore::begin_compaction`] and
+//! [`FileStore::finish_compaction`], without the agent's lock, so Ingest keeps
 //! working meanwhile; what arrives is not in the window and lands after the
 //! new snapshot. `finish` first writes everything it is about to do into
 //! `state.json` (an [`Intent`]), then does it in an order where every step
@@ -35,44 +35,10 @@ pub use crate::intent::Intent;
 use crate::agent::{AgentMeta, AgentState, EPISODIC, RAW_ARCHIVE, RAW_TRACES, SEMANTIC};
 use crate::durable::DurableFile;
 use crate::jsonl::{atomic_write, sync_dir};
-use crate::{FsyncPolicy, Result, Store, StoreError, unix_now, wal};
-
-/// Compaction settings (`[policy]`).
-#[derive(Debug, Clone, Copy)]
-pub struct Policy {
-    /// Whole turns kept raw before the current one.
-    pub raw_tail_turns: usize,
-    pub max_episodic: usize,
-    pub max_semantic: usize,
-}
-
-/// What the summarizer gets.
-#[derive(Debug, Clone)]
-pub struct Job {
-    pub epoch: u32,
-    /// The epoch the compaction starts: `epoch + 1`, or `epoch` when a
-    /// cheaper tier of the same compaction already started a new one (one
-    /// compaction, one epoch: the provider's prompt cache breaks once).
-    pub next_epoch: u32,
-    pub turn_ids: Vec<String>,
-    /// The window's traces, in file order.
-    pub traces: Vec<RawTrace>,
-    /// Live facts, so the summarizer can update rather than repeat them.
-    pub known_facts: Vec<SemanticItem>,
-    /// The latest turn when the job began; it and later turns stay messages.
-    current_turn: u32,
-}
-
-/// What a finished compaction did.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Committed {
-    pub turn_ids: Vec<String>,
-    pub episodic_id: String,
-    pub semantic_added: u32,
-    pub semantic_updated: u32,
-    pub traces_pruned: u32,
-    pub epoch: u32,
-}
+use crate::{
+    Committed, FileStore, FsyncPolicy, Job, Microcompacted, Policy, Result, StoreError, unix_now,
+    wal,
+};
 
 fn append_sync(path: &Path, bytes: &[u8]) -> Result<()> {
     let existed = path.exists();
@@ -100,7 +66,7 @@ fn lines_of<'a>(traces: impl Iterator<Item = &'a RawTrace>) -> Vec<u8> {
 }
 
 /// An earlier compaction is written down but could not be finished for
-/// lack of space (see `Store::loaded`): no other may start meanwhile.
+/// lack of space (see `FileStore::loaded`): no other may start meanwhile.
 fn waiting_for_space(dir: &Path) -> StoreError {
     StoreError::DiskFull {
         context: "finishing an earlier compaction in",
@@ -166,10 +132,14 @@ fn write_intent(
     Ok((intent, added, updated))
 }
 
-impl Store {
+impl FileStore {
     /// Picks the turns to summarize; `None` when there is nothing to
     /// compact or a compaction of this agent is already running.
-    pub async fn begin_compaction(&self, id: &AgentId, policy: Policy) -> Result<Option<Job>> {
+    pub(crate) async fn begin_compaction(
+        &self,
+        id: &AgentId,
+        policy: Policy,
+    ) -> Result<Option<Job>> {
         let handle = self.existing_handle(id)?;
         let mut slot = handle.lock().await;
         let state = self.loaded(id, &mut slot).await?;
@@ -209,7 +179,7 @@ impl Store {
     /// Gives up a job: nothing is written but, when the failure was this
     /// agent's (`failed`; not a summarizer that was not called at all), the
     /// failure count. Returns the consecutive failures so far.
-    pub async fn abort_compaction(&self, id: &AgentId, failed: bool) -> Result<u32> {
+    pub(crate) async fn abort_compaction(&self, id: &AgentId, failed: bool) -> Result<u32> {
         let handle = self.existing_handle(id)?;
         let mut slot = handle.lock().await;
         let state = self.loaded(id, &mut slot).await?;
@@ -226,7 +196,7 @@ impl Store {
     }
 
     /// Stores `summary` for `job` and starts the next epoch.
-    pub async fn finish_compaction(
+    pub(crate) async fn finish_compaction(
         &self,
         id: &AgentId,
         job: Job,
@@ -265,6 +235,7 @@ impl Store {
             semantic_updated: updated,
             traces_pruned: u32::try_from(intent.trace_ids.len()).unwrap_or(u32::MAX),
             epoch: state.meta.epoch,
+            context: state.context(),
         })
     }
 
@@ -438,12 +409,15 @@ impl Store {
     }
 }
 
-impl Store {
+impl FileStore {
     /// Microcompact: tool results of turns older than the last
     /// `keep_turns` (and the current one) show as placeholders from now on,
-    /// in a new epoch. Nothing is archived or lost. Returns how many results
-    /// the change hid (0: nothing changed).
-    pub async fn microcompact(&self, id: &AgentId, keep_turns: usize) -> Result<u32> {
+    /// in a new epoch. Nothing is archived or lost. `None`: nothing changed.
+    pub(crate) async fn microcompact(
+        &self,
+        id: &AgentId,
+        keep_turns: usize,
+    ) -> Result<Option<Microcompacted>> {
         let handle = self.existing_handle(id)?;
         let mut slot = handle.lock().await;
         let state = self.loaded(id, &mut slot).await?;
@@ -455,7 +429,7 @@ impl Store {
         }
         if state.compacting {
             // A new epoch now would make that summary's work stale.
-            return Ok(0);
+            return Ok(None);
         }
         let latest = state.tracker.turn_count();
         let before = latest.saturating_sub(u32::try_from(keep_turns).unwrap_or(u32::MAX));
@@ -469,7 +443,7 @@ impl Store {
             .filter(|n| *n >= already && *n < before)
             .count();
         if hidden == 0 {
-            return Ok(0);
+            return Ok(None);
         }
         let meta = AgentMeta {
             microcompact_before: Some(before),
@@ -481,6 +455,9 @@ impl Store {
         state.save_meta(meta)?;
         state.rebuild_epoch();
         tracing::info!(agent = %id, hidden, "microcompacted old tool results");
-        Ok(u32::try_from(hidden).unwrap_or(u32::MAX))
+        Ok(Some(Microcompacted {
+            hidden: u32::try_from(hidden).unwrap_or(u32::MAX),
+            context: state.context(),
+        }))
     }
 }

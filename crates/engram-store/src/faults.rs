@@ -9,7 +9,7 @@
 mod on {
     use std::sync::{Mutex, PoisonError};
 
-    use crate::{Result, Store, StoreError};
+    use crate::{FileStore, Result, StoreError};
 
     #[derive(Debug, Default)]
     pub struct Faults {
@@ -36,7 +36,7 @@ mod on {
         }
     }
 
-    impl Store {
+    impl FileStore {
         /// The named step of this store's compactions fails until cleared
         /// with `None`.
         pub fn inject_compaction_fault(&self, step: Option<&'static str>) {

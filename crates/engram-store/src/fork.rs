@@ -12,11 +12,11 @@ use std::sync::Arc;
 use engram_core::{AgentId, CoreError};
 
 use crate::jsonl::sync_dir;
-use crate::{FORK_PREFIX, Result, Store, StoreError};
+use crate::{FORK_PREFIX, FileStore, Result, StoreError};
 
-impl Store {
+impl FileStore {
     /// Copies `source` to the new agent `target`.
-    pub async fn fork_agent(&self, source: &AgentId, target: &AgentId) -> Result<()> {
+    pub(crate) async fn fork_agent(&self, source: &AgentId, target: &AgentId) -> Result<()> {
         if source == target {
             return Err(CoreError::Invalid(
                 "target_agent_id must differ from source_agent_id".into(),

@@ -1,6 +1,11 @@
-//! Engram's file store: per-agent JSONL files under `<data_dir>/agents/`.
+//! Engram's storage: the [`Store`] interface the server depends on, and its
+//! first backend, per-agent JSONL files under `<data_dir>/agents/`.
 //!
-//! - [`Store`]: the registry of agents. Agents load lazily on first use (so
+//! - [`Store`] (`api`): the interface and the owned values that cross it;
+//!   `backend` implements it for the file store.
+//! - `conformance`: the test suite every backend must pass
+//!   (`conformance` feature).
+//! - [`FileStore`]: the registry of agents. Agents load lazily on first use (so
 //!   start-up cost does not grow with their number) and idle ones are
 //!   evicted from memory. Each agent has one async lock: one writer at a
 //!   time per agent, different agents in parallel.
@@ -23,7 +28,11 @@
 //! - `faults`: fault injection for tests (`fault-injection` feature).
 
 pub mod agent;
+mod api;
+mod backend;
 pub mod compact;
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
 pub mod durable;
 pub mod error;
 mod faults;
@@ -41,16 +50,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use engram_core::AgentId;
 use engram_core::turns::IngestLimits;
-use engram_core::{AgentId, NewEvent, RawTrace};
 use tokio::sync::Mutex as AsyncMutex;
 
+pub use agent::AgentMeta;
 use agent::AgentState;
-pub use agent::{AgentMeta, AgentView};
+pub use api::{
+    AgentContext, Committed, Ingested, Job, Microcompacted, Policy, PrepareInput, Prepared, Recall,
+    SearchPage, Store, Visible,
+};
 pub use durable::FsyncPolicy;
 pub use error::{Result, StoreError};
 
-/// Store settings (the `[store]` and `[limits]` config sections).
+/// File store settings (the `[store]` and `[limits]` config sections).
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
     pub data_dir: PathBuf,
@@ -76,34 +89,6 @@ impl StoreConfig {
             limits: IngestLimits::default(),
         }
     }
-}
-
-/// The result of an Ingest.
-#[derive(Debug, Clone)]
-pub struct Ingested {
-    /// One trace per request event, in request order.
-    pub traces: Vec<RawTrace>,
-    pub current_turn_id: String,
-    /// The agent is marked for compaction at its next prompt.
-    pub compaction_required: bool,
-}
-
-/// What PrepareRequest writes before the prompt is built.
-#[derive(Debug, Clone, Default)]
-pub struct PrepareInput<'a> {
-    /// Stored when it differs from the agent's current one.
-    pub system_prompt: Option<&'a str>,
-    /// Ingested as the new turn's user message.
-    pub user_input: Option<NewEvent>,
-}
-
-/// The result of [`Store::prepare`].
-#[derive(Debug, Clone)]
-pub struct Prepared<T> {
-    pub out: T,
-    /// The stored user input (a retry returns the first one).
-    pub user_trace: Option<RawTrace>,
-    pub current_turn_id: String,
 }
 
 #[derive(Debug)]
@@ -191,7 +176,7 @@ struct Inner {
 
 /// The file-backed store. Cheap to clone.
 #[derive(Debug, Clone)]
-pub struct Store {
+pub struct FileStore {
     inner: Arc<Inner>,
 }
 
@@ -199,7 +184,7 @@ const TRASH_PREFIX: &str = ".deleted-";
 /// Where a fork is assembled before it is renamed into place.
 const FORK_PREFIX: &str = ".fork-";
 
-impl Store {
+impl FileStore {
     /// Opens (creating if needed) the store. Does not read any agent.
     pub async fn open(config: StoreConfig) -> Result<Self> {
         let agents_dir = config.data_dir.join("agents");
@@ -234,7 +219,7 @@ impl Store {
     }
 
     /// Number of agents currently in memory.
-    pub fn loaded_agents(&self) -> usize {
+    pub(crate) fn loaded_agents(&self) -> usize {
         self.inner.agents.lock().expect("registry lock").len()
     }
 
@@ -285,12 +270,12 @@ impl Store {
     }
 
     /// Why the store stopped serving, if it did (a failed flush).
-    pub fn failure(&self) -> Option<String> {
+    pub(crate) fn failure(&self) -> Option<String> {
         self.inner.health.failure()
     }
 
     /// Changes to [`failure`](Self::failure), for health reporting.
-    pub fn watch_failure(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+    pub(crate) fn watch_failure(&self) -> tokio::sync::watch::Receiver<Option<String>> {
         self.inner.health.subscribe()
     }
 
@@ -332,7 +317,11 @@ impl Store {
 
     /// Runs `f` over a consistent view of an existing agent. What `f` saw is
     /// durable when this returns (no read of data a crash could still lose).
-    pub async fn read<T>(&self, id: &AgentId, f: impl FnOnce(AgentView<'_>) -> T) -> Result<T> {
+    pub(crate) async fn read<T>(
+        &self,
+        id: &AgentId,
+        f: impl FnOnce(&AgentState) -> T,
+    ) -> Result<T> {
         let handle = self.existing_handle(id)?;
         let mut slot = handle.lock().await;
         let state = self.loaded(id, &mut slot).await?;

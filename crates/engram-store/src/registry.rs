@@ -11,14 +11,14 @@ use engram_core::AgentId;
 
 use crate::agent::AgentState;
 use crate::{
-    AgentHandle, FsyncPolicy, Result, Store, StoreError, TRASH_PREFIX, jsonl, offload, wal,
+    AgentHandle, FileStore, FsyncPolicy, Result, StoreError, TRASH_PREFIX, jsonl, offload, wal,
 };
 
-impl Store {
+impl FileStore {
     /// Agent ids after `page_token`, sorted, at most `page_size`; the token
     /// of the next page when more remain.
     /// Only ids `visible` accepts count (an auth scope), so pages stay full.
-    pub async fn list_agents(
+    pub(crate) async fn list_agents(
         &self,
         page_size: usize,
         page_token: Option<&str>,
@@ -40,7 +40,7 @@ impl Store {
 
     /// Bytes of every file under the data directory (a walk: meant for a
     /// metrics scrape, not a hot path).
-    pub async fn disk_bytes(&self) -> u64 {
+    pub(crate) async fn disk_bytes(&self) -> u64 {
         let root = self.inner.config.data_dir.clone();
         tokio::task::spawn_blocking(move || tree_bytes(&root))
             .await
@@ -49,7 +49,7 @@ impl Store {
 
     /// Removes every file of the agent. In-flight calls on it finish first;
     /// later calls see NOT_FOUND (or, for Ingest, a new empty agent).
-    pub async fn delete_agent(&self, id: &AgentId) -> Result<()> {
+    pub(crate) async fn delete_agent(&self, id: &AgentId) -> Result<()> {
         self.delete_through(id, self.handle(id)).await
     }
 
@@ -141,7 +141,7 @@ impl Store {
     }
 
     /// Flushes and checkpoints: the last call before the process exits.
-    pub async fn close(&self) {
+    pub(crate) async fn close(&self) {
         if let Err(e) = self.checkpoint().await {
             tracing::error!(error = %e, "final checkpoint failed; the log will be replayed at start");
         }
@@ -187,7 +187,7 @@ impl Store {
 
     /// Background upkeep: the interval flush, checkpoints when the log
     /// grows, idle eviction. Runs until the returned task is aborted.
-    pub fn spawn_upkeep(&self) -> tokio::task::JoinHandle<()> {
+    pub(crate) fn spawn_upkeep(&self) -> tokio::task::JoinHandle<()> {
         let store = self.clone();
         tokio::spawn(async move {
             let config = &store.inner.config;

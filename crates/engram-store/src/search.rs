@@ -15,13 +15,13 @@ use engram_core::{AgentId, CoreError, RawTrace};
 use serde_json::Value;
 
 use crate::agent::RAW_ARCHIVE;
-use crate::{Result, Store, StoreError};
+use crate::{FileStore, Result, SearchPage, StoreError};
 
 const BLOCK: usize = 64 * 1024;
 
-/// Where a search page starts.
+/// Where a search page starts (a page token, encoded).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cursor {
+enum Cursor {
     /// Active traces before this index, then the whole archive.
     Active(usize),
     /// Archived lines ending before this byte offset.
@@ -29,14 +29,14 @@ pub enum Cursor {
 }
 
 impl Cursor {
-    pub fn to_token(self) -> String {
+    fn to_token(self) -> String {
         match self {
             Self::Active(i) => format!("a{i}"),
             Self::Archive(o) => format!("r{o}"),
         }
     }
 
-    pub fn from_token(token: &str) -> Option<Self> {
+    fn from_token(token: &str) -> Option<Self> {
         let (kind, n) = token.split_at_checked(1)?;
         match kind {
             "a" => n.parse().ok().map(Self::Active),
@@ -86,10 +86,34 @@ impl Query {
     }
 }
 
-impl Store {
-    /// Up to `limit` hits from `cursor` on, newest first, and the cursor of
-    /// the next page if there may be more.
-    pub async fn search(
+impl FileStore {
+    /// Up to `limit` hits from the page `page_token` names on, newest
+    /// first, and the token of the next page if there may be more.
+    pub(crate) async fn search(
+        &self,
+        id: &AgentId,
+        query: &Query,
+        limit: usize,
+        page_token: Option<&str>,
+    ) -> Result<SearchPage> {
+        let cursor = page_token
+            .map(|t| {
+                Cursor::from_token(t).ok_or_else(|| {
+                    CoreError::Invalid(
+                        "page_token is not one this server issued; pass next_page_token unchanged"
+                            .into(),
+                    )
+                })
+            })
+            .transpose()?;
+        let (hits, next) = self.search_from(id, query, limit, cursor).await?;
+        Ok(SearchPage {
+            hits,
+            next_page_token: next.map(Cursor::to_token),
+        })
+    }
+
+    async fn search_from(
         &self,
         id: &AgentId,
         query: &Query,
@@ -97,20 +121,20 @@ impl Store {
         cursor: Option<Cursor>,
     ) -> Result<(Vec<Hit>, Option<Cursor>)> {
         let (mut hits, next_active, archive, archive_end) = self
-            .read(id, |view| {
+            .read(id, |state| {
                 let mut hits = vec![];
                 let mut next = None;
                 if let None | Some(Cursor::Active(_)) = cursor {
                     let end = match cursor {
-                        Some(Cursor::Active(i)) => i.min(view.traces.len()),
-                        _ => view.traces.len(),
+                        Some(Cursor::Active(i)) => i.min(state.traces.len()),
+                        _ => state.traces.len(),
                     };
                     for i in (0..end).rev() {
                         if hits.len() == limit {
                             next = Some(Cursor::Active(i + 1));
                             break;
                         }
-                        let t = &view.traces[i];
+                        let t = &state.traces[i];
                         if query.matches(t) {
                             hits.push(Hit {
                                 trace: t.clone(),
@@ -119,7 +143,7 @@ impl Store {
                         }
                     }
                 }
-                let archive = view.dir.join(RAW_ARCHIVE);
+                let archive = state.dir.join(RAW_ARCHIVE);
                 let len = std::fs::metadata(&archive).map_or(0, |m| m.len());
                 (hits, next, archive, len)
             })

@@ -9,12 +9,12 @@ fn id(s: &str) -> AgentId {
     AgentId::parse(s).unwrap()
 }
 
-async fn open(dir: &Path) -> Store {
-    Store::open(StoreConfig::new(dir)).await.unwrap()
+async fn open(dir: &Path) -> FileStore {
+    FileStore::open(StoreConfig::new(dir)).await.unwrap()
 }
 
 /// The contents of the agent's active traces, in order.
-async fn contents(store: &Store, agent: &AgentId) -> Vec<String> {
+async fn contents(store: &FileStore, agent: &AgentId) -> Vec<String> {
     store
         .read(agent, |v| {
             v.traces.iter().map(|t| t.content.clone()).collect()
@@ -23,7 +23,7 @@ async fn contents(store: &Store, agent: &AgentId) -> Vec<String> {
         .unwrap()
 }
 
-async fn count(store: &Store, agent: &str) -> usize {
+async fn count(store: &FileStore, agent: &str) -> usize {
     store.read(&id(agent), |v| v.traces.len()).await.unwrap()
 }
 
@@ -314,7 +314,7 @@ async fn relaxed_policies_store_the_same_lines_without_the_log() {
             fsync_interval: Duration::from_millis(10),
             ..StoreConfig::new(dir.path())
         };
-        let store = Store::open(config.clone()).await.unwrap();
+        let store = FileStore::open(config.clone()).await.unwrap();
         let upkeep = store.spawn_upkeep();
         store
             .ingest(&id("r"), &[NewEvent::user("x")], None, None)
@@ -328,7 +328,7 @@ async fn relaxed_policies_store_the_same_lines_without_the_log() {
             .map(|e| e.unwrap().metadata().unwrap().len())
             .sum();
         assert_eq!(wal_bytes, 0, "{policy:?} writes no log records");
-        let store = Store::open(config).await.unwrap();
+        let store = FileStore::open(config).await.unwrap();
         assert_eq!(count(&store, "r").await, 1);
     }
 }
@@ -339,7 +339,7 @@ async fn prepare_stores_the_system_prompt_and_user_input_and_survives_restart() 
     let store = open(dir.path()).await;
     let a = id("p");
     let err = store
-        .prepare(&a, PrepareInput::default(), |_| Ok(()), |_| ())
+        .prepare(&a, PrepareInput::default())
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::NotFound(_)), "{err}");
@@ -347,86 +347,58 @@ async fn prepare_stores_the_system_prompt_and_user_input_and_survives_restart() 
     let input = PrepareInput {
         system_prompt: Some("be brief"),
         user_input: Some(NewEvent::user("hi").with_event_id("u1")),
+        ..PrepareInput::default()
     };
-    let first = store
-        .prepare(
-            &a,
-            input.clone(),
-            |_| Ok(()),
-            |v| (v.meta.system_prompt.clone(), v.transcript.messages().len()),
-        )
-        .await
-        .unwrap();
-    assert_eq!(first.out, (Some("be brief".to_owned()), 1));
-    assert_eq!(first.current_turn_id, "turn_0001");
+    let first = store.prepare(&a, input.clone()).await.unwrap();
+    assert_eq!(first.context.system.as_deref(), Some("be brief"));
+    assert_eq!(first.context.messages.len(), 1);
+    assert_eq!(first.context.current_turn_id, "turn_0001");
     // A retried PrepareRequest stores nothing new.
-    let again = store
-        .prepare(&a, input, |_| Ok(()), |v| v.transcript.messages().len())
-        .await
-        .unwrap();
-    assert_eq!(again.out, 1);
+    let again = store.prepare(&a, input).await.unwrap();
+    assert_eq!(again.context.messages.len(), 1);
     assert_eq!(again.user_trace.unwrap().id, first.user_trace.unwrap().id);
     drop(store);
     let store = open(dir.path()).await;
-    let after = store
-        .prepare(
-            &a,
-            PrepareInput::default(),
-            |_| Ok(()),
-            |v| {
-                (
-                    v.meta.system_prompt.clone(),
-                    v.transcript.messages().to_vec(),
-                )
-            },
-        )
-        .await
-        .unwrap();
-    assert_eq!(after.out.0.as_deref(), Some("be brief"));
-    assert_eq!(after.out.1.len(), 1);
-    assert_eq!(after.out.1[0].content, "hi");
+    let after = store.prepare(&a, PrepareInput::default()).await.unwrap();
+    assert_eq!(after.context.system.as_deref(), Some("be brief"));
+    assert_eq!(after.context.messages.len(), 1);
+    assert_eq!(after.context.messages[0].content, "hi");
 }
 
 #[tokio::test]
-async fn reported_usage_over_the_trigger_marks_the_agent_durably() {
+async fn the_compaction_mark_is_durable_and_only_for_the_epoch_it_was_meant_for() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path()).await;
     let a = id("big");
-    let usage = |n| {
-        Some(Usage {
-            prompt_tokens: n,
-            completion_tokens: 1,
-            total_tokens: n + 1,
-        })
-    };
-    let seen = std::sync::Mutex::new(vec![]);
-    let trigger = |model: Option<&str>| {
-        seen.lock().unwrap().push(model.map(str::to_owned));
-        Some(1000)
-    };
-    let below = store
-        .ingest_with(
-            &a,
-            &[NewEvent::user("x")],
-            usage(900),
-            Some("gpt-4o"),
-            trigger,
-        )
+    let usage = Some(Usage {
+        prompt_tokens: 900,
+        completion_tokens: 1,
+        total_tokens: 901,
+    });
+    let first = store
+        .ingest(&a, &[NewEvent::user("x")], usage, Some("gpt-4o"))
         .await
         .unwrap();
-    assert!(!below.compaction_required);
-    // No model on this call: the agent's last one is used.
-    let over = store
-        .ingest_with(&a, &[NewEvent::assistant("y")], usage(1001), None, |m| {
-            seen.lock().unwrap().push(m.map(str::to_owned));
-            Some(1000)
-        })
+    assert!(!first.compaction_required);
+    assert_eq!(first.model.as_deref(), Some("gpt-4o"));
+    // No model on this call: the agent's last one is reported.
+    let second = store
+        .ingest(&a, &[NewEvent::assistant("y")], usage, None)
         .await
         .unwrap();
-    assert!(over.compaction_required);
-    assert_eq!(
-        *seen.lock().unwrap(),
-        [Some("gpt-4o".to_owned()), Some("gpt-4o".to_owned())]
+    assert_eq!(second.model.as_deref(), Some("gpt-4o"));
+    assert!(
+        !store
+            .mark_compaction_required(&a, second.epoch + 1)
+            .await
+            .unwrap(),
+        "a mark meant for another epoch is not stored"
+    );
+    assert!(
+        store
+            .mark_compaction_required(&a, second.epoch)
+            .await
+            .unwrap()
     );
     drop(store);
     let store = open(dir.path()).await;
@@ -446,6 +418,7 @@ async fn reported_usage_over_the_trigger_marks_the_agent_durably() {
 }
 
 mod compaction;
+mod conformance;
 mod registry;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

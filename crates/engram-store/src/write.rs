@@ -2,37 +2,24 @@
 
 use std::sync::Arc;
 
-use engram_core::{AgentId, NewEvent, Outcome, RawTrace, Usage};
+use engram_core::retrieve::raw_tail;
+use engram_core::{AgentId, CoreError, NewEvent, Outcome, RawTrace, Usage};
 
-use crate::agent::{self, AgentMeta, AgentState, AgentView};
+use crate::agent::{self, AgentMeta, AgentState};
 use crate::{
-    FsyncPolicy, Ingested, PrepareInput, Prepared, Result, Store, StoreError, unix_now, wal,
+    AgentContext, FileStore, FsyncPolicy, Ingested, PrepareInput, Prepared, Recall, Result,
+    StoreError, unix_now, wal,
 };
 
-impl Store {
+impl FileStore {
     /// Validates and stores `events`, creating the agent on its first
     /// accepted write. Returns once the traces are durable (per policy).
-    pub async fn ingest(
+    pub(crate) async fn ingest(
         &self,
         id: &AgentId,
         events: &[NewEvent],
         usage: Option<Usage>,
         model: Option<&str>,
-    ) -> Result<Ingested> {
-        self.ingest_with(id, events, usage, model, |_| None).await
-    }
-
-    /// [`ingest`](Self::ingest), marking the agent for compaction when the
-    /// reported `usage.prompt_tokens` passes `trigger(model)` (the model of
-    /// this call, or the agent's last known one). The mark is durable before
-    /// the answer and stays until a compaction clears it.
-    pub async fn ingest_with(
-        &self,
-        id: &AgentId,
-        events: &[NewEvent],
-        usage: Option<Usage>,
-        model: Option<&str>,
-        trigger: impl FnOnce(Option<&str>) -> Option<u32>,
     ) -> Result<Ingested> {
         loop {
             let handle = self.handle(id);
@@ -42,40 +29,46 @@ impl Store {
                 continue; // deleted while we waited: start over on a fresh agent
             }
             let traces = self.append_events(id, state, events, usage, model)?;
-            if let Some(reported) = usage.map(|u| u.prompt_tokens) {
-                let model = model
-                    .map(str::to_owned)
-                    .or_else(|| state.tracker.last_model().map(str::to_owned));
-                let over = trigger(model.as_deref()).is_some_and(|t| reported > t);
-                if over && !state.meta.compaction_required {
-                    let meta = AgentMeta {
-                        compaction_required: true,
-                        ..state.meta.clone()
-                    };
-                    tracing::info!(agent = %id, reported, "reported prompt passed the compaction trigger");
-                    // The traces are stored: this request is not refused for
-                    // want of the mark. Without it the reported usage, kept
-                    // in the trace, still triggers by the estimate.
-                    if let Err(e) = state.save_meta(meta) {
-                        tracing::warn!(agent = %id, error = %e, "could not store the compaction mark; it holds until restart");
-                        state.meta.compaction_required = true;
-                    }
-                }
-            }
-            let current_turn_id = state.tracker.current_turn_id().unwrap_or_default();
-            let compaction_required = state.meta.compaction_required;
+            let out = Ingested {
+                traces,
+                current_turn_id: state.tracker.current_turn_id().unwrap_or_default(),
+                compaction_required: state.meta.compaction_required,
+                model: model
+                    .or_else(|| state.tracker.last_model())
+                    .map(str::to_owned),
+                epoch: state.meta.epoch,
+            };
             // A retry waits too: the first attempt may still be in flight.
             let ticket = state.last_ticket.clone();
             drop(slot);
             if let Some(ticket) = ticket {
                 ticket.wait().await.map_err(|e| e.for_agent(id.as_str()))?;
             }
-            return Ok(Ingested {
-                traces,
-                current_turn_id,
-                compaction_required,
-            });
+            return Ok(out);
         }
+    }
+
+    /// Marks the agent for compaction unless its epoch moved past `epoch`.
+    /// The mark is durable before this returns and stays until a
+    /// compaction clears it.
+    pub(crate) async fn mark_compaction_required(&self, id: &AgentId, epoch: u32) -> Result<bool> {
+        let handle = self.existing_handle(id)?;
+        let mut slot = handle.lock().await;
+        let state = self.loaded(id, &mut slot).await?;
+        if !state.exists() {
+            return Err(StoreError::NotFound(id.to_string()));
+        }
+        if state.meta.epoch != epoch {
+            return Ok(state.meta.compaction_required);
+        }
+        if !state.meta.compaction_required {
+            let meta = AgentMeta {
+                compaction_required: true,
+                ..state.meta.clone()
+            };
+            state.save_meta(meta)?;
+        }
+        Ok(true)
     }
 
     /// The write path of Ingest and PrepareRequest, under the agent's lock:
@@ -173,17 +166,10 @@ impl Store {
     }
 
     /// PrepareRequest's store part, under one hold of the agent's lock:
-    /// `check` vets the request against the agent's last reported model
-    /// before anything is written; then a changed system prompt is stored,
-    /// the user input ingested (creating the agent), and `f` builds the
-    /// prompt. Answers once what `f` saw is durable.
-    pub async fn prepare<T>(
-        &self,
-        id: &AgentId,
-        input: PrepareInput<'_>,
-        check: impl FnOnce(Option<&str>) -> std::result::Result<(), engram_core::CoreError>,
-        f: impl FnOnce(AgentView<'_>) -> T,
-    ) -> Result<Prepared<T>> {
+    /// the request is vetted before anything is written; then a changed
+    /// system prompt is stored, the user input ingested (creating the
+    /// agent), and the prompt's parts taken. Answers once they are durable.
+    pub(crate) async fn prepare(&self, id: &AgentId, input: PrepareInput<'_>) -> Result<Prepared> {
         loop {
             let handle = self.handle(id);
             let mut slot = handle.lock().await;
@@ -199,7 +185,11 @@ impl Store {
                 }
                 return Err(StoreError::NotFound(id.to_string()));
             }
-            check(state.tracker.last_model())?;
+            if input.needs_model && input.model.or(state.tracker.last_model()).is_none() {
+                return Err(CoreError::Invalid(
+                    "model is required to render this format: none was given and no Ingest reported one".into(),
+                ).into());
+            }
             let existed = state.exists();
             let replaced = if existed {
                 store_system_prompt(state, input.system_prompt)?
@@ -227,23 +217,40 @@ impl Store {
                 // A new agent's directory exists only now.
                 store_system_prompt(state, input.system_prompt)?;
             }
-            let current_turn_id = state.tracker.current_turn_id().unwrap_or_default();
-            let out = state.run(f);
+            let context = state.context();
             let ticket = state.last_ticket.clone();
             drop(slot);
             if let Some(ticket) = ticket {
                 ticket.wait().await.map_err(|e| e.for_agent(id.as_str()))?;
             }
             return Ok(Prepared {
-                out,
+                context,
                 user_trace,
-                current_turn_id,
             });
         }
     }
 
+    /// The prompt of an existing agent as it stands.
+    pub(crate) async fn context(&self, id: &AgentId) -> Result<AgentContext> {
+        self.read(id, AgentState::context).await
+    }
+
+    /// Every memory and the raw tail, copied out (the tail picked, and the
+    /// copies made, off the async workers for a large agent).
+    pub(crate) async fn recall(&self, id: &AgentId, raw_tail_turns: usize) -> Result<Recall> {
+        self.read(id, |state| Recall {
+            episodic: state.episodic.clone(),
+            semantic: state.semantic.clone(),
+            raw_tail: raw_tail(&state.traces, raw_tail_turns)
+                .into_iter()
+                .cloned()
+                .collect(),
+        })
+        .await
+    }
+
     /// Name and size of every file of an agent, sorted by name.
-    pub async fn file_sizes(&self, id: &AgentId) -> Result<Vec<(String, u64)>> {
+    pub(crate) async fn file_sizes(&self, id: &AgentId) -> Result<Vec<(String, u64)>> {
         let dir = self.agent_dir(id);
         tokio::task::spawn_blocking(move || {
             let mut out = vec![];

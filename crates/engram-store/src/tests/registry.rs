@@ -148,10 +148,8 @@ async fn a_fork_copies_everything_and_then_lives_on_its_own() {
             &src,
             PrepareInput {
                 system_prompt: Some("sys"),
-                user_input: None,
+                ..PrepareInput::default()
             },
-            |_| Ok(()),
-            |_| (),
         )
         .await
         .unwrap();

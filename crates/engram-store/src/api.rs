@@ -1,0 +1,282 @@
+//! The storage interface the server depends on, and the owned values that
+//! cross it. [`crate::FileStore`] is its first implementation; a second
+//! backend implements the same trait and passes the same conformance suite
+//! (`conformance`).
+//!
+//! Every method is one short, self-contained step: it takes the agent's
+//! lock (or the backend's equivalent) only for its own storage work and
+//! returns owned data. Counting, deciding and rendering happen in the
+//! caller, after the lock is released; the summarizer runs between
+//! [`Store::begin_compaction`] and [`Store::finish_compaction`], with no
+//! lock held.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use engram_core::compaction::Summary;
+use engram_core::memory::{EpisodicItem, SemanticItem};
+use engram_core::transcript::Message;
+use engram_core::{AgentId, NewEvent, RawTrace, Usage};
+
+use crate::Result;
+use crate::search::{Hit, Query};
+
+/// The result of an Ingest.
+#[derive(Debug, Clone)]
+pub struct Ingested {
+    /// One trace per request event, in request order.
+    pub traces: Vec<RawTrace>,
+    pub current_turn_id: String,
+    /// The agent is marked for compaction at its next prompt.
+    pub compaction_required: bool,
+    /// The model this request or, failing that, an earlier one reported.
+    pub model: Option<String>,
+    /// The agent's epoch after the write (for
+    /// [`Store::mark_compaction_required`]).
+    pub epoch: u32,
+}
+
+/// What PrepareRequest writes before the prompt is built.
+#[derive(Debug, Clone, Default)]
+pub struct PrepareInput<'a> {
+    /// Stored when it differs from the agent's current one.
+    pub system_prompt: Option<&'a str>,
+    /// Ingested as the new turn's user message.
+    pub user_input: Option<NewEvent>,
+    /// The request's model.
+    pub model: Option<&'a str>,
+    /// The request is refused, with nothing written, unless `model` or the
+    /// agent's last reported model is known (a rendered payload names it).
+    pub needs_model: bool,
+}
+
+/// The result of [`Store::prepare`].
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The prompt as it stands after the write.
+    pub context: AgentContext,
+    /// The stored user input (a retry returns the first one).
+    pub user_trace: Option<RawTrace>,
+}
+
+/// An agent's prompt as it stands, owned and cheap to take (the messages
+/// are shared, not copied): what PrepareRequest and GetContextStats count
+/// and render once the agent is unlocked.
+#[derive(Debug, Clone)]
+pub struct AgentContext {
+    /// Identity of the transcript's contents (for the caller's caches: the
+    /// same id means the same messages, the last one excepted).
+    pub transcript: u64,
+    pub messages: Arc<Vec<Message>>,
+    /// Placeholders for calls still waiting for results (rendered last).
+    pub tail: Vec<Message>,
+    pub system: Option<String>,
+    /// The provider's last usage report this epoch, and the number of
+    /// messages before it.
+    pub report: Option<(Usage, usize)>,
+    pub last_model: Option<String>,
+    pub compaction_required: bool,
+    /// Active turns, the current one not counted.
+    pub finished_turns: usize,
+    pub turns: u32,
+    pub current_turn_id: String,
+    pub epoch: u32,
+    pub compactions: u32,
+    pub consecutive_failures: u32,
+    /// About how much text there is (to keep big counts off the async
+    /// workers).
+    pub bytes: u64,
+}
+
+impl AgentContext {
+    /// The model a prompt is for: the request's, or the last one the
+    /// agent's Ingests reported ("" for neither: the default budget).
+    pub fn model(&self, requested: Option<&str>) -> String {
+        requested
+            .or(self.last_model.as_deref())
+            .unwrap_or_default()
+            .to_owned()
+    }
+}
+
+/// What Retrieve shows of an agent: every memory, and the raw traces of the
+/// last turns.
+#[derive(Debug, Clone, Default)]
+pub struct Recall {
+    pub episodic: Vec<EpisodicItem>,
+    /// Live and superseded facts, latest version of each.
+    pub semantic: Vec<SemanticItem>,
+    /// Ordered by turn, then seq.
+    pub raw_tail: Vec<RawTrace>,
+}
+
+/// One page of SearchHistory.
+#[derive(Debug, Clone, Default)]
+pub struct SearchPage {
+    pub hits: Vec<Hit>,
+    /// Opaque; passed back unchanged for the next page.
+    pub next_page_token: Option<String>,
+}
+
+/// Compaction settings (`[policy]`).
+#[derive(Debug, Clone, Copy)]
+pub struct Policy {
+    /// Whole turns kept raw before the current one.
+    pub raw_tail_turns: usize,
+    pub max_episodic: usize,
+    pub max_semantic: usize,
+}
+
+/// A compaction in progress: what the summarizer gets, and what the commit
+/// checks the agent against.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub epoch: u32,
+    /// The epoch the compaction starts: `epoch + 1`, or `epoch` when a
+    /// cheaper tier of the same compaction already started a new one (one
+    /// compaction, one epoch: the provider's prompt cache breaks once).
+    pub next_epoch: u32,
+    pub turn_ids: Vec<String>,
+    /// The window's traces, in storage order.
+    pub traces: Vec<RawTrace>,
+    /// Live facts, so the summarizer can update rather than repeat them.
+    pub known_facts: Vec<SemanticItem>,
+    /// The latest turn when the job began; it and later turns stay messages.
+    pub current_turn: u32,
+}
+
+/// What a finished compaction did.
+#[derive(Debug, Clone)]
+pub struct Committed {
+    pub turn_ids: Vec<String>,
+    pub episodic_id: String,
+    pub semantic_added: u32,
+    pub semantic_updated: u32,
+    pub traces_pruned: u32,
+    pub epoch: u32,
+    /// The prompt of the new epoch.
+    pub context: AgentContext,
+}
+
+/// What a microcompact did.
+#[derive(Debug, Clone)]
+pub struct Microcompacted {
+    /// Tool results that show as placeholders from now on.
+    pub hidden: u32,
+    /// The prompt of the new epoch.
+    pub context: AgentContext,
+}
+
+/// Which agent ids a listing shows (an auth scope).
+pub type Visible<'a> = &'a (dyn Fn(&str) -> bool + Send + Sync);
+
+/// Engram's storage. Every write that returns `Ok` is durable (per the
+/// backend's fsync policy); a refused write changes nothing and is never
+/// visible to a read.
+#[async_trait]
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// Validates and stores `events` (one turn rule, `event_id`
+    /// idempotency, tool results in their call's turn), creating the agent
+    /// on its first accepted write. All or nothing.
+    async fn ingest(
+        &self,
+        id: &AgentId,
+        events: &[NewEvent],
+        usage: Option<Usage>,
+        model: Option<&str>,
+    ) -> Result<Ingested>;
+
+    /// Marks the agent for compaction at its next prompt, unless a
+    /// compaction started a new epoch since `epoch` (the mark was for a
+    /// prompt that no longer exists). Returns whether it is marked.
+    async fn mark_compaction_required(&self, id: &AgentId, epoch: u32) -> Result<bool>;
+
+    /// PrepareRequest's write: vets the request ([`PrepareInput::needs_model`]),
+    /// stores a changed system prompt and the user input (creating the
+    /// agent), and returns the prompt as it then stands. NOT_FOUND for an
+    /// agent that does not exist when there is no user input.
+    async fn prepare(&self, id: &AgentId, input: PrepareInput<'_>) -> Result<Prepared>;
+
+    /// The prompt of an existing agent as it stands.
+    async fn context(&self, id: &AgentId) -> Result<AgentContext>;
+
+    /// Every memory of the agent and the traces of its last
+    /// `raw_tail_turns` turns.
+    async fn recall(&self, id: &AgentId, raw_tail_turns: usize) -> Result<Recall>;
+
+    /// SearchHistory: traces, active and archived, matching every term of
+    /// `query`, newest first, `limit` per page.
+    async fn search(
+        &self,
+        id: &AgentId,
+        query: &Query,
+        limit: usize,
+        page_token: Option<&str>,
+    ) -> Result<SearchPage>;
+
+    /// What the agent occupies, by part (name, bytes), sorted by name.
+    async fn file_sizes(&self, id: &AgentId) -> Result<Vec<(String, u64)>>;
+
+    /// Picks the turns to summarize and marks the agent as compacting;
+    /// `None` when there is nothing to compact or a compaction of this
+    /// agent is already running.
+    async fn begin_compaction(&self, id: &AgentId, policy: Policy) -> Result<Option<Job>>;
+
+    /// Gives up a job: nothing is written but, when the failure was this
+    /// agent's (`failed`), the failure count. Returns the consecutive
+    /// failures so far.
+    async fn abort_compaction(&self, id: &AgentId, failed: bool) -> Result<u32>;
+
+    /// Commits `summary` for `job` all or nothing: the episodic item and
+    /// facts stored, the window's traces archived, the new epoch and its
+    /// snapshot started. CONFLICT (nothing written) when the window changed
+    /// meanwhile.
+    async fn finish_compaction(
+        &self,
+        id: &AgentId,
+        job: Job,
+        summary: Summary,
+        policy: Policy,
+    ) -> Result<Committed>;
+
+    /// Tool results of turns older than the last `keep_turns` (and the
+    /// current one) show as placeholders from now on, in a new epoch.
+    /// Nothing is archived or lost. `None` when nothing changed.
+    async fn microcompact(&self, id: &AgentId, keep_turns: usize)
+    -> Result<Option<Microcompacted>>;
+
+    /// Agent ids after `page_token`, sorted, at most `page_size`, of those
+    /// `visible` accepts; the token of the next page when more remain.
+    async fn list_agents(
+        &self,
+        page_size: usize,
+        page_token: Option<&str>,
+        visible: Visible<'_>,
+    ) -> Result<(Vec<String>, Option<String>)>;
+
+    /// Removes the agent and everything it holds. In-flight calls on it
+    /// finish first; later calls see NOT_FOUND (Ingest: a new agent).
+    async fn delete_agent(&self, id: &AgentId) -> Result<()>;
+
+    /// Copies `source`, memories and archive included, to the new agent
+    /// `target` (ALREADY_EXISTS if it exists).
+    async fn fork_agent(&self, source: &AgentId, target: &AgentId) -> Result<()>;
+
+    /// Why the store stopped serving, if it did.
+    fn failure(&self) -> Option<String>;
+
+    /// Changes to [`failure`](Self::failure), for health reporting.
+    fn watch_failure(&self) -> tokio::sync::watch::Receiver<Option<String>>;
+
+    /// Agents held in this process's memory.
+    fn loaded_agents(&self) -> usize;
+
+    /// Bytes the whole store occupies (may be slow: for a metrics scrape).
+    async fn disk_bytes(&self) -> u64;
+
+    /// Starts the backend's background work (eviction, checkpoints).
+    fn spawn_upkeep(&self) -> tokio::task::JoinHandle<()>;
+
+    /// Makes everything durable and stops; called once, at shutdown.
+    async fn close(&self);
+}

@@ -1,0 +1,122 @@
+//! The file store as a [`Store`]: each method is the file store's own step
+//! of the same name (in `write`, `compact`, `search`, `fork`, `registry`).
+
+use async_trait::async_trait;
+use engram_core::compaction::Summary;
+use engram_core::{AgentId, NewEvent, Usage};
+
+use crate::search::Query;
+use crate::{
+    AgentContext, Committed, FileStore, Ingested, Job, Microcompacted, Policy, PrepareInput,
+    Prepared, Recall, Result, SearchPage, Store, Visible,
+};
+
+#[async_trait]
+impl Store for FileStore {
+    async fn ingest(
+        &self,
+        id: &AgentId,
+        events: &[NewEvent],
+        usage: Option<Usage>,
+        model: Option<&str>,
+    ) -> Result<Ingested> {
+        FileStore::ingest(self, id, events, usage, model).await
+    }
+
+    async fn mark_compaction_required(&self, id: &AgentId, epoch: u32) -> Result<bool> {
+        FileStore::mark_compaction_required(self, id, epoch).await
+    }
+
+    async fn prepare(&self, id: &AgentId, input: PrepareInput<'_>) -> Result<Prepared> {
+        FileStore::prepare(self, id, input).await
+    }
+
+    async fn context(&self, id: &AgentId) -> Result<AgentContext> {
+        FileStore::context(self, id).await
+    }
+
+    async fn recall(&self, id: &AgentId, raw_tail_turns: usize) -> Result<Recall> {
+        FileStore::recall(self, id, raw_tail_turns).await
+    }
+
+    async fn search(
+        &self,
+        id: &AgentId,
+        query: &Query,
+        limit: usize,
+        page_token: Option<&str>,
+    ) -> Result<SearchPage> {
+        FileStore::search(self, id, query, limit, page_token).await
+    }
+
+    async fn file_sizes(&self, id: &AgentId) -> Result<Vec<(String, u64)>> {
+        FileStore::file_sizes(self, id).await
+    }
+
+    async fn begin_compaction(&self, id: &AgentId, policy: Policy) -> Result<Option<Job>> {
+        FileStore::begin_compaction(self, id, policy).await
+    }
+
+    async fn abort_compaction(&self, id: &AgentId, failed: bool) -> Result<u32> {
+        FileStore::abort_compaction(self, id, failed).await
+    }
+
+    async fn finish_compaction(
+        &self,
+        id: &AgentId,
+        job: Job,
+        summary: Summary,
+        policy: Policy,
+    ) -> Result<Committed> {
+        FileStore::finish_compaction(self, id, job, summary, policy).await
+    }
+
+    async fn microcompact(
+        &self,
+        id: &AgentId,
+        keep_turns: usize,
+    ) -> Result<Option<Microcompacted>> {
+        FileStore::microcompact(self, id, keep_turns).await
+    }
+
+    async fn list_agents(
+        &self,
+        page_size: usize,
+        page_token: Option<&str>,
+        visible: Visible<'_>,
+    ) -> Result<(Vec<String>, Option<String>)> {
+        FileStore::list_agents(self, page_size, page_token, visible).await
+    }
+
+    async fn delete_agent(&self, id: &AgentId) -> Result<()> {
+        FileStore::delete_agent(self, id).await
+    }
+
+    async fn fork_agent(&self, source: &AgentId, target: &AgentId) -> Result<()> {
+        FileStore::fork_agent(self, source, target).await
+    }
+
+    fn failure(&self) -> Option<String> {
+        FileStore::failure(self)
+    }
+
+    fn watch_failure(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        FileStore::watch_failure(self)
+    }
+
+    fn loaded_agents(&self) -> usize {
+        FileStore::loaded_agents(self)
+    }
+
+    async fn disk_bytes(&self) -> u64 {
+        FileStore::disk_bytes(self).await
+    }
+
+    fn spawn_upkeep(&self) -> tokio::task::JoinHandle<()> {
+        FileStore::spawn_upkeep(self)
+    }
+
+    async fn close(&self) {
+        FileStore::close(self).await;
+    }
+}

@@ -1,0 +1,46 @@
+//! The conformance suite against the file store.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::conformance::Harness;
+use crate::{FileStore, StoreConfig};
+
+/// A file store in a temp dir of its own.
+struct Files(tempfile::TempDir);
+
+impl Files {
+    fn new() -> Self {
+        Self(tempfile::tempdir().expect("a temp dir"))
+    }
+}
+
+#[async_trait]
+impl Harness for Files {
+    type Backend = FileStore;
+
+    async fn open(&self) -> Arc<FileStore> {
+        Arc::new(
+            FileStore::open(StoreConfig::new(self.0.path()))
+                .await
+                .expect("the store opens"),
+        )
+    }
+
+    async fn reopen(&self, store: Arc<FileStore>) -> Arc<FileStore> {
+        store.close().await;
+        drop(store);
+        self.open().await
+    }
+
+    fn commit_steps(&self) -> Vec<&'static str> {
+        vec!["episodic", "semantic", "archive", "rewrite", "finalize"]
+    }
+
+    fn fail_commit_at(&self, store: &FileStore, step: Option<&'static str>) {
+        store.inject_compaction_fault(step);
+    }
+}
+
+crate::conformance_suite!(Files::new());
