@@ -196,11 +196,15 @@ impl Compactor {
                 CompactionReport::new(trigger, tokens_before).failed(CompactionError::Unexpected),
             )
         };
-        let (compacted, share) = self.flights.run(agent, work, failed).await;
+        let (mut compacted, share) = self.flights.run(agent, work, failed).await;
         let outcome = match share {
             Share::Led => compacted.report.outcome(),
             Share::Joined => {
                 tracing::debug!(agent = %agent, trigger = trigger.as_str(), "joined the running compaction");
+                // The leader's prompt may have been taken before this
+                // caller's own write (a microcompact early in the flight):
+                // a joiner reads its own.
+                compacted.context = None;
                 "joined"
             }
         };

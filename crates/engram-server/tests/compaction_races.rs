@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use common::*;
 use engram_core::AgentId;
-use engram_core::compaction::Trigger;
+use engram_core::compaction::{Tier, Trigger};
 use engram_proto::pb;
 use engram_server::budget::Budgets;
 use engram_server::compactor::{Compactor, summarizer};
@@ -113,6 +113,80 @@ async fn concurrent_compactions_of_one_agent_share_one_summary() {
     assert!(next.performed, "{next:?}");
     assert_ne!(next.episodic_id, first.episodic_id);
     assert_eq!(seen.lock().unwrap().len(), 2);
+}
+
+/// A compaction that joins a running one must not answer with the
+/// leader's prompt when that was taken before the joiner's own write: here
+/// the leader's microcompact ran, its summary then failed, and meanwhile
+/// the joiner's user message arrived. The joiner's prompt has it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joiner_never_gets_a_prompt_older_than_its_own_write() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (base, _seen, arrived) = fake_llm_gated(vec![(500, "{}".into())], Arc::clone(&gate)).await;
+    let data = tempfile::tempdir().unwrap();
+    let mut env = llm_env(&base);
+    env.extend([
+        ("ENGRAM__STORE__DATA_DIR", data.path().display().to_string()),
+        ("ENGRAM__BUDGET__DEFAULT_CONTEXT_TOKENS", "8000".into()),
+        ("ENGRAM__BUDGET__DEFAULT_MAX_OUTPUT_TOKENS", "1000".into()),
+    ]);
+    let config =
+        engram_server::Config::load_from(None, env.iter().map(|(k, v)| (k.to_string(), v.clone())))
+            .unwrap();
+    let store: Arc<dyn engram_store::Store> = Arc::new(
+        engram_store::FileStore::open(config.store_config())
+            .await
+            .unwrap(),
+    );
+    let compactor = Compactor::new(
+        Arc::clone(&store),
+        Arc::default(),
+        Arc::new(Budgets::new(config.budget.clone())),
+        summarizer(&config.llm).unwrap(),
+        &config.policy,
+        &config.llm,
+    );
+    let agent = AgentId::parse("joined").unwrap();
+    let words = "a fairly long line with many different words in it ";
+    for t in 1..=5 {
+        let events = [
+            engram_core::NewEvent::user(words.repeat(100)),
+            engram_core::NewEvent::tool_call(format!("c{t}"), "fetch", serde_json::json!({})),
+            engram_core::NewEvent::tool_result(format!("c{t}"), words.repeat(80).into()),
+        ];
+        store.ingest(&agent, &events, None, None).await.unwrap();
+    }
+    let leader = tokio::spawn({
+        let (compactor, agent) = (compactor.clone(), agent.clone());
+        async move { compactor.compact(&agent, Trigger::Estimate, None, 0).await }
+    });
+    // Microcompact is done and the summarizer has the window.
+    arrived.notified().await;
+    let question = engram_core::NewEvent::user("the joiner's question");
+    store.ingest(&agent, &[question], None, None).await.unwrap();
+    let mut joiner = Box::pin(compactor.compact(&agent, Trigger::Estimate, None, 0));
+    assert!((&mut joiner).now_or_never().is_none(), "it joined");
+    gate.add_permits(1);
+    let (leader, joined) = tokio::join!(leader, joiner);
+    let leader = leader.unwrap();
+    assert_eq!(leader.report.steps, [Tier::Microcompact, Tier::Summarize]);
+    assert!(!leader.report.performed, "the summary failed: {leader:?}");
+    let stale = leader.context.expect("the microcompacted prompt");
+    assert!(
+        !stale
+            .messages
+            .iter()
+            .any(|m| m.content == "the joiner's question")
+    );
+    if let Some(context) = joined.context {
+        assert!(
+            context
+                .messages
+                .iter()
+                .any(|m| m.content == "the joiner's question"),
+            "the joiner got a prompt without its own message"
+        );
+    }
 }
 
 /// One agent whose summaries keep coming back unusable pauses its own

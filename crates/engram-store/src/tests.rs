@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use engram_core::{NewEvent, TraceType, Usage};
+use engram_core::{NewEvent, TraceType};
 use serde_json::json;
 
 use super::*;
@@ -331,90 +331,6 @@ async fn relaxed_policies_store_the_same_lines_without_the_log() {
         let store = FileStore::open(config).await.unwrap();
         assert_eq!(count(&store, "r").await, 1);
     }
-}
-
-#[tokio::test]
-async fn prepare_stores_the_system_prompt_and_user_input_and_survives_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
-    let a = id("p");
-    let err = store
-        .prepare(&a, PrepareInput::default())
-        .await
-        .unwrap_err();
-    assert!(matches!(err, StoreError::NotFound(_)), "{err}");
-    assert!(!dir.path().join("agents/p").exists());
-    let input = PrepareInput {
-        system_prompt: Some("be brief"),
-        user_input: Some(NewEvent::user("hi").with_event_id("u1")),
-        ..PrepareInput::default()
-    };
-    let first = store.prepare(&a, input.clone()).await.unwrap();
-    assert_eq!(first.context.system.as_deref(), Some("be brief"));
-    assert_eq!(first.context.messages.len(), 1);
-    assert_eq!(first.context.current_turn_id, "turn_0001");
-    // A retried PrepareRequest stores nothing new.
-    let again = store.prepare(&a, input).await.unwrap();
-    assert_eq!(again.context.messages.len(), 1);
-    assert_eq!(again.user_trace.unwrap().id, first.user_trace.unwrap().id);
-    drop(store);
-    let store = open(dir.path()).await;
-    let after = store.prepare(&a, PrepareInput::default()).await.unwrap();
-    assert_eq!(after.context.system.as_deref(), Some("be brief"));
-    assert_eq!(after.context.messages.len(), 1);
-    assert_eq!(after.context.messages[0].content, "hi");
-}
-
-#[tokio::test]
-async fn the_compaction_mark_is_durable_and_only_for_the_epoch_it_was_meant_for() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path()).await;
-    let a = id("big");
-    let usage = Some(Usage {
-        prompt_tokens: 900,
-        completion_tokens: 1,
-        total_tokens: 901,
-    });
-    let first = store
-        .ingest(&a, &[NewEvent::user("x")], usage, Some("gpt-4o"))
-        .await
-        .unwrap();
-    assert!(!first.compaction_required);
-    assert_eq!(first.model.as_deref(), Some("gpt-4o"));
-    // No model on this call: the agent's last one is reported.
-    let second = store
-        .ingest(&a, &[NewEvent::assistant("y")], usage, None)
-        .await
-        .unwrap();
-    assert_eq!(second.model.as_deref(), Some("gpt-4o"));
-    assert!(
-        !store
-            .mark_compaction_required(&a, second.epoch + 1)
-            .await
-            .unwrap(),
-        "a mark meant for another epoch is not stored"
-    );
-    assert!(
-        store
-            .mark_compaction_required(&a, second.epoch)
-            .await
-            .unwrap()
-    );
-    drop(store);
-    let store = open(dir.path()).await;
-    let marked = store
-        .read(&a, |v| v.meta.compaction_required)
-        .await
-        .unwrap();
-    assert!(marked, "the mark survives a restart");
-    let later = store
-        .ingest(&a, &[NewEvent::user("z")], None, None)
-        .await
-        .unwrap();
-    assert!(
-        later.compaction_required,
-        "and stays until a compaction clears it"
-    );
 }
 
 mod compaction;
