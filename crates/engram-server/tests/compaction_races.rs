@@ -29,6 +29,34 @@ async fn start(env: &[(&'static str, String)]) -> TestServer {
     TestServer::start_with(&env).await
 }
 
+/// A store and a compactor over it, configured by `env`, for tests that
+/// drive compactions directly.
+async fn compactor_over(
+    env: &[(&'static str, String)],
+) -> (
+    engram_server::Config,
+    Arc<dyn engram_store::Store>,
+    Compactor,
+) {
+    let config =
+        engram_server::Config::load_from(None, env.iter().map(|(k, v)| (k.to_string(), v.clone())))
+            .unwrap();
+    let store: Arc<dyn engram_store::Store> = Arc::new(
+        engram_store::FileStore::open(config.store_config())
+            .await
+            .unwrap(),
+    );
+    let compactor = Compactor::new(
+        Arc::clone(&store),
+        Arc::default(),
+        Arc::new(Budgets::new(config.budget.clone())),
+        summarizer(&config.llm).unwrap(),
+        &config.policy,
+        &config.llm,
+    );
+    (config, store, compactor)
+}
+
 /// A PrepareRequest that asks to compact first; its report.
 async fn forced(c: &mut Client, agent: &str) -> pb::CompactionReport {
     c.prepare_request(pb::PrepareRequestRequest {
@@ -56,22 +84,7 @@ async fn concurrent_compactions_of_one_agent_share_one_summary() {
     let data = tempfile::tempdir().unwrap();
     let mut env = llm_env(&base);
     env.push(("ENGRAM__STORE__DATA_DIR", data.path().display().to_string()));
-    let config =
-        engram_server::Config::load_from(None, env.iter().map(|(k, v)| (k.to_string(), v.clone())))
-            .unwrap();
-    let store: Arc<dyn engram_store::Store> = Arc::new(
-        engram_store::FileStore::open(config.store_config())
-            .await
-            .unwrap(),
-    );
-    let compactor = Compactor::new(
-        Arc::clone(&store),
-        Arc::default(),
-        Arc::new(Budgets::new(config.budget.clone())),
-        summarizer(&config.llm).unwrap(),
-        &config.policy,
-        &config.llm,
-    );
+    let (config, store, compactor) = compactor_over(&env).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -130,22 +143,7 @@ async fn a_joiner_never_gets_a_prompt_older_than_its_own_write() {
         ("ENGRAM__BUDGET__DEFAULT_CONTEXT_TOKENS", "8000".into()),
         ("ENGRAM__BUDGET__DEFAULT_MAX_OUTPUT_TOKENS", "1000".into()),
     ]);
-    let config =
-        engram_server::Config::load_from(None, env.iter().map(|(k, v)| (k.to_string(), v.clone())))
-            .unwrap();
-    let store: Arc<dyn engram_store::Store> = Arc::new(
-        engram_store::FileStore::open(config.store_config())
-            .await
-            .unwrap(),
-    );
-    let compactor = Compactor::new(
-        Arc::clone(&store),
-        Arc::default(),
-        Arc::new(Budgets::new(config.budget.clone())),
-        summarizer(&config.llm).unwrap(),
-        &config.policy,
-        &config.llm,
-    );
+    let (_, store, compactor) = compactor_over(&env).await;
     let agent = AgentId::parse("joined").unwrap();
     let words = "a fairly long line with many different words in it ";
     for t in 1..=5 {

@@ -12,6 +12,15 @@ const POLICY: Policy = Policy {
     max_semantic: 20,
 };
 
+fn summary() -> engram_core::compaction::Summary {
+    engram_core::compaction::Summary {
+        episodic_summary: "zebra talk".into(),
+        tags: vec![],
+        salience: 0.5,
+        semantic_facts: vec![],
+    }
+}
+
 /// A fork holds everything its source held (traces, archive, memories,
 /// system prompt, turn state) and from then on lives on its own.
 pub async fn fork_copies_everything_and_then_diverges<H: Harness>(h: &H) {
@@ -19,14 +28,8 @@ pub async fn fork_copies_everything_and_then_diverges<H: Harness>(h: &H) {
     let (src, dst) = (id("source"), id("copy"));
     conversation(store.as_ref(), &src, 4).await;
     let job = store.begin_compaction(&src, POLICY).await.unwrap().unwrap();
-    let summary = engram_core::compaction::Summary {
-        episodic_summary: "zebra talk".into(),
-        tags: vec![],
-        salience: 0.5,
-        semantic_facts: vec![],
-    };
     store
-        .finish_compaction(&src, job, summary, POLICY)
+        .finish_compaction(&src, job, summary(), POLICY)
         .await
         .unwrap();
     store
@@ -139,14 +142,8 @@ pub async fn search_finds_active_and_archived_traces_in_pages<H: Harness>(h: &H)
     ingest(store.as_ref(), &a, &[NewEvent::user("the quagga question")]).await;
     let job = store.begin_compaction(&a, POLICY).await.unwrap().unwrap();
     let archived_ids: Vec<String> = job.traces.iter().map(|t| t.id.clone()).collect();
-    let summary = engram_core::compaction::Summary {
-        episodic_summary: "zebra talk".into(),
-        tags: vec![],
-        salience: 0.5,
-        semantic_facts: vec![],
-    };
     store
-        .finish_compaction(&a, job, summary, POLICY)
+        .finish_compaction(&a, job, summary(), POLICY)
         .await
         .unwrap();
     let quagga = Query::parse("QUAGGA").unwrap();
