@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use engram_proto::pb;
+use engram_proto::{METHODS, pb};
 use prost::Message;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -91,19 +91,6 @@ impl fmt::Display for FuzzReport {
         Ok(())
     }
 }
-
-/// Every method of the service.
-pub const METHODS: [&str; 9] = [
-    "Ingest",
-    "PrepareRequest",
-    "Compact",
-    "Retrieve",
-    "SearchHistory",
-    "GetContextStats",
-    "ListAgents",
-    "DeleteAgent",
-    "ForkAgent",
-];
 
 /// One request of `method` with hostile fields, encoded.
 fn request(g: &mut Gen, method: &str) -> Vec<u8> {

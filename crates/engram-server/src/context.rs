@@ -85,9 +85,14 @@ fn size_of(
     ask: &Ask<'_>,
     budgets: &Budgets,
 ) -> (Sizing, String) {
-    let model = context.model(ask.model);
-    let size = sizing(context, caches, ask.agent, budgets, &model, ask.max_output);
-    (size, model)
+    sizing(
+        context,
+        caches,
+        ask.agent,
+        budgets,
+        ask.model,
+        ask.max_output,
+    )
 }
 
 /// The prompt, unless a compaction must come first.

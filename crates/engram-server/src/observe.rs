@@ -218,23 +218,12 @@ impl<ReqBody, ResBody> Hook<ReqBody, ResBody> for RpcMetrics {
 /// The method part of `/package.Service/Method`; unknown paths are one
 /// label so scanners cannot grow the series without bound.
 fn method_label(path: &str) -> &'static str {
-    const KNOWN: [&str; 12] = [
-        "Ingest",
-        "PrepareRequest",
-        "Compact",
-        "Retrieve",
-        "SearchHistory",
-        "GetContextStats",
-        "ListAgents",
-        "DeleteAgent",
-        "ForkAgent",
-        "Check",
-        "Watch",
-        "ServerReflectionInfo",
-    ];
+    // The health and reflection services' own methods.
+    const OTHERS: [&str; 3] = ["Check", "Watch", "ServerReflectionInfo"];
     let method = path.rsplit('/').next().unwrap_or_default();
-    KNOWN
+    engram_proto::METHODS
         .iter()
+        .chain(&OTHERS)
         .find(|m| **m == method)
         .copied()
         .unwrap_or("unknown")

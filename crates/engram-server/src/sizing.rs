@@ -25,16 +25,20 @@ impl Sizing {
     }
 }
 
+/// The size of `context`'s prompt for the `requested` model (or the
+/// agent's last reported one), counted with the agent's `caches`, and that
+/// model ("" for none: the default budget).
 pub fn sizing(
     context: &AgentContext,
     caches: &mut Caches,
     agent: &AgentId,
     budgets: &Budgets,
-    model: &str,
+    requested: Option<&str>,
     max_output: Option<u32>,
-) -> Sizing {
-    let budget = budgets.budget(agent.as_str(), model, max_output);
-    let encoding = tokens::encoding_for(model);
+) -> (Sizing, String) {
+    let model = context.model(requested);
+    let budget = budgets.budget(agent.as_str(), &model, max_output);
+    let encoding = tokens::encoding_for(&model);
     let body = caches
         .tokens
         .count(encoding, context.transcript, &context.messages);
@@ -51,7 +55,7 @@ pub fn sizing(
         let since = caches.tokens.sum_from(mark) + tail_tokens;
         (u.prompt_tokens, clamp(since))
     });
-    Sizing {
+    let sizing = Sizing {
         budget,
         size: PromptSize {
             estimate: clamp(estimate),
@@ -60,7 +64,8 @@ pub fn sizing(
         messages: context.messages.len()
             + context.tail.len()
             + usize::from(context.system.is_some()),
-    }
+    };
+    (sizing, model)
 }
 
 fn clamp(n: u64) -> u32 {
@@ -80,7 +85,7 @@ pub fn with_caches<T>(
 }
 
 /// The agent's prompt, and its size for `model` (or its last reported
-/// one): one read of the store, the count after it.
+/// one), and that model: one read of the store, the count after it.
 pub async fn measure(
     store: &dyn Store,
     caches: &ContextCaches,
@@ -89,9 +94,8 @@ pub async fn measure(
     model: Option<&str>,
 ) -> Result<(AgentContext, Sizing, String), StoreError> {
     let context = store.context(id).await?;
-    let model = context.model(model);
-    let size = with_caches(caches, id, &context, |c| {
-        sizing(&context, c, id, budgets, &model, None)
+    let (size, model) = with_caches(caches, id, &context, |c| {
+        sizing(&context, c, id, budgets, model, None)
     });
     Ok((context, size, model))
 }
@@ -104,9 +108,8 @@ pub fn over_trigger(
     id: &AgentId,
     context: &AgentContext,
 ) -> (bool, u32) {
-    let model = context.model(None);
-    let size = with_caches(caches, id, context, |c| {
-        sizing(context, c, id, budgets, &model, None)
+    let (size, _) = with_caches(caches, id, context, |c| {
+        sizing(context, c, id, budgets, None, None)
     });
     let tokens = size.prompt_tokens();
     (tokens > size.budget.trigger_tokens, tokens)

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use engram_proto::pb;
+use engram_proto::{METHODS, pb};
 
 fn noise(len: usize) -> String {
     engram_chaos::hostile::base64_noise(0x9e37_79b9_7f4a_7c15, len)

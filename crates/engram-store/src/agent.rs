@@ -1,5 +1,6 @@
 //! One agent's files and the in-memory state derived from them.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
@@ -80,6 +81,9 @@ pub(crate) struct AgentState {
     /// The provider's last usage report in this epoch, and the number of
     /// transcript messages before it (what that prompt covered, roughly).
     pub report: Option<(Usage, usize)>,
+    /// Turn numbers among the active traces (derived, kept current with
+    /// every trace folded in; a prompt need not walk the traces for it).
+    active_turns: BTreeSet<u32>,
     /// A compaction's summarizer call is under way (memory only).
     pub compacting: bool,
     /// Replay has passed `meta.epoch_start_trace` (memory only).
@@ -138,6 +142,7 @@ impl AgentState {
             meta: AgentMeta::default(),
             transcript: Transcript::default(),
             report: None,
+            active_turns: BTreeSet::new(),
             compacting: false,
             in_epoch: true,
         }
@@ -177,7 +182,6 @@ impl AgentState {
 
     /// The prompt as it stands, owned (the messages shared, not copied).
     pub fn context(&self) -> crate::AgentContext {
-        let current = self.tracker.current_turn_id();
         crate::AgentContext {
             transcript: self.transcript.id(),
             messages: self.transcript.shared(),
@@ -186,9 +190,10 @@ impl AgentState {
             report: self.report,
             last_model: self.tracker.last_model().map(str::to_owned),
             compaction_required: self.meta.compaction_required,
-            finished_turns: finished_turns(&self.traces, current.as_deref()),
+            finished_turns: self.active_turns.len()
+                - usize::from(self.active_turns.contains(&self.tracker.turn_count())),
             turns: self.tracker.turn_count(),
-            current_turn_id: current.unwrap_or_default(),
+            current_turn_id: self.tracker.current_turn_id().unwrap_or_default(),
             epoch: self.meta.epoch,
             compactions: self.meta.compactions,
             consecutive_failures: self.meta.consecutive_failures,
@@ -207,6 +212,7 @@ impl AgentState {
         crate::drop_later(std::mem::replace(&mut self.transcript, transcript));
         self.report = None;
         self.in_epoch = self.meta.epoch_start_trace.is_none();
+        self.active_turns.clear();
         let traces = std::mem::take(&mut self.traces);
         for trace in &traces {
             self.note_epoch(trace);
@@ -220,8 +226,12 @@ impl AgentState {
         self.note_epoch(trace);
     }
 
-    /// The transcript part of [`note`](Self::note).
+    /// The part of [`note`](Self::note) that starts over with each epoch:
+    /// the active turns and the transcript.
     fn note_epoch(&mut self, trace: &RawTrace) {
+        if let Some(n) = engram_core::turns::turn_number(&trace.turn_id) {
+            self.active_turns.insert(n);
+        }
         let in_epoch = self.in_epoch;
         if self.meta.epoch_start_trace.as_deref() == Some(trace.id.as_str()) {
             self.in_epoch = true;
@@ -277,17 +287,6 @@ impl AgentState {
             .filter_map(|line| RawTrace::from_line(line).ok())
             .find(|t| t.id == id))
     }
-}
-
-/// Distinct turns among the active traces, the current one not counted.
-fn finished_turns(traces: &[RawTrace], current: Option<&str>) -> usize {
-    let current = current.unwrap_or_default();
-    let turns: std::collections::HashSet<&str> = traces
-        .iter()
-        .map(|t| t.turn_id.as_str())
-        .filter(|t| *t != current)
-        .collect();
-    turns.len()
 }
 
 /// A tool result as microcompact shows it: name, call id and size only.

@@ -21,6 +21,7 @@ pub mod trigger;
 use std::collections::{BTreeMap, HashSet};
 
 use crate::memory::{EpisodicItem, SemanticItem};
+use crate::text::fold_whitespace;
 use crate::transcript::result_text;
 use crate::turns::turn_number;
 use crate::{RawTrace, TraceType};
@@ -97,15 +98,11 @@ pub fn render_snapshot(
 ) -> String {
     let mut out = String::from("[MEMORY:EPISODIC]\n");
     for (i, e) in episodic.iter().enumerate() {
-        out.push_str(&format!(
-            "{}) {}\n",
-            i + 1,
-            crate::text::fold_whitespace(&e.summary)
-        ));
+        out.push_str(&format!("{}) {}\n", i + 1, fold_whitespace(&e.summary)));
     }
     out.push_str("[MEMORY:SEMANTIC]\n");
     for f in semantic.iter().filter(|f| f.is_live()) {
-        out.push_str(&format!("- {}\n", crate::text::fold_whitespace(&f.fact)));
+        out.push_str(&format!("- {}\n", fold_whitespace(&f.fact)));
     }
     out.push_str("[RECENT TURNS]\n");
     out.push_str(&render_turns(tail));
@@ -126,9 +123,9 @@ pub fn render_turns(traces: &[RawTrace]) -> String {
             out.push_str(&format!("Turn {n}:\n"));
         }
         let line = match t.trace_type {
-            TraceType::User => format!("User: {}", crate::text::fold_whitespace(&t.content)),
+            TraceType::User => format!("User: {}", fold_whitespace(&t.content)),
             TraceType::Assistant => {
-                format!("Assistant: {}", crate::text::fold_whitespace(&t.content))
+                format!("Assistant: {}", fold_whitespace(&t.content))
             }
             TraceType::ToolCall => format!(
                 "Tool call: {}({})",
@@ -138,10 +135,7 @@ pub fn render_turns(traces: &[RawTrace]) -> String {
                     .map(|a| serde_json::Value::Object(a.clone()).to_string())
                     .unwrap_or_default()
             ),
-            TraceType::ToolResult => format!(
-                "Tool result: {}",
-                crate::text::fold_whitespace(&result_text(t))
-            ),
+            TraceType::ToolResult => format!("Tool result: {}", fold_whitespace(&result_text(t))),
         };
         out.push_str("  ");
         out.push_str(&line);

@@ -362,4 +362,4 @@ pub fn compact(agent: &str) -> pb::CompactRequest {
 }
 
 #[allow(unused_imports)]
-pub use engram_chaos::{fuzz::METHODS, raw::call_raw};
+pub use engram_chaos::raw::call_raw;
