@@ -13,6 +13,7 @@ mod compact;
 mod hostile;
 mod ingest;
 mod prepare;
+mod recall;
 
 // The allocator engramd uses, so in-process measurements match the binary
 // (and echo gets it too: the ratio compares like with like).
@@ -38,6 +39,8 @@ enum Command {
     Compact(compact::Args),
     /// Counting hostile text, and Ingest latency beside huge prompts.
     Hostile(hostile::Args),
+    /// Evidence recall on LoCoMo: ranked search vs a plain BM25.
+    Recall(recall::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -46,5 +49,6 @@ fn main() -> anyhow::Result<()> {
         Command::Prepare(args) => prepare::run(args),
         Command::Compact(args) => compact::run(args),
         Command::Hostile(args) => hostile::run(args),
+        Command::Recall(args) => recall::run(args),
     }
 }

@@ -1,0 +1,110 @@
+//! `engram-bench recall`: can Engram find what was said? Evidence recall
+//! on LoCoMo (docs/BENCHMARKS.md), next to a plain BM25 in the same run.
+
+mod baseline;
+pub mod locomo;
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use engram_index::{Filter, Item, Kind, Lexical, Params};
+
+use locomo::{Conversation, Score};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Directory of LoCoMo conversations (conv-*.json), e.g.
+    /// ../shared/eval/locomo-dev.
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Share of a neighbour's score a message gains (ranking experiment).
+    #[arg(long)]
+    pub neighbour_weight: Option<f32>,
+    /// Neighbours on each side.
+    #[arg(long)]
+    pub neighbour_span: Option<usize>,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let convs = locomo::load_dir(&args.data)?;
+    let mut params = Params::default();
+    if let Some(w) = args.neighbour_weight {
+        params.neighbour_weight = w;
+    }
+    if let Some(s) = args.neighbour_span {
+        params.neighbour_span = s;
+    }
+    let mut base = Score::default();
+    let mut index = Score::default();
+    for conv in &convs {
+        baseline_conv(conv, &mut base);
+        index_conv(conv, &params, &mut index)?;
+    }
+    println!(
+        "{} conversations, {} questions\n",
+        convs.len(),
+        base.questions()
+    );
+    println!("| retriever | category | all / any @5 | @10 | @25 |\n|---|---|---|---|---|");
+    print!("{}", base.table("plain BM25"));
+    print!("{}", index.table("engram-index"));
+    Ok(())
+}
+
+fn baseline_conv(conv: &Conversation, score: &mut Score) {
+    let bm25 = baseline::Bm25::new(conv.messages.iter().map(|m| m.text.as_str()));
+    for q in &conv.questions {
+        let ranked: Vec<String> = bm25
+            .top(&q.question, 25)
+            .into_iter()
+            .map(|i| conv.messages[i].dia_id.clone())
+            .collect();
+        score.add(q, &ranked);
+    }
+}
+
+/// Turn and seq as Engram assigns them: speaker A's message opens a turn.
+fn orders(conv: &Conversation) -> Vec<u64> {
+    let (mut turn, mut seq) = (0u32, 0u32);
+    conv.messages
+        .iter()
+        .map(|m| {
+            if m.is_a || turn == 0 {
+                turn += 1;
+                seq = 0;
+            } else {
+                seq += 1;
+            }
+            engram_index::order(turn, seq)
+        })
+        .collect()
+}
+
+fn index_conv(conv: &Conversation, params: &Params, score: &mut Score) -> Result<()> {
+    let mut lex = Lexical::in_memory()?;
+    let items: Vec<Item> = conv
+        .messages
+        .iter()
+        .zip(orders(conv))
+        .map(|(m, order)| Item {
+            key: m.dia_id.clone(),
+            kind: Kind::Trace,
+            trace_type: 1,
+            order,
+            ts: m.ts,
+            text: format!("{}: {}", m.speaker, m.text),
+            body: m.dia_id.clone(),
+        })
+        .collect();
+    lex.upsert(&items)?;
+    lex.commit("")?;
+    for q in &conv.questions {
+        let hits = engram_index::rank(&mut lex, &q.question, &Filter::default(), 25, params)?;
+        let ranked = hits
+            .iter()
+            .map(|h| Ok(h.body(&lex)?.unwrap_or_default()))
+            .collect::<Result<Vec<String>>>()?;
+        score.add(q, &ranked);
+    }
+    Ok(())
+}

@@ -1,0 +1,359 @@
+//! The lexical side: one tantivy index (BM25 over the English analyzer)
+//! per agent, on disk or in memory.
+//!
+//! Each item is one document keyed by its id; writing an item again
+//! replaces it. A commit carries the caller's payload (how far the index
+//! has read its sources), atomically with the documents, so after a crash
+//! the index knows exactly what to catch up on.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::path::Path;
+
+use tantivy::collector::TopDocs;
+use tantivy::directory::MmapDirectory;
+use tantivy::query::{
+    BooleanQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery, TermSetQuery,
+};
+use tantivy::schema::{
+    FAST, Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing,
+    TextOptions, Value,
+};
+use tantivy::tokenizer::TextAnalyzer;
+use tantivy::{DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+
+use crate::analyzer::{self, ANALYZER};
+use crate::{Filter, Item, Kind, Result};
+
+/// Memory the writer may buffer before it writes a segment (tantivy's
+/// floor): an agent's batch is small, the index is one of many.
+const WRITER_BUDGET: usize = 15_000_000;
+
+#[derive(Debug, Clone, Copy)]
+struct Fields {
+    key: Field,
+    kind: Field,
+    trace_type: Field,
+    order: Field,
+    ts: Field,
+    text: Field,
+    body: Field,
+}
+
+fn schema() -> (Schema, Fields) {
+    let mut b = Schema::builder();
+    let text = TextOptions::default().set_indexing_options(
+        TextFieldIndexing::default()
+            .set_tokenizer(ANALYZER)
+            .set_index_option(IndexRecordOption::WithFreqs),
+    );
+    let fields = Fields {
+        key: b.add_text_field("key", STRING | STORED),
+        kind: b.add_u64_field("kind", INDEXED | FAST | STORED),
+        trace_type: b.add_u64_field("trace_type", INDEXED | FAST),
+        order: b.add_u64_field("order", INDEXED | FAST | STORED),
+        ts: b.add_f64_field("ts", INDEXED | FAST | STORED),
+        text: b.add_text_field("text", text),
+        body: b.add_text_field("body", STORED),
+    };
+    (b.build(), fields)
+}
+
+/// A document that matched, before its body is read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    pub key: String,
+    pub kind: Kind,
+    pub order: u64,
+    pub ts: f64,
+    pub score: f32,
+    address: DocAddress,
+}
+
+/// One agent's lexical index.
+pub struct Lexical {
+    index: Index,
+    reader: IndexReader,
+    writer: Option<IndexWriter>,
+    fields: Fields,
+    analyzer: TextAnalyzer,
+    /// Event time of every trace by conversation order: a hit's
+    /// neighbours without a query per hit.
+    traces: BTreeMap<u64, f64>,
+}
+
+impl std::fmt::Debug for Lexical {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lexical")
+            .field("traces", &self.traces.len())
+            .finish()
+    }
+}
+
+impl Lexical {
+    /// Opens the index in `dir`, creating it when there is none.
+    pub fn open(dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let (schema, fields) = schema();
+        let index = Index::open_or_create(MmapDirectory::open(dir)?, schema)?;
+        Self::with(index, fields)
+    }
+
+    /// An index that lives in memory only.
+    pub fn in_memory() -> Result<Self> {
+        let (schema, fields) = schema();
+        Self::with(Index::create_in_ram(schema), fields)
+    }
+
+    fn with(index: Index, fields: Fields) -> Result<Self> {
+        index.tokenizers().register(ANALYZER, analyzer::analyzer());
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()?;
+        let mut me = Self {
+            index,
+            reader,
+            writer: None,
+            fields,
+            analyzer: analyzer::analyzer(),
+            traces: BTreeMap::new(),
+        };
+        me.load_traces()?;
+        Ok(me)
+    }
+
+    fn load_traces(&mut self) -> Result<()> {
+        let searcher = self.reader.searcher();
+        for segment in searcher.segment_readers() {
+            let kinds = segment.fast_fields().u64("kind")?;
+            let orders = segment.fast_fields().u64("order")?;
+            let times = segment.fast_fields().f64("ts")?;
+            for doc in segment.doc_ids_alive() {
+                if kinds.first(doc) == Some(Kind::Trace as u64) {
+                    let order = orders.first(doc).unwrap_or_default();
+                    self.traces
+                        .insert(order, times.first(doc).unwrap_or_default());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The payload of the last commit: how far the caller had indexed.
+    pub fn payload(&self) -> Result<Option<String>> {
+        Ok(self.index.load_metas()?.payload)
+    }
+
+    /// Adds items, replacing any of the same key. Visible after `commit`.
+    pub fn upsert(&mut self, items: &[Item]) -> Result<()> {
+        if self.writer.is_none() {
+            let options = tantivy::indexer::IndexWriterOptions::builder()
+                .memory_budget_per_thread(WRITER_BUDGET)
+                .num_worker_threads(1)
+                .num_merge_threads(1)
+                .build();
+            self.writer = Some(self.index.writer_with_options(options)?);
+        }
+        let writer = self.writer.as_mut().expect("opened above");
+        let f = self.fields;
+        for item in items {
+            writer.delete_term(Term::from_field_text(f.key, &item.key));
+            let mut doc = TantivyDocument::new();
+            doc.add_text(f.key, &item.key);
+            doc.add_u64(f.kind, item.kind as u64);
+            doc.add_u64(f.trace_type, u64::from(item.trace_type));
+            doc.add_u64(f.order, item.order);
+            doc.add_f64(f.ts, item.ts);
+            doc.add_text(f.text, &item.text);
+            doc.add_text(f.body, &item.body);
+            writer.add_document(doc)?;
+            if item.kind == Kind::Trace {
+                self.traces.insert(item.order, item.ts);
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes every upsert so far durable and searchable, with `payload`.
+    pub fn commit(&mut self, payload: &str) -> Result<()> {
+        let Some(writer) = self.writer.as_mut() else {
+            return Ok(());
+        };
+        let mut prepared = writer.prepare_commit()?;
+        prepared.set_payload(payload);
+        prepared.commit()?;
+        self.reader.reload()?;
+        Ok(())
+    }
+
+    /// Closes the writer (its threads and memory) until the next upsert.
+    pub fn release_writer(&mut self) {
+        self.writer = None;
+    }
+
+    /// The analyzer's distinct terms of a query, at most `max`.
+    pub fn query_terms(&mut self, text: &str, max: usize) -> Vec<String> {
+        analyzer::terms(&mut self.analyzer, text, max)
+    }
+
+    /// Documents committed so far.
+    pub fn len(&self) -> u64 {
+        self.reader.searcher().num_docs()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The best `limit` documents for any of `terms` (BM25), within `filter`.
+    pub fn search(
+        &self,
+        terms: &[String],
+        filter: &Filter,
+        limit: usize,
+    ) -> Result<Vec<Candidate>> {
+        if terms.is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let f = self.fields;
+        let words: Vec<(Occur, Box<dyn Query>)> = terms
+            .iter()
+            .map(|t| {
+                let q = TermQuery::new(
+                    Term::from_field_text(f.text, t),
+                    IndexRecordOption::WithFreqs,
+                );
+                (Occur::Should, Box::new(q) as Box<dyn Query>)
+            })
+            .collect();
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> =
+            vec![(Occur::Must, Box::new(BooleanQuery::new(words)))];
+        for q in self.filter_queries(filter) {
+            clauses.push((Occur::Must, Box::new(ConstScoreQuery::new(q, 0.0))));
+        }
+        let query = BooleanQuery::new(clauses);
+        let searcher = self.reader.searcher();
+        let top = searcher.search(&query, &TopDocs::with_limit(limit))?;
+        let mut out = Vec::with_capacity(top.len());
+        for (score, address) in top {
+            let segment = searcher.segment_reader(address.segment_ord);
+            let fast = segment.fast_fields();
+            let kind = fast.u64("kind")?.first(address.doc_id).unwrap_or_default();
+            let doc: TantivyDocument = searcher.doc(address)?;
+            let key = doc
+                .get_first(f.key)
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_owned();
+            out.push(Candidate {
+                key,
+                kind: Kind::from_u64(kind),
+                order: fast.u64("order")?.first(address.doc_id).unwrap_or_default(),
+                ts: fast.f64("ts")?.first(address.doc_id).unwrap_or_default(),
+                score,
+                address,
+            });
+        }
+        Ok(out)
+    }
+
+    fn filter_queries(&self, filter: &Filter) -> Vec<Box<dyn Query>> {
+        let f = self.fields;
+        let mut out: Vec<Box<dyn Query>> = Vec::new();
+        if !filter.kinds.is_empty() {
+            let terms = filter
+                .kinds
+                .iter()
+                .map(|k| Term::from_field_u64(f.kind, *k as u64));
+            out.push(Box::new(TermSetQuery::new(terms)));
+        }
+        if !filter.trace_types.is_empty() {
+            let terms = filter
+                .trace_types
+                .iter()
+                .map(|t| Term::from_field_u64(f.trace_type, u64::from(*t)));
+            out.push(Box::new(TermSetQuery::new(terms)));
+        }
+        if let Some((lo, hi)) = filter.order {
+            out.push(Box::new(RangeQuery::new(
+                Bound::Included(Term::from_field_u64(f.order, lo)),
+                Bound::Included(Term::from_field_u64(f.order, hi)),
+            )));
+        }
+        if let Some((lo, hi)) = filter.ts {
+            out.push(Box::new(RangeQuery::new(
+                Bound::Included(Term::from_field_f64(f.ts, lo)),
+                Bound::Included(Term::from_field_f64(f.ts, hi)),
+            )));
+        }
+        out
+    }
+
+    /// The stored body of a candidate.
+    pub fn body(&self, candidate: &Candidate) -> Result<String> {
+        let doc: TantivyDocument = self.reader.searcher().doc(candidate.address)?;
+        Ok(doc
+            .get_first(self.fields.body)
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_owned())
+    }
+
+    /// The body of the item with conversation order `order` (a trace).
+    pub fn body_at(&self, order: u64) -> Result<Option<String>> {
+        let searcher = self.reader.searcher();
+        let q = TermQuery::new(
+            Term::from_field_u64(self.fields.order, order),
+            IndexRecordOption::Basic,
+        );
+        let kind = TermQuery::new(
+            Term::from_field_u64(self.fields.kind, Kind::Trace as u64),
+            IndexRecordOption::Basic,
+        );
+        let both = BooleanQuery::new(vec![
+            (Occur::Must, Box::new(q) as Box<dyn Query>),
+            (Occur::Must, Box::new(kind)),
+        ]);
+        let Some((_, address)) = searcher.search(&both, &TopDocs::with_limit(1))?.pop() else {
+            return Ok(None);
+        };
+        let doc: TantivyDocument = searcher.doc(address)?;
+        Ok(doc
+            .get_first(self.fields.body)
+            .and_then(|v| v.as_str())
+            .map(str::to_owned))
+    }
+
+    /// Whether an item of this key is committed.
+    pub fn contains(&self, key: &str) -> Result<bool> {
+        let q = TermQuery::new(
+            Term::from_field_text(self.fields.key, key),
+            IndexRecordOption::Basic,
+        );
+        Ok(self
+            .reader
+            .searcher()
+            .search(&q, &tantivy::collector::Count)?
+            > 0)
+    }
+
+    /// The traces next to `order` in conversation order, up to `n` on each
+    /// side, with their event times: (before, after), nearest first.
+    pub fn neighbours(&self, order: u64, n: usize) -> (Vec<(u64, f64)>, Vec<(u64, f64)>) {
+        let before = self
+            .traces
+            .range(..order)
+            .rev()
+            .take(n)
+            .map(|(o, t)| (*o, *t))
+            .collect();
+        let after = self
+            .traces
+            .range((Bound::Excluded(order), Bound::Unbounded))
+            .take(n)
+            .map(|(o, t)| (*o, *t))
+            .collect();
+        (before, after)
+    }
+}

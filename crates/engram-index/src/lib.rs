@@ -1,0 +1,91 @@
+//! Engram's search index: what makes an agent's memory findable.
+//!
+//! The index is derived from the store, never the source of truth: every
+//! item (a raw trace, active or archived; an episodic summary; a semantic
+//! fact) is written here by its id, and can be written again or the whole
+//! index rebuilt from the store at any time.
+//!
+//! - [`analyzer`]: text to terms (English stop words, Porter2 stemming).
+//! - [`lexical`]: one tantivy index per agent, BM25.
+//! - [`rank`]: from a question to ranked items — query terms, candidates,
+//!   context from a hit's neighbouring messages.
+
+pub mod analyzer;
+pub mod lexical;
+pub mod rank;
+
+pub use lexical::{Candidate, Lexical};
+pub use rank::{Params, Ranked, rank};
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    #[error("search index: {0}")]
+    Tantivy(#[from] tantivy::TantivyError),
+    #[error("search index directory: {0}")]
+    Directory(#[from] tantivy::directory::error::OpenDirectoryError),
+    #[error("search index I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+pub type Result<T> = std::result::Result<T, IndexError>;
+
+/// What an item is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[repr(u8)]
+pub enum Kind {
+    Trace = 0,
+    Episodic = 1,
+    Semantic = 2,
+}
+
+impl Kind {
+    fn from_u64(v: u64) -> Self {
+        match v {
+            1 => Self::Episodic,
+            2 => Self::Semantic,
+            _ => Self::Trace,
+        }
+    }
+}
+
+/// One item as the index sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Item {
+    /// The item's id in the store.
+    pub key: String,
+    pub kind: Kind,
+    /// The trace type's number (0 for memory items).
+    pub trace_type: u8,
+    /// Place in the conversation: [`order`] of a trace's turn and seq; a
+    /// memory item's first turn.
+    pub order: u64,
+    /// Event time, epoch seconds.
+    pub ts: f64,
+    /// What is searched: the speaker's name and what was said.
+    pub text: String,
+    /// What a hit returns (the item as the store holds it, JSON).
+    pub body: String,
+}
+
+/// The conversation order of the `seq`th trace of turn `turn`.
+pub fn order(turn: u32, seq: u32) -> u64 {
+    (u64::from(turn) << 32) | u64::from(seq)
+}
+
+/// The turn an [`order`] belongs to.
+pub fn turn_of(order: u64) -> u32 {
+    u32::try_from(order >> 32).unwrap_or(u32::MAX)
+}
+
+/// Which items a search may return; empty parts do not filter.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Filter {
+    pub kinds: Vec<Kind>,
+    pub trace_types: Vec<u8>,
+    /// Inclusive range of [`order`]s.
+    pub order: Option<(u64, u64)>,
+    /// Inclusive range of event times.
+    pub ts: Option<(f64, f64)>,
+}
