@@ -13,6 +13,7 @@
 pub mod analyzer;
 pub mod lexical;
 pub mod rank;
+pub mod time;
 
 pub use lexical::{Candidate, Lexical};
 pub use rank::{Params, Ranked, rank};
@@ -63,8 +64,10 @@ pub struct Item {
     pub order: u64,
     /// Event time, epoch seconds.
     pub ts: f64,
-    /// What is searched: the speaker's name and what was said.
+    /// What is searched: what was said.
     pub text: String,
+    /// Who said it (a participant's display name), searched too.
+    pub name: Option<String>,
     /// What a hit returns (the item as the store holds it, JSON).
     pub body: String,
 }

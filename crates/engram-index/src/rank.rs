@@ -33,7 +33,7 @@ impl Default for Params {
         Self {
             candidates: 256,
             neighbour_weight: 0.5,
-            neighbour_span: 1,
+            neighbour_span: 2,
             session_gap: 3600.0,
             max_terms: 64,
         }
@@ -109,12 +109,19 @@ fn with_context(
         .filter(|r| r.kind == Kind::Trace && params.neighbour_weight > 0.0)
         .flat_map(|r| {
             let (before, after) = index.neighbours(r.order, params.neighbour_span);
-            let share = r.lexical * params.neighbour_weight;
-            before
+            // Influence fades with distance: the next message shares
+            // `neighbour_weight`, the one after half as much.
+            let side = |v: Vec<(u64, f64)>| {
+                v.into_iter()
+                    .enumerate()
+                    .map(|(d, n)| (n, r.lexical * params.neighbour_weight / (d + 1) as f32))
+                    .collect::<Vec<_>>()
+            };
+            side(before)
                 .into_iter()
-                .chain(after)
-                .filter(move |(_, ts)| (ts - r.ts).abs() <= params.session_gap)
-                .map(move |(order, ts)| (order, ts, share))
+                .chain(side(after))
+                .filter(move |((_, ts), _)| (ts - r.ts).abs() <= params.session_gap)
+                .map(|((order, ts), share)| (order, ts, share))
         })
         .collect();
     for (order, ts, share) in gains {

@@ -92,7 +92,8 @@ fn index_conv(conv: &Conversation, params: &Params, score: &mut Score) -> Result
             trace_type: 1,
             order,
             ts: m.ts,
-            text: format!("{}: {}", m.speaker, m.text),
+            text: m.text.clone(),
+            name: Some(m.speaker.clone()),
             body: m.dia_id.clone(),
         })
         .collect();
@@ -104,6 +105,28 @@ fn index_conv(conv: &Conversation, params: &Params, score: &mut Score) -> Result
             .iter()
             .map(|h| Ok(h.body(&lex)?.unwrap_or_default()))
             .collect::<Result<Vec<String>>>()?;
+        if std::env::var_os("RECALL_MISSES").is_some()
+            && !q
+                .evidence
+                .iter()
+                .all(|e| ranked[..ranked.len().min(10)].contains(e))
+        {
+            let text = |id: &str| {
+                conv.messages
+                    .iter()
+                    .find(|m| m.dia_id == id)
+                    .map(|m| format!("{id} {}: {}", m.speaker, m.text))
+                    .unwrap_or_default()
+            };
+            println!("MISS c{} {}", q.category, q.question);
+            for e in &q.evidence {
+                let pos = ranked.iter().position(|r| r == e);
+                println!("   want {pos:?} {}", text(e));
+            }
+            for r in ranked.iter().take(3) {
+                println!("   got {}", text(r));
+            }
+        }
         score.add(q, &ranked);
     }
     Ok(())
