@@ -149,6 +149,19 @@ fn request(g: &mut Gen, method: &str) -> Vec<u8> {
             query: g.query(),
             limit: g.u32(),
             page_token: g.unicode(0..40),
+            mode: g.rng.random_range(-1..4),
+            trace_types: (0..g.rng.random_range(0..4))
+                .map(|_| g.rng.random_range(-1..6))
+                .collect(),
+            from_turn_id: g.unicode(0..12),
+            to_turn_id: if g.rng.random_bool(0.5) {
+                "turn_0003".into()
+            } else {
+                g.unicode(0..12)
+            },
+            from_ts: g.opt_time(),
+            to_ts: g.opt_time(),
+            context_messages: g.u32(),
         }
         .encode_to_vec(),
         "GetContextStats" => pb::GetContextStatsRequest {

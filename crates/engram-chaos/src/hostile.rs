@@ -255,6 +255,20 @@ impl Gen {
                 audio: vec![],
                 video: vec![self.text()],
             }),
+            name: if self.chance(0.3) {
+                self.small()
+            } else {
+                String::new()
+            },
+        }
+    }
+
+    /// A number for a time filter: often a real time, sometimes hostile.
+    pub fn opt_time(&mut self) -> Option<f64> {
+        match self.rng.random_range(0..4) {
+            0 => None,
+            1 => Some(self.number()),
+            _ => Some(self.rng.random_range(0.0..4e9)),
         }
     }
 

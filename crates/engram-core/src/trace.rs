@@ -106,6 +106,10 @@ pub struct RawTrace {
     /// Model of that LLM call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Who said it: a participant's display name (several people can share
+    /// one conversation), as the client gave it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 impl RawTrace {
@@ -141,6 +145,7 @@ pub struct NewEvent {
     pub correlation_id: Option<String>,
     pub tags: Vec<String>,
     pub media: Option<Media>,
+    pub name: Option<String>,
 }
 
 impl NewEvent {
@@ -254,6 +259,7 @@ mod tests {
                 total_tokens: 12,
             }),
             model: Some("gpt-4o".into()),
+            name: Some("Caroline".into()),
         }
     }
 

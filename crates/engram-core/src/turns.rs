@@ -391,6 +391,7 @@ impl TurnTracker {
             tool_result_ref: None,
             usage: None,
             model: None,
+            name: event.name.clone(),
         });
         Ok(Outcome::New(index))
     }
@@ -463,6 +464,7 @@ fn check_fields(trace_type: TraceType, event: &NewEvent) -> Result<(), CoreError
     for (field, value) in [
         ("tool_name", &event.tool_name),
         ("correlation_id", &event.correlation_id),
+        ("name", &event.name),
     ] {
         if let Some(v) = value {
             check_id(field, v)?;

@@ -61,6 +61,9 @@ fn schema() -> (Schema, Fields) {
     (b.build(), fields)
 }
 
+/// A trace's conversation order and event time.
+pub type Placed = (u64, f64);
+
 /// A document that matched, before its body is read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidate {
@@ -149,16 +152,11 @@ impl Lexical {
 
     /// Adds items, replacing any of the same key. Visible after `commit`.
     pub fn upsert(&mut self, items: &[Item]) -> Result<()> {
-        if self.writer.is_none() {
-            let options = tantivy::indexer::IndexWriterOptions::builder()
-                .memory_budget_per_thread(WRITER_BUDGET)
-                .num_worker_threads(1)
-                .num_merge_threads(1)
-                .build();
-            self.writer = Some(self.index.writer_with_options(options)?);
+        if items.is_empty() {
+            return Ok(());
         }
-        let writer = self.writer.as_mut().expect("opened above");
         let f = self.fields;
+        let writer = self.writer()?;
         for item in items {
             writer.delete_term(Term::from_field_text(f.key, &item.key));
             let mut doc = TantivyDocument::new();
@@ -177,9 +175,34 @@ impl Lexical {
             doc.add_text(f.when, crate::time::words(item.ts));
             doc.add_text(f.body, &item.body);
             writer.add_document(doc)?;
-            if item.kind == Kind::Trace {
-                self.traces.insert(item.order, item.ts);
-            }
+        }
+        for item in items.iter().filter(|i| i.kind == Kind::Trace) {
+            self.traces.insert(item.order, item.ts);
+        }
+        Ok(())
+    }
+
+    fn writer(&mut self) -> Result<&mut IndexWriter> {
+        if self.writer.is_none() {
+            let options = tantivy::indexer::IndexWriterOptions::builder()
+                .memory_budget_per_thread(WRITER_BUDGET)
+                .num_worker_threads(1)
+                .num_merge_threads(1)
+                .build();
+            self.writer = Some(self.index.writer_with_options(options)?);
+        }
+        Ok(self.writer.as_mut().expect("opened above"))
+    }
+
+    /// Removes the items of these keys. Visible after `commit`.
+    pub fn remove(&mut self, keys: &[&str]) -> Result<()> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let field = self.fields.key;
+        let writer = self.writer()?;
+        for key in keys {
+            writer.delete_term(Term::from_field_text(field, key));
         }
         Ok(())
     }
@@ -351,7 +374,7 @@ impl Lexical {
 
     /// The traces next to `order` in conversation order, up to `n` on each
     /// side, with their event times: (before, after), nearest first.
-    pub fn neighbours(&self, order: u64, n: usize) -> (Vec<(u64, f64)>, Vec<(u64, f64)>) {
+    pub fn neighbours(&self, order: u64, n: usize) -> (Vec<Placed>, Vec<Placed>) {
         let before = self
             .traces
             .range(..order)

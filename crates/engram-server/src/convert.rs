@@ -122,6 +122,7 @@ pub fn event_from_pb(e: pb::TraceEvent) -> NewEvent {
         correlation_id: non_empty(e.correlation_id),
         tags: e.tags,
         media: e.media.map(media_from_pb),
+        name: non_empty(e.name),
     }
 }
 
@@ -156,6 +157,7 @@ pub fn trace_into_pb(t: RawTrace) -> pb::RawTrace {
         media: t.media.as_ref().map(media_to_pb),
         event_id: t.event_id.unwrap_or_default(),
         tool_result_ref: t.tool_result_ref.unwrap_or_default(),
+        name: t.name.unwrap_or_default(),
     }
 }
 

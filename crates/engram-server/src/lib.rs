@@ -33,6 +33,7 @@ pub mod layers;
 pub mod observe;
 pub mod oversize;
 pub mod probe;
+pub mod search;
 pub mod service;
 pub mod sizing;
 pub mod status;

@@ -10,7 +10,6 @@ use engram_core::retrieve::tool_interactions;
 use engram_proto::pb;
 use engram_proto::pb::memory_service_server::MemoryService;
 use engram_store::Store;
-use engram_store::search::Query;
 use tonic::{Request, Response, Status};
 
 use crate::auth;
@@ -18,7 +17,6 @@ use crate::boundary::catch_panics;
 use crate::budget::Budgets;
 use crate::caches::ContextCaches;
 use crate::compactor::Compactor;
-use crate::convert::non_empty;
 use crate::status::{from_core, from_store};
 use crate::{context, convert, sizing};
 
@@ -27,8 +25,6 @@ const DEFAULT_MAX_SEMANTIC: u32 = 20;
 const DEFAULT_RAW_TAIL_TURNS: u32 = 4;
 const DEFAULT_PAGE_SIZE: u32 = 100;
 const MAX_PAGE_SIZE: u32 = 1000;
-const DEFAULT_SEARCH_LIMIT: u32 = 20;
-const MAX_SEARCH_LIMIT: u32 = 200;
 
 /// The gRPC service over one store.
 #[derive(Debug, Clone)]
@@ -218,28 +214,18 @@ impl Engram {
         auth::authorize(&request, &request.get_ref().agent_id)?;
         let req = request.into_inner();
         let id = agent(&req.agent_id)?;
-        let query = Query::parse(&req.query).map_err(from_core)?;
-        let limit = match req.limit {
-            0 => DEFAULT_SEARCH_LIMIT,
-            n => n.min(MAX_SEARCH_LIMIT),
-        } as usize;
-        let page_token = non_empty(req.page_token.as_str());
-        let page = self
-            .store
-            .search(&id, &query, limit, page_token)
-            .await
-            .map_err(from_store)?;
+        let search = crate::search::search_from_pb(&req).map_err(from_core)?;
+        let page = self.store.search(&id, &search).await.map_err(from_store)?;
         let response = pb::SearchHistoryResponse {
             matches: page
                 .hits
                 .into_iter()
-                .map(|h| pb::SearchMatch {
-                    turn_id: h.trace.turn_id.clone(),
-                    trace: Some(convert::trace_into_pb(h.trace)),
-                    archived: h.archived,
-                })
+                .map(crate::search::hit_into_pb)
                 .collect(),
             next_page_token: page.next_page_token.unwrap_or_default(),
+            index: Some(pb::IndexState {
+                items: page.index.items,
+            }),
         };
         self.fits(response, "page")
     }

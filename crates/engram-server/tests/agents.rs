@@ -135,6 +135,8 @@ async fn search_history_finds_active_and_archived_traces_newest_first() {
                 query: "OSLO trip".into(),
                 limit: 2,
                 page_token: token,
+                mode: pb::SearchMode::MatchAllWords.into(),
+                ..Default::default()
             })
             .await
             .unwrap()
@@ -170,6 +172,7 @@ async fn search_history_finds_active_and_archived_traces_newest_first() {
             agent_id: "s".into(),
             query: "oslo".into(),
             page_token: "bogus".into(),
+            mode: pb::SearchMode::MatchAllWords.into(),
             ..Default::default()
         })
         .await

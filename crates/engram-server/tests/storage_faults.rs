@@ -61,6 +61,7 @@ async fn found(c: &mut Client, marker: &str) -> usize {
     c.search_history(pb::SearchHistoryRequest {
         agent_id: "full".into(),
         query: marker.into(),
+        mode: pb::SearchMode::MatchAllWords.into(),
         ..Default::default()
     })
     .await

@@ -16,10 +16,9 @@ use async_trait::async_trait;
 use engram_core::compaction::Summary;
 use engram_core::memory::{EpisodicItem, SemanticItem};
 use engram_core::transcript::Message;
-use engram_core::{AgentId, NewEvent, RawTrace, Usage};
+use engram_core::{AgentId, NewEvent, RawTrace, TraceType, Usage};
 
 use crate::Result;
-use crate::search::{Hit, Query};
 
 /// The result of an Ingest.
 #[derive(Debug, Clone)]
@@ -110,12 +109,89 @@ pub struct Recall {
     pub raw_tail: Vec<RawTrace>,
 }
 
+/// How SearchHistory matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SearchMode {
+    /// By relevance to the query, best first (the search index).
+    #[default]
+    Ranked,
+    /// Every word of the query as a substring, newest first.
+    AllWords,
+}
+
+/// A SearchHistory request, validated.
+#[derive(Debug, Clone, Default)]
+pub struct Search {
+    pub query: String,
+    pub mode: SearchMode,
+    /// Only these trace types (all when empty).
+    pub trace_types: Vec<TraceType>,
+    /// Inclusive turn numbers.
+    pub turns: Option<(u32, u32)>,
+    /// Inclusive event times, epoch seconds.
+    pub ts: Option<(f64, f64)>,
+    /// Neighbouring messages to return on each side of a ranked hit.
+    pub context: usize,
+    pub limit: usize,
+    /// From the previous page's `next_page_token`.
+    pub page_token: Option<String>,
+}
+
+/// Why a trace matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MatchedBy {
+    /// Contains every word (`SearchMode::AllWords`).
+    #[default]
+    AllWords,
+    /// Its own words match the query.
+    Lexical,
+    /// Only the messages around it match: it is their context.
+    Context,
+}
+
+/// One SearchHistory match.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hit {
+    pub trace: RawTrace,
+    /// In the archive (compacted away), not in the active transcript.
+    pub archived: bool,
+    /// Relevance (ranked mode; 0 otherwise): higher is better.
+    pub score: f32,
+    pub matched_by: MatchedBy,
+    /// Up to `Search::context` traces before it, oldest first.
+    pub before: Vec<RawTrace>,
+    /// Up to `Search::context` traces after it, oldest first.
+    pub after: Vec<RawTrace>,
+}
+
+impl Hit {
+    /// A MATCH_ALL_WORDS match.
+    pub fn all_words(trace: RawTrace, archived: bool) -> Self {
+        Self {
+            trace,
+            archived,
+            score: 0.0,
+            matched_by: MatchedBy::AllWords,
+            before: Vec::new(),
+            after: Vec::new(),
+        }
+    }
+}
+
+/// How far an agent's search index has read its memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IndexState {
+    /// Items searchable (traces, summaries, live facts).
+    pub items: u64,
+}
+
 /// One page of SearchHistory.
 #[derive(Debug, Clone, Default)]
 pub struct SearchPage {
     pub hits: Vec<Hit>,
     /// Opaque; passed back unchanged for the next page.
     pub next_page_token: Option<String>,
+    pub index: IndexState,
 }
 
 /// Compaction settings (`[policy]`).
@@ -204,15 +280,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// `raw_tail_turns` turns.
     async fn recall(&self, id: &AgentId, raw_tail_turns: usize) -> Result<Recall>;
 
-    /// SearchHistory: traces, active and archived, matching every term of
-    /// `query`, newest first, `limit` per page.
-    async fn search(
-        &self,
-        id: &AgentId,
-        query: &Query,
-        limit: usize,
-        page_token: Option<&str>,
-    ) -> Result<SearchPage>;
+    /// SearchHistory over traces, active and archived: ranked by relevance
+    /// (the index caught up first: every acknowledged write is searchable),
+    /// or every word of the query, newest first.
+    async fn search(&self, id: &AgentId, search: &Search) -> Result<SearchPage>;
 
     /// What the agent occupies, by part (name, bytes), sorted by name.
     async fn file_sizes(&self, id: &AgentId) -> Result<Vec<(String, u64)>>;

@@ -5,10 +5,9 @@ use async_trait::async_trait;
 use engram_core::compaction::Summary;
 use engram_core::{AgentId, NewEvent, Usage};
 
-use crate::search::Query;
 use crate::{
     AgentContext, Committed, FileStore, Ingested, Job, Microcompacted, Policy, PrepareInput,
-    Prepared, Recall, Result, SearchPage, Store, Visible,
+    Prepared, Recall, Result, Search, SearchPage, Store, Visible,
 };
 
 #[async_trait]
@@ -39,14 +38,8 @@ impl Store for FileStore {
         FileStore::recall(self, id, raw_tail_turns).await
     }
 
-    async fn search(
-        &self,
-        id: &AgentId,
-        query: &Query,
-        limit: usize,
-        page_token: Option<&str>,
-    ) -> Result<SearchPage> {
-        FileStore::search(self, id, query, limit, page_token).await
+    async fn search(&self, id: &AgentId, search: &Search) -> Result<SearchPage> {
+        FileStore::search(self, id, search).await
     }
 
     async fn file_sizes(&self, id: &AgentId) -> Result<Vec<(String, u64)>> {

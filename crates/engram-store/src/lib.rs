@@ -37,8 +37,10 @@ pub mod durable;
 pub mod error;
 mod faults;
 mod fork;
+mod index;
 mod intent;
 pub mod jsonl;
+mod ranked;
 mod registry;
 pub mod search;
 pub mod wal;
@@ -57,11 +59,13 @@ use tokio::sync::Mutex as AsyncMutex;
 pub use agent::AgentMeta;
 use agent::AgentState;
 pub use api::{
-    AgentContext, Committed, Ingested, Job, Microcompacted, Policy, PrepareInput, Prepared, Recall,
-    SearchPage, Store, Visible,
+    AgentContext, Committed, Hit, IndexState, Ingested, Job, MatchedBy, Microcompacted, Policy,
+    PrepareInput, Prepared, Recall, Search, SearchMode, SearchPage, Store, Visible,
 };
 pub use durable::FsyncPolicy;
 pub use error::{Result, StoreError};
+pub use index::INDEX_DIR;
+pub use ranked::{MAX_CONTEXT, MAX_RANKED, turn_range};
 
 /// File store settings (the `[store]` and `[limits]` config sections).
 #[derive(Debug, Clone)]
@@ -97,6 +101,8 @@ struct AgentHandle {
     state: AsyncMutex<Option<AgentState>>,
     /// Milliseconds since the store opened, at the last use.
     last_used: AtomicU64,
+    /// The search index, opened at its first use.
+    index: index::IndexSlot,
 }
 
 impl AgentHandle {
@@ -239,6 +245,7 @@ impl FileStore {
                 Arc::new(AgentHandle {
                     state: AsyncMutex::new(None),
                     last_used: AtomicU64::new(0),
+                    index: Arc::default(),
                 })
             }),
         };

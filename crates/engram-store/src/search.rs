@@ -1,5 +1,6 @@
-//! SearchHistory: case-insensitive keyword search over an agent's active
-//! and archived traces, newest first, paged.
+//! SearchHistory's MATCH_ALL_WORDS mode: case-insensitive keyword search
+//! over an agent's active and archived traces, newest first, paged (the
+//! ranked mode is in `ranked`).
 //!
 //! Active traces are searched in memory; the archive is read backwards from
 //! its end in fixed-size blocks, so memory stays bounded however large it
@@ -15,7 +16,7 @@ use engram_core::{AgentId, CoreError, RawTrace};
 use serde_json::Value;
 
 use crate::agent::RAW_ARCHIVE;
-use crate::{FileStore, Result, SearchPage, StoreError};
+use crate::{FileStore, Hit, Result, Search, SearchMode, SearchPage, StoreError};
 
 const BLOCK: usize = 64 * 1024;
 
@@ -46,29 +47,45 @@ impl Cursor {
     }
 }
 
-/// One hit.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Hit {
-    pub trace: RawTrace,
-    pub archived: bool,
+/// Lower-cased terms that must all occur in a trace, and the request's
+/// filters.
+#[derive(Debug, Clone)]
+pub struct Query {
+    terms: Vec<String>,
+    search: Search,
 }
 
-/// Lower-cased terms that must all occur in a trace.
-#[derive(Debug, Clone)]
-pub struct Query(Vec<String>);
-
 impl Query {
-    pub fn parse(text: &str) -> std::result::Result<Self, CoreError> {
-        let terms: Vec<String> = text.split_whitespace().map(str::to_lowercase).collect();
+    pub fn parse(search: &Search) -> std::result::Result<Self, CoreError> {
+        let terms: Vec<String> = search
+            .query
+            .split_whitespace()
+            .map(str::to_lowercase)
+            .collect();
         if terms.is_empty() {
             return Err(CoreError::Invalid(
                 "query is empty; give one or more keywords".into(),
             ));
         }
-        Ok(Self(terms))
+        Ok(Self {
+            terms,
+            search: search.clone(),
+        })
+    }
+
+    fn accepts(&self, t: &RawTrace) -> bool {
+        let s = &self.search;
+        (s.trace_types.is_empty() || s.trace_types.contains(&t.trace_type))
+            && s.turns.is_none_or(|(lo, hi)| {
+                engram_core::turns::turn_number(&t.turn_id).is_some_and(|n| (lo..=hi).contains(&n))
+            })
+            && s.ts.is_none_or(|(lo, hi)| (lo..=hi).contains(&t.ts))
     }
 
     pub fn matches(&self, t: &RawTrace) -> bool {
+        if !self.accepts(t) {
+            return false;
+        }
         let mut text = t.content.to_lowercase();
         for extra in [&t.tool_name, &t.tool_error].into_iter().flatten() {
             text.push('\n');
@@ -82,14 +99,26 @@ impl Query {
             text.push('\n');
             text.push_str(&result.to_string().to_lowercase());
         }
-        self.0.iter().all(|term| text.contains(term.as_str()))
+        self.terms.iter().all(|term| text.contains(term.as_str()))
     }
 }
 
 impl FileStore {
+    /// One page of SearchHistory, in the request's mode.
+    pub(crate) async fn search(&self, id: &AgentId, search: &Search) -> Result<SearchPage> {
+        let query = Query::parse(search)?;
+        match search.mode {
+            SearchMode::Ranked => self.ranked_search(id, search).await,
+            SearchMode::AllWords => {
+                self.all_words(id, &query, search.limit, search.page_token.as_deref())
+                    .await
+            }
+        }
+    }
+
     /// Up to `limit` hits from the page `page_token` names on, newest
     /// first, and the token of the next page if there may be more.
-    pub(crate) async fn search(
+    async fn all_words(
         &self,
         id: &AgentId,
         query: &Query,
@@ -110,6 +139,7 @@ impl FileStore {
         Ok(SearchPage {
             hits,
             next_page_token: next.map(Cursor::to_token),
+            index: Default::default(),
         })
     }
 
@@ -136,10 +166,7 @@ impl FileStore {
                         }
                         let t = &state.traces[i];
                         if query.matches(t) {
-                            hits.push(Hit {
-                                trace: t.clone(),
-                                archived: false,
-                            });
+                            hits.push(Hit::all_words(t.clone(), false));
                         }
                     }
                 }
@@ -208,10 +235,7 @@ fn search_archive(
                 if let Ok(t) = RawTrace::from_line(&block[line_start..line_end])
                     && query.matches(&t)
                 {
-                    hits.push(Hit {
-                        trace: t,
-                        archived: true,
-                    });
+                    hits.push(Hit::all_words(t, true));
                 }
             }
             line_end = nl;
@@ -225,10 +249,7 @@ fn search_archive(
                 if let Ok(t) = RawTrace::from_line(&block[..line_end])
                     && query.matches(&t)
                 {
-                    hits.push(Hit {
-                        trace: t,
-                        archived: true,
-                    });
+                    hits.push(Hit::all_words(t, true));
                 }
             }
             return Ok((hits, None));
@@ -240,6 +261,14 @@ fn search_archive(
 
 #[cfg(test)]
 mod tests {
+    fn words(q: &str) -> crate::Search {
+        crate::Search {
+            query: q.into(),
+            mode: crate::SearchMode::AllWords,
+            ..crate::Search::default()
+        }
+    }
+
     use engram_core::NewEvent;
     use engram_core::turns::assign_all;
     use serde_json::json;
@@ -264,7 +293,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         // Enough lines that pages cross the 64 KiB block boundary.
         let traces = archive(dir.path(), 3000);
-        let q = Query::parse("WEATHER question").unwrap();
+        let q = Query::parse(&words("WEATHER question")).unwrap();
         let expected: Vec<&str> = traces
             .iter()
             .rev()
@@ -296,9 +325,9 @@ mod tests {
             NewEvent::user("hi"),
             NewEvent::tool_call("c", "Weather_Lookup", json!({"city": "Oslo"})),
         ])[1];
-        assert!(Query::parse("oslo lookup").unwrap().matches(t));
-        assert!(!Query::parse("oslo rome").unwrap().matches(t));
-        assert!(Query::parse("   ").is_err());
+        assert!(Query::parse(&words("oslo lookup")).unwrap().matches(t));
+        assert!(!Query::parse(&words("oslo rome")).unwrap().matches(t));
+        assert!(Query::parse(&words("   ")).is_err());
         assert_eq!(
             Cursor::from_token(&Cursor::Archive(42).to_token()),
             Some(Cursor::Archive(42))

@@ -2,6 +2,7 @@
 //! on LoCoMo (docs/BENCHMARKS.md), next to a plain BM25 in the same run.
 
 mod baseline;
+mod grpc;
 pub mod locomo;
 
 use std::path::PathBuf;
@@ -17,6 +18,12 @@ pub struct Args {
     /// ../shared/eval/locomo-dev.
     #[arg(long)]
     pub data: PathBuf,
+    /// The engramd binary to ask through SearchHistory (skipped if absent).
+    #[arg(long, default_value = "target/release/engramd")]
+    pub engramd: PathBuf,
+    /// Scratch directory for the server's data (emptied first).
+    #[arg(long, default_value = "./bench-data/recall")]
+    pub data_dir: PathBuf,
     /// Share of a neighbour's score a message gains (ranking experiment).
     #[arg(long)]
     pub neighbour_weight: Option<f32>,
@@ -47,7 +54,19 @@ pub fn run(args: Args) -> Result<()> {
     );
     println!("| retriever | category | all / any @5 | @10 | @25 |\n|---|---|---|---|---|");
     print!("{}", base.table("plain BM25"));
-    print!("{}", index.table("engram-index"));
+    print!("{}", index.table("engram-index (in process)"));
+    if args.engramd.exists() {
+        let _ = std::fs::remove_dir_all(&args.data_dir);
+        std::fs::create_dir_all(&args.data_dir)?;
+        let rt = tokio::runtime::Runtime::new()?;
+        let served = rt.block_on(grpc::search_history(&args.engramd, &args.data_dir, &convs))?;
+        print!("{}", served.table("SearchHistory"));
+    } else {
+        eprintln!(
+            "{} not found: SearchHistory skipped",
+            args.engramd.display()
+        );
+    }
     Ok(())
 }
 

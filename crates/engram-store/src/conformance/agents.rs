@@ -2,8 +2,9 @@
 
 use engram_core::NewEvent;
 
-use super::{Harness, MARK, all_traces, conversation, id, ingest, is_invalid, is_not_found};
-use crate::search::Query;
+use super::{
+    Harness, MARK, all_traces, conversation, id, ingest, is_invalid, is_not_found, ranked, words,
+};
 use crate::{Policy, PrepareInput, Store, StoreError};
 
 const POLICY: Policy = Policy {
@@ -12,7 +13,7 @@ const POLICY: Policy = Policy {
     max_semantic: 20,
 };
 
-fn summary() -> engram_core::compaction::Summary {
+pub(super) fn summary() -> engram_core::compaction::Summary {
     engram_core::compaction::Summary {
         episodic_summary: "zebra talk".into(),
         tags: vec![],
@@ -91,8 +92,8 @@ pub async fn delete_removes_the_agent_and_everything_it_holds<H: Harness>(h: &H)
     store.delete_agent(&a).await.unwrap();
     assert!(is_not_found(store.context(&a).await));
     assert!(is_not_found(store.recall(&a, 1).await));
-    let query = Query::parse(MARK).unwrap();
-    assert!(is_not_found(store.search(&a, &query, 10, None).await));
+    assert!(is_not_found(store.search(&a, &words(MARK, 10, None)).await));
+    assert!(is_not_found(store.search(&a, &ranked(MARK, 10)).await));
     assert!(is_not_found(store.delete_agent(&a).await));
     assert!(is_not_found(store.begin_compaction(&a, POLICY).await));
     let listed = store.list_agents(10, None, &|_| true).await.unwrap().0;
@@ -146,12 +147,13 @@ pub async fn search_finds_active_and_archived_traces_in_pages<H: Harness>(h: &H)
         .finish_compaction(&a, job, summary(), POLICY)
         .await
         .unwrap();
-    let quagga = Query::parse("QUAGGA").unwrap();
-    let page = store.search(&a, &quagga, 10, None).await.unwrap();
+    let page = store.search(&a, &words("QUAGGA", 10, None)).await.unwrap();
     assert_eq!(page.hits.len(), 1, "case-insensitive, one hit");
     assert!(!page.hits[0].archived);
-    let result = Query::parse("result 2").unwrap();
-    let page = store.search(&a, &result, 10, None).await.unwrap();
+    let page = store
+        .search(&a, &words("result 2", 10, None))
+        .await
+        .unwrap();
     assert_eq!(page.hits.len(), 1, "{:?}", page.hits);
     assert!(page.hits[0].archived, "turn 2 was compacted");
     assert!(archived_ids.contains(&page.hits[0].trace.id));
@@ -160,9 +162,11 @@ pub async fn search_finds_active_and_archived_traces_in_pages<H: Harness>(h: &H)
     assert_eq!(all.len(), 16, "pages of 50 cover everything");
     let mut paged = vec![];
     let mut token: Option<String> = None;
-    let zebra = Query::parse(MARK).unwrap();
     loop {
-        let page = store.search(&a, &zebra, 3, token.as_deref()).await.unwrap();
+        let page = store
+            .search(&a, &words(MARK, 3, token.clone()))
+            .await
+            .unwrap();
         assert!(page.hits.len() <= 3);
         paged.extend(page.hits.into_iter().map(|h| (h.trace, h.archived)));
         match page.next_page_token {
@@ -176,6 +180,8 @@ pub async fn search_finds_active_and_archived_traces_in_pages<H: Harness>(h: &H)
         archived_ids.len()
     );
     assert!(is_invalid(
-        &store.search(&a, &zebra, 3, Some("bogus")).await
+        &store
+            .search(&a, &words(MARK, 3, Some("bogus".into())))
+            .await
     ));
 }

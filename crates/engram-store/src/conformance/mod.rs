@@ -7,11 +7,14 @@
 //! idempotency, tool results in their call's turn, refused writes that
 //! change nothing, PrepareRequest's write, the compaction mark, the
 //! compaction commit (all or nothing at every step a fault can hit, before
-//! and after a restart), microcompact, fork, delete, listing, search, and
-//! acknowledged writes surviving a restart.
+//! and after a restart), microcompact, fork, delete, listing, search (all
+//! words, and ranked over an index that catches up with every acknowledged
+//! write, across restarts and compactions), and acknowledged writes
+//! surviving a restart.
 
 mod agents;
 mod compaction;
+mod search;
 mod writes;
 
 use std::sync::Arc;
@@ -20,11 +23,11 @@ use async_trait::async_trait;
 use engram_core::{AgentId, NewEvent, RawTrace};
 use serde_json::json;
 
-use crate::search::Query;
-use crate::{Ingested, Store, StoreError};
+use crate::{Ingested, Search, SearchMode, Store, StoreError};
 
 pub use agents::*;
 pub use compaction::*;
+pub use search::*;
 pub use writes::*;
 
 /// Opens one backend on storage of its own (a temp dir, a database
@@ -70,6 +73,9 @@ macro_rules! conformance_suite {
             delete_removes_the_agent_and_everything_it_holds,
             list_agents_pages_in_order_and_filters,
             search_finds_active_and_archived_traces_in_pages,
+            ranked_search_orders_by_relevance_with_context_and_filters,
+            ranked_search_covers_every_acknowledged_write_after_a_restart,
+            ranked_search_pages_and_refuses_foreign_tokens,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -119,12 +125,11 @@ pub(crate) async fn conversation(store: &dyn Store, agent: &AgentId, n: usize) {
 
 /// Every stored trace of the agent, active and archived, by search.
 pub(crate) async fn all_traces(store: &dyn Store, agent: &AgentId) -> Vec<(RawTrace, bool)> {
-    let query = Query::parse(MARK).expect("a query");
     let mut out = vec![];
     let mut token: Option<String> = None;
     loop {
         let page = store
-            .search(agent, &query, 50, token.as_deref())
+            .search(agent, &words(MARK, 50, token.clone()))
             .await
             .expect("search");
         out.extend(page.hits.into_iter().map(|h| (h.trace, h.archived)));
@@ -132,6 +137,26 @@ pub(crate) async fn all_traces(store: &dyn Store, agent: &AgentId) -> Vec<(RawTr
             Some(next) => token = Some(next),
             None => return out,
         }
+    }
+}
+
+/// A MATCH_ALL_WORDS search.
+pub(crate) fn words(query: &str, limit: usize, page_token: Option<String>) -> Search {
+    Search {
+        query: query.into(),
+        mode: SearchMode::AllWords,
+        limit,
+        page_token,
+        ..Search::default()
+    }
+}
+
+/// A ranked search.
+pub(crate) fn ranked(query: &str, limit: usize) -> Search {
+    Search {
+        query: query.into(),
+        limit,
+        ..Search::default()
     }
 }
 

@@ -1,0 +1,64 @@
+//! The benchmark through the real server: each conversation ingested as
+//! one agent (speaker A as `user`, B as `assistant`, each speaker's name,
+//! the session's date as the event time, the dia id as `event_id`), each
+//! question asked of SearchHistory; the event ids of the matches are the
+//! ranking.
+
+use std::path::Path;
+
+use engram_proto::pb;
+
+use super::locomo::{Conversation, Score};
+use crate::prepare::{Server, connect};
+
+pub async fn search_history(
+    engramd: &Path,
+    data: &Path,
+    convs: &[Conversation],
+) -> anyhow::Result<Score> {
+    let server = Server::start(engramd, data)?;
+    let mut client = connect(&server.addr).await?;
+    let mut score = Score::default();
+    for (n, conv) in convs.iter().enumerate() {
+        let agent = format!("locomo-{n}");
+        for m in &conv.messages {
+            let trace_type = if m.is_a {
+                pb::TraceType::User
+            } else {
+                pb::TraceType::Assistant
+            };
+            client
+                .ingest(pb::IngestRequest {
+                    agent_id: agent.clone(),
+                    events: vec![pb::TraceEvent {
+                        trace_type: trace_type.into(),
+                        content: m.text.clone(),
+                        event_id: m.dia_id.clone(),
+                        ts: Some(m.ts),
+                        name: m.speaker.clone(),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                })
+                .await?;
+        }
+        for q in &conv.questions {
+            let page = client
+                .search_history(pb::SearchHistoryRequest {
+                    agent_id: agent.clone(),
+                    query: q.question.clone(),
+                    limit: 25,
+                    ..Default::default()
+                })
+                .await?
+                .into_inner();
+            let ranked: Vec<String> = page
+                .matches
+                .into_iter()
+                .filter_map(|m| m.trace.map(|t| t.event_id))
+                .collect();
+            score.add(q, &ranked);
+        }
+    }
+    Ok(score)
+}

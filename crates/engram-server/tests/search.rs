@@ -1,0 +1,183 @@
+//! Ranked SearchHistory over gRPC: who said it, relevance, context,
+//! filters, the index on disk, and clear errors for bad requests.
+
+mod common;
+
+use common::*;
+use engram_proto::pb;
+use tonic::Code;
+
+fn said(agent: &str, name: &str, kind: pb::TraceType, text: &str, ts: f64) -> pb::IngestRequest {
+    ingest_req(
+        agent,
+        vec![pb::TraceEvent {
+            name: name.into(),
+            ts: Some(ts),
+            ..event(kind, text)
+        }],
+    )
+}
+
+fn search(agent: &str, query: &str) -> pb::SearchHistoryRequest {
+    pb::SearchHistoryRequest {
+        agent_id: agent.into(),
+        query: query.into(),
+        ..Default::default()
+    }
+}
+
+const MAY_8_2023: f64 = 1_683_554_160.0;
+const DAY: f64 = 86_400.0;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_natural_question_finds_who_said_it_and_when() {
+    let server = TestServer::start().await;
+    let mut c = server.client().await;
+    use pb::TraceType::{Assistant, User};
+    let lines = [
+        (
+            "Caroline",
+            User,
+            "I went to the LGBTQ support group yesterday.",
+            0.0,
+        ),
+        ("Melanie", Assistant, "Wow, how did it feel?", 0.0),
+        (
+            "Caroline",
+            User,
+            "Powerful. Everyone shared their stories.",
+            0.0,
+        ),
+        ("Melanie", Assistant, "We went camping with the kids!", 40.0),
+        ("Caroline", User, "Camping sounds like fun.", 40.0),
+    ];
+    for (name, kind, text, day) in lines {
+        c.ingest(said("talk", name, kind, text, MAY_8_2023 + day * DAY))
+            .await
+            .unwrap();
+    }
+    let page = c
+        .search_history(search(
+            "talk",
+            "When did Caroline go to the support groups?",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let top = page.matches[0].trace.as_ref().unwrap();
+    assert_eq!(top.content, "I went to the LGBTQ support group yesterday.");
+    assert_eq!(top.name, "Caroline");
+    assert_eq!(page.matches[0].matched_by, pb::MatchedBy::Lexical as i32);
+    assert!(page.matches[0].score > 0.0);
+    assert_eq!(page.index.unwrap().items, 5);
+    assert!(server.agents_dir().join("talk/.index").is_dir());
+
+    // "in June" is the event date: the camping messages were in June.
+    let june = c
+        .search_history(search("talk", "what happened in June?"))
+        .await
+        .unwrap()
+        .into_inner();
+    let contents: Vec<String> = june
+        .matches
+        .iter()
+        .map(|m| m.trace.as_ref().unwrap().content.clone())
+        .collect();
+    assert_eq!(contents.len(), 2, "{contents:?}");
+    assert!(
+        contents.iter().all(|t| t.contains("amping")),
+        "{contents:?}"
+    );
+
+    let with_context = c
+        .search_history(pb::SearchHistoryRequest {
+            context_messages: 1,
+            limit: 1,
+            trace_types: vec![pb::TraceType::Assistant.into()],
+            ..search("talk", "how did it feel with the kids")
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let m = &with_context.matches[0];
+    assert_eq!(m.trace.as_ref().unwrap().content, "Wow, how did it feel?");
+    assert_eq!(
+        m.context_before[0].content,
+        "I went to the LGBTQ support group yesterday."
+    );
+    assert_eq!(
+        m.context_after[0].content,
+        "Powerful. Everyone shared their stories."
+    );
+    assert!(
+        !with_context.next_page_token.is_empty(),
+        "the camping reply is next"
+    );
+
+    let words = c
+        .search_history(pb::SearchHistoryRequest {
+            mode: pb::SearchMode::MatchAllWords.into(),
+            ..search("talk", "camping kids")
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(words.matches.len(), 1);
+    assert_eq!(words.matches[0].matched_by, pb::MatchedBy::AllWords as i32);
+}
+
+#[tokio::test]
+async fn bad_search_requests_are_refused_clearly() {
+    let server = TestServer::start().await;
+    let mut c = server.client().await;
+    c.ingest(ingest_req("s", vec![user("hello there")]))
+        .await
+        .unwrap();
+    let cases = [
+        pb::SearchHistoryRequest {
+            mode: 7,
+            ..search("s", "hello")
+        },
+        pb::SearchHistoryRequest {
+            trace_types: vec![9],
+            ..search("s", "hello")
+        },
+        pb::SearchHistoryRequest {
+            from_turn_id: "turn_x".into(),
+            ..search("s", "hello")
+        },
+        pb::SearchHistoryRequest {
+            from_turn_id: "turn_0005".into(),
+            to_turn_id: "turn_0002".into(),
+            ..search("s", "hello")
+        },
+        pb::SearchHistoryRequest {
+            from_ts: Some(10.0),
+            to_ts: Some(1.0),
+            ..search("s", "hello")
+        },
+        pb::SearchHistoryRequest {
+            from_ts: Some(f64::NAN),
+            ..search("s", "hello")
+        },
+        pb::SearchHistoryRequest {
+            page_token: "a3".into(),
+            ..search("s", "hello")
+        },
+        pb::SearchHistoryRequest {
+            page_token: "k990".into(),
+            limit: 50,
+            ..search("s", "hello")
+        },
+        search("s", "  "),
+    ];
+    for req in cases {
+        let status = c.search_history(req.clone()).await.unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{req:?}: {status:?}");
+    }
+    let missing = c
+        .search_history(search("nobody", "hello"))
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), Code::NotFound);
+}

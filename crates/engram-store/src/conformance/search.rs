@@ -1,0 +1,201 @@
+//! Cases of ranked search: relevance, context, filters, paging, and an
+//! index that never misses an acknowledged write.
+
+use engram_core::{NewEvent, TraceType};
+
+use super::{Harness, id, ingest, is_invalid, ranked};
+use crate::{MatchedBy, Policy, Search, Store};
+
+const POLICY: Policy = Policy {
+    raw_tail_turns: 1,
+    max_episodic: 3,
+    max_semantic: 20,
+};
+
+fn said(name: &str, text: &str) -> NewEvent {
+    NewEvent {
+        name: Some(name.into()),
+        ..NewEvent::user(text)
+    }
+}
+
+fn answer(text: &str) -> NewEvent {
+    NewEvent::assistant(text)
+}
+
+/// Contents of a page's hits, in order.
+async fn contents(store: &dyn Store, a: &engram_core::AgentId, search: &Search) -> Vec<String> {
+    let page = store.search(a, search).await.expect("search");
+    page.hits.into_iter().map(|h| h.trace.content).collect()
+}
+
+/// Stemmed words find a message that shares no exact word form with the
+/// query; the speaker's name counts; a message whose neighbour matches
+/// comes along as context; filters hold.
+pub async fn ranked_search_orders_by_relevance_with_context_and_filters<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let a = id("ranked");
+    let turns: [(&str, &str, &str); 4] = [
+        (
+            "Caroline",
+            "I went to a support group for the first time.",
+            "How was it?",
+        ),
+        (
+            "Melanie",
+            "We painted sunsets with the kids at the lake.",
+            "Lovely.",
+        ),
+        (
+            "Caroline",
+            "Thinking about adoption agencies lately.",
+            "Big step!",
+        ),
+        ("Melanie", "Our camping trip got rained out.", "Bad luck."),
+    ];
+    for (name, text, reply) in turns {
+        ingest(store.as_ref(), &a, &[said(name, text)]).await;
+        ingest(store.as_ref(), &a, &[answer(reply)]).await;
+    }
+    let got = contents(
+        store.as_ref(),
+        &a,
+        &ranked("When did Caroline go to the support groups?", 10),
+    )
+    .await;
+    assert_eq!(got[0], "I went to a support group for the first time.");
+    assert_eq!(got[1], "How was it?", "its reply, as context");
+    let page = store
+        .search(&a, &ranked("support groups", 10))
+        .await
+        .unwrap();
+    assert_eq!(page.hits[0].matched_by, MatchedBy::Lexical);
+    assert_eq!(page.hits[1].matched_by, MatchedBy::Context);
+    assert!(page.hits[0].score > page.hits[1].score);
+    assert!(page.index.items >= 8, "{:?}", page.index);
+    let painting = contents(store.as_ref(), &a, &ranked("painting sunset", 1)).await;
+    assert_eq!(painting, ["We painted sunsets with the kids at the lake."]);
+
+    let only_replies = Search {
+        trace_types: vec![TraceType::Assistant],
+        ..ranked("support group lovely", 10)
+    };
+    let got = contents(store.as_ref(), &a, &only_replies).await;
+    assert_eq!(got, ["Lovely."], "neither the user's match nor its context");
+    let later_turns = Search {
+        turns: Some((3, 4)),
+        ..ranked("support group adoption camping", 10)
+    };
+    let got = contents(store.as_ref(), &a, &later_turns).await;
+    assert!(got.contains(&"Thinking about adoption agencies lately.".to_owned()));
+    assert!(!got.iter().any(|c| c.contains("support")), "{got:?}");
+
+    let with_context = Search {
+        context: 1,
+        ..ranked("adoption agencies", 1)
+    };
+    let page = store.search(&a, &with_context).await.unwrap();
+    let hit = &page.hits[0];
+    assert_eq!(hit.trace.name.as_deref(), Some("Caroline"));
+    assert_eq!(hit.before.len(), 1);
+    assert_eq!(hit.before[0].content, "Lovely.");
+    assert_eq!(hit.after[0].content, "Big step!");
+    let nothing = contents(store.as_ref(), &a, &ranked("xylophone", 10)).await;
+    assert!(nothing.is_empty());
+}
+
+/// Writes the index has not read yet (not searched since, then a restart,
+/// then a compaction that archived them) are found, archived or not.
+pub async fn ranked_search_covers_every_acknowledged_write_after_a_restart<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let a = id("catchup");
+    ingest(store.as_ref(), &a, &[NewEvent::user("the aardvark report")]).await;
+    assert_eq!(
+        contents(store.as_ref(), &a, &ranked("aardvark", 5))
+            .await
+            .len(),
+        1
+    );
+    for word in ["bison", "caracal", "dingo", "echidna"] {
+        ingest(
+            store.as_ref(),
+            &a,
+            &[NewEvent::user(format!("the {word} report"))],
+        )
+        .await;
+        ingest(store.as_ref(), &a, &[answer(&format!("noted {word}"))]).await;
+    }
+    let store = h.reopen(store).await;
+    let got = contents(store.as_ref(), &a, &ranked("bison report", 5)).await;
+    assert_eq!(got[0], "the bison report");
+
+    // Written, then archived by a compaction, before any search.
+    ingest(store.as_ref(), &a, &[NewEvent::user("the fossa report")]).await;
+    ingest(store.as_ref(), &a, &[NewEvent::user("the gerenuk report")]).await;
+    ingest(store.as_ref(), &a, &[NewEvent::user("the ibex report")]).await;
+    let job = store.begin_compaction(&a, POLICY).await.unwrap().unwrap();
+    let archived: Vec<String> = job.traces.iter().map(|t| t.content.clone()).collect();
+    assert!(
+        archived.contains(&"the fossa report".to_owned()),
+        "never indexed, now archived"
+    );
+    store
+        .finish_compaction(&a, job, super::agents::summary(), POLICY)
+        .await
+        .unwrap();
+    let store = h.reopen(store).await;
+    for word in ["aardvark", "dingo", "fossa", "gerenuk", "ibex"] {
+        let page = store
+            .search(&a, &ranked(&format!("{word} report"), 5))
+            .await
+            .unwrap();
+        let first = &page.hits[0];
+        assert_eq!(first.trace.content, format!("the {word} report"));
+        assert_eq!(
+            first.archived,
+            archived.contains(&first.trace.content),
+            "{word}"
+        );
+    }
+}
+
+/// Pages of a ranked search follow each other without gaps or repeats;
+/// a token of the other mode, or none of ours, is refused.
+pub async fn ranked_search_pages_and_refuses_foreign_tokens<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let a = id("paged");
+    for i in 0..7 {
+        ingest(
+            store.as_ref(),
+            &a,
+            &[NewEvent::user(format!("llama number {i}"))],
+        )
+        .await;
+    }
+    let all = contents(store.as_ref(), &a, &ranked("llama", 50)).await;
+    assert_eq!(all.len(), 7);
+    let mut paged = vec![];
+    let mut token = None;
+    loop {
+        let search = Search {
+            page_token: token.take(),
+            ..ranked("llama", 3)
+        };
+        let page = store.search(&a, &search).await.unwrap();
+        paged.extend(page.hits.into_iter().map(|h| h.trace.content));
+        match page.next_page_token {
+            Some(next) => token = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(paged, all);
+    for bad in ["bogus", "a0", "k", "k-1"] {
+        let search = Search {
+            page_token: Some(bad.into()),
+            ..ranked("llama", 3)
+        };
+        assert!(is_invalid(&store.search(&a, &search).await), "{bad}");
+    }
+    let empty = ranked("   ", 3);
+    assert!(is_invalid(&store.search(&a, &empty).await));
+}

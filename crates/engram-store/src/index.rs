@@ -1,0 +1,366 @@
+//! The file store's search index: one `engram-index` index per agent in
+//! `agents/<id>/.index/`, derived from the agent's files.
+//!
+//! The index is never the source of truth. Its commit records how far it
+//! has read the agent (a [`Cursor`]: the epoch, how many active traces,
+//! summaries and facts of that epoch, how many bytes of the archive), so
+//! after a crash between a write and its indexing it reads on from there.
+//! A search catches the index up first, so everything acknowledged is
+//! searchable; the background indexer only keeps that step short. Fork
+//! does not copy the directory (dot-prefixed): the copy indexes itself.
+//! Delete the directory at any time to have it rebuilt.
+
+use std::io::{BufRead, BufReader, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use engram_core::memory::{EpisodicItem, SemanticItem};
+use engram_core::turns::turn_number;
+use engram_core::{AgentId, RawTrace, TraceType};
+use engram_index::{Item, Kind, Lexical};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
+
+use crate::agent::RAW_ARCHIVE;
+use crate::{FileStore, Result, StoreError};
+
+/// The index directory inside an agent's directory.
+pub const INDEX_DIR: &str = ".index";
+
+/// Text of one item that is indexed; the rest of a huge tool result adds
+/// little to ranking and much to the index.
+const MAX_INDEXED_CHARS: usize = 32 * 1024;
+
+/// Items per commit when catching up a large archive.
+const BATCH: usize = 4096;
+
+/// How far the index has read the agent's files.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Cursor {
+    epoch: u32,
+    active: usize,
+    episodic: usize,
+    semantic: usize,
+    archive: u64,
+}
+
+/// An agent's open index and how far it has read.
+pub(crate) struct AgentIndex {
+    pub lexical: Lexical,
+    cursor: Cursor,
+}
+
+impl std::fmt::Debug for AgentIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentIndex")
+            .field("cursor", &self.cursor)
+            .finish()
+    }
+}
+
+/// The slot an agent's handle keeps its index in: one holder at a time
+/// (catching up, searching); never the agent's own lock, so Ingest never
+/// waits for the index.
+pub(crate) type IndexSlot = Arc<AsyncMutex<Option<AgentIndex>>>;
+
+/// What changed in an agent since a cursor, read under its lock.
+struct Delta {
+    dir: PathBuf,
+    to: Cursor,
+    /// The cursor's epoch is gone: every active trace is re-checked and
+    /// the archive read on from the cursor.
+    full: bool,
+    traces: Vec<RawTrace>,
+    episodic: Vec<EpisodicItem>,
+    semantic: Vec<SemanticItem>,
+}
+
+/// The open index of an agent, caught up with everything acknowledged.
+pub(crate) struct Current {
+    pub guard: OwnedMutexGuard<Option<AgentIndex>>,
+    /// Conversation order of the first active trace: earlier is archived.
+    pub first_active: Option<u64>,
+}
+
+impl Current {
+    pub fn index(&mut self) -> &mut AgentIndex {
+        self.guard.as_mut().expect("opened by catch_up")
+    }
+}
+
+impl FileStore {
+    /// Opens the agent's index if needed and indexes what it has not read.
+    pub(crate) async fn caught_up(&self, id: &AgentId) -> Result<Current> {
+        let handle = self.existing_handle(id)?;
+        let mut guard = Arc::clone(&handle.index).lock_owned().await;
+        let dir = self.agent_dir(id);
+        if guard.is_none() {
+            let opened = blocking(move || open(&dir)).await?;
+            *guard = Some(opened);
+        }
+        let from = guard.as_ref().expect("opened").cursor;
+        let (delta, first_active) = self.read(id, |state| delta(state, from)).await?;
+        let guard = blocking(move || {
+            let mut guard = guard;
+            apply(guard.as_mut().expect("opened"), delta)?;
+            Ok(guard)
+        })
+        .await?;
+        Ok(Current {
+            guard,
+            first_active,
+        })
+    }
+}
+
+/// Runs blocking index work off the async workers.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| StoreError::Index(format!("index task failed: {e}")))?
+}
+
+fn open(agent_dir: &Path) -> Result<AgentIndex> {
+    let dir = agent_dir.join(INDEX_DIR);
+    let opened = Lexical::open(&dir).and_then(|lexical| {
+        let cursor = lexical
+            .payload()?
+            .and_then(|p| serde_json::from_str(&p).ok())
+            .unwrap_or_default();
+        Ok(AgentIndex { lexical, cursor })
+    });
+    match opened {
+        Ok(index) => Ok(index),
+        Err(e) => {
+            // Derived data: start over rather than refuse to search.
+            tracing::warn!(dir = %dir.display(), error = %e, "search index unreadable; rebuilding it");
+            std::fs::remove_dir_all(&dir).map_err(StoreError::io("removing", &dir))?;
+            Ok(AgentIndex {
+                lexical: Lexical::open(&dir).map_err(index_error)?,
+                cursor: Cursor::default(),
+            })
+        }
+    }
+}
+
+pub(crate) fn index_error(e: engram_index::IndexError) -> StoreError {
+    StoreError::Index(e.to_string())
+}
+
+fn delta(state: &crate::agent::AgentState, from: Cursor) -> (Delta, Option<u64>) {
+    let epoch = state.meta.epoch;
+    let archive_len = std::fs::metadata(state.dir.join(RAW_ARCHIVE)).map_or(0, |m| m.len());
+    let same = from.epoch == epoch
+        && from.active <= state.traces.len()
+        && from.episodic <= state.episodic.len()
+        && from.semantic <= state.semantic.len();
+    let (a, e, s) = if same {
+        (from.active, from.episodic, from.semantic)
+    } else {
+        (0, 0, 0)
+    };
+    let first_active = state.traces.first().map(trace_order);
+    let delta = Delta {
+        dir: state.dir.clone(),
+        to: Cursor {
+            epoch,
+            active: state.traces.len(),
+            episodic: state.episodic.len(),
+            semantic: state.semantic.len(),
+            archive: if same { from.archive } else { archive_len },
+        },
+        full: !same,
+        traces: state.traces[a..].to_vec(),
+        episodic: state.episodic[e..].to_vec(),
+        semantic: state.semantic[s..].to_vec(),
+    };
+    (delta, first_active)
+}
+
+fn apply(index: &mut AgentIndex, delta: Delta) -> Result<()> {
+    let from = index.cursor;
+    if delta.to == from && !delta.full {
+        return Ok(());
+    }
+    let lexical = &mut index.lexical;
+    if delta.full {
+        // Traces a compaction archived before the index read them.
+        let path = delta.dir.join(RAW_ARCHIVE);
+        let mut pending = Vec::new();
+        read_archive(
+            &path,
+            from.archive.min(delta.to.archive),
+            delta.to.archive,
+            |t| {
+                pending.push(t);
+                if pending.len() == BATCH {
+                    upsert_missing(lexical, std::mem::take(&mut pending))?;
+                }
+                Ok(())
+            },
+        )?;
+        upsert_missing(lexical, pending)?;
+        upsert_missing(lexical, delta.traces)?;
+    } else {
+        let items: Vec<Item> = delta.traces.iter().map(trace_item).collect();
+        lexical.upsert(&items).map_err(index_error)?;
+    }
+    let memories: Vec<Item> = delta.episodic.iter().map(episodic_item).collect();
+    lexical.upsert(&memories).map_err(index_error)?;
+    let (live, gone): (Vec<_>, Vec<_>) = delta.semantic.iter().partition(|f| f.is_live());
+    let facts: Vec<Item> = live.into_iter().map(semantic_item).collect();
+    lexical.upsert(&facts).map_err(index_error)?;
+    let gone: Vec<&str> = gone.iter().map(|f| f.id.as_str()).collect();
+    lexical.remove(&gone).map_err(index_error)?;
+    let payload = serde_json::to_string(&delta.to).expect("a cursor serializes");
+    lexical.commit(&payload).map_err(index_error)?;
+    index.cursor = delta.to;
+    Ok(())
+}
+
+/// Indexes the traces the index does not hold yet (a trace is immutable
+/// once written, so one that is there is current).
+fn upsert_missing(lexical: &mut Lexical, traces: Vec<RawTrace>) -> Result<()> {
+    let mut items = Vec::new();
+    for t in &traces {
+        if !lexical.contains(&t.id).map_err(index_error)? {
+            items.push(trace_item(t));
+        }
+    }
+    lexical.upsert(&items).map_err(index_error)
+}
+
+/// Calls `f` on each whole archived trace in bytes `from..to`.
+fn read_archive(
+    path: &Path,
+    from: u64,
+    to: u64,
+    mut f: impl FnMut(RawTrace) -> Result<()>,
+) -> Result<()> {
+    if from >= to {
+        return Ok(());
+    }
+    let mut file = std::fs::File::open(path).map_err(StoreError::io("opening", path))?;
+    file.seek(SeekFrom::Start(from))
+        .map_err(StoreError::io("seeking in", path))?;
+    let mut reader = BufReader::new(file).take(to - from);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = reader
+            .read_until(b'\n', &mut line)
+            .map_err(StoreError::io("reading", path))?;
+        if n == 0 || line.last() != Some(&b'\n') {
+            return Ok(());
+        }
+        match RawTrace::from_line(&line) {
+            Ok(t) => f(t)?,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "unreadable archived trace skipped by the index")
+            }
+        }
+    }
+}
+
+use std::io::Read as _;
+
+/// The conversation order of a trace: its turn, then its seq.
+pub(crate) fn trace_order(t: &RawTrace) -> u64 {
+    engram_index::order(turn_number(&t.turn_id).unwrap_or(0), t.seq)
+}
+
+pub(crate) fn trace_type_code(t: TraceType) -> u8 {
+    match t {
+        TraceType::User => 1,
+        TraceType::Assistant => 2,
+        TraceType::ToolCall => 3,
+        TraceType::ToolResult => 4,
+    }
+}
+
+/// The words of a trace: what was said, and for tools their name,
+/// arguments, result and error.
+fn trace_text(t: &RawTrace) -> String {
+    let mut text = t.content.clone();
+    let mut add = |s: &str| {
+        if !s.is_empty() {
+            text.push('\n');
+            text.push_str(s);
+        }
+    };
+    add(t.tool_name.as_deref().unwrap_or_default());
+    if let Some(args) = &t.tool_args {
+        add(&Value::Object(args.clone()).to_string());
+    }
+    if let Some(result) = &t.tool_result {
+        match result {
+            Value::String(s) => add(s),
+            other => add(&other.to_string()),
+        }
+    }
+    add(t.tool_error.as_deref().unwrap_or_default());
+    capped(text)
+}
+
+fn capped(mut text: String) -> String {
+    if text.len() > MAX_INDEXED_CHARS {
+        let mut end = MAX_INDEXED_CHARS;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
+}
+
+fn trace_item(t: &RawTrace) -> Item {
+    let body = t.to_line();
+    Item {
+        key: t.id.clone(),
+        kind: Kind::Trace,
+        trace_type: trace_type_code(t.trace_type),
+        order: trace_order(t),
+        ts: t.ts,
+        text: trace_text(t),
+        name: t.name.clone(),
+        body: String::from_utf8(body).expect("JSON is UTF-8"),
+    }
+}
+
+fn first_turn(turn_ids: &[String]) -> u64 {
+    let turn = turn_ids
+        .iter()
+        .filter_map(|t| turn_number(t))
+        .min()
+        .unwrap_or(0);
+    engram_index::order(turn, 0)
+}
+
+fn episodic_item(e: &EpisodicItem) -> Item {
+    Item {
+        key: e.id.clone(),
+        kind: Kind::Episodic,
+        trace_type: 0,
+        order: first_turn(&e.turn_ids),
+        ts: e.ts,
+        text: capped(e.summary.clone()),
+        name: None,
+        body: serde_json::to_string(e).expect("a summary serializes"),
+    }
+}
+
+fn semantic_item(f: &SemanticItem) -> Item {
+    Item {
+        key: f.id.clone(),
+        kind: Kind::Semantic,
+        trace_type: 0,
+        order: 0,
+        ts: f.ts,
+        text: capped(f.fact.clone()),
+        name: None,
+        body: serde_json::to_string(f).expect("a fact serializes"),
+    }
+}
