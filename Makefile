@@ -63,6 +63,11 @@ bench: ## Benchmarks: durable Ingest, PrepareRequest latency (see docs/BENCHMARK
 	$(CARGO) run --release --locked -p engram-bench -- prepare --data-dir ./bench-data
 	$(CARGO) run --release --locked -p engram-bench -- compact --data-dir ./bench-data
 
+.PHONY: recall
+recall: ## Evidence recall on LoCoMo through the real engramd (LOCOMO=dir of conv-*.json, default ../shared/eval/locomo-dev)
+	$(CARGO) build --release --locked -p engram-server --bin engramd
+	$(CARGO) run --release --locked -p engram-bench -- recall --data $(or $(LOCOMO),../shared/eval/locomo-dev)
+
 .PHONY: chaos
 chaos: ## kill -9 cycles under writers and compactions, and a seeded gRPC fuzz, against the release engramd (CYCLES, CASES, SEED)
 	$(CARGO) build --release --locked -p engram-server --bin engramd -p engram-chaos --bin engram-chaos

@@ -217,6 +217,9 @@ fn apply(index: &mut AgentIndex, delta: Delta) -> Result<()> {
     lexical.remove(&gone).map_err(index_error)?;
     let payload = serde_json::to_string(&delta.to).expect("a cursor serializes");
     lexical.commit(&payload).map_err(index_error)?;
+    // A writer holds threads and a memory arena; agents are many and
+    // their writes come in bursts, so it is opened per catch-up.
+    lexical.release_writer();
     index.cursor = delta.to;
     Ok(())
 }
