@@ -124,6 +124,8 @@ fn index_conv(conv: &Conversation, params: &Params, score: &mut Score) -> Result
             .iter()
             .map(|h| Ok(h.body(&lex)?.unwrap_or_default()))
             .collect::<Result<Vec<String>>>()?;
+        // RECALL_MISSES=1 prints each miss with its evidence and the top
+        // hits: where ranking experiments start.
         if std::env::var_os("RECALL_MISSES").is_some()
             && !q
                 .evidence
