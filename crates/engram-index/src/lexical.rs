@@ -67,7 +67,6 @@ pub type Placed = (u64, f64);
 /// A document that matched, before its body is read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidate {
-    pub key: String,
     pub kind: Kind,
     pub order: u64,
     pub ts: f64,
@@ -273,15 +272,10 @@ impl Lexical {
         for (score, address) in top {
             let segment = searcher.segment_reader(address.segment_ord);
             let fast = segment.fast_fields();
+            // Fast fields only: the stored document (its whole body) is
+            // read for the few that make the page, not for every candidate.
             let kind = fast.u64("kind")?.first(address.doc_id).unwrap_or_default();
-            let doc: TantivyDocument = searcher.doc(address)?;
-            let key = doc
-                .get_first(f.key)
-                .and_then(|v| v.as_str())
-                .unwrap_or_default()
-                .to_owned();
             out.push(Candidate {
-                key,
                 kind: Kind::from_u64(kind),
                 order: fast.u64("order")?.first(address.doc_id).unwrap_or_default(),
                 ts: fast.f64("ts")?.first(address.doc_id).unwrap_or_default(),
@@ -410,13 +404,19 @@ mod tests {
         }
     }
 
+    /// The keys of the matches, read back from their bodies.
     fn keys(index: &mut Lexical, query: &str, filter: &Filter) -> Vec<String> {
         let terms = index.query_terms(query, 64);
         index
             .search(&terms, filter, 10)
             .unwrap()
-            .into_iter()
-            .map(|c| c.key)
+            .iter()
+            .map(|c| {
+                let body = index.body(c).unwrap();
+                body.trim_start_matches("{\"id\":\"")
+                    .trim_end_matches("\"}")
+                    .to_owned()
+            })
             .collect()
     }
 

@@ -18,8 +18,6 @@ pub mod time;
 pub use lexical::{Candidate, Lexical};
 pub use rank::{Params, Ranked, rank};
 
-use serde::{Deserialize, Serialize};
-
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
     #[error("search index: {0}")]
@@ -33,7 +31,7 @@ pub enum IndexError {
 pub type Result<T> = std::result::Result<T, IndexError>;
 
 /// What an item is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Kind {
     Trace = 0,
@@ -75,11 +73,6 @@ pub struct Item {
 /// The conversation order of the `seq`th trace of turn `turn`.
 pub fn order(turn: u32, seq: u32) -> u64 {
     (u64::from(turn) << 32) | u64::from(seq)
-}
-
-/// The turn an [`order`] belongs to.
-pub fn turn_of(order: u64) -> u32 {
-    u32::try_from(order >> 32).unwrap_or(u32::MAX)
 }
 
 /// Which items a search may return; empty parts do not filter.

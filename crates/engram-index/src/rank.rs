@@ -43,7 +43,6 @@ impl Default for Params {
 /// One ranked item.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ranked {
-    pub key: Option<String>,
     pub kind: Kind,
     pub order: u64,
     pub ts: f64,
@@ -91,7 +90,6 @@ fn with_context(
             trace_at.insert(c.order, ranked.len());
         }
         ranked.push(Ranked {
-            key: Some(c.key.clone()),
             kind: c.kind,
             order: c.order,
             ts: c.ts,
@@ -130,7 +128,6 @@ fn with_context(
             None if may_add && in_range(filter, order, ts) => {
                 trace_at.insert(order, ranked.len());
                 ranked.push(Ranked {
-                    key: None,
                     kind: Kind::Trace,
                     order,
                     ts,

@@ -1,6 +1,7 @@
 //! SearchHistory's request and matches between the wire and the store.
 
 use engram_core::CoreError;
+use engram_core::turns::turn_number;
 use engram_proto::pb;
 use engram_store::{Hit, MatchedBy, Search, SearchMode};
 
@@ -44,7 +45,7 @@ pub fn search_from_pb(req: &pb::SearchHistoryRequest) -> Result<Search, CoreErro
         query: req.query.clone(),
         mode,
         trace_types,
-        turns: engram_store::turn_range(&req.from_turn_id, &req.to_turn_id)?,
+        turns: turn_range(&req.from_turn_id, &req.to_turn_id)?,
         ts,
         context: req.context_messages as usize,
         limit: match req.limit {
@@ -70,4 +71,27 @@ pub fn hit_into_pb(h: Hit) -> pb::SearchMatch {
         context_before: h.before.into_iter().map(trace_into_pb).collect(),
         context_after: h.after.into_iter().map(trace_into_pb).collect(),
     }
+}
+
+/// The turn numbers of a "turn_0003"-style range; empty ends are open.
+fn turn_range(from: &str, to: &str) -> std::result::Result<Option<(u32, u32)>, CoreError> {
+    let end = |field: &str, v: &str, open: u32| -> std::result::Result<u32, CoreError> {
+        if v.is_empty() {
+            return Ok(open);
+        }
+        turn_number(v).ok_or_else(|| {
+            CoreError::Invalid(format!("{field} {v:?} is not a turn id like turn_0001"))
+        })
+    };
+    if from.is_empty() && to.is_empty() {
+        return Ok(None);
+    }
+    let lo = end("from_turn_id", from, 0)?;
+    let hi = end("to_turn_id", to, u32::MAX)?;
+    if lo > hi {
+        return Err(CoreError::Invalid(format!(
+            "from_turn_id {from} is after to_turn_id {to}"
+        )));
+    }
+    Ok(Some((lo, hi)))
 }

@@ -6,15 +6,15 @@
 //! summaries and facts of that epoch, how many bytes of the archive), so
 //! after a crash between a write and its indexing it reads on from there.
 //! A search catches the index up first, so everything acknowledged is
-//! searchable; the background indexer only keeps that step short. Fork
-//! does not copy the directory (dot-prefixed): the copy indexes itself.
-//! Delete the directory at any time to have it rebuilt.
+//! searchable. Fork does not copy the directory (dot-prefixed): the copy
+//! indexes itself. Delete the directory at any time to have it rebuilt.
 
-use std::io::{BufRead, BufReader, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::path::Path;
 use std::sync::Arc;
 
 use engram_core::memory::{EpisodicItem, SemanticItem};
+use engram_core::transcript::result_text;
 use engram_core::turns::turn_number;
 use engram_core::{AgentId, RawTrace, TraceType};
 use engram_index::{Item, Kind, Lexical};
@@ -26,13 +26,13 @@ use crate::agent::RAW_ARCHIVE;
 use crate::{FileStore, Result, StoreError};
 
 /// The index directory inside an agent's directory.
-pub const INDEX_DIR: &str = ".index";
+const INDEX_DIR: &str = ".index";
 
 /// Text of one item that is indexed; the rest of a huge tool result adds
 /// little to ranking and much to the index.
 const MAX_INDEXED_CHARS: usize = 32 * 1024;
 
-/// Items per commit when catching up a large archive.
+/// Archived traces held at once when catching up a large archive.
 const BATCH: usize = 4096;
 
 /// How far the index has read the agent's files.
@@ -66,7 +66,6 @@ pub(crate) type IndexSlot = Arc<AsyncMutex<Option<AgentIndex>>>;
 
 /// What changed in an agent since a cursor, read under its lock.
 struct Delta {
-    dir: PathBuf,
     to: Cursor,
     /// The cursor's epoch is gone: every active trace is re-checked and
     /// the archive read on from the cursor.
@@ -100,13 +99,20 @@ impl FileStore {
             *guard = Some(opened);
         }
         let from = guard.as_ref().expect("opened").cursor;
-        let (delta, first_active) = self.read(id, |state| delta(state, from)).await?;
-        let guard = blocking(move || {
-            let mut guard = guard;
-            apply(guard.as_mut().expect("opened"), delta)?;
-            Ok(guard)
-        })
-        .await?;
+        let (delta, first_active) = self
+            .read(id, |state| {
+                (delta(state, from), state.traces.first().map(trace_order))
+            })
+            .await?;
+        if let Some(delta) = delta {
+            let dir = self.agent_dir(id);
+            guard = blocking(move || {
+                let mut guard = guard;
+                apply(guard.as_mut().expect("opened"), &dir, delta)?;
+                Ok(guard)
+            })
+            .await?;
+        }
         Ok(Current {
             guard,
             first_active,
@@ -150,45 +156,42 @@ pub(crate) fn index_error(e: engram_index::IndexError) -> StoreError {
     StoreError::Index(e.to_string())
 }
 
-fn delta(state: &crate::agent::AgentState, from: Cursor) -> (Delta, Option<u64>) {
-    let epoch = state.meta.epoch;
-    let archive_len = std::fs::metadata(state.dir.join(RAW_ARCHIVE)).map_or(0, |m| m.len());
-    let same = from.epoch == epoch
+/// What the agent holds beyond `from`; `None` when the index has it all.
+fn delta(state: &crate::agent::AgentState, from: Cursor) -> Option<Delta> {
+    let same = from.epoch == state.meta.epoch
         && from.active <= state.traces.len()
         && from.episodic <= state.episodic.len()
         && from.semantic <= state.semantic.len();
-    let (a, e, s) = if same {
-        (from.active, from.episodic, from.semantic)
+    // Within an epoch the files only grow and the archive stays as it is;
+    // a new epoch (a compaction) may have archived what was not read.
+    let (a, e, s, archive) = if same {
+        (from.active, from.episodic, from.semantic, from.archive)
     } else {
-        (0, 0, 0)
+        let len = std::fs::metadata(state.dir.join(RAW_ARCHIVE)).map_or(0, |m| m.len());
+        (0, 0, 0, len)
     };
-    let first_active = state.traces.first().map(trace_order);
-    let delta = Delta {
-        dir: state.dir.clone(),
-        to: Cursor {
-            epoch,
-            active: state.traces.len(),
-            episodic: state.episodic.len(),
-            semantic: state.semantic.len(),
-            archive: if same { from.archive } else { archive_len },
-        },
+    let to = Cursor {
+        epoch: state.meta.epoch,
+        active: state.traces.len(),
+        episodic: state.episodic.len(),
+        semantic: state.semantic.len(),
+        archive,
+    };
+    (!same || to != from).then(|| Delta {
+        to,
         full: !same,
         traces: state.traces[a..].to_vec(),
         episodic: state.episodic[e..].to_vec(),
         semantic: state.semantic[s..].to_vec(),
-    };
-    (delta, first_active)
+    })
 }
 
-fn apply(index: &mut AgentIndex, delta: Delta) -> Result<()> {
+fn apply(index: &mut AgentIndex, agent_dir: &Path, delta: Delta) -> Result<()> {
     let from = index.cursor;
-    if delta.to == from && !delta.full {
-        return Ok(());
-    }
     let lexical = &mut index.lexical;
     if delta.full {
         // Traces a compaction archived before the index read them.
-        let path = delta.dir.join(RAW_ARCHIVE);
+        let path = agent_dir.join(RAW_ARCHIVE);
         let mut pending = Vec::new();
         read_archive(
             &path,
@@ -268,8 +271,6 @@ fn read_archive(
     }
 }
 
-use std::io::Read as _;
-
 /// The conversation order of a trace: its turn, then its seq.
 pub(crate) fn trace_order(t: &RawTrace) -> u64 {
     engram_index::order(turn_number(&t.turn_id).unwrap_or(0), t.seq)
@@ -284,10 +285,10 @@ pub(crate) fn trace_type_code(t: TraceType) -> u8 {
     }
 }
 
-/// The words of a trace: what was said, and for tools their name,
-/// arguments, result and error.
+/// The words of a trace: what was said (a tool's result and error, as the
+/// transcript shows them), and for tools their name and arguments.
 fn trace_text(t: &RawTrace) -> String {
-    let mut text = t.content.clone();
+    let mut text = result_text(t);
     let mut add = |s: &str| {
         if !s.is_empty() {
             text.push('\n');
@@ -298,13 +299,6 @@ fn trace_text(t: &RawTrace) -> String {
     if let Some(args) = &t.tool_args {
         add(&Value::Object(args.clone()).to_string());
     }
-    if let Some(result) = &t.tool_result {
-        match result {
-            Value::String(s) => add(s),
-            other => add(&other.to_string()),
-        }
-    }
-    add(t.tool_error.as_deref().unwrap_or_default());
     capped(text)
 }
 

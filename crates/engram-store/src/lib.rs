@@ -64,8 +64,6 @@ pub use api::{
 };
 pub use durable::FsyncPolicy;
 pub use error::{Result, StoreError};
-pub use index::INDEX_DIR;
-pub use ranked::{MAX_CONTEXT, MAX_RANKED, turn_range};
 
 /// File store settings (the `[store]` and `[limits]` config sections).
 #[derive(Debug, Clone)]

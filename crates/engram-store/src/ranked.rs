@@ -1,8 +1,8 @@
 //! SearchHistory's ranked mode: the agent's index, caught up with every
 //! acknowledged write, ranks its traces for the query.
 
-use engram_core::turns::turn_number;
 use engram_core::{AgentId, CoreError, RawTrace};
+use engram_index::lexical::Placed;
 use engram_index::{Filter, Kind, Params};
 
 use crate::index::{blocking, index_error, trace_type_code};
@@ -10,10 +10,10 @@ use crate::{FileStore, Hit, IndexState, MatchedBy, Result, Search, SearchPage, S
 
 /// How deep ranked pages go: further than anyone reads, and a bound on the
 /// work of one request.
-pub const MAX_RANKED: usize = 1000;
+const MAX_RANKED: usize = 1000;
 
 /// Neighbours returned on each side of a match, at most.
-pub const MAX_CONTEXT: usize = 10;
+const MAX_CONTEXT: usize = 10;
 
 fn offset(token: Option<&str>) -> std::result::Result<usize, CoreError> {
     let Some(token) = token else { return Ok(0) };
@@ -63,12 +63,15 @@ impl FileStore {
                     .map_err(index_error)?;
             let more = ranked.len() > end;
             let context = search.context.min(MAX_CONTEXT);
-            let trace_at = |order: u64| -> Result<Option<RawTrace>> {
-                lexical
-                    .body_at(order)
-                    .map_err(index_error)?
-                    .map(|b| parse(&b))
-                    .transpose()
+            // Neighbours come nearest first; a hit shows them in order.
+            let traces_at = |placed: Vec<Placed>| -> Result<Vec<RawTrace>> {
+                let mut out = Vec::with_capacity(placed.len());
+                for (order, _) in placed {
+                    if let Some(body) = lexical.body_at(order).map_err(index_error)? {
+                        out.push(parse(&body)?);
+                    }
+                }
+                Ok(out)
             };
             let mut hits = Vec::new();
             for r in ranked.iter().take(end).skip(from) {
@@ -76,15 +79,9 @@ impl FileStore {
                     continue;
                 };
                 let (before, after) = lexical.neighbours(r.order, context);
-                let mut before = before
-                    .into_iter()
-                    .filter_map(|(o, _)| trace_at(o).transpose())
-                    .collect::<Result<Vec<_>>>()?;
+                let mut before = traces_at(before)?;
                 before.reverse();
-                let after = after
-                    .into_iter()
-                    .filter_map(|(o, _)| trace_at(o).transpose())
-                    .collect::<Result<Vec<_>>>()?;
+                let after = traces_at(after)?;
                 hits.push(Hit {
                     trace: parse(&body)?,
                     archived: first_active.is_none_or(|first| r.order < first),
@@ -113,27 +110,4 @@ impl FileStore {
 fn parse(body: &str) -> Result<RawTrace> {
     RawTrace::from_line(body.as_bytes())
         .map_err(|e| StoreError::Index(format!("search index holds an unreadable trace: {e}")))
-}
-
-/// The turn numbers of a "turn_0003"-style range; empty ends are open.
-pub fn turn_range(from: &str, to: &str) -> std::result::Result<Option<(u32, u32)>, CoreError> {
-    let end = |field: &str, v: &str, open: u32| -> std::result::Result<u32, CoreError> {
-        if v.is_empty() {
-            return Ok(open);
-        }
-        turn_number(v).ok_or_else(|| {
-            CoreError::Invalid(format!("{field} {v:?} is not a turn id like turn_0001"))
-        })
-    };
-    if from.is_empty() && to.is_empty() {
-        return Ok(None);
-    }
-    let lo = end("from_turn_id", from, 0)?;
-    let hi = end("to_turn_id", to, u32::MAX)?;
-    if lo > hi {
-        return Err(CoreError::Invalid(format!(
-            "from_turn_id {from} is after to_turn_id {to}"
-        )));
-    }
-    Ok(Some((lo, hi)))
 }

@@ -20,6 +20,8 @@ use crate::{FileStore, Hit, Result, Search, SearchMode, SearchPage, StoreError};
 
 const BLOCK: usize = 64 * 1024;
 
+const EMPTY_QUERY: &str = "query is empty; give one or more keywords";
+
 /// Where a search page starts (a page token, encoded).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Cursor {
@@ -63,9 +65,7 @@ impl Query {
             .map(str::to_lowercase)
             .collect();
         if terms.is_empty() {
-            return Err(CoreError::Invalid(
-                "query is empty; give one or more keywords".into(),
-            ));
+            return Err(CoreError::Invalid(EMPTY_QUERY.into()));
         }
         Ok(Self {
             terms,
@@ -106,26 +106,22 @@ impl Query {
 impl FileStore {
     /// One page of SearchHistory, in the request's mode.
     pub(crate) async fn search(&self, id: &AgentId, search: &Search) -> Result<SearchPage> {
-        let query = Query::parse(search)?;
         match search.mode {
-            SearchMode::Ranked => self.ranked_search(id, search).await,
-            SearchMode::AllWords => {
-                self.all_words(id, &query, search.limit, search.page_token.as_deref())
-                    .await
+            SearchMode::Ranked if search.query.trim().is_empty() => {
+                Err(CoreError::Invalid(EMPTY_QUERY.into()).into())
             }
+            SearchMode::Ranked => self.ranked_search(id, search).await,
+            SearchMode::AllWords => self.all_words(id, search).await,
         }
     }
 
     /// Up to `limit` hits from the page `page_token` names on, newest
     /// first, and the token of the next page if there may be more.
-    async fn all_words(
-        &self,
-        id: &AgentId,
-        query: &Query,
-        limit: usize,
-        page_token: Option<&str>,
-    ) -> Result<SearchPage> {
-        let cursor = page_token
+    async fn all_words(&self, id: &AgentId, search: &Search) -> Result<SearchPage> {
+        let query = Query::parse(search)?;
+        let cursor = search
+            .page_token
+            .as_deref()
             .map(|t| {
                 Cursor::from_token(t).ok_or_else(|| {
                     CoreError::Invalid(
@@ -135,7 +131,7 @@ impl FileStore {
                 })
             })
             .transpose()?;
-        let (hits, next) = self.search_from(id, query, limit, cursor).await?;
+        let (hits, next) = self.search_from(id, &query, search.limit, cursor).await?;
         Ok(SearchPage {
             hits,
             next_page_token: next.map(Cursor::to_token),
