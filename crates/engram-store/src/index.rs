@@ -48,7 +48,8 @@ pub(crate) struct Cursor {
 /// An agent's open index and how far it has read.
 pub(crate) struct AgentIndex {
     pub lexical: Lexical,
-    cursor: Cursor,
+    /// `None` until a commit says how far it read: read everything.
+    cursor: Option<Cursor>,
 }
 
 impl std::fmt::Debug for AgentIndex {
@@ -134,8 +135,7 @@ fn open(agent_dir: &Path) -> Result<AgentIndex> {
     let opened = Lexical::open(&dir).and_then(|lexical| {
         let cursor = lexical
             .payload()?
-            .and_then(|p| serde_json::from_str(&p).ok())
-            .unwrap_or_default();
+            .and_then(|p| serde_json::from_str(&p).ok());
         Ok(AgentIndex { lexical, cursor })
     });
     match opened {
@@ -146,7 +146,7 @@ fn open(agent_dir: &Path) -> Result<AgentIndex> {
             std::fs::remove_dir_all(&dir).map_err(StoreError::io("removing", &dir))?;
             Ok(AgentIndex {
                 lexical: Lexical::open(&dir).map_err(index_error)?,
-                cursor: Cursor::default(),
+                cursor: None,
             })
         }
     }
@@ -157,11 +157,14 @@ pub(crate) fn index_error(e: engram_index::IndexError) -> StoreError {
 }
 
 /// What the agent holds beyond `from`; `None` when the index has it all.
-fn delta(state: &crate::agent::AgentState, from: Cursor) -> Option<Delta> {
-    let same = from.epoch == state.meta.epoch
-        && from.active <= state.traces.len()
-        && from.episodic <= state.episodic.len()
-        && from.semantic <= state.semantic.len();
+fn delta(state: &crate::agent::AgentState, from: Option<Cursor>) -> Option<Delta> {
+    let same = from.is_some_and(|from| {
+        from.epoch == state.meta.epoch
+            && from.active <= state.traces.len()
+            && from.episodic <= state.episodic.len()
+            && from.semantic <= state.semantic.len()
+    });
+    let from = from.unwrap_or_default();
     // Within an epoch the files only grow and the archive stays as it is;
     // a new epoch (a compaction) may have archived what was not read.
     let (a, e, s, archive) = if same {
@@ -187,7 +190,7 @@ fn delta(state: &crate::agent::AgentState, from: Cursor) -> Option<Delta> {
 }
 
 fn apply(index: &mut AgentIndex, agent_dir: &Path, delta: Delta) -> Result<()> {
-    let from = index.cursor;
+    let from = index.cursor.unwrap_or_default();
     let lexical = &mut index.lexical;
     if delta.full {
         // Traces a compaction archived before the index read them.
@@ -223,7 +226,7 @@ fn apply(index: &mut AgentIndex, agent_dir: &Path, delta: Delta) -> Result<()> {
     // A writer holds threads and a memory arena; agents are many and
     // their writes come in bursts, so it is opened per catch-up.
     lexical.release_writer();
-    index.cursor = delta.to;
+    index.cursor = Some(delta.to);
     Ok(())
 }
 

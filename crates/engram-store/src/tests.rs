@@ -335,6 +335,7 @@ async fn relaxed_policies_store_the_same_lines_without_the_log() {
 
 mod compaction;
 mod conformance;
+mod index;
 mod registry;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
