@@ -109,20 +109,22 @@ fn write_lines(path: &Path, traces: &[RawTrace]) -> anyhow::Result<()> {
 }
 
 /// Writes an agent's files directly (as a long-lived agent would have them).
-fn make_agent(dir: &Path, messages: usize, archive: usize) -> anyhow::Result<()> {
+pub(crate) fn make_agent(dir: &Path, messages: usize, archive: usize) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let active = engram_core::turns::assign_all(conversation(messages));
-    write_lines(&dir.join("raw_traces.jsonl"), &active)?;
+    // One conversation, its oldest whole turns archived: ids and turns
+    // run on from the archive into the active file, as after a compaction.
+    let archive = archive - archive % 4;
+    let all = engram_core::turns::assign_all(conversation(archive + messages));
+    let (old, active) = all.split_at(archive);
+    write_lines(&dir.join("raw_traces.jsonl"), active)?;
+    // An archive exists only after a compaction, which starts epoch 1.
+    let epoch = u32::from(archive > 0);
     std::fs::write(
         dir.join("state.json"),
-        r#"{"system_prompt":"You are a research assistant."}"#,
+        format!(r#"{{"system_prompt":"You are a research assistant.","epoch":{epoch}}}"#),
     )?;
     if archive > 0 {
-        let old = engram_core::turns::assign_all(conversation(archive));
-        write_lines(
-            &dir.join("raw_traces_archive.jsonl"),
-            &old[..archive.min(old.len())],
-        )?;
+        write_lines(&dir.join("raw_traces_archive.jsonl"), old)?;
     }
     Ok(())
 }

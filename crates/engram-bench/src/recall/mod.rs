@@ -3,6 +3,7 @@
 
 mod baseline;
 mod grpc;
+mod latency;
 pub mod locomo;
 
 use std::path::PathBuf;
@@ -24,6 +25,12 @@ pub struct Args {
     /// Scratch directory for the server's data (emptied first).
     #[arg(long, default_value = "./bench-data/recall")]
     pub data_dir: PathBuf,
+    /// Agent sizes (traces) for the SearchHistory latency part; empty: none.
+    #[arg(long, value_delimiter = ',', default_value = "1000,10000,100000")]
+    pub sizes: Vec<usize>,
+    /// Searches timed per size.
+    #[arg(long, default_value_t = 300)]
+    pub rounds: usize,
     /// Share of a neighbour's score a message gains (ranking experiment).
     #[arg(long)]
     pub neighbour_weight: Option<f32>,
@@ -61,6 +68,12 @@ pub fn run(args: Args) -> Result<()> {
         let rt = tokio::runtime::Runtime::new()?;
         let served = rt.block_on(grpc::search_history(&args.engramd, &args.data_dir, &convs))?;
         print!("{}", served.table("SearchHistory"));
+        if !args.sizes.is_empty() {
+            let data = args.data_dir.join("latency");
+            std::fs::create_dir_all(&data)?;
+            println!("\nSearchHistory latency by agent size\n");
+            rt.block_on(latency::run(&args.engramd, &data, &args.sizes, args.rounds))?;
+        }
     } else {
         eprintln!(
             "{} not found: SearchHistory skipped",

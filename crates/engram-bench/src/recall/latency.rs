@@ -1,0 +1,71 @@
+//! SearchHistory latency by agent size: agents of 1k, 10k and 100k traces
+//! (written as files, the oldest in the archive), the first search (which
+//! builds the index from the files) timed alone, then ranked searches.
+//!
+//! The text is the prepare benchmark's: 25 words in every message, so every
+//! query term matches nearly every trace — the worst case for BM25, whose
+//! cost follows the posting lists it walks.
+
+use std::path::Path;
+use std::time::Instant;
+
+use engram_proto::pb;
+
+use crate::ingest::{histogram, us};
+use crate::prepare::{Server, connect, make_agent};
+
+const QUERIES: [&str; 5] = [
+    "what was the weather forecast for the city?",
+    "tool result latency",
+    "which prompt did the provider cache",
+    "summary of the compaction budget",
+    "when did we talk about the archive window",
+];
+
+/// Traces kept active; the rest of an agent is archived.
+const ACTIVE: usize = 2_000;
+
+pub async fn run(
+    engramd: &Path,
+    data: &Path,
+    sizes: &[usize],
+    rounds: usize,
+) -> anyhow::Result<()> {
+    for &n in sizes {
+        let active = n.min(ACTIVE);
+        make_agent(&data.join(format!("agents/size-{n}")), active, n - active)?;
+    }
+    let server = Server::start(engramd, data)?;
+    let mut client = connect(&server.addr).await?;
+    println!("| traces | first search (indexes the agent) | p50 µs | p99 µs | items |");
+    println!("|---|---|---|---|---|");
+    for &n in sizes {
+        let agent = format!("size-{n}");
+        let ask = |q: &str| pb::SearchHistoryRequest {
+            agent_id: agent.clone(),
+            query: q.into(),
+            limit: 10,
+            ..Default::default()
+        };
+        let start = Instant::now();
+        let first = client.search_history(ask(QUERIES[0])).await?.into_inner();
+        let build = start.elapsed();
+        let mut h = histogram();
+        for i in 0..rounds {
+            let start = Instant::now();
+            client
+                .search_history(ask(QUERIES[i % QUERIES.len()]))
+                .await?;
+            h.record(start.elapsed().as_nanos() as u64)?;
+        }
+        let items = first.index.map_or(0, |i| i.items);
+        println!(
+            "| {n} | {:.2} s ({:.0} traces/s) | {:.0} | {:.0} | {items} |",
+            build.as_secs_f64(),
+            items as f64 / build.as_secs_f64(),
+            us(h.value_at_quantile(0.5)),
+            us(h.value_at_quantile(0.99)),
+        );
+    }
+    Ok(())
+}
