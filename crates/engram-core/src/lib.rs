@@ -8,6 +8,7 @@
 //! - [`turns`]: turn and seq assignment, tool-call pairing, idempotency.
 //! - [`memory`]: episodic and semantic items and their ranking.
 //! - [`bm25`]: relevance of memories to a query.
+//! - [`embed`]: what the search index asks of an embedding model.
 //! - [`compaction`]: when to compact (triggers, tiers, the prompt's size),
 //!   window selection, the commit plan (summary, facts, snapshot), the
 //!   report.
@@ -22,6 +23,7 @@ pub mod agent_id;
 pub mod bm25;
 pub mod budget;
 pub mod compaction;
+pub mod embed;
 pub mod error;
 pub mod memory;
 pub mod render;

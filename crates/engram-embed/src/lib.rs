@@ -1,0 +1,177 @@
+//! Engram's local embedding model: a sentence-transformers BERT checkpoint
+//! (all-MiniLM-L6-v2 by default) run in-process with candle — pure Rust,
+//! nothing downloaded at run time.
+//!
+//! A model directory holds what `sentence-transformers` saves:
+//! `config.json`, `tokenizer.json`, `model.safetensors`, and optionally
+//! `sentence_bert_config.json` (`max_seq_length`) and
+//! `1_Pooling/config.json` (mean pooling is the only pooling supported).
+
+mod bert;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use engram_core::embed::{EmbedError, EmbedFuture, Embedder, normalize};
+use serde::Deserialize;
+use tokenizers::{Tokenizer, TruncationParams};
+
+pub use bert::Config;
+
+/// Why a model directory could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{path}: {message}")]
+    File { path: PathBuf, message: String },
+    #[error("model in {dir}: {message}")]
+    Model { dir: PathBuf, message: String },
+}
+
+/// A loaded model; cheap to clone, safe to share between threads.
+#[derive(Debug, Clone)]
+pub struct LocalModel {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    id: String,
+    tokenizer: Tokenizer,
+    bert: bert::Bert,
+}
+
+#[derive(Deserialize)]
+struct SentenceConfig {
+    max_seq_length: Option<usize>,
+}
+
+#[derive(Deserialize)]
+struct Pooling {
+    #[serde(default)]
+    pooling_mode_mean_tokens: bool,
+}
+
+/// Texts per encoder pass: enough for large matrix products, small enough
+/// that a query waiting behind a batch is not held up for long.
+pub const BATCH: usize = 32;
+
+fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
+    std::fs::read(path).map_err(|e| LoadError::File {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+fn json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, LoadError> {
+    serde_json::from_slice(&read(path)?).map_err(|e| LoadError::File {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+impl LocalModel {
+    /// Loads `dir`. The model id is the directory's name and a checksum of
+    /// the weights, so replaced weights under the same name are a new model.
+    pub fn load(dir: &Path) -> Result<Self, LoadError> {
+        let model_err = |message: String| LoadError::Model {
+            dir: dir.to_owned(),
+            message,
+        };
+        let config: Config = json(&dir.join("config.json"))?;
+        let pooling = dir.join("1_Pooling/config.json");
+        if pooling.exists() && !json::<Pooling>(&pooling)?.pooling_mode_mean_tokens {
+            return Err(model_err("only mean pooling is supported".to_owned()));
+        }
+        let sentence = dir.join("sentence_bert_config.json");
+        let max_len = if sentence.exists() {
+            json::<SentenceConfig>(&sentence)?.max_seq_length
+        } else {
+            None
+        }
+        .unwrap_or(256)
+        .min(config.max_position_embeddings);
+        let weights = read(&dir.join("model.safetensors"))?;
+        let bert = bert::Bert::load(&weights, &config).map_err(|e| model_err(e.to_string()))?;
+        let tokenizer_path = dir.join("tokenizer.json");
+        let mut tokenizer = Tokenizer::from_file(&tokenizer_path).map_err(|e| LoadError::File {
+            path: tokenizer_path.clone(),
+            message: e.to_string(),
+        })?;
+        tokenizer.with_padding(None);
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: max_len,
+                ..Default::default()
+            }))
+            .map_err(|e| model_err(e.to_string()))?;
+        if tokenizer.get_vocab_size(true) > bert.vocab() {
+            return Err(model_err(format!(
+                "the tokenizer knows {} tokens, the weights {}",
+                tokenizer.get_vocab_size(true),
+                bert.vocab()
+            )));
+        }
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".to_owned());
+        let id = format!("{name}#{:08x}", crc32fast::hash(&weights));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                id,
+                tokenizer,
+                bert,
+            }),
+        })
+    }
+
+    /// Embeds `texts` on the calling thread (CPU-heavy: call it from a
+    /// blocking thread). Texts are encoded [`BATCH`] at a time, grouped by
+    /// length so that a batch's attention blocks are alike.
+    pub fn embed_blocking(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let inner = &self.inner;
+        let mut ids = Vec::with_capacity(texts.len());
+        for text in texts {
+            let encoding = inner
+                .tokenizer
+                .encode(text.as_str(), true)
+                .map_err(|e| EmbedError::BadAnswer(format!("tokenizer: {e}")))?;
+            ids.push(encoding.get_ids().to_vec());
+        }
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        order.sort_by_key(|&i| ids[i].len());
+        let mut out = vec![Vec::new(); texts.len()];
+        for chunk in order.chunks(BATCH) {
+            let batch: Vec<Vec<u32>> = chunk.iter().map(|&i| std::mem::take(&mut ids[i])).collect();
+            let pooled = inner
+                .bert
+                .mean_pooled(&batch)
+                .map_err(|e| EmbedError::BadAnswer(format!("encoder: {e}")))?;
+            for (&i, mut v) in chunk.iter().zip(pooled) {
+                normalize(&mut v);
+                out[i] = v;
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Embedder for LocalModel {
+    fn model(&self) -> &str {
+        &self.inner.id
+    }
+
+    fn dim(&self) -> usize {
+        self.inner.bert.hidden()
+    }
+
+    fn embed<'a>(&'a self, texts: &'a [String]) -> EmbedFuture<'a> {
+        let model = self.clone();
+        let texts = texts.to_vec();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || model.embed_blocking(&texts))
+                .await
+                .map_err(|e| EmbedError::Unavailable(format!("embedding task: {e}")))?
+        })
+    }
+}
