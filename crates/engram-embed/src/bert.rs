@@ -150,7 +150,7 @@ impl Bert {
         }
         let hidden = config.hidden_size;
         let heads = config.num_attention_heads;
-        if heads == 0 || hidden % heads != 0 {
+        if heads == 0 || !hidden.is_multiple_of(heads) {
             return Err(bad(format!(
                 "{hidden} hidden units do not split into {heads} heads"
             )));
@@ -306,7 +306,7 @@ pub(crate) fn erf(x: f32) -> f32 {
         -2.101_024e-6,
         -5.692_506_4e-5,
         -7.349_906_3e-4,
-        -2.954_600e-3,
+        -2.9546e-3,
         -1.609_603_3e-2,
     ] {
         p = p * x2 + a;
