@@ -49,12 +49,14 @@ fn schema() -> (Schema, Fields) {
             .set_index_option(IndexRecordOption::WithFreqs),
     );
     let fields = Fields {
-        key: b.add_text_field("key", STRING | STORED),
+        key: b.add_text_field("key", STRING | STORED | FAST),
         kind: b.add_u64_field("kind", INDEXED | FAST | STORED),
-        trace_type: b.add_u64_field("trace_type", INDEXED | FAST),
+        trace_type: b.add_u64_field("trace_type", INDEXED | FAST | STORED),
         order: b.add_u64_field("order", INDEXED | FAST | STORED),
         ts: b.add_f64_field("ts", INDEXED | FAST | STORED),
-        text: b.add_text_field("text", text.clone()),
+        // Stored: what the embedding model reads when vectors are built
+        // for documents already here (a new model, a lost vectors file).
+        text: b.add_text_field("text", text.clone() | STORED),
         when: b.add_text_field("when", text),
         body: b.add_text_field("body", STORED),
     };
@@ -67,6 +69,7 @@ pub type Placed = (u64, f64);
 /// A document that matched, before its body is read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidate {
+    pub key: String,
     pub kind: Kind,
     pub order: u64,
     pub ts: f64,
@@ -167,10 +170,7 @@ impl Lexical {
             // The speaker's name as a transcript shows it ("Caroline: I
             // went…"): measured better than a field of its own, where a
             // name that half the messages carry scores next to nothing.
-            match &item.name {
-                Some(name) => doc.add_text(f.text, format!("{name}: {}", item.text)),
-                None => doc.add_text(f.text, &item.text),
-            }
+            doc.add_text(f.text, item.full_text());
             doc.add_text(f.when, crate::time::words(item.ts));
             doc.add_text(f.body, &item.body);
             writer.add_document(doc)?;
@@ -275,7 +275,14 @@ impl Lexical {
             // Fast fields only: the stored document (its whole body) is
             // read for the few that make the page, not for every candidate.
             let kind = fast.u64("kind")?.first(address.doc_id).unwrap_or_default();
+            let mut key = String::new();
+            if let Some(keys) = fast.str("key")? {
+                for ord in keys.term_ords(address.doc_id) {
+                    keys.ord_to_str(ord, &mut key)?;
+                }
+            }
             out.push(Candidate {
+                key,
                 kind: Kind::from_u64(kind),
                 order: fast.u64("order")?.first(address.doc_id).unwrap_or_default(),
                 ts: fast.f64("ts")?.first(address.doc_id).unwrap_or_default(),
@@ -351,6 +358,59 @@ impl Lexical {
             .get_first(self.fields.body)
             .and_then(|v| v.as_str())
             .map(str::to_owned))
+    }
+
+    /// The body of the item of this key.
+    pub fn body_of(&self, key: &str) -> Result<Option<String>> {
+        let searcher = self.reader.searcher();
+        let q = TermQuery::new(
+            Term::from_field_text(self.fields.key, key),
+            IndexRecordOption::Basic,
+        );
+        let Some((_, address)) = searcher.search(&q, &TopDocs::with_limit(1))?.pop() else {
+            return Ok(None);
+        };
+        let doc: TantivyDocument = searcher.doc(address)?;
+        Ok(doc
+            .get_first(self.fields.body)
+            .and_then(|v| v.as_str())
+            .map(str::to_owned))
+    }
+
+    /// Every committed item `skip` does not name, without its body: what
+    /// an embedding model is given when vectors are (re)built.
+    pub fn items_except(&self, skip: impl Fn(&str) -> bool) -> Result<Vec<Item>> {
+        let f = self.fields;
+        let searcher = self.reader.searcher();
+        let mut out = Vec::new();
+        for segment in searcher.segment_readers() {
+            let store = segment.get_store_reader(64)?;
+            for doc_id in segment.doc_ids_alive() {
+                let doc: TantivyDocument = store.get(doc_id)?;
+                let text = |field| {
+                    doc.get_first(field)
+                        .and_then(|v| v.as_str())
+                        .unwrap_or_default()
+                        .to_owned()
+                };
+                let key = text(f.key);
+                if skip(&key) {
+                    continue;
+                }
+                let number = |field| doc.get_first(field).and_then(|v| v.as_u64()).unwrap_or(0);
+                out.push(Item {
+                    key,
+                    kind: Kind::from_u64(number(f.kind)),
+                    trace_type: number(f.trace_type) as u8,
+                    order: number(f.order),
+                    ts: doc.get_first(f.ts).and_then(|v| v.as_f64()).unwrap_or(0.0),
+                    text: text(f.text),
+                    name: None,
+                    body: String::new(),
+                });
+            }
+        }
+        Ok(out)
     }
 
     /// Whether an item of this key is committed.

@@ -7,16 +7,19 @@
 //!
 //! - [`analyzer`]: text to terms (English stop words, Porter2 stemming).
 //! - [`lexical`]: one tantivy index per agent, BM25.
+//! - [`vectors`]: one embedding per item, exact cosine.
 //! - [`rank`]: from a question to ranked items — query terms, candidates,
-//!   context from a hit's neighbouring messages.
+//!   context from a hit's neighbouring messages, fusion with the vectors.
 
 pub mod analyzer;
 pub mod lexical;
 pub mod rank;
 pub mod time;
+pub mod vectors;
 
 pub use lexical::{Candidate, Lexical};
-pub use rank::{Params, Ranked, rank};
+pub use rank::{Matched, Params, Ranked, Semantic, rank};
+pub use vectors::{Embedded, Near, Vectors};
 
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
@@ -68,6 +71,19 @@ pub struct Item {
     pub name: Option<String>,
     /// What a hit returns (the item as the store holds it, JSON).
     pub body: String,
+}
+
+impl Item {
+    /// What is searched and embedded: the text, after the speaker's name
+    /// as a transcript shows it ("Caroline: I went…") — measured better
+    /// than a field of its own, where a name that half the messages carry
+    /// scores next to nothing.
+    pub fn full_text(&self) -> String {
+        match &self.name {
+            Some(name) => format!("{name}: {}", self.text),
+            None => self.text.clone(),
+        }
+    }
 }
 
 /// The conversation order of the `seq`th trace of turn `turn`.

@@ -58,9 +58,15 @@ impl FileStore {
                 }),
                 ts: search.ts,
             };
-            let ranked =
-                engram_index::rank(lexical, &search.query, &filter, end + 1, &Params::default())
-                    .map_err(index_error)?;
+            let ranked = engram_index::rank(
+                lexical,
+                None,
+                &search.query,
+                &filter,
+                end + 1,
+                &Params::default(),
+            )
+            .map_err(index_error)?;
             let more = ranked.len() > end;
             let context = search.context.min(MAX_CONTEXT);
             // Neighbours come nearest first; a hit shows them in order.

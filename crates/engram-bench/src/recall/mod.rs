@@ -5,6 +5,7 @@ mod baseline;
 mod grpc;
 mod latency;
 pub mod locomo;
+mod semantic;
 
 use std::path::PathBuf;
 
@@ -62,6 +63,15 @@ pub fn run(args: Args) -> Result<()> {
     println!("| retriever | category | all / any @5 | @10 | @25 |\n|---|---|---|---|---|");
     print!("{}", base.table("plain BM25"));
     print!("{}", index.table("engram-index (in process)"));
+    if let Some(dir) = std::env::var_os("EXPERIMENT_MODEL") {
+        semantic::run(
+            &convs,
+            std::path::Path::new(&dir),
+            &args.data_dir.join("vectors"),
+            &params,
+        )?;
+        return Ok(());
+    }
     if args.engramd.exists() {
         let _ = std::fs::remove_dir_all(&args.data_dir);
         std::fs::create_dir_all(&args.data_dir)?;
@@ -132,7 +142,7 @@ fn index_conv(conv: &Conversation, params: &Params, score: &mut Score) -> Result
     lex.upsert(&items)?;
     lex.commit("")?;
     for q in &conv.questions {
-        let hits = engram_index::rank(&mut lex, &q.question, &Filter::default(), 25, params)?;
+        let hits = engram_index::rank(&mut lex, None, &q.question, &Filter::default(), 25, params)?;
         let ranked = hits
             .iter()
             .map(|h| Ok(h.body(&lex)?.unwrap_or_default()))
