@@ -28,6 +28,7 @@ pub struct Config {
     pub budget: BudgetSection,
     pub llm: LlmSection,
     pub policy: PolicySection,
+    pub embed: EmbedSection,
     /// Crash tests of the binary: abort before this compaction step
     /// (`ENGRAM_TEST_CRASH_AT`; builds with `fault-injection` only).
     #[cfg(feature = "fault-injection")]
@@ -78,6 +79,22 @@ impl std::fmt::Debug for Secret {
             "<hidden>"
         })
     }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EmbedProvider {
+    Local,
+    Http,
+    None,
+}
+
+/// `[embed]`: the model that makes memories searchable by meaning.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmbedSection {
+    pub provider: EmbedProvider,
+    pub model_dir: PathBuf,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -288,6 +305,12 @@ impl Config {
         if self.server.max_message_bytes < 1024 {
             return Err(invalid("server.max_message_bytes", "must be at least 1024"));
         }
+        if self.embed.provider == EmbedProvider::Http {
+            return Err(invalid(
+                "embed.provider",
+                "\"http\" is not available in this build yet; use \"local\" or \"none\"",
+            ));
+        }
         if self.store.data_dir.as_os_str().is_empty() {
             return Err(invalid("store.data_dir", "must not be empty"));
         }
@@ -406,6 +429,7 @@ impl Config {
                 max_trace_bytes: self.limits.max_trace_bytes,
                 max_tool_result_chars: self.policy.max_tool_result_chars,
             },
+            embedder: None,
         }
     }
 }

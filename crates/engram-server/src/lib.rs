@@ -65,6 +65,8 @@ pub enum ServerError {
     Transport(#[from] tonic::transport::Error),
     #[error("configuring the summarizer: {0}")]
     Summarizer(String),
+    #[error("loading the embedding model: {0}")]
+    Embedder(String),
     #[error(transparent)]
     Config(#[from] config::ConfigError),
     #[error("configuring auth: {0}")]
@@ -110,10 +112,40 @@ pub async fn run_with_metrics(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    let store = FileStore::open(config.store_config()).await?;
+    let mut store_config = config.store_config();
+    store_config.embedder = embedder(&config.embed).await?;
+    let store = FileStore::open(store_config).await?;
     #[cfg(feature = "fault-injection")]
     store.inject_compaction_crash(config.crash_at.clone());
     serve(listener, metrics, config, Arc::new(store), shutdown).await
+}
+
+/// The embedding model `[embed]` asks for; `None`: search by words only.
+pub async fn embedder(
+    section: &config::EmbedSection,
+) -> Result<Option<Arc<dyn engram_core::embed::Embedder>>, ServerError> {
+    match section.provider {
+        config::EmbedProvider::None => Ok(None),
+        config::EmbedProvider::Http => Err(ServerError::Embedder(
+            "embed.provider = \"http\" is not available in this build yet".into(),
+        )),
+        config::EmbedProvider::Local => {
+            let dir = section.model_dir.clone();
+            if !dir.join("config.json").exists() {
+                tracing::warn!(
+                    model_dir = %dir.display(),
+                    "no embedding model there (`make models` installs one): search is by words only"
+                );
+                return Ok(None);
+            }
+            let model = tokio::task::spawn_blocking(move || engram_embed::LocalModel::load(&dir))
+                .await
+                .map_err(|e| ServerError::Embedder(e.to_string()))?
+                .map_err(|e| ServerError::Embedder(e.to_string()))?;
+            tracing::info!(model = %engram_core::embed::Embedder::model(&model), "local embedding model loaded");
+            Ok(Some(Arc::new(model)))
+        }
+    }
 }
 
 /// [`run_with_metrics`] over a store the caller opened (and can reach).

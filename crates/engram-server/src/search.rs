@@ -9,6 +9,7 @@ use crate::convert::{non_empty, trace_into_pb, trace_type_from_pb};
 
 const DEFAULT_SEARCH_LIMIT: u32 = 20;
 const MAX_SEARCH_LIMIT: u32 = 200;
+const MAX_WAIT_FOR_INDEX_MS: u32 = 60_000;
 
 pub fn search_from_pb(req: &pb::SearchHistoryRequest) -> Result<Search, CoreError> {
     let mode = match pb::SearchMode::try_from(req.mode) {
@@ -53,6 +54,15 @@ pub fn search_from_pb(req: &pb::SearchHistoryRequest) -> Result<Search, CoreErro
             n => n.min(MAX_SEARCH_LIMIT),
         } as usize,
         page_token: non_empty(req.page_token.as_str()).map(str::to_owned),
+        wait_for_index: match req.wait_for_index_ms {
+            0 => None,
+            ms if ms > MAX_WAIT_FOR_INDEX_MS => {
+                return Err(CoreError::Invalid(format!(
+                    "wait_for_index_ms is at most {MAX_WAIT_FOR_INDEX_MS}"
+                )));
+            }
+            ms => Some(std::time::Duration::from_millis(u64::from(ms))),
+        },
     })
 }
 
@@ -60,6 +70,8 @@ pub fn hit_into_pb(h: Hit) -> pb::SearchMatch {
     let matched_by = match h.matched_by {
         MatchedBy::AllWords => pb::MatchedBy::AllWords,
         MatchedBy::Lexical => pb::MatchedBy::Lexical,
+        MatchedBy::Semantic => pb::MatchedBy::Semantic,
+        MatchedBy::Both => pb::MatchedBy::Both,
         MatchedBy::Context => pb::MatchedBy::Context,
     };
     pb::SearchMatch {

@@ -225,6 +225,9 @@ impl Engram {
             next_page_token: page.next_page_token.unwrap_or_default(),
             index: Some(pb::IndexState {
                 items: page.index.items,
+                embedded: page.index.embedded,
+                pending: page.index.pending,
+                model: page.index.model,
             }),
         };
         self.fits(response, "page")

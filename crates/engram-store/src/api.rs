@@ -135,6 +135,9 @@ pub struct Search {
     pub limit: usize,
     /// From the previous page's `next_page_token`.
     pub page_token: Option<String>,
+    /// Wait up to this long for the agent's items to be embedded before
+    /// ranking (read-your-writes for semantic matches).
+    pub wait_for_index: Option<std::time::Duration>,
 }
 
 /// Why a trace matched.
@@ -145,6 +148,10 @@ pub enum MatchedBy {
     AllWords,
     /// Its own words match the query.
     Lexical,
+    /// Close in meaning to the query, sharing no ranked word with it.
+    Semantic,
+    /// Both its words and its meaning.
+    Both,
     /// Only the messages around it match: it is their context.
     Context,
 }
@@ -179,10 +186,17 @@ impl Hit {
 }
 
 /// How far an agent's search index has read its memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct IndexState {
-    /// Items searchable (traces, summaries, live facts).
+    /// Items searchable by their words (traces, summaries, live facts):
+    /// always every acknowledged item.
     pub items: u64,
+    /// Items searchable by meaning too; the rest wait for the indexer.
+    pub embedded: u64,
+    /// Items waiting to be embedded.
+    pub pending: u64,
+    /// The embedding model (empty: lexical search only).
+    pub model: String,
 }
 
 /// One page of SearchHistory.

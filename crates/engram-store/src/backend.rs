@@ -19,7 +19,9 @@ impl Store for FileStore {
         usage: Option<Usage>,
         model: Option<&str>,
     ) -> Result<Ingested> {
-        FileStore::ingest(self, id, events, usage, model).await
+        let ingested = FileStore::ingest(self, id, events, usage, model).await?;
+        self.index_later(id);
+        Ok(ingested)
     }
 
     async fn mark_compaction_required(&self, id: &AgentId, epoch: u32) -> Result<bool> {
@@ -27,7 +29,9 @@ impl Store for FileStore {
     }
 
     async fn prepare(&self, id: &AgentId, input: PrepareInput<'_>) -> Result<Prepared> {
-        FileStore::prepare(self, id, input).await
+        let prepared = FileStore::prepare(self, id, input).await?;
+        self.index_later(id);
+        Ok(prepared)
     }
 
     async fn context(&self, id: &AgentId) -> Result<AgentContext> {
@@ -61,7 +65,9 @@ impl Store for FileStore {
         summary: Summary,
         policy: Policy,
     ) -> Result<Committed> {
-        FileStore::finish_compaction(self, id, job, summary, policy).await
+        let committed = FileStore::finish_compaction(self, id, job, summary, policy).await?;
+        self.index_later(id);
+        Ok(committed)
     }
 
     async fn microcompact(

@@ -9,6 +9,7 @@
 //! searchable. Fork does not copy the directory (dot-prefixed): the copy
 //! indexes itself. Delete the directory at any time to have it rebuilt.
 
+use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use engram_core::memory::{EpisodicItem, SemanticItem};
 use engram_core::transcript::result_text;
 use engram_core::turns::turn_number;
 use engram_core::{AgentId, RawTrace, TraceType};
-use engram_index::{Item, Kind, Lexical};
+use engram_index::{Item, Kind, Lexical, Vectors};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
@@ -27,6 +28,13 @@ use crate::{FileStore, Result, StoreError};
 
 /// The index directory inside an agent's directory.
 const INDEX_DIR: &str = ".index";
+
+/// The vectors file inside the index directory.
+const VECTORS_FILE: &str = "vectors.bin";
+
+/// Text given to the embedding model per item: models read a few hundred
+/// tokens (all-MiniLM-L6-v2: 256), so more is tokenized for nothing.
+const MAX_EMBEDDED_CHARS: usize = 2048;
 
 /// Text of one item that is indexed; the rest of a huge tool result adds
 /// little to ranking and much to the index.
@@ -50,6 +58,17 @@ pub(crate) struct AgentIndex {
     pub lexical: Lexical,
     /// `None` until a commit says how far it read: read everything.
     cursor: Option<Cursor>,
+    /// With an embedding model: the vectors, and the items the lexical
+    /// side holds that have none yet (oldest first; body left out).
+    pub vectors: Option<Vectors>,
+    pub pending: VecDeque<Item>,
+}
+
+/// The embedding model an index's vectors are for.
+#[derive(Debug, Clone)]
+pub(crate) struct ModelId {
+    pub id: String,
+    pub dim: usize,
 }
 
 impl std::fmt::Debug for AgentIndex {
@@ -96,7 +115,8 @@ impl FileStore {
         let mut guard = Arc::clone(&handle.index).lock_owned().await;
         let dir = self.agent_dir(id);
         if guard.is_none() {
-            let opened = blocking(move || open(&dir)).await?;
+            let model = self.model_id();
+            let opened = blocking(move || open(&dir, model.as_ref())).await?;
             *guard = Some(opened);
         }
         let from = guard.as_ref().expect("opened").cursor;
@@ -130,26 +150,53 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .map_err(|e| StoreError::Index(format!("index task failed: {e}")))?
 }
 
-fn open(agent_dir: &Path) -> Result<AgentIndex> {
+fn open(agent_dir: &Path, model: Option<&ModelId>) -> Result<AgentIndex> {
     let dir = agent_dir.join(INDEX_DIR);
     let opened = Lexical::open(&dir).and_then(|lexical| {
         let cursor = lexical
             .payload()?
             .and_then(|p| serde_json::from_str(&p).ok());
-        Ok(AgentIndex { lexical, cursor })
+        Ok((lexical, cursor))
     });
-    match opened {
-        Ok(index) => Ok(index),
+    let (lexical, cursor) = match opened {
+        Ok(opened) => opened,
         Err(e) => {
             // Derived data: start over rather than refuse to search.
             tracing::warn!(dir = %dir.display(), error = %e, "search index unreadable; rebuilding it");
             std::fs::remove_dir_all(&dir).map_err(StoreError::io("removing", &dir))?;
-            Ok(AgentIndex {
-                lexical: Lexical::open(&dir).map_err(index_error)?,
-                cursor: None,
-            })
+            (Lexical::open(&dir).map_err(index_error)?, None)
         }
+    };
+    let mut index = AgentIndex {
+        lexical,
+        cursor,
+        vectors: None,
+        pending: VecDeque::new(),
+    };
+    if let Some(model) = model {
+        // Another model's file is started over: its items are all pending.
+        let vectors =
+            Vectors::open(&dir.join(VECTORS_FILE), &model.id, model.dim).map_err(index_error)?;
+        if (vectors.len() as u64) < index.lexical.len() {
+            index.pending = index
+                .lexical
+                .items_except(|key| vectors.contains(key))
+                .map_err(index_error)?
+                .into_iter()
+                .map(for_embedding)
+                .collect();
+        }
+        index.vectors = Some(vectors);
     }
+    Ok(index)
+}
+
+/// An item as the embedding queue keeps it: its text capped, no body.
+fn for_embedding(mut item: Item) -> Item {
+    item.text = capped_at(item.full_text(), MAX_EMBEDDED_CHARS);
+    item.name = None;
+    item.body = String::new();
+    item
 }
 
 pub(crate) fn index_error(e: engram_index::IndexError) -> StoreError {
@@ -191,36 +238,50 @@ fn delta(state: &crate::agent::AgentState, from: Option<Cursor>) -> Option<Delta
 
 fn apply(index: &mut AgentIndex, agent_dir: &Path, delta: Delta) -> Result<()> {
     let from = index.cursor.unwrap_or_default();
+    let embedding = index.vectors.is_some();
+    let pending = &mut index.pending;
+    let mut queue = |items: &[Item]| {
+        if embedding {
+            pending.extend(items.iter().cloned().map(for_embedding));
+        }
+    };
     let lexical = &mut index.lexical;
     if delta.full {
         // Traces a compaction archived before the index read them.
         let path = agent_dir.join(RAW_ARCHIVE);
-        let mut pending = Vec::new();
+        let mut batch = Vec::new();
         read_archive(
             &path,
             from.archive.min(delta.to.archive),
             delta.to.archive,
             |t| {
-                pending.push(t);
-                if pending.len() == BATCH {
-                    upsert_missing(lexical, std::mem::take(&mut pending))?;
+                batch.push(t);
+                if batch.len() == BATCH {
+                    queue(&upsert_missing(lexical, std::mem::take(&mut batch))?);
                 }
                 Ok(())
             },
         )?;
-        upsert_missing(lexical, pending)?;
-        upsert_missing(lexical, delta.traces)?;
+        queue(&upsert_missing(lexical, batch)?);
+        queue(&upsert_missing(lexical, delta.traces)?);
     } else {
         let items: Vec<Item> = delta.traces.iter().map(trace_item).collect();
         lexical.upsert(&items).map_err(index_error)?;
+        queue(&items);
     }
     let memories: Vec<Item> = delta.episodic.iter().map(episodic_item).collect();
     lexical.upsert(&memories).map_err(index_error)?;
+    queue(&memories);
     let (live, gone): (Vec<_>, Vec<_>) = delta.semantic.iter().partition(|f| f.is_live());
     let facts: Vec<Item> = live.into_iter().map(semantic_item).collect();
     lexical.upsert(&facts).map_err(index_error)?;
+    queue(&facts);
     let gone: Vec<&str> = gone.iter().map(|f| f.id.as_str()).collect();
     lexical.remove(&gone).map_err(index_error)?;
+    if let Some(vectors) = &mut index.vectors {
+        vectors.write(&[], &gone).map_err(index_error)?;
+        index.pending.retain(|i| !gone.contains(&i.key.as_str()));
+    }
     let payload = serde_json::to_string(&delta.to).expect("a cursor serializes");
     lexical.commit(&payload).map_err(index_error)?;
     // A writer holds threads and a memory arena; agents are many and
@@ -231,15 +292,16 @@ fn apply(index: &mut AgentIndex, agent_dir: &Path, delta: Delta) -> Result<()> {
 }
 
 /// Indexes the traces the index does not hold yet (a trace is immutable
-/// once written, so one that is there is current).
-fn upsert_missing(lexical: &mut Lexical, traces: Vec<RawTrace>) -> Result<()> {
+/// once written, so one that is there is current); returns those.
+fn upsert_missing(lexical: &mut Lexical, traces: Vec<RawTrace>) -> Result<Vec<Item>> {
     let mut items = Vec::new();
     for t in &traces {
         if !lexical.contains(&t.id).map_err(index_error)? {
             items.push(trace_item(t));
         }
     }
-    lexical.upsert(&items).map_err(index_error)
+    lexical.upsert(&items).map_err(index_error)?;
+    Ok(items)
 }
 
 /// Calls `f` on each whole archived trace in bytes `from..to`.
@@ -305,9 +367,13 @@ fn trace_text(t: &RawTrace) -> String {
     capped(text)
 }
 
-fn capped(mut text: String) -> String {
-    if text.len() > MAX_INDEXED_CHARS {
-        let mut end = MAX_INDEXED_CHARS;
+fn capped(text: String) -> String {
+    capped_at(text, MAX_INDEXED_CHARS)
+}
+
+fn capped_at(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max;
         while !text.is_char_boundary(end) {
             end -= 1;
         }

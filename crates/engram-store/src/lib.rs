@@ -34,6 +34,7 @@ pub mod compact;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 pub mod durable;
+mod embedding;
 pub mod error;
 mod faults;
 mod fork;
@@ -53,6 +54,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use engram_core::AgentId;
+use engram_core::embed::Embedder;
 use engram_core::turns::IngestLimits;
 use tokio::sync::Mutex as AsyncMutex;
 
@@ -78,6 +80,9 @@ pub struct StoreConfig {
     /// log segment grows past this many bytes.
     pub wal_segment_bytes: u64,
     pub limits: IngestLimits,
+    /// The model that embeds items for semantic search; `None`: lexical
+    /// search only.
+    pub embedder: Option<Arc<dyn Embedder>>,
 }
 
 impl StoreConfig {
@@ -89,6 +94,7 @@ impl StoreConfig {
             idle_evict: Some(Duration::from_secs(600)),
             wal_segment_bytes: 64 * 1024 * 1024,
             limits: IngestLimits::default(),
+            embedder: None,
         }
     }
 }
@@ -101,6 +107,8 @@ struct AgentHandle {
     last_used: AtomicU64,
     /// The search index, opened at its first use.
     index: index::IndexSlot,
+    /// Items left to embed, as the indexer last saw them.
+    embedded: tokio::sync::watch::Sender<usize>,
 }
 
 impl AgentHandle {
@@ -176,6 +184,8 @@ struct Inner {
     /// Faults tests ask for (nothing without `fault-injection`).
     faults: faults::Faults,
     opened: Instant,
+    /// Embeds in the background when there is a model.
+    indexer: Option<Arc<embedding::Indexer>>,
 }
 
 /// The file-backed store. Cheap to clone.
@@ -204,8 +214,13 @@ impl FileStore {
         })
         .await
         .expect("open task panicked")?;
-        Ok(Self {
+        let indexer = config
+            .embedder
+            .clone()
+            .map(|e| Arc::new(embedding::Indexer::new(e)));
+        let store = Self {
             inner: Arc::new(Inner {
+                indexer,
                 config,
                 agents_dir,
                 agents: Mutex::new(HashMap::new()),
@@ -215,7 +230,9 @@ impl FileStore {
                 faults: faults::Faults::default(),
                 opened: Instant::now(),
             }),
-        })
+        };
+        store.spawn_indexer();
+        Ok(store)
     }
 
     pub fn config(&self) -> &StoreConfig {
@@ -244,6 +261,7 @@ impl FileStore {
                     state: AsyncMutex::new(None),
                     last_used: AtomicU64::new(0),
                     index: Arc::default(),
+                    embedded: tokio::sync::watch::Sender::new(0),
                 })
             }),
         };

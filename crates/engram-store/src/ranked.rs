@@ -1,9 +1,12 @@
 //! SearchHistory's ranked mode: the agent's index, caught up with every
-//! acknowledged write, ranks its traces for the query.
+//! acknowledged write, ranks its traces for the query — by their words,
+//! and by meaning over what the indexer has embedded so far.
+
+use std::time::Instant;
 
 use engram_core::{AgentId, CoreError, RawTrace};
 use engram_index::lexical::Placed;
-use engram_index::{Filter, Kind, Params};
+use engram_index::{Filter, Kind, Matched, Params, Semantic};
 
 use crate::index::{blocking, index_error, trace_type_code};
 use crate::{FileStore, Hit, IndexState, MatchedBy, Result, Search, SearchPage, StoreError};
@@ -38,11 +41,24 @@ impl FileStore {
             ))
             .into());
         }
+        if let Some(wait) = search.wait_for_index {
+            self.wait_embedded(id, Instant::now() + wait).await?;
+        }
+        let query_vector = self.query_vector(&search.query).await;
         let mut current = self.caught_up(id).await?;
         let search = search.clone();
         blocking(move || {
             let first_active = current.first_active;
-            let lexical = &mut current.index().lexical;
+            let index = current.index();
+            let state = index_state(index);
+            let semantic = match (&index.vectors, &query_vector) {
+                (Some(vectors), Some(query)) => Some(Semantic {
+                    vectors,
+                    query: query.as_slice(),
+                }),
+                _ => None,
+            };
+            let lexical = &mut index.lexical;
             let filter = Filter {
                 kinds: vec![Kind::Trace],
                 trace_types: search
@@ -60,7 +76,7 @@ impl FileStore {
             };
             let ranked = engram_index::rank(
                 lexical,
-                None,
+                semantic,
                 &search.query,
                 &filter,
                 end + 1,
@@ -92,10 +108,11 @@ impl FileStore {
                     trace: parse(&body)?,
                     archived: first_active.is_none_or(|first| r.order < first),
                     score: r.score,
-                    matched_by: if r.lexical > 0.0 {
-                        MatchedBy::Lexical
-                    } else {
-                        MatchedBy::Context
+                    matched_by: match r.matched() {
+                        Matched::Lexical => MatchedBy::Lexical,
+                        Matched::Semantic => MatchedBy::Semantic,
+                        Matched::Both => MatchedBy::Both,
+                        Matched::Context => MatchedBy::Context,
                     },
                     before,
                     after,
@@ -104,12 +121,47 @@ impl FileStore {
             Ok(SearchPage {
                 hits,
                 next_page_token: more.then(|| format!("k{end}")),
-                index: IndexState {
-                    items: lexical.len(),
-                },
+                index: state,
             })
         })
         .await
+    }
+
+    /// The query's vector, or `None` (no model, an empty query, or a model
+    /// that failed: the search is then lexical, and says so in its
+    /// index state's counts).
+    async fn query_vector(&self, query: &str) -> Option<Vec<f32>> {
+        let indexer = self.inner.indexer.as_ref()?;
+        if query.trim().is_empty() {
+            return None;
+        }
+        let text = [query.chars().take(2048).collect::<String>()];
+        let started = Instant::now();
+        match indexer.embedder.embed(&text).await {
+            Ok(mut v) if v.len() == 1 && v[0].len() == indexer.model.dim => {
+                metrics::histogram!("engram_embed_query_seconds").record(started.elapsed());
+                v.pop()
+            }
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "query not embedded; searching by words only");
+                metrics::counter!("engram_embed_query_failures_total").increment(1);
+                None
+            }
+        }
+    }
+}
+
+pub(crate) fn index_state(index: &crate::index::AgentIndex) -> IndexState {
+    IndexState {
+        items: index.lexical.len(),
+        embedded: index.vectors.as_ref().map_or(0, |v| v.len() as u64),
+        pending: index.pending.len() as u64,
+        model: index
+            .vectors
+            .as_ref()
+            .map(|v| v.model().to_owned())
+            .unwrap_or_default(),
     }
 }
 

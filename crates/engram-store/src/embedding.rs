@@ -1,0 +1,200 @@
+//! The background indexer: embeds what the lexical index holds and the
+//! vectors do not, off the Ingest path.
+//!
+//! A write names its agent to a bounded queue (an agent already queued is
+//! not queued twice; when the queue is full the name is dropped, and the
+//! agent's next search or write names it again). One task takes agents in
+//! turn and embeds their pending items a batch at a time, with the agent's
+//! index unlocked while the model runs, so searches go on meanwhile over
+//! what is embedded so far. An embedder that fails is retried after a
+//! pause; the items stay pending.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use engram_core::AgentId;
+use engram_core::embed::Embedder;
+use engram_index::{Embedded, Item};
+use tokio::sync::mpsc;
+
+use crate::index::{ModelId, blocking, index_error};
+use crate::{FileStore, Inner, Result};
+
+/// Agents waiting for the indexer.
+const QUEUE: usize = 4096;
+
+/// Items per call to the model.
+pub(crate) const BATCH: usize = 64;
+
+/// Pause after a failed embedding call before the agent is tried again.
+const RETRY_AFTER: Duration = Duration::from_secs(5);
+
+#[derive(Debug)]
+pub(crate) struct Indexer {
+    pub embedder: Arc<dyn Embedder>,
+    pub model: ModelId,
+    tx: mpsc::Sender<AgentId>,
+    queued: Mutex<HashSet<AgentId>>,
+    /// Taken by the task when it starts.
+    rx: Mutex<Option<mpsc::Receiver<AgentId>>>,
+}
+
+impl Indexer {
+    pub fn new(embedder: Arc<dyn Embedder>) -> Self {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let model = ModelId {
+            id: embedder.model().to_owned(),
+            dim: embedder.dim(),
+        };
+        Self {
+            embedder,
+            model,
+            tx,
+            queued: Mutex::new(HashSet::new()),
+            rx: Mutex::new(Some(rx)),
+        }
+    }
+
+    fn enqueue(&self, id: &AgentId) {
+        let mut queued = self.queued.lock().expect("queue lock");
+        if queued.insert(id.clone()) && self.tx.try_send(id.clone()).is_err() {
+            queued.remove(id);
+        }
+    }
+}
+
+impl FileStore {
+    pub(crate) fn model_id(&self) -> Option<ModelId> {
+        self.inner.indexer.as_ref().map(|i| i.model.clone())
+    }
+
+    /// Asks the indexer to embed what `id` has not embedded yet.
+    pub(crate) fn index_later(&self, id: &AgentId) {
+        if let Some(indexer) = &self.inner.indexer {
+            indexer.enqueue(id);
+        }
+    }
+
+    /// Starts the indexer task (once; nothing without an embedder). It
+    /// holds the store weakly and ends with it.
+    pub(crate) fn spawn_indexer(&self) {
+        let Some(indexer) = &self.inner.indexer else {
+            return;
+        };
+        let Some(mut rx) = indexer.rx.lock().expect("indexer lock").take() else {
+            return;
+        };
+        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            while let Some(id) = rx.recv().await {
+                let Some(inner) = weak.upgrade() else { break };
+                let store = FileStore { inner };
+                if let Some(indexer) = &store.inner.indexer {
+                    indexer.queued.lock().expect("queue lock").remove(&id);
+                }
+                if let Err(e) = store.embed_pending(&id).await {
+                    tracing::warn!(agent = %id, error = %e, "embedding failed; retrying later");
+                    let store = store.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(RETRY_AFTER).await;
+                        store.index_later(&id);
+                    });
+                }
+            }
+        });
+    }
+
+    /// Embeds the agent's pending items, a batch at a time.
+    async fn embed_pending(&self, id: &AgentId) -> Result<()> {
+        let Some(indexer) = self.inner.indexer.clone() else {
+            return Ok(());
+        };
+        loop {
+            let batch: Vec<Item> = {
+                let mut current = match self.caught_up(id).await {
+                    Ok(current) => current,
+                    // Deleted meanwhile: nothing to do.
+                    Err(crate::StoreError::NotFound(_)) => return Ok(()),
+                    Err(e) => return Err(e),
+                };
+                let pending = &mut current.index().pending;
+                let n = pending.len().min(BATCH);
+                pending.drain(..n).collect()
+            };
+            if batch.is_empty() {
+                return Ok(());
+            }
+            let texts: Vec<String> = batch.iter().map(|i| i.text.clone()).collect();
+            let started = Instant::now();
+            let vectors = match indexer.embedder.embed(&texts).await {
+                Ok(v) if v.len() == batch.len() => v,
+                failed => {
+                    self.requeue(id, batch).await;
+                    let why = match failed {
+                        Err(e) => e.to_string(),
+                        Ok(v) => format!("{} vectors for {} texts", v.len(), texts.len()),
+                    };
+                    return Err(crate::StoreError::Index(why));
+                }
+            };
+            metrics::histogram!("engram_embed_batch_seconds").record(started.elapsed());
+            metrics::counter!("engram_embedded_items_total").increment(batch.len() as u64);
+            let embedded: Vec<Embedded> = batch
+                .into_iter()
+                .zip(vectors)
+                .map(|(item, vector)| Embedded {
+                    key: item.key,
+                    kind: item.kind,
+                    trace_type: item.trace_type,
+                    order: item.order,
+                    ts: item.ts,
+                    vector,
+                })
+                .collect();
+            let mut current = self.caught_up(id).await?;
+            current = blocking(move || {
+                if let Some(vectors) = &mut current.index().vectors {
+                    vectors.write(&embedded, &[]).map_err(index_error)?;
+                }
+                Ok(current)
+            })
+            .await?;
+            let pending = current.index().pending.len();
+            drop(current);
+            if let Ok(handle) = self.existing_handle(id) {
+                handle.embedded.send_replace(pending);
+            }
+        }
+    }
+
+    /// Puts a batch that could not be embedded back at the queue's head.
+    async fn requeue(&self, id: &AgentId, batch: Vec<Item>) {
+        if let Ok(mut current) = self.caught_up(id).await {
+            let pending = &mut current.index().pending;
+            for item in batch.into_iter().rev() {
+                pending.push_front(item);
+            }
+        }
+    }
+
+    /// Waits until the agent has nothing left to embed, or `deadline`.
+    pub(crate) async fn wait_embedded(&self, id: &AgentId, deadline: Instant) -> Result<()> {
+        let handle = self.existing_handle(id)?;
+        let mut progress = handle.embedded.subscribe();
+        {
+            let mut current = self.caught_up(id).await?;
+            let pending = current.index().pending.len();
+            if pending == 0 {
+                return Ok(());
+            }
+            progress.borrow_and_update();
+            handle.embedded.send_replace(pending);
+        }
+        self.index_later(id);
+        let _ =
+            tokio::time::timeout_at(deadline.into(), progress.wait_for(|pending| *pending == 0))
+                .await;
+        Ok(())
+    }
+}
