@@ -48,6 +48,8 @@ pub async fn search_history(
                     agent_id: agent.clone(),
                     query: q.question.clone(),
                     limit: 25,
+                    // Every message embedded before it is asked about.
+                    wait_for_index_ms: 60_000,
                     ..Default::default()
                 })
                 .await?

@@ -5,7 +5,6 @@ mod baseline;
 mod grpc;
 mod latency;
 pub mod locomo;
-mod semantic;
 
 use std::path::PathBuf;
 
@@ -62,16 +61,7 @@ pub fn run(args: Args) -> Result<()> {
     );
     println!("| retriever | category | all / any @5 | @10 | @25 |\n|---|---|---|---|---|");
     print!("{}", base.table("plain BM25"));
-    print!("{}", index.table("engram-index (in process)"));
-    if let Some(dir) = std::env::var_os("EXPERIMENT_MODEL") {
-        semantic::run(
-            &convs,
-            std::path::Path::new(&dir),
-            &args.data_dir.join("vectors"),
-            &params,
-        )?;
-        return Ok(());
-    }
+    print!("{}", index.table("words only (in process)"));
     if args.engramd.exists() {
         let _ = std::fs::remove_dir_all(&args.data_dir);
         std::fs::create_dir_all(&args.data_dir)?;
