@@ -337,7 +337,6 @@ impl Lexical {
 
     /// The body of the item with conversation order `order` (a trace).
     pub fn body_at(&self, order: u64) -> Result<Option<String>> {
-        let searcher = self.reader.searcher();
         let q = TermQuery::new(
             Term::from_field_u64(self.fields.order, order),
             IndexRecordOption::Basic,
@@ -350,24 +349,21 @@ impl Lexical {
             (Occur::Must, Box::new(q) as Box<dyn Query>),
             (Occur::Must, Box::new(kind)),
         ]);
-        let Some((_, address)) = searcher.search(&both, &TopDocs::with_limit(1))?.pop() else {
-            return Ok(None);
-        };
-        let doc: TantivyDocument = searcher.doc(address)?;
-        Ok(doc
-            .get_first(self.fields.body)
-            .and_then(|v| v.as_str())
-            .map(str::to_owned))
+        self.first_body(&both)
     }
 
     /// The body of the item of this key.
     pub fn body_of(&self, key: &str) -> Result<Option<String>> {
-        let searcher = self.reader.searcher();
         let q = TermQuery::new(
             Term::from_field_text(self.fields.key, key),
             IndexRecordOption::Basic,
         );
-        let Some((_, address)) = searcher.search(&q, &TopDocs::with_limit(1))?.pop() else {
+        self.first_body(&q)
+    }
+
+    fn first_body(&self, query: &dyn Query) -> Result<Option<String>> {
+        let searcher = self.reader.searcher();
+        let Some((_, address)) = searcher.search(query, &TopDocs::with_limit(1))?.pop() else {
             return Ok(None);
         };
         let doc: TantivyDocument = searcher.doc(address)?;
