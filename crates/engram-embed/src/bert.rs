@@ -161,13 +161,12 @@ impl Bert {
         } else {
             ""
         };
-        let mut w = Weights { tensors, prefix };
-        let words = w
-            .tensors
+        // The vocabulary's size is whatever the checkpoint has.
+        let vocab = tensors
             .get(&format!("{prefix}embeddings.word_embeddings.weight"))
-            .map(|t| t.dims().to_vec())
-            .unwrap_or_default();
-        let vocab = words.first().copied().unwrap_or(0);
+            .and_then(|t| t.dims().first().copied())
+            .unwrap_or(0);
+        let mut w = Weights { tensors, prefix };
         let eps = config.layer_norm_eps;
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         for i in 0..config.num_hidden_layers {
@@ -218,8 +217,8 @@ impl Bert {
     }
 
     /// The mean of each sequence's last hidden states. Every id must be
-    /// below [`Self::vocab`] and no sequence longer than `max_positions`
-    /// (the caller's tokenizer truncates).
+    /// below [`Self::vocab`] and no sequence longer than the checkpoint's
+    /// `max_position_embeddings` (the caller's tokenizer truncates).
     pub fn mean_pooled(&self, sequences: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
         let lengths: Vec<usize> = sequences.iter().map(Vec::len).collect();
         let ids: Vec<u32> = sequences.iter().flatten().copied().collect();

@@ -16,7 +16,7 @@ use engram_core::embed::{EmbedError, EmbedFuture, Embedder, normalize};
 use serde::Deserialize;
 use tokenizers::{Tokenizer, TruncationParams};
 
-pub use bert::Config;
+use bert::Config;
 
 /// Why a model directory could not be loaded.
 #[derive(Debug, thiserror::Error)]

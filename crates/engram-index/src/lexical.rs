@@ -6,11 +6,13 @@
 //! has read its sources), atomically with the documents, so after a crash
 //! the index knows exactly what to catch up on.
 
-use std::collections::BTreeMap;
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::path::Path;
 
 use tantivy::collector::TopDocs;
+use tantivy::columnar::{Column, StrColumn};
 use tantivy::directory::MmapDirectory;
 use tantivy::query::{
     BooleanQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery, TermSetQuery,
@@ -20,7 +22,9 @@ use tantivy::schema::{
     TextOptions, Value,
 };
 use tantivy::tokenizer::TextAnalyzer;
-use tantivy::{DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+use tantivy::{
+    DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, SegmentReader, TantivyDocument, Term,
+};
 
 use crate::analyzer::{self, ANALYZER};
 use crate::{Filter, Item, Kind, Result};
@@ -75,6 +79,26 @@ pub struct Candidate {
     pub ts: f64,
     pub score: f32,
     address: DocAddress,
+}
+
+/// The fast-field columns a candidate is read from, of one segment.
+struct Columns {
+    key: Option<StrColumn>,
+    kind: Column<u64>,
+    order: Column<u64>,
+    ts: Column<f64>,
+}
+
+impl Columns {
+    fn of(segment: &SegmentReader) -> Result<Self> {
+        let fast = segment.fast_fields();
+        Ok(Self {
+            key: fast.str("key")?,
+            kind: fast.u64("kind")?,
+            order: fast.u64("order")?,
+            ts: fast.f64("ts")?,
+        })
+    }
 }
 
 /// One agent's lexical index.
@@ -133,14 +157,12 @@ impl Lexical {
     fn load_traces(&mut self) -> Result<()> {
         let searcher = self.reader.searcher();
         for segment in searcher.segment_readers() {
-            let kinds = segment.fast_fields().u64("kind")?;
-            let orders = segment.fast_fields().u64("order")?;
-            let times = segment.fast_fields().f64("ts")?;
+            let c = Columns::of(segment)?;
             for doc in segment.doc_ids_alive() {
-                if kinds.first(doc) == Some(Kind::Trace as u64) {
-                    let order = orders.first(doc).unwrap_or_default();
+                if c.kind.first(doc) == Some(Kind::Trace as u64) {
+                    let order = c.order.first(doc).unwrap_or_default();
                     self.traces
-                        .insert(order, times.first(doc).unwrap_or_default());
+                        .insert(order, c.ts.first(doc).unwrap_or_default());
                 }
             }
         }
@@ -268,24 +290,30 @@ impl Lexical {
         let query = BooleanQuery::new(clauses);
         let searcher = self.reader.searcher();
         let top = searcher.search(&query, &TopDocs::with_limit(limit))?;
+        // Fast fields only: the stored document (its whole body) is read
+        // for the few that make the page, not for every candidate. Each
+        // segment's columns are opened once.
+        let mut columns: HashMap<u32, Columns> = HashMap::new();
         let mut out = Vec::with_capacity(top.len());
         for (score, address) in top {
-            let segment = searcher.segment_reader(address.segment_ord);
-            let fast = segment.fast_fields();
-            // Fast fields only: the stored document (its whole body) is
-            // read for the few that make the page, not for every candidate.
-            let kind = fast.u64("kind")?.first(address.doc_id).unwrap_or_default();
+            let c = match columns.entry(address.segment_ord) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(e) => {
+                    e.insert(Columns::of(searcher.segment_reader(address.segment_ord))?)
+                }
+            };
+            let doc = address.doc_id;
             let mut key = String::new();
-            if let Some(keys) = fast.str("key")? {
-                for ord in keys.term_ords(address.doc_id) {
+            if let Some(keys) = &c.key {
+                for ord in keys.term_ords(doc) {
                     keys.ord_to_str(ord, &mut key)?;
                 }
             }
             out.push(Candidate {
                 key,
-                kind: Kind::from_u64(kind),
-                order: fast.u64("order")?.first(address.doc_id).unwrap_or_default(),
-                ts: fast.f64("ts")?.first(address.doc_id).unwrap_or_default(),
+                kind: Kind::from_u64(c.kind.first(doc).unwrap_or_default()),
+                order: c.order.first(doc).unwrap_or_default(),
+                ts: c.ts.first(doc).unwrap_or_default(),
                 score,
                 address,
             });
@@ -445,34 +473,17 @@ impl Lexical {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Filter, Item, Kind, order};
+    use crate::Filter;
+    use crate::test_trace as trace;
 
-    fn trace(key: &str, turn: u32, ts: f64, text: &str) -> Item {
-        Item {
-            key: key.into(),
-            kind: Kind::Trace,
-            trace_type: 1,
-            order: order(turn, 0),
-            ts,
-            text: text.into(),
-            name: None,
-            body: format!("{{\"id\":\"{key}\"}}"),
-        }
-    }
-
-    /// The keys of the matches, read back from their bodies.
+    /// The keys of the matches (each test item's body is its key).
     fn keys(index: &mut Lexical, query: &str, filter: &Filter) -> Vec<String> {
         let terms = index.query_terms(query, 64);
         index
             .search(&terms, filter, 10)
             .unwrap()
             .iter()
-            .map(|c| {
-                let body = index.body(c).unwrap();
-                body.trim_start_matches("{\"id\":\"")
-                    .trim_end_matches("\"}")
-                    .to_owned()
-            })
+            .map(|c| index.body(c).unwrap())
             .collect()
     }
 

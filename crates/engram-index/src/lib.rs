@@ -101,3 +101,18 @@ pub struct Filter {
     /// Inclusive range of event times.
     pub ts: Option<(f64, f64)>,
 }
+
+/// A user message of turn `turn` as a test item; its body is its key.
+#[cfg(test)]
+pub(crate) fn test_trace(key: &str, turn: u32, ts: f64, text: &str) -> Item {
+    Item {
+        key: key.into(),
+        kind: Kind::Trace,
+        trace_type: 1,
+        order: order(turn, 0),
+        ts,
+        text: text.into(),
+        name: None,
+        body: key.into(),
+    }
+}

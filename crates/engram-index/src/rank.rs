@@ -121,7 +121,7 @@ pub fn rank(
 ) -> Result<Vec<Ranked>> {
     let terms = index.query_terms(query, params.max_terms);
     let candidates = index.search(&terms, filter, params.candidates.max(limit))?;
-    let mut ranked = with_context(index, candidates, filter, params);
+    let (mut ranked, traces) = with_context(index, candidates, filter, params);
     // Relative to the best lexical match, so that the semantic side's
     // weight means the same for every query.
     let top = ranked.iter().map(|r| r.score).fold(0.0_f32, f32::max);
@@ -131,6 +131,7 @@ pub fn rank(
     if let Some(semantic) = semantic {
         fuse(
             &mut ranked,
+            &traces,
             semantic,
             filter,
             params.candidates.max(limit),
@@ -142,28 +143,23 @@ pub fn rank(
     Ok(ranked)
 }
 
+/// Adds closeness in meaning to `ranked`. Traces are found by their place
+/// (`traces`, as [`with_context`] left it), memory items by their key.
 fn fuse(
     ranked: &mut Vec<Ranked>,
+    traces: &HashMap<u64, usize>,
     semantic: Semantic<'_>,
     filter: &Filter,
     candidates: usize,
     params: &Params,
 ) {
     let floor = params.semantic_floor.clamp(0.0, 0.99);
-    // Traces are known by their place, memory items by their key.
-    let mut traces: HashMap<u64, usize> = HashMap::new();
-    let mut memories: HashMap<String, usize> = HashMap::new();
-    for (i, r) in ranked.iter().enumerate() {
-        match (&r.candidate, r.kind) {
-            (_, Kind::Trace) => {
-                traces.insert(r.order, i);
-            }
-            (Some(c), _) => {
-                memories.insert(c.key.clone(), i);
-            }
-            (None, _) => {}
-        }
-    }
+    let memories: HashMap<String, usize> = ranked
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.kind != Kind::Trace)
+        .filter_map(|(i, r)| Some((r.candidate.as_ref()?.key.clone(), i)))
+        .collect();
     for near in semantic.vectors.nearest(semantic.query, filter, candidates) {
         let gain = params.semantic_weight * ((near.cosine - floor) / (1.0 - floor));
         if gain <= 0.0 {
@@ -192,13 +188,14 @@ fn fuse(
     }
 }
 
-/// Lexical candidates and the neighbours they lend a share of their score.
+/// Lexical candidates and the neighbours they lend a share of their score,
+/// and where each trace among them is, by its place.
 fn with_context(
     index: &Lexical,
     candidates: Vec<Candidate>,
     filter: &Filter,
     params: &Params,
-) -> Vec<Ranked> {
+) -> (Vec<Ranked>, HashMap<u64, usize>) {
     let mut ranked: Vec<Ranked> = Vec::with_capacity(candidates.len());
     let mut trace_at: HashMap<u64, usize> = HashMap::new();
     for c in candidates {
@@ -259,7 +256,7 @@ fn with_context(
             None => {}
         }
     }
-    ranked
+    (ranked, trace_at)
 }
 
 fn in_range(filter: &Filter, order: u64, ts: f64) -> bool {
@@ -272,19 +269,10 @@ fn in_range(filter: &Filter, order: u64, ts: f64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Embedded, Item, order};
+    use crate::{Embedded, Item, order, test_trace};
 
     fn trace(turn: u32, ts: f64, text: &str) -> Item {
-        Item {
-            key: format!("t{turn}"),
-            kind: Kind::Trace,
-            trace_type: 1,
-            order: order(turn, 0),
-            ts,
-            text: text.into(),
-            name: None,
-            body: format!("t{turn}"),
-        }
+        test_trace(&format!("t{turn}"), turn, ts, text)
     }
 
     /// A unit vector along `axis` leaning `lean` towards axis 0.
