@@ -36,24 +36,23 @@ pub(crate) struct Indexer {
     pub model: ModelId,
     tx: mpsc::Sender<AgentId>,
     queued: Mutex<HashSet<AgentId>>,
-    /// Taken by the task when it starts.
-    rx: Mutex<Option<mpsc::Receiver<AgentId>>>,
 }
 
 impl Indexer {
-    pub fn new(embedder: Arc<dyn Embedder>) -> Self {
+    /// The indexer and the queue its task reads.
+    pub fn new(embedder: Arc<dyn Embedder>) -> (Self, mpsc::Receiver<AgentId>) {
         let (tx, rx) = mpsc::channel(QUEUE);
         let model = ModelId {
             id: embedder.model().to_owned(),
             dim: embedder.dim(),
         };
-        Self {
+        let indexer = Self {
             embedder,
             model,
             tx,
             queued: Mutex::new(HashSet::new()),
-            rx: Mutex::new(Some(rx)),
-        }
+        };
+        (indexer, rx)
     }
 
     fn enqueue(&self, id: &AgentId) {
@@ -76,15 +75,9 @@ impl FileStore {
         }
     }
 
-    /// Starts the indexer task (once; nothing without an embedder). It
-    /// holds the store weakly and ends with it.
-    pub(crate) fn spawn_indexer(&self) {
-        let Some(indexer) = &self.inner.indexer else {
-            return;
-        };
-        let Some(mut rx) = indexer.rx.lock().expect("indexer lock").take() else {
-            return;
-        };
+    /// Starts the indexer task on `rx`, the indexer's queue. It holds the
+    /// store weakly and ends with it.
+    pub(crate) fn spawn_indexer(&self, mut rx: mpsc::Receiver<AgentId>) {
         let weak: Weak<Inner> = Arc::downgrade(&self.inner);
         tokio::spawn(async move {
             while let Some(id) = rx.recv().await {
@@ -152,28 +145,35 @@ impl FileStore {
                     vector,
                 })
                 .collect();
-            let mut current = self.caught_up(id).await?;
-            current = blocking(move || {
-                if let Some(vectors) = &mut current.index().vectors {
+            // The index as it is: what was written since is the next
+            // batch's catch-up, not this one's.
+            let Ok(handle) = self.existing_handle(id) else {
+                return Ok(());
+            };
+            let slot = Arc::clone(&handle.index).lock_owned().await;
+            let slot = blocking(move || {
+                let mut slot = slot;
+                // Unloaded meanwhile: reopening finds these items unembedded.
+                if let Some(vectors) = slot.as_mut().and_then(|i| i.vectors.as_mut()) {
                     vectors.write(&embedded, &[]).map_err(index_error)?;
                 }
-                Ok(current)
+                Ok(slot)
             })
             .await?;
-            let pending = current.index().pending.len();
-            drop(current);
-            if let Ok(handle) = self.existing_handle(id) {
-                handle.embedded.send_replace(pending);
-            }
+            let pending = slot.as_ref().map_or(0, |i| i.pending.len());
+            drop(slot);
+            handle.embedded.send_replace(pending);
         }
     }
 
     /// Puts a batch that could not be embedded back at the queue's head.
     async fn requeue(&self, id: &AgentId, batch: Vec<Item>) {
-        if let Ok(mut current) = self.caught_up(id).await {
-            let pending = &mut current.index().pending;
+        let Ok(handle) = self.existing_handle(id) else {
+            return;
+        };
+        if let Some(index) = handle.index.lock().await.as_mut() {
             for item in batch.into_iter().rev() {
-                pending.push_front(item);
+                index.pending.push_front(item);
             }
         }
     }

@@ -32,9 +32,9 @@ const INDEX_DIR: &str = ".index";
 /// The vectors file inside the index directory.
 const VECTORS_FILE: &str = "vectors.bin";
 
-/// Text given to the embedding model per item: models read a few hundred
-/// tokens (all-MiniLM-L6-v2: 256), so more is tokenized for nothing.
-const MAX_EMBEDDED_CHARS: usize = 2048;
+/// Text given to the embedding model per item or query: models read a few
+/// hundred tokens (all-MiniLM-L6-v2: 256), so more is tokenized for nothing.
+pub(crate) const MAX_EMBEDDED_CHARS: usize = 2048;
 
 /// Text of one item that is indexed; the rest of a huge tool result adds
 /// little to ranking and much to the index.
@@ -371,7 +371,8 @@ fn capped(text: String) -> String {
     capped_at(text, MAX_INDEXED_CHARS)
 }
 
-fn capped_at(mut text: String, max: usize) -> String {
+/// `text` cut to at most `max` bytes, at a character boundary.
+pub(crate) fn capped_at(mut text: String, max: usize) -> String {
     if text.len() > max {
         let mut end = max;
         while !text.is_char_boundary(end) {

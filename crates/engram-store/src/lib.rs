@@ -214,10 +214,13 @@ impl FileStore {
         })
         .await
         .expect("open task panicked")?;
-        let indexer = config
-            .embedder
-            .clone()
-            .map(|e| Arc::new(embedding::Indexer::new(e)));
+        let (indexer, queue) = match config.embedder.clone() {
+            Some(embedder) => {
+                let (indexer, queue) = embedding::Indexer::new(embedder);
+                (Some(Arc::new(indexer)), Some(queue))
+            }
+            None => (None, None),
+        };
         let store = Self {
             inner: Arc::new(Inner {
                 indexer,
@@ -231,7 +234,9 @@ impl FileStore {
                 opened: Instant::now(),
             }),
         };
-        store.spawn_indexer();
+        if let Some(queue) = queue {
+            store.spawn_indexer(queue);
+        }
         Ok(store)
     }
 

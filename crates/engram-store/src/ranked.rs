@@ -8,7 +8,7 @@ use engram_core::{AgentId, CoreError, RawTrace};
 use engram_index::lexical::Placed;
 use engram_index::{Filter, Kind, Matched, Params, Semantic};
 
-use crate::index::{blocking, index_error, trace_type_code};
+use crate::index::{MAX_EMBEDDED_CHARS, blocking, capped_at, index_error, trace_type_code};
 use crate::{FileStore, Hit, IndexState, MatchedBy, Result, Search, SearchPage, StoreError};
 
 /// How deep ranked pages go: further than anyone reads, and a bound on the
@@ -44,6 +44,8 @@ impl FileStore {
         if let Some(wait) = search.wait_for_index {
             self.wait_embedded(id, Instant::now() + wait).await?;
         }
+        // An unknown agent is refused before its query costs an embedding.
+        self.existing_handle(id)?;
         let query_vector = self.query_vector(&search.query).await;
         let mut current = self.caught_up(id).await?;
         let search = search.clone();
@@ -135,7 +137,7 @@ impl FileStore {
         if query.trim().is_empty() {
             return None;
         }
-        let text = [query.chars().take(2048).collect::<String>()];
+        let text = [capped_at(query.to_owned(), MAX_EMBEDDED_CHARS)];
         let started = Instant::now();
         match indexer.embedder.embed(&text).await {
             Ok(mut v) if v.len() == 1 && v[0].len() == indexer.model.dim => {
