@@ -3,7 +3,8 @@
 //! item's event time is indexed as its date in words (UTC), searched with
 //! the same terms as its text.
 
-const MONTHS: [&str; 12] = [
+/// Month names, January first.
+pub const MONTHS: [&str; 12] = [
     "January",
     "February",
     "March",

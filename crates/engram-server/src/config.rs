@@ -412,6 +412,11 @@ impl Config {
         })
     }
 
+    /// How long an idle agent stays in memory (`None`: for good).
+    pub fn idle_evict(&self) -> Option<Duration> {
+        (self.store.idle_evict_secs > 0).then(|| Duration::from_secs(self.store.idle_evict_secs))
+    }
+
     pub fn store_config(&self) -> StoreConfig {
         StoreConfig {
             data_dir: self.store.data_dir.clone(),
@@ -422,8 +427,7 @@ impl Config {
             },
             fsync_interval: Duration::from_millis(self.store.fsync_interval_ms),
             wal_segment_bytes: self.store.checkpoint_bytes,
-            idle_evict: (self.store.idle_evict_secs > 0)
-                .then(|| Duration::from_secs(self.store.idle_evict_secs)),
+            idle_evict: self.idle_evict(),
             limits: IngestLimits {
                 max_events: self.limits.max_events_per_request,
                 max_trace_bytes: self.limits.max_trace_bytes,

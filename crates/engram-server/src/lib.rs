@@ -200,7 +200,7 @@ pub async fn serve(
     tokio::task::spawn_blocking(engram_core::tokens::warm_up);
     let budgets = Arc::new(budget::Budgets::new(config.budget.clone()));
     let caches = Arc::new(caches::ContextCaches::default());
-    let cache_upkeep = spawn_cache_upkeep(&caches, config.store_config().idle_evict);
+    let cache_upkeep = spawn_cache_upkeep(&caches, config.idle_evict());
     let summarizer = compactor::summarizer(&config.llm).map_err(ServerError::Summarizer)?;
     let compactor = compactor::Compactor::new(
         Arc::clone(&store),

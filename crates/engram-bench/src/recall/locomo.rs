@@ -139,21 +139,7 @@ pub fn parse_date(s: &str) -> Result<f64> {
     let [day, month, year] = parts[..] else {
         bail!("date is not 'D Month, YYYY'");
     };
-    const MONTHS: [&str; 12] = [
-        "january",
-        "february",
-        "march",
-        "april",
-        "may",
-        "june",
-        "july",
-        "august",
-        "september",
-        "october",
-        "november",
-        "december",
-    ];
-    let month = MONTHS
+    let month = engram_index::time::MONTHS
         .iter()
         .position(|n| n.eq_ignore_ascii_case(month))
         .context("month")? as i64
