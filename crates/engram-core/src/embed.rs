@@ -32,6 +32,15 @@ pub trait Embedder: Send + Sync + std::fmt::Debug {
     /// One L2-normalised vector per text, in order. An implementation that
     /// computes on the CPU does so off the async workers.
     fn embed<'a>(&'a self, texts: &'a [String]) -> EmbedFuture<'a>;
+
+    /// A search's query: one vector. A remote model answers it with less
+    /// patience than the indexer's batches (a search is waiting).
+    fn embed_query<'a>(&'a self, text: &'a str) -> EmbedFuture<'a> {
+        Box::pin(async move {
+            let texts = [text.to_owned()];
+            self.embed(&texts).await
+        })
+    }
 }
 
 /// `v` scaled to unit length (a zero vector stays zero).

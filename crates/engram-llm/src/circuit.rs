@@ -6,10 +6,14 @@
 //! still wait: an answer closes the circuit, another outage opens it again
 //! for twice as long, up to `max_cooldown`.
 //!
+//! [`Breaker`] is the state machine, for any endpoint; [`CircuitBreaker`]
+//! puts a summarizer behind one.
+//!
 //! Only outages count here. An answer that is unusable or refused says the
 //! endpoint is up; it is one agent's failure, which the compactor counts
 //! per agent, so one agent's bad luck never stops everyone's compaction.
 
+use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -27,13 +31,11 @@ struct State {
     probing: bool,
 }
 
+/// Wraps a summarizer in a [`Breaker`].
 #[derive(Debug)]
 pub struct CircuitBreaker<S> {
     inner: S,
-    threshold: u32,
-    base_cooldown: Duration,
-    max_cooldown: Duration,
-    state: Mutex<State>,
+    breaker: Breaker,
 }
 
 /// The circuit as reports and stats show it.
@@ -47,6 +49,17 @@ pub enum Circuit {
     },
     /// The cool-down is over and a trial call decides.
     HalfOpen,
+}
+
+/// The state machine, for any endpoint (the summarizer's, the embedder's).
+#[derive(Debug)]
+pub struct Breaker {
+    /// What is called, for the logs: "summarizer", "embedder".
+    what: &'static str,
+    threshold: u32,
+    base_cooldown: Duration,
+    max_cooldown: Duration,
+    state: Mutex<State>,
 }
 
 /// Whether a call may go to the model.
@@ -77,12 +90,17 @@ fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-impl<S: Summarizer> CircuitBreaker<S> {
+impl Breaker {
     /// Opens after `threshold` outages in a row for `base_cooldown`,
     /// doubling on each failed trial up to `max_cooldown`.
-    pub fn new(inner: S, threshold: u32, base_cooldown: Duration, max_cooldown: Duration) -> Self {
+    pub fn new(
+        what: &'static str,
+        threshold: u32,
+        base_cooldown: Duration,
+        max_cooldown: Duration,
+    ) -> Self {
         Self {
-            inner,
+            what,
             threshold: threshold.max(1),
             base_cooldown,
             max_cooldown: max_cooldown.max(base_cooldown),
@@ -109,30 +127,52 @@ impl<S: Summarizer> CircuitBreaker<S> {
         }
     }
 
-    fn admit(&self) -> Result<Admission, SummarizeError> {
+    /// Runs `call` unless the circuit is open (then `open(remaining)`, with
+    /// zero while a trial decides); `outage` tells which errors count.
+    pub async fn call<T, E, F: Future<Output = Result<T, E>>>(
+        &self,
+        call: impl FnOnce() -> F,
+        outage: impl FnOnce(&E) -> bool,
+        open: impl FnOnce(Duration) -> E,
+    ) -> Result<T, E> {
+        let trial = match self.admit() {
+            Ok(admission) => matches!(admission, Admission::Trial),
+            Err(remaining) => return Err(open(remaining)),
+        };
+        let mut guard = TrialGuard {
+            state: &self.state,
+            armed: trial,
+        };
+        let result = call().await;
+        guard.armed = false;
+        self.record(result.as_ref().err().is_some_and(outage), trial);
+        result
+    }
+
+    fn admit(&self) -> Result<Admission, Duration> {
         let mut state = lock(&self.state);
         let Some(until) = state.open_until else {
             return Ok(Admission::Call);
         };
         let now = Instant::now();
         if until > now {
-            return Err(SummarizeError::CircuitOpen(until - now));
+            return Err(until - now);
         }
         if state.probing {
-            return Err(SummarizeError::CircuitOpen(Duration::ZERO));
+            return Err(Duration::ZERO);
         }
         state.probing = true;
         Ok(Admission::Trial)
     }
 
-    fn record(&self, result: &Result<crate::Summary, SummarizeError>, trial: bool) {
+    fn record(&self, outage: bool, trial: bool) {
         let mut state = lock(&self.state);
         if trial {
             state.probing = false;
         }
-        if !matches!(result, Err(SummarizeError::Unavailable(_))) {
+        if !outage {
             if state.open_until.is_some() {
-                tracing::info!("summarizer circuit closed: the model answered");
+                tracing::info!(endpoint = self.what, "circuit closed: the model answered");
             }
             state.consecutive_failures = 0;
             state.open_until = None;
@@ -146,11 +186,27 @@ impl<S: Summarizer> CircuitBreaker<S> {
         if trial || (state.open_until.is_none() && state.consecutive_failures >= self.threshold) {
             state.open_until = Some(Instant::now() + state.cooldown);
             tracing::warn!(
+                endpoint = self.what,
                 failures = state.consecutive_failures,
                 cooldown_secs = state.cooldown.as_secs_f64(),
-                "summarizer circuit open: not calling the model until the cool-down ends"
+                "circuit open: not calling the model until the cool-down ends"
             );
         }
+    }
+}
+
+impl<S: Summarizer> CircuitBreaker<S> {
+    /// Opens after `threshold` outages in a row for `base_cooldown`,
+    /// doubling on each failed trial up to `max_cooldown`.
+    pub fn new(inner: S, threshold: u32, base_cooldown: Duration, max_cooldown: Duration) -> Self {
+        Self {
+            inner,
+            breaker: Breaker::new("summarizer", threshold, base_cooldown, max_cooldown),
+        }
+    }
+
+    pub fn circuit(&self) -> Circuit {
+        self.breaker.circuit()
     }
 }
 
@@ -164,17 +220,11 @@ impl<S: Summarizer> Summarizer for CircuitBreaker<S> {
     }
 
     fn summarize<'a>(&'a self, request: SummaryRequest<'a>) -> SummaryFuture<'a> {
-        Box::pin(async move {
-            let trial = matches!(self.admit()?, Admission::Trial);
-            let mut guard = TrialGuard {
-                state: &self.state,
-                armed: trial,
-            };
-            let result = self.inner.summarize(request).await;
-            guard.armed = false;
-            self.record(&result, trial);
-            result
-        })
+        Box::pin(self.breaker.call(
+            move || self.inner.summarize(request),
+            |e| matches!(e, SummarizeError::Unavailable(_)),
+            SummarizeError::CircuitOpen,
+        ))
     }
 }
 

@@ -1,20 +1,29 @@
-//! Summarizers: what compaction asks of a language model, and the embedded
-//! extractive summarizer that serves when no LLM is configured.
+//! What Engram asks of remote models: summarizers for compaction (and the
+//! embedded extractive one that serves when no LLM is configured), and an
+//! embedder for the search index.
 //!
 //! - [`Summarizer`]: the one operation compaction needs — whole turns in, an
 //!   episodic summary and new or changed semantic facts out.
 //! - [`extractive`]: deterministic, offline, every item tagged `extractive`.
 //! - [`http`]: an OpenAI-compatible chat-completions client (OpenAI, vLLM,
-//!   Ollama, llama.cpp, LiteLLM, …) with retries and backoff.
+//!   Ollama, llama.cpp, LiteLLM, …).
+//! - [`embeddings`]: the search index's embedder over an OpenAI-compatible
+//!   `/embeddings` endpoint.
+//! - [`transport`]: both endpoints' retries and backoff.
 //! - [`answer`]: the prompt the LLM gets and how its answer is read.
-//! - [`circuit`]: stop calling a failing model for a cool-down.
+//! - [`circuit`]: stop calling a failing endpoint for a cool-down.
 //! - [`chunked`]: windows larger than the model's context, in chunks.
 
 pub mod answer;
 pub mod chunked;
 pub mod circuit;
+pub mod embeddings;
 pub mod extractive;
 pub mod http;
+pub mod transport;
+
+#[cfg(test)]
+mod fake;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -27,7 +36,8 @@ pub use engram_core::compaction::Summary;
 use engram_core::memory::SemanticItem;
 
 pub use chunked::Chunked;
-pub use circuit::{Circuit, CircuitBreaker};
+pub use circuit::{Breaker, Circuit, CircuitBreaker};
+pub use embeddings::{EmbedConfig, HttpEmbedder};
 pub use extractive::Extractive;
 pub use http::{HttpConfig, HttpSummarizer};
 
@@ -64,7 +74,7 @@ pub enum SummarizeError {
     CircuitOpen(std::time::Duration),
 }
 
-fn retry_in(wait: std::time::Duration) -> String {
+pub(crate) fn retry_in(wait: std::time::Duration) -> String {
     if wait.is_zero() {
         "a trial call is under way".to_owned()
     } else {

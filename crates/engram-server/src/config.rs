@@ -95,6 +95,62 @@ pub enum EmbedProvider {
 pub struct EmbedSection {
     pub provider: EmbedProvider,
     pub model_dir: PathBuf,
+    /// `provider = "http"`: an OpenAI-compatible `/embeddings` endpoint.
+    pub base_url: String,
+    pub model: String,
+    /// The length of the model's vectors.
+    pub dimensions: usize,
+    /// The key itself, or (after loading) the value of `api_key_env`.
+    pub api_key: Secret,
+    pub api_key_env: String,
+    pub timeout_secs: u64,
+    pub max_retries: u32,
+    pub batch_size: usize,
+    pub query_timeout_ms: u64,
+    pub circuit_failures: u32,
+    pub circuit_cooldown_secs: u64,
+    pub circuit_max_cooldown_secs: u64,
+}
+
+/// Longest vectors accepted (the largest common models give 4,096).
+const MAX_DIMENSIONS: usize = 16_384;
+
+impl EmbedSection {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.provider != EmbedProvider::Http {
+            return Ok(());
+        }
+        engram_llm::transport::endpoint(&self.base_url, "embeddings")
+            .map_err(|e| invalid("embed.base_url", &e))?;
+        if self.model.trim().is_empty() {
+            return Err(invalid(
+                "embed.model",
+                "must be set with provider = \"http\"",
+            ));
+        }
+        if !(1..=MAX_DIMENSIONS).contains(&self.dimensions) {
+            return Err(invalid(
+                "embed.dimensions",
+                "must be the model's vector length (1 to 16384) with provider = \"http\"",
+            ));
+        }
+        if !(1..=2048).contains(&self.batch_size) {
+            return Err(invalid("embed.batch_size", "must be 1 to 2048"));
+        }
+        if self.timeout_secs == 0 || self.query_timeout_ms == 0 || self.circuit_failures == 0 {
+            return Err(invalid(
+                "embed.timeout_secs/query_timeout_ms/circuit_failures",
+                "must be > 0",
+            ));
+        }
+        if self.circuit_max_cooldown_secs < self.circuit_cooldown_secs {
+            return Err(invalid(
+                "embed.circuit_max_cooldown_secs",
+                "must be at least embed.circuit_cooldown_secs",
+            ));
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -253,6 +309,11 @@ impl Config {
         {
             config.llm.api_key = Secret(key);
         }
+        if config.embed.api_key.is_empty()
+            && let Some(key) = lookup(&config.embed.api_key_env)
+        {
+            config.embed.api_key = Secret(key);
+        }
         #[cfg(feature = "fault-injection")]
         {
             config.crash_at = lookup("ENGRAM_TEST_CRASH_AT");
@@ -305,12 +366,7 @@ impl Config {
         if self.server.max_message_bytes < 1024 {
             return Err(invalid("server.max_message_bytes", "must be at least 1024"));
         }
-        if self.embed.provider == EmbedProvider::Http {
-            return Err(invalid(
-                "embed.provider",
-                "\"http\" is not available in this build yet; use \"local\" or \"none\"",
-            ));
-        }
+        self.embed.validate()?;
         if self.store.data_dir.as_os_str().is_empty() {
             return Err(invalid("store.data_dir", "must not be empty"));
         }

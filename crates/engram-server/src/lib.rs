@@ -126,9 +126,29 @@ pub async fn embedder(
 ) -> Result<Option<Arc<dyn engram_core::embed::Embedder>>, ServerError> {
     match section.provider {
         config::EmbedProvider::None => Ok(None),
-        config::EmbedProvider::Http => Err(ServerError::Embedder(
-            "embed.provider = \"http\" is not available in this build yet".into(),
-        )),
+        config::EmbedProvider::Http => {
+            let http = engram_llm::HttpEmbedder::new(engram_llm::EmbedConfig {
+                reach: engram_llm::transport::Reach {
+                    api_key: Some(section.api_key.0.clone()).filter(|k| !k.is_empty()),
+                    timeout: Duration::from_secs(section.timeout_secs),
+                    max_retries: section.max_retries,
+                    ..Default::default()
+                },
+                batch: section.batch_size,
+                query_timeout: Duration::from_millis(section.query_timeout_ms),
+                circuit_failures: section.circuit_failures,
+                circuit_cooldown: Duration::from_secs(section.circuit_cooldown_secs),
+                circuit_max_cooldown: Duration::from_secs(section.circuit_max_cooldown_secs),
+                ..engram_llm::EmbedConfig::new(
+                    &section.base_url,
+                    &section.model,
+                    section.dimensions,
+                )
+            })
+            .map_err(ServerError::Embedder)?;
+            tracing::info!(endpoint = %http.endpoint(), model = %section.model, "embedding over HTTP");
+            Ok(Some(Arc::new(http)))
+        }
         config::EmbedProvider::Local => {
             let dir = section.model_dir.clone();
             if !dir.join("config.json").exists() {

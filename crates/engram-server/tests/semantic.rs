@@ -1,12 +1,18 @@
 //! Search by meaning with the real local model (all-MiniLM-L6-v2, as
 //! `make models` installs it): paraphrases that share no word with what
 //! was said find it; vectors are built in the background, survive kill -9
-//! and are rebuilt for what they miss.
+//! and are rebuilt for what they miss. The same model behind a local
+//! OpenAI-compatible `/v1/embeddings` endpoint serves `provider = "http"`.
 
 mod common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use common::*;
+use engram_core::embed::Embedder;
 use engram_proto::pb;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn model_dir() -> String {
     let dir =
@@ -62,6 +68,10 @@ fn ask(agent: &str, query: &str, wait_ms: u32) -> pb::SearchHistoryRequest {
 }
 
 async fn assert_paraphrases_found(c: &mut Client, agent: &str) {
+    assert_paraphrases_found_by(c, agent, "all-MiniLM-L6-v2#").await;
+}
+
+async fn assert_paraphrases_found_by(c: &mut Client, agent: &str, model: &str) {
     for (question, want) in PARAPHRASES {
         let page = c
             .search_history(ask(agent, question, 30_000))
@@ -70,11 +80,7 @@ async fn assert_paraphrases_found(c: &mut Client, agent: &str) {
             .into_inner();
         let index = page.index.unwrap();
         assert_eq!((index.embedded, index.pending), (8, 0), "{question}");
-        assert!(
-            index.model.starts_with("all-MiniLM-L6-v2#"),
-            "{}",
-            index.model
-        );
+        assert!(index.model.starts_with(model), "{}", index.model);
         let top = &page.matches[0];
         assert_eq!(
             top.trace.as_ref().unwrap().content,
@@ -164,4 +170,116 @@ async fn vectors_are_rebuilt_after_kill_9_and_for_items_indexed_without_a_model(
         page.matches[0].trace.as_ref().unwrap().content,
         "We bought a sailboat for the lake."
     );
+}
+
+/// A local OpenAI-compatible `POST /v1/embeddings` computing with the real
+/// local model; the first `outages` requests get a 503. Counts requests.
+async fn embeddings_endpoint(outages: usize) -> (String, Arc<AtomicUsize>) {
+    let model =
+        Arc::new(engram_embed::LocalModel::load(std::path::Path::new(&model_dir())).unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    let requests = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&requests);
+    tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let n = count.fetch_add(1, Ordering::SeqCst);
+            let model = Arc::clone(&model);
+            tokio::spawn(async move {
+                let mut buf = vec![];
+                let mut chunk = [0u8; 8192];
+                let (head, body) = loop {
+                    let k = stream.read(&mut chunk).await.unwrap();
+                    assert!(k > 0, "the request ended early");
+                    buf.extend_from_slice(&chunk[..k]);
+                    let text = String::from_utf8_lossy(&buf).to_string();
+                    let Some(end) = text.find("\r\n\r\n") else {
+                        continue;
+                    };
+                    let len: usize = text[..end]
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse().unwrap())
+                        })
+                        .unwrap_or(0);
+                    if buf.len() >= end + 4 + len {
+                        break (text[..end].to_owned(), buf[end + 4..end + 4 + len].to_vec());
+                    }
+                };
+                assert!(head.starts_with("POST /v1/embeddings "), "{head}");
+                let (status, answer) = if n < outages {
+                    (503, "{}".to_owned())
+                } else {
+                    let request: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                    assert_eq!(request["model"], "minilm");
+                    let inputs: Vec<String> = request["input"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|t| t.as_str().unwrap().to_owned())
+                        .collect();
+                    let vectors = model.embed(&inputs).await.unwrap();
+                    let data: Vec<serde_json::Value> = vectors
+                        .iter()
+                        .enumerate()
+                        .map(|(i, v)| serde_json::json!({"object": "embedding", "index": i, "embedding": v}))
+                        .collect();
+                    (
+                        200,
+                        serde_json::json!({"object": "list", "data": data}).to_string(),
+                    )
+                };
+                let reply = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
+                    answer.len()
+                );
+                let _ = stream.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    (base, requests)
+}
+
+fn http_embedder(base_url: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("ENGRAM__EMBED__PROVIDER", "http".into()),
+        ("ENGRAM__EMBED__BASE_URL", base_url.into()),
+        ("ENGRAM__EMBED__MODEL", "minilm".into()),
+        ("ENGRAM__EMBED__DIMENSIONS", "384".into()),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_embedder_finds_paraphrases_and_a_dead_one_leaves_the_words() {
+    let (base, requests) = embeddings_endpoint(1).await;
+    let env = http_embedder(&base);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let server = TestServer::start_with(&env).await;
+    let mut c = server.client().await;
+    tell(&mut c, "talk").await;
+    // The first request's 503 is retried.
+    assert_paraphrases_found_by(&mut c, "talk", "http:minilm").await;
+    assert!(requests.load(Ordering::SeqCst) >= 2);
+
+    // Nothing listens there: words still find what was said.
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dead = format!("http://{}/v1", closed.local_addr().unwrap());
+    drop(closed);
+    let env = http_embedder(&dead);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let server = TestServer::start_with(&env).await;
+    let mut c = server.client().await;
+    tell(&mut c, "talk").await;
+    let page = c
+        .search_history(ask("talk", "the puppy", 0))
+        .await
+        .unwrap()
+        .into_inner();
+    let index = page.index.unwrap();
+    assert_eq!((index.embedded, index.model.as_str()), (0, "http:minilm"));
+    assert_eq!(page.matches[0].trace.as_ref().unwrap().content, TALK[0]);
+    assert_eq!(page.matches[0].matched_by, pb::MatchedBy::Lexical as i32);
 }

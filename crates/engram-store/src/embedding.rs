@@ -6,15 +6,15 @@
 //! agent's next search or write names it again). One task takes agents in
 //! turn and embeds their pending items a batch at a time, with the agent's
 //! index unlocked while the model runs, so searches go on meanwhile over
-//! what is embedded so far. An embedder that fails is retried after a
-//! pause; the items stay pending.
+//! what is embedded so far. An embedder that is unavailable is retried
+//! after a pause; the items stay pending.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use engram_core::AgentId;
-use engram_core::embed::Embedder;
+use engram_core::embed::{EmbedError, Embedder};
 use engram_index::{Embedded, Item};
 use tokio::sync::mpsc;
 
@@ -60,6 +60,78 @@ impl Indexer {
         if queued.insert(id.clone()) && self.tx.try_send(id.clone()).is_err() {
             queued.remove(id);
         }
+    }
+}
+
+/// What one batch came to.
+struct Outcome {
+    embedded: Vec<Embedded>,
+    /// Items for a later try (the model was unavailable), and why.
+    retry: Vec<Item>,
+    failed: Option<String>,
+}
+
+/// Embeds `batch`. A model that refuses the batch (a remote one may refuse
+/// a text it cannot take) gets each item alone; an item refused alone is
+/// left to the words (counted, logged; the next load of the agent tries it
+/// again), so one text never holds up its agent's queue.
+async fn embed_batch(embedder: &dyn Embedder, batch: Vec<Item>) -> Outcome {
+    let texts: Vec<String> = batch.iter().map(|i| i.text.clone()).collect();
+    let why = match embedder.embed(&texts).await {
+        Ok(vectors) if vectors.len() == batch.len() => {
+            return Outcome {
+                embedded: batch.into_iter().zip(vectors).map(embedded).collect(),
+                retry: vec![],
+                failed: None,
+            };
+        }
+        Err(EmbedError::Unavailable(why)) => {
+            return Outcome {
+                embedded: vec![],
+                retry: batch,
+                failed: Some(why),
+            };
+        }
+        Err(EmbedError::BadAnswer(why)) => why,
+        Ok(v) => format!("{} vectors for {} texts", v.len(), texts.len()),
+    };
+    tracing::warn!(error = %why, items = batch.len(), "the model refused a batch; embedding its items one by one");
+    let mut out = Vec::with_capacity(batch.len());
+    let mut items = batch.into_iter();
+    while let Some(item) = items.next() {
+        match embedder.embed(std::slice::from_ref(&item.text)).await {
+            Ok(mut v) if v.len() == 1 => out.push(embedded((item, v.remove(0)))),
+            Err(EmbedError::Unavailable(why)) => {
+                return Outcome {
+                    embedded: out,
+                    retry: std::iter::once(item).chain(items).collect(),
+                    failed: Some(why),
+                };
+            }
+            refused => {
+                let why = refused
+                    .err()
+                    .map_or_else(|| "no vector".to_owned(), |e| e.to_string());
+                tracing::warn!(key = %item.key, error = %why, "the model refused an item; it is found by its words only");
+                metrics::counter!("engram_embed_refused_items_total").increment(1);
+            }
+        }
+    }
+    Outcome {
+        embedded: out,
+        retry: vec![],
+        failed: None,
+    }
+}
+
+fn embedded((item, vector): (Item, Vec<f32>)) -> Embedded {
+    Embedded {
+        key: item.key,
+        kind: item.kind,
+        trace_type: item.trace_type,
+        order: item.order,
+        ts: item.ts,
+        vector,
     }
 }
 
@@ -118,33 +190,12 @@ impl FileStore {
             if batch.is_empty() {
                 return Ok(());
             }
-            let texts: Vec<String> = batch.iter().map(|i| i.text.clone()).collect();
             let started = Instant::now();
-            let vectors = match indexer.embedder.embed(&texts).await {
-                Ok(v) if v.len() == batch.len() => v,
-                failed => {
-                    self.requeue(id, batch).await;
-                    let why = match failed {
-                        Err(e) => e.to_string(),
-                        Ok(v) => format!("{} vectors for {} texts", v.len(), texts.len()),
-                    };
-                    return Err(crate::StoreError::Index(why));
-                }
-            };
+            let outcome = embed_batch(indexer.embedder.as_ref(), batch).await;
             metrics::histogram!("engram_embed_batch_seconds").record(started.elapsed());
-            metrics::counter!("engram_embedded_items_total").increment(batch.len() as u64);
-            let embedded: Vec<Embedded> = batch
-                .into_iter()
-                .zip(vectors)
-                .map(|(item, vector)| Embedded {
-                    key: item.key,
-                    kind: item.kind,
-                    trace_type: item.trace_type,
-                    order: item.order,
-                    ts: item.ts,
-                    vector,
-                })
-                .collect();
+            metrics::counter!("engram_embedded_items_total")
+                .increment(outcome.embedded.len() as u64);
+            let embedded = outcome.embedded;
             // The index as it is: what was written since is the next
             // batch's catch-up, not this one's.
             let Ok(handle) = self.existing_handle(id) else {
@@ -163,6 +214,10 @@ impl FileStore {
             let pending = slot.as_ref().map_or(0, |i| i.pending.len());
             drop(slot);
             handle.embedded.send_replace(pending);
+            if let Some(why) = outcome.failed {
+                self.requeue(id, outcome.retry).await;
+                return Err(crate::StoreError::Index(why));
+            }
         }
     }
 

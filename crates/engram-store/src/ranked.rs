@@ -137,9 +137,9 @@ impl FileStore {
         if query.trim().is_empty() {
             return None;
         }
-        let text = [capped_at(query.to_owned(), MAX_EMBEDDED_CHARS)];
+        let text = capped_at(query.to_owned(), MAX_EMBEDDED_CHARS);
         let started = Instant::now();
-        match indexer.embedder.embed(&text).await {
+        match indexer.embedder.embed_query(&text).await {
             Ok(mut v) if v.len() == 1 && v[0].len() == indexer.model.dim => {
                 metrics::histogram!("engram_embed_query_seconds").record(started.elapsed());
                 v.pop()

@@ -187,3 +187,44 @@ fn unknown_keys_and_bad_values_name_the_key() {
     let err = Config::load_from(Some(&dir.path().join("missing.toml")), env(&[])).unwrap_err();
     assert!(err.to_string().contains("missing.toml"), "{err}");
 }
+
+#[test]
+fn an_http_embedder_needs_its_endpoint_model_and_dimensions() {
+    let http = [
+        ("ENGRAM__EMBED__PROVIDER", "http"),
+        ("ENGRAM__EMBED__BASE_URL", "http://127.0.0.1:11434/v1"),
+        ("ENGRAM__EMBED__MODEL", "nomic-embed-text"),
+        ("ENGRAM__EMBED__DIMENSIONS", "768"),
+        ("ENGRAM_EMBED_API_KEY", "sk-embed"),
+    ];
+    let c = Config::load_from(None, env(&http)).unwrap();
+    assert_eq!(c.embed.provider, EmbedProvider::Http);
+    assert_eq!(c.embed.dimensions, 768);
+    assert_eq!(c.embed.api_key.0, "sk-embed");
+    assert!(!format!("{c:?}").contains("sk-embed"));
+    for (key, value, named) in [
+        ("ENGRAM__EMBED__BASE_URL", "", "embed.base_url"),
+        ("ENGRAM__EMBED__BASE_URL", "ftp://x", "embed.base_url"),
+        ("ENGRAM__EMBED__MODEL", " ", "embed.model"),
+        ("ENGRAM__EMBED__DIMENSIONS", "0", "embed.dimensions"),
+        ("ENGRAM__EMBED__DIMENSIONS", "100000", "embed.dimensions"),
+        ("ENGRAM__EMBED__BATCH_SIZE", "0", "embed.batch_size"),
+        ("ENGRAM__EMBED__QUERY_TIMEOUT_MS", "0", "query_timeout_ms"),
+        (
+            "ENGRAM__EMBED__CIRCUIT_MAX_COOLDOWN_SECS",
+            "1",
+            "embed.circuit_max_cooldown_secs",
+        ),
+    ] {
+        let mut vars = env(&http);
+        vars.push((key.into(), value.into()));
+        let err = Config::load_from(None, vars).unwrap_err().to_string();
+        assert!(
+            err.contains(named),
+            "{key}={value}: {err:?} should name {named}"
+        );
+    }
+    // The http settings mean nothing to the local model.
+    let local = Config::load_from(None, env(&[("ENGRAM__EMBED__DIMENSIONS", "0")])).unwrap();
+    assert_eq!(local.embed.provider, EmbedProvider::Local);
+}

@@ -1,0 +1,227 @@
+//! The background indexer with the real local model (as `make models`
+//! installs it), wrapped to play what a remote model may do: go down,
+//! refuse a text, or be replaced by another model.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use engram_core::NewEvent;
+use engram_core::embed::{EmbedError, EmbedFuture, Embedder};
+use engram_embed::LocalModel;
+
+use super::id;
+use crate::{FileStore, MatchedBy, Search, SearchPage, StoreConfig};
+
+/// The local model under the name `id`; down while `down` is set; refusing
+/// any batch holding a text with `refuse` in it.
+#[derive(Debug)]
+struct Wrapped {
+    model: Arc<LocalModel>,
+    id: String,
+    down: AtomicBool,
+    refuse: &'static str,
+}
+
+impl Wrapped {
+    fn new(model: &Arc<LocalModel>, id: &str, refuse: &'static str) -> Arc<Self> {
+        Arc::new(Self {
+            model: Arc::clone(model),
+            id: id.into(),
+            down: AtomicBool::new(false),
+            refuse,
+        })
+    }
+}
+
+impl Embedder for Wrapped {
+    fn model(&self) -> &str {
+        &self.id
+    }
+
+    fn dim(&self) -> usize {
+        self.model.dim()
+    }
+
+    fn embed<'a>(&'a self, texts: &'a [String]) -> EmbedFuture<'a> {
+        Box::pin(async move {
+            if self.down.load(Ordering::SeqCst) {
+                return Err(EmbedError::Unavailable("down for the test".into()));
+            }
+            if texts.iter().any(|t| t.contains(self.refuse)) {
+                return Err(EmbedError::BadAnswer("refused for the test".into()));
+            }
+            self.model.embed(texts).await
+        })
+    }
+}
+
+fn local_model() -> Arc<LocalModel> {
+    let dir = std::env::var_os("ENGRAM_TEST_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2")
+        });
+    Arc::new(
+        LocalModel::load(&dir).unwrap_or_else(|e| {
+            panic!("{e}: the local model is missing; `make models` installs it")
+        }),
+    )
+}
+
+async fn open(dir: &std::path::Path, embedder: Option<Arc<Wrapped>>) -> FileStore {
+    let mut config = StoreConfig::new(dir);
+    config.embedder = embedder.map(|e| e as Arc<dyn Embedder>);
+    FileStore::open(config).await.unwrap()
+}
+
+const MEMORIES: [&str; 3] = [
+    "Caroline: I adopted a puppy from the shelter last week",
+    "Melanie: we painted a sunrise over the lake together",
+    "Caroline: the support group meets every Tuesday evening",
+];
+
+/// Ranked search, waiting up to `wait` for the index.
+async fn search(store: &FileStore, agent: &str, query: &str, wait: Duration) -> SearchPage {
+    store
+        .search(
+            &id(agent),
+            &Search {
+                query: query.into(),
+                limit: 3,
+                wait_for_index: Some(wait),
+                ..Search::default()
+            },
+        )
+        .await
+        .unwrap()
+}
+
+async fn ingest(store: &FileStore, agent: &str, texts: &[&str]) {
+    let events: Vec<NewEvent> = texts.iter().map(|t| NewEvent::user(*t)).collect();
+    store.ingest(&id(agent), &events, None, None).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_change_re_embeds_everything_with_the_new_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = local_model();
+    let first = Wrapped::new(&local, "first-model", "\u{0}");
+    let store = open(dir.path(), Some(first)).await;
+    ingest(&store, "a", &MEMORIES).await;
+    let page = search(
+        &store,
+        "a",
+        "a dog from the animal rescue",
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(
+        (
+            page.index.model.as_str(),
+            page.index.embedded,
+            page.index.pending
+        ),
+        ("first-model", 3, 0)
+    );
+    drop(store);
+
+    // Another model, down at first: none of the first model's vectors
+    // count for it, and search falls back to words meanwhile.
+    let second = Wrapped::new(&local, "second-model", "\u{0}");
+    second.down.store(true, Ordering::SeqCst);
+    let store = open(dir.path(), Some(Arc::clone(&second))).await;
+    let page = search(&store, "a", "puppy", Duration::ZERO).await;
+    assert_eq!(
+        (
+            page.index.model.as_str(),
+            page.index.embedded,
+            page.index.items
+        ),
+        ("second-model", 0, 3)
+    );
+    assert_eq!(page.hits[0].matched_by, MatchedBy::Lexical);
+    assert!(page.hits[0].trace.content.contains("puppy"));
+
+    second.down.store(false, Ordering::SeqCst);
+    let page = search(
+        &store,
+        "a",
+        "a dog from the animal rescue",
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(
+        (
+            page.index.model.as_str(),
+            page.index.embedded,
+            page.index.pending
+        ),
+        ("second-model", 3, 0)
+    );
+    assert!(page.hits[0].trace.content.contains("puppy"), "{page:?}");
+    assert_eq!(page.hits[0].matched_by, MatchedBy::Semantic);
+    drop(store);
+
+    // The file now holds the second model's vectors alone.
+    let store = open(
+        dir.path(),
+        Some(Wrapped::new(&local, "second-model", "\u{0}")),
+    )
+    .await;
+    let page = search(&store, "a", "sunrise", Duration::ZERO).await;
+    assert_eq!((page.index.embedded, page.index.pending), (3, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_text_is_left_to_its_words_and_the_rest_is_embedded() {
+    let dir = tempfile::tempdir().unwrap();
+    let embedder = Wrapped::new(&local_model(), "m", "REFUSE");
+    let store = open(dir.path(), Some(embedder)).await;
+    let mut texts = MEMORIES.to_vec();
+    texts.insert(1, "a text the REFUSE model will not take");
+    ingest(&store, "a", &texts).await;
+    let page = search(
+        &store,
+        "a",
+        "a dog from the animal rescue",
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(
+        (page.index.items, page.index.embedded, page.index.pending),
+        (4, 3, 0),
+        "the batch's other items are embedded and nothing stays pending"
+    );
+    assert!(page.hits[0].trace.content.contains("puppy"));
+    let page = search(&store, "a", "REFUSE", Duration::ZERO).await;
+    assert!(page.hits[0].trace.content.contains("REFUSE"));
+    assert_eq!(page.hits[0].matched_by, MatchedBy::Lexical);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn items_wait_while_the_model_is_down_and_are_embedded_when_it_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let embedder = Wrapped::new(&local_model(), "m", "\u{0}");
+    embedder.down.store(true, Ordering::SeqCst);
+    let store = open(dir.path(), Some(Arc::clone(&embedder))).await;
+    ingest(&store, "a", &MEMORIES).await;
+    let page = search(&store, "a", "puppy", Duration::from_millis(200)).await;
+    assert_eq!((page.index.embedded, page.index.pending), (0, 3));
+    assert!(
+        page.hits[0].trace.content.contains("puppy"),
+        "words still find it"
+    );
+
+    embedder.down.store(false, Ordering::SeqCst);
+    let page = search(
+        &store,
+        "a",
+        "a dog from the animal rescue",
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!((page.index.embedded, page.index.pending), (3, 0));
+    assert!(page.hits[0].trace.content.contains("puppy"));
+}
