@@ -269,6 +269,9 @@ impl Vectors {
         if query.len() != self.dim || limit == 0 {
             return Vec::new();
         }
+        // Integer products vectorize (a float sum in order does not), and
+        // i16 keeps the query's rounding three orders below the items'.
+        let (query_scale, query) = quantize_i16(query);
         let mut scored: Vec<(f32, usize)> = self
             .entries
             .iter()
@@ -276,12 +279,7 @@ impl Vectors {
             .filter(|(_, e)| e.live && accepts(filter, e))
             .map(|(i, e)| {
                 let values = &self.values[i * self.dim..(i + 1) * self.dim];
-                let dot: f32 = values
-                    .iter()
-                    .zip(query)
-                    .map(|(v, q)| f32::from(*v) * q)
-                    .sum();
-                (dot * e.scale, i)
+                (dot(values, &query) as f32 * e.scale * query_scale, i)
             })
             .collect();
         let by_score = |a: &(f32, usize), b: &(f32, usize)| b.0.total_cmp(&a.0);
@@ -344,6 +342,36 @@ fn quantize(v: &[f32]) -> (f32, Vec<i8>) {
     (scale, q)
 }
 
+/// `v ≈ scale × q` in i16, bounded so that a dot product with int8 values
+/// (at most 127) over `v.len()` of them cannot overflow an i32.
+fn quantize_i16(v: &[f32]) -> (f32, Vec<i16>) {
+    let max = v
+        .iter()
+        .filter(|x| x.is_finite())
+        .fold(0.0_f32, |m, x| m.max(x.abs()));
+    if max == 0.0 {
+        return (0.0, vec![0; v.len()]);
+    }
+    let bound = (i32::MAX / 127 / v.len().max(1) as i32).min(i32::from(i16::MAX)) as f32;
+    let scale = max / bound;
+    let q = v
+        .iter()
+        .map(|x| {
+            let x = if x.is_finite() { *x } else { 0.0 };
+            (x / scale).round().clamp(-bound, bound) as i16
+        })
+        .collect();
+    (scale, q)
+}
+
+fn dot(values: &[i8], query: &[i16]) -> i32 {
+    values
+        .iter()
+        .zip(query)
+        .map(|(v, q)| i32::from(*v) * i32::from(*q))
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -396,6 +424,33 @@ mod tests {
                 .iter()
                 .all(|n| (10..=20).contains(&n.order))
         );
+    }
+
+    #[test]
+    fn the_largest_vectors_do_not_overflow_the_integer_dot_product() {
+        for dim in [384, 16_384] {
+            let mut v = Vectors::in_memory("m", dim);
+            let flat = vec![1.0 / (dim as f32).sqrt(); dim];
+            let mut opposite = flat.clone();
+            opposite.iter_mut().for_each(|x| *x = -*x);
+            v.write(
+                &[item("same", 1, flat.clone()), item("opposite", 2, opposite)],
+                &[],
+            )
+            .unwrap();
+            let near = v.nearest(&flat, &Filter::default(), 2);
+            assert_eq!(near[0].key, "same");
+            assert!(
+                (near[0].cosine - 1.0).abs() < 1e-3,
+                "{dim}: {}",
+                near[0].cosine
+            );
+            assert!(
+                (near[1].cosine + 1.0).abs() < 1e-3,
+                "{dim}: {}",
+                near[1].cosine
+            );
+        }
     }
 
     #[test]
