@@ -142,6 +142,9 @@ fn request(g: &mut Gen, method: &str) -> Vec<u8> {
             query: g.query(),
             raw_tail_turns: g.opt_u32(),
             include_tool_interactions: g.rng.random_bool(0.5),
+            max_recalled: g.opt_u32(),
+            context_messages: g.u32(),
+            wait_for_index_ms: g.wait_ms(),
         }
         .encode_to_vec(),
         "SearchHistory" => pb::SearchHistoryRequest {
@@ -162,12 +165,7 @@ fn request(g: &mut Gen, method: &str) -> Vec<u8> {
             from_ts: g.opt_time(),
             to_ts: g.opt_time(),
             context_messages: g.u32(),
-            // Short or out of range: a fuzz case must not sit in a wait.
-            wait_for_index_ms: if g.rng.random_bool(0.9) {
-                g.rng.random_range(0..50)
-            } else {
-                g.rng.random_range(60_001..=u32::MAX)
-            },
+            wait_for_index_ms: g.wait_ms(),
         }
         .encode_to_vec(),
         "GetContextStats" => pb::GetContextStatsRequest {

@@ -303,6 +303,16 @@ impl Gen {
         (0..n).map(|_| self.event()).collect()
     }
 
+    /// A `wait_for_index_ms`: short or out of range, so that a fuzz case
+    /// never sits in a wait.
+    pub fn wait_ms(&mut self) -> u32 {
+        if self.rng.random_bool(0.9) {
+            self.rng.random_range(0..50)
+        } else {
+            self.rng.random_range(60_001..=u32::MAX)
+        }
+    }
+
     pub fn opt_u32(&mut self) -> Option<u32> {
         self.chance(0.5).then(|| self.u32())
     }

@@ -7,7 +7,6 @@
 //! - [`trace`]: raw traces as stored in `raw_traces.jsonl`, and incoming events.
 //! - [`turns`]: turn and seq assignment, tool-call pairing, idempotency.
 //! - [`memory`]: episodic and semantic items and their ranking.
-//! - [`bm25`]: relevance of memories to a query.
 //! - [`embed`]: what the search index asks of an embedding model.
 //! - [`compaction`]: when to compact (triggers, tiers, the prompt's size),
 //!   window selection, the commit plan (summary, facts, snapshot), the
@@ -20,7 +19,6 @@
 //! - [`error`]: validation errors, split by the status they map to.
 
 pub mod agent_id;
-pub mod bm25;
 pub mod budget;
 pub mod compaction;
 pub mod embed;

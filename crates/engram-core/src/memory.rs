@@ -5,10 +5,38 @@ use std::cmp::Ordering;
 
 use serde::{Deserialize, Serialize};
 
+use crate::RawTrace;
+
+/// Where a memory came from: the traces of the turns a compaction
+/// summarized, and the event times of the first and last of them. Items
+/// written before provenance was kept have none.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Provenance {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trace_ids: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_ts: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_ts: Option<f64>,
+}
+
+impl Provenance {
+    /// The provenance of what `traces` (in order) say.
+    pub fn of(traces: &[&RawTrace]) -> Self {
+        let times = traces.iter().map(|t| t.ts).filter(|ts| ts.is_finite());
+        Self {
+            trace_ids: traces.iter().map(|t| t.id.clone()).collect(),
+            from_ts: times.clone().reduce(f64::min),
+            to_ts: times.reduce(f64::max),
+        }
+    }
+}
+
 /// A summary of a block of whole turns.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EpisodicItem {
     pub id: String,
+    /// When it was written (the server's clock at the compaction).
     pub ts: f64,
     pub turn_ids: Vec<String>,
     pub summary: String,
@@ -16,12 +44,15 @@ pub struct EpisodicItem {
     pub tags: Vec<String>,
     #[serde(default)]
     pub salience: f32,
+    #[serde(flatten)]
+    pub source: Provenance,
 }
 
 /// A stable fact, preference, constraint or decision.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SemanticItem {
     pub id: String,
+    /// When it was written (the server's clock at the compaction).
     pub ts: f64,
     pub fact: String,
     #[serde(default)]
@@ -34,9 +65,29 @@ pub struct SemanticItem {
     /// for history but are not served.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub superseded_by: Option<String>,
+    /// The turns of the compaction window it was drawn from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub turn_ids: Vec<String>,
+    #[serde(flatten)]
+    pub source: Provenance,
 }
 
 impl SemanticItem {
+    /// A fact of full confidence and salience, with no provenance.
+    pub fn new(id: impl Into<String>, fact: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            ts: 0.0,
+            fact: fact.into(),
+            tags: vec![],
+            confidence: 1.0,
+            salience: 1.0,
+            superseded_by: None,
+            turn_ids: vec![],
+            source: Provenance::default(),
+        }
+    }
+
     /// Not superseded: the fact as it stands now.
     pub fn is_live(&self) -> bool {
         self.superseded_by.is_none()
@@ -70,67 +121,15 @@ pub fn top_semantic(items: &[SemanticItem], n: usize) -> Vec<SemanticItem> {
         .collect()
 }
 
-/// The `n` episodic items most relevant to `query` (BM25 over summary and
-/// tags), ties by salience, then recency; most relevant first.
-pub fn relevant_episodic(items: &[EpisodicItem], query: &str, n: usize) -> Vec<EpisodicItem> {
-    let docs: Vec<String> = items
-        .iter()
-        .map(|i| format!("{} {}", i.summary, i.tags.join(" ")))
-        .collect();
-    let order = rank(
-        &crate::bm25::scores(query, &docs),
-        items.iter().map(|i| (i.salience, i.ts)),
-    );
-    order
-        .into_iter()
-        .take(n)
-        .map(|i| items[i].clone())
-        .collect()
-}
-
-/// The `n` live semantic items most relevant to `query` (BM25 over fact and
-/// tags), ties by salience, then recency; most relevant first.
-pub fn relevant_semantic(items: &[SemanticItem], query: &str, n: usize) -> Vec<SemanticItem> {
-    let live: Vec<&SemanticItem> = items.iter().filter(|i| i.is_live()).collect();
-    let docs: Vec<String> = live
-        .iter()
-        .map(|i| format!("{} {}", i.fact, i.tags.join(" ")))
-        .collect();
-    let order = rank(
-        &crate::bm25::scores(query, &docs),
-        live.iter().map(|i| (i.salience, i.ts)),
-    );
-    order.into_iter().take(n).map(|i| live[i].clone()).collect()
-}
-
-/// Indices by score, then salience, then recency (ts, then file order),
-/// all descending.
-fn rank(scores: &[f64], keys: impl Iterator<Item = (f32, f64)>) -> Vec<usize> {
-    let keys: Vec<(f32, f64)> = keys.collect();
-    let mut order: Vec<usize> = (0..scores.len()).collect();
-    order.sort_by(|&a, &b| {
-        scores[b]
-            .total_cmp(&scores[a])
-            .then(keys[b].0.total_cmp(&keys[a].0))
-            .then(keys[b].1.total_cmp(&keys[a].1))
-            .then(b.cmp(&a))
-    });
-    order
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn fact(id: &str, ts: f64, salience: f32) -> SemanticItem {
         SemanticItem {
-            id: id.into(),
             ts,
-            fact: format!("fact {id}"),
-            tags: vec![],
-            confidence: 0.9,
             salience,
-            superseded_by: None,
+            ..SemanticItem::new(id, format!("fact {id}"))
         }
     }
 
@@ -152,54 +151,29 @@ mod tests {
     }
 
     #[test]
-    fn a_query_ranks_by_relevance_then_salience_then_recency() {
-        let mut items = vec![
-            fact("tea", 1.0, 0.2),
-            fact("oslo-old", 1.0, 0.5),
-            fact("oslo-new", 2.0, 0.5),
-            fact("oslo-salient", 0.5, 0.9),
-        ];
-        items[0].fact = "likes tea".into();
-        items[1].fact = "lives in Oslo".into();
-        items[2].fact = "lives in Oslo".into();
-        items[3].fact = "lives in Oslo".into();
-        let mut gone = fact("oslo-gone", 3.0, 1.0);
-        gone.fact = "lives in Oslo".into();
-        gone.superseded_by = Some("x".into());
-        items.push(gone);
-        let ids: Vec<_> = relevant_semantic(&items, "where in oslo", 10)
-            .into_iter()
-            .map(|i| i.id)
-            .collect();
-        assert_eq!(ids, ["oslo-salient", "oslo-new", "oslo-old", "tea"]);
-        let episodes = vec![
-            EpisodicItem {
-                id: "e1".into(),
-                ts: 1.0,
-                turn_ids: vec![],
-                summary: "Planned a trip to Rome".into(),
-                tags: vec![],
-                salience: 0.5,
+    fn provenance_is_optional_on_disk_and_round_trips() {
+        let old = r#"{"id":"f","ts":5.0,"fact":"Lives in Oslo"}"#;
+        let item: SemanticItem = serde_json::from_str(old).unwrap();
+        assert_eq!(
+            (item.turn_ids.len(), &item.source),
+            (0, &Provenance::default())
+        );
+        assert!(!serde_json::to_string(&item).unwrap().contains("from_ts"));
+        let with = SemanticItem {
+            turn_ids: vec!["turn_0002".into()],
+            source: Provenance {
+                trace_ids: vec!["a".into(), "b".into()],
+                from_ts: Some(1.5),
+                to_ts: Some(9.0),
             },
-            EpisodicItem {
-                id: "e2".into(),
-                ts: 2.0,
-                turn_ids: vec![],
-                summary: "Fixed the deploy script".into(),
-                tags: vec!["devops".into()],
-                salience: 0.5,
-            },
-        ];
-        let ids: Vec<_> = relevant_episodic(&episodes, "rome trip", 1)
-            .into_iter()
-            .map(|i| i.id)
-            .collect();
-        assert_eq!(ids, ["e1"]);
-        let ids: Vec<_> = relevant_episodic(&episodes, "devops", 2)
-            .into_iter()
-            .map(|i| i.id)
-            .collect();
-        assert_eq!(ids, ["e2", "e1"], "tags count");
+            ..item
+        };
+        let line = serde_json::to_string(&with).unwrap();
+        assert!(
+            line.contains(r#""trace_ids":["a","b"],"from_ts":1.5,"to_ts":9.0"#),
+            "{line}"
+        );
+        assert_eq!(serde_json::from_str::<SemanticItem>(&line).unwrap(), with);
     }
 
     #[test]
@@ -211,6 +185,7 @@ mod tests {
             summary: String::new(),
             tags: vec![],
             salience: 0.5,
+            source: Provenance::default(),
         };
         let items = vec![item("1"), item("2"), item("3")];
         let ids: Vec<_> = recent_episodic(&items, 2)

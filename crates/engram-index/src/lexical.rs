@@ -15,7 +15,7 @@ use tantivy::collector::TopDocs;
 use tantivy::columnar::{Column, StrColumn};
 use tantivy::directory::MmapDirectory;
 use tantivy::query::{
-    BooleanQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery, TermSetQuery,
+    AllQuery, BooleanQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery, TermSetQuery,
 };
 use tantivy::schema::{
     FAST, Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing,
@@ -349,6 +349,28 @@ impl Lexical {
                 Bound::Included(Term::from_field_f64(f.ts, lo)),
                 Bound::Included(Term::from_field_f64(f.ts, hi)),
             )));
+        }
+        if let Some(end) = filter.traces_before {
+            let later_trace = BooleanQuery::new(vec![
+                (
+                    Occur::Must,
+                    Box::new(TermQuery::new(
+                        Term::from_field_u64(f.kind, Kind::Trace as u64),
+                        IndexRecordOption::Basic,
+                    )) as Box<dyn Query>,
+                ),
+                (
+                    Occur::Must,
+                    Box::new(RangeQuery::new(
+                        Bound::Included(Term::from_field_u64(f.order, end)),
+                        Bound::Unbounded,
+                    )),
+                ),
+            ]);
+            out.push(Box::new(BooleanQuery::new(vec![
+                (Occur::Must, Box::new(AllQuery) as Box<dyn Query>),
+                (Occur::MustNot, Box::new(later_trace)),
+            ])));
         }
         out
     }

@@ -100,6 +100,9 @@ pub struct Filter {
     pub order: Option<(u64, u64)>,
     /// Inclusive range of event times.
     pub ts: Option<(f64, f64)>,
+    /// Only traces placed before this [`order`] (what a prompt does not
+    /// show already); summaries and facts are not affected.
+    pub traces_before: Option<u64>,
 }
 
 /// A user message of turn `turn` as a test item; its body is its key.

@@ -264,6 +264,7 @@ fn in_range(filter: &Filter, order: u64, ts: f64) -> bool {
         .order
         .is_none_or(|(lo, hi)| (lo..=hi).contains(&order))
         && filter.ts.is_none_or(|(lo, hi)| (lo..=hi).contains(&ts))
+        && filter.traces_before.is_none_or(|end| order < end)
 }
 
 #[cfg(test)]

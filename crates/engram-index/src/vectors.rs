@@ -311,6 +311,9 @@ fn accepts(filter: &Filter, e: &Entry) -> bool {
             .order
             .is_none_or(|(lo, hi)| (lo..=hi).contains(&e.order))
         && filter.ts.is_none_or(|(lo, hi)| (lo..=hi).contains(&e.ts))
+        && filter
+            .traces_before
+            .is_none_or(|end| e.kind != Kind::Trace || e.order < end)
 }
 
 fn push_key(body: &mut Vec<u8>, key: &str) {

@@ -201,15 +201,7 @@ mod tests {
             NewEvent::tool_result("c", json!({"temp": 3})),
             NewEvent::assistant("3 degrees"),
         ]);
-        let known = [SemanticItem {
-            id: "f1".into(),
-            ts: 0.0,
-            fact: "User likes tea".into(),
-            tags: vec![],
-            confidence: 1.0,
-            salience: 1.0,
-            superseded_by: None,
-        }];
+        let known = [SemanticItem::new("f1", "User likes tea")];
         let (system, user) = messages(&SummaryRequest {
             traces: &traces,
             known_facts: &known,

@@ -247,15 +247,7 @@ mod tests {
     #[test]
     fn facts_are_marked_sentences_new_to_memory() {
         let t = conversation();
-        let known = [SemanticItem {
-            id: "f".into(),
-            ts: 0.0,
-            fact: "my name is ADA".into(),
-            tags: vec![],
-            confidence: 1.0,
-            salience: 1.0,
-            superseded_by: None,
-        }];
+        let known = [SemanticItem::new("f", "my name is ADA")];
         let s = summarize(SummaryRequest {
             traces: &t,
             known_facts: &known,

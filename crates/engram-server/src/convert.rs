@@ -169,6 +169,9 @@ pub fn episodic_to_pb(e: &EpisodicItem) -> pb::EpisodicItem {
         summary: e.summary.clone(),
         tags: e.tags.clone(),
         salience: e.salience,
+        trace_ids: e.source.trace_ids.clone(),
+        from_ts: e.source.from_ts,
+        to_ts: e.source.to_ts,
     }
 }
 
@@ -181,6 +184,10 @@ pub fn semantic_to_pb(s: &SemanticItem) -> pb::SemanticItem {
         confidence: s.confidence,
         salience: s.salience,
         superseded_by: s.superseded_by.clone().unwrap_or_default(),
+        turn_ids: s.turn_ids.clone(),
+        trace_ids: s.source.trace_ids.clone(),
+        from_ts: s.source.from_ts,
+        to_ts: s.source.to_ts,
     }
 }
 

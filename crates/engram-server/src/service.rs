@@ -5,7 +5,7 @@ use engram_core::AgentId;
 use std::sync::Arc;
 
 use engram_core::compaction::Trigger;
-use engram_core::memory::{recent_episodic, relevant_episodic, relevant_semantic, top_semantic};
+use engram_core::memory::{recent_episodic, top_semantic};
 use engram_core::retrieve::tool_interactions;
 use engram_proto::pb;
 use engram_proto::pb::memory_service_server::MemoryService;
@@ -172,23 +172,43 @@ impl Engram {
             .await
             .map_err(from_store)?;
         let query = req.query.trim();
-        // Ranking every memory is CPU work: off the async workers when
-        // there are many.
+        let found = if query.is_empty() {
+            None
+        } else {
+            let memory_query =
+                crate::search::memory_query_from_pb(&req, query, max_episodic, max_semantic)
+                    .map_err(from_core)?;
+            let found = self.store.rank_memories(&id, &memory_query).await;
+            Some(found.map_err(from_store)?)
+        };
+        // Picking from every memory is CPU work: off the async workers
+        // when there are many.
         let memories = (recall.episodic.len() + recall.semantic.len()) as u64 * 256;
-        let (episodic, semantic) = engram_store::offload_over(memories, || {
-            // With a query, relevance first; without, recency and salience.
-            if query.is_empty() {
-                (
-                    recent_episodic(&recall.episodic, max_episodic),
-                    top_semantic(&recall.semantic, max_semantic),
-                )
-            } else {
-                (
-                    relevant_episodic(&recall.episodic, query, max_episodic),
-                    relevant_semantic(&recall.semantic, query, max_semantic),
-                )
-            }
+        let (recent, salient) = engram_store::offload_over(memories, || {
+            (
+                recent_episodic(&recall.episodic, max_episodic),
+                top_semantic(&recall.semantic, max_semantic),
+            )
         });
+        // With a query, the most relevant come first, and the usual picks
+        // (recency, salience) fill what is left.
+        let (episodic, semantic, recalled, index) = match found {
+            None => (recent, salient, vec![], None),
+            Some(found) => (
+                crate::search::relevant_first(found.episodic, recent, max_episodic, |e| {
+                    e.id.clone()
+                }),
+                crate::search::relevant_first(found.semantic, salient, max_semantic, |f| {
+                    f.id.clone()
+                }),
+                found
+                    .memories
+                    .into_iter()
+                    .map(crate::search::recalled_into_pb)
+                    .collect(),
+                Some(crate::search::index_state_into_pb(found.index)),
+            ),
+        };
         let response = pb::RetrieveResponse {
             bundle: Some(pb::MemoryBundle {
                 episodic: episodic.iter().map(convert::episodic_to_pb).collect(),
@@ -203,6 +223,8 @@ impl Engram {
                 vec![]
             },
             raw_tail: recall.raw_tail.iter().map(convert::trace_to_pb).collect(),
+            recalled,
+            index,
         };
         self.fits(response, "answer")
     }

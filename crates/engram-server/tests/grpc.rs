@@ -262,7 +262,7 @@ async fn retrieve_serves_memories_from_the_files() {
     let s: Vec<_> = bundle.semantic.iter().map(|i| i.id.as_str()).collect();
     assert_eq!(e, ["e4", "e5"]);
     assert_eq!(s, ["f2", "f1"]);
-    // With a query: relevance first (BM25), then salience.
+    // With a query: relevance first (the search index), then salience.
     let ranked = client
         .retrieve(pb::RetrieveRequest {
             agent_id: "mem".into(),

@@ -181,3 +181,125 @@ async fn bad_search_requests_are_refused_clearly() {
         .unwrap_err();
     assert_eq!(missing.code(), Code::NotFound);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retrieve_ranks_archived_messages_summaries_and_facts_together() {
+    let server = TestServer::start_with(&[("ENGRAM__EMBED__PROVIDER", "none")]).await;
+    let mut c = server.client().await;
+    use pb::TraceType::{Assistant, User};
+    let talk = [
+        "I went to the LGBTQ support group yesterday.",
+        "How did it feel?",
+        "We planned a hike for Saturday.",
+        "Bring water.",
+        "My sister visits next week.",
+        "That will be nice.",
+        "I bought a new guitar.",
+        "Play me something.",
+        "The weather is grey today.",
+        "Stay warm.",
+        "Work was busy.",
+        "Rest tonight.",
+        "Any plans for the evening?",
+        "Reading a book.",
+    ];
+    for (i, text) in talk.iter().enumerate() {
+        let (name, kind) = if i % 2 == 0 {
+            ("Caroline", User)
+        } else {
+            ("Melanie", Assistant)
+        };
+        c.ingest(said(
+            "talk",
+            name,
+            kind,
+            text,
+            MAY_8_2023 + (i / 2) as f64 * DAY,
+        ))
+        .await
+        .unwrap();
+    }
+    let report = compact_now(&mut c, "talk").await;
+    assert!(report.traces_pruned >= 2, "{report:?}");
+
+    let ask = |query: &str| pb::RetrieveRequest {
+        agent_id: "talk".into(),
+        query: query.into(),
+        max_recalled: Some(5),
+        context_messages: 1,
+        ..Default::default()
+    };
+    let out = c
+        .retrieve(ask("When did Caroline go to the support group?"))
+        .await
+        .unwrap()
+        .into_inner();
+    let best = &out.recalled[0];
+    let trace = best.trace.as_ref().unwrap();
+    assert_eq!(trace.content, talk[0]);
+    assert_eq!(
+        (best.kind, best.archived),
+        (pb::MemoryKind::Trace as i32, true)
+    );
+    assert_eq!(best.turn_ids, std::slice::from_ref(&trace.turn_id));
+    assert_eq!(best.trace_ids, std::slice::from_ref(&trace.id));
+    assert_eq!(
+        (best.from_ts, best.to_ts),
+        (Some(MAY_8_2023), Some(MAY_8_2023))
+    );
+    assert_eq!(best.context_after[0].content, talk[1]);
+    // The summary of those turns ranks too, with the span it covers.
+    let summary = out
+        .recalled
+        .iter()
+        .find(|m| m.kind == pb::MemoryKind::Episodic as i32)
+        .expect("the summary of the support group turn");
+    let episodic = summary.episodic.as_ref().unwrap();
+    assert_eq!(summary.turn_ids, episodic.turn_ids);
+    assert!(summary.trace_ids.contains(&trace.id));
+    assert_eq!(summary.from_ts, Some(MAY_8_2023));
+    assert!(summary.to_ts >= summary.from_ts);
+    assert_eq!(out.bundle.unwrap().episodic[0].id, episodic.id);
+    assert_eq!(
+        out.index.unwrap().items,
+        talk.len() as u64 + 1 + report.semantic_added as u64
+    );
+
+    for (bad, says) in [
+        (
+            pb::RetrieveRequest {
+                max_recalled: Some(101),
+                ..ask("x")
+            },
+            "max_recalled",
+        ),
+        (
+            pb::RetrieveRequest {
+                context_messages: 11,
+                ..ask("x")
+            },
+            "context_messages",
+        ),
+        (
+            pb::RetrieveRequest {
+                wait_for_index_ms: 60_001,
+                ..ask("x")
+            },
+            "wait_for_index_ms",
+        ),
+    ] {
+        let status = c.retrieve(bad).await.unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument);
+        assert!(status.message().contains(says), "{status:?}");
+    }
+    // Without a query, nothing is ranked.
+    let plain = c
+        .retrieve(pb::RetrieveRequest {
+            agent_id: "talk".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(plain.recalled.is_empty() && plain.index.is_none());
+}

@@ -208,6 +208,60 @@ pub struct SearchPage {
     pub index: IndexState,
 }
 
+/// Retrieve(query) and recall: memories of every kind ranked together for
+/// a text.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryQuery {
+    pub query: String,
+    pub limit: usize,
+    /// Neighbouring messages to return on each side of a trace.
+    pub context: usize,
+    /// Wait up to this long for the agent's items to be embedded first.
+    pub wait_for_index: Option<std::time::Duration>,
+    /// Leave out the active transcript (what the prompt already shows).
+    pub archived_only: bool,
+    /// Also the best this many summaries, and facts, each kind ranked alone.
+    pub episodic: usize,
+    pub semantic: usize,
+}
+
+/// One memory of any kind.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Memory {
+    Trace {
+        trace: Box<RawTrace>,
+        /// Compacted away: no longer in the active transcript.
+        archived: bool,
+    },
+    Episodic(EpisodicItem),
+    Semantic(SemanticItem),
+}
+
+/// A memory ranked for a [`MemoryQuery`].
+#[derive(Debug, Clone)]
+pub struct Recalled {
+    pub memory: Memory,
+    /// Relevance: higher is better.
+    pub score: f32,
+    pub matched_by: MatchedBy,
+    /// A trace's neighbours (up to `MemoryQuery::context` each side,
+    /// oldest first); empty for summaries and facts.
+    pub before: Vec<RawTrace>,
+    pub after: Vec<RawTrace>,
+}
+
+/// The best memories for a query, best first.
+#[derive(Debug, Clone, Default)]
+pub struct Recollection {
+    /// Every kind together, up to `MemoryQuery::limit`.
+    pub memories: Vec<Recalled>,
+    /// Summaries alone and facts alone, up to `MemoryQuery::episodic` and
+    /// `MemoryQuery::semantic`; only those that match at all.
+    pub episodic: Vec<EpisodicItem>,
+    pub semantic: Vec<SemanticItem>,
+    pub index: IndexState,
+}
+
 /// Compaction settings (`[policy]`).
 #[derive(Debug, Clone, Copy)]
 pub struct Policy {
@@ -298,6 +352,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// (the index caught up first: every acknowledged write is searchable),
     /// or every word of the query, newest first.
     async fn search(&self, id: &AgentId, search: &Search) -> Result<SearchPage>;
+
+    /// Traces (active and archived), summaries and live facts ranked
+    /// together for `query.query`, from the same index as [`Store::search`].
+    async fn rank_memories(&self, id: &AgentId, query: &MemoryQuery) -> Result<Recollection>;
 
     /// What the agent occupies, by part (name, bytes), sorted by name.
     async fn file_sizes(&self, id: &AgentId) -> Result<Vec<(String, u64)>>;

@@ -6,8 +6,8 @@ use engram_core::compaction::Summary;
 use engram_core::{AgentId, NewEvent, Usage};
 
 use crate::{
-    AgentContext, Committed, FileStore, Ingested, Job, Microcompacted, Policy, PrepareInput,
-    Prepared, Recall, Result, Search, SearchPage, Store, Visible,
+    AgentContext, Committed, FileStore, Ingested, Job, MemoryQuery, Microcompacted, Policy,
+    PrepareInput, Prepared, Recall, Recollection, Result, Search, SearchPage, Store, Visible,
 };
 
 #[async_trait]
@@ -44,6 +44,10 @@ impl Store for FileStore {
 
     async fn search(&self, id: &AgentId, search: &Search) -> Result<SearchPage> {
         FileStore::search(self, id, search).await
+    }
+
+    async fn rank_memories(&self, id: &AgentId, query: &MemoryQuery) -> Result<Recollection> {
+        FileStore::rank_memories(self, id, query).await
     }
 
     async fn file_sizes(&self, id: &AgentId) -> Result<Vec<(String, u64)>> {

@@ -14,7 +14,7 @@ use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 use std::sync::Arc;
 
-use engram_core::memory::{EpisodicItem, SemanticItem};
+use engram_core::memory::{EpisodicItem, Provenance, SemanticItem};
 use engram_core::transcript::result_text;
 use engram_core::turns::turn_number;
 use engram_core::{AgentId, RawTrace, TraceType};
@@ -51,6 +51,20 @@ pub(crate) struct Cursor {
     episodic: usize,
     semantic: usize,
     archive: u64,
+}
+
+/// What an index commit records: how far it read, in the item format of
+/// this version. An index in another format is read again from the start
+/// (each item replaced by key), so a change of what is indexed reaches old
+/// agents. 2: memories carry their tags and event times.
+const ITEM_FORMAT: u32 = 2;
+
+#[derive(Serialize, Deserialize)]
+struct Committed {
+    #[serde(default)]
+    format: u32,
+    #[serde(flatten)]
+    cursor: Cursor,
 }
 
 /// An agent's open index and how far it has read.
@@ -155,7 +169,9 @@ fn open(agent_dir: &Path, model: Option<&ModelId>) -> Result<AgentIndex> {
     let opened = Lexical::open(&dir).and_then(|lexical| {
         let cursor = lexical
             .payload()?
-            .and_then(|p| serde_json::from_str(&p).ok());
+            .and_then(|p| serde_json::from_str::<Committed>(&p).ok())
+            .filter(|c| c.format == ITEM_FORMAT)
+            .map(|c| c.cursor);
         Ok((lexical, cursor))
     });
     let (lexical, cursor) = match opened {
@@ -282,7 +298,11 @@ fn apply(index: &mut AgentIndex, agent_dir: &Path, delta: Delta) -> Result<()> {
         vectors.write(&[], &gone).map_err(index_error)?;
         index.pending.retain(|i| !gone.contains(&i.key.as_str()));
     }
-    let payload = serde_json::to_string(&delta.to).expect("a cursor serializes");
+    let payload = serde_json::to_string(&Committed {
+        format: ITEM_FORMAT,
+        cursor: delta.to,
+    })
+    .expect("a cursor serializes");
     lexical.commit(&payload).map_err(index_error)?;
     // A writer holds threads and a memory arena; agents are many and
     // their writes come in bursts, so it is opened per catch-up.
@@ -406,14 +426,28 @@ fn first_turn(turn_ids: &[String]) -> u64 {
     engram_index::order(turn, 0)
 }
 
+/// When a memory's content was said: the last summarized trace's event
+/// time, or (for items without provenance) when it was written.
+fn said_at(written: f64, source: &Provenance) -> f64 {
+    source.to_ts.unwrap_or(written)
+}
+
+/// Tags are words of the memory too ("devops", "travel").
+fn with_tags(text: &str, tags: &[String]) -> String {
+    if tags.is_empty() {
+        return text.to_owned();
+    }
+    format!("{text}\n{}", tags.join(" "))
+}
+
 fn episodic_item(e: &EpisodicItem) -> Item {
     Item {
         key: e.id.clone(),
         kind: Kind::Episodic,
         trace_type: 0,
         order: first_turn(&e.turn_ids),
-        ts: e.ts,
-        text: capped(e.summary.clone()),
+        ts: said_at(e.ts, &e.source),
+        text: capped(with_tags(&e.summary, &e.tags)),
         name: None,
         body: serde_json::to_string(e).expect("a summary serializes"),
     }
@@ -424,9 +458,9 @@ fn semantic_item(f: &SemanticItem) -> Item {
         key: f.id.clone(),
         kind: Kind::Semantic,
         trace_type: 0,
-        order: 0,
-        ts: f.ts,
-        text: capped(f.fact.clone()),
+        order: first_turn(&f.turn_ids),
+        ts: said_at(f.ts, &f.source),
+        text: capped(with_tags(&f.fact, &f.tags)),
         name: None,
         body: serde_json::to_string(f).expect("a fact serializes"),
     }

@@ -61,8 +61,9 @@ use tokio::sync::Mutex as AsyncMutex;
 pub use agent::AgentMeta;
 use agent::AgentState;
 pub use api::{
-    AgentContext, Committed, Hit, IndexState, Ingested, Job, MatchedBy, Microcompacted, Policy,
-    PrepareInput, Prepared, Recall, Search, SearchMode, SearchPage, Store, Visible,
+    AgentContext, Committed, Hit, IndexState, Ingested, Job, MatchedBy, Memory, MemoryQuery,
+    Microcompacted, Policy, PrepareInput, Prepared, Recall, Recalled, Recollection, Search,
+    SearchMode, SearchPage, Store, Visible,
 };
 pub use durable::FsyncPolicy;
 pub use error::{Result, StoreError};

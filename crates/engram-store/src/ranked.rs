@@ -1,15 +1,19 @@
-//! SearchHistory's ranked mode: the agent's index, caught up with every
-//! acknowledged write, ranks its traces for the query — by their words,
+//! SearchHistory's ranked mode and Retrieve(query): the agent's index,
+//! caught up with every acknowledged write, ranks its traces (and for
+//! Retrieve, its summaries and facts too) for the query — by their words,
 //! and by meaning over what the indexer has embedded so far.
 
 use std::time::Instant;
 
 use engram_core::{AgentId, CoreError, RawTrace};
-use engram_index::lexical::Placed;
+use engram_index::lexical::{Lexical, Placed};
 use engram_index::{Filter, Kind, Matched, Params, Semantic};
 
 use crate::index::{MAX_EMBEDDED_CHARS, blocking, capped_at, index_error, trace_type_code};
-use crate::{FileStore, Hit, IndexState, MatchedBy, Result, Search, SearchPage, StoreError};
+use crate::{
+    FileStore, Hit, IndexState, MatchedBy, Memory, MemoryQuery, Recalled, Recollection, Result,
+    Search, SearchPage, StoreError,
+};
 
 /// How deep ranked pages go: further than anyone reads, and a bound on the
 /// work of one request.
@@ -31,6 +35,16 @@ fn offset(token: Option<&str>) -> std::result::Result<usize, CoreError> {
         })
 }
 
+/// What ranking work gets: the agent's index caught up with every
+/// acknowledged write, and the query's vector if there is one.
+struct Ranking<'a> {
+    lexical: &'a mut Lexical,
+    semantic: Option<Semantic<'a>>,
+    state: IndexState,
+    /// Conversation order of the first active trace: earlier is archived.
+    first_active: Option<u64>,
+}
+
 impl FileStore {
     pub(crate) async fn ranked_search(&self, id: &AgentId, search: &Search) -> Result<SearchPage> {
         let from = offset(search.page_token.as_deref())?;
@@ -41,26 +55,8 @@ impl FileStore {
             ))
             .into());
         }
-        if let Some(wait) = search.wait_for_index {
-            self.wait_embedded(id, Instant::now() + wait).await?;
-        }
-        // An unknown agent is refused before its query costs an embedding.
-        self.existing_handle(id)?;
-        let query_vector = self.query_vector(&search.query).await;
-        let mut current = self.caught_up(id).await?;
         let search = search.clone();
-        blocking(move || {
-            let first_active = current.first_active;
-            let index = current.index();
-            let state = index_state(index);
-            let semantic = match (&index.vectors, &query_vector) {
-                (Some(vectors), Some(query)) => Some(Semantic {
-                    vectors,
-                    query: query.as_slice(),
-                }),
-                _ => None,
-            };
-            let lexical = &mut index.lexical;
+        self.ranking(id, &search.query.clone(), search.wait_for_index, move |r| {
             let filter = Filter {
                 kinds: vec![Kind::Trace],
                 trace_types: search
@@ -75,10 +71,12 @@ impl FileStore {
                     )
                 }),
                 ts: search.ts,
+                traces_before: None,
             };
+            let lexical = r.lexical;
             let ranked = engram_index::rank(
                 lexical,
-                semantic,
+                r.semantic,
                 &search.query,
                 &filter,
                 end + 1,
@@ -87,35 +85,17 @@ impl FileStore {
             .map_err(index_error)?;
             let more = ranked.len() > end;
             let context = search.context.min(MAX_CONTEXT);
-            // Neighbours come nearest first; a hit shows them in order.
-            let traces_at = |placed: Vec<Placed>| -> Result<Vec<RawTrace>> {
-                let mut out = Vec::with_capacity(placed.len());
-                for (order, _) in placed {
-                    if let Some(body) = lexical.body_at(order).map_err(index_error)? {
-                        out.push(parse(&body)?);
-                    }
-                }
-                Ok(out)
-            };
             let mut hits = Vec::new();
-            for r in ranked.iter().take(end).skip(from) {
-                let Some(body) = r.body(lexical).map_err(index_error)? else {
+            for hit in ranked.iter().take(end).skip(from) {
+                let Some(body) = hit.body(lexical).map_err(index_error)? else {
                     continue;
                 };
-                let (before, after) = lexical.neighbours(r.order, context);
-                let mut before = traces_at(before)?;
-                before.reverse();
-                let after = traces_at(after)?;
+                let (before, after) = neighbours(lexical, hit.order, context)?;
                 hits.push(Hit {
                     trace: parse(&body)?,
-                    archived: first_active.is_none_or(|first| r.order < first),
-                    score: r.score,
-                    matched_by: match r.matched() {
-                        Matched::Lexical => MatchedBy::Lexical,
-                        Matched::Semantic => MatchedBy::Semantic,
-                        Matched::Both => MatchedBy::Both,
-                        Matched::Context => MatchedBy::Context,
-                    },
+                    archived: r.first_active.is_none_or(|first| hit.order < first),
+                    score: hit.score,
+                    matched_by: matched_by(hit),
                     before,
                     after,
                 });
@@ -123,7 +103,127 @@ impl FileStore {
             Ok(SearchPage {
                 hits,
                 next_page_token: more.then(|| format!("k{end}")),
-                index: state,
+                index: r.state,
+            })
+        })
+        .await
+    }
+
+    /// Retrieve(query) and recall: traces, summaries and live facts ranked
+    /// together by the same index and fusion as SearchHistory.
+    pub(crate) async fn rank_memories(
+        &self,
+        id: &AgentId,
+        query: &MemoryQuery,
+    ) -> Result<Recollection> {
+        let query = query.clone();
+        self.ranking(id, &query.query.clone(), query.wait_for_index, move |r| {
+            let filter = Filter {
+                traces_before: if query.archived_only {
+                    Some(r.first_active.unwrap_or(u64::MAX))
+                } else {
+                    None
+                },
+                ..Filter::default()
+            };
+            let lexical = r.lexical;
+            let mut rank = |filter: &Filter, limit: usize| {
+                engram_index::rank(
+                    lexical,
+                    r.semantic,
+                    &query.query,
+                    filter,
+                    limit.min(MAX_RANKED),
+                    &Params::default(),
+                )
+                .map_err(index_error)
+            };
+            let ranked = rank(&filter, query.limit)?;
+            // Each kind alone too, so that a few summaries are not crowded
+            // out by hundreds of messages. One embedding of the query
+            // serves all three.
+            let mut alone = |kind: Kind, limit: usize| {
+                let only = Filter {
+                    kinds: vec![kind],
+                    ..Filter::default()
+                };
+                if limit == 0 {
+                    Ok(vec![])
+                } else {
+                    rank(&only, limit)
+                }
+            };
+            let episodic = alone(Kind::Episodic, query.episodic)?;
+            let semantic = alone(Kind::Semantic, query.semantic)?;
+            let episodic = items(&episodic, lexical)?;
+            let semantic = items(&semantic, lexical)?;
+            let context = query.context.min(MAX_CONTEXT);
+            let mut memories = Vec::with_capacity(ranked.len());
+            for hit in &ranked {
+                let Some(body) = hit.body(lexical).map_err(index_error)? else {
+                    continue;
+                };
+                let (memory, (before, after)) = match hit.kind {
+                    Kind::Trace => (
+                        Memory::Trace {
+                            trace: Box::new(parse(&body)?),
+                            archived: r.first_active.is_none_or(|first| hit.order < first),
+                        },
+                        neighbours(lexical, hit.order, context)?,
+                    ),
+                    Kind::Episodic => (Memory::Episodic(item(&body)?), Default::default()),
+                    Kind::Semantic => (Memory::Semantic(item(&body)?), Default::default()),
+                };
+                memories.push(Recalled {
+                    memory,
+                    score: hit.score,
+                    matched_by: matched_by(hit),
+                    before,
+                    after,
+                });
+            }
+            Ok(Recollection {
+                memories,
+                episodic,
+                semantic,
+                index: r.state,
+            })
+        })
+        .await
+    }
+
+    /// Runs `work` on a blocking thread over the agent's index, caught up,
+    /// once `wait` (at most) has let the indexer embed what it holds.
+    async fn ranking<T: Send + 'static>(
+        &self,
+        id: &AgentId,
+        query: &str,
+        wait: Option<std::time::Duration>,
+        work: impl FnOnce(Ranking<'_>) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        if let Some(wait) = wait {
+            self.wait_embedded(id, Instant::now() + wait).await?;
+        }
+        // An unknown agent is refused before its query costs an embedding.
+        self.existing_handle(id)?;
+        let query_vector = self.query_vector(query).await;
+        let mut current = self.caught_up(id).await?;
+        blocking(move || {
+            let first_active = current.first_active;
+            let index = current.index();
+            let state = index_state(index);
+            let semantic = match (&index.vectors, &query_vector) {
+                (Some(vectors), Some(query)) => Some(Semantic {
+                    vectors,
+                    query: query.as_slice(),
+                }),
+                _ => None,
+            };
+            work(Ranking {
+                lexical: &mut index.lexical,
+                semantic,
+                state,
+                first_active,
             })
         })
         .await
@@ -165,6 +265,53 @@ pub(crate) fn index_state(index: &crate::index::AgentIndex) -> IndexState {
             .map(|v| v.model().to_owned())
             .unwrap_or_default(),
     }
+}
+
+fn matched_by(r: &engram_index::Ranked) -> MatchedBy {
+    match r.matched() {
+        Matched::Lexical => MatchedBy::Lexical,
+        Matched::Semantic => MatchedBy::Semantic,
+        Matched::Both => MatchedBy::Both,
+        Matched::Context => MatchedBy::Context,
+    }
+}
+
+/// Up to `n` traces on each side of the one at `order`, oldest first.
+fn neighbours(lexical: &Lexical, order: u64, n: usize) -> Result<(Vec<RawTrace>, Vec<RawTrace>)> {
+    let traces_at = |placed: Vec<Placed>| -> Result<Vec<RawTrace>> {
+        let mut out = Vec::with_capacity(placed.len());
+        for (order, _) in placed {
+            if let Some(body) = lexical.body_at(order).map_err(index_error)? {
+                out.push(parse(&body)?);
+            }
+        }
+        Ok(out)
+    };
+    let (before, after) = lexical.neighbours(order, n);
+    // Neighbours come nearest first.
+    let mut before = traces_at(before)?;
+    before.reverse();
+    Ok((before, traces_at(after)?))
+}
+
+/// The summaries or facts `ranked` names.
+fn items<T: serde::de::DeserializeOwned>(
+    ranked: &[engram_index::Ranked],
+    lexical: &Lexical,
+) -> Result<Vec<T>> {
+    let mut out = Vec::with_capacity(ranked.len());
+    for hit in ranked {
+        if let Some(body) = hit.body(lexical).map_err(index_error)? {
+            out.push(item(&body)?);
+        }
+    }
+    Ok(out)
+}
+
+/// A summary or fact as the index stores it (its line).
+fn item<T: serde::de::DeserializeOwned>(body: &str) -> Result<T> {
+    serde_json::from_str(body)
+        .map_err(|e| StoreError::Index(format!("search index holds an unreadable memory: {e}")))
 }
 
 fn parse(body: &str) -> Result<RawTrace> {

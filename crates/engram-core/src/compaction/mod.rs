@@ -20,7 +20,7 @@ pub mod trigger;
 
 use std::collections::{BTreeMap, HashSet};
 
-use crate::memory::{EpisodicItem, SemanticItem};
+use crate::memory::{EpisodicItem, Provenance, SemanticItem};
 use crate::text::fold_whitespace;
 use crate::transcript::result_text;
 use crate::turns::turn_number;
@@ -164,17 +164,24 @@ pub struct FactMerge {
     pub duplicates: usize,
 }
 
+/// Lowercase alphanumeric words.
+fn words(text: &str) -> impl Iterator<Item = String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+}
+
 /// Lowercase words: two facts with the same words are the same fact.
 pub fn normalize(text: &str) -> String {
-    crate::bm25::tokenize(text).join(" ")
+    words(text).collect::<Vec<_>>().join(" ")
 }
 
 /// Word overlap (Jaccard) above which a new fact updates a known one.
 const UPDATE_OVERLAP: f64 = 0.6;
 
 fn overlap(a: &str, b: &str) -> f64 {
-    let a: HashSet<String> = crate::bm25::tokenize(a).into_iter().collect();
-    let b: HashSet<String> = crate::bm25::tokenize(b).into_iter().collect();
+    let a: HashSet<String> = words(a).collect();
+    let b: HashSet<String> = words(b).collect();
     let union = a.union(&b).count();
     if union == 0 {
         return 0.0;
@@ -214,6 +221,8 @@ pub fn merge_facts(
             confidence: p.confidence.clamp(0.0, 1.0),
             salience: p.salience.clamp(0.0, 1.0),
             superseded_by: None,
+            turn_ids: vec![],
+            source: Provenance::default(),
         };
         let replaced = live
             .iter()
@@ -307,16 +316,9 @@ mod tests {
             summary: "Talked about travel.".into(),
             tags: vec![],
             salience: 0.5,
+            source: Provenance::default(),
         }];
-        let semantic = [SemanticItem {
-            id: "f".into(),
-            ts: 0.0,
-            fact: "Lives in Oslo".into(),
-            tags: vec![],
-            confidence: 1.0,
-            salience: 1.0,
-            superseded_by: None,
-        }];
+        let semantic = [SemanticItem::new("f", "Lives in Oslo")];
         assert_eq!(
             render_snapshot(&episodic, &semantic, &tail),
             "[MEMORY:EPISODIC]\n1) Talked about travel.\n[MEMORY:SEMANTIC]\n- Lives in Oslo\n[RECENT TURNS]\nTurn 1:\n  User: weather?\n  Tool call: weather({\"city\":\"Oslo\"})\n  Tool result: 3 degrees\n  Assistant: It is 3 degrees.\n"
@@ -325,15 +327,7 @@ mod tests {
 
     #[test]
     fn facts_are_never_stored_twice_and_updates_supersede() {
-        let known = vec![SemanticItem {
-            id: "old".into(),
-            ts: 0.0,
-            fact: "The user lives in Oslo, Norway".into(),
-            tags: vec![],
-            confidence: 1.0,
-            salience: 1.0,
-            superseded_by: None,
-        }];
+        let known = vec![SemanticItem::new("old", "The user lives in Oslo, Norway")];
         let fact = |f: &str| NewFact {
             fact: f.into(),
             tags: vec![],

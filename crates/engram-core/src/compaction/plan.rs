@@ -7,7 +7,7 @@ use std::collections::HashSet;
 
 use super::{FactMerge, Summary, merge_facts, render_snapshot};
 use crate::RawTrace;
-use crate::memory::{EpisodicItem, SemanticItem, recent_episodic, top_semantic};
+use crate::memory::{EpisodicItem, Provenance, SemanticItem, recent_episodic, top_semantic};
 use crate::turns::turn_number;
 
 /// How much memory the snapshot shows.
@@ -61,6 +61,12 @@ pub fn plan(
     now: f64,
     mut new_id: impl FnMut() -> String,
 ) -> Plan {
+    let summarized: Vec<&RawTrace> = before
+        .active
+        .iter()
+        .filter(|t| window.contains(t.id.as_str()))
+        .collect();
+    let source = Provenance::of(&summarized);
     let episodic = EpisodicItem {
         id: new_id(),
         ts: now,
@@ -68,8 +74,15 @@ pub fn plan(
         summary: summary.episodic_summary,
         tags: summary.tags,
         salience: summary.salience.clamp(0.0, 1.0),
+        source: source.clone(),
     };
-    let facts = merge_facts(before.semantic, &summary.semantic_facts, now, new_id);
+    let mut facts = merge_facts(before.semantic, &summary.semantic_facts, now, new_id);
+    // A summarizer does not say which message a fact came from: its
+    // provenance is the window's.
+    for fact in &mut facts.new_items {
+        fact.turn_ids = turn_ids.to_vec();
+        fact.source = source.clone();
+    }
     let mut all_episodic = before.episodic.to_vec();
     all_episodic.push(episodic.clone());
     let superseded: HashSet<&str> = facts
@@ -127,13 +140,16 @@ mod tests {
     /// supersedes its old version, and the snapshot shows the new one.
     #[test]
     fn a_plan_summarizes_the_window_and_snapshots_the_rest() {
-        let active = assign_all([
+        let mut active = assign_all([
             NewEvent::user("first question"),
             NewEvent::tool_call("c", "f", json!({})),
             NewEvent::tool_result("c", json!("done")),
             NewEvent::user("second question"),
             NewEvent::user("third question"),
         ]);
+        for (i, t) in active.iter_mut().enumerate() {
+            t.ts = 1_683_500_000.0 + 60.0 * i as f64;
+        }
         let known = crate::compaction::merge_facts(&[], &[fact("User lives in Oslo")], 1.0, || {
             "old".into()
         });
@@ -164,6 +180,20 @@ mod tests {
         assert_eq!(planned.episodic.id, "new0");
         assert_eq!(planned.episodic.turn_ids, ["turn_0001"]);
         assert_eq!(planned.episodic.salience, 1.0, "clamped");
+        // Provenance: the window's traces and their event times, not the
+        // clock at the compaction.
+        let source = &planned.episodic.source;
+        assert_eq!(source.trace_ids, ["t1", "t2", "t3"]);
+        assert_eq!(
+            (source.from_ts, source.to_ts),
+            (Some(1_683_500_000.0), Some(1_683_500_120.0))
+        );
+        for f in &planned.facts.new_items {
+            assert_eq!(
+                (&f.turn_ids, &f.source),
+                (&planned.episodic.turn_ids, source)
+            );
+        }
         assert_eq!(
             planned.snapshot_trace_ids,
             [active[3].id.clone()],

@@ -8,7 +8,7 @@ use engram_core::transcript::Role;
 use serde_json::json;
 
 use super::*;
-use crate::Policy;
+use crate::{Memory, MemoryQuery, Policy};
 use engram_core::compaction::Summary;
 
 const POLICY: Policy = Policy {
@@ -340,4 +340,99 @@ async fn a_compaction_outlived_by_its_agent_ends_as_not_found() {
         assert!(matches!(err, StoreError::NotFound(_)), "{err:?}");
         assert!(!dir.path().join("agents/gone").exists());
     }
+}
+
+/// After a compaction, a query ranks the archived messages, the summary
+/// and the fact together, each with where it came from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memories_of_every_kind_rank_together_with_their_provenance() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let a = id("kinds");
+    let said = [
+        "I saw an okapi at the zoo",
+        "okapis are shy forest giraffes",
+        "what about the weather",
+        "it rains",
+        "and tomorrow",
+        "sunny",
+        "one more okapi question",
+        "ask away",
+    ];
+    for pair in said.chunks(2) {
+        let events = [NewEvent::user(pair[0]), NewEvent::assistant(pair[1])];
+        store.ingest(&a, &events, None, None).await.unwrap();
+    }
+    let job = store.begin_compaction(&a, POLICY).await.unwrap().unwrap();
+    let summarized: Vec<String> = job.traces.iter().map(|t| t.id.clone()).collect();
+    let times: Vec<f64> = job.traces.iter().map(|t| t.ts).collect();
+    let turn_ids = job.turn_ids.clone();
+    let okapi = Summary {
+        episodic_summary: "Talked about the okapi seen at the zoo.".into(),
+        semantic_facts: vec![NewFact {
+            fact: "The user has seen an okapi".into(),
+            tags: vec![],
+            confidence: 0.9,
+            salience: 0.5,
+        }],
+        ..summary()
+    };
+    store
+        .finish_compaction(&a, job, okapi, POLICY)
+        .await
+        .unwrap();
+
+    let query = |archived_only| MemoryQuery {
+        query: "okapi".into(),
+        limit: 10,
+        archived_only,
+        episodic: 3,
+        semantic: 3,
+        ..MemoryQuery::default()
+    };
+    let found = store.rank_memories(&a, &query(false)).await.unwrap();
+    let kinds: Vec<&str> = found
+        .memories
+        .iter()
+        .map(|m| match &m.memory {
+            Memory::Trace { archived: true, .. } => "archived",
+            Memory::Trace {
+                archived: false, ..
+            } => "active",
+            Memory::Episodic(_) => "episodic",
+            Memory::Semantic(_) => "semantic",
+        })
+        .collect();
+    for kind in ["archived", "active", "episodic", "semantic"] {
+        assert!(kinds.contains(&kind), "{kind} in {kinds:?}");
+    }
+    let episodic = &found.episodic[0];
+    assert_eq!(episodic.turn_ids, turn_ids);
+    assert_eq!(episodic.source.trace_ids, summarized);
+    assert_eq!(
+        (episodic.source.from_ts, episodic.source.to_ts),
+        (times.first().copied(), times.last().copied())
+    );
+    let fact = &found.semantic[0];
+    assert_eq!(
+        (&fact.turn_ids, &fact.source),
+        (&turn_ids, &episodic.source)
+    );
+    let on_disk = lines(&dir.path().join("agents/kinds/semantic.jsonl"));
+    assert_eq!(on_disk[0]["trace_ids"], json!(summarized));
+
+    // What the prompt shows already can be left out.
+    let found = store.rank_memories(&a, &query(true)).await.unwrap();
+    assert!(!found.memories.is_empty());
+    assert!(
+        found.memories.iter().all(|m| !matches!(
+            m.memory,
+            Memory::Trace {
+                archived: false,
+                ..
+            }
+        )),
+        "{:?}",
+        found.memories
+    );
 }
