@@ -18,7 +18,7 @@ use engram_core::embed::{EmbedError, Embedder};
 use engram_index::{Embedded, Item};
 use tokio::sync::mpsc;
 
-use crate::index::{ModelId, blocking, index_error};
+use crate::index::{AgentIndex, ModelId, blocking, index_error};
 use crate::{FileStore, Inner, Result};
 
 /// Agents waiting for the indexer.
@@ -183,9 +183,10 @@ impl FileStore {
                     Err(crate::StoreError::NotFound(_)) => return Ok(()),
                     Err(e) => return Err(e),
                 };
-                let pending = &mut current.index().pending;
-                let n = pending.len().min(BATCH);
-                pending.drain(..n).collect()
+                let index = current.index();
+                let n = index.pending.len().min(BATCH);
+                index.in_flight = n;
+                index.pending.drain(..n).collect()
             };
             if batch.is_empty() {
                 return Ok(());
@@ -202,33 +203,32 @@ impl FileStore {
                 return Ok(());
             };
             let slot = Arc::clone(&handle.index).lock_owned().await;
-            let slot = blocking(move || {
+            let retry = outcome.retry;
+            let (slot, written) = blocking(move || {
                 let mut slot = slot;
                 // Unloaded meanwhile: reopening finds these items unembedded.
-                if let Some(vectors) = slot.as_mut().and_then(|i| i.vectors.as_mut()) {
-                    vectors.write(&embedded, &[]).map_err(index_error)?;
+                let mut written = Ok(());
+                if let Some(index) = slot.as_mut() {
+                    if let Some(vectors) = index.vectors.as_mut() {
+                        written = vectors.write(&embedded, &[]).map_err(index_error);
+                    }
+                    // What the model could not take now goes back to the
+                    // queue's head, in the same step, so that a waiter
+                    // never sees the batch as neither pending nor embedded.
+                    for item in retry.into_iter().rev() {
+                        index.pending.push_front(item);
+                    }
+                    index.in_flight = 0;
                 }
-                Ok(slot)
+                Ok((slot, written))
             })
             .await?;
-            let pending = slot.as_ref().map_or(0, |i| i.pending.len());
+            let unembedded = slot.as_ref().map_or(0, AgentIndex::unembedded);
             drop(slot);
-            handle.embedded.send_replace(pending);
+            handle.embedded.send_replace(unembedded);
+            written?;
             if let Some(why) = outcome.failed {
-                self.requeue(id, outcome.retry).await;
                 return Err(crate::StoreError::Index(why));
-            }
-        }
-    }
-
-    /// Puts a batch that could not be embedded back at the queue's head.
-    async fn requeue(&self, id: &AgentId, batch: Vec<Item>) {
-        let Ok(handle) = self.existing_handle(id) else {
-            return;
-        };
-        if let Some(index) = handle.index.lock().await.as_mut() {
-            for item in batch.into_iter().rev() {
-                index.pending.push_front(item);
             }
         }
     }
@@ -239,7 +239,7 @@ impl FileStore {
         let mut progress = handle.embedded.subscribe();
         {
             let mut current = self.caught_up(id).await?;
-            let pending = current.index().pending.len();
+            let pending = current.index().unembedded();
             if pending == 0 {
                 return Ok(());
             }

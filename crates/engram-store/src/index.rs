@@ -76,6 +76,16 @@ pub(crate) struct AgentIndex {
     /// side holds that have none yet (oldest first; body left out).
     pub vectors: Option<Vectors>,
     pub pending: VecDeque<Item>,
+    /// Items taken from `pending` by the indexer and not yet written back
+    /// (as vectors, or to `pending` again).
+    pub in_flight: usize,
+}
+
+impl AgentIndex {
+    /// Items without a vector yet: waiting or being embedded.
+    pub fn unembedded(&self) -> usize {
+        self.pending.len() + self.in_flight
+    }
 }
 
 /// The embedding model an index's vectors are for.
@@ -188,6 +198,7 @@ fn open(agent_dir: &Path, model: Option<&ModelId>) -> Result<AgentIndex> {
         cursor,
         vectors: None,
         pending: VecDeque::new(),
+        in_flight: 0,
     };
     if let Some(model) = model {
         // Another model's file is started over: its items are all pending.

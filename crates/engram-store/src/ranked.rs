@@ -258,7 +258,7 @@ pub(crate) fn index_state(index: &crate::index::AgentIndex) -> IndexState {
     IndexState {
         items: index.lexical.len(),
         embedded: index.vectors.as_ref().map_or(0, |v| v.len() as u64),
-        pending: index.pending.len() as u64,
+        pending: index.unembedded() as u64,
         model: index
             .vectors
             .as_ref()
