@@ -128,6 +128,8 @@ fn request(g: &mut Gen, method: &str) -> Vec<u8> {
             },
             max_output_tokens: g.u32(),
             force_compaction: g.rng.random_bool(0.2),
+            recall: g.rng.random_bool(0.7).then(|| g.rng.random_bool(0.5)),
+            recall_max_tokens: g.opt_u32(),
         }
         .encode_to_vec(),
         "Compact" => pb::CompactRequest {

@@ -29,16 +29,27 @@ const WEEKDAYS: [&str; 7] = [
     "Wednesday",
 ];
 
+/// Days since 1970-01-01 of a time that is a real date (year 1970 to 9999).
+fn day(ts: f64) -> Option<i64> {
+    (ts.is_finite() && ts > 0.0 && ts <= 253_402_300_799.0).then(|| (ts / 86_400.0).floor() as i64)
+}
+
 /// `1683554160.0` → "Monday 8 May 2023"; nothing for times that are not
 /// real dates.
 pub fn words(ts: f64) -> String {
-    if !ts.is_finite() || ts <= 0.0 || ts > 253_402_300_799.0 {
+    let Some(days) = day(ts) else {
         return String::new();
-    }
-    let days = (ts / 86_400.0).floor() as i64;
+    };
     let (y, m, d) = civil_from_days(days);
     let weekday = WEEKDAYS[days.rem_euclid(7) as usize];
     format!("{weekday} {d} {} {y}", MONTHS[(m - 1) as usize])
+}
+
+/// `1683554160.0` → "2023-05-08" (UTC); nothing for times that are not
+/// real dates.
+pub fn date(ts: f64) -> Option<String> {
+    let (y, m, d) = civil_from_days(day(ts)?);
+    Some(format!("{y:04}-{m:02}-{d:02}"))
 }
 
 /// (year, month 1–12, day 1–31) of a day count since 1970-01-01 (Howard
@@ -68,5 +79,8 @@ mod tests {
         assert_eq!(words(0.0), "");
         assert_eq!(words(f64::NAN), "");
         assert_eq!(words(1e300), "");
+        assert_eq!(date(1_683_554_160.0).as_deref(), Some("2023-05-08"));
+        assert_eq!(date(951_782_400.0).as_deref(), Some("2000-02-29"));
+        assert_eq!(date(-5.0), None);
     }
 }

@@ -1,6 +1,6 @@
 //! The context engine's caches: per agent, the token counts and the
 //! rendered JSON of its transcript's messages, so a prompt costs only what
-//! changed since the last one. They are caches, not state: kept here, not
+//! changed since the last one, and the current turn's recall. They are caches, not state: kept here, not
 //! in storage, keyed by the transcript's identity (a new epoch or a
 //! reloaded agent starts them over), and dropped when idle.
 
@@ -17,6 +17,8 @@ use engram_core::tokens::TokenCache;
 pub struct Caches {
     pub tokens: TokenCache,
     pub render: RenderCache,
+    /// The current turn's recall, for the turn's later prompts.
+    pub recall: Option<Arc<crate::recall::TurnRecall>>,
 }
 
 #[derive(Debug)]

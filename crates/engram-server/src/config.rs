@@ -29,6 +29,7 @@ pub struct Config {
     pub llm: LlmSection,
     pub policy: PolicySection,
     pub embed: EmbedSection,
+    pub recall: RecallSection,
     /// Crash tests of the binary: abort before this compaction step
     /// (`ENGRAM_TEST_CRASH_AT`; builds with `fault-injection` only).
     #[cfg(feature = "fault-injection")]
@@ -110,6 +111,15 @@ pub struct EmbedSection {
     pub circuit_failures: u32,
     pub circuit_cooldown_secs: u64,
     pub circuit_max_cooldown_secs: u64,
+}
+
+/// `[recall]`: memories PrepareRequest adds to the current user message.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecallSection {
+    pub enabled: bool,
+    pub max_tokens: u32,
+    pub min_score: f32,
 }
 
 /// Longest vectors accepted (the largest common models give 4,096).
@@ -367,6 +377,9 @@ impl Config {
             return Err(invalid("server.max_message_bytes", "must be at least 1024"));
         }
         self.embed.validate()?;
+        if !(self.recall.min_score.is_finite() && self.recall.min_score >= 0.0) {
+            return Err(invalid("recall.min_score", "must be a number >= 0"));
+        }
         if self.store.data_dir.as_os_str().is_empty() {
             return Err(invalid("store.data_dir", "must not be empty"));
         }

@@ -1,9 +1,9 @@
 //! PrepareRequest and GetContextStats: the prompt of the next LLM call and
 //! the numbers behind it.
 
-use engram_core::AgentId;
 use engram_core::compaction::{CompactionReport, Signals, Trigger, decide};
 use engram_core::render::{Format, Prompt};
+use engram_core::{AgentId, tokens};
 use engram_proto::pb;
 use engram_store::{AgentContext, PrepareInput, Store};
 use tonic::Status;
@@ -11,7 +11,9 @@ use tonic::Status;
 use crate::budget::Budgets;
 use crate::caches::{Caches, ContextCaches};
 use crate::compactor::Compactor;
+use crate::config::RecallSection;
 use crate::convert::{self, non_empty};
+use crate::recall::{self, TurnRecall};
 use crate::sizing::{self, Sizing, sizing};
 use crate::status::{from_core, from_store};
 
@@ -27,7 +29,8 @@ struct Ask<'a> {
 
 /// What the first look at an agent's prompt decided.
 enum Look {
-    Ready(Box<pb::PrepareRequestResponse>),
+    /// Its size now, and its model.
+    Ready(Sizing, String),
     /// Compact first (trigger, prompt tokens now).
     Compact(Trigger, u32),
 }
@@ -37,9 +40,11 @@ pub async fn prepare_request(
     caches: &ContextCaches,
     budgets: &Budgets,
     compactor: &Compactor,
+    recall: &RecallSection,
     req: pb::PrepareRequestRequest,
 ) -> Result<pb::PrepareRequestResponse, Status> {
     let id = AgentId::parse(&req.agent_id).map_err(from_core)?;
+    let recall = recall::Settings::of(recall, &req);
     let user_input = req.user_input.map(convert::user_event).transpose()?;
     let ask = Ask {
         agent: &id,
@@ -60,8 +65,8 @@ pub async fn prepare_request(
     // counting, deciding and rendering happen after.
     let context = store.prepare(&id, input).await.map_err(from_store)?.context;
     let look = sizing::with_caches(caches, &id, &context, |c| look(&context, c, &ask, budgets));
-    match look {
-        Look::Ready(response) => Ok(*response),
+    let (context, size, report) = match look {
+        Look::Ready(size, model) => (context, (size, model), None),
         Look::Compact(trigger, tokens_before) => {
             // Compaction runs before the prompt is built, once; the prompt
             // of the new epoch is built whatever the report says.
@@ -70,12 +75,18 @@ pub async fn prepare_request(
                 Some(context) => context,
                 None => store.context(&id).await.map_err(from_store)?,
             };
-            Ok(sizing::with_caches(caches, &id, &context, |c| {
-                let size = size_of(&context, c, &ask, budgets);
-                build(&context, c, &ask, size, Some(compacted.report))
-            }))
+            let size = sizing::with_caches(caches, &id, &context, |c| {
+                size_of(&context, c, &ask, budgets)
+            });
+            (context, size, Some(compacted.report))
         }
-    }
+    };
+    // Ranked after any compaction: what it archived is recalled too.
+    let recalled = recall::for_turn(store, caches, &id, &context, recall).await;
+    let recalled = recalled.as_deref().map(|r| (r, recall.max_tokens));
+    Ok(sizing::with_caches(caches, &id, &context, |c| {
+        build(&context, c, &ask, size, report, recalled)
+    }))
 }
 
 /// The size of the prompt `ask` would get now, and its model.
@@ -106,26 +117,40 @@ fn look(context: &AgentContext, caches: &mut Caches, ask: &Ask<'_>, budgets: &Bu
     };
     match decide(size.size, &size.budget, signals) {
         Some(trigger) => Look::Compact(trigger, size.prompt_tokens()),
-        None => Look::Ready(Box::new(build(context, caches, ask, (size, model), None))),
+        None => Look::Ready(size, model),
     }
 }
 
 /// The answer of a PrepareRequest: the messages, the rendered payload and
 /// the numbers, with the report of the compaction that ran before, if one
-/// did.
+/// did, and the turn's recall attached where it fits (at most `max` tokens).
 fn build(
     context: &AgentContext,
     caches: &mut Caches,
     ask: &Ask<'_>,
     (size, model): (Sizing, String),
     report: Option<CompactionReport>,
+    recalled: Option<(&TurnRecall, u32)>,
 ) -> pb::PrepareRequestResponse {
-    let tokens_now = size.prompt_tokens();
+    let room = |max: u32| {
+        max.min(
+            size.budget
+                .input_budget
+                .saturating_sub(size.prompt_tokens()),
+        )
+    };
+    let encoding = tokens::encoding_for(&model);
+    let attached = recalled
+        .and_then(|(recall, max)| recall::attach(recall, &context.messages, encoding, room(max)));
+    // Compaction is about the transcript: its report leaves the block out;
+    // the prompt's estimate counts it.
+    let transcript_tokens = size.prompt_tokens();
+    let tokens_now = transcript_tokens + attached.as_ref().map_or(0, |a| a.tokens);
     let mut warnings = vec![];
     let report = match report {
-        None => convert::no_compaction_to_pb(tokens_now),
+        None => convert::no_compaction_to_pb(transcript_tokens),
         Some(mut report) => {
-            report.tokens_after = tokens_now;
+            report.tokens_after = transcript_tokens;
             if let Some(error) = &report.error {
                 warnings.push(format!(
                     "compaction ({}) did not run: {error}; the prompt was not pruned",
@@ -147,11 +172,23 @@ fn build(
         ));
     }
     let system = context.system.as_deref();
+    // The message that carries the block and those after it go out as the
+    // prompt's tail: the render cache keeps the messages before it.
+    let (messages, tail) = match &attached {
+        None => (&context.messages[..], context.tail.clone()),
+        Some(a) => (
+            &context.messages[..a.at],
+            std::iter::once(a.message.clone())
+                .chain(context.messages[a.at + 1..].iter().cloned())
+                .chain(context.tail.iter().cloned())
+                .collect(),
+        ),
+    };
     let prompt = Prompt {
         model: &model,
         system,
-        messages: &context.messages,
-        tail: &context.tail,
+        messages,
+        tail: &tail,
         max_output_tokens: size.budget.max_output_tokens,
     };
     let rendered = ask
@@ -170,7 +207,7 @@ fn build(
         prompt
             .messages
             .iter()
-            .chain(&context.tail)
+            .chain(&tail)
             .map(convert::message_to_pb),
     );
     pb::PrepareRequestResponse {
@@ -182,6 +219,7 @@ fn build(
         compaction: Some(report),
         epoch: context.epoch,
         warnings,
+        recalled: attached.map(|a| a.recalled).unwrap_or_default(),
     }
 }
 

@@ -33,6 +33,7 @@ pub mod layers;
 pub mod observe;
 pub mod oversize;
 pub mod probe;
+pub mod recall;
 pub mod search;
 pub mod service;
 pub mod sizing;
@@ -259,6 +260,7 @@ pub async fn serve(
         budgets,
         compactor,
         limit,
+        config.recall,
     ))
     .max_decoding_message_size(limit)
     .max_encoding_message_size(limit);

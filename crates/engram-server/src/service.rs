@@ -17,6 +17,7 @@ use crate::boundary::catch_panics;
 use crate::budget::Budgets;
 use crate::caches::ContextCaches;
 use crate::compactor::Compactor;
+use crate::config::RecallSection;
 use crate::status::{from_core, from_store};
 use crate::{context, convert, sizing};
 
@@ -35,6 +36,7 @@ pub struct Engram {
     compactor: Compactor,
     /// `server.max_message_bytes`: responses are held to it too.
     max_message_bytes: usize,
+    recall: RecallSection,
 }
 
 impl Engram {
@@ -44,6 +46,7 @@ impl Engram {
         budgets: Arc<Budgets>,
         compactor: Compactor,
         max_message_bytes: usize,
+        recall: RecallSection,
     ) -> Self {
         Self {
             store,
@@ -51,6 +54,7 @@ impl Engram {
             budgets,
             compactor,
             max_message_bytes,
+            recall,
         }
     }
 
@@ -126,6 +130,7 @@ impl Engram {
             &self.caches,
             &self.budgets,
             &self.compactor,
+            &self.recall,
             request.into_inner(),
         )
         .await?;

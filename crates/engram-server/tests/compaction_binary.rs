@@ -337,6 +337,8 @@ async fn thirty_turns_compact_at_the_right_time_and_lose_nothing() {
     assert_eq!(
         names,
         [
+            // The search index recall reads from.
+            ".index",
             "episodic.jsonl",
             "raw_traces.jsonl",
             "raw_traces_archive.jsonl",

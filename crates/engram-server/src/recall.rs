@@ -1,0 +1,308 @@
+//! Auto-recall: the memories most relevant to the current user message
+//! that the prompt does not show, attached to that message as a
+//! `[MEMORY:RECALLED]` block.
+//!
+//! - What: archived messages (with their neighbours), summaries and facts
+//!   the search index ranks for the message's text; the active transcript
+//!   is left out (the prompt shows it), and so are summaries and facts the
+//!   snapshot already shows.
+//! - Where: appended to the current turn's user message, never to the
+//!   system prompt or the snapshot, so every message before it keeps its
+//!   bytes and providers' prompt caches keep hitting.
+//! - When: ranked once per turn, at its first prompt, and kept in the
+//!   agent's caches for the turn's later prompts (a tool loop's calls), so
+//!   those send the same block and hit the cache up to their newest message.
+//! - How much: entries in rank order while they fit `max_tokens` and the
+//!   room the input budget leaves.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use engram_core::tokens::{self, Encoding};
+use engram_core::transcript::{Message, Role};
+use engram_core::{AgentId, RawTrace, TraceType};
+use engram_proto::pb;
+use engram_store::{AgentContext, Memory, MemoryQuery, Recalled, Store};
+
+use crate::caches::{self, ContextCaches};
+use crate::config::RecallSection;
+
+/// The block's first line.
+pub const HEADER: &str = "[MEMORY:RECALLED]";
+
+/// Memories ranked per turn: more than a block holds, so that the budget
+/// decides how many go in.
+const CANDIDATES: usize = 24;
+
+/// One shown message's text at most (bytes): a long tool result never
+/// fills the block alone.
+const MAX_LINE: usize = 600;
+
+/// A request's recall settings: the server's, overridden by the request.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    pub enabled: bool,
+    pub max_tokens: u32,
+    pub min_score: f32,
+}
+
+impl Settings {
+    pub fn of(config: &RecallSection, req: &pb::PrepareRequestRequest) -> Self {
+        Self {
+            enabled: req.recall.unwrap_or(config.enabled),
+            max_tokens: req.recall_max_tokens.unwrap_or(config.max_tokens),
+            min_score: config.min_score,
+        }
+    }
+}
+
+/// One memory as the block shows it, and as the response lists it.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub text: String,
+    pub memory: pb::RecalledMemory,
+}
+
+/// What one turn recalls; the same for each of the turn's prompts.
+#[derive(Debug)]
+pub struct TurnRecall {
+    epoch: u32,
+    turn_id: String,
+    min_score: f32,
+    /// The index of the current user message in the epoch's messages.
+    pub at: usize,
+    pub entries: Vec<Entry>,
+}
+
+/// The block attached: the message that carries it and what it holds.
+#[derive(Debug)]
+pub struct Attached {
+    pub at: usize,
+    pub message: Message,
+    pub tokens: u32,
+    pub recalled: Vec<pb::RecalledMemory>,
+}
+
+/// The recall of the agent's current turn: the one its caches kept, or
+/// ranked now. `None` when recall is off, there is no user message, or the
+/// index could not answer (the prompt goes out without a block; logged).
+pub async fn for_turn(
+    store: &dyn Store,
+    caches: &ContextCaches,
+    id: &AgentId,
+    context: &AgentContext,
+    settings: Settings,
+) -> Option<Arc<TurnRecall>> {
+    if !settings.enabled || settings.max_tokens == 0 {
+        return None;
+    }
+    let at = context
+        .messages
+        .iter()
+        .rposition(|m| m.role == Role::User)?;
+    let query = context.messages[at].content.trim();
+    if query.is_empty() {
+        return None;
+    }
+    let cell = caches.of(id);
+    let kept = caches::lock(&cell).recall.clone();
+    if let Some(kept) = kept.filter(|r| {
+        r.epoch == context.epoch
+            && r.turn_id == context.current_turn_id
+            && r.at == at
+            && r.min_score == settings.min_score
+    }) {
+        return Some(kept);
+    }
+    let ranked = store
+        .rank_memories(
+            id,
+            &MemoryQuery {
+                query: query.to_owned(),
+                limit: CANDIDATES,
+                context: 1,
+                wait_for_index: None,
+                archived_only: true,
+                episodic: 0,
+                semantic: 0,
+            },
+        )
+        .await;
+    let memories = match ranked {
+        Ok(found) => found.memories,
+        Err(e) => {
+            tracing::warn!(agent = %id, error = %e, "recall skipped: the search index did not answer");
+            return None;
+        }
+    };
+    let snapshot = context
+        .messages
+        .first()
+        .filter(|m| m.role == Role::System)
+        .map_or("", |m| m.content.as_str());
+    let recall = Arc::new(TurnRecall {
+        epoch: context.epoch,
+        turn_id: context.current_turn_id.clone(),
+        min_score: settings.min_score,
+        at,
+        entries: entries(memories, snapshot, settings.min_score),
+    });
+    caches::lock(&cell).recall = Some(Arc::clone(&recall));
+    Some(recall)
+}
+
+/// The entries of the block, best first: below `min_score`, already in
+/// the snapshot, or already shown (a neighbour of a better hit) left out.
+pub fn entries(memories: Vec<Recalled>, snapshot: &str, min_score: f32) -> Vec<Entry> {
+    let mut shown: HashSet<String> = HashSet::new();
+    let mut out = Vec::new();
+    for r in memories {
+        if r.score < min_score {
+            continue;
+        }
+        let text = match &r.memory {
+            Memory::Trace { trace, .. } => {
+                if !shown.insert(trace.id.clone()) {
+                    continue;
+                }
+                let mut lines = vec![format!("- ({})", when_and_turn(trace))];
+                for t in r.before.iter().filter(|t| shown.insert(t.id.clone())) {
+                    lines.push(format!("  {}", line(t)));
+                }
+                lines.push(format!("  {}", line(trace)));
+                for t in r.after.iter().filter(|t| shown.insert(t.id.clone())) {
+                    lines.push(format!("  {}", line(t)));
+                }
+                lines.join("\n")
+            }
+            Memory::Episodic(e) if !snapshot.contains(e.summary.trim()) => format!(
+                "- ({}) Summary: {}",
+                span(
+                    e.source.from_ts.unwrap_or(e.ts),
+                    e.source.to_ts.unwrap_or(e.ts),
+                    &e.turn_ids
+                ),
+                one_line(&e.summary)
+            ),
+            Memory::Semantic(f) if !snapshot.contains(f.fact.trim()) => format!(
+                "- ({}) Fact: {}",
+                span(
+                    f.source.to_ts.unwrap_or(f.ts),
+                    f.source.to_ts.unwrap_or(f.ts),
+                    &f.turn_ids
+                ),
+                one_line(&f.fact)
+            ),
+            Memory::Episodic(_) | Memory::Semantic(_) => continue,
+        };
+        out.push(Entry {
+            text,
+            memory: crate::search::recalled_into_pb(r),
+        });
+    }
+    out
+}
+
+/// The block for a prompt: the entries that fit `room` tokens, attached to
+/// the current user message. `None` when not one fits.
+pub fn attach(
+    recall: &TurnRecall,
+    messages: &[Message],
+    encoding: Encoding,
+    room: u32,
+) -> Option<Attached> {
+    let carrier = messages.get(recall.at)?;
+    // "\n\n" before the header and "\n" before each entry.
+    let mut tokens = tokens::count_text(encoding, &format!("\n\n{HEADER}"));
+    let mut block = String::from(HEADER);
+    let mut recalled = Vec::new();
+    for entry in &recall.entries {
+        let cost = tokens::count_text(encoding, &format!("\n{}", entry.text));
+        if tokens + cost > room {
+            break;
+        }
+        tokens += cost;
+        block.push('\n');
+        block.push_str(&entry.text);
+        recalled.push(entry.memory.clone());
+    }
+    if recalled.is_empty() {
+        return None;
+    }
+    let mut message = carrier.clone();
+    message.content = format!("{}\n\n{block}", message.content);
+    Some(Attached {
+        at: recall.at,
+        message,
+        tokens,
+        recalled,
+    })
+}
+
+/// "2023-05-08, turn_0003".
+fn when_and_turn(t: &RawTrace) -> String {
+    match engram_index::time::date(t.ts) {
+        Some(date) => format!("{date}, {}", t.turn_id),
+        None => t.turn_id.clone(),
+    }
+}
+
+/// "2023-05-08 to 2023-05-20, turn_0001 to turn_0006", shortened where the
+/// ends are the same or unknown.
+fn span(from: f64, to: f64, turn_ids: &[String]) -> String {
+    let range = |a: Option<String>, b: Option<String>| match (a, b) {
+        (Some(a), Some(b)) if a != b => Some(format!("{a} to {b}")),
+        (a, b) => a.or(b),
+    };
+    let dates = range(engram_index::time::date(from), engram_index::time::date(to));
+    let turns = range(turn_ids.first().cloned(), turn_ids.last().cloned());
+    [dates, turns]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// "Caroline: I went to the support group." — who said it (the
+/// participant's name, else the role) and what, on one line.
+fn line(t: &RawTrace) -> String {
+    let who = t.name.clone().unwrap_or_else(|| {
+        match t.trace_type {
+            TraceType::User => "User",
+            TraceType::Assistant => "Assistant",
+            TraceType::ToolCall => "Tool call",
+            TraceType::ToolResult => "Tool result",
+        }
+        .to_owned()
+    });
+    let what = if !t.content.trim().is_empty() {
+        t.content.clone()
+    } else {
+        let detail = t
+            .tool_args
+            .as_ref()
+            .map(|a| serde_json::Value::Object(a.clone()))
+            .or_else(|| t.tool_result.clone())
+            .map(|v| v.to_string())
+            .or_else(|| t.tool_error.clone())
+            .unwrap_or_default();
+        format!("{} {detail}", t.tool_name.as_deref().unwrap_or_default())
+    };
+    format!("{who}: {}", one_line(&what))
+}
+
+/// `text` on one line, cut to [`MAX_LINE`] bytes at a character boundary.
+fn one_line(text: &str) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.len() <= MAX_LINE {
+        return flat;
+    }
+    let mut end = MAX_LINE;
+    while !flat.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &flat[..end])
+}
+
+#[cfg(test)]
+mod tests;

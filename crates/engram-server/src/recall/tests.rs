@@ -1,0 +1,171 @@
+//! The recall block: what goes in, how it reads, what fits.
+
+use engram_core::NewEvent;
+use engram_core::memory::{EpisodicItem, Provenance, SemanticItem};
+use engram_core::turns::assign_all;
+use engram_store::MatchedBy;
+
+use super::*;
+
+const MAY_8_2023: f64 = 1_683_554_160.0;
+
+/// Six messages of three turns, all on 8 May 2023; Caroline speaks first.
+fn talk() -> Vec<RawTrace> {
+    let mut traces = assign_all([
+        NewEvent::user("I went to the support group."),
+        NewEvent::assistant("How did it feel?"),
+        NewEvent::user("Powerful."),
+        NewEvent::assistant("Glad to hear."),
+        NewEvent::user("x ".repeat(2000)),
+        NewEvent::assistant("Noted."),
+    ]);
+    for (i, t) in traces.iter_mut().enumerate() {
+        t.ts = MAY_8_2023 + i as f64;
+        if t.trace_type == TraceType::User {
+            t.name = Some("Caroline".into());
+        }
+    }
+    traces
+}
+
+fn hit(traces: &[RawTrace], i: usize, score: f32) -> Recalled {
+    Recalled {
+        memory: Memory::Trace {
+            trace: Box::new(traces[i].clone()),
+            archived: true,
+        },
+        score,
+        matched_by: MatchedBy::Lexical,
+        before: traces[i.saturating_sub(1)..i].to_vec(),
+        after: traces.get(i + 1).cloned().into_iter().collect(),
+    }
+}
+
+fn memory(memory: Memory, score: f32) -> Recalled {
+    Recalled {
+        memory,
+        score,
+        matched_by: MatchedBy::Semantic,
+        before: vec![],
+        after: vec![],
+    }
+}
+
+fn summary(text: &str) -> EpisodicItem {
+    EpisodicItem {
+        id: "e1".into(),
+        ts: MAY_8_2023 + 86_400.0 * 30.0,
+        turn_ids: vec!["turn_0001".into(), "turn_0002".into()],
+        summary: text.into(),
+        tags: vec![],
+        salience: 0.5,
+        source: Provenance {
+            trace_ids: vec!["t1".into(), "t4".into()],
+            from_ts: Some(MAY_8_2023),
+            to_ts: Some(MAY_8_2023 + 86_400.0 * 12.0),
+        },
+    }
+}
+
+#[test]
+fn entries_show_when_and_who_with_neighbours_once() {
+    let t = talk();
+    let fact = SemanticItem {
+        turn_ids: vec!["turn_0001".into()],
+        ..SemanticItem::new("f1", "Caroline goes to a support group")
+    };
+    let known = SemanticItem::new("f2", "Caroline likes tea");
+    let entries = entries(
+        vec![
+            hit(&t, 0, 1.5),
+            // Shown already as the first hit's neighbour.
+            hit(&t, 1, 1.2),
+            memory(Memory::Episodic(summary("Talked about the group.")), 0.9),
+            memory(Memory::Semantic(fact), 0.8),
+            // In the snapshot already.
+            memory(Memory::Semantic(known), 0.7),
+            hit(&t, 4, 0.6),
+            // Below min_score.
+            hit(&t, 2, 0.1),
+        ],
+        "[MEMORY:SEMANTIC]\n- Caroline likes tea\n",
+        0.5,
+    );
+    let texts: Vec<&str> = entries.iter().map(|e| e.text.as_str()).collect();
+    assert_eq!(
+        texts[..3],
+        [
+            "- (2023-05-08, turn_0001)\n  Caroline: I went to the support group.\n  Assistant: How did it feel?",
+            "- (2023-05-08 to 2023-05-20, turn_0001 to turn_0002) Summary: Talked about the group.",
+            "- (turn_0001) Fact: Caroline goes to a support group",
+        ]
+    );
+    assert_eq!(texts.len(), 4);
+    // A long message is cut.
+    let long = texts[3];
+    assert!(
+        long.starts_with("- (2023-05-08, turn_0003)\n  Assistant: Glad to hear.\n  Caroline: x x"),
+        "{long}"
+    );
+    assert!(long.ends_with("…\n  Assistant: Noted."), "{long}");
+    assert!(long.len() < MAX_LINE + 100, "{}", long.len());
+    let kinds: Vec<i32> = entries.iter().map(|e| e.memory.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            pb::MemoryKind::Trace as i32,
+            pb::MemoryKind::Episodic as i32,
+            pb::MemoryKind::Semantic as i32,
+            pb::MemoryKind::Trace as i32
+        ]
+    );
+    assert_eq!(entries[1].memory.trace_ids, ["t1", "t4"]);
+}
+
+#[test]
+fn the_block_goes_on_the_current_user_message_and_fits_its_room() {
+    let t = talk();
+    let recall = TurnRecall {
+        epoch: 0,
+        turn_id: "turn_0003".into(),
+        min_score: 0.0,
+        at: 1,
+        entries: entries(
+            vec![
+                hit(&t, 0, 1.0),
+                memory(Memory::Episodic(summary("Talked about the group.")), 0.9),
+            ],
+            "",
+            0.0,
+        ),
+    };
+    let messages = vec![
+        Message::text(Role::System, "snapshot"),
+        Message::text(Role::User, "How was the group?"),
+        Message::text(Role::Assistant, "Let me look."),
+    ];
+    let encoding = tokens::encoding_for("gpt-4o");
+    let all = attach(&recall, &messages, encoding, 1500).unwrap();
+    assert_eq!(all.at, 1);
+    assert_eq!(
+        all.message.content,
+        format!(
+            "How was the group?\n\n{HEADER}\n{}\n{}",
+            recall.entries[0].text, recall.entries[1].text
+        )
+    );
+    assert_eq!(all.recalled.len(), 2);
+    let counted = tokens::count_text(encoding, &all.message.content)
+        - tokens::count_text(encoding, "How was the group?");
+    assert!(
+        all.tokens.abs_diff(counted) <= 3,
+        "{} vs {counted}",
+        all.tokens
+    );
+
+    // Room for the first entry only; then for none.
+    let first = attach(&recall, &messages, encoding, all.tokens - 1).unwrap();
+    assert_eq!(first.recalled.len(), 1);
+    assert!(first.tokens < all.tokens);
+    assert!(attach(&recall, &messages, encoding, 5).is_none());
+}
