@@ -168,13 +168,18 @@ pub(crate) struct Server {
 
 impl Server {
     pub(crate) fn start(binary: &Path, data: &Path) -> anyhow::Result<Self> {
+        Self::start_with(binary, data, "")
+    }
+
+    /// [`Server::start`] with `extra` TOML appended to its configuration.
+    pub(crate) fn start_with(binary: &Path, data: &Path, extra: &str) -> anyhow::Result<Self> {
         use std::io::BufRead;
         // A window larger than any transcript here: the bench measures
         // prompts, not the compaction the estimate trigger would start.
         let config = data.join("bench.toml");
         std::fs::write(
             &config,
-            "[budget.models.\"gpt-4o\"]\ncontext_tokens = 100000000\n",
+            format!("[budget.models.\"gpt-4o\"]\ncontext_tokens = 100000000\n{extra}"),
         )?;
         let mut child = std::process::Command::new(binary)
             .arg("--config")

@@ -250,7 +250,10 @@ pub async fn context_stats(
         files: vec![],
         compaction_required: context.compaction_required,
         model,
+        index: None,
     };
+    let index = store.index_state(&id).await.map_err(from_store)?;
+    response.index = Some(crate::search::index_state_into_pb(index));
     response.files = store
         .file_sizes(&id)
         .await

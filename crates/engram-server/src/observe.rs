@@ -107,6 +107,32 @@ fn describe() {
     );
     describe_gauge!("engram_agents_loaded", "Agents held in memory");
     describe_gauge!(
+        "engram_index_unembedded_items",
+        "Items of loaded agents waiting for the embedding model (the index's lag)"
+    );
+    describe_histogram!(
+        "engram_embed_batch_seconds",
+        metrics::Unit::Seconds,
+        "One batch of the background indexer through the embedding model"
+    );
+    describe_counter!(
+        "engram_embedded_items_total",
+        "Items the background indexer embedded"
+    );
+    describe_counter!(
+        "engram_embed_refused_items_total",
+        "Items the model refused even alone (found by their words only)"
+    );
+    describe_histogram!(
+        "engram_embed_query_seconds",
+        metrics::Unit::Seconds,
+        "Embedding a search's query"
+    );
+    describe_counter!(
+        "engram_embed_query_failures_total",
+        "Queries not embedded (the search ranked by words alone)"
+    );
+    describe_gauge!(
         "engram_disk_bytes",
         metrics::Unit::Bytes,
         "Bytes of every file under store.data_dir (walked at most once a minute)"
@@ -152,6 +178,7 @@ impl Scraper {
     /// Reads the state gauges, then renders everything.
     async fn scrape(&self) -> ([(http::HeaderName, &'static str); 1], String) {
         metrics::gauge!("engram_agents_loaded").set(self.store.loaded_agents() as f64);
+        metrics::gauge!("engram_index_unembedded_items").set(self.store.unembedded_items() as f64);
         metrics::gauge!("engram_disk_bytes").set(self.disk_bytes().await as f64);
         let open = if self.compactor.circuit_open() {
             1.0

@@ -77,6 +77,7 @@ async fn metrics_count_calls_commits_compactions_and_state() {
     assert_eq!(value("engram_summarizer_duration_seconds_count"), 1.0);
     assert_eq!(value("engram_summarizer_circuit_open"), 0.0);
     assert_eq!(value("engram_agents_loaded"), 1.0);
+    assert_eq!(value("engram_index_unembedded_items"), 0.0, "no model here");
     assert!(value("engram_disk_bytes") > 1000.0);
     assert!(text.contains("# HELP engram_rpc_requests_total"), "{text}");
     // Latency is a histogram with buckets, not a summary.

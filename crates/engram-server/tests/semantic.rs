@@ -104,6 +104,17 @@ async fn paraphrases_sharing_no_word_find_their_message() {
             .join("talk/.index/vectors.bin")
             .is_file()
     );
+    let stats = c
+        .get_context_stats(pb::GetContextStatsRequest {
+            agent_id: "talk".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let index = stats.index.unwrap();
+    assert_eq!((index.items, index.embedded, index.pending), (8, 8, 0));
+    assert!(index.model.starts_with("all-MiniLM-L6-v2#"));
 
     // Words still rank first where they match; meaning adds to them.
     let page = c

@@ -357,6 +357,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// together for `query.query`, from the same index as [`Store::search`].
     async fn rank_memories(&self, id: &AgentId, query: &MemoryQuery) -> Result<Recollection>;
 
+    /// How far the agent's search index has read its memory (caught up
+    /// first, like a search).
+    async fn index_state(&self, id: &AgentId) -> Result<IndexState>;
+
     /// What the agent occupies, by part (name, bytes), sorted by name.
     async fn file_sizes(&self, id: &AgentId) -> Result<Vec<(String, u64)>>;
 
@@ -413,6 +417,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Agents held in this process's memory.
     fn loaded_agents(&self) -> usize;
+
+    /// Items of the loaded agents that wait for the embedding model (the
+    /// search index's lag).
+    fn unembedded_items(&self) -> u64;
 
     /// Bytes the whole store occupies (may be slow: for a metrics scrape).
     async fn disk_bytes(&self) -> u64;

@@ -6,8 +6,9 @@ use engram_core::compaction::Summary;
 use engram_core::{AgentId, NewEvent, Usage};
 
 use crate::{
-    AgentContext, Committed, FileStore, Ingested, Job, MemoryQuery, Microcompacted, Policy,
-    PrepareInput, Prepared, Recall, Recollection, Result, Search, SearchPage, Store, Visible,
+    AgentContext, Committed, FileStore, IndexState, Ingested, Job, MemoryQuery, Microcompacted,
+    Policy, PrepareInput, Prepared, Recall, Recollection, Result, Search, SearchPage, Store,
+    Visible,
 };
 
 #[async_trait]
@@ -48,6 +49,11 @@ impl Store for FileStore {
 
     async fn rank_memories(&self, id: &AgentId, query: &MemoryQuery) -> Result<Recollection> {
         FileStore::rank_memories(self, id, query).await
+    }
+
+    async fn index_state(&self, id: &AgentId) -> Result<IndexState> {
+        let mut current = self.caught_up(id).await?;
+        Ok(crate::ranked::index_state(current.index()))
     }
 
     async fn file_sizes(&self, id: &AgentId) -> Result<Vec<(String, u64)>> {
@@ -109,6 +115,10 @@ impl Store for FileStore {
 
     fn loaded_agents(&self) -> usize {
         FileStore::loaded_agents(self)
+    }
+
+    fn unembedded_items(&self) -> u64 {
+        FileStore::unembedded_items(self)
     }
 
     async fn disk_bytes(&self) -> u64 {

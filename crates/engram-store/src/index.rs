@@ -158,6 +158,11 @@ impl FileStore {
             })
             .await?;
         }
+        if let Some(index) = guard.as_ref()
+            && index.vectors.is_some()
+        {
+            handle.embedded.send_replace(index.unembedded());
+        }
         Ok(Current {
             guard,
             first_active,

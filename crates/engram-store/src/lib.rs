@@ -250,6 +250,12 @@ impl FileStore {
         self.inner.agents.lock().expect("registry lock").len()
     }
 
+    /// Items of the loaded agents that wait for the embedding model.
+    pub(crate) fn unembedded_items(&self) -> u64 {
+        let agents = self.inner.agents.lock().expect("registry lock");
+        agents.values().map(|h| *h.embedded.borrow() as u64).sum()
+    }
+
     fn agent_dir(&self, id: &AgentId) -> PathBuf {
         self.inner.agents_dir.join(id.as_str())
     }

@@ -5,6 +5,7 @@ mod baseline;
 mod grpc;
 mod latency;
 pub mod locomo;
+mod prompt;
 
 use std::path::PathBuf;
 
@@ -25,8 +26,9 @@ pub struct Args {
     /// Scratch directory for the server's data (emptied first).
     #[arg(long, default_value = "./bench-data/recall")]
     pub data_dir: PathBuf,
-    /// Agent sizes (traces) for the SearchHistory latency part; empty: none.
-    #[arg(long, value_delimiter = ',', default_value = "1000,10000,100000")]
+    /// Agent sizes (traces) for the SearchHistory latency part; `--sizes`
+    /// alone: none.
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "1000,10000,100000")]
     pub sizes: Vec<usize>,
     /// Searches timed per size.
     #[arg(long, default_value_t = 300)]
@@ -68,6 +70,19 @@ pub fn run(args: Args) -> Result<()> {
         let rt = tokio::runtime::Runtime::new()?;
         let served = rt.block_on(grpc::search_history(&args.engramd, &args.data_dir, &convs))?;
         print!("{}", served.table("SearchHistory"));
+        let data = args.data_dir.join("prompt");
+        std::fs::create_dir_all(&data)?;
+        let (shares, retrieve) = rt.block_on(prompt::run(&args.engramd, &data, &convs))?;
+        print!("{}", retrieve.table("Retrieve (compacted, 8k)"));
+        println!(
+            "\nEvidence in the PrepareRequest prompt (8,192-token window, recall on): {} questions, {} compactions, a recall block in {} prompts (~{} tokens each)\n",
+            shares.questions(),
+            shares.compactions,
+            shares.with_block,
+            shares.block_tokens / shares.with_block.max(1) as u64
+        );
+        println!("| prompt | category | all / any evidence in it |\n|---|---|---|");
+        print!("{}", shares.table("prompt (8k, recall on)"));
         if !args.sizes.is_empty() {
             let data = args.data_dir.join("latency");
             std::fs::create_dir_all(&data)?;

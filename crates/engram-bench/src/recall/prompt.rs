@@ -1,0 +1,190 @@
+//! Memory in the prompt, as an agent gets it: each conversation ingested
+//! into an agent whose model has an 8,192-token window (1,024 of it for the
+//! answer), with a PrepareRequest every ten messages so that compaction
+//! (the embedded summarizer) keeps it inside the window; then each question
+//! is asked as the next user message, with recall on. A question counts
+//! when the text of its evidence messages appears in the prompt, verbatim
+//! (whitespace aside): in the recalled block, the snapshot or the active
+//! transcript. Retrieve(query) is asked on the same compacted agents.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::path::Path;
+
+use engram_proto::pb;
+
+use super::locomo::{Conversation, Question, Score};
+use crate::prepare::{Server, connect};
+
+/// The model the agents are prepared for, and its window.
+const MODEL: &str = "locomo-8k";
+const WINDOW: &str =
+    "[budget.models.\"locomo-8k\"]\ncontext_tokens = 8192\nmax_output_tokens = 1024\n";
+
+/// Share of questions with all / any of their evidence in the prompt, by
+/// category.
+#[derive(Debug, Default)]
+pub struct Shares {
+    by_category: BTreeMap<u8, (usize, usize, usize)>,
+    /// Prompts that carried a recall block, and its tokens in all.
+    pub with_block: usize,
+    pub block_tokens: u64,
+    pub compactions: u32,
+}
+
+impl Shares {
+    fn add(&mut self, q: &Question, found: usize) {
+        let e = self.by_category.entry(q.category).or_default();
+        e.0 += 1;
+        e.1 += usize::from(found == q.evidence.len());
+        e.2 += usize::from(found > 0);
+    }
+
+    pub fn questions(&self) -> usize {
+        self.by_category.values().map(|e| e.0).sum()
+    }
+
+    pub fn table(&self, name: &str) -> String {
+        let mut out = String::new();
+        let names = [
+            (None, "all"),
+            (Some(1), "multi-hop"),
+            (Some(2), "temporal"),
+            (Some(3), "open-domain"),
+            (Some(4), "single-hop"),
+        ];
+        for (cat, label) in names {
+            let (mut n, mut all, mut any) = (0, 0, 0);
+            for (c, e) in &self.by_category {
+                if cat.is_none_or(|want| want == *c) {
+                    n += e.0;
+                    all += e.1;
+                    any += e.2;
+                }
+            }
+            let n = n.max(1) as f64;
+            writeln!(
+                out,
+                "| {name} | {label} | {:.3} / {:.3} |",
+                all as f64 / n,
+                any as f64 / n
+            )
+            .ok();
+        }
+        out
+    }
+}
+
+fn flat(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+pub async fn run(
+    engramd: &Path,
+    data: &Path,
+    convs: &[Conversation],
+) -> anyhow::Result<(Shares, Score)> {
+    let server = Server::start_with(engramd, data, WINDOW)?;
+    let mut client = connect(&server.addr).await?;
+    let mut shares = Shares::default();
+    let mut retrieve = Score::default();
+    let prepare = |agent: &str, user_input: Option<pb::TraceEvent>| pb::PrepareRequestRequest {
+        agent_id: agent.into(),
+        system_prompt: "You are a helpful assistant with a long memory.".into(),
+        user_input,
+        model: MODEL.into(),
+        ..Default::default()
+    };
+    for (n, conv) in convs.iter().enumerate() {
+        let agent = format!("prompt-{n}");
+        for (i, m) in conv.messages.iter().enumerate() {
+            let trace_type = if m.is_a {
+                pb::TraceType::User
+            } else {
+                pb::TraceType::Assistant
+            };
+            client
+                .ingest(pb::IngestRequest {
+                    agent_id: agent.clone(),
+                    events: vec![pb::TraceEvent {
+                        trace_type: trace_type.into(),
+                        content: m.text.clone(),
+                        event_id: m.dia_id.clone(),
+                        ts: Some(m.ts),
+                        name: m.speaker.clone(),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                })
+                .await?;
+            if i % 10 == 9 {
+                let p = client
+                    .prepare_request(prepare(&agent, None))
+                    .await?
+                    .into_inner();
+                shares.compactions += u32::from(p.compaction.is_some_and(|c| c.performed));
+            }
+        }
+        let text: HashMap<&str, String> = conv
+            .messages
+            .iter()
+            .map(|m| (m.dia_id.as_str(), flat(&m.text)))
+            .collect();
+        for q in &conv.questions {
+            // Ranked first: asking the question adds it to the agent.
+            let out = client
+                .retrieve(pb::RetrieveRequest {
+                    agent_id: agent.clone(),
+                    query: q.question.clone(),
+                    max_recalled: Some(25),
+                    wait_for_index_ms: 60_000,
+                    ..Default::default()
+                })
+                .await?
+                .into_inner();
+            let ranked: Vec<String> = out
+                .recalled
+                .into_iter()
+                .filter_map(|m| m.trace.map(|t| t.event_id))
+                .collect();
+            retrieve.add(q, &ranked);
+            let question = pb::TraceEvent {
+                trace_type: pb::TraceType::User.into(),
+                content: q.question.clone(),
+                ..Default::default()
+            };
+            let p = client
+                .prepare_request(prepare(&agent, Some(question)))
+                .await?
+                .into_inner();
+            shares.compactions += u32::from(p.compaction.as_ref().is_some_and(|c| c.performed));
+            if !p.recalled.is_empty() {
+                shares.with_block += 1;
+                let block = p
+                    .messages
+                    .last()
+                    .and_then(|m| m.content.split_once("[MEMORY:RECALLED]"))
+                    .map_or(0, |(_, b)| b.len() as u64);
+                // Bytes / 4: a rough token count, for the report only.
+                shares.block_tokens += block / 4;
+            }
+            let prompt = flat(
+                &p.messages
+                    .iter()
+                    .map(|m| m.content.as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            );
+            let found = q
+                .evidence
+                .iter()
+                .filter(|e| {
+                    text.get(e.as_str())
+                        .is_some_and(|t| prompt.contains(t.as_str()))
+                })
+                .count();
+            shares.add(q, found);
+        }
+    }
+    Ok((shares, retrieve))
+}
