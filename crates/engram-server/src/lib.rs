@@ -74,6 +74,8 @@ pub enum ServerError {
     Auth(String),
     #[error("configuring TLS: {0}")]
     Tls(String),
+    #[error("store.data_dir: {0}")]
+    DataDir(String),
     #[error("binding server.metrics_listen {addr}: {error}")]
     Metrics {
         addr: std::net::SocketAddr,
@@ -89,6 +91,7 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
+    let _held = lock_data_dir(&config.store.data_dir)?;
     let metrics = bind_metrics(&config).await?;
     run_with_metrics(listener, metrics, config, shutdown).await
 }
@@ -105,8 +108,31 @@ pub async fn bind_metrics(config: &Config) -> Result<Option<TcpListener>, Server
     }
 }
 
+/// Holds `dir` for this process, so that a second engramd (or `engramd
+/// reindex`) on the same data is refused rather than left to corrupt it.
+/// Released when the file drops, or the process dies.
+pub fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, ServerError> {
+    let failed = |e: std::io::Error| ServerError::DataDir(format!("{}: {e}", dir.display()));
+    std::fs::create_dir_all(dir).map_err(failed)?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(false)
+        .open(dir.join("engramd.lock"))
+        .map_err(failed)?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(ServerError::DataDir(format!(
+            "{} is in use by another engramd (or engramd reindex)",
+            dir.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => Err(failed(e)),
+    }
+}
+
 /// [`run`] with the metrics listener bound by the caller (which can then
-/// report its port).
+/// report its port), and the data directory locked by the caller
+/// ([`lock_data_dir`]).
 pub async fn run_with_metrics(
     listener: TcpListener,
     metrics: Option<TcpListener>,
@@ -119,6 +145,44 @@ pub async fn run_with_metrics(
     #[cfg(feature = "fault-injection")]
     store.inject_compaction_crash(config.crash_at.clone());
     serve(listener, metrics, config, Arc::new(store), shutdown).await
+}
+
+/// `engramd reindex`: the search index of `agent` (or of every agent)
+/// deleted and built again from the files, with every item embedded when
+/// there is a model. Reports each agent's index as it finishes.
+pub async fn reindex(
+    config: &Config,
+    agent: Option<&str>,
+    mut report: impl FnMut(&str, &engram_store::IndexState),
+) -> Result<(), ServerError> {
+    let _held = lock_data_dir(&config.store.data_dir)?;
+    let mut store_config = config.store_config();
+    store_config.embedder = embedder(&config.embed).await?;
+    let store = FileStore::open(store_config).await?;
+    let agents = match agent {
+        Some(id) => vec![id.to_owned()],
+        None => {
+            let mut all = vec![];
+            let mut token: Option<String> = None;
+            loop {
+                let (page, next) =
+                    Store::list_agents(&store, 1000, token.as_deref(), &|_| true).await?;
+                all.extend(page);
+                match next {
+                    Some(next) => token = Some(next),
+                    None => break,
+                }
+            }
+            all
+        }
+    };
+    for id in agents {
+        let parsed = engram_core::AgentId::parse(&id).map_err(StoreError::from)?;
+        let state = store.reindex(&parsed).await?;
+        report(&id, &state);
+    }
+    Store::close(&store).await;
+    Ok(())
 }
 
 /// The embedding model `[embed]` asks for; `None`: search by words only.

@@ -34,6 +34,14 @@ enum Command {
     CheckConfig,
     /// Print the built-in default configuration.
     Defaults,
+    /// Rebuild the search index from the agents' files (every agent, or
+    /// one), embedding every item with the configured model; with the
+    /// server stopped (the data directory is locked while either runs).
+    Reindex {
+        /// Only this agent.
+        #[arg(long)]
+        agent: Option<String>,
+    },
     /// Ask a running server's gRPC health service; exit 0 when SERVING
     /// (for container HEALTHCHECKs and exec probes).
     Health {
@@ -110,9 +118,29 @@ async fn serve() -> anyhow::Result<()> {
             );
             return Ok(());
         }
+        Some(Command::Reindex { agent }) => {
+            telemetry::init(&config.log);
+            engram_server::reindex(&config, agent.as_deref(), |id, index| {
+                println!(
+                    "{id}: {} items, {} embedded{}",
+                    index.items,
+                    index.embedded,
+                    if index.model.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", index.model)
+                    }
+                );
+            })
+            .await?;
+            return Ok(());
+        }
         Some(Command::Serve | Command::Defaults) | None => {}
     }
     telemetry::init(&config.log);
+    // Before the listening line: a second engramd on this data says why
+    // it cannot serve instead of seeming to.
+    let _held = engram_server::lock_data_dir(&config.store.data_dir)?;
     let addr = config.listen_addr()?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await

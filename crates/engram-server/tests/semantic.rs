@@ -294,3 +294,66 @@ async fn an_http_embedder_finds_paraphrases_and_a_dead_one_leaves_the_words() {
     assert_eq!(page.matches[0].trace.as_ref().unwrap().content, TALK[0]);
     assert_eq!(page.matches[0].matched_by, pb::MatchedBy::Lexical as i32);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reindex_rebuilds_every_agent_and_waits_for_a_stopped_server() {
+    let model = model_dir();
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Daemon::spawn(dir.path(), &[("ENGRAM__EMBED__PROVIDER", "none")]);
+    let mut c = d.client().await;
+    tell(&mut c, "talk").await;
+    tell(&mut c, "other").await;
+    // An index by words only.
+    c.search_history(ask("talk", "puppy", 0)).await.unwrap();
+    let reindex = |agent: Option<&str>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_engramd"));
+        cmd.arg("reindex")
+            .env("ENGRAM__STORE__DATA_DIR", dir.path())
+            .env("ENGRAM__EMBED__MODEL_DIR", &model)
+            .env("ENGRAM__LOG__LEVEL", "warn");
+        if let Some(agent) = agent {
+            cmd.args(["--agent", agent]);
+        }
+        cmd.output().unwrap()
+    };
+    // Not while a server holds the data.
+    let refused = reindex(None);
+    assert!(!refused.status.success());
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(why.contains("in use by another engramd"), "{why}");
+    d.kill9();
+
+    // A broken index is rebuilt; every item gets a vector.
+    std::fs::write(dir.path().join("agents/talk/.index/meta.json"), "{").unwrap();
+    let done = reindex(None);
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let out = String::from_utf8_lossy(&done.stdout);
+    for agent in ["talk", "other"] {
+        assert!(
+            out.contains(&format!("{agent}: 8 items, 8 embedded (all-MiniLM-L6-v2#")),
+            "{out}"
+        );
+    }
+    let one = reindex(Some("other"));
+    assert_eq!(
+        String::from_utf8_lossy(&one.stdout).lines().count(),
+        1,
+        "one agent"
+    );
+
+    // The server finds every item embedded, without waiting.
+    let d = Daemon::spawn(dir.path(), &[("ENGRAM__EMBED__MODEL_DIR", &model)]);
+    let mut c = d.client().await;
+    let page = c
+        .search_history(ask("talk", "Do they own a dog?", 0))
+        .await
+        .unwrap()
+        .into_inner();
+    let index = page.index.unwrap();
+    assert_eq!((index.embedded, index.pending), (8, 0));
+    assert_eq!(page.matches[0].trace.as_ref().unwrap().content, TALK[0]);
+}

@@ -24,7 +24,7 @@ use serde_json::Value;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
 use crate::agent::RAW_ARCHIVE;
-use crate::{FileStore, Result, StoreError};
+use crate::{FileStore, IndexState, Result, StoreError};
 
 /// The index directory inside an agent's directory.
 const INDEX_DIR: &str = ".index";
@@ -167,6 +167,36 @@ impl FileStore {
             guard,
             first_active,
         })
+    }
+}
+
+impl FileStore {
+    /// `engramd reindex`: the agent's index deleted and built again from
+    /// its files, and with a model, every item embedded again before this
+    /// returns.
+    pub async fn reindex(&self, id: &AgentId) -> Result<IndexState> {
+        let handle = self.existing_handle(id)?;
+        {
+            let mut slot = handle.index.lock().await;
+            // Closed before its files go.
+            *slot = None;
+            let dir = self.agent_dir(id).join(INDEX_DIR);
+            blocking(move || match std::fs::remove_dir_all(&dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(StoreError::io("removing", &dir)(e))
+                }
+                _ => Ok(()),
+            })
+            .await?;
+        }
+        if self.inner.indexer.is_some() {
+            // As long as it takes: the operator asked for every vector.
+            let a_day = std::time::Duration::from_secs(86_400);
+            self.wait_embedded(id, std::time::Instant::now() + a_day)
+                .await?;
+        }
+        let mut current = self.caught_up(id).await?;
+        Ok(crate::ranked::index_state(current.index()))
     }
 }
 
