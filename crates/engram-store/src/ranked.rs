@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use engram_core::{AgentId, CoreError, RawTrace};
 use engram_index::lexical::{Lexical, Placed};
-use engram_index::{Filter, Kind, Matched, Params, Semantic};
+use engram_index::{Filter, Kind, Matched, Params, Ranked, Semantic, Words};
 
 use crate::index::{MAX_EMBEDDED_CHARS, blocking, capped_at, index_error, trace_type_code};
 use crate::{
@@ -36,14 +36,18 @@ fn offset(token: Option<&str>) -> std::result::Result<usize, CoreError> {
 }
 
 /// What ranking work gets: the agent's index caught up with every
-/// acknowledged write, and the query's vector if there is one.
+/// acknowledged write, and the rankings it asked for.
 struct Ranking<'a> {
     lexical: &'a mut Lexical,
-    semantic: Option<Semantic<'a>>,
+    /// One per [`Want`], in order.
+    ranked: Vec<Vec<Ranked>>,
     state: IndexState,
     /// Conversation order of the first active trace: earlier is archived.
     first_active: Option<u64>,
 }
+
+/// A ranking to make: the best `.1` within `.0`.
+type Want = (Filter, usize);
 
 impl FileStore {
     pub(crate) async fn ranked_search(&self, id: &AgentId, search: &Search) -> Result<SearchPage> {
@@ -55,36 +59,28 @@ impl FileStore {
             ))
             .into());
         }
-        let search = search.clone();
-        self.ranking(id, &search.query.clone(), search.wait_for_index, move |r| {
-            let filter = Filter {
-                kinds: vec![Kind::Trace],
-                trace_types: search
-                    .trace_types
-                    .iter()
-                    .map(|t| trace_type_code(*t))
-                    .collect(),
-                order: search.turns.map(|(lo, hi)| {
-                    (
-                        engram_index::order(lo, 0),
-                        engram_index::order(hi, u32::MAX),
-                    )
-                }),
-                ts: search.ts,
-                traces_before: None,
-            };
+        let filter = Filter {
+            kinds: vec![Kind::Trace],
+            trace_types: search
+                .trace_types
+                .iter()
+                .map(|t| trace_type_code(*t))
+                .collect(),
+            order: search.turns.map(|(lo, hi)| {
+                (
+                    engram_index::order(lo, 0),
+                    engram_index::order(hi, u32::MAX),
+                )
+            }),
+            ts: search.ts,
+            traces_before: None,
+        };
+        let context = search.context.min(MAX_CONTEXT);
+        let wants = move |_| vec![(filter, end + 1)];
+        self.ranking(id, &search.query, search.wait_for_index, wants, move |r| {
             let lexical = r.lexical;
-            let ranked = engram_index::rank(
-                lexical,
-                r.semantic,
-                &search.query,
-                &filter,
-                end + 1,
-                &Params::default(),
-            )
-            .map_err(index_error)?;
+            let ranked = r.ranked.into_iter().next().unwrap_or_default();
             let more = ranked.len() > end;
-            let context = search.context.min(MAX_CONTEXT);
             let mut hits = Vec::new();
             for hit in ranked.iter().take(end).skip(from) {
                 let Some(body) = hit.body(lexical).map_err(index_error)? else {
@@ -116,50 +112,39 @@ impl FileStore {
         id: &AgentId,
         query: &MemoryQuery,
     ) -> Result<Recollection> {
-        let query = query.clone();
-        self.ranking(id, &query.query.clone(), query.wait_for_index, move |r| {
-            let filter = Filter {
-                traces_before: if query.archived_only {
-                    Some(r.first_active.unwrap_or(u64::MAX))
-                } else {
-                    None
-                },
+        let (archived_only, limits) = (
+            query.archived_only,
+            (query.limit, query.episodic, query.semantic),
+        );
+        let wants = move |first_active: Option<u64>| {
+            let only = |kind: Kind| Filter {
+                kinds: vec![kind],
                 ..Filter::default()
             };
-            let lexical = r.lexical;
-            let mut rank = |filter: &Filter, limit: usize| {
-                engram_index::rank(
-                    lexical,
-                    r.semantic,
-                    &query.query,
-                    filter,
-                    limit.min(MAX_RANKED),
-                    &Params::default(),
-                )
-                .map_err(index_error)
+            let all = Filter {
+                traces_before: archived_only.then(|| first_active.unwrap_or(u64::MAX)),
+                ..Filter::default()
             };
-            let ranked = rank(&filter, query.limit)?;
             // Each kind alone too, so that a few summaries are not crowded
             // out by hundreds of messages. One embedding of the query
             // serves all three.
-            let mut alone = |kind: Kind, limit: usize| {
-                let only = Filter {
-                    kinds: vec![kind],
-                    ..Filter::default()
-                };
-                if limit == 0 {
-                    Ok(vec![])
-                } else {
-                    rank(&only, limit)
-                }
-            };
-            let episodic = alone(Kind::Episodic, query.episodic)?;
-            let semantic = alone(Kind::Semantic, query.semantic)?;
-            let episodic = items(&episodic, lexical)?;
-            let semantic = items(&semantic, lexical)?;
-            let context = query.context.min(MAX_CONTEXT);
-            let mut memories = Vec::with_capacity(ranked.len());
-            for hit in &ranked {
+            vec![
+                (all, limits.0),
+                (only(Kind::Episodic), limits.1),
+                (only(Kind::Semantic), limits.2),
+            ]
+        };
+        let context = query.context.min(MAX_CONTEXT);
+        self.ranking(id, &query.query, query.wait_for_index, wants, move |r| {
+            let lexical = r.lexical;
+            let mut ranked = r.ranked.into_iter();
+            let (all, episodic, semantic) = (
+                ranked.next().unwrap_or_default(),
+                ranked.next().unwrap_or_default(),
+                ranked.next().unwrap_or_default(),
+            );
+            let mut memories = Vec::with_capacity(all.len());
+            for hit in &all {
                 let Some(body) = hit.body(lexical).map_err(index_error)? else {
                     continue;
                 };
@@ -184,21 +169,25 @@ impl FileStore {
             }
             Ok(Recollection {
                 memories,
-                episodic,
-                semantic,
+                episodic: items(&episodic, lexical)?,
+                semantic: items(&semantic, lexical)?,
                 index: r.state,
             })
         })
         .await
     }
 
-    /// Runs `work` on a blocking thread over the agent's index, caught up,
-    /// once `wait` (at most) has let the indexer embed what it holds.
+    /// Ranks `query` for what `wants` asks (given where the active
+    /// transcript starts) and hands the rankings to `work`, on blocking
+    /// threads, over the agent's index caught up (once `wait`, at most, has
+    /// let the indexer embed what it holds). The query is embedded while
+    /// the words are ranked: on two cores, the two halves overlap.
     async fn ranking<T: Send + 'static>(
         &self,
         id: &AgentId,
         query: &str,
         wait: Option<std::time::Duration>,
+        wants: impl FnOnce(Option<u64>) -> Vec<Want> + Send + 'static,
         work: impl FnOnce(Ranking<'_>) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         if let Some(wait) = wait {
@@ -206,8 +195,28 @@ impl FileStore {
         }
         // An unknown agent is refused before its query costs an embedding.
         self.existing_handle(id)?;
-        let query_vector = self.query_vector(query).await;
-        let mut current = self.caught_up(id).await?;
+        let words = async {
+            let mut current = self.caught_up(id).await?;
+            let query = query.to_owned();
+            blocking(move || {
+                let wants = wants(current.first_active);
+                let lexical = &mut current.index().lexical;
+                let params = Params::default();
+                let words = wants
+                    .iter()
+                    .map(|(filter, limit)| match (*limit).min(MAX_RANKED) {
+                        0 => Ok(None),
+                        limit => engram_index::by_words(lexical, &query, filter, limit, &params)
+                            .map(Some)
+                            .map_err(index_error),
+                    })
+                    .collect::<Result<Vec<Option<Words>>>>()?;
+                Ok((current, words))
+            })
+            .await
+        };
+        let (query_vector, words) = tokio::join!(self.query_vector(query), words);
+        let (mut current, words) = words?;
         blocking(move || {
             let first_active = current.first_active;
             let index = current.index();
@@ -219,9 +228,14 @@ impl FileStore {
                 }),
                 _ => None,
             };
+            let params = Params::default();
+            let ranked = words
+                .into_iter()
+                .map(|w| w.map_or_else(Vec::new, |w| w.fuse(semantic, &params)))
+                .collect();
             work(Ranking {
                 lexical: &mut index.lexical,
-                semantic,
+                ranked,
                 state,
                 first_active,
             })
@@ -267,7 +281,7 @@ pub(crate) fn index_state(index: &crate::index::AgentIndex) -> IndexState {
     }
 }
 
-fn matched_by(r: &engram_index::Ranked) -> MatchedBy {
+fn matched_by(r: &Ranked) -> MatchedBy {
     match r.matched() {
         Matched::Lexical => MatchedBy::Lexical,
         Matched::Semantic => MatchedBy::Semantic,
@@ -295,10 +309,7 @@ fn neighbours(lexical: &Lexical, order: u64, n: usize) -> Result<(Vec<RawTrace>,
 }
 
 /// The summaries or facts `ranked` names.
-fn items<T: serde::de::DeserializeOwned>(
-    ranked: &[engram_index::Ranked],
-    lexical: &Lexical,
-) -> Result<Vec<T>> {
+fn items<T: serde::de::DeserializeOwned>(ranked: &[Ranked], lexical: &Lexical) -> Result<Vec<T>> {
     let mut out = Vec::with_capacity(ranked.len());
     for hit in ranked {
         if let Some(body) = hit.body(lexical).map_err(index_error)? {

@@ -70,19 +70,26 @@ pub fn run(args: Args) -> Result<()> {
         let rt = tokio::runtime::Runtime::new()?;
         let served = rt.block_on(grpc::search_history(&args.engramd, &args.data_dir, &convs))?;
         print!("{}", served.table("SearchHistory"));
-        let data = args.data_dir.join("prompt");
-        std::fs::create_dir_all(&data)?;
-        let (shares, retrieve) = rt.block_on(prompt::run(&args.engramd, &data, &convs))?;
-        print!("{}", retrieve.table("Retrieve (compacted, 8k)"));
+        let mut runs = vec![];
+        for recall in [true, false] {
+            let data = args
+                .data_dir
+                .join(if recall { "prompt" } else { "prompt-off" });
+            std::fs::create_dir_all(&data)?;
+            runs.push(rt.block_on(prompt::run(&args.engramd, &data, &convs, recall))?);
+        }
+        print!("{}", runs[0].1.table("Retrieve (compacted, 8k)"));
+        let on = &runs[0].0;
         println!(
-            "\nEvidence in the PrepareRequest prompt (8,192-token window, recall on): {} questions, {} compactions, a recall block in {} prompts (~{} tokens each)\n",
-            shares.questions(),
-            shares.compactions,
-            shares.with_block,
-            shares.block_tokens / shares.with_block.max(1) as u64
+            "\nEvidence in the PrepareRequest prompt (8,192-token window): {} questions, {} compactions, a recall block in {} prompts (~{} tokens each)\n",
+            on.questions(),
+            on.compactions,
+            on.with_block,
+            on.block_tokens / on.with_block.max(1) as u64
         );
         println!("| prompt | category | all / any evidence in it |\n|---|---|---|");
-        print!("{}", shares.table("prompt (8k, recall on)"));
+        print!("{}", on.table("recall on"));
+        print!("{}", runs[1].0.table("recall off"));
         if !args.sizes.is_empty() {
             let data = args.data_dir.join("latency");
             std::fs::create_dir_all(&data)?;

@@ -2,7 +2,8 @@
 //! into an agent whose model has an 8,192-token window (1,024 of it for the
 //! answer), with a PrepareRequest every ten messages so that compaction
 //! (the embedded summarizer) keeps it inside the window; then each question
-//! is asked as the next user message, with recall on. A question counts
+//! is asked as the next user message, with recall on (and, for the
+//! baseline, off: the snapshot and the recent turns alone). A question counts
 //! when the text of its evidence messages appears in the prompt, verbatim
 //! (whitespace aside): in the recalled block, the snapshot or the active
 //! transcript. Retrieve(query) is asked on the same compacted agents.
@@ -12,6 +13,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use engram_proto::pb;
+use engram_proto::pb::memory_service_client::MemoryServiceClient;
+use tonic::transport::Channel;
 
 use super::locomo::{Conversation, Question, Score};
 use crate::prepare::{Server, connect};
@@ -79,10 +82,13 @@ fn flat(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// The prompt's evidence with recall on or off; with it on, Retrieve's
+/// ranking on the same agents too.
 pub async fn run(
     engramd: &Path,
     data: &Path,
     convs: &[Conversation],
+    recall: bool,
 ) -> anyhow::Result<(Shares, Score)> {
     let server = Server::start_with(engramd, data, WINDOW)?;
     let mut client = connect(&server.addr).await?;
@@ -132,29 +138,19 @@ pub async fn run(
             .collect();
         for q in &conv.questions {
             // Ranked first: asking the question adds it to the agent.
-            let out = client
-                .retrieve(pb::RetrieveRequest {
-                    agent_id: agent.clone(),
-                    query: q.question.clone(),
-                    max_recalled: Some(25),
-                    wait_for_index_ms: 60_000,
-                    ..Default::default()
-                })
-                .await?
-                .into_inner();
-            let ranked: Vec<String> = out
-                .recalled
-                .into_iter()
-                .filter_map(|m| m.trace.map(|t| t.event_id))
-                .collect();
-            retrieve.add(q, &ranked);
+            if recall {
+                retrieve.add(q, &retrieved(&mut client, &agent, q).await?);
+            }
             let question = pb::TraceEvent {
                 trace_type: pb::TraceType::User.into(),
                 content: q.question.clone(),
                 ..Default::default()
             };
             let p = client
-                .prepare_request(prepare(&agent, Some(question)))
+                .prepare_request(pb::PrepareRequestRequest {
+                    recall: Some(recall),
+                    ..prepare(&agent, Some(question))
+                })
                 .await?
                 .into_inner();
             shares.compactions += u32::from(p.compaction.as_ref().is_some_and(|c| c.performed));
@@ -187,4 +183,27 @@ pub async fn run(
         }
     }
     Ok((shares, retrieve))
+}
+
+/// The event ids of the traces Retrieve(query) ranks, best first.
+async fn retrieved(
+    client: &mut MemoryServiceClient<Channel>,
+    agent: &str,
+    q: &Question,
+) -> anyhow::Result<Vec<String>> {
+    let out = client
+        .retrieve(pb::RetrieveRequest {
+            agent_id: agent.into(),
+            query: q.question.clone(),
+            max_recalled: Some(25),
+            wait_for_index_ms: 60_000,
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    Ok(out
+        .recalled
+        .into_iter()
+        .filter_map(|m| m.trace.map(|t| t.event_id))
+        .collect())
 }
