@@ -53,6 +53,11 @@ pub struct Args {
     /// see what recording costs.
     #[arg(long)]
     metrics: bool,
+    /// embed.provider for (c): local (the default: the background indexer
+    /// embeds what is ingested, with ./models/all-MiniLM-L6-v2 when present)
+    /// or none (indexing off).
+    #[arg(long, default_value = "local")]
+    embed: String,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -136,11 +141,12 @@ async fn compare(args: &Args, duration: Duration, engram_dir: &Path) -> anyhow::
         engram_dir.to_owned(),
         args.fsync.clone(),
         args.metrics,
+        args.embed.clone(),
     ))
     .await?;
     println!(
-        "\n(b) tonic echo, no storage  vs  (c) Engram durable Ingest, fsync = {}",
-        args.fsync
+        "\n(b) tonic echo, no storage  vs  (c) Engram durable Ingest, fsync = {}, embed = {}",
+        args.fsync, args.embed
     );
     let mut levels = vec![];
     for &clients in &args.clients {
@@ -267,7 +273,8 @@ fn fsync_appends(dir: &Path, lines: usize, per_sync: usize) -> anyhow::Result<Fs
 #[derive(Clone)]
 enum Target {
     Echo,
-    Engram(PathBuf, String, bool),
+    /// Data dir, fsync policy, metrics on, embed provider.
+    Engram(PathBuf, String, bool, String),
 }
 
 struct LevelResult {
@@ -296,7 +303,7 @@ async fn start_server(
                     .serve_with_incoming_shutdown(incoming, shutdown),
             );
         }
-        Target::Engram(dir, fsync, metrics) => {
+        Target::Engram(dir, fsync, metrics, embed) => {
             let metrics_listen = if *metrics { "127.0.0.1:0" } else { "" };
             let config = engram_server::Config::load_from(
                 None,
@@ -311,6 +318,7 @@ async fn start_server(
                     ),
                     ("ENGRAM__LOG__LEVEL".to_string(), "warn".to_string()),
                     ("ENGRAM__STORE__FSYNC".to_string(), fsync.clone()),
+                    ("ENGRAM__EMBED__PROVIDER".to_string(), embed.clone()),
                 ],
             )?;
             tokio::spawn(engram_server::run(listener, config, shutdown));

@@ -142,6 +142,11 @@ pub fn count_message(encoding: Encoding, m: &Message) -> u32 {
     if let Some(id) = &m.tool_call_id {
         n += count_text(encoding, id);
     }
+    if let Some(name) = &m.name {
+        // OpenAI's chat format carries it; others cost nothing for it,
+        // and an estimate errs on the safe side.
+        n += count_text(encoding, name);
+    }
     if let Some(media) = &m.media {
         n += IMAGE_TOKENS * u32::try_from(media.images.len()).unwrap_or(u32::MAX);
         for url in media.audio.iter().chain(&media.video) {

@@ -53,6 +53,9 @@ pub struct Message {
     pub tool_name: Option<String>,
     pub is_error: bool,
     pub media: Option<Media>,
+    /// Who said it (a user or assistant message's participant), where the
+    /// client gave a name.
+    pub name: Option<String>,
 }
 
 impl Message {
@@ -65,6 +68,7 @@ impl Message {
             tool_name: None,
             is_error: false,
             media: None,
+            name: None,
         }
     }
 
@@ -217,6 +221,7 @@ impl Transcript {
                 self.close_step();
                 self.messages_mut().push(Message {
                     media: trace.media.clone(),
+                    name: trace.name.clone(),
                     ..Message::text(Role::User, trace.content.clone())
                 });
             }
@@ -224,6 +229,7 @@ impl Transcript {
                 self.close_step();
                 self.messages_mut().push(Message {
                     media: trace.media.clone(),
+                    name: trace.name.clone(),
                     ..Message::text(Role::Assistant, trace.content.clone())
                 });
             }

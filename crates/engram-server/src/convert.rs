@@ -233,6 +233,7 @@ pub fn message_to_pb(m: &Message) -> pb::Message {
         tool_name: m.tool_name.clone().unwrap_or_default(),
         is_error: m.is_error,
         media: m.media.as_ref().map(media_to_pb),
+        name: m.name.clone().unwrap_or_default(),
     }
 }
 

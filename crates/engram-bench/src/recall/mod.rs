@@ -5,6 +5,7 @@ mod baseline;
 mod grpc;
 mod latency;
 pub mod locomo;
+mod paraphrase;
 mod prompt;
 
 use std::path::PathBuf;
@@ -39,10 +40,20 @@ pub struct Args {
     /// Neighbours on each side.
     #[arg(long)]
     pub neighbour_span: Option<usize>,
+    /// Parts to run: search (evidence recall of SearchHistory and the
+    /// baselines), prompt (Retrieve and the prompt at an 8k window, recall
+    /// on and off), paraphrase, latency.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "search,prompt,paraphrase,latency"
+    )]
+    pub parts: Vec<String>,
 }
 
 pub fn run(args: Args) -> Result<()> {
     let convs = locomo::load_dir(&args.data)?;
+    let part = |name: &str| args.parts.iter().any(|p| p == name);
     let mut params = Params::default();
     if let Some(w) = args.neighbour_weight {
         params.neighbour_weight = w;
@@ -50,26 +61,34 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(s) = args.neighbour_span {
         params.neighbour_span = s;
     }
-    let mut base = Score::default();
-    let mut index = Score::default();
-    for conv in &convs {
-        baseline_conv(conv, &mut base);
-        index_conv(conv, &params, &mut index)?;
+    println!("{} conversations\n", convs.len());
+    if part("search") {
+        let mut base = Score::default();
+        let mut index = Score::default();
+        for conv in &convs {
+            baseline_conv(conv, &mut base);
+            index_conv(conv, &params, &mut index)?;
+        }
+        println!("{} questions\n", base.questions());
+        println!("| retriever | category | all / any @5 | @10 | @25 |\n|---|---|---|---|---|");
+        print!("{}", base.table("plain BM25"));
+        print!("{}", index.table("words only (in process)"));
     }
-    println!(
-        "{} conversations, {} questions\n",
-        convs.len(),
-        base.questions()
-    );
-    println!("| retriever | category | all / any @5 | @10 | @25 |\n|---|---|---|---|---|");
-    print!("{}", base.table("plain BM25"));
-    print!("{}", index.table("words only (in process)"));
-    if args.engramd.exists() {
-        let _ = std::fs::remove_dir_all(&args.data_dir);
-        std::fs::create_dir_all(&args.data_dir)?;
-        let rt = tokio::runtime::Runtime::new()?;
+    if !args.engramd.exists() {
+        eprintln!(
+            "{} not found: the parts through engramd are skipped",
+            args.engramd.display()
+        );
+        return Ok(());
+    }
+    let _ = std::fs::remove_dir_all(&args.data_dir);
+    std::fs::create_dir_all(&args.data_dir)?;
+    let rt = tokio::runtime::Runtime::new()?;
+    if part("search") {
         let served = rt.block_on(grpc::search_history(&args.engramd, &args.data_dir, &convs))?;
         print!("{}", served.table("SearchHistory"));
+    }
+    if part("prompt") {
         let mut runs = vec![];
         for recall in [true, false] {
             let data = args
@@ -78,6 +97,7 @@ pub fn run(args: Args) -> Result<()> {
             std::fs::create_dir_all(&data)?;
             runs.push(rt.block_on(prompt::run(&args.engramd, &data, &convs, recall))?);
         }
+        println!("\n| retriever | category | all / any @5 | @10 | @25 |\n|---|---|---|---|---|");
         print!("{}", runs[0].1.table("Retrieve (compacted, 8k)"));
         let on = &runs[0].0;
         println!(
@@ -90,17 +110,22 @@ pub fn run(args: Args) -> Result<()> {
         println!("| prompt | category | all / any evidence in it |\n|---|---|---|");
         print!("{}", on.table("recall on"));
         print!("{}", runs[1].0.table("recall off"));
-        if !args.sizes.is_empty() {
-            let data = args.data_dir.join("latency");
-            std::fs::create_dir_all(&data)?;
-            println!("\nSearchHistory latency by agent size\n");
-            rt.block_on(latency::run(&args.engramd, &data, &args.sizes, args.rounds))?;
-        }
-    } else {
-        eprintln!(
-            "{} not found: SearchHistory skipped",
-            args.engramd.display()
+    }
+    if part("paraphrase") {
+        let data = args.data_dir.join("paraphrase");
+        std::fs::create_dir_all(&data)?;
+        let (words, both) = rt.block_on(paraphrase::run(&args.engramd, &data))?;
+        let n = paraphrase::PAIRS.len();
+        println!(
+            "\nParaphrases ({n} questions sharing no indexed word with their message)\n\n| retriever | @1 | @5 |\n|---|---|---|\n| words only (in process) | {}/{n} | {}/{n} |\n| SearchHistory (words + meaning) | {}/{n} | {}/{n} |",
+            words.at1, words.at5, both.at1, both.at5
         );
+    }
+    if part("latency") && !args.sizes.is_empty() {
+        let data = args.data_dir.join("latency");
+        std::fs::create_dir_all(&data)?;
+        println!("\nSearchHistory latency by agent size\n");
+        rt.block_on(latency::run(&args.engramd, &data, &args.sizes, args.rounds))?;
     }
     Ok(())
 }

@@ -122,10 +122,15 @@ pub fn render_turns(traces: &[RawTrace]) -> String {
             let n = turn_number(&t.turn_id).map_or_else(|| t.turn_id.clone(), |n| n.to_string());
             out.push_str(&format!("Turn {n}:\n"));
         }
+        // "User (Caroline): …" where the client named who spoke.
+        let who = |role: &str| match t.name.as_deref().map(str::trim) {
+            Some(name) if !name.is_empty() => format!("{role} ({})", fold_whitespace(name)),
+            _ => role.to_owned(),
+        };
         let line = match t.trace_type {
-            TraceType::User => format!("User: {}", fold_whitespace(&t.content)),
+            TraceType::User => format!("{}: {}", who("User"), fold_whitespace(&t.content)),
             TraceType::Assistant => {
-                format!("Assistant: {}", fold_whitespace(&t.content))
+                format!("{}: {}", who("Assistant"), fold_whitespace(&t.content))
             }
             TraceType::ToolCall => format!(
                 "Tool call: {}({})",
@@ -322,6 +327,22 @@ mod tests {
         assert_eq!(
             render_snapshot(&episodic, &semantic, &tail),
             "[MEMORY:EPISODIC]\n1) Talked about travel.\n[MEMORY:SEMANTIC]\n- Lives in Oslo\n[RECENT TURNS]\nTurn 1:\n  User: weather?\n  Tool call: weather({\"city\":\"Oslo\"})\n  Tool result: 3 degrees\n  Assistant: It is 3 degrees.\n"
+        );
+    }
+
+    #[test]
+    fn turns_name_who_spoke_where_the_client_said() {
+        let mut t = assign_all([
+            NewEvent::user("hi"),
+            NewEvent::assistant("hello"),
+            NewEvent::user("and me"),
+        ]);
+        t[0].name = Some("Caroline".into());
+        t[1].name = Some(" Mel\n ".into());
+        t[2].name = Some("  ".into());
+        assert_eq!(
+            render_turns(&t),
+            "Turn 1:\n  User (Caroline): hi\n  Assistant (Mel): hello\nTurn 2:\n  User: and me\n"
         );
     }
 

@@ -22,17 +22,26 @@ pub(super) fn chat(prompt: &Prompt<'_>) -> Value {
 pub(super) fn chat_message(m: &Message) -> Value {
     match m.role {
         Role::System => json!({"role": "system", "content": m.content}),
-        Role::User => json!({
-            "role": "user",
-            "content": user_content(
-                m,
-                |text| json!({"type": "text", "text": text}),
-                |url| json!({"type": "image_url", "image_url": {"url": url}}),
-            ),
-        }),
+        Role::User => {
+            let mut out = json!({
+                "role": "user",
+                "content": user_content(
+                    m,
+                    |text| json!({"type": "text", "text": text}),
+                    |url| json!({"type": "image_url", "image_url": {"url": url}}),
+                ),
+            });
+            if let Some(name) = participant(m) {
+                out["name"] = name.into();
+            }
+            out
+        }
         Role::Assistant => {
             let mut out = Map::new();
             out.insert("role".into(), "assistant".into());
+            if let Some(name) = participant(m) {
+                out.insert("name".into(), name.into());
+            }
             let text = assistant_text(m);
             // Content may be null only when tool calls carry the message.
             let content = if text.is_empty() && !m.tool_calls.is_empty() {
@@ -63,6 +72,29 @@ pub(super) fn chat_message(m: &Message) -> Value {
             "content": m.content,
         }),
     }
+}
+
+/// The message's participant name as Chat Completions takes it (letters,
+/// digits, `_` and `-`, at most 64): other characters become `_`; a name
+/// with no letter or digit left is not sent.
+fn participant(m: &Message) -> Option<String> {
+    let name: String = m
+        .name
+        .as_deref()?
+        .trim()
+        .chars()
+        .take(64)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    name.chars()
+        .any(|c| c.is_ascii_alphanumeric())
+        .then_some(name)
 }
 
 /// Plain text, or parts when images ride along (audio and video URLs have

@@ -139,7 +139,54 @@ fn fixtures() -> Vec<(&'static str, Vec<RawTrace>)> {
                 NewEvent::user("ok"),
             ]),
         ),
+        ("named speakers", named()),
     ]
+}
+
+/// Two people and an assistant, named as clients name them.
+fn named() -> Vec<RawTrace> {
+    let mut t = assign_all([
+        NewEvent::user("I went to the support group."),
+        NewEvent::assistant("How was it?"),
+        NewEvent::user("Can I come next time?"),
+        NewEvent::assistant("Of course."),
+    ]);
+    t[0].name = Some("Caroline".into());
+    t[1].name = Some("Mel Ö".into());
+    t[2].name = Some("Anna-Lee 2".into());
+    t[3].name = Some("ÖÖ".into());
+    t
+}
+
+#[test]
+fn names_go_where_the_format_has_them() {
+    let msgs = messages(&named());
+    let chat = render(Format::OpenAiChat, &prompt(&msgs));
+    let names: Vec<&Value> = chat["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["name"])
+        .collect();
+    // The system prompt has none; others as Chat Completions takes them.
+    assert_eq!(
+        names,
+        [
+            &Value::Null,
+            &json!("Caroline"),
+            &json!("Mel__"),
+            &json!("Anna-Lee_2"),
+            &Value::Null
+        ]
+    );
+    for format in [
+        Format::OpenAiResponses,
+        Format::AnthropicMessages,
+        Format::Gemini,
+    ] {
+        let body = render(format, &prompt(&msgs)).to_string();
+        assert!(!body.contains("Caroline"), "{format:?}: {body}");
+    }
 }
 
 #[test]
