@@ -165,13 +165,54 @@ impl Embedder for LocalModel {
         self.inner.bert.hidden()
     }
 
+    /// The indexer's batches: on the background threads, which only get
+    /// the CPU that Ingest, PrepareRequest and searches leave.
     fn embed<'a>(&'a self, texts: &'a [String]) -> EmbedFuture<'a> {
         let model = self.clone();
         let texts = texts.to_vec();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                background().install(|| model.embed_blocking(&texts))
+            })
+            .await
+            .map_err(|e| EmbedError::Unavailable(format!("embedding task: {e}")))?
+        })
+    }
+
+    /// A search's query: at normal priority, a search is waiting for it.
+    fn embed_query<'a>(&'a self, text: &'a str) -> EmbedFuture<'a> {
+        let model = self.clone();
+        let texts = vec![text.to_owned()];
         Box::pin(async move {
             tokio::task::spawn_blocking(move || model.embed_blocking(&texts))
                 .await
                 .map_err(|e| EmbedError::Unavailable(format!("embedding task: {e}")))?
         })
+    }
+}
+
+/// The threads background embedding runs on: one per core, at the lowest
+/// scheduling priority (nice 19), so that a busy server's requests keep
+/// the CPU and the indexer gets what is left (on an idle server, all of
+/// it). The matrix products' own parallelism (rayon, inside candle) stays
+/// on these threads.
+fn background() -> &'static rayon::ThreadPool {
+    static POOL: std::sync::OnceLock<rayon::ThreadPool> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .thread_name(|i| format!("engram-embed-{i}"))
+            .start_handler(|_| lower_priority())
+            .build()
+            .expect("starting the embedding threads")
+    })
+}
+
+/// Nice 19 for the calling thread (on Linux a thread's own; elsewhere
+/// setpriority would lower the whole process, so nothing is done).
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    if let Err(e) = rustix::process::setpriority_process(None, 19) {
+        eprintln!("engram-embed: could not lower the embedding threads' priority: {e}");
     }
 }

@@ -423,9 +423,9 @@ impl Lexical {
             .map(str::to_owned))
     }
 
-    /// Every committed item `skip` does not name, without its body: what
-    /// an embedding model is given when vectors are (re)built.
-    pub fn items_except(&self, skip: impl Fn(&str) -> bool) -> Result<Vec<Item>> {
+    /// Up to `limit` committed items `skip` does not name, without their
+    /// bodies: what an embedding model is given when vectors are (re)built.
+    pub fn items_except(&self, skip: impl Fn(&str) -> bool, limit: usize) -> Result<Vec<Item>> {
         let f = self.fields;
         let searcher = self.reader.searcher();
         let mut out = Vec::new();
@@ -442,6 +442,9 @@ impl Lexical {
                 let key = text(f.key);
                 if skip(&key) {
                     continue;
+                }
+                if out.len() == limit {
+                    return Ok(out);
                 }
                 let number = |field| doc.get_first(field).and_then(|v| v.as_u64()).unwrap_or(0);
                 out.push(Item {

@@ -176,18 +176,21 @@ impl FileStore {
             return Ok(());
         };
         loop {
-            let batch: Vec<Item> = {
-                let mut current = match self.caught_up(id).await {
-                    Ok(current) => current,
-                    // Deleted meanwhile: nothing to do.
-                    Err(crate::StoreError::NotFound(_)) => return Ok(()),
-                    Err(e) => return Err(e),
-                };
+            let current = match self.caught_up(id).await {
+                Ok(current) => current,
+                // Deleted meanwhile: nothing to do.
+                Err(crate::StoreError::NotFound(_)) => return Ok(()),
+                Err(e) => return Err(e),
+            };
+            let batch: Vec<Item> = blocking(move || {
+                let mut current = current;
                 let index = current.index();
+                index.refill()?;
                 let n = index.pending.len().min(BATCH);
                 index.in_flight = n;
-                index.pending.drain(..n).collect()
-            };
+                Ok(index.pending.drain(..n).collect())
+            })
+            .await?;
             if batch.is_empty() {
                 return Ok(());
             }

@@ -79,12 +79,47 @@ pub(crate) struct AgentIndex {
     /// Items taken from `pending` by the indexer and not yet written back
     /// (as vectors, or to `pending` again).
     pub in_flight: usize,
+    /// More items lack a vector than `pending` holds: it is filled again
+    /// from the index when it runs empty.
+    overflowed: bool,
 }
+
+/// Items an agent's queue holds at most: a model slower than Ingest (the
+/// local one on a busy server) keeps memory bounded; what does not fit is
+/// read from the index again when the queue runs empty.
+const MAX_PENDING: usize = if cfg!(test) { 8 } else { 2048 };
 
 impl AgentIndex {
     /// Items without a vector yet: waiting or being embedded.
     pub fn unembedded(&self) -> usize {
-        self.pending.len() + self.in_flight
+        match &self.vectors {
+            Some(vectors) if self.overflowed => {
+                (self.lexical.len() as usize).saturating_sub(vectors.len())
+            }
+            _ => self.pending.len() + self.in_flight,
+        }
+    }
+
+    /// Queues what lacks a vector, up to [`MAX_PENDING`], once the queue
+    /// has run empty (blocking: it reads the index).
+    pub fn refill(&mut self) -> Result<()> {
+        let Some(vectors) = &self.vectors else {
+            return Ok(());
+        };
+        if !self.pending.is_empty() || self.in_flight > 0 {
+            return Ok(());
+        }
+        let missing = self
+            .lexical
+            .items_except(|key| vectors.contains(key), MAX_PENDING + 1)
+            .map_err(index_error)?;
+        self.overflowed = missing.len() > MAX_PENDING;
+        self.pending = missing
+            .into_iter()
+            .take(MAX_PENDING)
+            .map(for_embedding)
+            .collect();
+        Ok(())
     }
 }
 
@@ -234,21 +269,17 @@ fn open(agent_dir: &Path, model: Option<&ModelId>) -> Result<AgentIndex> {
         vectors: None,
         pending: VecDeque::new(),
         in_flight: 0,
+        overflowed: false,
     };
     if let Some(model) = model {
         // Another model's file is started over: its items are all pending.
         let vectors =
             Vectors::open(&dir.join(VECTORS_FILE), &model.id, model.dim).map_err(index_error)?;
-        if (vectors.len() as u64) < index.lexical.len() {
-            index.pending = index
-                .lexical
-                .items_except(|key| vectors.contains(key))
-                .map_err(index_error)?
-                .into_iter()
-                .map(for_embedding)
-                .collect();
-        }
+        let missing = (vectors.len() as u64) < index.lexical.len();
         index.vectors = Some(vectors);
+        if missing {
+            index.refill()?;
+        }
     }
     Ok(index)
 }
@@ -302,10 +333,14 @@ fn apply(index: &mut AgentIndex, agent_dir: &Path, delta: Delta) -> Result<()> {
     let from = index.cursor.unwrap_or_default();
     let embedding = index.vectors.is_some();
     let pending = &mut index.pending;
+    let overflowed = &mut index.overflowed;
     let mut queue = |items: &[Item]| {
-        if embedding {
-            pending.extend(items.iter().cloned().map(for_embedding));
+        if !embedding || *overflowed {
+            return;
         }
+        let room = MAX_PENDING.saturating_sub(pending.len());
+        pending.extend(items.iter().take(room).cloned().map(for_embedding));
+        *overflowed = items.len() > room;
     };
     let lexical = &mut index.lexical;
     if delta.full {

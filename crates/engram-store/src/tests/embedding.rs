@@ -225,3 +225,32 @@ async fn items_wait_while_the_model_is_down_and_are_embedded_when_it_answers() {
     assert_eq!((page.index.embedded, page.index.pending), (3, 0));
     assert!(page.hits[0].trace.content.contains("puppy"));
 }
+
+/// More items than the queue holds (8 in tests): the rest wait in the index,
+/// are counted, and are embedded when the queue runs empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_longer_than_the_queue_is_embedded_in_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let embedder = Wrapped::new(&local_model(), "m", "\u{0}");
+    embedder.down.store(true, Ordering::SeqCst);
+    let store = open(dir.path(), Some(Arc::clone(&embedder))).await;
+    let texts: Vec<String> = (0..20)
+        .map(|i| format!("note number {i} about the garden"))
+        .collect();
+    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+    ingest(&store, "a", &texts).await;
+    let page = search(&store, "a", "garden", Duration::from_millis(100)).await;
+    assert_eq!(
+        (page.index.items, page.index.embedded, page.index.pending),
+        (20, 0, 20)
+    );
+    drop(store);
+
+    // Reopened with the backlog still there, then the model answers.
+    let store = open(dir.path(), Some(Arc::clone(&embedder))).await;
+    let page = search(&store, "a", "garden", Duration::ZERO).await;
+    assert_eq!((page.index.embedded, page.index.pending), (0, 20));
+    embedder.down.store(false, Ordering::SeqCst);
+    let page = search(&store, "a", "garden", Duration::from_secs(60)).await;
+    assert_eq!((page.index.embedded, page.index.pending), (20, 0));
+}
