@@ -325,12 +325,16 @@ fn crc32(bytes: &[u8]) -> u32 {
     crc32fast::hash(bytes)
 }
 
+/// The largest finite magnitude in `v` (0 for none).
+fn max_abs(v: &[f32]) -> f32 {
+    v.iter()
+        .filter(|x| x.is_finite())
+        .fold(0.0_f32, |m, x| m.max(x.abs()))
+}
+
 /// Symmetric int8: `v ≈ scale × q`.
 fn quantize(v: &[f32]) -> (f32, Vec<i8>) {
-    let max = v
-        .iter()
-        .filter(|x| x.is_finite())
-        .fold(0.0_f32, |m, x| m.max(x.abs()));
+    let max = max_abs(v);
     if max == 0.0 {
         return (0.0, vec![0; v.len()]);
     }
@@ -348,10 +352,7 @@ fn quantize(v: &[f32]) -> (f32, Vec<i8>) {
 /// `v ≈ scale × q` in i16, bounded so that a dot product with int8 values
 /// (at most 127) over `v.len()` of them cannot overflow an i32.
 fn quantize_i16(v: &[f32]) -> (f32, Vec<i16>) {
-    let max = v
-        .iter()
-        .filter(|x| x.is_finite())
-        .fold(0.0_f32, |m, x| m.max(x.abs()));
+    let max = max_abs(v);
     if max == 0.0 {
         return (0.0, vec![0; v.len()]);
     }

@@ -175,24 +175,20 @@ pub fn entries(memories: Vec<Recalled>, snapshot: &str, min_score: f32) -> Vec<E
                 }
                 lines.join("\n")
             }
-            Memory::Episodic(e) if !snapshot.contains(e.summary.trim()) => format!(
-                "- ({}) Summary: {}",
-                span(
-                    e.source.from_ts.unwrap_or(e.ts),
-                    e.source.to_ts.unwrap_or(e.ts),
-                    &e.turn_ids
-                ),
-                one_line(&e.summary)
-            ),
-            Memory::Semantic(f) if !snapshot.contains(f.fact.trim()) => format!(
-                "- ({}) Fact: {}",
-                span(
-                    f.source.to_ts.unwrap_or(f.ts),
-                    f.source.to_ts.unwrap_or(f.ts),
-                    &f.turn_ids
-                ),
-                one_line(&f.fact)
-            ),
+            Memory::Episodic(e) if !snapshot.contains(e.summary.trim()) => {
+                let (from, to) = (e.source.from_ts, e.source.to_ts);
+                let when = span(from.unwrap_or(e.ts), to.unwrap_or(e.ts), &e.turn_ids);
+                format!("- ({when}) Summary: {}", one_line(&e.summary))
+            }
+            // A fact is dated by the last message it was drawn from.
+            Memory::Semantic(f) if !snapshot.contains(f.fact.trim()) => {
+                let at = f.source.to_ts.unwrap_or(f.ts);
+                format!(
+                    "- ({}) Fact: {}",
+                    span(at, at, &f.turn_ids),
+                    one_line(&f.fact)
+                )
+            }
             Memory::Episodic(_) | Memory::Semantic(_) => continue,
         };
         out.push(Entry {

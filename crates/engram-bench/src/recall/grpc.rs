@@ -8,8 +8,30 @@ use std::path::Path;
 
 use engram_proto::pb;
 
-use super::locomo::{Conversation, Score};
+use super::locomo::{Conversation, Message, Score};
 use crate::prepare::{Server, connect};
+
+/// `m` as the benchmark ingests it: speaker A as the user, with the
+/// speaker's name, the session's date and the dia id as `event_id`.
+pub fn said(agent: &str, m: &Message) -> pb::IngestRequest {
+    let trace_type = if m.is_a {
+        pb::TraceType::User
+    } else {
+        pb::TraceType::Assistant
+    };
+    pb::IngestRequest {
+        agent_id: agent.into(),
+        events: vec![pb::TraceEvent {
+            trace_type: trace_type.into(),
+            content: m.text.clone(),
+            event_id: m.dia_id.clone(),
+            ts: Some(m.ts),
+            name: m.speaker.clone(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
 
 pub async fn search_history(
     engramd: &Path,
@@ -22,25 +44,7 @@ pub async fn search_history(
     for (n, conv) in convs.iter().enumerate() {
         let agent = format!("locomo-{n}");
         for m in &conv.messages {
-            let trace_type = if m.is_a {
-                pb::TraceType::User
-            } else {
-                pb::TraceType::Assistant
-            };
-            client
-                .ingest(pb::IngestRequest {
-                    agent_id: agent.clone(),
-                    events: vec![pb::TraceEvent {
-                        trace_type: trace_type.into(),
-                        content: m.text.clone(),
-                        event_id: m.dia_id.clone(),
-                        ts: Some(m.ts),
-                        name: m.speaker.clone(),
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                })
-                .await?;
+            client.ingest(said(&agent, m)).await?;
         }
         for q in &conv.questions {
             let page = client

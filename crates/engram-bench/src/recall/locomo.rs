@@ -22,6 +22,15 @@ pub struct Message {
     pub ts: f64,
 }
 
+/// The rows of a table: every question, then each category.
+pub const CATEGORIES: [(Option<u8>, &str); 5] = [
+    (None, "all"),
+    (Some(1), "multi-hop"),
+    (Some(2), "temporal"),
+    (Some(3), "open-domain"),
+    (Some(4), "single-hop"),
+];
+
 #[derive(Debug, Clone)]
 pub struct Question {
     pub question: String,
@@ -210,14 +219,7 @@ impl Score {
     /// One markdown row per category and overall.
     pub fn table(&self, name: &str) -> String {
         let mut out = String::new();
-        let names = [
-            (None, "all"),
-            (Some(1), "multi-hop"),
-            (Some(2), "temporal"),
-            (Some(3), "open-domain"),
-            (Some(4), "single-hop"),
-        ];
-        for (cat, label) in names {
+        for (cat, label) in CATEGORIES {
             write!(out, "| {name} | {label} |").ok();
             for k in 0..KS.len() {
                 let (all, any) = self.recall(cat, k);

@@ -16,7 +16,7 @@ use engram_proto::pb;
 use engram_proto::pb::memory_service_client::MemoryServiceClient;
 use tonic::transport::Channel;
 
-use super::locomo::{Conversation, Question, Score};
+use super::locomo::{CATEGORIES, Conversation, Question, Score};
 use crate::prepare::{Server, connect};
 
 /// The model the agents are prepared for, and its window.
@@ -49,14 +49,7 @@ impl Shares {
 
     pub fn table(&self, name: &str) -> String {
         let mut out = String::new();
-        let names = [
-            (None, "all"),
-            (Some(1), "multi-hop"),
-            (Some(2), "temporal"),
-            (Some(3), "open-domain"),
-            (Some(4), "single-hop"),
-        ];
-        for (cat, label) in names {
+        for (cat, label) in CATEGORIES {
             let (mut n, mut all, mut any) = (0, 0, 0);
             for (c, e) in &self.by_category {
                 if cat.is_none_or(|want| want == *c) {
@@ -104,25 +97,7 @@ pub async fn run(
     for (n, conv) in convs.iter().enumerate() {
         let agent = format!("prompt-{n}");
         for (i, m) in conv.messages.iter().enumerate() {
-            let trace_type = if m.is_a {
-                pb::TraceType::User
-            } else {
-                pb::TraceType::Assistant
-            };
-            client
-                .ingest(pb::IngestRequest {
-                    agent_id: agent.clone(),
-                    events: vec![pb::TraceEvent {
-                        trace_type: trace_type.into(),
-                        content: m.text.clone(),
-                        event_id: m.dia_id.clone(),
-                        ts: Some(m.ts),
-                        name: m.speaker.clone(),
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                })
-                .await?;
+            client.ingest(super::grpc::said(&agent, m)).await?;
             if i % 10 == 9 {
                 let p = client
                     .prepare_request(prepare(&agent, None))

@@ -82,6 +82,15 @@ const MEMORIES: [&str; 3] = [
     "Caroline: the support group meets every Tuesday evening",
 ];
 
+const DOG: &str = "a dog from the animal rescue";
+const WAIT: Duration = Duration::from_secs(60);
+
+/// (model, items, embedded, pending) of the index a search covered.
+fn state(page: &SearchPage) -> (&str, u64, u64, u64) {
+    let i = &page.index;
+    (i.model.as_str(), i.items, i.embedded, i.pending)
+}
+
 /// Ranked search, waiting up to `wait` for the index.
 async fn search(store: &FileStore, agent: &str, query: &str, wait: Duration) -> SearchPage {
     store
@@ -110,21 +119,8 @@ async fn a_model_change_re_embeds_everything_with_the_new_model() {
     let first = Wrapped::new(&local, "first-model", "\u{0}");
     let store = open(dir.path(), Some(first)).await;
     ingest(&store, "a", &MEMORIES).await;
-    let page = search(
-        &store,
-        "a",
-        "a dog from the animal rescue",
-        Duration::from_secs(60),
-    )
-    .await;
-    assert_eq!(
-        (
-            page.index.model.as_str(),
-            page.index.embedded,
-            page.index.pending
-        ),
-        ("first-model", 3, 0)
-    );
+    let page = search(&store, "a", DOG, WAIT).await;
+    assert_eq!(state(&page), ("first-model", 3, 3, 0));
     drop(store);
 
     // Another model, down at first: none of the first model's vectors
@@ -133,33 +129,13 @@ async fn a_model_change_re_embeds_everything_with_the_new_model() {
     second.down.store(true, Ordering::SeqCst);
     let store = open(dir.path(), Some(Arc::clone(&second))).await;
     let page = search(&store, "a", "puppy", Duration::ZERO).await;
-    assert_eq!(
-        (
-            page.index.model.as_str(),
-            page.index.embedded,
-            page.index.items
-        ),
-        ("second-model", 0, 3)
-    );
+    assert_eq!(state(&page), ("second-model", 3, 0, 3));
     assert_eq!(page.hits[0].matched_by, MatchedBy::Lexical);
     assert!(page.hits[0].trace.content.contains("puppy"));
 
     second.down.store(false, Ordering::SeqCst);
-    let page = search(
-        &store,
-        "a",
-        "a dog from the animal rescue",
-        Duration::from_secs(60),
-    )
-    .await;
-    assert_eq!(
-        (
-            page.index.model.as_str(),
-            page.index.embedded,
-            page.index.pending
-        ),
-        ("second-model", 3, 0)
-    );
+    let page = search(&store, "a", DOG, WAIT).await;
+    assert_eq!(state(&page), ("second-model", 3, 3, 0));
     assert!(page.hits[0].trace.content.contains("puppy"), "{page:?}");
     assert_eq!(page.hits[0].matched_by, MatchedBy::Semantic);
     drop(store);
@@ -171,7 +147,7 @@ async fn a_model_change_re_embeds_everything_with_the_new_model() {
     )
     .await;
     let page = search(&store, "a", "sunrise", Duration::ZERO).await;
-    assert_eq!((page.index.embedded, page.index.pending), (3, 0));
+    assert_eq!(state(&page), ("second-model", 3, 3, 0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -182,16 +158,10 @@ async fn a_refused_text_is_left_to_its_words_and_the_rest_is_embedded() {
     let mut texts = MEMORIES.to_vec();
     texts.insert(1, "a text the REFUSE model will not take");
     ingest(&store, "a", &texts).await;
-    let page = search(
-        &store,
-        "a",
-        "a dog from the animal rescue",
-        Duration::from_secs(60),
-    )
-    .await;
+    let page = search(&store, "a", DOG, WAIT).await;
     assert_eq!(
-        (page.index.items, page.index.embedded, page.index.pending),
-        (4, 3, 0),
+        state(&page),
+        ("m", 4, 3, 0),
         "the batch's other items are embedded and nothing stays pending"
     );
     assert!(page.hits[0].trace.content.contains("puppy"));
@@ -208,21 +178,15 @@ async fn items_wait_while_the_model_is_down_and_are_embedded_when_it_answers() {
     let store = open(dir.path(), Some(Arc::clone(&embedder))).await;
     ingest(&store, "a", &MEMORIES).await;
     let page = search(&store, "a", "puppy", Duration::from_millis(200)).await;
-    assert_eq!((page.index.embedded, page.index.pending), (0, 3));
+    assert_eq!(state(&page), ("m", 3, 0, 3));
     assert!(
         page.hits[0].trace.content.contains("puppy"),
         "words still find it"
     );
 
     embedder.down.store(false, Ordering::SeqCst);
-    let page = search(
-        &store,
-        "a",
-        "a dog from the animal rescue",
-        Duration::from_secs(60),
-    )
-    .await;
-    assert_eq!((page.index.embedded, page.index.pending), (3, 0));
+    let page = search(&store, "a", DOG, WAIT).await;
+    assert_eq!(state(&page), ("m", 3, 3, 0));
     assert!(page.hits[0].trace.content.contains("puppy"));
 }
 
@@ -240,17 +204,14 @@ async fn a_backlog_longer_than_the_queue_is_embedded_in_full() {
     let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
     ingest(&store, "a", &texts).await;
     let page = search(&store, "a", "garden", Duration::from_millis(100)).await;
-    assert_eq!(
-        (page.index.items, page.index.embedded, page.index.pending),
-        (20, 0, 20)
-    );
+    assert_eq!(state(&page), ("m", 20, 0, 20));
     drop(store);
 
     // Reopened with the backlog still there, then the model answers.
     let store = open(dir.path(), Some(Arc::clone(&embedder))).await;
     let page = search(&store, "a", "garden", Duration::ZERO).await;
-    assert_eq!((page.index.embedded, page.index.pending), (0, 20));
+    assert_eq!(state(&page), ("m", 20, 0, 20));
     embedder.down.store(false, Ordering::SeqCst);
-    let page = search(&store, "a", "garden", Duration::from_secs(60)).await;
-    assert_eq!((page.index.embedded, page.index.pending), (20, 0));
+    let page = search(&store, "a", "garden", WAIT).await;
+    assert_eq!(state(&page), ("m", 20, 20, 0));
 }
