@@ -93,7 +93,9 @@ pub async fn for_turn(
     context: &AgentContext,
     settings: Settings,
 ) -> Option<Arc<TurnRecall>> {
-    if !settings.enabled || settings.max_tokens == 0 {
+    // Before the first compaction nothing is archived and there are no
+    // summaries or facts: nothing to recall, and no query to embed.
+    if !settings.enabled || settings.max_tokens == 0 || context.compactions == 0 {
         return None;
     }
     let at = context

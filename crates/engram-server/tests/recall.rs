@@ -73,8 +73,19 @@ async fn remembered(c: &mut Client) {
 async fn a_question_recalls_what_was_archived_and_the_prefix_stays_the_same() {
     let server = TestServer::start_with(&[("ENGRAM__EMBED__PROVIDER", "none")]).await;
     let mut c = server.client().await;
-    remembered(&mut c).await;
     let question = "What was the name of my dog again?";
+    // Nothing compacted yet: nothing to recall, the prompt as it was.
+    let young = c
+        .prepare_request(pb::PrepareRequestRequest {
+            agent_id: "young".into(),
+            ..ask(Some(question), None)
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(young.recalled.is_empty());
+    assert_eq!(young.messages.last().unwrap().content, question);
+    remembered(&mut c).await;
     let with = c
         .prepare_request(ask(Some(question), None))
         .await
