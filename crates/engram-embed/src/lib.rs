@@ -191,28 +191,38 @@ impl Embedder for LocalModel {
     }
 }
 
-/// The threads background embedding runs on: one per core, at the lowest
-/// scheduling priority (nice 19), so that a busy server's requests keep
-/// the CPU and the indexer gets what is left (on an idle server, all of
-/// it). The matrix products' own parallelism (rayon, inside candle) stays
-/// on these threads.
+/// The threads background embedding runs on: one per core, scheduled as
+/// idle work (Linux `SCHED_IDLE`: any request's thread that wakes takes the
+/// CPU from them at once), so that a busy server's requests keep the CPU
+/// and the indexer gets what is left (on an idle server, all of it). The
+/// matrix products' own parallelism (rayon, inside candle) stays on these
+/// threads.
 fn background() -> &'static rayon::ThreadPool {
     static POOL: std::sync::OnceLock<rayon::ThreadPool> = std::sync::OnceLock::new();
     POOL.get_or_init(|| {
         rayon::ThreadPoolBuilder::new()
             .num_threads(std::thread::available_parallelism().map_or(1, |n| n.get()))
             .thread_name(|i| format!("engram-embed-{i}"))
-            .start_handler(|_| lower_priority())
+            .start_handler(|_| idle_priority())
             .build()
             .expect("starting the embedding threads")
     })
 }
 
-/// Nice 19 for the calling thread (on Linux a thread's own; elsewhere
-/// setpriority would lower the whole process, so nothing is done).
-fn lower_priority() {
+/// `SCHED_IDLE` for the calling thread (Linux only; elsewhere the threads
+/// keep the normal priority).
+fn idle_priority() {
     #[cfg(target_os = "linux")]
-    if let Err(e) = rustix::process::setpriority_process(None, 19) {
-        eprintln!("engram-embed: could not lower the embedding threads' priority: {e}");
+    {
+        use thread_priority::{
+            NormalThreadSchedulePolicy, ThreadPriority, ThreadSchedulePolicy,
+            set_thread_priority_and_policy, thread_native_id,
+        };
+        let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
+        if let Err(e) =
+            set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, idle)
+        {
+            eprintln!("engram-embed: the embedding threads keep their priority: {e:?}");
+        }
     }
 }

@@ -100,13 +100,15 @@ impl AgentIndex {
         }
     }
 
-    /// Queues what lacks a vector, up to [`MAX_PENDING`], once the queue
-    /// has run empty (blocking: it reads the index).
+    /// After an overflow, once the queue has run empty: queues what lacks
+    /// a vector, up to [`MAX_PENDING`] (blocking: it reads the index). An
+    /// item the model refused stays without one until the agent is loaded
+    /// again; it is not asked for here again and again.
     pub fn refill(&mut self) -> Result<()> {
         let Some(vectors) = &self.vectors else {
             return Ok(());
         };
-        if !self.pending.is_empty() || self.in_flight > 0 {
+        if !self.overflowed || !self.pending.is_empty() || self.in_flight > 0 {
             return Ok(());
         }
         let missing = self
@@ -275,11 +277,11 @@ fn open(agent_dir: &Path, model: Option<&ModelId>) -> Result<AgentIndex> {
         // Another model's file is started over: its items are all pending.
         let vectors =
             Vectors::open(&dir.join(VECTORS_FILE), &model.id, model.dim).map_err(index_error)?;
-        let missing = (vectors.len() as u64) < index.lexical.len();
+        // Items without a vector (after a crash, a model change, a period
+        // without a model) are found as after an overflow.
+        index.overflowed = (vectors.len() as u64) < index.lexical.len();
         index.vectors = Some(vectors);
-        if missing {
-            index.refill()?;
-        }
+        index.refill()?;
     }
     Ok(index)
 }
