@@ -90,6 +90,16 @@ struct Columns {
 }
 
 impl Columns {
+    fn key_of(&self, doc: u32) -> Result<String> {
+        let mut key = String::new();
+        if let Some(keys) = &self.key {
+            for ord in keys.term_ords(doc) {
+                keys.ord_to_str(ord, &mut key)?;
+            }
+        }
+        Ok(key)
+    }
+
     fn of(segment: &SegmentReader) -> Result<Self> {
         let fast = segment.fast_fields();
         Ok(Self {
@@ -303,12 +313,7 @@ impl Lexical {
                 }
             };
             let doc = address.doc_id;
-            let mut key = String::new();
-            if let Some(keys) = &c.key {
-                for ord in keys.term_ords(doc) {
-                    keys.ord_to_str(ord, &mut key)?;
-                }
-            }
+            let key = c.key_of(doc)?;
             out.push(Candidate {
                 key,
                 kind: Kind::from_u64(c.kind.first(doc).unwrap_or_default()),
@@ -431,7 +436,16 @@ impl Lexical {
         let mut out = Vec::new();
         for segment in searcher.segment_readers() {
             let store = segment.get_store_reader(64)?;
+            let columns = Columns::of(segment)?;
             for doc_id in segment.doc_ids_alive() {
+                // The key from its column: the stored document (with its
+                // whole body) is read only for an item not skipped.
+                if skip(&columns.key_of(doc_id)?) {
+                    continue;
+                }
+                if out.len() == limit {
+                    return Ok(out);
+                }
                 let doc: TantivyDocument = store.get(doc_id)?;
                 let text = |field| {
                     doc.get_first(field)
@@ -440,12 +454,6 @@ impl Lexical {
                         .to_owned()
                 };
                 let key = text(f.key);
-                if skip(&key) {
-                    continue;
-                }
-                if out.len() == limit {
-                    return Ok(out);
-                }
                 let number = |field| doc.get_first(field).and_then(|v| v.as_u64()).unwrap_or(0);
                 out.push(Item {
                     key,

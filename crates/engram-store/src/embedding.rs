@@ -176,15 +176,29 @@ impl FileStore {
             return Ok(());
         };
         loop {
-            let current = match self.caught_up(id).await {
-                Ok(current) => current,
-                // Deleted meanwhile: nothing to do.
-                Err(crate::StoreError::NotFound(_)) => return Ok(()),
-                Err(e) => return Err(e),
+            // Deleted meanwhile: nothing to do.
+            let Ok(handle) = self.existing_handle(id) else {
+                return Ok(());
+            };
+            let slot = Arc::clone(&handle.index).lock_owned().await;
+            // The index catches up (a commit) only once what it queued is
+            // done, not before every batch: a backlog costs Ingest no
+            // extra commits. A search catches up by itself.
+            let slot = if slot.as_ref().is_some_and(|i| !i.pending.is_empty()) {
+                slot
+            } else {
+                drop(slot);
+                match self.caught_up(id).await {
+                    Ok(current) => current.guard,
+                    Err(crate::StoreError::NotFound(_)) => return Ok(()),
+                    Err(e) => return Err(e),
+                }
             };
             let batch: Vec<Item> = blocking(move || {
-                let mut current = current;
-                let index = current.index();
+                let mut slot = slot;
+                let Some(index) = slot.as_mut() else {
+                    return Ok(vec![]);
+                };
                 index.refill()?;
                 let n = index.pending.len().min(BATCH);
                 index.in_flight = n;
@@ -200,11 +214,8 @@ impl FileStore {
             metrics::counter!("engram_embedded_items_total")
                 .increment(outcome.embedded.len() as u64);
             let embedded = outcome.embedded;
-            // The index as it is: what was written since is the next
-            // batch's catch-up, not this one's.
-            let Ok(handle) = self.existing_handle(id) else {
-                return Ok(());
-            };
+            // The index as it is: what was written since is a later
+            // catch-up's, not this batch's.
             let slot = Arc::clone(&handle.index).lock_owned().await;
             let retry = outcome.retry;
             let (slot, written) = blocking(move || {
@@ -240,14 +251,9 @@ impl FileStore {
     pub(crate) async fn wait_embedded(&self, id: &AgentId, deadline: Instant) -> Result<()> {
         let handle = self.existing_handle(id)?;
         let mut progress = handle.embedded.subscribe();
-        {
-            let mut current = self.caught_up(id).await?;
-            let pending = current.index().unembedded();
-            if pending == 0 {
-                return Ok(());
-            }
-            progress.borrow_and_update();
-            handle.embedded.send_replace(pending);
+        // The catch-up publishes what is left to embed.
+        if self.caught_up(id).await?.index().unembedded() == 0 {
+            return Ok(());
         }
         self.index_later(id);
         let _ =
