@@ -7,9 +7,9 @@ use std::time::Instant;
 
 use engram_core::{AgentId, CoreError, RawTrace};
 use engram_index::lexical::{Lexical, Placed};
-use engram_index::{Filter, Kind, Matched, Params, Ranked, Semantic, Words};
+use engram_index::{Filter, Kind, Matched, Params, Ranked, Semantic};
 
-use crate::index::{MAX_EMBEDDED_CHARS, blocking, capped_at, index_error, trace_type_code};
+use crate::index::{MAX_EMBEDDED_CHARS, blocking, index_error, trace_type_code};
 use crate::{
     FileStore, Hit, IndexState, MatchedBy, Memory, MemoryQuery, Recalled, Recollection, Result,
     Search, SearchPage, StoreError,
@@ -83,18 +83,19 @@ impl FileStore {
             let more = ranked.len() > end;
             let mut hits = Vec::new();
             for hit in ranked.iter().take(end).skip(from) {
-                let Some(body) = hit.body(lexical).map_err(index_error)? else {
+                let Some(found) = recalled(hit, lexical, r.first_active, context)? else {
                     continue;
                 };
-                let (before, after) = neighbours(lexical, hit.order, context)?;
-                hits.push(Hit {
-                    trace: parse(&body)?,
-                    archived: r.first_active.is_none_or(|first| hit.order < first),
-                    score: hit.score,
-                    matched_by: matched_by(hit),
-                    before,
-                    after,
-                });
+                if let Memory::Trace { trace, archived } = found.memory {
+                    hits.push(Hit {
+                        trace: *trace,
+                        archived,
+                        score: found.score,
+                        matched_by: found.matched_by,
+                        before: found.before,
+                        after: found.after,
+                    });
+                }
             }
             Ok(SearchPage {
                 hits,
@@ -145,27 +146,7 @@ impl FileStore {
             );
             let mut memories = Vec::with_capacity(all.len());
             for hit in &all {
-                let Some(body) = hit.body(lexical).map_err(index_error)? else {
-                    continue;
-                };
-                let (memory, (before, after)) = match hit.kind {
-                    Kind::Trace => (
-                        Memory::Trace {
-                            trace: Box::new(parse(&body)?),
-                            archived: r.first_active.is_none_or(|first| hit.order < first),
-                        },
-                        neighbours(lexical, hit.order, context)?,
-                    ),
-                    Kind::Episodic => (Memory::Episodic(item(&body)?), Default::default()),
-                    Kind::Semantic => (Memory::Semantic(item(&body)?), Default::default()),
-                };
-                memories.push(Recalled {
-                    memory,
-                    score: hit.score,
-                    matched_by: matched_by(hit),
-                    before,
-                    after,
-                });
+                memories.extend(recalled(hit, lexical, r.first_active, context)?);
             }
             Ok(Recollection {
                 memories,
@@ -178,10 +159,11 @@ impl FileStore {
     }
 
     /// Ranks `query` for what `wants` asks (given where the active
-    /// transcript starts) and hands the rankings to `work`, on blocking
-    /// threads, over the agent's index caught up (once `wait`, at most, has
-    /// let the indexer embed what it holds). The query is embedded while
-    /// the words are ranked: on two cores, the two halves overlap.
+    /// transcript starts) and hands the rankings to `work`, on a blocking
+    /// thread, over the agent's index caught up (once `wait`, at most, has
+    /// let the indexer embed what it holds). Embedding the query while the
+    /// words are ranked was measured and gained nothing on two cores: the
+    /// model's matrix products use both already.
     async fn ranking<T: Send + 'static>(
         &self,
         id: &AgentId,
@@ -195,28 +177,9 @@ impl FileStore {
         }
         // An unknown agent is refused before its query costs an embedding.
         self.existing_handle(id)?;
-        let words = async {
-            let mut current = self.caught_up(id).await?;
-            let query = query.to_owned();
-            blocking(move || {
-                let wants = wants(current.first_active);
-                let lexical = &mut current.index().lexical;
-                let params = Params::default();
-                let words = wants
-                    .iter()
-                    .map(|(filter, limit)| match (*limit).min(MAX_RANKED) {
-                        0 => Ok(None),
-                        limit => engram_index::by_words(lexical, &query, filter, limit, &params)
-                            .map(Some)
-                            .map_err(index_error),
-                    })
-                    .collect::<Result<Vec<Option<Words>>>>()?;
-                Ok((current, words))
-            })
-            .await
-        };
-        let (query_vector, words) = tokio::join!(self.query_vector(query), words);
-        let (mut current, words) = words?;
+        let query_vector = self.query_vector(query).await;
+        let mut current = self.caught_up(id).await?;
+        let query = query.to_owned();
         blocking(move || {
             let first_active = current.first_active;
             let index = current.index();
@@ -228,13 +191,18 @@ impl FileStore {
                 }),
                 _ => None,
             };
+            let lexical = &mut index.lexical;
             let params = Params::default();
-            let ranked = words
-                .into_iter()
-                .map(|w| w.map_or_else(Vec::new, |w| w.fuse(semantic, &params)))
-                .collect();
+            let ranked = wants(first_active)
+                .iter()
+                .map(|(filter, limit)| match (*limit).min(MAX_RANKED) {
+                    0 => Ok(vec![]),
+                    limit => engram_index::rank(lexical, semantic, &query, filter, limit, &params)
+                        .map_err(index_error),
+                })
+                .collect::<Result<Vec<_>>>()?;
             work(Ranking {
-                lexical: &mut index.lexical,
+                lexical,
                 ranked,
                 state,
                 first_active,
@@ -251,7 +219,7 @@ impl FileStore {
         if query.trim().is_empty() {
             return None;
         }
-        let text = capped_at(query.to_owned(), MAX_EMBEDDED_CHARS);
+        let text = engram_core::text::cut(query.to_owned(), MAX_EMBEDDED_CHARS);
         let started = Instant::now();
         match indexer.embedder.embed_query(&text).await {
             Ok(mut v) if v.len() == 1 && v[0].len() == indexer.model.dim => {
@@ -279,6 +247,38 @@ pub(crate) fn index_state(index: &crate::index::AgentIndex) -> IndexState {
             .map(|v| v.model().to_owned())
             .unwrap_or_default(),
     }
+}
+
+/// The memory a ranked item is, with up to `context` neighbours each side
+/// for a trace (archived when placed before `first_active`); `None` when
+/// the index no longer holds it.
+fn recalled(
+    hit: &Ranked,
+    lexical: &Lexical,
+    first_active: Option<u64>,
+    context: usize,
+) -> Result<Option<Recalled>> {
+    let Some(body) = hit.body(lexical).map_err(index_error)? else {
+        return Ok(None);
+    };
+    let (memory, (before, after)) = match hit.kind {
+        Kind::Trace => (
+            Memory::Trace {
+                trace: Box::new(parse(&body)?),
+                archived: first_active.is_none_or(|first| hit.order < first),
+            },
+            neighbours(lexical, hit.order, context)?,
+        ),
+        Kind::Episodic => (Memory::Episodic(item(&body)?), Default::default()),
+        Kind::Semantic => (Memory::Semantic(item(&body)?), Default::default()),
+    };
+    Ok(Some(Recalled {
+        memory,
+        score: hit.score,
+        matched_by: matched_by(hit),
+        before,
+        after,
+    }))
 }
 
 fn matched_by(r: &Ranked) -> MatchedBy {
