@@ -168,25 +168,29 @@ impl Embedder for LocalModel {
     /// The indexer's batches: on the background threads, which only get
     /// the CPU that Ingest, PrepareRequest and searches leave.
     fn embed<'a>(&'a self, texts: &'a [String]) -> EmbedFuture<'a> {
-        let model = self.clone();
-        let texts = texts.to_vec();
-        Box::pin(async move {
-            tokio::task::spawn_blocking(move || {
-                background().install(|| model.embed_blocking(&texts))
-            })
-            .await
-            .map_err(|e| EmbedError::Unavailable(format!("embedding task: {e}")))?
-        })
+        self.off_the_workers(texts.to_vec(), true)
     }
 
     /// A search's query: at normal priority, a search is waiting for it.
     fn embed_query<'a>(&'a self, text: &'a str) -> EmbedFuture<'a> {
+        self.off_the_workers(vec![text.to_owned()], false)
+    }
+}
+
+impl LocalModel {
+    /// Embeds on a blocking thread, or on the [`background`] threads.
+    fn off_the_workers(&self, texts: Vec<String>, background_work: bool) -> EmbedFuture<'static> {
         let model = self.clone();
-        let texts = vec![text.to_owned()];
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || model.embed_blocking(&texts))
-                .await
-                .map_err(|e| EmbedError::Unavailable(format!("embedding task: {e}")))?
+            tokio::task::spawn_blocking(move || {
+                if background_work {
+                    background().install(|| model.embed_blocking(&texts))
+                } else {
+                    model.embed_blocking(&texts)
+                }
+            })
+            .await
+            .map_err(|e| EmbedError::Unavailable(format!("embedding task: {e}")))?
         })
     }
 }

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use engram_core::compaction::normalize;
-use engram_core::text::fold_whitespace;
+use engram_core::text::{fold_whitespace, shorten};
 use engram_core::turns::turn_number;
 use engram_core::{RawTrace, TraceType};
 
@@ -104,7 +104,7 @@ pub fn summarize(request: SummaryRequest<'_>) -> Summary {
             {
                 continue;
             }
-            let fact = truncate(&sentence, FACT_CHARS);
+            let fact = shorten(&sentence, FACT_CHARS);
             if seen.insert(normalize(&fact)) {
                 facts.push(NewFact {
                     fact,
@@ -185,15 +185,7 @@ fn turn_line(number: u32, traces: &[&RawTrace]) -> String {
 /// One line, trimmed to [`QUOTE_CHARS`], in double quotes.
 fn quote(text: &str) -> String {
     let flat = fold_whitespace(text);
-    format!("\"{}\"", truncate(&flat, QUOTE_CHARS))
-}
-
-fn truncate(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        return text.to_owned();
-    }
-    let cut: String = text.chars().take(max.saturating_sub(1)).collect();
-    format!("{}…", cut.trim_end())
+    format!("\"{}\"", shorten(&flat, QUOTE_CHARS))
 }
 
 fn sentences(text: &str) -> impl Iterator<Item = String> + '_ {

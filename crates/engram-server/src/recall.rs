@@ -18,6 +18,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use engram_core::text::{fold_whitespace, shorten};
 use engram_core::tokens::{self, Encoding};
 use engram_core::transcript::{Message, Role};
 use engram_core::{AgentId, RawTrace, TraceType};
@@ -34,7 +35,7 @@ pub const HEADER: &str = "[MEMORY:RECALLED]";
 /// decides how many go in.
 const CANDIDATES: usize = 24;
 
-/// One shown message's text at most (bytes): a long tool result never
+/// One shown message's text at most (characters): a long tool result never
 /// fills the block alone.
 const MAX_LINE: usize = 600;
 
@@ -177,13 +178,13 @@ pub fn entries(memories: Vec<Recalled>, snapshot: &str, min_score: f32) -> Vec<E
                 }
                 lines.join("\n")
             }
-            Memory::Episodic(e) if !snapshot.contains(e.summary.trim()) => {
+            Memory::Episodic(e) if !snapshot.contains(&fold_whitespace(&e.summary)) => {
                 let (from, to) = (e.source.from_ts, e.source.to_ts);
                 let when = span(from.unwrap_or(e.ts), to.unwrap_or(e.ts), &e.turn_ids);
                 format!("- ({when}) Summary: {}", one_line(&e.summary))
             }
             // A fact is dated by the last message it was drawn from.
-            Memory::Semantic(f) if !snapshot.contains(f.fact.trim()) => {
+            Memory::Semantic(f) if !snapshot.contains(&fold_whitespace(&f.fact)) => {
                 let at = f.source.to_ts.unwrap_or(f.ts);
                 format!(
                     "- ({}) Fact: {}",
@@ -289,17 +290,9 @@ fn line(t: &RawTrace) -> String {
     format!("{who}: {}", one_line(&what))
 }
 
-/// `text` on one line, cut to [`MAX_LINE`] bytes at a character boundary.
+/// `text` on one line, in at most [`MAX_LINE`] characters.
 fn one_line(text: &str) -> String {
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.len() <= MAX_LINE {
-        return flat;
-    }
-    let mut end = MAX_LINE;
-    while !flat.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &flat[..end])
+    shorten(&fold_whitespace(text), MAX_LINE)
 }
 
 #[cfg(test)]

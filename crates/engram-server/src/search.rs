@@ -2,6 +2,7 @@
 //! wire and the store.
 
 use engram_core::CoreError;
+use engram_core::memory::Provenance;
 use engram_core::turns::turn_number;
 use engram_proto::pb;
 use engram_store::{Hit, IndexState, MatchedBy, Memory, MemoryQuery, Recalled, Search, SearchMode};
@@ -148,20 +149,23 @@ pub fn recalled_into_pb(r: Recalled) -> pb::RecalledMemory {
         }
         Memory::Episodic(e) => {
             out.kind = pb::MemoryKind::Episodic.into();
-            out.turn_ids.clone_from(&e.turn_ids);
-            out.trace_ids.clone_from(&e.source.trace_ids);
-            (out.from_ts, out.to_ts) = (e.source.from_ts, e.source.to_ts);
+            drawn_from(&mut out, &e.turn_ids, &e.source);
             out.episodic = Some(episodic_to_pb(&e));
         }
         Memory::Semantic(f) => {
             out.kind = pb::MemoryKind::Semantic.into();
-            out.turn_ids.clone_from(&f.turn_ids);
-            out.trace_ids.clone_from(&f.source.trace_ids);
-            (out.from_ts, out.to_ts) = (f.source.from_ts, f.source.to_ts);
+            drawn_from(&mut out, &f.turn_ids, &f.source);
             out.semantic = Some(semantic_to_pb(&f));
         }
     }
     out
+}
+
+/// A summary's or fact's provenance on a recalled memory.
+fn drawn_from(out: &mut pb::RecalledMemory, turn_ids: &[String], source: &Provenance) {
+    out.turn_ids = turn_ids.to_vec();
+    out.trace_ids.clone_from(&source.trace_ids);
+    (out.from_ts, out.to_ts) = (source.from_ts, source.to_ts);
 }
 
 pub fn index_state_into_pb(i: IndexState) -> pb::IndexState {

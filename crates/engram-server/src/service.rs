@@ -250,12 +250,7 @@ impl Engram {
                 .map(crate::search::hit_into_pb)
                 .collect(),
             next_page_token: page.next_page_token.unwrap_or_default(),
-            index: Some(pb::IndexState {
-                items: page.index.items,
-                embedded: page.index.embedded,
-                pending: page.index.pending,
-                model: page.index.model,
-            }),
+            index: Some(crate::search::index_state_into_pb(page.index)),
         };
         self.fits(response, "page")
     }

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use common::*;
 use engram_core::embed::Embedder;
 use engram_proto::pb;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 fn model_dir() -> String {
     let dir =
@@ -198,28 +198,7 @@ async fn embeddings_endpoint(outages: usize) -> (String, Arc<AtomicUsize>) {
             let n = count.fetch_add(1, Ordering::SeqCst);
             let model = Arc::clone(&model);
             tokio::spawn(async move {
-                let mut buf = vec![];
-                let mut chunk = [0u8; 8192];
-                let (head, body) = loop {
-                    let k = stream.read(&mut chunk).await.unwrap();
-                    assert!(k > 0, "the request ended early");
-                    buf.extend_from_slice(&chunk[..k]);
-                    let text = String::from_utf8_lossy(&buf).to_string();
-                    let Some(end) = text.find("\r\n\r\n") else {
-                        continue;
-                    };
-                    let len: usize = text[..end]
-                        .lines()
-                        .find_map(|l| {
-                            l.to_ascii_lowercase()
-                                .strip_prefix("content-length:")
-                                .map(|v| v.trim().parse().unwrap())
-                        })
-                        .unwrap_or(0);
-                    if buf.len() >= end + 4 + len {
-                        break (text[..end].to_owned(), buf[end + 4..end + 4 + len].to_vec());
-                    }
-                };
+                let (head, body) = read_request(&mut stream).await.expect("a whole request");
                 assert!(head.starts_with("POST /v1/embeddings "), "{head}");
                 let (status, answer) = if n < outages {
                     (503, "{}".to_owned())

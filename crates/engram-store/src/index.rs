@@ -15,6 +15,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use engram_core::memory::{EpisodicItem, Provenance, SemanticItem};
+use engram_core::text::cut;
 use engram_core::transcript::result_text;
 use engram_core::turns::turn_number;
 use engram_core::{AgentId, RawTrace, TraceType};
@@ -205,9 +206,7 @@ impl FileStore {
             first_active,
         })
     }
-}
 
-impl FileStore {
     /// `engramd reindex`: the agent's index deleted and built again from
     /// its files, and with a model, every item embedded again before this
     /// returns.
@@ -288,7 +287,7 @@ fn open(agent_dir: &Path, model: Option<&ModelId>) -> Result<AgentIndex> {
 
 /// An item as the embedding queue keeps it: its text capped, no body.
 fn for_embedding(mut item: Item) -> Item {
-    item.text = capped_at(item.full_text(), MAX_EMBEDDED_CHARS);
+    item.text = cut(item.full_text(), MAX_EMBEDDED_CHARS);
     item.name = None;
     item.body = String::new();
     item
@@ -471,19 +470,7 @@ fn trace_text(t: &RawTrace) -> String {
 }
 
 fn capped(text: String) -> String {
-    capped_at(text, MAX_INDEXED_CHARS)
-}
-
-/// `text` cut to at most `max` bytes, at a character boundary.
-pub(crate) fn capped_at(mut text: String, max: usize) -> String {
-    if text.len() > max {
-        let mut end = max;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-    }
-    text
+    cut(text, MAX_INDEXED_CHARS)
 }
 
 fn trace_item(t: &RawTrace) -> Item {
@@ -509,42 +496,47 @@ fn first_turn(turn_ids: &[String]) -> u64 {
     engram_index::order(turn, 0)
 }
 
-/// When a memory's content was said: the last summarized trace's event
-/// time, or (for items without provenance) when it was written.
-fn said_at(written: f64, source: &Provenance) -> f64 {
-    source.to_ts.unwrap_or(written)
-}
-
-/// Tags are words of the memory too ("devops", "travel").
-fn with_tags(text: &str, tags: &[String]) -> String {
-    if tags.is_empty() {
-        return text.to_owned();
+/// A summary or fact as the index holds it: its words and tags, placed at
+/// its first turn, dated when what it stands for was said (the last
+/// summarized trace's event time, or for items without provenance when it
+/// was written).
+fn memory_item(
+    kind: Kind,
+    (id, ts, turn_ids, source): (&str, f64, &[String], &Provenance),
+    (text, tags): (&str, &[String]),
+    body: String,
+) -> Item {
+    let mut words = text.to_owned();
+    if !tags.is_empty() {
+        // Tags are words of the memory too ("devops", "travel").
+        words = format!("{words}\n{}", tags.join(" "));
     }
-    format!("{text}\n{}", tags.join(" "))
+    Item {
+        key: id.to_owned(),
+        kind,
+        trace_type: 0,
+        order: first_turn(turn_ids),
+        ts: source.to_ts.unwrap_or(ts),
+        text: capped(words),
+        name: None,
+        body,
+    }
 }
 
 fn episodic_item(e: &EpisodicItem) -> Item {
-    Item {
-        key: e.id.clone(),
-        kind: Kind::Episodic,
-        trace_type: 0,
-        order: first_turn(&e.turn_ids),
-        ts: said_at(e.ts, &e.source),
-        text: capped(with_tags(&e.summary, &e.tags)),
-        name: None,
-        body: serde_json::to_string(e).expect("a summary serializes"),
-    }
+    memory_item(
+        Kind::Episodic,
+        (&e.id, e.ts, &e.turn_ids, &e.source),
+        (&e.summary, &e.tags),
+        serde_json::to_string(e).expect("a summary serializes"),
+    )
 }
 
 fn semantic_item(f: &SemanticItem) -> Item {
-    Item {
-        key: f.id.clone(),
-        kind: Kind::Semantic,
-        trace_type: 0,
-        order: first_turn(&f.turn_ids),
-        ts: said_at(f.ts, &f.source),
-        text: capped(with_tags(&f.fact, &f.tags)),
-        name: None,
-        body: serde_json::to_string(f).expect("a fact serializes"),
-    }
+    memory_item(
+        Kind::Semantic,
+        (&f.id, f.ts, &f.turn_ids, &f.source),
+        (&f.fact, &f.tags),
+        serde_json::to_string(f).expect("a fact serializes"),
+    )
 }

@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::Path;
 
+use engram_core::text::fold_whitespace;
 use engram_proto::pb;
 use engram_proto::pb::memory_service_client::MemoryServiceClient;
 use tonic::transport::Channel;
@@ -71,10 +72,6 @@ impl Shares {
     }
 }
 
-fn flat(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
 /// The prompt's evidence with recall on or off; with it on, Retrieve's
 /// ranking on the same agents too.
 pub async fn run(
@@ -109,7 +106,7 @@ pub async fn run(
         let text: HashMap<&str, String> = conv
             .messages
             .iter()
-            .map(|m| (m.dia_id.as_str(), flat(&m.text)))
+            .map(|m| (m.dia_id.as_str(), fold_whitespace(&m.text)))
             .collect();
         for q in &conv.questions {
             // Ranked first: asking the question adds it to the agent.
@@ -139,7 +136,7 @@ pub async fn run(
                 // Bytes / 4: a rough token count, for the report only.
                 shares.block_tokens += block / 4;
             }
-            let prompt = flat(
+            let prompt = fold_whitespace(
                 &p.messages
                     .iter()
                     .map(|m| m.content.as_str())

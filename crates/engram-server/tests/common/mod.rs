@@ -267,30 +267,13 @@ pub async fn fake_llm_gated(
             let (mut stream, _) = listener.accept().await.unwrap();
             let (status, body) = script[n.min(script.len() - 1)].clone();
             n += 1;
-            let mut buf = vec![];
-            let mut chunk = [0u8; 8192];
-            loop {
-                let k = stream.read(&mut chunk).await.unwrap();
-                buf.extend_from_slice(&chunk[..k]);
-                let text = String::from_utf8_lossy(&buf).to_string();
-                if let Some(end) = text.find("\r\n\r\n") {
-                    let len: usize = text
-                        .lines()
-                        .find_map(|l| {
-                            l.to_ascii_lowercase()
-                                .strip_prefix("content-length:")
-                                .map(|v| v.trim().parse().unwrap())
-                        })
-                        .unwrap_or(0);
-                    if buf.len() >= end + 4 + len {
-                        log.lock()
-                            .unwrap()
-                            .push(text.split_whitespace().nth(1).unwrap().to_owned());
-                        notify.notify_one();
-                        break;
-                    }
-                }
-            }
+            let Some((head, _)) = read_request(&mut stream).await else {
+                continue;
+            };
+            log.lock()
+                .unwrap()
+                .push(head.split_whitespace().nth(1).unwrap().to_owned());
+            notify.notify_one();
             let reply = format!(
                 "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                 body.len()
@@ -303,6 +286,35 @@ pub async fn fake_llm_gated(
         }
     });
     (base, seen, arrived)
+}
+
+/// One HTTP/1.1 request off `stream`: its head and its body (by
+/// `content-length`); `None` if the client hung up first.
+pub async fn read_request(stream: &mut tokio::net::TcpStream) -> Option<(String, Vec<u8>)> {
+    let mut buf = vec![];
+    let mut chunk = [0u8; 8192];
+    loop {
+        let k = stream.read(&mut chunk).await.ok()?;
+        if k == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..k]);
+        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+            continue;
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).to_string();
+        let len: usize = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length:")
+                    .map(|v| v.trim().parse().unwrap())
+            })
+            .unwrap_or(0);
+        if buf.len() >= end + 4 + len {
+            return Some((head, buf[end + 4..end + 4 + len].to_vec()));
+        }
+    }
 }
 
 pub fn completion(content: &str) -> String {
