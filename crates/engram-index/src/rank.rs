@@ -119,6 +119,29 @@ pub fn rank(
     limit: usize,
     params: &Params,
 ) -> Result<Vec<Ranked>> {
+    let words = by_words(index, query, filter, limit, params)?;
+    Ok(words.fuse(semantic, params))
+}
+
+/// The lexical half of a ranking: what the words found, with context,
+/// waiting for the query's vector (which a caller may compute meanwhile).
+#[derive(Debug)]
+pub struct Words {
+    ranked: Vec<Ranked>,
+    /// Where each trace is in `ranked`, by its place.
+    traces: HashMap<u64, usize>,
+    filter: Filter,
+    limit: usize,
+}
+
+/// The first half of [`rank`].
+pub fn by_words(
+    index: &mut Lexical,
+    query: &str,
+    filter: &Filter,
+    limit: usize,
+    params: &Params,
+) -> Result<Words> {
     let terms = index.query_terms(query, params.max_terms);
     let candidates = index.search(&terms, filter, params.candidates.max(limit))?;
     let (mut ranked, traces) = with_context(index, candidates, filter, params);
@@ -128,19 +151,37 @@ pub fn rank(
     if top > 0.0 {
         ranked.iter_mut().for_each(|r| r.score /= top);
     }
-    if let Some(semantic) = semantic {
-        fuse(
-            &mut ranked,
-            &traces,
-            semantic,
+    Ok(Words {
+        ranked,
+        traces,
+        filter: filter.clone(),
+        limit,
+    })
+}
+
+impl Words {
+    /// The second half of [`rank`]: meaning added, best `limit` first.
+    pub fn fuse(self, semantic: Option<Semantic<'_>>, params: &Params) -> Vec<Ranked> {
+        let Words {
+            mut ranked,
+            traces,
             filter,
-            params.candidates.max(limit),
-            params,
-        );
+            limit,
+        } = self;
+        if let Some(semantic) = semantic {
+            fuse(
+                &mut ranked,
+                &traces,
+                semantic,
+                &filter,
+                params.candidates.max(limit),
+                params,
+            );
+        }
+        ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.order.cmp(&a.order)));
+        ranked.truncate(limit);
+        ranked
     }
-    ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.order.cmp(&a.order)));
-    ranked.truncate(limit);
-    Ok(ranked)
 }
 
 /// Adds closeness in meaning to `ranked`. Traces are found by their place

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use engram_core::{AgentId, CoreError, RawTrace};
 use engram_index::lexical::{Lexical, Placed};
-use engram_index::{Filter, Kind, Matched, Params, Ranked, Semantic};
+use engram_index::{Filter, Kind, Matched, Params, Ranked, Semantic, Words};
 
 use crate::index::{MAX_EMBEDDED_CHARS, blocking, index_error, trace_type_code};
 use crate::{
@@ -159,11 +159,11 @@ impl FileStore {
     }
 
     /// Ranks `query` for what `wants` asks (given where the active
-    /// transcript starts) and hands the rankings to `work`, on a blocking
-    /// thread, over the agent's index caught up (once `wait`, at most, has
-    /// let the indexer embed what it holds). Embedding the query while the
-    /// words are ranked was measured and gained nothing on two cores: the
-    /// model's matrix products use both already.
+    /// transcript starts) and hands the rankings to `work`, on blocking
+    /// threads, over the agent's index caught up (once `wait`, at most, has
+    /// let the indexer embed what it holds). The query is embedded while
+    /// the words are ranked: on two cores, the two halves overlap (at 1,000
+    /// traces p50 6.0–6.3 ms against 7.6–7.7 ms one after the other).
     async fn ranking<T: Send + 'static>(
         &self,
         id: &AgentId,
@@ -177,9 +177,28 @@ impl FileStore {
         }
         // An unknown agent is refused before its query costs an embedding.
         self.existing_handle(id)?;
-        let query_vector = self.query_vector(query).await;
-        let mut current = self.caught_up(id).await?;
-        let query = query.to_owned();
+        let words = async {
+            let mut current = self.caught_up(id).await?;
+            let query = query.to_owned();
+            blocking(move || {
+                let wants = wants(current.first_active);
+                let lexical = &mut current.index().lexical;
+                let params = Params::default();
+                let words = wants
+                    .iter()
+                    .map(|(filter, limit)| match (*limit).min(MAX_RANKED) {
+                        0 => Ok(None),
+                        limit => engram_index::by_words(lexical, &query, filter, limit, &params)
+                            .map(Some)
+                            .map_err(index_error),
+                    })
+                    .collect::<Result<Vec<Option<Words>>>>()?;
+                Ok((current, words))
+            })
+            .await
+        };
+        let (query_vector, words) = tokio::join!(self.query_vector(query), words);
+        let (mut current, words) = words?;
         blocking(move || {
             let first_active = current.first_active;
             let index = current.index();
@@ -191,18 +210,13 @@ impl FileStore {
                 }),
                 _ => None,
             };
-            let lexical = &mut index.lexical;
             let params = Params::default();
-            let ranked = wants(first_active)
-                .iter()
-                .map(|(filter, limit)| match (*limit).min(MAX_RANKED) {
-                    0 => Ok(vec![]),
-                    limit => engram_index::rank(lexical, semantic, &query, filter, limit, &params)
-                        .map_err(index_error),
-                })
-                .collect::<Result<Vec<_>>>()?;
+            let ranked = words
+                .into_iter()
+                .map(|w| w.map_or_else(Vec::new, |w| w.fuse(semantic, &params)))
+                .collect();
             work(Ranking {
-                lexical,
+                lexical: &mut index.lexical,
                 ranked,
                 state,
                 first_active,
