@@ -162,8 +162,9 @@ impl FileStore {
     /// transcript starts) and hands the rankings to `work`, on blocking
     /// threads, over the agent's index caught up (once `wait`, at most, has
     /// let the indexer embed what it holds). The query is embedded while
-    /// the words are ranked: on two cores, the two halves overlap (at 1,000
-    /// traces p50 6.0–6.3 ms against 7.6–7.7 ms one after the other).
+    /// the words are ranked: on two cores, the two halves overlap (one
+    /// interleaved A/B at 1,000 traces: p50 6.0–6.3 ms against 7.6–7.7 ms
+    /// one after the other, on a host whose own noise is about ±0.7 ms).
     async fn ranking<T: Send + 'static>(
         &self,
         id: &AgentId,
