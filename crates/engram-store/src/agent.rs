@@ -1,16 +1,15 @@
 //! One agent's files and the in-memory state derived from them.
 
-use std::collections::BTreeSet;
 use std::fs;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use engram_core::memory::{EpisodicItem, SemanticItem};
-use engram_core::transcript::{Message, Role, Transcript};
-use engram_core::{RawTrace, TurnTracker, Usage};
+use engram_core::memory::SemanticItem;
+use engram_core::{RawTrace, TurnTracker};
 use serde::{Deserialize, Serialize};
 
+pub use crate::derived::{AgentMeta, Derived, microcompacted};
 use crate::durable::{DurableFile, StorageHealth};
 use crate::error::{Result, StoreError};
 use crate::jsonl::{self, Recovery};
@@ -24,70 +23,32 @@ pub const STATE: &str = "state.json";
 /// The turn state as of the last compaction (derived; see [`load_tracker`]).
 pub const TURNS: &str = "turns.json";
 
-/// The agent's settings and counters (`state.json`, rewritten atomically).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct AgentMeta {
-    /// Stored by PrepareRequest; the first message of every prompt.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub system_prompt: Option<String>,
-    /// A reported prompt size passed the trigger: compact before the next
-    /// prompt is built. Cleared by a compaction.
-    pub compaction_required: bool,
-    /// Compaction epoch: the transcript's base changes with each.
-    pub epoch: u32,
-    pub compactions: u32,
-    pub consecutive_failures: u32,
-    /// The epoch's snapshot text (memory bundle and raw tail), the first
-    /// message after the system prompt; none before the first compaction.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub snapshot: Option<String>,
-    /// Active traces the snapshot already shows (its raw tail): they are
-    /// not repeated as messages.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub snapshot_trace_ids: Vec<String>,
-    /// A compaction written down but not finished (a crash or an I/O error
-    /// interrupted it): finished before the agent is used again.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pending: Option<crate::intent::Intent>,
-    /// The last active trace when this epoch began: usage reported before
-    /// it measured an older prompt and no longer counts.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub epoch_start_trace: Option<String>,
-    /// Microcompact: results of turns before this one show as placeholders.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub microcompact_before: Option<u32>,
-}
-
-/// A loaded agent. `raw` is `None` while the agent does not exist on disk:
-/// its directory is only created by the first write that passes validation,
-/// so refused input never leaves files behind.
+/// A loaded agent: its files, and the state derived from them (`derived`,
+/// which the store's other backends share). `raw` is `None` while the agent
+/// does not exist on disk: its directory is only created by the first write
+/// that passes validation, so refused input never leaves files behind.
 #[derive(Debug)]
 pub(crate) struct AgentState {
     pub dir: PathBuf,
-    pub tracker: TurnTracker,
-    /// Active traces in file order.
-    pub traces: Vec<RawTrace>,
-    pub episodic: Vec<EpisodicItem>,
-    pub semantic: Vec<SemanticItem>,
     pub raw: Option<Arc<DurableFile>>,
     /// Set by DeleteAgent: holders of this state must look the agent up again.
     pub deleted: bool,
     /// The log record of the latest append: what a reader waits for.
     pub last_ticket: Option<Ticket>,
-    pub meta: AgentMeta,
-    /// The active transcript of the epoch, kept current with every append.
-    pub transcript: Transcript,
-    /// The provider's last usage report in this epoch, and the number of
-    /// transcript messages before it (what that prompt covered, roughly).
-    pub report: Option<(Usage, usize)>,
-    /// Turn numbers among the active traces (derived, kept current with
-    /// every trace folded in; a prompt need not walk the traces for it).
-    active_turns: BTreeSet<u32>,
-    /// A compaction's summarizer call is under way (memory only).
-    pub compacting: bool,
-    /// Replay has passed `meta.epoch_start_trace` (memory only).
-    in_epoch: bool,
+    pub derived: Derived,
+}
+
+impl std::ops::Deref for AgentState {
+    type Target = Derived;
+    fn deref(&self) -> &Derived {
+        &self.derived
+    }
+}
+
+impl std::ops::DerefMut for AgentState {
+    fn deref_mut(&mut self) -> &mut Derived {
+        &mut self.derived
+    }
 }
 
 impl AgentState {
@@ -102,13 +63,11 @@ impl AgentState {
         }
         remove_debris(&jsonl::tmp_path(&state.dir.join(STATE)))?;
         remove_debris(&jsonl::tmp_path(&state.dir.join(TURNS)))?;
-        state.meta = load_meta(&state.dir.join(STATE))?;
-        state.in_epoch = state.meta.epoch_start_trace.is_none();
-        if let Some(snapshot) = &state.meta.snapshot {
-            state.transcript = Transcript::with_base(Message::text(Role::System, snapshot.clone()));
-        }
         // Archived traces still count for turns, call ids and retries.
-        state.tracker = load_tracker(&state.dir)?;
+        state.derived = Derived::new(
+            load_meta(&state.dir.join(STATE))?,
+            load_tracker(&state.dir)?,
+        );
         let (traces, recovery) = jsonl::load::<RawTrace>(&state.dir.join(RAW_TRACES))?;
         report(&state.dir, RAW_TRACES, &recovery);
         for trace in &traces {
@@ -132,19 +91,10 @@ impl AgentState {
     pub fn absent(dir: PathBuf) -> Self {
         Self {
             dir,
-            tracker: TurnTracker::default(),
-            traces: vec![],
-            episodic: vec![],
-            semantic: vec![],
             raw: None,
             deleted: false,
             last_ticket: None,
-            meta: AgentMeta::default(),
-            transcript: Transcript::default(),
-            report: None,
-            active_turns: BTreeSet::new(),
-            compacting: false,
-            in_epoch: true,
+            derived: Derived::default(),
         }
     }
 
@@ -182,75 +132,7 @@ impl AgentState {
 
     /// The prompt as it stands, owned (the messages shared, not copied).
     pub fn context(&self) -> crate::AgentContext {
-        crate::AgentContext {
-            transcript: self.transcript.id(),
-            messages: self.transcript.shared(),
-            tail: self.transcript.pending_tail(),
-            system: self.meta.system_prompt.clone(),
-            report: self.report,
-            last_model: self.tracker.last_model().map(str::to_owned),
-            compaction_required: self.meta.compaction_required,
-            finished_turns: self.active_turns.len()
-                - usize::from(self.active_turns.contains(&self.tracker.turn_count())),
-            turns: self.tracker.turn_count(),
-            current_turn_id: self.tracker.current_turn_id().unwrap_or_default(),
-            epoch: self.meta.epoch,
-            compactions: self.meta.compactions,
-            consecutive_failures: self.meta.consecutive_failures,
-            bytes: self.bytes(),
-        }
-    }
-
-    /// Rebuilds the transcript from the active traces for
-    /// the epoch `meta` describes (after a compaction). The turn state is
-    /// kept: it already holds every trace, archived ones included.
-    pub fn rebuild_epoch(&mut self) {
-        let transcript = match &self.meta.snapshot {
-            Some(snapshot) => Transcript::with_base(Message::text(Role::System, snapshot.clone())),
-            None => Transcript::default(),
-        };
-        crate::drop_later(std::mem::replace(&mut self.transcript, transcript));
-        self.report = None;
-        self.in_epoch = self.meta.epoch_start_trace.is_none();
-        self.active_turns.clear();
-        let traces = std::mem::take(&mut self.traces);
-        for trace in &traces {
-            self.note_epoch(trace);
-        }
-        self.traces = traces;
-    }
-
-    /// Folds a stored trace into the derived state (turns, transcript).
-    pub fn note(&mut self, trace: &RawTrace) {
-        self.tracker.apply(trace);
-        self.note_epoch(trace);
-    }
-
-    /// The part of [`note`](Self::note) that starts over with each epoch:
-    /// the active turns and the transcript.
-    fn note_epoch(&mut self, trace: &RawTrace) {
-        if let Some(n) = engram_core::turns::turn_number(&trace.turn_id) {
-            self.active_turns.insert(n);
-        }
-        let in_epoch = self.in_epoch;
-        if self.meta.epoch_start_trace.as_deref() == Some(trace.id.as_str()) {
-            self.in_epoch = true;
-        }
-        if self.meta.snapshot_trace_ids.contains(&trace.id) {
-            return; // shown in the snapshot text
-        }
-        if let Some(usage) = trace.usage.filter(|_| in_epoch) {
-            self.report = Some((usage, self.transcript.messages().len()));
-        }
-        let old_result = trace.trace_type == engram_core::TraceType::ToolResult
-            && self.meta.microcompact_before.is_some_and(|before| {
-                engram_core::turns::turn_number(&trace.turn_id).is_some_and(|n| n < before)
-            });
-        if old_result {
-            self.transcript.push(&microcompacted(trace));
-        } else {
-            self.transcript.push(trace);
-        }
+        self.derived.context(self.bytes())
     }
 
     /// Persists `meta` (atomically) and adopts it.
@@ -286,21 +168,6 @@ impl AgentState {
             .split(|b| *b == b'\n')
             .filter_map(|line| RawTrace::from_line(line).ok())
             .find(|t| t.id == id))
-    }
-}
-
-/// A tool result as microcompact shows it: name, call id and size only.
-pub fn microcompacted(trace: &RawTrace) -> RawTrace {
-    let size = engram_core::transcript::result_text(trace).chars().count();
-    RawTrace {
-        tool_result: Some(serde_json::Value::String(format!(
-            "[tool result of {size} characters omitted: {} ({}); the raw trace keeps it]",
-            trace.tool_name.as_deref().unwrap_or("tool"),
-            trace.tool_call_id.as_deref().unwrap_or_default()
-        ))),
-        tool_error: None,
-        content: String::new(),
-        ..trace.clone()
     }
 }
 

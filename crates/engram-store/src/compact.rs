@@ -23,10 +23,8 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
-use engram_core::compaction::plan::{Before, SnapshotLimits, plan};
-use engram_core::compaction::{Summary, select_window};
+use engram_core::compaction::Summary;
 use engram_core::memory::SemanticItem;
-use engram_core::turns::turn_number;
 use engram_core::{AgentId, RawTrace};
 use serde::Serialize;
 
@@ -36,8 +34,7 @@ use crate::agent::{AgentMeta, AgentState, EPISODIC, RAW_ARCHIVE, RAW_TRACES, SEM
 use crate::durable::DurableFile;
 use crate::jsonl::{atomic_write, sync_dir};
 use crate::{
-    Committed, FileStore, FsyncPolicy, Job, Microcompacted, Policy, Result, StoreError, unix_now,
-    wal,
+    Committed, FileStore, FsyncPolicy, Job, Microcompacted, Policy, Result, StoreError, wal,
 };
 
 fn append_sync(path: &Path, bytes: &[u8]) -> Result<()> {
@@ -81,49 +78,17 @@ fn line<T: Serialize>(item: &T) -> Vec<u8> {
     l
 }
 
-/// Plans the commit of `job` with `summary` (core's [`plan`]) and writes
-/// it down as the agent's intent. Returns it with the facts added and
-/// updated.
+/// Plans the commit of `job` with `summary` and writes it down as the
+/// agent's intent. Returns it with the facts added and updated.
 fn write_intent(
     state: &mut AgentState,
     job: &Job,
     summary: Summary,
     policy: Policy,
 ) -> Result<(Intent, u32, u32)> {
-    let window: HashSet<&str> = job.traces.iter().map(|t| t.id.as_str()).collect();
-    let before = Before {
-        active: &state.traces,
-        episodic: &state.episodic,
-        semantic: &state.semantic,
-        current_turn: job.current_turn,
-    };
-    let limits = SnapshotLimits {
-        max_episodic: policy.max_episodic,
-        max_semantic: policy.max_semantic,
-    };
-    let planned = plan(
-        before,
-        &job.turn_ids,
-        &window,
-        summary,
-        limits,
-        unix_now(),
-        || uuid::Uuid::now_v7().to_string(),
-    );
-    let (added, updated) = planned.fact_counts();
     let archive = state.dir.join(RAW_ARCHIVE);
-    let intent = Intent {
-        epoch: job.epoch,
-        next_epoch: Some(job.next_epoch),
-        turn_ids: job.turn_ids.clone(),
-        trace_ids: job.traces.iter().map(|t| t.id.clone()).collect(),
-        archive_len: std::fs::metadata(&archive).map_or(0, |m| m.len()),
-        episodic: planned.episodic,
-        semantic: planned.facts.new_items,
-        superseded: planned.facts.superseded,
-        snapshot: planned.snapshot,
-        snapshot_trace_ids: planned.snapshot_trace_ids,
-    };
+    let archive_len = std::fs::metadata(&archive).map_or(0, |m| m.len());
+    let (intent, added, updated) = state.commit_plan(job, summary, policy, archive_len);
     let meta = AgentMeta {
         pending: Some(intent.clone()),
         ..state.meta.clone()
@@ -152,28 +117,9 @@ impl FileStore {
         if state.meta.pending.is_some() {
             return Err(waiting_for_space(&state.dir));
         }
-        let window = select_window(&state.traces, policy.raw_tail_turns);
-        if window.is_empty() {
-            return Ok(None);
-        }
-        state.compacting = true;
-        Ok(Some(Job {
-            epoch: state.meta.epoch,
-            next_epoch: state.meta.epoch + 1,
-            turn_ids: window.turn_ids,
-            traces: window
-                .trace_indices
-                .iter()
-                .map(|&i| state.traces[i].clone())
-                .collect(),
-            known_facts: state
-                .semantic
-                .iter()
-                .filter(|f| f.is_live())
-                .cloned()
-                .collect(),
-            current_turn: state.tracker.turn_count(),
-        }))
+        let job = state.job(policy);
+        state.compacting = job.is_some();
+        Ok(job)
     }
 
     /// Gives up a job: nothing is written but, when the failure was this
@@ -210,10 +156,7 @@ impl FileStore {
         if !state.exists() {
             return Err(StoreError::NotFound(id.to_string()));
         }
-        let active: HashSet<&str> = state.traces.iter().map(|t| t.id.as_str()).collect();
-        if state.meta.epoch != job.epoch
-            || job.traces.iter().any(|t| !active.contains(t.id.as_str()))
-        {
+        if state.is_stale(&job) {
             return Err(StoreError::Conflict(
                 "the agent changed while it was being compacted; nothing was written".into(),
             ));
@@ -267,7 +210,7 @@ impl FileStore {
             let raw_path = state.dir.join(RAW_TRACES);
             crate::offload(|| atomic_write(&raw_path, kept))?;
         }
-        crate::offload(|| self.start_epoch(id, state, intent, &window, kept.is_some()))
+        crate::offload(|| self.start_epoch(id, state, intent, kept.is_some()))
     }
 
     /// The episodic and semantic lines of `intent` and the window's traces
@@ -347,7 +290,6 @@ impl FileStore {
         id: &AgentId,
         state: &mut AgentState,
         intent: &Intent,
-        window: &HashSet<&str>,
         still_active: bool,
     ) -> Result<()> {
         let dir = state.dir.clone();
@@ -356,43 +298,10 @@ impl FileStore {
             tracing::warn!(agent = %id, error = %e, "could not checkpoint the turn state; loads replay the archive");
         }
         self.inner.faults.check("finalize")?;
-        let epoch_start_trace = state
-            .traces
-            .iter()
-            .rev()
-            .find(|t| !window.contains(t.id.as_str()))
-            .map(|t| t.id.clone());
-        let meta = AgentMeta {
-            pending: None,
-            epoch_start_trace,
-            epoch: intent.next_epoch.unwrap_or(intent.epoch + 1),
-            compactions: state.meta.compactions + 1,
-            compaction_required: false,
-            consecutive_failures: 0,
-            snapshot: Some(intent.snapshot.clone()),
-            snapshot_trace_ids: intent.snapshot_trace_ids.clone(),
-            ..state.meta.clone()
-        };
-        state.save_meta(meta)?;
+        let meta = state.committed_meta(intent);
+        state.save_meta(meta.clone())?;
         // The new state in memory, from what was just written (no reload).
-        if !state.episodic.iter().any(|e| e.id == intent.episodic.id) {
-            state.episodic.push(intent.episodic.clone());
-        }
-        for item in &intent.semantic {
-            if !state.semantic.iter().any(|s| s.id == item.id) {
-                state.semantic.push(item.clone());
-            }
-        }
-        for (old, new) in &intent.superseded {
-            if let Some(item) = state.semantic.iter_mut().find(|s| s.id == *old) {
-                item.superseded_by = Some(new.clone());
-            }
-        }
-        let (kept, moved): (Vec<_>, Vec<_>) = std::mem::take(&mut state.traces)
-            .into_iter()
-            .partition(|t| !window.contains(t.id.as_str()));
-        state.traces = kept;
-        crate::drop_later(moved);
+        state.adopt_commit(intent, meta);
         if still_active {
             // The rewrite replaced the file: appends go to the new one. The
             // old one's blocks are freed when its last handle closes, which
@@ -404,7 +313,6 @@ impl FileStore {
             crate::drop_later(state.raw.replace(fresh));
             state.last_ticket = None;
         }
-        state.rebuild_epoch();
         Ok(())
     }
 }
@@ -431,32 +339,14 @@ impl FileStore {
             // A new epoch now would make that summary's work stale.
             return Ok(None);
         }
-        let latest = state.tracker.turn_count();
-        let before = latest.saturating_sub(u32::try_from(keep_turns).unwrap_or(u32::MAX));
-        let already = state.meta.microcompact_before.unwrap_or(0);
-        let hidden = state
-            .traces
-            .iter()
-            .filter(|t| t.trace_type == engram_core::TraceType::ToolResult)
-            .filter(|t| !state.meta.snapshot_trace_ids.contains(&t.id))
-            .filter_map(|t| turn_number(&t.turn_id))
-            .filter(|n| *n >= already && *n < before)
-            .count();
-        if hidden == 0 {
+        let Some((meta, hidden)) = state.microcompact_meta(keep_turns) else {
             return Ok(None);
-        }
-        let meta = AgentMeta {
-            microcompact_before: Some(before),
-            epoch: state.meta.epoch + 1,
-            compaction_required: false,
-            epoch_start_trace: state.traces.last().map(|t| t.id.clone()),
-            ..state.meta.clone()
         };
         state.save_meta(meta)?;
         state.rebuild_epoch();
         tracing::info!(agent = %id, hidden, "microcompacted old tool results");
         Ok(Some(Microcompacted {
-            hidden: u32::try_from(hidden).unwrap_or(u32::MAX),
+            hidden,
             context: state.context(),
         }))
     }

@@ -33,6 +33,7 @@ mod backend;
 pub mod compact;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
+pub mod derived;
 pub mod durable;
 mod embedding;
 pub mod error;
