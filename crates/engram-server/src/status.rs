@@ -26,7 +26,7 @@ pub fn from_store(e: StoreError) -> Status {
             tracing::error!(error = %e, "storage failed");
             Status::unavailable(e.client_message())
         }
-        StoreError::Io { .. } | StoreError::Index(_) => {
+        StoreError::Io { .. } | StoreError::Index(_) | StoreError::Database(_) => {
             tracing::error!(error = %e, "storage error");
             Status::unavailable(e.client_message())
         }

@@ -52,6 +52,10 @@ pub enum StoreError {
     /// replays its log (health says NOT_SERVING meanwhile).
     #[error("the store stopped after a failed flush ({0}); restart engramd")]
     Failed(String),
+    /// The database (the `postgres` backend) failed or could not be
+    /// reached; retrying may succeed. Nothing of the request was committed.
+    #[error("database: {0}")]
+    Database(String),
     /// The search index failed (it is derived data: the agent's files are
     /// intact, and deleting the index has it rebuilt).
     #[error("{0}")]
@@ -99,7 +103,7 @@ impl StoreError {
             Self::ReadOnly { .. } | Self::Poisoned { .. } | Self::Failed(_) => {
                 STORAGE_FAILED.to_owned()
             }
-            Self::Io { .. } | Self::Index(_) => STORAGE_ERROR.to_owned(),
+            Self::Io { .. } | Self::Index(_) | Self::Database(_) => STORAGE_ERROR.to_owned(),
         }
     }
 }

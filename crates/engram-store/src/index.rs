@@ -473,7 +473,7 @@ fn capped(text: String) -> String {
     cut(text, MAX_INDEXED_CHARS)
 }
 
-fn trace_item(t: &RawTrace) -> Item {
+pub fn trace_item(t: &RawTrace) -> Item {
     let body = t.to_line();
     Item {
         key: t.id.clone(),
@@ -523,7 +523,7 @@ fn memory_item(
     }
 }
 
-fn episodic_item(e: &EpisodicItem) -> Item {
+pub fn episodic_item(e: &EpisodicItem) -> Item {
     memory_item(
         Kind::Episodic,
         (&e.id, e.ts, &e.turn_ids, &e.source),
@@ -532,7 +532,7 @@ fn episodic_item(e: &EpisodicItem) -> Item {
     )
 }
 
-fn semantic_item(f: &SemanticItem) -> Item {
+pub fn semantic_item(f: &SemanticItem) -> Item {
     memory_item(
         Kind::Semantic,
         (&f.id, f.ts, &f.turn_ids, &f.source),

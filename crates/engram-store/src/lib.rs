@@ -40,7 +40,7 @@ pub mod error;
 mod faults;
 mod fork;
 mod index;
-mod intent;
+pub mod intent;
 pub mod jsonl;
 mod ranked;
 mod registry;
@@ -68,6 +68,8 @@ pub use api::{
 };
 pub use durable::FsyncPolicy;
 pub use error::{Result, StoreError};
+/// Search items as the index holds them (for other backends' indexes).
+pub use index::{episodic_item, semantic_item, trace_item};
 
 /// File store settings (the `[store]` and `[limits]` config sections).
 #[derive(Debug, Clone)]
@@ -376,7 +378,7 @@ impl FileStore {
     }
 }
 
-fn unix_now() -> f64 {
+pub fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
@@ -404,7 +406,7 @@ mod tests;
 /// of traces, the old transcript and its caches, the replaced file) is
 /// milliseconds of `free` and block freeing that need not happen while the
 /// agent is locked.
-pub(crate) fn drop_later<T: Send + 'static>(value: T) {
+pub fn drop_later<T: Send + 'static>(value: T) {
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) => {
             runtime.spawn_blocking(move || drop(value));

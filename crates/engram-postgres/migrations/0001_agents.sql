@@ -1,0 +1,85 @@
+-- Engram on PostgreSQL: the same records as the file store's per-agent
+-- files, one row each. Replicas cache what they derive from them.
+
+-- One row per agent: its settings (state.json's AgentMeta) and counters.
+-- The row is the agent's lock: every write takes it FOR UPDATE.
+CREATE TABLE agents (
+    id text PRIMARY KEY,
+    -- A new one when the agent is deleted and written again: a replica's
+    -- cache of the old agent is not the new one's.
+    incarnation uuid NOT NULL,
+    -- Every committed write adds one: a replica's cache is current when
+    -- its version is this one.
+    version bigint NOT NULL DEFAULT 0,
+    -- Compactions and microcompacts add one: a cache of an older
+    -- generation is rebuilt, not caught up.
+    generation bigint NOT NULL DEFAULT 0,
+    -- The next trace's place (traces.seq).
+    next_seq bigint NOT NULL DEFAULT 0,
+    -- JSON text (AgentMeta), like every body here.
+    meta text NOT NULL,
+    -- The turn state as of the last compaction (every trace then stored):
+    -- a load need not replay the archive.
+    turns text,
+    -- A replica's compaction is under way until then (a lease: a replica
+    -- that dies mid-compaction blocks the next one only this long).
+    compacting_until timestamptz,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- Every raw trace, active and archived, in conversation order.
+CREATE TABLE traces (
+    agent_id text NOT NULL REFERENCES agents (id) ON DELETE CASCADE,
+    seq bigint NOT NULL,
+    trace_id text NOT NULL,
+    event_id text,
+    ts double precision NOT NULL,
+    archived boolean NOT NULL DEFAULT false,
+    -- The RawTrace as the file store's JSONL line holds it (JSON text:
+    -- jsonb cannot hold the \u0000 a trace may carry; cast where it has none).
+    body text NOT NULL,
+    -- The words SearchHistory ranks by (speaker, text, tool and date words).
+    words tsvector NOT NULL,
+    PRIMARY KEY (agent_id, seq)
+);
+CREATE UNIQUE INDEX traces_trace_id ON traces (agent_id, trace_id);
+-- event_id idempotency, enforced by the database too.
+CREATE UNIQUE INDEX traces_event_id ON traces (agent_id, event_id) WHERE event_id IS NOT NULL;
+CREATE INDEX traces_active ON traces (agent_id, seq) WHERE NOT archived;
+CREATE INDEX traces_words ON traces USING gin (words);
+
+-- Episodic summaries (kind 'e') and semantic facts (kind 's'), each the
+-- latest version of its id.
+CREATE TABLE memories (
+    agent_id text NOT NULL REFERENCES agents (id) ON DELETE CASCADE,
+    kind "char" NOT NULL,
+    id text NOT NULL,
+    -- Storage order (a superseded fact keeps its place).
+    seq bigint GENERATED ALWAYS AS IDENTITY,
+    -- JSON text, as the trace's.
+    body text NOT NULL,
+    words tsvector NOT NULL,
+    PRIMARY KEY (agent_id, kind, id)
+);
+CREATE INDEX memories_order ON memories (agent_id, kind, seq);
+CREATE INDEX memories_words ON memories USING gin (words);
+
+-- Whole tool results too large for a trace (the file store's
+-- tool_results/ files), by the path the trace names.
+CREATE TABLE spills (
+    agent_id text NOT NULL REFERENCES agents (id) ON DELETE CASCADE,
+    path text NOT NULL,
+    body text NOT NULL,
+    PRIMARY KEY (agent_id, path)
+);
+
+-- Embeddings of traces and memories, by item key, for one model at a
+-- time (another model's vectors are never mixed in).
+CREATE TABLE vectors (
+    agent_id text NOT NULL REFERENCES agents (id) ON DELETE CASCADE,
+    item text NOT NULL,
+    model text NOT NULL,
+    -- int8 components with one f32 scale, as the file store's vectors file.
+    vector bytea NOT NULL,
+    PRIMARY KEY (agent_id, item)
+);

@@ -1,0 +1,154 @@
+//! Listing, deleting and forking agents: each one statement or one
+//! transaction.
+
+use engram_core::{AgentId, CoreError};
+use engram_store::{Result, StoreError, Visible};
+
+use crate::{PgStore, db};
+
+/// Ids read per round while a listing fills a page past ids its caller
+/// may not see.
+const LIST_BATCH: i64 = 1000;
+
+impl PgStore {
+    /// Keyset paging over the primary key: each page starts after the last
+    /// id of the previous one.
+    pub(crate) async fn list_agents(
+        &self,
+        page_size: usize,
+        page_token: Option<&str>,
+        visible: Visible<'_>,
+    ) -> Result<(Vec<String>, Option<String>)> {
+        let mut after = page_token.unwrap_or_default().to_owned();
+        let mut page = Vec::new();
+        loop {
+            let ids: Vec<String> =
+                sqlx::query_scalar("SELECT id FROM agents WHERE id > $1 ORDER BY id LIMIT $2")
+                    .bind(&after)
+                    .bind(LIST_BATCH)
+                    .fetch_all(&self.inner.pool)
+                    .await
+                    .map_err(db("listing agents"))?;
+            let exhausted = (ids.len() as i64) < LIST_BATCH;
+            for id in ids {
+                after.clone_from(&id);
+                if !visible(&id) {
+                    continue;
+                }
+                if page.len() == page_size {
+                    // One more visible id exists: the page has a successor.
+                    let next = page.last().cloned();
+                    return Ok((page, next));
+                }
+                page.push(id);
+            }
+            if exhausted {
+                return Ok((page, None));
+            }
+        }
+    }
+
+    /// Deletes the agent's row; its traces, memories, results and vectors
+    /// go with it (foreign keys cascade) in the same transaction.
+    pub(crate) async fn delete_agent(&self, id: &AgentId) -> Result<()> {
+        let handle = self.handle(id.as_str());
+        let mut slot = handle.lock().await;
+        let deleted = sqlx::query("DELETE FROM agents WHERE id = $1")
+            .bind(id.as_str())
+            .execute(&self.inner.pool)
+            .await
+            .map_err(db("deleting an agent"))?
+            .rows_affected();
+        *slot = None;
+        drop(slot);
+        self.forget(id.as_str());
+        if deleted == 0 {
+            return Err(StoreError::NotFound(id.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Copies every row of `source` under `target` in one transaction, the
+    /// source row held (`FOR SHARE`) so no write of it lands halfway.
+    pub(crate) async fn fork_agent(&self, source: &AgentId, target: &AgentId) -> Result<()> {
+        if source == target {
+            return Err(CoreError::Invalid(
+                "target_agent_id must differ from source_agent_id".into(),
+            )
+            .into());
+        }
+        let mut tx = self.begin().await?;
+        let found: Option<i64> =
+            sqlx::query_scalar("SELECT next_seq FROM agents WHERE id = $1 FOR SHARE")
+                .bind(source.as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db("reading an agent"))?;
+        if found.is_none() {
+            return Err(StoreError::NotFound(source.to_string()));
+        }
+        let created = sqlx::query(
+            "INSERT INTO agents (id, incarnation, next_seq, meta, turns)
+             SELECT $2, $3, next_seq, meta, turns FROM agents WHERE id = $1
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(source.as_str())
+        .bind(target.as_str())
+        .bind(uuid::Uuid::now_v7())
+        .execute(&mut *tx)
+        .await
+        .map_err(db("creating a fork"))?
+        .rows_affected();
+        if created == 0 {
+            return Err(StoreError::AlreadyExists(target.to_string()));
+        }
+        for sql in [
+            "INSERT INTO traces (agent_id, seq, trace_id, event_id, ts, archived, body, words)
+             SELECT $2, seq, trace_id, event_id, ts, archived, body, words FROM traces WHERE agent_id = $1",
+            "INSERT INTO memories (agent_id, kind, id, body, words)
+             SELECT $2, kind, id, body, words FROM memories WHERE agent_id = $1 ORDER BY seq",
+            "INSERT INTO spills (agent_id, path, body) SELECT $2, path, body FROM spills WHERE agent_id = $1",
+            "INSERT INTO vectors (agent_id, item, model, vector)
+             SELECT $2, item, model, vector FROM vectors WHERE agent_id = $1",
+        ] {
+            sqlx::query(sql)
+                .bind(source.as_str())
+                .bind(target.as_str())
+                .execute(&mut *tx)
+                .await
+                .map_err(db("copying a fork"))?;
+        }
+        tx.commit().await.map_err(db("committing a fork"))?;
+        Ok(())
+    }
+
+    /// What the agent occupies, by table (rows' stored size), sorted.
+    pub(crate) async fn file_sizes(&self, id: &AgentId) -> Result<Vec<(String, u64)>> {
+        let rows: Vec<(String, Option<i64>)> = sqlx::query_as(
+            "SELECT 'agents', sum(pg_column_size(a.*))::bigint FROM agents a WHERE id = $1
+             UNION ALL SELECT 'memories', sum(pg_column_size(m.*))::bigint FROM memories m WHERE agent_id = $1
+             UNION ALL SELECT 'spills', sum(pg_column_size(s.*))::bigint FROM spills s WHERE agent_id = $1
+             UNION ALL SELECT 'traces', sum(pg_column_size(t.*))::bigint FROM traces t WHERE agent_id = $1
+             UNION ALL SELECT 'vectors', sum(pg_column_size(v.*))::bigint FROM vectors v WHERE agent_id = $1",
+        )
+        .bind(id.as_str())
+        .fetch_all(&self.inner.pool)
+        .await
+        .map_err(db("measuring an agent"))?;
+        if rows.first().is_none_or(|(_, bytes)| bytes.is_none()) {
+            return Err(StoreError::NotFound(id.to_string()));
+        }
+        Ok(rows
+            .into_iter()
+            .filter_map(|(name, bytes)| Some((name, u64::try_from(bytes?).ok()?)))
+            .collect())
+    }
+
+    /// The database's size (for a metrics scrape).
+    pub(crate) async fn disk_bytes(&self) -> u64 {
+        sqlx::query_scalar::<_, i64>("SELECT pg_database_size(current_database())")
+            .fetch_one(&self.inner.pool)
+            .await
+            .map_or(0, |b| u64::try_from(b).unwrap_or(0))
+    }
+}

@@ -1,0 +1,248 @@
+//! A replica's cache of an agent, and how a call brings it current: the
+//! agent row says which incarnation, generation and version the database
+//! holds; a cache of the same incarnation and generation catches up by
+//! folding in the traces written since (`seq >= next_seq`), any other is
+//! loaded afresh.
+
+use std::sync::Arc;
+
+use engram_core::memory::{EpisodicItem, SemanticItem};
+use engram_core::{RawTrace, TurnTracker};
+use engram_store::AgentMeta;
+use engram_store::derived::Derived;
+use engram_store::{Result, StoreError};
+use sqlx::{PgConnection, Row};
+use tokio::sync::{Mutex as AsyncMutex, MutexGuard};
+use uuid::Uuid;
+
+use crate::{PgStore, db};
+
+/// One agent's cache; its lock keeps this replica's calls on the agent one
+/// at a time (the database's row lock does so across replicas).
+#[derive(Debug, Default)]
+pub(crate) struct Handle {
+    state: AsyncMutex<Option<Cached>>,
+}
+
+pub(crate) type Slot<'a> = MutexGuard<'a, Option<Cached>>;
+
+/// What this replica knows of an agent, and as of which write.
+#[derive(Debug)]
+pub(crate) struct Cached {
+    pub incarnation: Uuid,
+    pub version: i64,
+    pub generation: i64,
+    /// The place of the next trace: everything before it is folded in.
+    pub next_seq: i64,
+    pub derived: Derived,
+}
+
+/// The agent row's counters.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Row0 {
+    pub incarnation: Uuid,
+    pub version: i64,
+    pub generation: i64,
+    pub next_seq: i64,
+}
+
+/// Whether a call takes the agent row's lock (writes) or not (reads).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lock {
+    Update,
+    Read,
+}
+
+impl PgStore {
+    pub(crate) fn handle(&self, id: &str) -> Arc<Handle> {
+        let mut agents = self.inner.agents.lock().expect("agents lock");
+        Arc::clone(agents.entry(id.to_owned()).or_default())
+    }
+
+    /// Forgets the cache of `id` (after its deletion).
+    pub(crate) fn forget(&self, id: &str) {
+        self.inner.agents.lock().expect("agents lock").remove(id);
+    }
+}
+
+impl Handle {
+    pub async fn lock(&self) -> Slot<'_> {
+        self.state.lock().await
+    }
+}
+
+/// Brings `slot` to what the database holds for `id`, on `conn` (in a
+/// transaction for [`Lock::Update`], which takes the agent row's lock
+/// first). Returns whether the agent exists; the slot is `None` when it
+/// does not.
+pub(crate) async fn refresh(
+    conn: &mut PgConnection,
+    id: &str,
+    slot: &mut Option<Cached>,
+    lock: Lock,
+) -> Result<bool> {
+    let sql = match lock {
+        Lock::Update => {
+            "SELECT incarnation, version, generation, next_seq, meta FROM agents WHERE id = $1 FOR UPDATE"
+        }
+        Lock::Read => {
+            "SELECT incarnation, version, generation, next_seq, meta FROM agents WHERE id = $1"
+        }
+    };
+    let row = sqlx::query(sql)
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(db("reading an agent"))?;
+    let Some(row) = row else {
+        *slot = None;
+        return Ok(false);
+    };
+    let now = Row0 {
+        incarnation: row.get(0),
+        version: row.get(1),
+        generation: row.get(2),
+        next_seq: row.get(3),
+    };
+    let meta = crate::parse(id, "settings", &row.get::<String, _>(4))?;
+    match slot {
+        Some(c) if c.incarnation == now.incarnation && c.generation == now.generation => {
+            if c.version != now.version {
+                catch_up(conn, id, c, now, meta).await?;
+            }
+        }
+        _ => *slot = Some(load(conn, id, now, meta).await?),
+    }
+    Ok(true)
+}
+
+/// Folds in the traces written since the cache was current, and the
+/// settings as they are now (appends change no setting a trace's place in
+/// the transcript depends on: those change with the generation).
+async fn catch_up(
+    conn: &mut PgConnection,
+    id: &str,
+    cached: &mut Cached,
+    now: Row0,
+    meta: AgentMeta,
+) -> Result<()> {
+    let traces = traces_where(
+        conn,
+        id,
+        "seq >= $2 AND seq < $3",
+        cached.next_seq,
+        now.next_seq,
+    )
+    .await?;
+    cached.derived.meta = meta;
+    let bytes = traces.iter().map(|t| t.content.len() as u64).sum::<u64>();
+    engram_store::offload_over(bytes, || {
+        for trace in traces {
+            cached.derived.note(&trace);
+            cached.derived.traces.push(trace);
+        }
+    });
+    cached.version = now.version;
+    cached.next_seq = now.next_seq;
+    Ok(())
+}
+
+/// The agent as its rows are: settings, the turn state of the archive, the
+/// active traces, summaries and facts.
+async fn load(conn: &mut PgConnection, id: &str, now: Row0, meta: AgentMeta) -> Result<Cached> {
+    let turns: Option<String> = sqlx::query_scalar("SELECT turns FROM agents WHERE id = $1")
+        .bind(id)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(db("reading an agent's turn state"))?;
+    let tracker = match turns {
+        Some(turns) => crate::parse(id, "turn state", &turns)?,
+        None => {
+            // No compaction yet, or a checkpoint lost by hand: the archive
+            // (if any) is replayed.
+            let archived = traces_where(
+                conn,
+                id,
+                "archived AND seq >= $2 AND seq < $3",
+                0,
+                now.next_seq,
+            )
+            .await?;
+            let mut tracker = TurnTracker::default();
+            for t in &archived {
+                tracker.apply(t);
+            }
+            tracker
+        }
+    };
+    let traces = traces_where(
+        conn,
+        id,
+        "NOT archived AND seq >= $2 AND seq < $3",
+        0,
+        now.next_seq,
+    )
+    .await?;
+    let memories =
+        sqlx::query("SELECT kind, body FROM memories WHERE agent_id = $1 ORDER BY kind, seq")
+            .bind(id)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(db("reading an agent's memories"))?;
+    let mut episodic: Vec<EpisodicItem> = Vec::new();
+    let mut semantic: Vec<SemanticItem> = Vec::new();
+    for row in memories {
+        let kind: i8 = row.get(0);
+        let body: String = row.get(1);
+        match kind as u8 {
+            b'e' => episodic.push(crate::parse(id, "summary", &body)?),
+            _ => semantic.push(crate::parse(id, "fact", &body)?),
+        }
+    }
+    let bytes = traces.iter().map(|t| t.content.len() as u64).sum::<u64>();
+    let derived = engram_store::offload_over(bytes, || {
+        let mut derived = Derived::new(meta, tracker);
+        for trace in &traces {
+            derived.note(trace);
+        }
+        derived.traces = traces;
+        derived.episodic = episodic;
+        derived.semantic = semantic;
+        derived
+    });
+    Ok(Cached {
+        incarnation: now.incarnation,
+        version: now.version,
+        generation: now.generation,
+        next_seq: now.next_seq,
+        derived,
+    })
+}
+
+/// The agent's traces matching `filter` (over `$2`, `$3`), in order.
+pub(crate) async fn traces_where(
+    conn: &mut PgConnection,
+    id: &str,
+    filter: &str,
+    a: i64,
+    b: i64,
+) -> Result<Vec<RawTrace>> {
+    let sql = format!("SELECT body FROM traces WHERE agent_id = $1 AND {filter} ORDER BY seq");
+    let rows: Vec<String> = sqlx::query_scalar(&sql)
+        .bind(id)
+        .bind(a)
+        .bind(b)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db("reading traces"))?;
+    let bytes = rows.iter().map(|r| r.len() as u64).sum::<u64>();
+    engram_store::offload_over(bytes, || {
+        rows.iter()
+            .map(|r| {
+                RawTrace::from_line(r.as_bytes()).map_err(|e| {
+                    StoreError::Database(format!("a stored trace of agent {id} is not valid: {e}"))
+                })
+            })
+            .collect()
+    })
+}

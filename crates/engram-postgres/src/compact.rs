@@ -1,0 +1,328 @@
+//! Compaction on the database. `begin` takes a lease in the agent row (one
+//! summarizer per agent across replicas) and hands out the job; the
+//! summarizer runs with no transaction open; `finish` commits everything
+//! in one transaction under the row lock — summary and facts stored, the
+//! window's traces flagged archived, the new epoch's settings and the turn
+//! checkpoint, a new generation — after checking that the window is still
+//! the agent's, so a job that raced another replica's compaction or
+//! writes commits nothing.
+
+use std::time::Duration;
+
+use engram_core::AgentId;
+use engram_core::compaction::Summary;
+use engram_core::memory::{EpisodicItem, SemanticItem};
+use engram_index::Item;
+use engram_store::intent::Intent;
+use engram_store::{Committed, Job, Microcompacted, Policy, Result, StoreError};
+use sqlx::PgConnection;
+
+use crate::cache::{Cached, Lock, refresh};
+use crate::write::{context_of, save_meta};
+use crate::{PgStore, db};
+
+/// The words a summary or fact is searched by.
+fn memory_words(item: &Item) -> String {
+    format!("{}\n{}", item.text, engram_index::time::words(item.ts)).replace('\0', " ")
+}
+
+impl PgStore {
+    pub(crate) async fn begin_compaction(
+        &self,
+        id: &AgentId,
+        policy: Policy,
+    ) -> Result<Option<Job>> {
+        let handle = self.handle(id.as_str());
+        let mut slot = handle.lock().await;
+        let mut tx = self.begin().await?;
+        if !refresh(&mut tx, id.as_str(), &mut slot, Lock::Update).await? {
+            return Err(StoreError::NotFound(id.to_string()));
+        }
+        let leased: bool = sqlx::query_scalar(
+            "SELECT coalesce(compacting_until > now(), false) FROM agents WHERE id = $1",
+        )
+        .bind(id.as_str())
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db("reading a compaction lease"))?;
+        if leased {
+            return Ok(None);
+        }
+        let cached = slot.as_ref().expect("current");
+        let Some(job) = cached.derived.job(policy) else {
+            return Ok(None);
+        };
+        set_lease(
+            &mut tx,
+            id.as_str(),
+            Some(self.inner.config.compaction_lease),
+        )
+        .await?;
+        tx.commit().await.map_err(db("taking a compaction lease"))?;
+        Ok(Some(job))
+    }
+
+    pub(crate) async fn abort_compaction(&self, id: &AgentId, failed: bool) -> Result<u32> {
+        let handle = self.handle(id.as_str());
+        let mut slot = handle.lock().await;
+        let mut tx = self.begin().await?;
+        if !refresh(&mut tx, id.as_str(), &mut slot, Lock::Update).await? {
+            return Err(StoreError::NotFound(id.to_string()));
+        }
+        set_lease(&mut tx, id.as_str(), None).await?;
+        let cached = slot.as_mut().expect("current");
+        if failed {
+            let meta = engram_store::AgentMeta {
+                consecutive_failures: cached.derived.meta.consecutive_failures + 1,
+                ..cached.derived.meta.clone()
+            };
+            if let Err(e) = save_meta(&mut tx, id.as_str(), cached, meta).await {
+                *slot = None;
+                return Err(e);
+            }
+        }
+        let failures = cached.derived.meta.consecutive_failures;
+        if let Err(e) = tx.commit().await {
+            *slot = None;
+            return Err(db("releasing a compaction lease")(e));
+        }
+        Ok(failures)
+    }
+
+    pub(crate) async fn finish_compaction(
+        &self,
+        id: &AgentId,
+        job: Job,
+        summary: Summary,
+        policy: Policy,
+    ) -> Result<Committed> {
+        let handle = self.handle(id.as_str());
+        let mut slot = handle.lock().await;
+        let mut tx = self.begin().await?;
+        if !refresh(&mut tx, id.as_str(), &mut slot, Lock::Update).await? {
+            return Err(StoreError::NotFound(id.to_string()));
+        }
+        set_lease(&mut tx, id.as_str(), None).await?;
+        let cached = slot.as_mut().expect("current");
+        if cached.derived.is_stale(&job) {
+            tx.commit()
+                .await
+                .map_err(db("releasing a compaction lease"))?;
+            return Err(StoreError::Conflict(
+                "the agent changed while it was being compacted; nothing was written".into(),
+            ));
+        }
+        let (intent, added, updated) =
+            engram_store::offload(|| cached.derived.commit_plan(&job, summary, policy, 0));
+        let meta = cached.derived.committed_meta(&intent);
+        let written = self
+            .write_commit(&mut tx, id.as_str(), cached, &intent, &meta)
+            .await;
+        let committed = match written {
+            Ok(g) => tx
+                .commit()
+                .await
+                .map(|()| g)
+                .map_err(db("committing a compaction")),
+            Err(e) => {
+                // Rolled back now: the row lock must be free to release
+                // the lease below.
+                let _ = tx.rollback().await;
+                Err(e)
+            }
+        };
+        let generation = match committed {
+            Ok(g) => g,
+            Err(e) => {
+                *slot = None;
+                // The lease went back with the transaction.
+                self.release_lease(id.as_str()).await;
+                return Err(e);
+            }
+        };
+        let cached = slot.as_mut().expect("current");
+        let (version, generation) = generation;
+        engram_store::offload(|| cached.derived.adopt_commit(&intent, meta));
+        cached.version = version;
+        cached.generation = generation;
+        tracing::info!(agent = %id, turns = intent.turn_ids.len(), epoch = cached.derived.meta.epoch, "compacted");
+        engram_store::drop_later(job);
+        Ok(Committed {
+            turn_ids: intent.turn_ids,
+            episodic_id: intent.episodic.id,
+            semantic_added: added,
+            semantic_updated: updated,
+            traces_pruned: u32::try_from(intent.trace_ids.len()).unwrap_or(u32::MAX),
+            epoch: cached.derived.meta.epoch,
+            context: context_of(cached),
+        })
+    }
+
+    /// The commit's statements; returns the agent's new version and
+    /// generation.
+    async fn write_commit(
+        &self,
+        tx: &mut PgConnection,
+        id: &str,
+        cached: &Cached,
+        intent: &Intent,
+        meta: &engram_store::AgentMeta,
+    ) -> Result<(i64, i64)> {
+        let faults = &self.inner.faults;
+        faults.check("episodic")?;
+        insert_episodic(tx, id, &intent.episodic).await?;
+        faults.check("semantic")?;
+        for fact in &intent.semantic {
+            upsert_semantic(tx, id, fact).await?;
+        }
+        for (old, new) in &intent.superseded {
+            if let Some(item) = cached.derived.semantic.iter().find(|s| s.id == *old) {
+                let item = SemanticItem {
+                    superseded_by: Some(new.clone()),
+                    ..item.clone()
+                };
+                upsert_semantic(tx, id, &item).await?;
+            }
+        }
+        faults.check("archive")?;
+        sqlx::query("UPDATE traces SET archived = true WHERE agent_id = $1 AND trace_id = ANY($2)")
+            .bind(id)
+            .bind(&intent.trace_ids)
+            .execute(&mut *tx)
+            .await
+            .map_err(db("archiving traces"))?;
+        faults.check("finalize")?;
+        // Every trace so far is in the tracker: a load takes it from here.
+        let turns = serde_json::to_string(&cached.derived.tracker).expect("the tracker serializes");
+        let row: (i64, i64) = sqlx::query_as(
+            "UPDATE agents SET meta = $2, turns = $3, version = version + 1, generation = generation + 1
+             WHERE id = $1 RETURNING version, generation",
+        )
+        .bind(id)
+        .bind(crate::meta_json(meta))
+        .bind(turns)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db("starting an epoch"))?;
+        Ok(row)
+    }
+
+    pub(crate) async fn microcompact(
+        &self,
+        id: &AgentId,
+        keep_turns: usize,
+    ) -> Result<Option<Microcompacted>> {
+        let handle = self.handle(id.as_str());
+        let mut slot = handle.lock().await;
+        let mut tx = self.begin().await?;
+        if !refresh(&mut tx, id.as_str(), &mut slot, Lock::Update).await? {
+            return Err(StoreError::NotFound(id.to_string()));
+        }
+        let leased: bool = sqlx::query_scalar(
+            "SELECT coalesce(compacting_until > now(), false) FROM agents WHERE id = $1",
+        )
+        .bind(id.as_str())
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db("reading a compaction lease"))?;
+        if leased {
+            // A new epoch now would make that summary's work stale.
+            return Ok(None);
+        }
+        let cached = slot.as_mut().expect("current");
+        let Some((meta, hidden)) = cached.derived.microcompact_meta(keep_turns) else {
+            return Ok(None);
+        };
+        let row: std::result::Result<(i64, i64), _> = sqlx::query_as(
+            "UPDATE agents SET meta = $2, version = version + 1, generation = generation + 1
+             WHERE id = $1 RETURNING version, generation",
+        )
+        .bind(id.as_str())
+        .bind(crate::meta_json(&meta))
+        .fetch_one(&mut *tx)
+        .await;
+        let committed = match row {
+            Ok(row) => tx.commit().await.map(|()| row),
+            Err(e) => Err(e),
+        };
+        let Ok((version, generation)) = committed.map_err(|e| {
+            *slot = None;
+            db("microcompacting")(e)
+        }) else {
+            return Err(StoreError::Database("microcompacting failed".into()));
+        };
+        let cached = slot.as_mut().expect("current");
+        cached.derived.meta = meta;
+        cached.derived.rebuild_epoch();
+        cached.version = version;
+        cached.generation = generation;
+        tracing::info!(agent = %id, hidden, "microcompacted old tool results");
+        Ok(Some(Microcompacted {
+            hidden,
+            context: context_of(cached),
+        }))
+    }
+}
+
+impl PgStore {
+    /// Ends this replica's lease after a failed commit, so the next
+    /// compaction need not wait for it to expire (best effort).
+    async fn release_lease(&self, id: &str) {
+        let released = async {
+            let mut tx = self.begin().await?;
+            set_lease(&mut tx, id, None).await?;
+            tx.commit()
+                .await
+                .map_err(db("releasing a compaction lease"))
+        };
+        if let Err(e) = released.await {
+            tracing::warn!(agent = id, error = %e, "could not release a compaction lease; it expires by itself");
+        }
+    }
+}
+
+async fn set_lease(tx: &mut PgConnection, id: &str, lease: Option<Duration>) -> Result<()> {
+    sqlx::query(
+        "UPDATE agents SET compacting_until = now() + make_interval(secs => $2) WHERE id = $1",
+    )
+    .bind(id)
+    .bind(lease.map(|l| l.as_secs_f64()))
+    .execute(&mut *tx)
+    .await
+    .map_err(db("writing a compaction lease"))?;
+    Ok(())
+}
+
+async fn insert_episodic(tx: &mut PgConnection, id: &str, e: &EpisodicItem) -> Result<()> {
+    let body = serde_json::to_string(e).expect("a summary serializes");
+    let words = memory_words(&engram_store::episodic_item(e));
+    sqlx::query(
+        "INSERT INTO memories (agent_id, kind, id, body, words) VALUES ($1, 'e', $2, $3, to_tsvector('english', $4))
+         ON CONFLICT (agent_id, kind, id) DO NOTHING",
+    )
+    .bind(id)
+    .bind(&e.id)
+    .bind(body)
+    .bind(words)
+    .execute(&mut *tx)
+    .await
+    .map_err(db("storing a summary"))?;
+    Ok(())
+}
+
+async fn upsert_semantic(tx: &mut PgConnection, id: &str, f: &SemanticItem) -> Result<()> {
+    let body = serde_json::to_string(f).expect("a fact serializes");
+    let words = memory_words(&engram_store::semantic_item(f));
+    sqlx::query(
+        "INSERT INTO memories (agent_id, kind, id, body, words) VALUES ($1, 's', $2, $3, to_tsvector('english', $4))
+         ON CONFLICT (agent_id, kind, id) DO UPDATE SET body = excluded.body, words = excluded.words",
+    )
+    .bind(id)
+    .bind(&f.id)
+    .bind(body)
+    .bind(words)
+    .execute(&mut *tx)
+    .await
+    .map_err(db("storing a fact"))?;
+    Ok(())
+}

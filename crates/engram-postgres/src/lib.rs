@@ -1,0 +1,245 @@
+//! Engram on PostgreSQL (`store.backend = "postgres"`): any number of
+//! stateless replicas serve any agent from one database, which carries
+//! durability, replication and failover.
+//!
+//! The records are the file store's, one row each (`migrations/`): an
+//! agent row (its settings, counters and lock), its traces active and
+//! archived, its summaries and facts, large tool results. What a replica
+//! derives from them — turns, the transcript, memories ([`Derived`], shared
+//! with the file store) — is a cache, checked against the agent row's
+//! `version` on every call and caught up from the rows written since:
+//!
+//! - A write takes the agent row `FOR UPDATE` in its transaction: writers of
+//!   one agent on every replica go one at a time, so turns are consecutive
+//!   and retries find their first attempt; `event_id` is also unique in the
+//!   table. Acknowledged means committed.
+//! - A compaction's summary is computed with no transaction open; its commit
+//!   is one transaction that first checks the window is still the agent's
+//!   (the file store's stale-job rule), so a compaction that raced another
+//!   replica's writes or compaction commits nothing and no turn is
+//!   summarized twice. A lease in the agent row keeps two replicas from
+//!   summarizing the same agent at once; a replica that dies holds it only
+//!   until it expires.
+//!
+//! Modules: `cache` (the per-agent cache and how it is brought current),
+//! `write` (Ingest, PrepareRequest, the compaction mark), `compact`,
+//! `agents` (list, delete, fork), `search`.
+
+mod agents;
+mod cache;
+mod compact;
+mod search;
+mod store;
+mod write;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use engram_core::embed::Embedder;
+use engram_core::turns::IngestLimits;
+use engram_store::{Result, StoreError};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, PgPool};
+
+use cache::Handle;
+
+/// The embedded schema migrations (`migrations/*.sql`).
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// `[store.postgres]` settings.
+#[derive(Clone)]
+pub struct PgConfig {
+    /// `postgres://user:password@host:port/database?sslmode=…`.
+    pub url: String,
+    /// Connections this replica keeps open at most.
+    pub pool_size: u32,
+    /// Statements running longer are cancelled by the server.
+    pub statement_timeout: Duration,
+    /// How long a caller waits for a free connection.
+    pub acquire_timeout: Duration,
+    /// How long one replica's compaction of an agent keeps others from
+    /// starting one (the summarizer's whole budget, retries included).
+    pub compaction_lease: Duration,
+    /// Run the migrations at open (else `engramd migrate` must have).
+    pub migrate: bool,
+    /// The schema Engram's tables live in (`search_path`); `None`: the
+    /// role's default (`public`).
+    pub schema: Option<String>,
+    pub limits: IngestLimits,
+    /// The model that embeds items for semantic search; `None`: lexical
+    /// search only.
+    pub embedder: Option<Arc<dyn Embedder>>,
+}
+
+impl std::fmt::Debug for PgConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may hold a password.
+        f.debug_struct("PgConfig")
+            .field("pool_size", &self.pool_size)
+            .field("statement_timeout", &self.statement_timeout)
+            .field("compaction_lease", &self.compaction_lease)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgConfig {
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            pool_size: 16,
+            statement_timeout: Duration::from_secs(30),
+            acquire_timeout: Duration::from_secs(10),
+            compaction_lease: Duration::from_secs(600),
+            migrate: true,
+            schema: None,
+            limits: IngestLimits::default(),
+            embedder: None,
+        }
+    }
+}
+
+/// The PostgreSQL-backed store. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct PgStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    pool: PgPool,
+    config: PgConfig,
+    /// This replica's cached agents.
+    agents: Mutex<HashMap<String, Arc<Handle>>>,
+    failure: tokio::sync::watch::Sender<Option<String>>,
+    faults: Faults,
+}
+
+impl PgStore {
+    /// Connects (the pool opens its connections lazily, the first one now,
+    /// so a wrong URL fails here) and, when configured, migrates.
+    pub async fn open(config: PgConfig) -> Result<Self> {
+        let options = connect_options(&config)?;
+        let pool = PgPoolOptions::new()
+            .max_connections(config.pool_size.max(1))
+            .acquire_timeout(config.acquire_timeout)
+            .connect_with(options)
+            .await
+            .map_err(db("connecting to the database"))?;
+        if config.migrate {
+            migrate(&pool).await?;
+        } else {
+            check_migrated(&pool).await?;
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                pool,
+                config,
+                agents: Mutex::new(HashMap::new()),
+                failure: tokio::sync::watch::channel(None).0,
+                faults: Faults::default(),
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &PgConfig {
+        &self.inner.config
+    }
+
+    /// The pool, for readiness checks.
+    pub fn pool(&self) -> &PgPool {
+        &self.inner.pool
+    }
+
+    /// The named step of compaction commits fails until cleared with `None`
+    /// (tests).
+    #[cfg(feature = "fault-injection")]
+    pub fn inject_compaction_fault(&self, step: Option<&'static str>) {
+        *self.inner.faults.0.lock().expect("faults lock") = step;
+    }
+}
+
+/// Fault injection (nothing happens without the `fault-injection` feature).
+#[derive(Debug, Default)]
+struct Faults(#[allow(dead_code)] Mutex<Option<&'static str>>);
+
+impl Faults {
+    fn check(&self, _step: &'static str) -> Result<()> {
+        #[cfg(feature = "fault-injection")]
+        if *self.0.lock().expect("faults lock") == Some(_step) {
+            return Err(StoreError::Database(format!("injected fault at {_step}")));
+        }
+        Ok(())
+    }
+}
+
+fn connect_options(config: &PgConfig) -> Result<PgConnectOptions> {
+    let options: PgConnectOptions = config
+        .url
+        .parse()
+        .map_err(|e| StoreError::Database(format!("store.postgres.url is not a valid URL: {e}")))?;
+    let timeout_ms = config.statement_timeout.as_millis().max(1);
+    let mut settings = vec![("statement_timeout", timeout_ms.to_string())];
+    if let Some(schema) = &config.schema {
+        settings.push(("search_path", schema.clone()));
+    }
+    Ok(options
+        .options(settings)
+        .application_name("engramd")
+        .log_statements(tracing::log::LevelFilter::Trace))
+}
+
+/// Applies every migration not yet applied (`engramd migrate` and, by
+/// default, every start). Concurrent replicas are serialized by sqlx's
+/// advisory lock.
+pub async fn migrate(pool: &PgPool) -> Result<()> {
+    MIGRATOR
+        .run(pool)
+        .await
+        .map_err(|e| StoreError::Database(format!("migrating the schema: {e}")))
+}
+
+/// Connects to `url` and migrates (`engramd migrate`).
+pub async fn migrate_url(url: &str) -> Result<()> {
+    let options = connect_options(&PgConfig::new(url))?;
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .map_err(db("connecting to the database"))?;
+    migrate(&pool).await
+}
+
+/// Refuses to serve a schema older than this build's.
+async fn check_migrated(pool: &PgPool) -> Result<()> {
+    let latest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+    let applied: Option<i64> =
+        sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations WHERE success")
+            .fetch_one(pool)
+            .await
+            .unwrap_or(None);
+    if applied.unwrap_or(0) < latest {
+        return Err(StoreError::Database(format!(
+            "the database schema is at version {} and this engramd needs {latest}: run `engramd migrate` (or set store.postgres.migrate = true)",
+            applied.unwrap_or(0)
+        )));
+    }
+    Ok(())
+}
+
+/// Maps a database error to the store's, with what was being done.
+fn db(context: &'static str) -> impl Fn(sqlx::Error) -> StoreError {
+    move |e| StoreError::Database(format!("{context}: {e}"))
+}
+
+/// An agent's settings as the `meta` column holds them.
+fn meta_json(meta: &engram_store::AgentMeta) -> String {
+    serde_json::to_string(meta).expect("AgentMeta serializes")
+}
+
+/// A stored JSON body of agent `id`.
+fn parse<T: serde::de::DeserializeOwned>(id: &str, what: &str, json: &str) -> Result<T> {
+    serde_json::from_str(json).map_err(|e| {
+        StoreError::Database(format!("a stored {what} of agent {id} is not valid: {e}"))
+    })
+}

@@ -1,0 +1,460 @@
+//! Ingest, PrepareRequest's write and the compaction mark: one transaction
+//! each, holding the agent row's lock, so writers of one agent on every
+//! replica go one at a time. The cache takes a write in only once it is
+//! committed.
+
+use engram_core::retrieve::raw_tail;
+use engram_core::{AgentId, CoreError, NewEvent, Outcome, RawTrace, Usage};
+use engram_store::{
+    AgentContext, AgentMeta, Ingested, PrepareInput, Prepared, Recall, Result, StoreError,
+};
+use sqlx::{PgConnection, Postgres, Transaction};
+
+use crate::cache::{Cached, Lock, Slot, refresh, traces_where};
+use crate::{PgStore, db};
+
+/// Postgres's text type refuses NUL; JSON escapes it, but words are raw.
+fn words_of(text: &str) -> String {
+    text.replace('\0', " ")
+}
+
+/// The words a trace is searched by: its speaker, what it says and when.
+pub(crate) fn trace_words(t: &RawTrace) -> String {
+    let item = engram_store::trace_item(t);
+    let mut words = item.name.unwrap_or_default();
+    words.push('\n');
+    words.push_str(&item.text);
+    words.push('\n');
+    words.push_str(&engram_index::time::words(t.ts));
+    words_of(&words)
+}
+
+impl PgStore {
+    pub(crate) async fn begin(&self) -> Result<Transaction<'static, Postgres>> {
+        self.inner
+            .pool
+            .begin()
+            .await
+            .map_err(db("starting a transaction"))
+    }
+
+    /// Brings `slot` current without taking the agent's row lock: for
+    /// reads. A cache behind the database is caught up in one snapshot
+    /// (repeatable read), so it never takes half of a write.
+    pub(crate) async fn current(&self, id: &str, slot: &mut Slot<'_>) -> Result<bool> {
+        let mut conn = self.inner.pool.acquire().await.map_err(db("connecting"))?;
+        let fresh: Option<(uuid::Uuid, i64, i64)> =
+            sqlx::query_as("SELECT incarnation, version, generation FROM agents WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(db("reading an agent"))?;
+        match (&fresh, slot.as_ref()) {
+            (None, _) => {
+                **slot = None;
+                return Ok(false);
+            }
+            (Some((i, v, g)), Some(c))
+                if c.incarnation == *i && c.version == *v && c.generation == *g =>
+            {
+                return Ok(true);
+            }
+            _ => {}
+        }
+        drop(conn);
+        let mut tx = self
+            .inner
+            .pool
+            .begin()
+            .await
+            .map_err(db("starting a transaction"))?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *tx)
+            .await
+            .map_err(db("starting a snapshot"))?;
+        let exists = refresh(&mut tx, id, slot, Lock::Read).await?;
+        tx.commit().await.map_err(db("ending a snapshot"))?;
+        Ok(exists)
+    }
+
+    pub(crate) async fn ingest(
+        &self,
+        id: &AgentId,
+        events: &[NewEvent],
+        usage: Option<Usage>,
+        model: Option<&str>,
+    ) -> Result<Ingested> {
+        let handle = self.handle(id.as_str());
+        let mut slot = handle.lock().await;
+        loop {
+            let mut tx = self.begin().await?;
+            refresh(&mut tx, id.as_str(), &mut slot, Lock::Update).await?;
+            let Some(traces) = self
+                .append(&mut tx, id, &mut slot, events, usage, model)
+                .await?
+            else {
+                continue; // another replica created the agent meanwhile
+            };
+            let cached = self.commit(tx, &mut slot).await?;
+            return Ok(Ingested {
+                traces,
+                current_turn_id: cached.derived.tracker.current_turn_id().unwrap_or_default(),
+                compaction_required: cached.derived.meta.compaction_required,
+                model: model
+                    .or_else(|| cached.derived.tracker.last_model())
+                    .map(str::to_owned),
+                epoch: cached.derived.meta.epoch,
+            });
+        }
+    }
+
+    /// Commits `tx`, whose writes `slot` already shows (as pending): on
+    /// failure the cache is dropped, since the database may or may not
+    /// hold them.
+    async fn commit<'s>(
+        &self,
+        tx: Transaction<'static, Postgres>,
+        slot: &'s mut Slot<'_>,
+    ) -> Result<&'s Cached> {
+        if let Err(e) = tx.commit().await {
+            **slot = None;
+            return Err(db("committing")(e));
+        }
+        Ok(slot.as_ref().expect("a committed agent is cached"))
+    }
+
+    /// Validates `events` against the cached agent (current, under the row
+    /// lock) and writes their traces in `tx`; folds them into the cache
+    /// (which the caller drops if the commit fails). `None` when the agent
+    /// was created by another replica since it was found absent: the
+    /// caller starts over.
+    async fn append(
+        &self,
+        tx: &mut PgConnection,
+        id: &AgentId,
+        slot: &mut Slot<'_>,
+        events: &[NewEvent],
+        usage: Option<Usage>,
+        model: Option<&str>,
+    ) -> Result<Option<Vec<RawTrace>>> {
+        let bytes = events.iter().map(NewEvent::approx_bytes).sum::<usize>() as u64;
+        let plan = {
+            let tracker = slot.as_ref().map(|c| &c.derived.tracker);
+            let empty = engram_core::TurnTracker::default();
+            engram_store::offload_over(bytes, || {
+                tracker.unwrap_or(&empty).plan(
+                    events,
+                    usage,
+                    model,
+                    self.inner.config.limits,
+                    engram_store::unix_now(),
+                    || uuid::Uuid::now_v7().to_string(),
+                )
+            })?
+        };
+        if slot.is_none() {
+            match self.create(tx, id, AgentMeta::default()).await? {
+                Some(created) => **slot = Some(created),
+                None => return Ok(None),
+            }
+        }
+        let cached = slot.as_mut().expect("created or current");
+        for spill in &plan.spills {
+            sqlx::query("INSERT INTO spills (agent_id, path, body) VALUES ($1, $2, $3) ON CONFLICT (agent_id, path) DO UPDATE SET body = excluded.body")
+                .bind(id.as_str())
+                .bind(&spill.path)
+                .bind(words_of(&spill.json))
+                .execute(&mut *tx)
+                .await
+                .map_err(db("storing a tool result"))?;
+        }
+        let first = cached.next_seq;
+        insert_traces(tx, id.as_str(), first, &plan.new_traces).await?;
+        let next = first + plan.new_traces.len() as i64;
+        let version: i64 = sqlx::query_scalar(
+            "UPDATE agents SET version = version + 1, next_seq = $2 WHERE id = $1 RETURNING version",
+        )
+        .bind(id.as_str())
+        .bind(next)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db("updating an agent"))?;
+        let mut out = Vec::with_capacity(plan.outcomes.len());
+        for outcome in &plan.outcomes {
+            out.push(match outcome {
+                Outcome::New(i) => plan.new_traces[*i].clone(),
+                Outcome::Existing(trace_id) => {
+                    find_trace(tx, id.as_str(), cached, trace_id).await?
+                }
+            });
+        }
+        let bytes = plan.bytes.len() as u64;
+        engram_store::offload_over(bytes, || {
+            for trace in plan.new_traces {
+                cached.derived.note(&trace);
+                cached.derived.traces.push(trace);
+            }
+        });
+        cached.version = version;
+        cached.next_seq = next;
+        Ok(Some(out))
+    }
+
+    /// Creates the agent row (version 0) and returns its cache, unless
+    /// another replica just did: then `None`, and the caller starts over.
+    pub(crate) async fn create(
+        &self,
+        tx: &mut PgConnection,
+        id: &AgentId,
+        meta: AgentMeta,
+    ) -> Result<Option<Cached>> {
+        let incarnation = uuid::Uuid::now_v7();
+        let created = sqlx::query(
+            "INSERT INTO agents (id, incarnation, meta) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(id.as_str())
+        .bind(incarnation)
+        .bind(crate::meta_json(&meta))
+        .execute(&mut *tx)
+        .await
+        .map_err(db("creating an agent"))?
+        .rows_affected()
+            == 1;
+        Ok(created.then(|| Cached {
+            incarnation,
+            version: 0,
+            generation: 0,
+            next_seq: 0,
+            derived: engram_store::derived::Derived::new(meta, Default::default()),
+        }))
+    }
+
+    /// Marks the agent for compaction unless its epoch moved past `epoch`.
+    pub(crate) async fn mark_compaction_required(&self, id: &AgentId, epoch: u32) -> Result<bool> {
+        let handle = self.handle(id.as_str());
+        let mut slot = handle.lock().await;
+        let mut tx = self.begin().await?;
+        if !refresh(&mut tx, id.as_str(), &mut slot, Lock::Update).await? {
+            return Err(StoreError::NotFound(id.to_string()));
+        }
+        let cached = slot.as_mut().expect("current");
+        if cached.derived.meta.epoch != epoch {
+            return Ok(cached.derived.meta.compaction_required);
+        }
+        if !cached.derived.meta.compaction_required {
+            let meta = AgentMeta {
+                compaction_required: true,
+                ..cached.derived.meta.clone()
+            };
+            save_meta(&mut tx, id.as_str(), cached, meta).await?;
+            self.commit(tx, &mut slot).await?;
+        }
+        Ok(true)
+    }
+
+    pub(crate) async fn prepare(&self, id: &AgentId, input: PrepareInput<'_>) -> Result<Prepared> {
+        let handle = self.handle(id.as_str());
+        let mut slot = handle.lock().await;
+        loop {
+            let mut tx = self.begin().await?;
+            let exists = refresh(&mut tx, id.as_str(), &mut slot, Lock::Update).await?;
+            if !exists && input.user_input.is_none() {
+                return Err(StoreError::NotFound(id.to_string()));
+            }
+            let last_model = slot
+                .as_ref()
+                .and_then(|c| c.derived.tracker.last_model().map(str::to_owned));
+            if input.needs_model && input.model.is_none() && last_model.is_none() {
+                return Err(CoreError::Invalid(
+                    "model is required to render this format: none was given and no Ingest reported one".into(),
+                ).into());
+            }
+            // Refused input rolls the whole transaction back, the system
+            // prompt with it; the cache is then reloaded.
+            let user_trace = match &input.user_input {
+                Some(event) => {
+                    match self
+                        .append(
+                            &mut tx,
+                            id,
+                            &mut slot,
+                            std::slice::from_ref(event),
+                            None,
+                            None,
+                        )
+                        .await
+                    {
+                        Ok(Some(mut traces)) => traces.pop(),
+                        Ok(None) => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+                None => None,
+            };
+            let cached = slot.as_mut().expect("the agent exists");
+            if let Some(system) = input.system_prompt
+                && cached.derived.meta.system_prompt.as_deref() != Some(system)
+            {
+                let meta = AgentMeta {
+                    system_prompt: Some(system.to_owned()),
+                    ..cached.derived.meta.clone()
+                };
+                if let Err(e) = save_meta(&mut tx, id.as_str(), cached, meta).await {
+                    // The cache holds the user input, which is not stored.
+                    *slot = None;
+                    return Err(e);
+                }
+            }
+            let cached = self.commit(tx, &mut slot).await?;
+            return Ok(Prepared {
+                context: context_of(cached),
+                user_trace,
+            });
+        }
+    }
+
+    /// Runs `f` over the current agent (NOT_FOUND if there is none).
+    pub(crate) async fn read<T>(&self, id: &AgentId, f: impl FnOnce(&Cached) -> T) -> Result<T> {
+        let handle = self.handle(id.as_str());
+        let mut slot = handle.lock().await;
+        if !self.current(id.as_str(), &mut slot).await? {
+            drop(slot);
+            self.forget(id.as_str());
+            return Err(StoreError::NotFound(id.to_string()));
+        }
+        let cached = slot.as_ref().expect("current");
+        Ok(f(cached))
+    }
+
+    pub(crate) async fn context(&self, id: &AgentId) -> Result<AgentContext> {
+        self.read(id, context_of).await
+    }
+
+    pub(crate) async fn recall(&self, id: &AgentId, raw_tail_turns: usize) -> Result<Recall> {
+        self.read(id, |c| Recall {
+            episodic: c.derived.episodic.clone(),
+            semantic: c.derived.semantic.clone(),
+            raw_tail: raw_tail(&c.derived.traces, raw_tail_turns)
+                .into_iter()
+                .cloned()
+                .collect(),
+        })
+        .await
+    }
+}
+
+/// The prompt as the cache holds it.
+pub(crate) fn context_of(c: &Cached) -> AgentContext {
+    let bytes = c
+        .derived
+        .traces
+        .iter()
+        .map(|t| t.content.len() as u64)
+        .sum::<u64>();
+    c.derived.context(bytes)
+}
+
+/// Stores `meta` as the agent's settings in `tx` (a new version) and adopts
+/// it in the cache.
+pub(crate) async fn save_meta(
+    tx: &mut PgConnection,
+    id: &str,
+    cached: &mut Cached,
+    meta: AgentMeta,
+) -> Result<()> {
+    let version: i64 = sqlx::query_scalar(
+        "UPDATE agents SET meta = $2, version = version + 1 WHERE id = $1 RETURNING version",
+    )
+    .bind(id)
+    .bind(crate::meta_json(&meta))
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(db("storing an agent's settings"))?;
+    cached.derived.meta = meta;
+    cached.version = version;
+    Ok(())
+}
+
+/// Appends `traces` at places `first..` in one statement.
+pub(crate) async fn insert_traces(
+    tx: &mut PgConnection,
+    id: &str,
+    first: i64,
+    traces: &[RawTrace],
+) -> Result<()> {
+    if traces.is_empty() {
+        return Ok(());
+    }
+    let bytes = traces.iter().map(|t| t.content.len() as u64).sum::<u64>();
+    let (seqs, ids, events, ts, bodies, words) = engram_store::offload_over(bytes, || {
+        let mut cols = (vec![], vec![], vec![], vec![], vec![], vec![]);
+        for (i, t) in traces.iter().enumerate() {
+            cols.0.push(first + i as i64);
+            cols.1.push(t.id.clone());
+            cols.2.push(t.event_id.clone());
+            cols.3.push(t.ts);
+            let line = t.to_line();
+            cols.4.push(String::from_utf8(line).expect("JSON is UTF-8"));
+            cols.5.push(trace_words(t));
+        }
+        cols
+    });
+    sqlx::query(
+        "INSERT INTO traces (agent_id, seq, trace_id, event_id, ts, body, words)
+         SELECT $1, u.seq, u.trace_id, u.event_id, u.ts, u.body, to_tsvector('english', u.words)
+         FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::float8[], $6::text[], $7::text[])
+           AS u(seq, trace_id, event_id, ts, body, words)",
+    )
+    .bind(id)
+    .bind(seqs)
+    .bind(ids)
+    .bind(events)
+    .bind(ts)
+    .bind(bodies)
+    .bind(words)
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| match &e {
+        sqlx::Error::Database(d) if d.is_unique_violation() => StoreError::Conflict(
+            "another write of this agent stored the same event or trace; nothing was written"
+                .into(),
+        ),
+        _ => db("storing traces")(e),
+    })?;
+    Ok(())
+}
+
+/// The stored trace with `trace_id`: active first, then the archive (a
+/// retry of an event a compaction archived since).
+async fn find_trace(
+    tx: &mut PgConnection,
+    id: &str,
+    cached: &Cached,
+    trace_id: &str,
+) -> Result<RawTrace> {
+    if let Some(t) = cached
+        .derived
+        .traces
+        .iter()
+        .rev()
+        .find(|t| t.id == trace_id)
+    {
+        return Ok(t.clone());
+    }
+    let seq: Option<i64> =
+        sqlx::query_scalar("SELECT seq FROM traces WHERE agent_id = $1 AND trace_id = $2")
+            .bind(id)
+            .bind(trace_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db("finding a trace"))?;
+    let found = match seq {
+        Some(seq) => traces_where(tx, id, "seq >= $2 AND seq < $3", seq, seq + 1)
+            .await?
+            .pop(),
+        None => None,
+    };
+    found.ok_or_else(|| {
+        StoreError::Database(format!("trace {trace_id} of a retried event is missing"))
+    })
+}

@@ -1,0 +1,76 @@
+//! The conformance suite against a real PostgreSQL: `scripts/pg.sh start`
+//! (which `make test` runs) or `ENGRAM_TEST_PG_URL`. Each case gets a
+//! schema of its own.
+#![cfg(feature = "fault-injection")]
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use engram_postgres::{PgConfig, PgStore};
+use engram_store::Store;
+use engram_store::conformance::Harness;
+
+/// The test cluster's URL.
+fn url() -> String {
+    if let Ok(url) = std::env::var("ENGRAM_TEST_PG_URL") {
+        return url;
+    }
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/pg/url");
+    std::fs::read_to_string(file)
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| {
+            panic!("no test PostgreSQL: run `scripts/pg.sh start fast` (make test does) or set ENGRAM_TEST_PG_URL")
+        })
+}
+
+struct Postgres {
+    config: PgConfig,
+}
+
+impl Postgres {
+    async fn new() -> Self {
+        let url = url();
+        let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+        let admin = sqlx::PgPool::connect(&url)
+            .await
+            .expect("the test PostgreSQL answers");
+        sqlx::query(&format!("CREATE SCHEMA {schema}"))
+            .execute(&admin)
+            .await
+            .expect("a schema of its own");
+        admin.close().await;
+        let mut config = PgConfig::new(url);
+        config.schema = Some(schema);
+        config.pool_size = 4;
+        Self { config }
+    }
+}
+
+#[async_trait]
+impl Harness for Postgres {
+    type Backend = PgStore;
+
+    async fn open(&self) -> Arc<PgStore> {
+        Arc::new(
+            PgStore::open(self.config.clone())
+                .await
+                .expect("the store opens"),
+        )
+    }
+
+    async fn reopen(&self, store: Arc<PgStore>) -> Arc<PgStore> {
+        store.close().await;
+        drop(store);
+        self.open().await
+    }
+
+    fn commit_steps(&self) -> Vec<&'static str> {
+        vec!["episodic", "semantic", "archive", "finalize"]
+    }
+
+    fn fail_commit_at(&self, store: &PgStore, step: Option<&'static str>) {
+        store.inject_compaction_fault(step);
+    }
+}
+
+engram_store::conformance_suite!(Postgres::new().await);
