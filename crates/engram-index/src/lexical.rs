@@ -78,7 +78,23 @@ pub struct Candidate {
     pub order: u64,
     pub ts: f64,
     pub score: f32,
-    address: DocAddress,
+    /// Where the index holds it (`None`: found by another word search).
+    address: Option<DocAddress>,
+}
+
+impl Candidate {
+    /// A candidate another word search found (a database's full-text
+    /// search): its body is looked up by key.
+    pub fn new(key: String, kind: Kind, order: u64, ts: f64, score: f32) -> Self {
+        Self {
+            key,
+            kind,
+            order,
+            ts,
+            score,
+            address: None,
+        }
+    }
 }
 
 /// The fast-field columns a candidate is read from, of one segment.
@@ -320,7 +336,7 @@ impl Lexical {
                 order: c.order.first(doc).unwrap_or_default(),
                 ts: c.ts.first(doc).unwrap_or_default(),
                 score,
-                address,
+                address: Some(address),
             });
         }
         Ok(out)
@@ -382,7 +398,10 @@ impl Lexical {
 
     /// The stored body of a candidate.
     pub fn body(&self, candidate: &Candidate) -> Result<String> {
-        let doc: TantivyDocument = self.reader.searcher().doc(candidate.address)?;
+        let Some(address) = candidate.address else {
+            return Ok(self.body_of(&candidate.key)?.unwrap_or_default());
+        };
+        let doc: TantivyDocument = self.reader.searcher().doc(address)?;
         Ok(doc
             .get_first(self.fields.body)
             .and_then(|v| v.as_str())

@@ -18,7 +18,9 @@ pub mod time;
 pub mod vectors;
 
 pub use lexical::{Candidate, Lexical};
-pub use rank::{Matched, Params, Ranked, Semantic, Words, by_words, rank};
+pub use rank::{
+    Matched, Neighbours, Params, Ranked, Semantic, Words, by_words, from_candidates, rank,
+};
 pub use vectors::{Embedded, Near, Vectors};
 
 #[derive(Debug, thiserror::Error)]

@@ -17,6 +17,7 @@
 
 use std::collections::HashMap;
 
+use crate::lexical::Placed;
 use crate::{Candidate, Filter, Kind, Lexical, Result, Vectors};
 
 /// How ranking works; the defaults are what the benchmark chose
@@ -92,6 +93,14 @@ impl Ranked {
         }
     }
 
+    /// The item's key (a trace's id), when known without reading it.
+    pub fn key(&self) -> Option<&str> {
+        self.candidate
+            .as_ref()
+            .map(|c| c.key.as_str())
+            .or(self.key.as_deref())
+    }
+
     pub fn matched(&self) -> Matched {
         match (self.lexical > 0.0, self.semantic.is_some()) {
             (true, true) => Matched::Both,
@@ -144,19 +153,41 @@ pub fn by_words(
 ) -> Result<Words> {
     let terms = index.query_terms(query, params.max_terms);
     let candidates = index.search(&terms, filter, params.candidates.max(limit))?;
-    let (mut ranked, traces) = with_context(index, candidates, filter, params);
+    Ok(from_candidates(
+        candidates,
+        &|order, n| index.neighbours(order, n),
+        filter,
+        limit,
+        params,
+    ))
+}
+
+/// What the traces around a place are: up to `n` on each side, nearest
+/// first, each with its event time.
+pub type Neighbours<'a> = &'a dyn Fn(u64, usize) -> (Vec<Placed>, Vec<Placed>);
+
+/// [`by_words`] for candidates another word search found (a database's
+/// full-text search), best first, with the traces around them.
+pub fn from_candidates(
+    candidates: Vec<Candidate>,
+    neighbours: Neighbours<'_>,
+    filter: &Filter,
+    limit: usize,
+    params: &Params,
+) -> Words {
+    let (mut ranked, traces) = with_context(neighbours, candidates, filter, params);
     // Relative to the best lexical match, so that the semantic side's
     // weight means the same for every query.
     let top = ranked.iter().map(|r| r.score).fold(0.0_f32, f32::max);
     if top > 0.0 {
         ranked.iter_mut().for_each(|r| r.score /= top);
     }
-    Ok(Words {
+    Words {
         ranked,
         traces,
         filter: filter.clone(),
         limit,
-    })
+    }
 }
 
 impl Words {
@@ -232,7 +263,7 @@ fn fuse(
 /// Lexical candidates and the neighbours they lend a share of their score,
 /// and where each trace among them is, by its place.
 fn with_context(
-    index: &Lexical,
+    neighbours: Neighbours<'_>,
     candidates: Vec<Candidate>,
     filter: &Filter,
     params: &Params,
@@ -262,7 +293,7 @@ fn with_context(
         .iter()
         .filter(|r| r.kind == Kind::Trace && params.neighbour_weight > 0.0)
         .flat_map(|r| {
-            let (before, after) = index.neighbours(r.order, params.neighbour_span);
+            let (before, after) = neighbours(r.order, params.neighbour_span);
             // Influence fades with distance: the next message shares
             // `neighbour_weight`, the one after half as much.
             let side = |v: Vec<(u64, f64)>| {

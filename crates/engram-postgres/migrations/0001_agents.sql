@@ -1,6 +1,11 @@
 -- Engram on PostgreSQL: the same records as the file store's per-agent
 -- files, one row each. Replicas cache what they derive from them.
 
+-- Word indexes per agent (a GIN index over (agent_id, words)): a search
+-- walks one agent's postings, not every agent's. Trusted: a database
+-- owner may create it.
+CREATE EXTENSION IF NOT EXISTS btree_gin;
+
 -- One row per agent: its settings (state.json's AgentMeta) and counters.
 -- The row is the agent's lock: every write takes it FOR UPDATE.
 CREATE TABLE agents (
@@ -16,6 +21,9 @@ CREATE TABLE agents (
     generation bigint NOT NULL DEFAULT 0,
     -- The next trace's place (traces.seq).
     next_seq bigint NOT NULL DEFAULT 0,
+    -- Lexemes over all its traces (length(words) summed): BM25's average
+    -- document length.
+    words_total bigint NOT NULL DEFAULT 0,
     -- JSON text (AgentMeta), like every body here.
     meta text NOT NULL,
     -- The turn state as of the last compaction (every trace then stored):
@@ -31,6 +39,10 @@ CREATE TABLE agents (
 CREATE TABLE traces (
     agent_id text NOT NULL REFERENCES agents (id) ON DELETE CASCADE,
     seq bigint NOT NULL,
+    -- Conversation order: turn << 32 | seq in turn (a late tool result
+    -- sits in its call's turn); neighbours are found by it.
+    ord bigint NOT NULL,
+    trace_type smallint NOT NULL,
     trace_id text NOT NULL,
     event_id text,
     ts double precision NOT NULL,
@@ -46,7 +58,8 @@ CREATE UNIQUE INDEX traces_trace_id ON traces (agent_id, trace_id);
 -- event_id idempotency, enforced by the database too.
 CREATE UNIQUE INDEX traces_event_id ON traces (agent_id, event_id) WHERE event_id IS NOT NULL;
 CREATE INDEX traces_active ON traces (agent_id, seq) WHERE NOT archived;
-CREATE INDEX traces_words ON traces USING gin (words);
+CREATE INDEX traces_order ON traces (agent_id, ord);
+CREATE INDEX traces_words ON traces USING gin (agent_id, words);
 
 -- Episodic summaries (kind 'e') and semantic facts (kind 's'), each the
 -- latest version of its id.
@@ -58,11 +71,16 @@ CREATE TABLE memories (
     seq bigint GENERATED ALWAYS AS IDENTITY,
     -- JSON text, as the trace's.
     body text NOT NULL,
+    -- Placed at its first turn, dated when what it stands for was said.
+    ord bigint NOT NULL,
+    ts double precision NOT NULL,
+    -- A fact not superseded (summaries always): what search ranks.
+    live boolean NOT NULL,
     words tsvector NOT NULL,
     PRIMARY KEY (agent_id, kind, id)
 );
 CREATE INDEX memories_order ON memories (agent_id, kind, seq);
-CREATE INDEX memories_words ON memories USING gin (words);
+CREATE INDEX memories_words ON memories USING gin (agent_id, words);
 
 -- Whole tool results too large for a trace (the file store's
 -- tool_results/ files), by the path the trace names.

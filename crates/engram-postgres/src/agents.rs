@@ -88,8 +88,8 @@ impl PgStore {
             return Err(StoreError::NotFound(source.to_string()));
         }
         let created = sqlx::query(
-            "INSERT INTO agents (id, incarnation, next_seq, meta, turns)
-             SELECT $2, $3, next_seq, meta, turns FROM agents WHERE id = $1
+            "INSERT INTO agents (id, incarnation, next_seq, words_total, meta, turns)
+             SELECT $2, $3, next_seq, words_total, meta, turns FROM agents WHERE id = $1
              ON CONFLICT (id) DO NOTHING",
         )
         .bind(source.as_str())
@@ -103,10 +103,10 @@ impl PgStore {
             return Err(StoreError::AlreadyExists(target.to_string()));
         }
         for sql in [
-            "INSERT INTO traces (agent_id, seq, trace_id, event_id, ts, archived, body, words)
-             SELECT $2, seq, trace_id, event_id, ts, archived, body, words FROM traces WHERE agent_id = $1",
-            "INSERT INTO memories (agent_id, kind, id, body, words)
-             SELECT $2, kind, id, body, words FROM memories WHERE agent_id = $1 ORDER BY seq",
+            "INSERT INTO traces (agent_id, seq, ord, trace_type, trace_id, event_id, ts, archived, body, words)
+             SELECT $2, seq, ord, trace_type, trace_id, event_id, ts, archived, body, words FROM traces WHERE agent_id = $1",
+            "INSERT INTO memories (agent_id, kind, id, body, ord, ts, live, words)
+             SELECT $2, kind, id, body, ord, ts, live, words FROM memories WHERE agent_id = $1 ORDER BY seq",
             "INSERT INTO spills (agent_id, path, body) SELECT $2, path, body FROM spills WHERE agent_id = $1",
             "INSERT INTO vectors (agent_id, item, model, vector)
              SELECT $2, item, model, vector FROM vectors WHERE agent_id = $1",

@@ -12,7 +12,6 @@ use std::time::Duration;
 use engram_core::AgentId;
 use engram_core::compaction::Summary;
 use engram_core::memory::{EpisodicItem, SemanticItem};
-use engram_index::Item;
 use engram_store::intent::Intent;
 use engram_store::{Committed, Job, Microcompacted, Policy, Result, StoreError};
 use sqlx::PgConnection;
@@ -20,11 +19,6 @@ use sqlx::PgConnection;
 use crate::cache::{Cached, Lock, refresh};
 use crate::write::{context_of, save_meta};
 use crate::{PgStore, db};
-
-/// The words a summary or fact is searched by.
-fn memory_words(item: &Item) -> String {
-    format!("{}\n{}", item.text, engram_index::time::words(item.ts)).replace('\0', " ")
-}
 
 impl PgStore {
     pub(crate) async fn begin_compaction(
@@ -294,35 +288,41 @@ async fn set_lease(tx: &mut PgConnection, id: &str, lease: Option<Duration>) -> 
 }
 
 async fn insert_episodic(tx: &mut PgConnection, id: &str, e: &EpisodicItem) -> Result<()> {
-    let body = serde_json::to_string(e).expect("a summary serializes");
-    let words = memory_words(&engram_store::episodic_item(e));
-    sqlx::query(
-        "INSERT INTO memories (agent_id, kind, id, body, words) VALUES ($1, 'e', $2, $3, to_tsvector('english', $4))
-         ON CONFLICT (agent_id, kind, id) DO NOTHING",
-    )
-    .bind(id)
-    .bind(&e.id)
-    .bind(body)
-    .bind(words)
-    .execute(&mut *tx)
-    .await
-    .map_err(db("storing a summary"))?;
-    Ok(())
+    upsert_memory(tx, id, engram_store::episodic_item(e), true).await
 }
 
 async fn upsert_semantic(tx: &mut PgConnection, id: &str, f: &SemanticItem) -> Result<()> {
-    let body = serde_json::to_string(f).expect("a fact serializes");
-    let words = memory_words(&engram_store::semantic_item(f));
+    upsert_memory(tx, id, engram_store::semantic_item(f), f.is_live()).await
+}
+
+/// Stores a summary or fact (a later version of a fact replaces the
+/// earlier in its place).
+async fn upsert_memory(
+    tx: &mut PgConnection,
+    id: &str,
+    item: engram_index::Item,
+    live: bool,
+) -> Result<()> {
+    let kind = match item.kind {
+        engram_index::Kind::Episodic => b'e',
+        _ => b's',
+    };
     sqlx::query(
-        "INSERT INTO memories (agent_id, kind, id, body, words) VALUES ($1, 's', $2, $3, to_tsvector('english', $4))
-         ON CONFLICT (agent_id, kind, id) DO UPDATE SET body = excluded.body, words = excluded.words",
+        "INSERT INTO memories (agent_id, kind, id, body, ord, ts, live, words)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, to_tsvector('english', $8))
+         ON CONFLICT (agent_id, kind, id) DO UPDATE
+         SET body = excluded.body, ord = excluded.ord, ts = excluded.ts, live = excluded.live, words = excluded.words",
     )
     .bind(id)
-    .bind(&f.id)
-    .bind(body)
-    .bind(words)
+    .bind(kind as i8)
+    .bind(&item.key)
+    .bind(&item.body)
+    .bind(item.order as i64)
+    .bind(item.ts)
+    .bind(live)
+    .bind(crate::write::item_words(&item))
     .execute(&mut *tx)
     .await
-    .map_err(db("storing a fact"))?;
+    .map_err(db("storing a memory"))?;
     Ok(())
 }

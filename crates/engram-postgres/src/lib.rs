@@ -28,6 +28,7 @@
 mod agents;
 mod cache;
 mod compact;
+mod ranked;
 mod search;
 mod store;
 mod write;

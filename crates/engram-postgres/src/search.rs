@@ -4,24 +4,16 @@
 //! archived, as the file store does — in keyset pages of the primary key,
 //! matching each with the file store's own rule, so memory stays bounded
 //! and a page token (the last place read) stays valid between calls.
-//!
-//! Ranked search is not built yet (the next step): it answers that
-//! it is not available, and the server does not offer this backend.
+//! Ranked search is in `ranked`.
 
 use engram_core::{AgentId, CoreError, RawTrace};
 use engram_store::search::Query;
-use engram_store::{
-    Hit, IndexState, MemoryQuery, Recollection, Result, Search, SearchMode, SearchPage, StoreError,
-};
+use engram_store::{Hit, IndexState, Result, Search, SearchMode, SearchPage, StoreError};
 
 use crate::{PgStore, db};
 
 /// Traces read per round trip.
 const BATCH: i64 = 256;
-
-fn not_yet() -> StoreError {
-    StoreError::Database("ranked search is not available on the postgres backend yet".into())
-}
 
 /// A place in the reading order: (archived, seq), read newest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,10 +50,7 @@ impl PgStore {
             SearchMode::Ranked if search.query.trim().is_empty() => {
                 Err(CoreError::Invalid("query is empty; give one or more keywords".into()).into())
             }
-            SearchMode::Ranked => {
-                self.exists(id).await?;
-                Err(not_yet())
-            }
+            SearchMode::Ranked => self.ranked_search(id, search).await,
             SearchMode::AllWords => self.all_words(id, search).await,
         }
     }
@@ -124,18 +113,6 @@ impl PgStore {
                 return Ok(page(hits, None));
             }
         }
-    }
-
-    pub(crate) async fn rank_memories(
-        &self,
-        _id: &AgentId,
-        _query: &MemoryQuery,
-    ) -> Result<Recollection> {
-        Err(not_yet())
-    }
-
-    pub(crate) async fn index_state(&self, _id: &AgentId) -> Result<IndexState> {
-        Err(not_yet())
     }
 }
 

@@ -18,14 +18,12 @@ fn words_of(text: &str) -> String {
     text.replace('\0', " ")
 }
 
-/// The words a trace is searched by: its speaker, what it says and when.
-pub(crate) fn trace_words(t: &RawTrace) -> String {
-    let item = engram_store::trace_item(t);
-    let mut words = item.name.unwrap_or_default();
+/// The words an item is searched by: its speaker, what it says and when
+/// (as the file store's index holds them).
+pub(crate) fn item_words(item: &engram_index::Item) -> String {
+    let mut words = item.full_text();
     words.push('\n');
-    words.push_str(&item.text);
-    words.push('\n');
-    words.push_str(&engram_index::time::words(t.ts));
+    words.push_str(&engram_index::time::words(item.ts));
     words_of(&words)
 }
 
@@ -386,27 +384,44 @@ pub(crate) async fn insert_traces(
         return Ok(());
     }
     let bytes = traces.iter().map(|t| t.content.len() as u64).sum::<u64>();
-    let (seqs, ids, events, ts, bodies, words) = engram_store::offload_over(bytes, || {
-        let mut cols = (vec![], vec![], vec![], vec![], vec![], vec![]);
-        for (i, t) in traces.iter().enumerate() {
-            cols.0.push(first + i as i64);
-            cols.1.push(t.id.clone());
-            cols.2.push(t.event_id.clone());
-            cols.3.push(t.ts);
-            let line = t.to_line();
-            cols.4.push(String::from_utf8(line).expect("JSON is UTF-8"));
-            cols.5.push(trace_words(t));
-        }
-        cols
-    });
+    let (seqs, (ords, types), ids, events, ts, bodies, words) =
+        engram_store::offload_over(bytes, || {
+            let mut cols = (
+                vec![],
+                (vec![], vec![]),
+                vec![],
+                vec![],
+                vec![],
+                vec![],
+                vec![],
+            );
+            for (i, t) in traces.iter().enumerate() {
+                let item = engram_store::trace_item(t);
+                cols.0.push(first + i as i64);
+                cols.1.0.push(item.order as i64);
+                cols.1.1.push(i16::from(item.trace_type));
+                cols.2.push(t.id.clone());
+                cols.3.push(t.event_id.clone());
+                cols.4.push(t.ts);
+                cols.6.push(item_words(&item));
+                cols.5.push(item.body);
+            }
+            cols
+        });
     sqlx::query(
-        "INSERT INTO traces (agent_id, seq, trace_id, event_id, ts, body, words)
-         SELECT $1, u.seq, u.trace_id, u.event_id, u.ts, u.body, to_tsvector('english', u.words)
-         FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::float8[], $6::text[], $7::text[])
-           AS u(seq, trace_id, event_id, ts, body, words)",
+        "WITH added AS (
+           INSERT INTO traces (agent_id, seq, ord, trace_type, trace_id, event_id, ts, body, words)
+           SELECT $1, u.seq, u.ord, u.trace_type, u.trace_id, u.event_id, u.ts, u.body, to_tsvector('english', u.words)
+           FROM UNNEST($2::bigint[], $3::bigint[], $4::smallint[], $5::text[], $6::text[], $7::float8[], $8::text[], $9::text[])
+             AS u(seq, ord, trace_type, trace_id, event_id, ts, body, words)
+           RETURNING length(words) AS lexemes)
+         UPDATE agents SET words_total = words_total + (SELECT coalesce(sum(lexemes), 0) FROM added)
+         WHERE id = $1",
     )
     .bind(id)
     .bind(seqs)
+    .bind(ords)
+    .bind(types)
     .bind(ids)
     .bind(events)
     .bind(ts)

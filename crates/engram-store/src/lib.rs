@@ -42,7 +42,7 @@ mod fork;
 mod index;
 pub mod intent;
 pub mod jsonl;
-mod ranked;
+pub mod ranked;
 mod registry;
 pub mod search;
 pub mod wal;

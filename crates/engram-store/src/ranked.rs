@@ -17,12 +17,13 @@ use crate::{
 
 /// How deep ranked pages go: further than anyone reads, and a bound on the
 /// work of one request.
-const MAX_RANKED: usize = 1000;
+pub const MAX_RANKED: usize = 1000;
 
 /// Neighbours returned on each side of a match, at most.
-const MAX_CONTEXT: usize = 10;
+pub const MAX_CONTEXT: usize = 10;
 
-fn offset(token: Option<&str>) -> std::result::Result<usize, CoreError> {
+/// Where a ranked page starts, from its token.
+pub fn offset(token: Option<&str>) -> std::result::Result<usize, CoreError> {
     let Some(token) = token else { return Ok(0) };
     token
         .strip_prefix('k')
@@ -47,7 +48,50 @@ struct Ranking<'a> {
 }
 
 /// A ranking to make: the best `.1` within `.0`.
-type Want = (Filter, usize);
+pub type Want = (Filter, usize);
+
+/// The items a ranked SearchHistory may return: traces, as its filters
+/// say.
+pub fn search_filter(search: &Search) -> Filter {
+    Filter {
+        kinds: vec![Kind::Trace],
+        trace_types: search
+            .trace_types
+            .iter()
+            .map(|t| trace_type_code(*t))
+            .collect(),
+        order: search.turns.map(|(lo, hi)| {
+            (
+                engram_index::order(lo, 0),
+                engram_index::order(hi, u32::MAX),
+            )
+        }),
+        ts: search.ts,
+        traces_before: None,
+    }
+}
+
+/// What Retrieve(query) ranks, given where the active transcript starts:
+/// every kind together, then summaries alone and facts alone (so that a
+/// few summaries are not crowded out by hundreds of messages; one
+/// embedding of the query serves all three).
+pub fn memory_wants(query: &MemoryQuery, first_active: Option<u64>) -> Vec<Want> {
+    let only = |kind: Kind| Filter {
+        kinds: vec![kind],
+        ..Filter::default()
+    };
+    let all = Filter {
+        traces_before: query
+            .archived_only
+            .then(|| first_active.unwrap_or(u64::MAX)),
+        ..Filter::default()
+    };
+    vec![
+        (all, query.limit),
+        (only(Kind::Episodic), query.episodic),
+        (only(Kind::Semantic), query.semantic),
+    ]
+}
 
 impl FileStore {
     pub(crate) async fn ranked_search(&self, id: &AgentId, search: &Search) -> Result<SearchPage> {
@@ -59,22 +103,7 @@ impl FileStore {
             ))
             .into());
         }
-        let filter = Filter {
-            kinds: vec![Kind::Trace],
-            trace_types: search
-                .trace_types
-                .iter()
-                .map(|t| trace_type_code(*t))
-                .collect(),
-            order: search.turns.map(|(lo, hi)| {
-                (
-                    engram_index::order(lo, 0),
-                    engram_index::order(hi, u32::MAX),
-                )
-            }),
-            ts: search.ts,
-            traces_before: None,
-        };
+        let filter = search_filter(search);
         let context = search.context.min(MAX_CONTEXT);
         let wants = move |_| vec![(filter, end + 1)];
         self.ranking(id, &search.query, search.wait_for_index, wants, move |r| {
@@ -113,28 +142,8 @@ impl FileStore {
         id: &AgentId,
         query: &MemoryQuery,
     ) -> Result<Recollection> {
-        let (archived_only, limits) = (
-            query.archived_only,
-            (query.limit, query.episodic, query.semantic),
-        );
-        let wants = move |first_active: Option<u64>| {
-            let only = |kind: Kind| Filter {
-                kinds: vec![kind],
-                ..Filter::default()
-            };
-            let all = Filter {
-                traces_before: archived_only.then(|| first_active.unwrap_or(u64::MAX)),
-                ..Filter::default()
-            };
-            // Each kind alone too, so that a few summaries are not crowded
-            // out by hundreds of messages. One embedding of the query
-            // serves all three.
-            vec![
-                (all, limits.0),
-                (only(Kind::Episodic), limits.1),
-                (only(Kind::Semantic), limits.2),
-            ]
-        };
+        let asked = query.clone();
+        let wants = move |first_active: Option<u64>| memory_wants(&asked, first_active);
         let context = query.context.min(MAX_CONTEXT);
         self.ranking(id, &query.query, query.wait_for_index, wants, move |r| {
             let lexical = r.lexical;
@@ -296,7 +305,7 @@ fn recalled(
     }))
 }
 
-fn matched_by(r: &Ranked) -> MatchedBy {
+pub fn matched_by(r: &Ranked) -> MatchedBy {
     match r.matched() {
         Matched::Lexical => MatchedBy::Lexical,
         Matched::Semantic => MatchedBy::Semantic,
