@@ -5,6 +5,7 @@
 //! loaded afresh.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use engram_core::memory::{EpisodicItem, SemanticItem};
 use engram_core::{RawTrace, TurnTracker};
@@ -22,6 +23,8 @@ use crate::{PgStore, db};
 #[derive(Debug, Default)]
 pub(crate) struct Handle {
     state: AsyncMutex<Option<Cached>>,
+    /// Seconds since the store opened, at the last use (for eviction).
+    pub last_used: AtomicU64,
 }
 
 pub(crate) type Slot<'a> = MutexGuard<'a, Option<Cached>>;
@@ -56,7 +59,21 @@ pub(crate) enum Lock {
 impl PgStore {
     pub(crate) fn handle(&self, id: &str) -> Arc<Handle> {
         let mut agents = self.inner.agents.lock().expect("agents lock");
-        Arc::clone(agents.entry(id.to_owned()).or_default())
+        let handle = Arc::clone(agents.entry(id.to_owned()).or_default());
+        handle
+            .last_used
+            .store(self.inner.opened.elapsed().as_secs(), Ordering::Relaxed);
+        handle
+    }
+
+    /// Drops the caches of agents unused for `idle` that nobody holds.
+    pub(crate) fn evict_idle(&self, idle: std::time::Duration) {
+        let now = self.inner.opened.elapsed().as_secs();
+        let mut agents = self.inner.agents.lock().expect("agents lock");
+        agents.retain(|_, h| {
+            let fresh = now.saturating_sub(h.last_used.load(Ordering::Relaxed)) < idle.as_secs();
+            fresh || Arc::strong_count(h) > 1 || h.state.try_lock().is_err()
+        });
     }
 
     /// Forgets the cache of `id` (after its deletion).

@@ -31,6 +31,7 @@ mod compact;
 mod ranked;
 mod search;
 mod store;
+mod upkeep;
 mod write;
 
 use std::collections::HashMap;
@@ -68,6 +69,8 @@ pub struct PgConfig {
     /// role's default (`public`).
     pub schema: Option<String>,
     pub limits: IngestLimits,
+    /// Drop the cache of an agent unused this long; `None` keeps it.
+    pub idle_evict: Option<Duration>,
     /// The model that embeds items for semantic search; `None`: lexical
     /// search only.
     pub embedder: Option<Arc<dyn Embedder>>,
@@ -95,6 +98,7 @@ impl PgConfig {
             migrate: true,
             schema: None,
             limits: IngestLimits::default(),
+            idle_evict: Some(Duration::from_secs(600)),
             embedder: None,
         }
     }
@@ -114,6 +118,7 @@ struct Inner {
     agents: Mutex<HashMap<String, Arc<Handle>>>,
     failure: tokio::sync::watch::Sender<Option<String>>,
     faults: Faults,
+    opened: std::time::Instant,
 }
 
 impl PgStore {
@@ -139,6 +144,7 @@ impl PgStore {
                 agents: Mutex::new(HashMap::new()),
                 failure: tokio::sync::watch::channel(None).0,
                 faults: Faults::default(),
+                opened: std::time::Instant::now(),
             }),
         })
     }
@@ -200,9 +206,9 @@ pub async fn migrate(pool: &PgPool) -> Result<()> {
         .map_err(|e| StoreError::Database(format!("migrating the schema: {e}")))
 }
 
-/// Connects to `url` and migrates (`engramd migrate`).
-pub async fn migrate_url(url: &str) -> Result<()> {
-    let options = connect_options(&PgConfig::new(url))?;
+/// Connects as `config` says and migrates (`engramd migrate`).
+pub async fn migrate_url(config: &PgConfig) -> Result<()> {
+    let options = connect_options(config)?;
     let pool = PgPoolOptions::new()
         .max_connections(1)
         .connect_with(options)

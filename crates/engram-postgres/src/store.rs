@@ -119,9 +119,7 @@ impl Store for PgStore {
     }
 
     fn spawn_upkeep(&self) -> tokio::task::JoinHandle<()> {
-        // Nothing to keep up yet: the database keeps the data; idle caches
-        // are dropped by the eviction to come with the search index.
-        tokio::spawn(async {})
+        PgStore::spawn_upkeep(self)
     }
 
     async fn close(&self) {

@@ -139,12 +139,33 @@ pub async fn run_with_metrics(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    let mut store_config = config.store_config();
-    store_config.embedder = embedder(&config.embed).await?;
-    let store = FileStore::open(store_config).await?;
-    #[cfg(feature = "fault-injection")]
-    store.inject_compaction_crash(config.crash_at.clone());
-    serve(listener, metrics, config, Arc::new(store), shutdown).await
+    let store = open_store(&config).await?;
+    serve(listener, metrics, config, store, shutdown).await
+}
+
+/// The store `[store]` asks for, with the embedding model of `[embed]`.
+pub async fn open_store(config: &Config) -> Result<Arc<dyn Store>, ServerError> {
+    let embedder = embedder(&config.embed).await?;
+    match config.store.backend {
+        config::BackendSetting::Files => {
+            let mut store_config = config.store_config();
+            store_config.embedder = embedder;
+            let store = FileStore::open(store_config).await?;
+            #[cfg(feature = "fault-injection")]
+            store.inject_compaction_crash(config.crash_at.clone());
+            Ok(Arc::new(store))
+        }
+        config::BackendSetting::Postgres => {
+            let mut pg = config.postgres_config();
+            pg.embedder = embedder;
+            let store = engram_postgres::PgStore::open(pg).await?;
+            tracing::info!(
+                pool_size = config.store.postgres.pool_size,
+                "storing agents in PostgreSQL"
+            );
+            Ok(Arc::new(store))
+        }
+    }
 }
 
 /// `engramd reindex`: the search index of `agent` (or of every agent)
@@ -155,6 +176,11 @@ pub async fn reindex(
     agent: Option<&str>,
     mut report: impl FnMut(&str, &engram_store::IndexState),
 ) -> Result<(), ServerError> {
+    if config.store.backend == config::BackendSetting::Postgres {
+        return Err(ServerError::DataDir(
+            "engramd reindex rebuilds the file store's index; the postgres backend indexes words as it writes".into(),
+        ));
+    }
     let _held = lock_data_dir(&config.store.data_dir)?;
     let mut store_config = config.store_config();
     store_config.embedder = embedder(&config.embed).await?;
@@ -258,9 +284,17 @@ pub async fn serve(
         let mut failed = store.watch_failure();
         let health = health.clone();
         tokio::spawn(async move {
-            if failed.wait_for(Option::is_some).await.is_ok() {
+            // A database that cannot be reached comes back; a failed
+            // flush of the file store never does.
+            while failed.wait_for(Option::is_some).await.is_ok() {
                 not_serving(&health).await;
                 metrics::gauge!("engram_storage_failed").set(1.0);
+                if failed.wait_for(Option::is_none).await.is_err() {
+                    break;
+                }
+                health.set_serving::<MemoryServiceServer<Engram>>().await;
+                health.set_service_status("", ServingStatus::Serving).await;
+                metrics::gauge!("engram_storage_failed").set(0.0);
             }
         })
     };

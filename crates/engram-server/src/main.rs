@@ -42,6 +42,10 @@ enum Command {
         #[arg(long)]
         agent: Option<String>,
     },
+    /// Apply the database schema's migrations (`store.backend =
+    /// "postgres"`) and exit; replicas can then start with
+    /// `store.postgres.migrate = false`.
+    Migrate,
     /// Ask a running server's gRPC health service; exit 0 when SERVING
     /// (for container HEALTHCHECKs and exec probes).
     Health {
@@ -118,6 +122,16 @@ async fn serve() -> anyhow::Result<()> {
             );
             return Ok(());
         }
+        Some(Command::Migrate) => {
+            telemetry::init(&config.log);
+            anyhow::ensure!(
+                config.store.backend == engram_server::config::BackendSetting::Postgres,
+                "engramd migrate is for store.backend = \"postgres\"; the file store needs no migration"
+            );
+            engram_postgres::migrate_url(&config.postgres_config()).await?;
+            println!("database schema is current");
+            return Ok(());
+        }
         Some(Command::Reindex { agent }) => {
             telemetry::init(&config.log);
             engram_server::reindex(&config, agent.as_deref(), |id, index| {
@@ -139,8 +153,14 @@ async fn serve() -> anyhow::Result<()> {
     }
     telemetry::init(&config.log);
     // Before the listening line: a second engramd on this data says why
-    // it cannot serve instead of seeming to.
-    let _held = engram_server::lock_data_dir(&config.store.data_dir)?;
+    // it cannot serve instead of seeming to. (Database replicas share
+    // their data by design.)
+    let _held = match config.store.backend {
+        engram_server::config::BackendSetting::Files => {
+            Some(engram_server::lock_data_dir(&config.store.data_dir)?)
+        }
+        engram_server::config::BackendSetting::Postgres => None,
+    };
     let addr = config.listen_addr()?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -148,7 +168,14 @@ async fn serve() -> anyhow::Result<()> {
     let local = listener.local_addr()?;
     let metrics = engram_server::bind_metrics(&config).await?;
     let shutdown = shutdown_signal()?;
-    tracing::info!(%local, data_dir = %config.store.data_dir.display(), fsync = ?config.store.fsync, "engramd listening");
+    match config.store.backend {
+        engram_server::config::BackendSetting::Files => {
+            tracing::info!(%local, data_dir = %config.store.data_dir.display(), fsync = ?config.store.fsync, "engramd listening");
+        }
+        engram_server::config::BackendSetting::Postgres => {
+            tracing::info!(%local, backend = "postgres", "engramd listening");
+        }
+    }
     // Machine-readable lines on stdout, for scripts and tests that start the
     // server on port 0: gRPC first, as always, then metrics if on. Both
     // listeners are bound already.
