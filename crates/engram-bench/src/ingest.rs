@@ -58,6 +58,18 @@ pub struct Args {
     /// or none (indexing off).
     #[arg(long, default_value = "local")]
     embed: String,
+    /// store.backend for (c): files or postgres (each run on a fresh
+    /// schema of --pg-url).
+    #[arg(long, default_value = "files")]
+    backend: String,
+    /// Engram replicas for (c), clients spread over them (postgres only:
+    /// the file store has one owner).
+    #[arg(long, default_value_t = 1)]
+    replicas: usize,
+    /// The database for --backend postgres; default: ENGRAM_BENCH_PG_URL,
+    /// else the one `scripts/pg.sh start` (make pg) runs.
+    #[arg(long)]
+    pg_url: Option<String>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -137,16 +149,39 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// machine whose speed drifts (shared VMs do) affects both alike.
 async fn compare(args: &Args, duration: Duration, engram_dir: &Path) -> anyhow::Result<Vec<Level>> {
     let (echo_addr, stop_echo) = start_server(&Target::Echo).await?;
-    let (engram_addr, stop_engram) = start_server(&Target::Engram(
-        engram_dir.to_owned(),
-        args.fsync.clone(),
-        args.metrics,
-        args.embed.clone(),
-    ))
-    .await?;
+    let mut settings = vec![
+        ("ENGRAM__STORE__FSYNC".to_string(), args.fsync.clone()),
+        ("ENGRAM__EMBED__PROVIDER".to_string(), args.embed.clone()),
+        ("ENGRAM__STORE__BACKEND".to_string(), args.backend.clone()),
+    ];
+    anyhow::ensure!(
+        args.replicas == 1 || args.backend == "postgres",
+        "--replicas above 1 needs --backend postgres"
+    );
+    if args.backend == "postgres" {
+        let url = pg_url(args.pg_url.as_deref())?;
+        let schema = fresh_schema(&url).await?;
+        settings.push(("ENGRAM__STORE__POSTGRES__URL".to_string(), url));
+        settings.push(("ENGRAM__STORE__POSTGRES__SCHEMA".to_string(), schema));
+    }
+    let mut engram_addrs = vec![];
+    let mut stops = vec![];
+    for replica in 0..args.replicas.max(1) {
+        let (addr, stop) = start_server(&Target::Engram(
+            engram_dir.join(format!("replica-{replica}")),
+            args.metrics,
+            settings.clone(),
+        ))
+        .await?;
+        engram_addrs.push(addr);
+        stops.push(stop);
+    }
     println!(
-        "\n(b) tonic echo, no storage  vs  (c) Engram durable Ingest, fsync = {}, embed = {}",
-        args.fsync, args.embed
+        "\n(b) tonic echo, no storage  vs  (c) Engram durable Ingest, backend = {}, replicas = {}, fsync = {}, embed = {}",
+        args.backend,
+        args.replicas.max(1),
+        args.fsync,
+        args.embed
     );
     let mut levels = vec![];
     for &clients in &args.clients {
@@ -154,11 +189,11 @@ async fn compare(args: &Args, duration: Duration, engram_dir: &Path) -> anyhow::
         let mut engram = vec![];
         for round in 0..args.rounds {
             if let Some(only) = args.only.as_deref() {
-                let (addr, tag) = match only {
-                    "echo" => (echo_addr, "echo".to_owned()),
-                    _ => (engram_addr, format!("r{round}")),
+                let (addrs, tag) = match only {
+                    "echo" => (vec![echo_addr], "echo".to_owned()),
+                    _ => (engram_addrs.clone(), format!("r{round}")),
                 };
-                let r = measure(addr, clients, duration, &tag).await?;
+                let r = measure(&addrs, clients, duration, &tag).await?;
                 println!(
                     "  {clients:>3} clients, round {}: {only} {:>8.0}/s p50 {:>6.0} us cpu {:>4.1} us/call",
                     round + 1,
@@ -168,8 +203,8 @@ async fn compare(args: &Args, duration: Duration, engram_dir: &Path) -> anyhow::
                 );
                 continue;
             }
-            let e = measure(echo_addr, clients, duration, "echo").await?;
-            let g = measure(engram_addr, clients, duration, &format!("r{round}")).await?;
+            let e = measure(&[echo_addr], clients, duration, "echo").await?;
+            let g = measure(&engram_addrs, clients, duration, &format!("r{round}")).await?;
             println!(
                 "  {clients:>3} clients, round {}: echo {:>8.0}/s p50 {:>6.0} us cpu {:>4.1} us/call | ingest {:>8.0}/s p50 {:>6.0} us cpu {:>4.1} us/call | ratio {:.2}",
                 round + 1,
@@ -183,6 +218,9 @@ async fn compare(args: &Args, duration: Duration, engram_dir: &Path) -> anyhow::
             );
             echo.push(e);
             engram.push(g);
+        }
+        if echo.is_empty() || engram.is_empty() {
+            continue; // --only: no side by side
         }
         let mut ratios: Vec<f64> = echo
             .iter()
@@ -198,8 +236,36 @@ async fn compare(args: &Args, duration: Duration, engram_dir: &Path) -> anyhow::
         });
     }
     let _ = stop_echo.send(());
-    let _ = stop_engram.send(());
+    for stop in stops {
+        let _ = stop.send(());
+    }
     Ok(levels)
+}
+
+/// The benchmark's database.
+pub(crate) fn pg_url(given: Option<&str>) -> anyhow::Result<String> {
+    if let Some(url) = given {
+        return Ok(url.to_owned());
+    }
+    if let Ok(url) = std::env::var("ENGRAM_BENCH_PG_URL") {
+        return Ok(url);
+    }
+    std::fs::read_to_string("target/pg/url")
+        .map(|s| s.trim().to_owned())
+        .context("no database: pass --pg-url, set ENGRAM_BENCH_PG_URL or run `make pg` first")
+}
+
+/// A new schema for one run's agents.
+pub(crate) async fn fresh_schema(url: &str) -> anyhow::Result<String> {
+    let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
+    let admin = sqlx::PgPool::connect(url)
+        .await
+        .context("connecting to the database")?;
+    sqlx::query(&format!("CREATE SCHEMA {schema}"))
+        .execute(&admin)
+        .await?;
+    admin.close().await;
+    Ok(schema)
 }
 
 struct Level {
@@ -273,8 +339,8 @@ fn fsync_appends(dir: &Path, lines: usize, per_sync: usize) -> anyhow::Result<Fs
 #[derive(Clone)]
 enum Target {
     Echo,
-    /// Data dir, fsync policy, metrics on, embed provider.
-    Engram(PathBuf, String, bool, String),
+    /// Data dir, metrics on, further `ENGRAM__…` settings.
+    Engram(PathBuf, bool, Vec<(String, String)>),
 }
 
 struct LevelResult {
@@ -303,32 +369,31 @@ async fn start_server(
                     .serve_with_incoming_shutdown(incoming, shutdown),
             );
         }
-        Target::Engram(dir, fsync, metrics, embed) => {
+        Target::Engram(dir, metrics, settings) => {
             let metrics_listen = if *metrics { "127.0.0.1:0" } else { "" };
-            let config = engram_server::Config::load_from(
-                None,
-                [
-                    (
-                        "ENGRAM__SERVER__METRICS_LISTEN".to_string(),
-                        metrics_listen.to_string(),
-                    ),
-                    (
-                        "ENGRAM__STORE__DATA_DIR".to_string(),
-                        dir.display().to_string(),
-                    ),
-                    ("ENGRAM__LOG__LEVEL".to_string(), "warn".to_string()),
-                    ("ENGRAM__STORE__FSYNC".to_string(), fsync.clone()),
-                    ("ENGRAM__EMBED__PROVIDER".to_string(), embed.clone()),
-                ],
-            )?;
+            let mut vars = vec![
+                (
+                    "ENGRAM__SERVER__METRICS_LISTEN".to_string(),
+                    metrics_listen.to_string(),
+                ),
+                (
+                    "ENGRAM__STORE__DATA_DIR".to_string(),
+                    dir.display().to_string(),
+                ),
+                ("ENGRAM__LOG__LEVEL".to_string(), "warn".to_string()),
+            ];
+            vars.extend(settings.iter().cloned());
+            let config = engram_server::Config::load_from(None, vars)?;
             tokio::spawn(engram_server::run(listener, config, shutdown));
         }
     }
     Ok((addr, stop))
 }
 
+/// Ingest at `clients` agents, one client each, the clients spread over
+/// `addrs` (replicas of one store) in turn.
 async fn measure(
-    addr: SocketAddr,
+    addrs: &[SocketAddr],
     clients: usize,
     duration: Duration,
     tag: &str,
@@ -336,6 +401,7 @@ async fn measure(
     let mut tasks = vec![];
     let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(clients));
     for c in 0..clients {
+        let addr = addrs[c % addrs.len()];
         let channel = Channel::from_shared(format!("http://{addr}"))?
             .connect()
             .await?;

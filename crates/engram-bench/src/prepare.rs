@@ -36,6 +36,14 @@ pub struct Args {
     /// The server binary (build it with `cargo build --release -p engram-server`).
     #[arg(long, default_value = "target/release/engramd")]
     engramd: PathBuf,
+    /// store.backend: files (agents written as files) or postgres (agents
+    /// ingested through gRPC into a fresh schema of --pg-url; no archive
+    /// cases).
+    #[arg(long, default_value = "files")]
+    backend: String,
+    /// The database for --backend postgres (default as for `ingest`).
+    #[arg(long)]
+    pg_url: Option<String>,
 }
 
 /// About 200 tokens of varied English-like text.
@@ -155,7 +163,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(measure(&args, &data))?;
+    let extra = match args.backend.as_str() {
+        "postgres" => {
+            let url = crate::ingest::pg_url(args.pg_url.as_deref())?;
+            let schema = runtime.block_on(crate::ingest::fresh_schema(&url))?;
+            format!(
+                "[store]\nbackend = \"postgres\"\n[store.postgres]\nurl = {url:?}\nschema = {schema:?}\n"
+            )
+        }
+        _ => String::new(),
+    };
+    runtime.block_on(measure(&args, &data, &extra))?;
     let _ = std::fs::remove_dir_all(&data);
     Ok(())
 }
@@ -225,26 +243,41 @@ pub(crate) async fn connect(addr: &str) -> anyhow::Result<MemoryServiceClient<Ch
     Ok(MemoryServiceClient::new(channel).max_decoding_message_size(64 << 20))
 }
 
-async fn measure(args: &Args, data: &Path) -> anyhow::Result<()> {
+async fn measure(args: &Args, data: &Path, extra: &str) -> anyhow::Result<()> {
+    let postgres = !extra.is_empty();
     println!(
-        "\nPrepareRequest latency, model gpt-4o, {} calls per case",
-        args.calls
+        "\nPrepareRequest latency, model gpt-4o, {} calls per case, backend {}",
+        args.calls, args.backend
     );
     println!(
         "  messages  archive   format       p50 us    p99 us   prompt tokens   agent load ms   agent RSS MiB"
     );
+    if postgres {
+        // The same agents as the files, ingested into the database through
+        // a server of their own (the measured ones then load them).
+        let server = Server::start_with(&args.engramd, data, extra)?;
+        let mut client = connect(&server.addr).await?;
+        copy_in(&mut client, "warm-up", 4).await?;
+        for &n in &args.messages {
+            copy_in(&mut client, &format!("m{n}"), n).await?;
+        }
+    }
     let mut reloads = vec![];
     for &n in &args.messages {
         for archived in [false, true] {
+            if archived && postgres {
+                continue;
+            }
             let agent = if archived {
                 format!("m{n}-archived")
             } else {
                 format!("m{n}")
             };
             // A fresh server per case: its memory growth is this agent's.
-            let server = Server::start(&args.engramd, data)?;
+            let server = Server::start_with(&args.engramd, data, extra)?;
             let pid = server.child.id();
             let mut client = connect(&server.addr).await?;
+
             // Loads the tokenizers (and everything else a first call needs).
             prepare(&mut client, "warm-up", pb::RenderFormat::OpenaiChat).await?;
             let rss_before = rss_kib(pid);
@@ -282,7 +315,7 @@ async fn measure(args: &Args, data: &Path) -> anyhow::Result<()> {
                 // checkpoint, so this one need not replay the archive.
                 drop(client);
                 drop(server);
-                let server = Server::start(&args.engramd, data)?;
+                let server = Server::start_with(&args.engramd, data, extra)?;
                 let mut client = connect(&server.addr).await?;
                 prepare(&mut client, "warm-up", pb::RenderFormat::OpenaiChat).await?;
                 let t = Instant::now();
@@ -298,6 +331,38 @@ async fn measure(args: &Args, data: &Path) -> anyhow::Result<()> {
     for (n, ms) in reloads {
         println!("  {n:>8} messages   {ms:>8.1} ms");
     }
+    Ok(())
+}
+
+/// Ingests the conversation of `messages` messages [`make_agent`] writes
+/// (system prompt included) into `agent`.
+async fn copy_in(
+    client: &mut MemoryServiceClient<Channel>,
+    agent: &str,
+    messages: usize,
+) -> anyhow::Result<()> {
+    let events = conversation(messages);
+    for chunk in events.chunks(400) {
+        let events = chunk
+            .iter()
+            .map(engram_server::convert::event_to_pb)
+            .collect();
+        client
+            .ingest(pb::IngestRequest {
+                agent_id: agent.into(),
+                events,
+                ..Default::default()
+            })
+            .await?;
+    }
+    client
+        .prepare_request(pb::PrepareRequestRequest {
+            agent_id: agent.into(),
+            system_prompt: "You are a research assistant.".into(),
+            model: "gpt-4o".into(),
+            ..Default::default()
+        })
+        .await?;
     Ok(())
 }
 

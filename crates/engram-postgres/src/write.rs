@@ -85,15 +85,29 @@ impl PgStore {
         let handle = self.handle(id.as_str());
         let mut slot = handle.lock().await;
         loop {
-            let mut tx = self.begin().await?;
-            refresh(&mut tx, id.as_str(), &mut slot, Lock::Update).await?;
-            let Some(traces) = self
-                .append(&mut tx, id, &mut slot, events, usage, model)
-                .await?
-            else {
-                continue; // another replica created the agent meanwhile
+            let fast = match slot.is_some() {
+                true => {
+                    self.append_checked(id, &mut slot, events, usage, model)
+                        .await?
+                }
+                false => None,
             };
-            let cached = self.commit(tx, &mut slot).await?;
+            let traces = match fast {
+                Some(traces) => traces,
+                None => {
+                    let mut tx = self.begin().await?;
+                    refresh(&mut tx, id.as_str(), &mut slot, Lock::Update).await?;
+                    let Some(traces) = self
+                        .append(&mut tx, id, &mut slot, events, usage, model)
+                        .await?
+                    else {
+                        continue; // another replica created the agent meanwhile
+                    };
+                    self.commit(tx, &mut slot).await?;
+                    traces
+                }
+            };
+            let cached = slot.as_ref().expect("written");
             return Ok(Ingested {
                 traces,
                 current_turn_id: cached.derived.tracker.current_turn_id().unwrap_or_default(),
@@ -188,6 +202,99 @@ impl PgStore {
         }
         let bytes = plan.bytes.len() as u64;
         engram_store::offload_over(bytes, || {
+            for trace in plan.new_traces {
+                cached.derived.note(&trace);
+                cached.derived.traces.push(trace);
+            }
+        });
+        cached.version = version;
+        cached.next_seq = next;
+        Ok(Some(out))
+    }
+
+    /// Ingest's common case in one statement: `events` planned against the
+    /// cache, written only if the agent row is still the version the cache
+    /// is of (checked under the row's lock, in the same statement). `None`
+    /// when it is not — another replica wrote meanwhile — or the write needs
+    /// more than one statement (results stored whole, retried events): the
+    /// caller then takes the locked path.
+    async fn append_checked(
+        &self,
+        id: &AgentId,
+        slot: &mut Slot<'_>,
+        events: &[NewEvent],
+        usage: Option<Usage>,
+        model: Option<&str>,
+    ) -> Result<Option<Vec<RawTrace>>> {
+        let Some(cached) = slot.as_mut() else {
+            return Ok(None);
+        };
+        let bytes = events.iter().map(NewEvent::approx_bytes).sum::<usize>() as u64;
+        let plan = engram_store::offload_over(bytes, || {
+            cached.derived.tracker.plan(
+                events,
+                usage,
+                model,
+                self.inner.config.limits,
+                engram_store::unix_now(),
+                || uuid::Uuid::now_v7().to_string(),
+            )
+        });
+        // A refusal by a cache that may be behind (the tool call it misses
+        // may be another replica's write) is decided again, current.
+        let Ok(plan) = plan else {
+            return Ok(None);
+        };
+        let all_new = plan.outcomes.iter().all(|o| matches!(o, Outcome::New(_)));
+        if !plan.spills.is_empty() || !all_new || plan.new_traces.is_empty() {
+            return Ok(None);
+        }
+        let first = cached.next_seq;
+        let next = first + plan.new_traces.len() as i64;
+        let cols = trace_columns(first, &plan.new_traces);
+        let written: std::result::Result<Option<i64>, sqlx::Error> = sqlx::query_scalar(
+            "WITH current AS (
+               SELECT 1 FROM agents
+               WHERE id = $1 AND incarnation = $10 AND version = $11 AND generation = $12
+               FOR UPDATE),
+             added AS (
+               INSERT INTO traces (agent_id, seq, ord, trace_type, trace_id, event_id, ts, body, words)
+               SELECT $1, u.seq, u.ord, u.trace_type, u.trace_id, u.event_id, u.ts, u.body, to_tsvector('english', u.words)
+               FROM UNNEST($2::bigint[], $3::bigint[], $4::smallint[], $5::text[], $6::text[], $7::float8[], $8::text[], $9::text[])
+                 AS u(seq, ord, trace_type, trace_id, event_id, ts, body, words)
+               WHERE EXISTS (SELECT 1 FROM current)
+               RETURNING length(words) AS lexemes)
+             UPDATE agents
+             SET version = version + 1, next_seq = $13,
+                 words_total = words_total + (SELECT coalesce(sum(lexemes), 0) FROM added)
+             WHERE id = $1 AND EXISTS (SELECT 1 FROM current)
+             RETURNING version",
+        )
+        .bind(id.as_str())
+        .bind(cols.seqs)
+        .bind(cols.ords)
+        .bind(cols.types)
+        .bind(cols.ids)
+        .bind(cols.events)
+        .bind(cols.ts)
+        .bind(cols.bodies)
+        .bind(cols.words)
+        .bind(cached.incarnation)
+        .bind(cached.version)
+        .bind(cached.generation)
+        .bind(next)
+        .fetch_optional(&self.inner.pool)
+        .await;
+        let version = match written {
+            Ok(Some(version)) => version,
+            Ok(None) => return Ok(None),
+            // Another replica stored the same event (this cache did not
+            // know yet): the locked path finds it.
+            Err(sqlx::Error::Database(d)) if d.is_unique_violation() => return Ok(None),
+            Err(e) => return Err(db("storing traces")(e)),
+        };
+        let out = plan.new_traces.clone();
+        engram_store::offload_over(plan.bytes.len() as u64, || {
             for trace in plan.new_traces {
                 cached.derived.note(&trace);
                 cached.derived.traces.push(trace);
@@ -383,31 +490,7 @@ pub(crate) async fn insert_traces(
     if traces.is_empty() {
         return Ok(());
     }
-    let bytes = traces.iter().map(|t| t.content.len() as u64).sum::<u64>();
-    let (seqs, (ords, types), ids, events, ts, bodies, words) =
-        engram_store::offload_over(bytes, || {
-            let mut cols = (
-                vec![],
-                (vec![], vec![]),
-                vec![],
-                vec![],
-                vec![],
-                vec![],
-                vec![],
-            );
-            for (i, t) in traces.iter().enumerate() {
-                let item = engram_store::trace_item(t);
-                cols.0.push(first + i as i64);
-                cols.1.0.push(item.order as i64);
-                cols.1.1.push(i16::from(item.trace_type));
-                cols.2.push(t.id.clone());
-                cols.3.push(t.event_id.clone());
-                cols.4.push(t.ts);
-                cols.6.push(item_words(&item));
-                cols.5.push(item.body);
-            }
-            cols
-        });
+    let cols = trace_columns(first, traces);
     sqlx::query(
         "WITH added AS (
            INSERT INTO traces (agent_id, seq, ord, trace_type, trace_id, event_id, ts, body, words)
@@ -419,14 +502,14 @@ pub(crate) async fn insert_traces(
          WHERE id = $1",
     )
     .bind(id)
-    .bind(seqs)
-    .bind(ords)
-    .bind(types)
-    .bind(ids)
-    .bind(events)
-    .bind(ts)
-    .bind(bodies)
-    .bind(words)
+    .bind(cols.seqs)
+    .bind(cols.ords)
+    .bind(cols.types)
+    .bind(cols.ids)
+    .bind(cols.events)
+    .bind(cols.ts)
+    .bind(cols.bodies)
+    .bind(cols.words)
     .execute(&mut *tx)
     .await
     .map_err(|e| match &e {
@@ -437,6 +520,48 @@ pub(crate) async fn insert_traces(
         _ => db("storing traces")(e),
     })?;
     Ok(())
+}
+
+/// Traces as the columns of one multi-row insert (`UNNEST` of arrays).
+struct TraceColumns {
+    seqs: Vec<i64>,
+    ords: Vec<i64>,
+    types: Vec<i16>,
+    ids: Vec<String>,
+    events: Vec<Option<String>>,
+    ts: Vec<f64>,
+    bodies: Vec<String>,
+    words: Vec<String>,
+}
+
+/// `traces` placed at `first..`; serializing large ones runs off the async
+/// workers.
+fn trace_columns(first: i64, traces: &[RawTrace]) -> TraceColumns {
+    let bytes = traces.iter().map(|t| t.content.len() as u64).sum::<u64>();
+    engram_store::offload_over(bytes, || {
+        let mut cols = TraceColumns {
+            seqs: Vec::with_capacity(traces.len()),
+            ords: Vec::with_capacity(traces.len()),
+            types: Vec::with_capacity(traces.len()),
+            ids: Vec::with_capacity(traces.len()),
+            events: Vec::with_capacity(traces.len()),
+            ts: Vec::with_capacity(traces.len()),
+            bodies: Vec::with_capacity(traces.len()),
+            words: Vec::with_capacity(traces.len()),
+        };
+        for (i, t) in traces.iter().enumerate() {
+            let item = engram_store::trace_item(t);
+            cols.seqs.push(first + i as i64);
+            cols.ords.push(item.order as i64);
+            cols.types.push(i16::from(item.trace_type));
+            cols.ids.push(t.id.clone());
+            cols.events.push(t.event_id.clone());
+            cols.ts.push(t.ts);
+            cols.words.push(item_words(&item));
+            cols.bodies.push(item.body);
+        }
+        cols
+    })
 }
 
 /// The stored trace with `trace_id`: active first, then the archive (a

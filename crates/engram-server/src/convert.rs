@@ -126,6 +126,30 @@ pub fn event_from_pb(e: pb::TraceEvent) -> NewEvent {
     }
 }
 
+/// The event a client would send for `e` (clients and benchmarks in Rust).
+pub fn event_to_pb(e: &NewEvent) -> pb::TraceEvent {
+    pb::TraceEvent {
+        trace_type: e
+            .trace_type
+            .map_or(pb::TraceType::Unspecified, trace_type_to_pb)
+            .into(),
+        content: e.content.clone(),
+        source_event: e.source_event.clone(),
+        turn_id: e.turn_id.clone().unwrap_or_default(),
+        event_id: e.event_id.clone().unwrap_or_default(),
+        ts: e.ts,
+        tool_name: e.tool_name.clone().unwrap_or_default(),
+        tool_call_id: e.tool_call_id.clone().unwrap_or_default(),
+        tool_args: e.tool_args.as_ref().map(struct_from_json),
+        tool_result: e.tool_result.as_ref().map(value_from_json),
+        tool_error: e.tool_error.clone().unwrap_or_default(),
+        correlation_id: e.correlation_id.clone().unwrap_or_default(),
+        tags: e.tags.clone(),
+        media: e.media.as_ref().map(media_to_pb),
+        name: e.name.clone().unwrap_or_default(),
+    }
+}
+
 pub fn usage_from_pb(u: pb::Usage) -> Usage {
     Usage {
         prompt_tokens: u.prompt_tokens,
