@@ -91,13 +91,24 @@ CREATE TABLE spills (
     PRIMARY KEY (agent_id, path)
 );
 
--- Embeddings of traces and memories, by item key, for one model at a
--- time (another model's vectors are never mixed in).
-CREATE TABLE vectors (
-    agent_id text NOT NULL REFERENCES agents (id) ON DELETE CASCADE,
-    item text NOT NULL,
-    model text NOT NULL,
-    -- int8 components with one f32 scale, as the file store's vectors file.
-    vector bytea NOT NULL,
-    PRIMARY KEY (agent_id, item)
-);
+-- Embeddings, stored with their items (`vector`: the model's f32
+-- components, little-endian; empty when the model refused the text) and
+-- numbered in the order they were written (`vector_seq`), so a replica's
+-- copy of an agent's vectors catches up with the rows numbered since.
+CREATE SEQUENCE vector_seq;
+ALTER TABLE traces
+    ADD COLUMN vector bytea,
+    ADD COLUMN vector_model text,
+    ADD COLUMN vector_seq bigint,
+    -- A replica is embedding it (others leave it alone until then).
+    ADD COLUMN embed_claimed timestamptz;
+ALTER TABLE memories
+    ADD COLUMN vector bytea,
+    ADD COLUMN vector_model text,
+    ADD COLUMN vector_seq bigint,
+    ADD COLUMN embed_claimed timestamptz;
+-- What waits for the model: found without scanning the rest.
+CREATE INDEX traces_unembedded ON traces (agent_id, seq) WHERE vector IS NULL;
+CREATE INDEX memories_unembedded ON memories (agent_id, seq) WHERE vector IS NULL AND live;
+CREATE INDEX traces_vectors ON traces (agent_id, vector_seq) WHERE vector_seq IS NOT NULL;
+CREATE INDEX memories_vectors ON memories (agent_id, vector_seq) WHERE vector_seq IS NOT NULL;

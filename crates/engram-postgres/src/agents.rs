@@ -103,13 +103,13 @@ impl PgStore {
             return Err(StoreError::AlreadyExists(target.to_string()));
         }
         for sql in [
-            "INSERT INTO traces (agent_id, seq, ord, trace_type, trace_id, event_id, ts, archived, body, words)
-             SELECT $2, seq, ord, trace_type, trace_id, event_id, ts, archived, body, words FROM traces WHERE agent_id = $1",
-            "INSERT INTO memories (agent_id, kind, id, body, ord, ts, live, words)
-             SELECT $2, kind, id, body, ord, ts, live, words FROM memories WHERE agent_id = $1 ORDER BY seq",
+            "INSERT INTO traces (agent_id, seq, ord, trace_type, trace_id, event_id, ts, archived, body, words, vector, vector_model, vector_seq)
+             SELECT $2, seq, ord, trace_type, trace_id, event_id, ts, archived, body, words, vector, vector_model, vector_seq
+             FROM traces WHERE agent_id = $1",
+            "INSERT INTO memories (agent_id, kind, id, body, ord, ts, live, words, vector, vector_model, vector_seq)
+             SELECT $2, kind, id, body, ord, ts, live, words, vector, vector_model, vector_seq
+             FROM memories WHERE agent_id = $1 ORDER BY seq",
             "INSERT INTO spills (agent_id, path, body) SELECT $2, path, body FROM spills WHERE agent_id = $1",
-            "INSERT INTO vectors (agent_id, item, model, vector)
-             SELECT $2, item, model, vector FROM vectors WHERE agent_id = $1",
         ] {
             sqlx::query(sql)
                 .bind(source.as_str())
@@ -128,8 +128,7 @@ impl PgStore {
             "SELECT 'agents', sum(pg_column_size(a.*))::bigint FROM agents a WHERE id = $1
              UNION ALL SELECT 'memories', sum(pg_column_size(m.*))::bigint FROM memories m WHERE agent_id = $1
              UNION ALL SELECT 'spills', sum(pg_column_size(s.*))::bigint FROM spills s WHERE agent_id = $1
-             UNION ALL SELECT 'traces', sum(pg_column_size(t.*))::bigint FROM traces t WHERE agent_id = $1
-             UNION ALL SELECT 'vectors', sum(pg_column_size(v.*))::bigint FROM vectors v WHERE agent_id = $1",
+             UNION ALL SELECT 'traces', sum(pg_column_size(t.*))::bigint FROM traces t WHERE agent_id = $1",
         )
         .bind(id.as_str())
         .fetch_all(&self.inner.pool)

@@ -25,6 +25,8 @@ pub(crate) struct Handle {
     state: AsyncMutex<Option<Cached>>,
     /// Seconds since the store opened, at the last use (for eviction).
     pub last_used: AtomicU64,
+    /// The agent's vectors, for searches.
+    pub vectors: crate::vectors::VectorSlot,
 }
 
 pub(crate) type Slot<'a> = MutexGuard<'a, Option<Cached>>;
@@ -72,7 +74,10 @@ impl PgStore {
         let mut agents = self.inner.agents.lock().expect("agents lock");
         agents.retain(|_, h| {
             let fresh = now.saturating_sub(h.last_used.load(Ordering::Relaxed)) < idle.as_secs();
-            fresh || Arc::strong_count(h) > 1 || h.state.try_lock().is_err()
+            fresh
+                || Arc::strong_count(h) > 1
+                || h.state.try_lock().is_err()
+                || h.vectors.try_lock().is_err()
         });
     }
 

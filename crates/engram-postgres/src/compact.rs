@@ -311,7 +311,9 @@ async fn upsert_memory(
         "INSERT INTO memories (agent_id, kind, id, body, ord, ts, live, words)
          VALUES ($1, $2, $3, $4, $5, $6, $7, to_tsvector('english', $8))
          ON CONFLICT (agent_id, kind, id) DO UPDATE
-         SET body = excluded.body, ord = excluded.ord, ts = excluded.ts, live = excluded.live, words = excluded.words",
+         SET body = excluded.body, ord = excluded.ord, ts = excluded.ts, live = excluded.live, words = excluded.words,
+             -- A fact superseded leaves the replicas' vectors too.
+             vector_seq = CASE WHEN excluded.live THEN memories.vector_seq ELSE nextval('vector_seq') END",
     )
     .bind(id)
     .bind(kind as i8)

@@ -32,6 +32,7 @@ mod ranked;
 mod search;
 mod store;
 mod upkeep;
+mod vectors;
 mod write;
 
 use std::collections::HashMap;
@@ -137,7 +138,7 @@ impl PgStore {
         } else {
             check_migrated(&pool).await?;
         }
-        Ok(Self {
+        let store = Self {
             inner: Arc::new(Inner {
                 pool,
                 config,
@@ -146,7 +147,9 @@ impl PgStore {
                 faults: Faults::default(),
                 opened: std::time::Instant::now(),
             }),
-        })
+        };
+        store.spawn_indexer();
+        Ok(store)
     }
 
     pub fn config(&self) -> &PgConfig {

@@ -10,13 +10,14 @@ use std::collections::HashMap;
 
 use engram_core::{AgentId, CoreError, RawTrace};
 use engram_index::lexical::Placed;
-use engram_index::{Candidate, Filter, Kind, Params, Ranked};
+use engram_index::{Candidate, Filter, Kind, Params, Ranked, Semantic, Words};
 use engram_store::ranked::{MAX_CONTEXT, MAX_RANKED, Want, matched_by, memory_wants, offset};
 use engram_store::{
     Hit, IndexState, Memory, MemoryQuery, Recalled, Recollection, Result, Search, SearchPage,
     StoreError,
 };
 use sqlx::PgConnection;
+use uuid::Uuid;
 
 use crate::{PgStore, db, parse};
 
@@ -61,13 +62,15 @@ impl PgStore {
         }
         let mut conn = self.conn().await?;
         let filter = engram_store::ranked::search_filter(search);
-        let (mut ranked, state) = ranking(
-            &mut conn,
-            id.as_str(),
-            &search.query,
-            vec![(filter, end + 1)],
-        )
-        .await?;
+        let (mut ranked, state) = self
+            .ranking(
+                &mut conn,
+                id.as_str(),
+                &search.query,
+                vec![(filter, end + 1)],
+                search.wait_for_index,
+            )
+            .await?;
         let ranked = ranked.pop().unwrap_or_default();
         let more = ranked.len() > end;
         let page: Vec<Ranked> = ranked.into_iter().take(end).skip(from).collect();
@@ -109,7 +112,15 @@ impl PgStore {
         for want in &mut wants {
             want.1 = want.1.min(MAX_RANKED);
         }
-        let (ranked, state) = ranking(&mut conn, id.as_str(), &query.query, wants).await?;
+        let (ranked, state) = self
+            .ranking(
+                &mut conn,
+                id.as_str(),
+                &query.query,
+                wants,
+                query.wait_for_index,
+            )
+            .await?;
         let mut ranked = ranked.into_iter();
         let (all, episodic, semantic) = (
             ranked.next().unwrap_or_default(),
@@ -140,7 +151,71 @@ impl PgStore {
 
     pub(crate) async fn index_state(&self, id: &AgentId) -> Result<IndexState> {
         let mut conn = self.conn().await?;
-        state(&mut conn, id.as_str()).await
+        let (state, incarnation) = state(&mut conn, id.as_str()).await?;
+        let handle = self.handle(id.as_str());
+        let embedded = self
+            .vectors(&mut conn, id.as_str(), incarnation, &handle.vectors)
+            .await?
+            .map_or(0, |v| v.as_ref().map_or(0, |v| v.vectors.len()));
+        self.with_vectors(&mut conn, id.as_str(), state, embedded)
+            .await
+    }
+
+    /// The rankings `wants` asks for, and the index state. The query is
+    /// embedded while the database ranks its words.
+    async fn ranking(
+        &self,
+        conn: &mut PgConnection,
+        id: &str,
+        query: &str,
+        wants: Vec<Want>,
+        wait: Option<std::time::Duration>,
+    ) -> Result<(Vec<Vec<Ranked>>, IndexState)> {
+        if let Some(wait) = wait {
+            self.wait_embedded(id, std::time::Instant::now() + wait)
+                .await?;
+        }
+        let (state, incarnation) = state(conn, id).await?;
+        let (query_vector, words) =
+            tokio::join!(self.query_vector(query), by_words(conn, id, query, wants));
+        let words = words?;
+        let handle = self.handle(id);
+        let vectors = self.vectors(conn, id, incarnation, &handle.vectors).await?;
+        let copy = vectors.as_ref().and_then(|v| v.as_ref());
+        let semantic = match (copy, &query_vector) {
+            (Some(copy), Some(query)) => Some(Semantic {
+                vectors: &copy.vectors,
+                query: query.as_slice(),
+            }),
+            _ => None,
+        };
+        let params = Params::default();
+        let ranked = words
+            .into_iter()
+            .map(|w| w.map_or_else(Vec::new, |w| w.fuse(semantic, &params)))
+            .collect();
+        let embedded = copy.map_or(0, |c| c.vectors.len());
+        drop(vectors);
+        let state = self.with_vectors(conn, id, state, embedded).await?;
+        Ok((ranked, state))
+    }
+
+    /// The query's vector, or `None` (no model, an empty query, or a model
+    /// that failed: the search is then by words, and says so).
+    async fn query_vector(&self, query: &str) -> Option<Vec<f32>> {
+        let embedder = self.embedder()?;
+        if query.trim().is_empty() {
+            return None;
+        }
+        let text = engram_core::text::cut(query.to_owned(), engram_store::MAX_EMBEDDED_CHARS);
+        match embedder.embed_query(&text).await {
+            Ok(mut v) if v.len() == 1 && v[0].len() == embedder.dim() => v.pop(),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "query not embedded; searching by words only");
+                None
+            }
+        }
     }
 
     async fn conn(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Postgres>> {
@@ -148,44 +223,55 @@ impl PgStore {
     }
 }
 
-/// What the agent's search covers: every trace and live memory (the
-/// database indexes a row's words as it is written).
-async fn state(conn: &mut PgConnection, id: &str) -> Result<IndexState> {
-    let items: Option<i64> = sqlx::query_scalar(
-        "SELECT a.next_seq + (SELECT count(*) FROM memories m WHERE m.agent_id = $1 AND m.live)
+/// What the agent's search covers by words: every trace and live memory
+/// (the database indexes a row's words as it is written); and which
+/// incarnation of the agent it is.
+async fn state(conn: &mut PgConnection, id: &str) -> Result<(IndexState, Uuid)> {
+    let row: Option<(i64, Uuid)> = sqlx::query_as(
+        "SELECT a.next_seq + (SELECT count(*) FROM memories m WHERE m.agent_id = $1 AND m.live), a.incarnation
          FROM agents a WHERE a.id = $1",
     )
     .bind(id)
     .fetch_optional(&mut *conn)
     .await
     .map_err(db("reading an agent"))?;
-    let items = items.ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
-    Ok(IndexState {
+    let (items, incarnation) = row.ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
+    let state = IndexState {
         items: u64::try_from(items).unwrap_or(0),
         ..IndexState::default()
-    })
+    };
+    Ok((state, incarnation))
 }
 
-/// The rankings `wants` asks for, and the index state.
-async fn ranking(
+/// The lexical half of each ranking `wants` asks for (`None` for a limit
+/// of 0).
+async fn by_words(
     conn: &mut PgConnection,
     id: &str,
     query: &str,
     wants: Vec<Want>,
-) -> Result<(Vec<Vec<Ranked>>, IndexState)> {
-    let state = state(conn, id).await?;
+) -> Result<Vec<Option<Words>>> {
     let params = Params::default();
-    let Some(terms) = terms(conn, id, query, params.max_terms).await? else {
-        return Ok((wants.iter().map(|_| Vec::new()).collect(), state));
-    };
+    let terms = terms(conn, id, query, params.max_terms).await?;
     let mut out = Vec::with_capacity(wants.len());
     for (filter, limit) in wants {
         if limit == 0 {
-            out.push(Vec::new());
+            out.push(None);
             continue;
         }
+        let Some(terms) = &terms else {
+            // No word to look for: meaning alone ranks.
+            out.push(Some(engram_index::from_candidates(
+                Vec::new(),
+                &|_, _| Default::default(),
+                &filter,
+                limit,
+                &params,
+            )));
+            continue;
+        };
         let want = params.candidates.max(limit);
-        let candidates = candidates(conn, id, &terms, &filter, want).await?;
+        let candidates = candidates(conn, id, terms, &filter, want).await?;
         let placed = neighbours(conn, id, &candidates, params.neighbour_span).await?;
         let around = |order: u64, n: usize| {
             placed.get(&order).map_or_else(Default::default, |(b, a)| {
@@ -195,10 +281,11 @@ async fn ranking(
                 )
             })
         };
-        let words = engram_index::from_candidates(candidates, &around, &filter, limit, &params);
-        out.push(words.fuse(None, &params));
+        out.push(Some(engram_index::from_candidates(
+            candidates, &around, &filter, limit, &params,
+        )));
     }
-    Ok((out, state))
+    Ok(out)
 }
 
 /// The query's terms (the database's analysis), each one's rarity in the

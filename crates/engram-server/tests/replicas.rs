@@ -343,3 +343,37 @@ async fn a_replica_killed_mid_compaction_loses_nothing() {
     let acked = acked.lock().await.clone();
     assert!(check(&mut cb, &[agent], &acked).await > 0);
 }
+
+/// Search by meaning on the database, with the real local model: what one
+/// replica was told, the other finds by paraphrases that share no word
+/// with it, once the indexers (either replica's) have embedded it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn meaning_is_found_through_either_replica() {
+    use common::meaning::*;
+    let model = model_dir();
+    let env = replica_env(&[
+        ("ENGRAM__EMBED__PROVIDER", "local"),
+        ("ENGRAM__EMBED__MODEL_DIR", &model),
+    ])
+    .await;
+    let (a, _da) = spawn(&env);
+    let (b, _db) = spawn(&env);
+    tell(&mut a.client().await, "talk").await;
+    let mut cb = b.client().await;
+    assert_paraphrases_found(&mut cb, "talk").await;
+    // Retrieve ranks by the same words and meaning.
+    let recalled = cb
+        .retrieve(pb::RetrieveRequest {
+            agent_id: "talk".into(),
+            query: PARAPHRASES[0].0.into(),
+            max_recalled: Some(3),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .recalled;
+    let first = recalled[0].trace.as_ref().unwrap();
+    assert_eq!(first.content, TALK[PARAPHRASES[0].1]);
+    assert_eq!(recalled[0].matched_by, pb::MatchedBy::Semantic as i32);
+}

@@ -63,19 +63,21 @@ impl Indexer {
     }
 }
 
-/// What one batch came to.
-struct Outcome {
-    embedded: Vec<Embedded>,
+/// What one batch came to; items in neither list were refused by the
+/// model (they are found by their words only).
+#[derive(Debug)]
+pub struct Outcome {
+    pub embedded: Vec<Embedded>,
     /// Items for a later try (the model was unavailable), and why.
-    retry: Vec<Item>,
-    failed: Option<String>,
+    pub retry: Vec<Item>,
+    pub failed: Option<String>,
 }
 
 /// Embeds `batch`. A model that refuses the batch (a remote one may refuse
 /// a text it cannot take) gets each item alone; an item refused alone is
 /// left to the words (counted, logged; the next load of the agent tries it
 /// again), so one text never holds up its agent's queue.
-async fn embed_batch(embedder: &dyn Embedder, batch: Vec<Item>) -> Outcome {
+pub async fn embed_batch(embedder: &dyn Embedder, batch: Vec<Item>) -> Outcome {
     let texts: Vec<String> = batch.iter().map(|i| i.text.clone()).collect();
     let why = match embedder.embed(&texts).await {
         Ok(vectors) if vectors.len() == batch.len() => {

@@ -35,7 +35,7 @@ const VECTORS_FILE: &str = "vectors.bin";
 
 /// Text given to the embedding model per item or query: models read a few
 /// hundred tokens (all-MiniLM-L6-v2: 256), so more is tokenized for nothing.
-pub(crate) const MAX_EMBEDDED_CHARS: usize = 2048;
+pub const MAX_EMBEDDED_CHARS: usize = 2048;
 
 /// Text of one item that is indexed; the rest of a huge tool result adds
 /// little to ranking and much to the index.
@@ -286,7 +286,7 @@ fn open(agent_dir: &Path, model: Option<&ModelId>) -> Result<AgentIndex> {
 }
 
 /// An item as the embedding queue keeps it: its text capped, no body.
-fn for_embedding(mut item: Item) -> Item {
+pub fn for_embedding(mut item: Item) -> Item {
     item.text = cut(item.full_text(), MAX_EMBEDDED_CHARS);
     item.name = None;
     item.body = String::new();

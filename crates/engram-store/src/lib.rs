@@ -67,9 +67,10 @@ pub use api::{
     SearchMode, SearchPage, Store, Visible,
 };
 pub use durable::FsyncPolicy;
-pub use error::{Result, StoreError};
 /// Search items as the index holds them (for other backends' indexes).
-pub use index::{episodic_item, semantic_item, trace_item};
+pub use embedding::{Outcome as Embedding, embed_batch};
+pub use error::{Result, StoreError};
+pub use index::{MAX_EMBEDDED_CHARS, episodic_item, for_embedding, semantic_item, trace_item};
 
 /// File store settings (the `[store]` and `[limits]` config sections).
 #[derive(Debug, Clone)]

@@ -3,6 +3,8 @@
 //! server starts, so no test waits for readiness.
 #![allow(dead_code)]
 
+pub mod meaning;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;

@@ -1,0 +1,354 @@
+//! Embeddings on the database: every replica with a model runs an indexer
+//! that claims items without a vector (a short claim, so replicas share the
+//! work and one that dies mid-batch delays its items only until the claim
+//! expires), embeds them off the write path, and stores each vector with
+//! its item. A search scores the agent's vectors exactly in the replica,
+//! from a copy kept per agent and caught up with the vectors numbered
+//! since (`vector_seq`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use engram_core::embed::Embedder;
+use engram_index::{Embedded, Item, Kind, Vectors};
+use engram_store::{IndexState, Result, StoreError};
+use sqlx::PgConnection;
+use tokio::sync::Mutex as AsyncMutex;
+use uuid::Uuid;
+
+use crate::{PgStore, db};
+
+/// Items per call to the model.
+const BATCH: i64 = 32;
+/// A claim older than this is another replica's that died: taken over.
+const CLAIM_SECS: f64 = 120.0;
+/// How often an idle indexer looks for work other replicas wrote.
+const IDLE: Duration = Duration::from_millis(500);
+/// Pause after the model failed before it is asked again.
+const RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// A replica's copy of one agent's vectors.
+#[derive(Debug)]
+pub(crate) struct AgentVectors {
+    incarnation: Uuid,
+    /// The highest `vector_seq` folded in.
+    seen: i64,
+    pub vectors: Vectors,
+}
+
+/// A stored vector: key, kind (0 trace, 1 summary, 2 fact), place, time,
+/// trace type, the vector, its number, and whether its item is live.
+type VectorRow = (String, i16, i64, f64, i16, Vec<u8>, i64, bool);
+
+/// Per agent, next to its cache.
+pub(crate) type VectorSlot = AsyncMutex<Option<AgentVectors>>;
+
+fn encode(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn decode(bytes: &[u8], dim: usize) -> Option<Vec<f32>> {
+    (bytes.len() == dim * 4).then(|| {
+        bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    })
+}
+
+impl PgStore {
+    pub(crate) fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
+        self.inner.config.embedder.as_ref()
+    }
+
+    /// Starts the indexer when there is a model.
+    pub(crate) fn spawn_indexer(&self) {
+        let Some(embedder) = self.embedder().cloned() else {
+            return;
+        };
+        let store = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = store.forget_other_models(embedder.model()).await {
+                tracing::warn!(error = %e, "could not clear another model's vectors");
+            }
+            loop {
+                match store.embed_some(embedder.as_ref()).await {
+                    Ok(0) => tokio::time::sleep(IDLE).await,
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "embedding failed; retrying");
+                        tokio::time::sleep(RETRY_AFTER).await;
+                    }
+                }
+            }
+        });
+    }
+
+    /// Vectors of another model are never compared with this one's: they
+    /// are dropped, and their items embedded again (every replica of a
+    /// deployment runs one model).
+    async fn forget_other_models(&self, model: &str) -> Result<()> {
+        for table in ["traces", "memories"] {
+            let sql = format!(
+                "UPDATE {table} SET vector = NULL, vector_model = NULL, vector_seq = nextval('vector_seq')
+                 WHERE vector IS NOT NULL AND vector_model IS DISTINCT FROM $1"
+            );
+            let n = sqlx::query(&sql)
+                .bind(model)
+                .execute(&self.inner.pool)
+                .await
+                .map_err(db("dropping another model's vectors"))?
+                .rows_affected();
+            if n > 0 {
+                tracing::info!(
+                    table,
+                    items = n,
+                    model,
+                    "the embedding model changed: re-embedding"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Claims, embeds and stores one batch; how many items it held.
+    async fn embed_some(&self, embedder: &dyn Embedder) -> Result<usize> {
+        let claimed = self.claim().await?;
+        if claimed.is_empty() {
+            return Ok(0);
+        }
+        let n = claimed.len();
+        let items: Vec<Item> = claimed
+            .iter()
+            .map(|(_, _, item)| engram_store::for_embedding(item.clone()))
+            .collect();
+        let outcome = engram_store::embed_batch(embedder, items).await;
+        if let Some(why) = &outcome.failed {
+            // Released for a later try (by any replica).
+            self.release(&claimed).await?;
+            return Err(StoreError::Database(format!(
+                "the model is unavailable: {why}"
+            )));
+        }
+        let vectors: std::collections::HashMap<&str, &Embedded> = outcome
+            .embedded
+            .iter()
+            .map(|e| (e.key.as_str(), e))
+            .collect();
+        let mut conn = self.inner.pool.acquire().await.map_err(db("connecting"))?;
+        for (agent, table, item) in &claimed {
+            // A refused text gets an empty vector: it is not asked again.
+            let vector = vectors
+                .get(item.key.as_str())
+                .map(|e| encode(&e.vector))
+                .unwrap_or_default();
+            store_vector(
+                &mut conn,
+                agent,
+                table,
+                &item.key,
+                &vector,
+                embedder.model(),
+            )
+            .await?;
+        }
+        Ok(n)
+    }
+
+    /// Up to [`BATCH`] items without a vector nobody is embedding: the
+    /// agent, the table and the item each.
+    async fn claim(&self) -> Result<Vec<(String, &'static str, Item)>> {
+        let mut out = Vec::new();
+        let traces: Vec<(String, String)> = sqlx::query_as(
+            "UPDATE traces t SET embed_claimed = now()
+             FROM (SELECT agent_id, seq FROM traces
+                   WHERE vector IS NULL
+                     AND (embed_claimed IS NULL OR embed_claimed < now() - make_interval(secs => $2))
+                   LIMIT $1 FOR UPDATE SKIP LOCKED) c
+             WHERE t.agent_id = c.agent_id AND t.seq = c.seq
+             RETURNING t.agent_id, t.body",
+        )
+        .bind(BATCH)
+        .bind(CLAIM_SECS)
+        .fetch_all(&self.inner.pool)
+        .await
+        .map_err(db("claiming traces to embed"))?;
+        for (agent, body) in traces {
+            let trace = crate::parse::<engram_core::RawTrace>(&agent, "trace", &body)?;
+            out.push((agent, "traces", engram_store::trace_item(&trace)));
+        }
+        let memories: Vec<(String, i8, String)> = sqlx::query_as(
+            "UPDATE memories m SET embed_claimed = now()
+             FROM (SELECT agent_id, kind, id FROM memories
+                   WHERE vector IS NULL AND live
+                     AND (embed_claimed IS NULL OR embed_claimed < now() - make_interval(secs => $2))
+                   LIMIT $1 FOR UPDATE SKIP LOCKED) c
+             WHERE m.agent_id = c.agent_id AND m.kind = c.kind AND m.id = c.id
+             RETURNING m.agent_id, m.kind, m.body",
+        )
+        .bind(BATCH)
+        .bind(CLAIM_SECS)
+        .fetch_all(&self.inner.pool)
+        .await
+        .map_err(db("claiming memories to embed"))?;
+        for (agent, kind, body) in memories {
+            let item = if kind as u8 == b'e' {
+                engram_store::episodic_item(&crate::parse(&agent, "summary", &body)?)
+            } else {
+                engram_store::semantic_item(&crate::parse(&agent, "fact", &body)?)
+            };
+            out.push((agent, "memories", item));
+        }
+        Ok(out)
+    }
+
+    async fn release(&self, claimed: &[(String, &'static str, Item)]) -> Result<()> {
+        for (agent, table, item) in claimed {
+            let key = if *table == "traces" { "trace_id" } else { "id" };
+            let sql = format!(
+                "UPDATE {table} SET embed_claimed = NULL WHERE agent_id = $1 AND {key} = $2"
+            );
+            sqlx::query(&sql)
+                .bind(agent)
+                .bind(&item.key)
+                .execute(&self.inner.pool)
+                .await
+                .map_err(db("releasing a claim"))?;
+        }
+        Ok(())
+    }
+
+    /// The agent's vectors as this replica holds them, caught up; `None`
+    /// without a model.
+    pub(crate) async fn vectors<'a>(
+        &self,
+        conn: &mut PgConnection,
+        id: &str,
+        incarnation: Uuid,
+        slot: &'a VectorSlot,
+    ) -> Result<Option<tokio::sync::MutexGuard<'a, Option<AgentVectors>>>> {
+        let Some(embedder) = self.embedder() else {
+            return Ok(None);
+        };
+        let mut held = slot.lock().await;
+        if held.as_ref().is_none_or(|v| v.incarnation != incarnation) {
+            *held = Some(AgentVectors {
+                incarnation,
+                seen: 0,
+                vectors: Vectors::in_memory(embedder.model(), embedder.dim()),
+            });
+        }
+        let copy = held.as_mut().expect("just made");
+        let rows: Vec<VectorRow> = sqlx::query_as(
+            "SELECT trace_id, 0::smallint, ord, ts, trace_type, vector, vector_seq, true FROM traces
+             WHERE agent_id = $1 AND vector_seq > $2 AND vector_model = $3
+             UNION ALL
+             SELECT id, CASE WHEN kind = 'e' THEN 1::smallint ELSE 2::smallint END, ord, ts, 0::smallint, vector, vector_seq, live
+             FROM memories WHERE agent_id = $1 AND vector_seq > $2 AND vector_model = $3",
+        )
+        .bind(id)
+        .bind(copy.seen)
+        .bind(embedder.model())
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db("reading vectors"))?;
+        let dim = embedder.dim();
+        let mut add = Vec::new();
+        let mut gone = Vec::new();
+        for (key, kind, ord, ts, trace_type, vector, seq, live) in rows {
+            copy.seen = copy.seen.max(seq);
+            let kind = match kind {
+                1 => Kind::Episodic,
+                2 => Kind::Semantic,
+                _ => Kind::Trace,
+            };
+            match decode(&vector, dim).filter(|_| live) {
+                Some(vector) => add.push(Embedded {
+                    key,
+                    kind,
+                    trace_type: u8::try_from(trace_type).unwrap_or(0),
+                    order: ord as u64,
+                    ts,
+                    vector,
+                }),
+                None => gone.push(key),
+            }
+        }
+        if !add.is_empty() || !gone.is_empty() {
+            let gone: Vec<&str> = gone.iter().map(String::as_str).collect();
+            engram_store::offload_over((add.len() * dim * 4) as u64, || {
+                copy.vectors.write(&add, &gone)
+            })
+            .map_err(|e| StoreError::Index(e.to_string()))?;
+        }
+        Ok(Some(held))
+    }
+
+    /// Waits until the agent has nothing waiting for the model, or until
+    /// `deadline`.
+    pub(crate) async fn wait_embedded(&self, id: &str, deadline: std::time::Instant) -> Result<()> {
+        if self.embedder().is_none() {
+            return Ok(());
+        }
+        loop {
+            let mut conn = self.inner.pool.acquire().await.map_err(db("connecting"))?;
+            if pending(&mut conn, id).await? == 0 || std::time::Instant::now() >= deadline {
+                return Ok(());
+            }
+            drop(conn);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The index state with the vectors' counts.
+    pub(crate) async fn with_vectors(
+        &self,
+        conn: &mut PgConnection,
+        id: &str,
+        mut state: IndexState,
+        embedded: usize,
+    ) -> Result<IndexState> {
+        if let Some(embedder) = self.embedder() {
+            state.pending = u64::try_from(pending(conn, id).await?).unwrap_or(0);
+            state.embedded = embedded as u64;
+            state.model = embedder.model().to_owned();
+        }
+        Ok(state)
+    }
+}
+
+/// Items of the agent waiting for the model.
+async fn pending(conn: &mut PgConnection, id: &str) -> Result<i64> {
+    sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM traces WHERE agent_id = $1 AND vector IS NULL)
+              + (SELECT count(*) FROM memories WHERE agent_id = $1 AND vector IS NULL AND live)",
+    )
+    .bind(id)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(db("counting items to embed"))
+}
+
+async fn store_vector(
+    conn: &mut PgConnection,
+    agent: &str,
+    table: &str,
+    key: &str,
+    vector: &[u8],
+    model: &str,
+) -> Result<()> {
+    let column = if table == "traces" { "trace_id" } else { "id" };
+    let sql = format!(
+        "UPDATE {table} SET vector = $3, vector_model = $4, vector_seq = nextval('vector_seq'), embed_claimed = NULL
+         WHERE agent_id = $1 AND {column} = $2"
+    );
+    sqlx::query(&sql)
+        .bind(agent)
+        .bind(key)
+        .bind(vector)
+        .bind(model)
+        .execute(&mut *conn)
+        .await
+        .map_err(db("storing a vector"))?;
+    Ok(())
+}
