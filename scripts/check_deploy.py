@@ -5,7 +5,7 @@
 - docker-compose.yml: services, ports, volumes; the engram service's
   environment (with compose's defaults, and with the llm profile's base URL)
   accepted by `engramd check-config`.
-- deploy/k8s/{sidecar,shared}: rendered with `kubectl kustomize`, validated
+- deploy/k8s/{sidecar,shared,scaled}: rendered with `kubectl kustomize`, validated
   with kubernetes-validate (strict, offline), then the things that matter
   here: gRPC probes, security contexts, resources, volumes, and the
   ConfigMap's engram.toml and the Secret's tokens.toml accepted by the real
@@ -38,7 +38,18 @@ def check(ok, what):
 def config_keys():
     with open(os.path.join(ROOT, "crates/engram-server/src/default.toml"), "rb") as f:
         defaults = tomllib.load(f)
-    return {f"ENGRAM__{s.upper()}__{k.upper()}" for s, t in defaults.items() for k in t}
+    keys = set()
+
+    def walk(prefix, table):
+        for k, v in table.items():
+            name = f"{prefix}__{k.upper()}"
+            if isinstance(v, dict) and v:
+                walk(name, v)
+            else:
+                keys.add(name)
+
+    walk("ENGRAM", defaults)
+    return keys
 
 
 KEYS = config_keys()
@@ -117,6 +128,19 @@ def compose(engramd):
     llm = [name for name, s in services.items() if "llm" in (s.get("profiles") or [])]
     check("ollama" in llm, "compose: an OpenAI-compatible LLM service in the llm profile")
     check("engram" not in llm, "compose: engram runs without a profile")
+    pg = {name: s for name, s in services.items() if "postgres" in (s.get("profiles") or [])}
+    check("postgres" in pg and "healthcheck" in pg.get("postgres", {}), "compose: a PostgreSQL with a health check in the postgres profile")
+    replicas = [s for s in pg.values() if s.get("image") == engram.get("image")]
+    check(len(replicas) == 1, "compose: an Engram service in the postgres profile, on the same image")
+    for r in replicas:
+        env = {k: compose_value(v) for k, v in r.get("environment", {}).items()}
+        check_env_keys(env, "compose postgres profile")
+        check(env.get("ENGRAM__STORE__BACKEND") == "postgres", "compose postgres profile: backend = postgres")
+        check(env.get("ENGRAM__STORE__POSTGRES__URL", "").startswith("postgres://"), "compose postgres profile: a database URL")
+        check(r.get("depends_on", {}).get("postgres", {}).get("condition") == "service_healthy",
+              "compose postgres profile: Engram waits for a healthy database")
+        check(r.get("deploy", {}).get("replicas", 1) >= 2, "compose postgres profile: two replicas or more")
+        check_config({k: v for k, v in env.items() if k.startswith("ENGRAM__")}, "compose postgres profile", engramd)
 
 
 def containers_of(obj):
@@ -198,6 +222,8 @@ def k8s(kubectl, validator, engramd):
             check(data and ("persistentVolumeClaim" in volumes[data[0]["name"]] or "emptyDir" in volumes[data[0]["name"]]),
                   "sidecar: data on a PVC or an emptyDir")
 
+        scaled(kubectl, validator, engramd, tmp)
+
         kinds = kustomize("shared", kubectl, validator, engramd, tmp)
         sts = kinds.get("StatefulSet", [None])[0]
         check(sts is not None, "shared: a StatefulSet")
@@ -226,6 +252,52 @@ def k8s(kubectl, validator, engramd):
             check(used and used <= configs, f"shared: referenced ConfigMaps {used} are rendered")
 
 
+def scaled(kubectl, validator, engramd, tmp):
+    kinds = kustomize("scaled", kubectl, validator, engramd, tmp)
+    dep = kinds.get("Deployment", [None])[0]
+    check(dep is not None, "scaled: a Deployment")
+    if not dep:
+        return
+    pod = dep["spec"]["template"]["spec"]
+    c = containers_of(dep)[0]
+    mounts = check_engram_container(c, pod, "scaled engram")
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    check("emptyDir" in volumes.get(mounts.get(DATA_DIR), {}), "scaled: no persistent volume (scratch only)")
+    check(dep["spec"].get("replicas", 1) >= 2, "scaled: two replicas or more")
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    env = {e["name"]: e for e in c.get("env", [])}
+    check(env.get("ENGRAM__STORE__BACKEND", {}).get("value") == "postgres", "scaled: backend = postgres")
+    url_ref = env.get("ENGRAM__STORE__POSTGRES__URL", {}).get("valueFrom", {}).get("secretKeyRef", {})
+    secrets = {s["metadata"]["name"]: s for s in kinds.get("Secret", [])}
+    check(url_ref.get("name") in secrets and url_ref.get("key") in secrets.get(url_ref.get("name"), {}).get("data", {}),
+          "scaled: the database URL comes from a rendered Secret")
+    check(c["readinessProbe"]["grpc"].get("service") == "engram.v1.MemoryService",
+          "scaled: readiness asks the MemoryService (which follows the database)")
+    hpas = kinds.get("HorizontalPodAutoscaler", [])
+    check(hpas and hpas[0]["spec"]["scaleTargetRef"]["name"] == dep["metadata"]["name"]
+          and hpas[0]["spec"]["minReplicas"] >= 2, "scaled: a HorizontalPodAutoscaler of the Deployment, at least 2")
+    pdbs = kinds.get("PodDisruptionBudget", [])
+    check(pdbs and all(labels.get(k) == v for k, v in pdbs[0]["spec"]["selector"]["matchLabels"].items()),
+          "scaled: a PodDisruptionBudget selecting the pods")
+    services = kinds.get("Service", [])
+    check(any(p["port"] == 50051 for s in services for p in s["spec"]["ports"]), "scaled: a Service on 50051")
+    # The ConfigMap with the Deployment's settings and the Secret's URL.
+    config = kinds.get("ConfigMap", [{}])[0].get("data", {}).get("engram.toml", "")
+    path = os.path.join(tmp, "scaled-check.toml")
+    open(path, "w").write(config)
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM__")}
+    for name, e in env.items():
+        if name.startswith("ENGRAM__") and "value" in e:
+            run_env[name] = e["value"]
+    if url_ref.get("name") in secrets:
+        url = base64.b64decode(secrets[url_ref["name"]]["data"][url_ref["key"]]).decode()
+        run_env["ENGRAM__STORE__POSTGRES__URL"] = url
+    tokens = os.path.join(tmp, "scaled-tokens.toml")
+    if os.path.exists(tokens):
+        run_env["ENGRAM__AUTH__TOKENS_FILE"] = tokens
+    run([engramd, "--config", path, "check-config"], env=run_env)
+
+
 def main():
     engramd, kubectl, validator = sys.argv[1:4]
     dockerfile(engramd)
@@ -234,7 +306,7 @@ def main():
     if failures:
         print("deploy checks failed:", *failures, sep="\n  ")
         sys.exit(1)
-    print("deploy checks passed: Dockerfile, docker-compose.yml, deploy/k8s/{sidecar,shared}")
+    print("deploy checks passed: Dockerfile, docker-compose.yml, deploy/k8s/{sidecar,shared,scaled}")
 
 
 if __name__ == "__main__":

@@ -102,6 +102,10 @@ impl Store for PgStore {
         self.inner.failure.borrow().clone()
     }
 
+    fn failure_is_fatal(&self) -> bool {
+        false
+    }
+
     fn watch_failure(&self) -> tokio::sync::watch::Receiver<Option<String>> {
         self.inner.failure.subscribe()
     }

@@ -277,23 +277,29 @@ pub async fn serve(
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<MemoryServiceServer<Engram>>().await;
     health.set_service_status("", ServingStatus::Serving).await;
-    // A failed flush stops the store for good: say so, so an orchestrator
-    // restarts the process and the log replay restores what was
-    // acknowledged.
     let failure_watch = {
         let mut failed = store.watch_failure();
+        let fatal = store.failure_is_fatal();
         let health = health.clone();
         tokio::spawn(async move {
-            // A database that cannot be reached comes back; a failed
-            // flush of the file store never does.
+            // A failed flush stops the store for good: the whole server
+            // reports NOT_SERVING, so the orchestrator restarts it. A
+            // database out of reach comes back: only the MemoryService
+            // (readiness) follows it, so no restart storm while it is away.
             while failed.wait_for(Option::is_some).await.is_ok() {
-                not_serving(&health).await;
+                health
+                    .set_not_serving::<MemoryServiceServer<Engram>>()
+                    .await;
+                if fatal {
+                    health
+                        .set_service_status("", ServingStatus::NotServing)
+                        .await;
+                }
                 metrics::gauge!("engram_storage_failed").set(1.0);
-                if failed.wait_for(Option::is_none).await.is_err() {
+                if fatal || failed.wait_for(Option::is_none).await.is_err() {
                     break;
                 }
                 health.set_serving::<MemoryServiceServer<Engram>>().await;
-                health.set_service_status("", ServingStatus::Serving).await;
                 metrics::gauge!("engram_storage_failed").set(0.0);
             }
         })

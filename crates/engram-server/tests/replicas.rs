@@ -377,3 +377,104 @@ async fn meaning_is_found_through_either_replica() {
     assert_eq!(first.content, TALK[PARAPHRASES[0].1]);
     assert_eq!(recalled[0].matched_by, pb::MatchedBy::Semantic as i32);
 }
+
+/// A TCP relay to the database that the test can cut (every connection
+/// through it closed, new ones refused) and restore.
+struct Relay {
+    addr: std::net::SocketAddr,
+    cut: tokio::sync::watch::Sender<bool>,
+}
+
+impl Relay {
+    async fn to(upstream: String) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (cut, watching) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            loop {
+                let (mut client, _) = listener.accept().await.unwrap();
+                if *watching.borrow() {
+                    continue; // dropped: refused
+                }
+                let upstream = upstream.clone();
+                let mut cut = watching.clone();
+                tokio::spawn(async move {
+                    let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = cut.wait_for(|cut| *cut) => {}
+                    }
+                });
+            }
+        });
+        Self { addr, cut }
+    }
+}
+
+/// A replica cut off from the database turns its MemoryService NOT_SERVING
+/// (readiness) but not the server (liveness), answers UNAVAILABLE, and
+/// serves again once the database is back — with nothing lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn readiness_follows_the_database() {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+
+    let mut env = replica_env(&[("ENGRAM__STORE__POSTGRES__ACQUIRE_TIMEOUT_MS", "1000")]).await;
+    let url = env
+        .iter_mut()
+        .find(|(k, _)| k == "ENGRAM__STORE__POSTGRES__URL")
+        .unwrap();
+    let host_port = url
+        .1
+        .split('@')
+        .nth(1)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let relay = Relay::to(host_port.clone()).await;
+    url.1 = url.1.replace(&host_port, &relay.addr.to_string());
+    let (a, _da) = spawn(&env);
+    let mut c = a.client().await;
+    let acked: Acked = Arc::default();
+    let [ask, answer] = turn(0, 0);
+    ingest_acked(&mut c, "kept", ask, &acked).await;
+
+    let mut health = HealthClient::new(channel(a.addr).await);
+    let service = |s: &str| HealthCheckRequest { service: s.into() };
+    let mut watch = health
+        .watch(service("engram.v1.MemoryService"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        watch.message().await.unwrap().unwrap().status,
+        ServingStatus::Serving as i32
+    );
+
+    relay.cut.send(true).unwrap();
+    assert_eq!(
+        watch.message().await.unwrap().unwrap().status,
+        ServingStatus::NotServing as i32
+    );
+    let overall = health.check(service("")).await.unwrap().into_inner().status;
+    assert_eq!(overall, ServingStatus::Serving as i32, "liveness stays up");
+    let refused = c
+        .ingest(ingest_req("kept", answer.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused}");
+
+    relay.cut.send(false).unwrap();
+    assert_eq!(
+        watch.message().await.unwrap().unwrap().status,
+        ServingStatus::Serving as i32
+    );
+    ingest_acked(&mut c, "kept", answer, &acked).await;
+    let acked = acked.lock().await.clone();
+    check(&mut c, &["kept".to_owned()], &acked).await;
+}

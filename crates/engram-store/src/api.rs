@@ -412,6 +412,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Why the store stopped serving, if it did.
     fn failure(&self) -> Option<String>;
 
+    /// Whether a failure is for good (a failed flush: only a restart
+    /// recovers, so the process reports itself unhealthy) or passes by
+    /// itself (a database out of reach: only readiness follows it).
+    fn failure_is_fatal(&self) -> bool {
+        true
+    }
+
     /// Changes to [`failure`](Self::failure), for health reporting.
     fn watch_failure(&self) -> tokio::sync::watch::Receiver<Option<String>>;
 
