@@ -76,6 +76,7 @@ macro_rules! conformance_suite {
             ranked_search_orders_by_relevance_with_context_and_filters,
             ranked_search_covers_every_acknowledged_write_after_a_restart,
             ranked_search_pages_and_refuses_foreign_tokens,
+            hostile_text_is_stored_whole_and_found,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

@@ -199,3 +199,40 @@ pub async fn ranked_search_pages_and_refuses_foreign_tokens<H: Harness>(h: &H) {
     let empty = ranked("   ", 3);
     assert!(is_invalid(&store.search(&a, &empty).await));
 }
+
+/// Text as hostile as a client may send is stored whole and found: NUL
+/// characters, a word longer than any index keeps, a message of hundreds
+/// of kilobytes of distinct words, characters from every plane. Nothing of
+/// it is refused for the backend's sake.
+pub async fn hostile_text_is_stored_whole_and_found<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let a = id("hostile");
+    let long_word = "x".repeat(5000);
+    let many: String = (0..40_000).map(|i| format!("w{i} ")).collect();
+    let texts = [
+        "zebra \0 quagga\0".to_owned(),
+        format!("{long_word} zebra okapi"),
+        format!("{many}zebra"),
+        "zebra 🦓 \u{202e}gnu\u{202c} 𝔷𝔢𝔟𝔯𝔞 \u{10ffff}".to_owned(),
+    ];
+    for text in &texts {
+        ingest(store.as_ref(), &a, &[NewEvent::user(text.clone())]).await;
+    }
+    let mut stored: Vec<String> = super::all_traces(store.as_ref(), &a)
+        .await
+        .into_iter()
+        .map(|(t, _)| t.content)
+        .collect();
+    stored.sort();
+    let mut want = texts.to_vec();
+    want.sort();
+    assert!(stored == want, "every text stored whole");
+    for (query, text) in [
+        ("quagga", &texts[0]),
+        ("okapi", &texts[1]),
+        ("gnu", &texts[3]),
+    ] {
+        let found = contents(store.as_ref(), &a, &ranked(query, 5)).await;
+        assert_eq!(found.first(), Some(text), "{query}");
+    }
+}
