@@ -46,6 +46,15 @@ unit: venv models ## Unit, property and integration tests, against a throwaway P
 		ENGRAM_TEST_PG_URL=$$url $(CARGO) test --locked --workspace --features $(TEST_FEATURES); \
 	fi; status=$$?; scripts/pg.sh stop; exit $$status
 
+.PHONY: replicas
+replicas: build models ## Two replicas on one throwaway PostgreSQL: gRPC on 127.0.0.1:50051 and 127.0.0.1:50052 (Ctrl-C stops them)
+	@url=$$(scripts/pg.sh start) || exit 1; echo "PostgreSQL at $$url"; \
+	trap 'kill 0' INT TERM; \
+	for port in 50051 50052; do \
+		ENGRAM__SERVER__LISTEN=127.0.0.1:$$port ENGRAM__STORE__BACKEND=postgres ENGRAM__STORE__POSTGRES__URL=$$url \
+			ENGRAM__EMBED__MODEL_DIR=$(MODEL_DIR) ./target/release/engramd & \
+	done; wait
+
 .PHONY: pg
 pg: ## Start a throwaway PostgreSQL (Debian's package, installed if missing) and print its URL; `make pg-stop` ends it
 	@scripts/pg.sh start
