@@ -52,7 +52,7 @@ pub struct AgentMeta {
 }
 
 /// What an agent is, derived from its records.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Derived {
     pub tracker: TurnTracker,
     /// Active traces in storage order.
@@ -78,17 +78,22 @@ impl Derived {
     /// An agent with `meta` whose archived traces (if any) made `tracker`;
     /// its active traces are folded in next with [`note`](Self::note).
     pub fn new(meta: AgentMeta, tracker: TurnTracker) -> Self {
-        let mut d = Self {
-            tracker,
-            meta,
-            in_epoch: true,
-            ..Self::default()
+        let transcript = match &meta.snapshot {
+            Some(snapshot) => Transcript::with_base(Message::text(Role::System, snapshot.clone())),
+            None => Transcript::default(),
         };
-        d.in_epoch = d.meta.epoch_start_trace.is_none();
-        if let Some(snapshot) = &d.meta.snapshot {
-            d.transcript = Transcript::with_base(Message::text(Role::System, snapshot.clone()));
+        Self {
+            tracker,
+            traces: Vec::new(),
+            episodic: Vec::new(),
+            semantic: Vec::new(),
+            in_epoch: meta.epoch_start_trace.is_none(),
+            meta,
+            transcript,
+            report: None,
+            active_turns: BTreeSet::new(),
+            compacting: false,
         }
-        d
     }
 
     /// The prompt as it stands, owned (the messages shared, not copied);
@@ -320,6 +325,13 @@ impl Derived {
             ..self.meta.clone()
         };
         Some((meta, u32::try_from(hidden).unwrap_or(u32::MAX)))
+    }
+}
+
+impl Default for Derived {
+    /// An agent with nothing stored yet.
+    fn default() -> Self {
+        Self::new(AgentMeta::default(), TurnTracker::default())
     }
 }
 

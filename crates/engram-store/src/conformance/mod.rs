@@ -64,6 +64,7 @@ macro_rules! conformance_suite {
             prepare_stores_the_system_prompt_and_the_input,
             the_compaction_mark_is_durable_and_per_epoch,
             acknowledged_writes_survive_a_restart,
+            usage_reports_count_from_the_first_write,
             compaction_commits_summary_archive_and_epoch,
             one_compaction_of_an_agent_at_a_time,
             a_stale_job_commits_nothing,

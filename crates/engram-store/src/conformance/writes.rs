@@ -258,3 +258,25 @@ pub async fn acknowledged_writes_survive_a_restart<H: Harness>(h: &H) {
     .await;
     assert_eq!(result.traces[0].turn_id, "turn_0004", "the call survived");
 }
+
+/// The provider's usage report counts from an agent's very first write,
+/// and after a restart: the prompt's size is measured from it.
+pub async fn usage_reports_count_from_the_first_write<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let a = id("usage");
+    let usage = Usage {
+        prompt_tokens: 1000,
+        completion_tokens: 20,
+        total_tokens: 1020,
+    };
+    store
+        .ingest(&a, &[NewEvent::user("hello")], Some(usage), Some("m"))
+        .await
+        .expect("ingest");
+    let report = store.context(&a).await.expect("context").report;
+    assert_eq!(report.map(|(u, _)| u.prompt_tokens), Some(1000));
+    let store = h.reopen(store).await;
+    let context = store.context(&a).await.expect("context");
+    assert_eq!(context.report.map(|(u, _)| u.prompt_tokens), Some(1000));
+    assert_eq!(context.last_model.as_deref(), Some("m"));
+}
