@@ -30,6 +30,8 @@ pub struct FuzzConfig {
     pub call_timeout: Duration,
     /// Print every error answer to stderr.
     pub verbose: bool,
+    /// Further `ENGRAM__…` settings of the server (another backend).
+    pub env: Vec<(String, String)>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -230,7 +232,10 @@ pub async fn run(config: &FuzzConfig) -> anyhow::Result<FuzzReport> {
                 (8 << 20).to_string(),
             ),
             ("ENGRAM__POLICY__MAX_ACTIVE_TURNS".into(), "4".into()),
-        ],
+        ]
+        .into_iter()
+        .chain(config.env.iter().cloned())
+        .collect(),
         metrics: true,
     })?;
     let started = Instant::now();

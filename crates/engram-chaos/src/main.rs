@@ -93,6 +93,9 @@ fn main() -> anyhow::Result<()> {
                 concurrency,
                 call_timeout: Duration::from_secs(call_timeout_secs),
                 verbose,
+                // The server inherits this process's ENGRAM__ variables:
+                // ENGRAM__STORE__BACKEND=postgres fuzzes the database backend.
+                env: vec![],
             }))?;
             println!("{report}");
             report.clean()

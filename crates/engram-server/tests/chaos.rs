@@ -38,6 +38,7 @@ async fn a_seeded_fuzz_of_every_rpc_finds_no_crash_panic_hang_or_internal() {
         concurrency: 4,
         call_timeout: Duration::from_secs(60),
         verbose: false,
+        env: vec![],
     })
     .await
     .unwrap();

@@ -478,3 +478,61 @@ async fn readiness_follows_the_database() {
     let acked = acked.lock().await.clone();
     check(&mut c, &["kept".to_owned()], &acked).await;
 }
+
+/// The seeded fuzz of every RPC (`make chaos`'s short version) against a
+/// replica on the database: no crash, panic, hang or INTERNAL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seeded_fuzz_on_the_database_finds_no_crash_panic_hang_or_internal() {
+    let env = replica_env(&[]).await;
+    let report = engram_chaos::fuzz::run(&engram_chaos::fuzz::FuzzConfig {
+        binary: env!("CARGO_BIN_EXE_engramd").into(),
+        seed: 13,
+        cases: 1000,
+        concurrency: 4,
+        call_timeout: std::time::Duration::from_secs(60),
+        verbose: false,
+        env,
+    })
+    .await
+    .unwrap();
+    println!("{report}");
+    assert!(report.clean(), "{report}");
+    assert!(
+        report.codes.get("Ok").copied().unwrap_or(0) > 150,
+        "deep enough: {report}"
+    );
+}
+
+/// `engramd migrate` brings an empty schema to this build's version; a
+/// replica told not to migrate refuses a schema that is behind, saying
+/// what to run, and serves once it is current.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engramd_migrate_then_replicas_that_do_not() {
+    let mut env = replica_env(&[]).await;
+    env.push(("ENGRAM__STORE__POSTGRES__MIGRATE".into(), "false".into()));
+    let engramd = |args: &[&str]| {
+        let dir = tempfile::tempdir().unwrap();
+        std::process::Command::new(env!("CARGO_BIN_EXE_engramd"))
+            .args(args)
+            .env("ENGRAM__SERVER__LISTEN", "127.0.0.1:0")
+            .env("ENGRAM__STORE__DATA_DIR", dir.path())
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .output()
+            .unwrap()
+    };
+    let refused = engramd(&["serve"]);
+    assert!(!refused.status.success());
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(why.contains("engramd migrate"), "{why}");
+
+    let migrated = engramd(&["migrate"]);
+    assert!(migrated.status.success(), "{migrated:?}");
+    assert!(String::from_utf8_lossy(&migrated.stdout).contains("schema is current"));
+    // Again: nothing to do, still fine.
+    assert!(engramd(&["migrate"]).status.success());
+
+    let (a, _da) = spawn(&env);
+    let acked: Acked = Arc::default();
+    let [ask, _] = turn(0, 0);
+    ingest_acked(&mut a.client().await, "m", ask, &acked).await;
+}
