@@ -247,25 +247,17 @@ pub(crate) fn pg_url(given: Option<&str>) -> anyhow::Result<String> {
     if let Some(url) = given {
         return Ok(url.to_owned());
     }
-    if let Ok(url) = std::env::var("ENGRAM_BENCH_PG_URL") {
-        return Ok(url);
-    }
-    std::fs::read_to_string("target/pg/url")
-        .map(|s| s.trim().to_owned())
+    std::env::var("ENGRAM_BENCH_PG_URL")
+        .ok()
+        .or_else(|| engram_postgres::testing::checkout_url(Path::new(".")))
         .context("no database: pass --pg-url, set ENGRAM_BENCH_PG_URL or run `make pg` first")
 }
 
 /// A new schema for one run's agents.
 pub(crate) async fn fresh_schema(url: &str) -> anyhow::Result<String> {
-    let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
-    let admin = sqlx::PgPool::connect(url)
+    engram_postgres::testing::fresh_schema(url, "bench")
         .await
-        .context("connecting to the database")?;
-    sqlx::query(&format!("CREATE SCHEMA {schema}"))
-        .execute(&admin)
-        .await?;
-    admin.close().await;
-    Ok(schema)
+        .context("connecting to the database")
 }
 
 struct Level {

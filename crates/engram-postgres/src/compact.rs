@@ -32,14 +32,7 @@ impl PgStore {
         if !refresh(&mut tx, id.as_str(), &mut slot, Lock::Update).await? {
             return Err(StoreError::NotFound(id.to_string()));
         }
-        let leased: bool = sqlx::query_scalar(
-            "SELECT coalesce(compacting_until > now(), false) FROM agents WHERE id = $1",
-        )
-        .bind(id.as_str())
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(db("reading a compaction lease"))?;
-        if leased {
+        if leased(&mut tx, id.as_str()).await? {
             return Ok(None);
         }
         let cached = slot.as_ref().expect("current");
@@ -212,14 +205,7 @@ impl PgStore {
         if !refresh(&mut tx, id.as_str(), &mut slot, Lock::Update).await? {
             return Err(StoreError::NotFound(id.to_string()));
         }
-        let leased: bool = sqlx::query_scalar(
-            "SELECT coalesce(compacting_until > now(), false) FROM agents WHERE id = $1",
-        )
-        .bind(id.as_str())
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(db("reading a compaction lease"))?;
-        if leased {
+        if leased(&mut tx, id.as_str()).await? {
             // A new epoch now would make that summary's work stale.
             return Ok(None);
         }
@@ -273,6 +259,15 @@ impl PgStore {
             tracing::warn!(agent = id, error = %e, "could not release a compaction lease; it expires by itself");
         }
     }
+}
+
+/// Another replica's (or this one's) compaction of the agent is under way.
+async fn leased(tx: &mut PgConnection, id: &str) -> Result<bool> {
+    sqlx::query_scalar("SELECT coalesce(compacting_until > now(), false) FROM agents WHERE id = $1")
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db("reading a compaction lease"))
 }
 
 async fn set_lease(tx: &mut PgConnection, id: &str, lease: Option<Duration>) -> Result<()> {

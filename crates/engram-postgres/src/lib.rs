@@ -31,6 +31,7 @@ mod compact;
 mod ranked;
 mod search;
 mod store;
+pub mod testing;
 mod upkeep;
 mod vectors;
 mod write;

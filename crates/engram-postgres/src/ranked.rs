@@ -8,10 +8,10 @@
 
 use std::collections::HashMap;
 
-use engram_core::{AgentId, CoreError, RawTrace};
+use engram_core::{AgentId, RawTrace};
 use engram_index::lexical::Placed;
 use engram_index::{Candidate, Filter, Kind, Params, Ranked, Semantic, Words};
-use engram_store::ranked::{MAX_CONTEXT, MAX_RANKED, Want, matched_by, memory_wants, offset};
+use engram_store::ranked::{MAX_CONTEXT, MAX_RANKED, Want, matched_by, memory_wants};
 use engram_store::{
     Hit, IndexState, Memory, MemoryQuery, Recalled, Recollection, Result, Search, SearchPage,
     StoreError,
@@ -52,14 +52,7 @@ fn quote(lexeme: &str) -> String {
 
 impl PgStore {
     pub(crate) async fn ranked_search(&self, id: &AgentId, search: &Search) -> Result<SearchPage> {
-        let from = offset(search.page_token.as_deref())?;
-        let end = from + search.limit;
-        if end > MAX_RANKED {
-            return Err(CoreError::Invalid(format!(
-                "ranked results end at {MAX_RANKED}; narrow the query or the filters"
-            ))
-            .into());
-        }
+        let (from, end) = engram_store::ranked::page_bounds(search)?;
         let mut conn = self.conn().await?;
         let filter = engram_store::ranked::search_filter(search);
         let (mut ranked, state) = self

@@ -149,21 +149,9 @@ impl PgStore {
         usage: Option<Usage>,
         model: Option<&str>,
     ) -> Result<Option<Vec<RawTrace>>> {
-        let bytes = events.iter().map(NewEvent::approx_bytes).sum::<usize>() as u64;
-        let plan = {
-            let tracker = slot.as_ref().map(|c| &c.derived.tracker);
-            let empty = engram_core::TurnTracker::default();
-            engram_store::offload_over(bytes, || {
-                tracker.unwrap_or(&empty).plan(
-                    events,
-                    usage,
-                    model,
-                    self.inner.config.limits,
-                    engram_store::unix_now(),
-                    || uuid::Uuid::now_v7().to_string(),
-                )
-            })?
-        };
+        let empty = engram_core::TurnTracker::default();
+        let tracker = slot.as_ref().map_or(&empty, |c| &c.derived.tracker);
+        let plan = self.plan(tracker, events, usage, model)?;
         if slot.is_none() {
             match self.create(tx, id, AgentMeta::default()).await? {
                 Some(created) => **slot = Some(created),
@@ -200,15 +188,7 @@ impl PgStore {
                 }
             });
         }
-        let bytes = plan.bytes.len() as u64;
-        engram_store::offload_over(bytes, || {
-            for trace in plan.new_traces {
-                cached.derived.note(&trace);
-                cached.derived.traces.push(trace);
-            }
-        });
-        cached.version = version;
-        cached.next_seq = next;
+        fold(cached, plan, version, next);
         Ok(Some(out))
     }
 
@@ -229,17 +209,7 @@ impl PgStore {
         let Some(cached) = slot.as_mut() else {
             return Ok(None);
         };
-        let bytes = events.iter().map(NewEvent::approx_bytes).sum::<usize>() as u64;
-        let plan = engram_store::offload_over(bytes, || {
-            cached.derived.tracker.plan(
-                events,
-                usage,
-                model,
-                self.inner.config.limits,
-                engram_store::unix_now(),
-                || uuid::Uuid::now_v7().to_string(),
-            )
-        });
+        let plan = self.plan(&cached.derived.tracker, events, usage, model);
         // A refusal by a cache that may be behind (the tool call it misses
         // may be another replica's write) is decided again, current.
         let Ok(plan) = plan else {
@@ -294,15 +264,30 @@ impl PgStore {
             Err(e) => return Err(db("storing traces")(e)),
         };
         let out = plan.new_traces.clone();
-        engram_store::offload_over(plan.bytes.len() as u64, || {
-            for trace in plan.new_traces {
-                cached.derived.note(&trace);
-                cached.derived.traces.push(trace);
-            }
-        });
-        cached.version = version;
-        cached.next_seq = next;
+        fold(cached, plan, version, next);
         Ok(Some(out))
+    }
+
+    /// `events` validated and placed against `tracker` (the core's turn
+    /// rules); nothing is written. Large requests off the async workers.
+    fn plan(
+        &self,
+        tracker: &engram_core::TurnTracker,
+        events: &[NewEvent],
+        usage: Option<Usage>,
+        model: Option<&str>,
+    ) -> std::result::Result<engram_core::turns::IngestPlan, CoreError> {
+        let bytes = events.iter().map(NewEvent::approx_bytes).sum::<usize>() as u64;
+        engram_store::offload_over(bytes, || {
+            tracker.plan(
+                events,
+                usage,
+                model,
+                self.inner.config.limits,
+                engram_store::unix_now(),
+                || uuid::Uuid::now_v7().to_string(),
+            )
+        })
     }
 
     /// Creates the agent row (version 0) and returns its cache, unless
@@ -446,6 +431,19 @@ impl PgStore {
         })
         .await
     }
+}
+
+/// Takes a committed (or about to be) write's traces into the cache, now
+/// at `version` with `next` the place of the next trace.
+fn fold(cached: &mut Cached, plan: engram_core::turns::IngestPlan, version: i64, next: i64) {
+    engram_store::offload_over(plan.bytes.len() as u64, || {
+        for trace in plan.new_traces {
+            cached.derived.note(&trace);
+            cached.derived.traces.push(trace);
+        }
+    });
+    cached.version = version;
+    cached.next_seq = next;
 }
 
 /// The prompt as the cache holds it.

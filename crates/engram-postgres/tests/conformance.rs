@@ -10,35 +10,17 @@ use engram_postgres::{PgConfig, PgStore};
 use engram_store::Store;
 use engram_store::conformance::Harness;
 
-/// The test cluster's URL.
-fn url() -> String {
-    if let Ok(url) = std::env::var("ENGRAM_TEST_PG_URL") {
-        return url;
-    }
-    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/pg/url");
-    std::fs::read_to_string(file)
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_else(|_| {
-            panic!("no test PostgreSQL: run `scripts/pg.sh start fast` (make test does) or set ENGRAM_TEST_PG_URL")
-        })
-}
-
 struct Postgres {
     config: PgConfig,
 }
 
 impl Postgres {
     async fn new() -> Self {
-        let url = url();
-        let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
-        let admin = sqlx::PgPool::connect(&url)
+        let checkout = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+        let url = engram_postgres::testing::url_or_panic("ENGRAM_TEST_PG_URL", checkout);
+        let schema = engram_postgres::testing::fresh_schema(&url, "t")
             .await
             .expect("the test PostgreSQL answers");
-        sqlx::query(&format!("CREATE SCHEMA {schema}"))
-            .execute(&admin)
-            .await
-            .expect("a schema of its own");
-        admin.close().await;
         let mut config = PgConfig::new(url);
         config.schema = Some(schema);
         config.pool_size = 4;

@@ -15,29 +15,13 @@ use common::*;
 use engram_proto::pb;
 use tokio::sync::Mutex;
 
-/// The test cluster's URL.
-fn pg_url() -> String {
-    if let Ok(url) = std::env::var("ENGRAM_TEST_PG_URL") {
-        return url;
-    }
-    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/pg/url");
-    std::fs::read_to_string(file)
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_else(|_| {
-            panic!("no test PostgreSQL: run `scripts/pg.sh start fast` (make test does) or set ENGRAM_TEST_PG_URL")
-        })
-}
-
 /// Settings of replicas on a schema of their own.
 async fn replica_env(extra: &[(&str, &str)]) -> Vec<(String, String)> {
-    let url = pg_url();
-    let schema = format!("r_{}", uuid::Uuid::new_v4().simple());
-    let admin = sqlx::PgPool::connect(&url).await.unwrap();
-    sqlx::query(&format!("CREATE SCHEMA {schema}"))
-        .execute(&admin)
+    let checkout = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let url = engram_postgres::testing::url_or_panic("ENGRAM_TEST_PG_URL", checkout);
+    let schema = engram_postgres::testing::fresh_schema(&url, "r")
         .await
         .unwrap();
-    admin.close().await;
     let mut env: Vec<(String, String)> = [
         ("ENGRAM__STORE__BACKEND", "postgres"),
         ("ENGRAM__STORE__POSTGRES__URL", url.as_str()),

@@ -47,6 +47,19 @@ struct Ranking<'a> {
     first_active: Option<u64>,
 }
 
+/// Where a ranked page starts and ends (exclusive), from its token and
+/// limit; refused past [`MAX_RANKED`].
+pub fn page_bounds(search: &Search) -> std::result::Result<(usize, usize), CoreError> {
+    let from = offset(search.page_token.as_deref())?;
+    let end = from + search.limit;
+    if end > MAX_RANKED {
+        return Err(CoreError::Invalid(format!(
+            "ranked results end at {MAX_RANKED}; narrow the query or the filters"
+        )));
+    }
+    Ok((from, end))
+}
+
 /// A ranking to make: the best `.1` within `.0`.
 pub type Want = (Filter, usize);
 
@@ -95,14 +108,7 @@ pub fn memory_wants(query: &MemoryQuery, first_active: Option<u64>) -> Vec<Want>
 
 impl FileStore {
     pub(crate) async fn ranked_search(&self, id: &AgentId, search: &Search) -> Result<SearchPage> {
-        let from = offset(search.page_token.as_deref())?;
-        let end = from + search.limit;
-        if end > MAX_RANKED {
-            return Err(CoreError::Invalid(format!(
-                "ranked results end at {MAX_RANKED}; narrow the query or the filters"
-            ))
-            .into());
-        }
+        let (from, end) = page_bounds(search)?;
         let filter = search_filter(search);
         let context = search.context.min(MAX_CONTEXT);
         let wants = move |_| vec![(filter, end + 1)];

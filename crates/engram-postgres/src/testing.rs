@@ -1,0 +1,36 @@
+//! For tests and benchmarks: the throwaway database `scripts/pg.sh start`
+//! runs (`make pg`; `make test` starts one itself), and a schema of its own
+//! for each test or run.
+
+use std::path::Path;
+
+/// The URL `scripts/pg.sh` wrote into `<checkout>/target/pg/url`, if it
+/// runs one.
+pub fn checkout_url(checkout: &Path) -> Option<String> {
+    std::fs::read_to_string(checkout.join("target/pg/url"))
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+}
+
+/// The database of `env_var`, else the checkout's: what a test needs, or
+/// a panic saying how to get it.
+pub fn url_or_panic(env_var: &str, checkout: &Path) -> String {
+    std::env::var(env_var)
+        .ok()
+        .or_else(|| checkout_url(checkout))
+        .unwrap_or_else(|| {
+            panic!("no test PostgreSQL: run `scripts/pg.sh start fast` (make test does) or set {env_var}")
+        })
+}
+
+/// Creates a schema named `<prefix>_<random>` in `url`'s database.
+pub async fn fresh_schema(url: &str, prefix: &str) -> Result<String, sqlx::Error> {
+    let schema = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
+    let admin = sqlx::PgPool::connect(url).await?;
+    sqlx::query(&format!("CREATE SCHEMA {schema}"))
+        .execute(&admin)
+        .await?;
+    admin.close().await;
+    Ok(schema)
+}
