@@ -19,7 +19,8 @@ pub mod vectors;
 
 pub use lexical::{Candidate, Lexical};
 pub use rank::{
-    Matched, Neighbours, Params, Ranked, Semantic, Words, by_words, from_candidates, rank,
+    Matched, Neighbours, Params, Ranked, Semantic, Words, by_words, from_candidates, fuse_each,
+    rank,
 };
 pub use vectors::{Embedded, Near, Vectors};
 

@@ -118,6 +118,23 @@ pub struct Semantic<'a> {
     pub query: &'a [f32],
 }
 
+/// Each ranking's lexical half (`None`: nothing asked) completed with
+/// meaning where there are both vectors and a query vector.
+pub fn fuse_each(
+    words: Vec<Option<Words>>,
+    vectors: Option<&Vectors>,
+    query: Option<&[f32]>,
+    params: &Params,
+) -> Vec<Vec<Ranked>> {
+    let semantic = vectors
+        .zip(query)
+        .map(|(vectors, query)| Semantic { vectors, query });
+    words
+        .into_iter()
+        .map(|w| w.map_or_else(Vec::new, |w| w.fuse(semantic, params)))
+        .collect()
+}
+
 /// The best `limit` items for `query` within `filter`, from the lexical
 /// index and, when given, the vectors.
 pub fn rank(

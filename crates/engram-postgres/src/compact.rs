@@ -16,7 +16,7 @@ use engram_store::intent::Intent;
 use engram_store::{Committed, Job, Microcompacted, Policy, Result, StoreError};
 use sqlx::PgConnection;
 
-use crate::cache::{Cached, Lock, refresh};
+use crate::cache::Cached;
 use crate::write::{context_of, save_meta};
 use crate::{PgStore, db};
 
@@ -28,10 +28,7 @@ impl PgStore {
     ) -> Result<Option<Job>> {
         let handle = self.handle(id.as_str());
         let mut slot = handle.lock().await;
-        let mut tx = self.begin().await?;
-        if !refresh(&mut tx, id.as_str(), &mut slot, Lock::Update).await? {
-            return Err(StoreError::NotFound(id.to_string()));
-        }
+        let mut tx = self.lock_existing(id, &mut slot).await?;
         if leased(&mut tx, id.as_str()).await? {
             return Ok(None);
         }
@@ -52,10 +49,7 @@ impl PgStore {
     pub(crate) async fn abort_compaction(&self, id: &AgentId, failed: bool) -> Result<u32> {
         let handle = self.handle(id.as_str());
         let mut slot = handle.lock().await;
-        let mut tx = self.begin().await?;
-        if !refresh(&mut tx, id.as_str(), &mut slot, Lock::Update).await? {
-            return Err(StoreError::NotFound(id.to_string()));
-        }
+        let mut tx = self.lock_existing(id, &mut slot).await?;
         set_lease(&mut tx, id.as_str(), None).await?;
         let cached = slot.as_mut().expect("current");
         if failed {
@@ -85,10 +79,7 @@ impl PgStore {
     ) -> Result<Committed> {
         let handle = self.handle(id.as_str());
         let mut slot = handle.lock().await;
-        let mut tx = self.begin().await?;
-        if !refresh(&mut tx, id.as_str(), &mut slot, Lock::Update).await? {
-            return Err(StoreError::NotFound(id.to_string()));
-        }
+        let mut tx = self.lock_existing(id, &mut slot).await?;
         set_lease(&mut tx, id.as_str(), None).await?;
         let cached = slot.as_mut().expect("current");
         if cached.derived.is_stale(&job) {
@@ -201,10 +192,7 @@ impl PgStore {
     ) -> Result<Option<Microcompacted>> {
         let handle = self.handle(id.as_str());
         let mut slot = handle.lock().await;
-        let mut tx = self.begin().await?;
-        if !refresh(&mut tx, id.as_str(), &mut slot, Lock::Update).await? {
-            return Err(StoreError::NotFound(id.to_string()));
-        }
+        let mut tx = self.lock_existing(id, &mut slot).await?;
         if leased(&mut tx, id.as_str()).await? {
             // A new epoch now would make that summary's work stale.
             return Ok(None);

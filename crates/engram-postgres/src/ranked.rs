@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use engram_core::{AgentId, RawTrace};
 use engram_index::lexical::Placed;
-use engram_index::{Candidate, Filter, Kind, Params, Ranked, Semantic, Words};
+use engram_index::{Candidate, Filter, Kind, Params, Ranked, Words};
 use engram_store::ranked::{MAX_CONTEXT, MAX_RANKED, Want, matched_by, memory_wants};
 use engram_store::{
     Hit, IndexState, Memory, MemoryQuery, Recalled, Recollection, Result, Search, SearchPage,
@@ -175,18 +175,12 @@ impl PgStore {
         let handle = self.handle(id);
         let vectors = self.vectors(conn, id, incarnation, &handle.vectors).await?;
         let copy = vectors.as_ref().and_then(|v| v.as_ref());
-        let semantic = match (copy, &query_vector) {
-            (Some(copy), Some(query)) => Some(Semantic {
-                vectors: &copy.vectors,
-                query: query.as_slice(),
-            }),
-            _ => None,
-        };
-        let params = Params::default();
-        let ranked = words
-            .into_iter()
-            .map(|w| w.map_or_else(Vec::new, |w| w.fuse(semantic, &params)))
-            .collect();
+        let ranked = engram_index::fuse_each(
+            words,
+            copy.map(|c| &c.vectors),
+            query_vector.as_deref(),
+            &Params::default(),
+        );
         let embedded = copy.map_or(0, |c| c.vectors.len());
         drop(vectors);
         let state = self.with_vectors(conn, id, state, embedded).await?;

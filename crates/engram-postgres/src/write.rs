@@ -36,6 +36,20 @@ impl PgStore {
             .map_err(db("starting a transaction"))
     }
 
+    /// A transaction holding the agent row's lock, with `slot` current;
+    /// NOT_FOUND for an agent that does not exist.
+    pub(crate) async fn lock_existing(
+        &self,
+        id: &AgentId,
+        slot: &mut Slot<'_>,
+    ) -> Result<Transaction<'static, Postgres>> {
+        let mut tx = self.begin().await?;
+        if !refresh(&mut tx, id.as_str(), slot, Lock::Update).await? {
+            return Err(StoreError::NotFound(id.to_string()));
+        }
+        Ok(tx)
+    }
+
     /// Brings `slot` current without taking the agent's row lock: for
     /// reads. A cache behind the database is caught up in one snapshot
     /// (repeatable read), so it never takes half of a write.
@@ -323,10 +337,7 @@ impl PgStore {
     pub(crate) async fn mark_compaction_required(&self, id: &AgentId, epoch: u32) -> Result<bool> {
         let handle = self.handle(id.as_str());
         let mut slot = handle.lock().await;
-        let mut tx = self.begin().await?;
-        if !refresh(&mut tx, id.as_str(), &mut slot, Lock::Update).await? {
-            return Err(StoreError::NotFound(id.to_string()));
-        }
+        let mut tx = self.lock_existing(id, &mut slot).await?;
         let cached = slot.as_mut().expect("current");
         if cached.derived.meta.epoch != epoch {
             return Ok(cached.derived.meta.compaction_required);

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use engram_core::{AgentId, CoreError, RawTrace};
 use engram_index::lexical::{Lexical, Placed};
-use engram_index::{Filter, Kind, Matched, Params, Ranked, Semantic, Words};
+use engram_index::{Filter, Kind, Matched, Params, Ranked, Words};
 
 use crate::index::{MAX_EMBEDDED_CHARS, blocking, index_error, trace_type_code};
 use crate::{
@@ -219,18 +219,12 @@ impl FileStore {
             let first_active = current.first_active;
             let index = current.index();
             let state = index_state(index);
-            let semantic = match (&index.vectors, &query_vector) {
-                (Some(vectors), Some(query)) => Some(Semantic {
-                    vectors,
-                    query: query.as_slice(),
-                }),
-                _ => None,
-            };
-            let params = Params::default();
-            let ranked = words
-                .into_iter()
-                .map(|w| w.map_or_else(Vec::new, |w| w.fuse(semantic, &params)))
-                .collect();
+            let ranked = engram_index::fuse_each(
+                words,
+                index.vectors.as_ref(),
+                query_vector.as_deref(),
+                &Params::default(),
+            );
             work(Ranking {
                 lexical: &mut index.lexical,
                 ranked,
