@@ -126,14 +126,15 @@ pub(crate) async fn refresh(
         generation: row.get(2),
         next_seq: row.get(3),
     };
-    let meta = crate::parse(id, "settings", &row.get::<String, _>(4))?;
+    // The settings are parsed only when the cache is behind them.
+    let meta = || crate::parse(id, "settings", &row.get::<String, _>(4));
     match slot {
         Some(c) if c.incarnation == now.incarnation && c.generation == now.generation => {
             if c.version != now.version {
-                catch_up(conn, id, c, now, meta).await?;
+                catch_up(conn, id, c, now, meta()?).await?;
             }
         }
-        _ => *slot = Some(load(conn, id, now, meta).await?),
+        _ => *slot = Some(load(conn, id, now, meta()?).await?),
     }
     Ok(true)
 }

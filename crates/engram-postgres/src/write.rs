@@ -1,7 +1,10 @@
 //! Ingest, PrepareRequest's write and the compaction mark: one transaction
 //! each, holding the agent row's lock, so writers of one agent on every
-//! replica go one at a time. The cache takes a write in only once it is
-//! committed.
+//! replica go one at a time. Ingest's common case is a single statement
+//! that takes the lock and checks the cache's version itself
+//! (`append_checked`); anything else takes the row `FOR UPDATE` first. The
+//! cache takes a write in as it is committed, and is dropped (reloaded on
+//! the next call) when a commit's outcome is unknown.
 
 use engram_core::retrieve::raw_tail;
 use engram_core::{AgentId, CoreError, NewEvent, Outcome, RawTrace, Usage};
