@@ -58,14 +58,15 @@ pub struct Args {
     /// or none (indexing off).
     #[arg(long, default_value = "local")]
     embed: String,
-    /// store.backend for (c): files or postgres (each run on a fresh
-    /// schema of --pg-url).
-    #[arg(long, default_value = "files")]
-    backend: String,
-    /// Engram replicas for (c), clients spread over them (postgres only:
-    /// the file store has one owner).
-    #[arg(long, default_value_t = 1)]
-    replicas: usize,
+    /// store.backend for (c): files, postgres, or both (`files,postgres`:
+    /// measured one after the other in this run). Postgres runs on a fresh
+    /// schema of --pg-url.
+    #[arg(long, value_delimiter = ',', default_value = "files")]
+    backend: Vec<String>,
+    /// Engram replicas for postgres (e.g. `1,2`), clients spread over them
+    /// (the file store has one owner).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    replicas: Vec<usize>,
     /// The database for --backend postgres; default: ENGRAM_BENCH_PG_URL,
     /// else the one `scripts/pg.sh start` (make pg) runs.
     #[arg(long)]
@@ -103,18 +104,67 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     let duration = Duration::from_secs_f64(args.seconds);
     let engram_dir = args.data_dir.join("engram");
-    let _ = std::fs::remove_dir_all(&engram_dir);
-    let levels = runtime.block_on(compare(&args, duration, &engram_dir))?;
-    let _ = std::fs::remove_dir_all(&engram_dir);
+    let mut setups = vec![];
+    for backend in &args.backend {
+        match backend.as_str() {
+            "postgres" => setups.extend(args.replicas.iter().map(|&r| (backend.clone(), r.max(1)))),
+            _ => setups.push((backend.clone(), 1)),
+        }
+    }
+    let mut all = vec![];
+    for (backend, replicas) in &setups {
+        let _ = std::fs::remove_dir_all(&engram_dir);
+        let levels = runtime.block_on(compare(&args, backend, *replicas, duration, &engram_dir))?;
+        let _ = std::fs::remove_dir_all(&engram_dir);
+        report(
+            &args,
+            &levels,
+            fsync_p50,
+            &format!("{backend}, {replicas} replica(s)"),
+        );
+        all.push((format!("{backend} ×{replicas}"), levels));
+    }
+    if all.len() > 1 {
+        println!("\nall setups of this run (traces/s; echo: the framework ceiling)");
+        print!("  clients   {:>10}", "echo");
+        for (name, _) in &all {
+            print!("   {name:>14}");
+        }
+        println!();
+        for (i, l) in all[0].1.iter().enumerate() {
+            print!("  {:>7}   {:>10.0}", l.clients, l.echo.rate);
+            for (_, levels) in &all {
+                print!("   {:>14.0}", levels.get(i).map_or(0.0, |l| l.engram.rate));
+            }
+            println!();
+        }
+        let at64 = |name: &str| {
+            all.iter()
+                .find(|(n, _)| n == name)
+                .and_then(|(_, levels)| levels.iter().find(|l| l.clients == 64))
+                .map(|l| l.engram.rate)
+        };
+        if let (Some(one), Some(two)) = (at64("postgres ×1"), at64("postgres ×2")) {
+            println!(
+                "\ntarget: two replicas / one at 64 agents {:.2} >= 1.5: {}",
+                two / one,
+                if two / one >= 1.5 { "met" } else { "MISSED" }
+            );
+        }
+    }
+    Ok(())
+}
 
+/// One setup's side-by-side table and the file store's targets.
+fn report(args: &Args, levels: &[Level], fsync_p50: f64, setup: &str) {
     println!(
-        "\nside by side (median of {} rounds; ratio = median of per-round ratios)",
+        "\nside by side, {setup} (median of {} rounds; ratio = median of per-round ratios)",
         args.rounds
     );
     println!(
         "  clients   echo calls/s   ingest traces/s   ratio   echo p50/p99 us     ingest p50/p99 us"
     );
-    for l in &levels {
+    for l in levels {
         println!(
             "  {:>7}   {:>12.0}   {:>15.0}   {:>5.2}   {:>7.0} / {:<7.0}   {:>7.0} / {:<7.0}",
             l.clients,
@@ -142,23 +192,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             if l.ratio >= 0.7 { "met" } else { "MISSED" }
         );
     }
-    Ok(())
 }
 
 /// Echo and Engram measured back to back per level and round, so that a
 /// machine whose speed drifts (shared VMs do) affects both alike.
-async fn compare(args: &Args, duration: Duration, engram_dir: &Path) -> anyhow::Result<Vec<Level>> {
+async fn compare(
+    args: &Args,
+    backend: &str,
+    replicas: usize,
+    duration: Duration,
+    engram_dir: &Path,
+) -> anyhow::Result<Vec<Level>> {
     let (echo_addr, stop_echo) = start_server(&Target::Echo).await?;
     let mut settings = vec![
         ("ENGRAM__STORE__FSYNC".to_string(), args.fsync.clone()),
         ("ENGRAM__EMBED__PROVIDER".to_string(), args.embed.clone()),
-        ("ENGRAM__STORE__BACKEND".to_string(), args.backend.clone()),
+        ("ENGRAM__STORE__BACKEND".to_string(), backend.to_owned()),
     ];
-    anyhow::ensure!(
-        args.replicas == 1 || args.backend == "postgres",
-        "--replicas above 1 needs --backend postgres"
-    );
-    if args.backend == "postgres" {
+    if backend == "postgres" {
         let url = pg_url(args.pg_url.as_deref())?;
         let schema = fresh_schema(&url).await?;
         settings.push(("ENGRAM__STORE__POSTGRES__URL".to_string(), url));
@@ -166,7 +217,7 @@ async fn compare(args: &Args, duration: Duration, engram_dir: &Path) -> anyhow::
     }
     let mut engram_addrs = vec![];
     let mut stops = vec![];
-    for replica in 0..args.replicas.max(1) {
+    for replica in 0..replicas {
         let (addr, stop) = start_server(&Target::Engram(
             engram_dir.join(format!("replica-{replica}")),
             args.metrics,
@@ -177,11 +228,8 @@ async fn compare(args: &Args, duration: Duration, engram_dir: &Path) -> anyhow::
         stops.push(stop);
     }
     println!(
-        "\n(b) tonic echo, no storage  vs  (c) Engram durable Ingest, backend = {}, replicas = {}, fsync = {}, embed = {}",
-        args.backend,
-        args.replicas.max(1),
-        args.fsync,
-        args.embed
+        "\n(b) tonic echo, no storage  vs  (c) Engram durable Ingest, backend = {backend}, replicas = {replicas}, fsync = {}, embed = {}",
+        args.fsync, args.embed
     );
     let mut levels = vec![];
     for &clients in &args.clients {
