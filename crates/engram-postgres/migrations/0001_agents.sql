@@ -2,9 +2,17 @@
 -- files, one row each. Replicas cache what they derive from them.
 
 -- Word indexes per agent (a GIN index over (agent_id, words)): a search
--- walks one agent's postings, not every agent's. Trusted: a database
--- owner may create it.
-CREATE EXTENSION IF NOT EXISTS btree_gin;
+-- walks one agent's postings, not every agent's. Trusted since PostgreSQL
+-- 13: a database owner may create it. Where it cannot be had, the word
+-- indexes cover all agents' words instead (slower for many agents; the
+-- server's log says so at start).
+DO $$
+BEGIN
+    CREATE EXTENSION IF NOT EXISTS btree_gin;
+EXCEPTION WHEN OTHERS THEN
+    RAISE NOTICE 'btree_gin unavailable (%): word indexes without the agent column', SQLERRM;
+END
+$$;
 
 -- One row per agent: its settings (state.json's AgentMeta) and counters.
 -- The row is the agent's lock: every write takes it FOR UPDATE.
@@ -59,7 +67,15 @@ CREATE UNIQUE INDEX traces_trace_id ON traces (agent_id, trace_id);
 CREATE UNIQUE INDEX traces_event_id ON traces (agent_id, event_id) WHERE event_id IS NOT NULL;
 CREATE INDEX traces_active ON traces (agent_id, seq) WHERE NOT archived;
 CREATE INDEX traces_order ON traces (agent_id, ord);
-CREATE INDEX traces_words ON traces USING gin (agent_id, words);
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'btree_gin') THEN
+        CREATE INDEX traces_words ON traces USING gin (agent_id, words);
+    ELSE
+        CREATE INDEX traces_words ON traces USING gin (words);
+    END IF;
+END
+$$;
 
 -- Episodic summaries (kind 'e') and semantic facts (kind 's'), each the
 -- latest version of its id.
@@ -80,7 +96,15 @@ CREATE TABLE memories (
     PRIMARY KEY (agent_id, kind, id)
 );
 CREATE INDEX memories_order ON memories (agent_id, kind, seq);
-CREATE INDEX memories_words ON memories USING gin (agent_id, words);
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'btree_gin') THEN
+        CREATE INDEX memories_words ON memories USING gin (agent_id, words);
+    ELSE
+        CREATE INDEX memories_words ON memories USING gin (words);
+    END IF;
+END
+$$;
 
 -- Whole tool results too large for a trace (the file store's
 -- tool_results/ files), by the path the trace names.

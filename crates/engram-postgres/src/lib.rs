@@ -121,6 +121,8 @@ struct Inner {
     failure: tokio::sync::watch::Sender<Option<String>>,
     faults: Faults,
     opened: std::time::Instant,
+    /// Items waiting for the model, as the upkeep last counted them.
+    unembedded: std::sync::atomic::AtomicU64,
 }
 
 impl PgStore {
@@ -139,6 +141,17 @@ impl PgStore {
         } else {
             check_migrated(&pool).await?;
         }
+        let per_agent: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'btree_gin')",
+        )
+        .fetch_one(&pool)
+        .await
+        .map_err(db("reading the extensions"))?;
+        if !per_agent {
+            tracing::warn!(
+                "the btree_gin extension is missing: word searches walk every agent's postings (CREATE EXTENSION btree_gin as the database owner, then run the migration again in a fresh schema)"
+            );
+        }
         let store = Self {
             inner: Arc::new(Inner {
                 pool,
@@ -147,6 +160,7 @@ impl PgStore {
                 failure: tokio::sync::watch::channel(None).0,
                 faults: Faults::default(),
                 opened: std::time::Instant::now(),
+                unembedded: std::sync::atomic::AtomicU64::new(0),
             }),
         };
         store.spawn_indexer();

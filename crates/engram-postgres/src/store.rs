@@ -115,7 +115,9 @@ impl Store for PgStore {
     }
 
     fn unembedded_items(&self) -> u64 {
-        0
+        self.inner
+            .unembedded
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     async fn disk_bytes(&self) -> u64 {

@@ -19,11 +19,32 @@ impl PgStore {
             loop {
                 tick.tick().await;
                 store.ping().await;
+                store.count_unembedded().await;
                 if let Some(idle) = store.inner.config.idle_evict {
                     store.evict_idle(idle);
                 }
             }
         })
+    }
+
+    /// Items of every agent waiting for the model (the index-lag metric),
+    /// counted from the partial indexes of what has no vector.
+    async fn count_unembedded(&self) {
+        if self.embedder().is_none() {
+            return;
+        }
+        let counted: Result<i64, _> = sqlx::query_scalar(
+            "SELECT (SELECT count(*) FROM traces WHERE vector IS NULL)
+                  + (SELECT count(*) FROM memories WHERE vector IS NULL AND live)",
+        )
+        .fetch_one(&self.inner.pool)
+        .await;
+        if let Ok(n) = counted {
+            self.inner.unembedded.store(
+                u64::try_from(n).unwrap_or(0),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
     }
 
     /// One round trip to the database; the outcome becomes the store's
