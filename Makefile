@@ -97,7 +97,7 @@ bench: ## Benchmarks: durable Ingest, PrepareRequest latency (see docs/BENCHMARK
 
 .PHONY: bench-postgres
 bench-postgres: ## The PostgreSQL backend beside the file store: Ingest (1 and 2 replicas) and PrepareRequest at 1,000 messages, on a throwaway database
-	$(CARGO) build --release --locked -p engram-server --bin engramd -p engram-bench
+	$(CARGO) build --release --locked -p engram-server --bin engramd -p engram-bench --bin engram-bench
 	scripts/pg.sh start >/dev/null
 	./target/release/engram-bench ingest --data-dir ./bench-data --embed none --backend files,postgres --replicas 1,2
 	ENGRAM__EMBED__PROVIDER=none ./target/release/engram-bench prepare --data-dir ./bench-data --messages 1000 --archive 4 --backend files
