@@ -239,7 +239,7 @@ impl PgStore {
         let first = cached.next_seq;
         let next = first + plan.new_traces.len() as i64;
         let cols = trace_columns(first, &plan.new_traces);
-        let written: std::result::Result<Option<i64>, sqlx::Error> = sqlx::query_scalar(
+        let written = sqlx::query_scalar(
             "WITH current AS (
                SELECT 1 FROM agents
                WHERE id = $1 AND incarnation = $10 AND version = $11 AND generation = $12
@@ -257,21 +257,15 @@ impl PgStore {
              WHERE id = $1 AND EXISTS (SELECT 1 FROM current)
              RETURNING version",
         )
-        .bind(id.as_str())
-        .bind(cols.seqs)
-        .bind(cols.ords)
-        .bind(cols.types)
-        .bind(cols.ids)
-        .bind(cols.events)
-        .bind(cols.ts)
-        .bind(cols.bodies)
-        .bind(cols.words)
-        .bind(cached.incarnation)
-        .bind(cached.version)
-        .bind(cached.generation)
-        .bind(next)
-        .fetch_optional(&self.inner.pool)
-        .await;
+        .bind(id.as_str());
+        let written = cols
+            .bind(written)
+            .bind(cached.incarnation)
+            .bind(cached.version)
+            .bind(cached.generation)
+            .bind(next);
+        let written: std::result::Result<Option<i64>, sqlx::Error> =
+            written.fetch_optional(&self.inner.pool).await;
         let version = match written {
             Ok(Some(version)) => version,
             Ok(None) => return Ok(None),
@@ -503,7 +497,7 @@ pub(crate) async fn insert_traces(
         return Ok(());
     }
     let cols = trace_columns(first, traces);
-    sqlx::query(
+    let insert = sqlx::query_scalar::<_, i32>(
         "WITH added AS (
            INSERT INTO traces (agent_id, seq, ord, trace_type, trace_id, event_id, ts, body, words)
            SELECT $1, u.seq, u.ord, u.trace_type, u.trace_id, u.event_id, u.ts, u.body, to_tsvector('english', u.words)
@@ -511,26 +505,20 @@ pub(crate) async fn insert_traces(
              AS u(seq, ord, trace_type, trace_id, event_id, ts, body, words)
            RETURNING length(words) AS lexemes)
          UPDATE agents SET words_total = words_total + (SELECT coalesce(sum(lexemes), 0) FROM added)
-         WHERE id = $1",
+         WHERE id = $1
+         RETURNING 1",
     )
-    .bind(id)
-    .bind(cols.seqs)
-    .bind(cols.ords)
-    .bind(cols.types)
-    .bind(cols.ids)
-    .bind(cols.events)
-    .bind(cols.ts)
-    .bind(cols.bodies)
-    .bind(cols.words)
-    .execute(&mut *tx)
-    .await
-    .map_err(|e| match &e {
-        sqlx::Error::Database(d) if d.is_unique_violation() => StoreError::Conflict(
-            "another write of this agent stored the same event or trace; nothing was written"
-                .into(),
-        ),
-        _ => db("storing traces")(e),
-    })?;
+    .bind(id);
+    cols.bind(insert)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| match &e {
+            sqlx::Error::Database(d) if d.is_unique_violation() => StoreError::Conflict(
+                "another write of this agent stored the same event or trace; nothing was written"
+                    .into(),
+            ),
+            _ => db("storing traces")(e),
+        })?;
     Ok(())
 }
 
@@ -544,6 +532,23 @@ struct TraceColumns {
     ts: Vec<f64>,
     bodies: Vec<String>,
     words: Vec<String>,
+}
+
+impl TraceColumns {
+    /// Binds the columns as parameters `$2`…`$9` (after the agent's `$1`).
+    fn bind<'q, O>(
+        self,
+        q: sqlx::query::QueryScalar<'q, Postgres, O, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::QueryScalar<'q, Postgres, O, sqlx::postgres::PgArguments> {
+        q.bind(self.seqs)
+            .bind(self.ords)
+            .bind(self.types)
+            .bind(self.ids)
+            .bind(self.events)
+            .bind(self.ts)
+            .bind(self.bodies)
+            .bind(self.words)
+    }
 }
 
 /// `traces` placed at `first..`; serializing large ones runs off the async
