@@ -17,7 +17,8 @@ use engram_store::{Committed, Job, Microcompacted, Policy, Result, StoreError};
 use sqlx::PgConnection;
 
 use crate::cache::Cached;
-use crate::write::{context_of, save_meta};
+use crate::read::context_of;
+use crate::write::save_meta;
 use crate::{PgStore, db};
 
 impl PgStore {
@@ -305,7 +306,7 @@ async fn upsert_memory(
     .bind(item.order as i64)
     .bind(item.ts)
     .bind(live)
-    .bind(crate::write::item_words(&item))
+    .bind(crate::rows::item_words(&item))
     .execute(&mut *tx)
     .await
     .map_err(db("storing a memory"))?;

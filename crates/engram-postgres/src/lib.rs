@@ -29,6 +29,8 @@ mod agents;
 mod cache;
 mod compact;
 mod ranked;
+mod read;
+mod rows;
 mod search;
 mod store;
 pub mod testing;

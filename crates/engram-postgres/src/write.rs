@@ -6,29 +6,14 @@
 //! cache takes a write in as it is committed, and is dropped (reloaded on
 //! the next call) when a commit's outcome is unknown.
 
-use engram_core::retrieve::raw_tail;
 use engram_core::{AgentId, CoreError, NewEvent, Outcome, RawTrace, Usage};
-use engram_store::{
-    AgentContext, AgentMeta, Ingested, PrepareInput, Prepared, Recall, Result, StoreError,
-};
+use engram_store::{AgentMeta, Ingested, PrepareInput, Prepared, Result, StoreError};
 use sqlx::{PgConnection, Postgres, Transaction};
 
 use crate::cache::{Cached, Lock, Slot, refresh, traces_where};
+use crate::read::context_of;
+use crate::rows::{insert_traces, trace_columns, words_of};
 use crate::{PgStore, db};
-
-/// Postgres's text type refuses NUL; JSON escapes it, but words are raw.
-fn words_of(text: &str) -> String {
-    text.replace('\0', " ")
-}
-
-/// The words an item is searched by: its speaker, what it says and when
-/// (as the file store's index holds them).
-pub(crate) fn item_words(item: &engram_index::Item) -> String {
-    let mut words = item.full_text();
-    words.push('\n');
-    words.push_str(&engram_index::time::words(item.ts));
-    words_of(&words)
-}
 
 impl PgStore {
     pub(crate) async fn begin(&self) -> Result<Transaction<'static, Postgres>> {
@@ -51,45 +36,6 @@ impl PgStore {
             return Err(StoreError::NotFound(id.to_string()));
         }
         Ok(tx)
-    }
-
-    /// Brings `slot` current without taking the agent's row lock: for
-    /// reads. A cache behind the database is caught up in one snapshot
-    /// (repeatable read), so it never takes half of a write.
-    pub(crate) async fn current(&self, id: &str, slot: &mut Slot<'_>) -> Result<bool> {
-        let mut conn = self.inner.pool.acquire().await.map_err(db("connecting"))?;
-        let fresh: Option<(uuid::Uuid, i64, i64)> =
-            sqlx::query_as("SELECT incarnation, version, generation FROM agents WHERE id = $1")
-                .bind(id)
-                .fetch_optional(&mut *conn)
-                .await
-                .map_err(db("reading an agent"))?;
-        match (&fresh, slot.as_ref()) {
-            (None, _) => {
-                **slot = None;
-                return Ok(false);
-            }
-            (Some((i, v, g)), Some(c))
-                if c.incarnation == *i && c.version == *v && c.generation == *g =>
-            {
-                return Ok(true);
-            }
-            _ => {}
-        }
-        drop(conn);
-        let mut tx = self
-            .inner
-            .pool
-            .begin()
-            .await
-            .map_err(db("starting a transaction"))?;
-        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            .execute(&mut *tx)
-            .await
-            .map_err(db("starting a snapshot"))?;
-        let exists = refresh(&mut tx, id, slot, Lock::Read).await?;
-        tx.commit().await.map_err(db("ending a snapshot"))?;
-        Ok(exists)
     }
 
     pub(crate) async fn ingest(
@@ -410,35 +356,6 @@ impl PgStore {
             });
         }
     }
-
-    /// Runs `f` over the current agent (NOT_FOUND if there is none).
-    pub(crate) async fn read<T>(&self, id: &AgentId, f: impl FnOnce(&Cached) -> T) -> Result<T> {
-        let handle = self.handle(id.as_str());
-        let mut slot = handle.lock().await;
-        if !self.current(id.as_str(), &mut slot).await? {
-            drop(slot);
-            self.forget(id.as_str());
-            return Err(StoreError::NotFound(id.to_string()));
-        }
-        let cached = slot.as_ref().expect("current");
-        Ok(f(cached))
-    }
-
-    pub(crate) async fn context(&self, id: &AgentId) -> Result<AgentContext> {
-        self.read(id, context_of).await
-    }
-
-    pub(crate) async fn recall(&self, id: &AgentId, raw_tail_turns: usize) -> Result<Recall> {
-        self.read(id, |c| Recall {
-            episodic: c.derived.episodic.clone(),
-            semantic: c.derived.semantic.clone(),
-            raw_tail: raw_tail(&c.derived.traces, raw_tail_turns)
-                .into_iter()
-                .cloned()
-                .collect(),
-        })
-        .await
-    }
 }
 
 /// Takes a committed (or about to be) write's traces into the cache, now
@@ -452,17 +369,6 @@ fn fold(cached: &mut Cached, plan: engram_core::turns::IngestPlan, version: i64,
     });
     cached.version = version;
     cached.next_seq = next;
-}
-
-/// The prompt as the cache holds it.
-pub(crate) fn context_of(c: &Cached) -> AgentContext {
-    let bytes = c
-        .derived
-        .traces
-        .iter()
-        .map(|t| t.content.len() as u64)
-        .sum::<u64>();
-    c.derived.context(bytes)
 }
 
 /// Stores `meta` as the agent's settings in `tx` (a new version) and adopts
@@ -484,101 +390,6 @@ pub(crate) async fn save_meta(
     cached.derived.meta = meta;
     cached.version = version;
     Ok(())
-}
-
-/// Appends `traces` at places `first..` in one statement.
-pub(crate) async fn insert_traces(
-    tx: &mut PgConnection,
-    id: &str,
-    first: i64,
-    traces: &[RawTrace],
-) -> Result<()> {
-    if traces.is_empty() {
-        return Ok(());
-    }
-    let cols = trace_columns(first, traces);
-    let insert = sqlx::query_scalar::<_, i32>(
-        "WITH added AS (
-           INSERT INTO traces (agent_id, seq, ord, trace_type, trace_id, event_id, ts, body, words)
-           SELECT $1, u.seq, u.ord, u.trace_type, u.trace_id, u.event_id, u.ts, u.body, to_tsvector('english', u.words)
-           FROM UNNEST($2::bigint[], $3::bigint[], $4::smallint[], $5::text[], $6::text[], $7::float8[], $8::text[], $9::text[])
-             AS u(seq, ord, trace_type, trace_id, event_id, ts, body, words)
-           RETURNING length(words) AS lexemes)
-         UPDATE agents SET words_total = words_total + (SELECT coalesce(sum(lexemes), 0) FROM added)
-         WHERE id = $1
-         RETURNING 1",
-    )
-    .bind(id);
-    cols.bind(insert)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(|e| match &e {
-            sqlx::Error::Database(d) if d.is_unique_violation() => StoreError::Conflict(
-                "another write of this agent stored the same event or trace; nothing was written"
-                    .into(),
-            ),
-            _ => db("storing traces")(e),
-        })?;
-    Ok(())
-}
-
-/// Traces as the columns of one multi-row insert (`UNNEST` of arrays).
-struct TraceColumns {
-    seqs: Vec<i64>,
-    ords: Vec<i64>,
-    types: Vec<i16>,
-    ids: Vec<String>,
-    events: Vec<Option<String>>,
-    ts: Vec<f64>,
-    bodies: Vec<String>,
-    words: Vec<String>,
-}
-
-impl TraceColumns {
-    /// Binds the columns as parameters `$2`…`$9` (after the agent's `$1`).
-    fn bind<'q, O>(
-        self,
-        q: sqlx::query::QueryScalar<'q, Postgres, O, sqlx::postgres::PgArguments>,
-    ) -> sqlx::query::QueryScalar<'q, Postgres, O, sqlx::postgres::PgArguments> {
-        q.bind(self.seqs)
-            .bind(self.ords)
-            .bind(self.types)
-            .bind(self.ids)
-            .bind(self.events)
-            .bind(self.ts)
-            .bind(self.bodies)
-            .bind(self.words)
-    }
-}
-
-/// `traces` placed at `first..`; serializing large ones runs off the async
-/// workers.
-fn trace_columns(first: i64, traces: &[RawTrace]) -> TraceColumns {
-    let bytes = traces.iter().map(|t| t.content.len() as u64).sum::<u64>();
-    engram_store::offload_over(bytes, || {
-        let mut cols = TraceColumns {
-            seqs: Vec::with_capacity(traces.len()),
-            ords: Vec::with_capacity(traces.len()),
-            types: Vec::with_capacity(traces.len()),
-            ids: Vec::with_capacity(traces.len()),
-            events: Vec::with_capacity(traces.len()),
-            ts: Vec::with_capacity(traces.len()),
-            bodies: Vec::with_capacity(traces.len()),
-            words: Vec::with_capacity(traces.len()),
-        };
-        for (i, t) in traces.iter().enumerate() {
-            let item = engram_store::trace_item(t);
-            cols.seqs.push(first + i as i64);
-            cols.ords.push(item.order as i64);
-            cols.types.push(i16::from(item.trace_type));
-            cols.ids.push(t.id.clone());
-            cols.events.push(t.event_id.clone());
-            cols.ts.push(t.ts);
-            cols.words.push(item_words(&item));
-            cols.bodies.push(item.body);
-        }
-        cols
-    })
 }
 
 /// The stored trace with `trace_id`: active first, then the archive (a

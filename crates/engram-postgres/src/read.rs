@@ -1,0 +1,90 @@
+//! Reads: a cache brought current without the agent row's lock, and what
+//! Retrieve and the prompt take from it.
+
+use engram_core::AgentId;
+use engram_core::retrieve::raw_tail;
+use engram_store::{AgentContext, Recall, Result, StoreError};
+
+use crate::cache::{Cached, Lock, Slot, refresh};
+use crate::{PgStore, db};
+
+impl PgStore {
+    /// Brings `slot` current without taking the agent's row lock: for
+    /// reads. A cache behind the database is caught up in one snapshot
+    /// (repeatable read), so it never takes half of a write.
+    pub(crate) async fn current(&self, id: &str, slot: &mut Slot<'_>) -> Result<bool> {
+        let mut conn = self.inner.pool.acquire().await.map_err(db("connecting"))?;
+        let fresh: Option<(uuid::Uuid, i64, i64)> =
+            sqlx::query_as("SELECT incarnation, version, generation FROM agents WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(db("reading an agent"))?;
+        match (&fresh, slot.as_ref()) {
+            (None, _) => {
+                **slot = None;
+                return Ok(false);
+            }
+            (Some((i, v, g)), Some(c))
+                if c.incarnation == *i && c.version == *v && c.generation == *g =>
+            {
+                return Ok(true);
+            }
+            _ => {}
+        }
+        drop(conn);
+        let mut tx = self
+            .inner
+            .pool
+            .begin()
+            .await
+            .map_err(db("starting a transaction"))?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *tx)
+            .await
+            .map_err(db("starting a snapshot"))?;
+        let exists = refresh(&mut tx, id, slot, Lock::Read).await?;
+        tx.commit().await.map_err(db("ending a snapshot"))?;
+        Ok(exists)
+    }
+
+    /// Runs `f` over the current agent (NOT_FOUND if there is none).
+    pub(crate) async fn read<T>(&self, id: &AgentId, f: impl FnOnce(&Cached) -> T) -> Result<T> {
+        let handle = self.handle(id.as_str());
+        let mut slot = handle.lock().await;
+        if !self.current(id.as_str(), &mut slot).await? {
+            drop(slot);
+            self.forget(id.as_str());
+            return Err(StoreError::NotFound(id.to_string()));
+        }
+        let cached = slot.as_ref().expect("current");
+        Ok(f(cached))
+    }
+
+    pub(crate) async fn context(&self, id: &AgentId) -> Result<AgentContext> {
+        self.read(id, context_of).await
+    }
+
+    pub(crate) async fn recall(&self, id: &AgentId, raw_tail_turns: usize) -> Result<Recall> {
+        self.read(id, |c| Recall {
+            episodic: c.derived.episodic.clone(),
+            semantic: c.derived.semantic.clone(),
+            raw_tail: raw_tail(&c.derived.traces, raw_tail_turns)
+                .into_iter()
+                .cloned()
+                .collect(),
+        })
+        .await
+    }
+}
+
+/// The prompt as the cache holds it.
+pub(crate) fn context_of(c: &Cached) -> AgentContext {
+    let bytes = c
+        .derived
+        .traces
+        .iter()
+        .map(|t| t.content.len() as u64)
+        .sum::<u64>();
+    c.derived.context(bytes)
+}
