@@ -169,8 +169,10 @@ impl PgStore {
                 .await?;
         }
         let (state, incarnation) = state(conn, id).await?;
-        let (query_vector, words) =
-            tokio::join!(self.query_vector(query), by_words(conn, id, query, wants));
+        let (query_vector, words) = tokio::join!(
+            self.query_vector(query),
+            by_words(conn, id, query, wants, state.items)
+        );
         let words = words?;
         let handle = self.handle(id);
         let vectors = self.vectors(conn, id, incarnation, &handle.vectors).await?;
@@ -237,9 +239,10 @@ async fn by_words(
     id: &str,
     query: &str,
     wants: Vec<Want>,
+    docs: u64,
 ) -> Result<Vec<Option<Words>>> {
     let params = Params::default();
-    let terms = terms(conn, id, query, params.max_terms).await?;
+    let terms = terms(conn, id, query, params.max_terms, docs).await?;
     let mut out = Vec::with_capacity(wants.len());
     for (filter, limit) in wants {
         if limit == 0 {
@@ -276,12 +279,14 @@ async fn by_words(
 }
 
 /// The query's terms (the database's analysis), each one's rarity in the
-/// agent's items, and their average length; `None` when no term is left.
+/// agent's `docs` items, and their average length; `None` when no term is
+/// left.
 async fn terms(
     conn: &mut PgConnection,
     id: &str,
     query: &str,
     max: usize,
+    docs: u64,
 ) -> Result<Option<Terms>> {
     let query: String = query
         .chars()
@@ -299,9 +304,8 @@ async fn terms(
         return Ok(None);
     }
     let quoted: Vec<String> = lexemes.iter().map(|l| quote(l)).collect();
-    let (docs, total, counts): (i64, i64, Vec<i64>) = sqlx::query_as(
-        "SELECT a.next_seq + (SELECT count(*) FROM memories m WHERE m.agent_id = $1 AND m.live),
-                a.words_total,
+    let (total, counts): (i64, Vec<i64>) = sqlx::query_as(
+        "SELECT a.words_total,
                 ARRAY(SELECT (SELECT count(*) FROM traces t WHERE t.agent_id = $1 AND t.words @@ q.t::tsquery)
                            + (SELECT count(*) FROM memories m WHERE m.agent_id = $1 AND m.live AND m.words @@ q.t::tsquery)
                       FROM unnest($2::text[]) WITH ORDINALITY AS q(t, i) ORDER BY q.i)
