@@ -2,7 +2,7 @@
 //! the real binary with SIGKILL under concurrent writers and compactions;
 //! `fuzz` sends seeded hostile requests to every RPC. `make chaos` runs
 //! the long versions; `make test` runs short ones (engram-server's
-//! `tests/chaos.rs`).
+//! `tests/it/chaos.rs`).
 
 pub mod chaos;
 pub mod daemon;

@@ -1,7 +1,7 @@
 //! Compaction requests that meet: concurrent requests for one agent share
 //! one summary, and one agent's failures pause that agent only.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@
 //! and are rebuilt for what they miss. The same model behind a local
 //! OpenAI-compatible `/v1/embeddings` endpoint serves `provider = "http"`.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -6,7 +6,7 @@
 //! is summarized twice. A replica killed mid-compaction loses nothing
 //! acknowledged, and the other keeps serving.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;

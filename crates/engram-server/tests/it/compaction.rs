@@ -2,7 +2,7 @@
 //! with an LLM over HTTP (a local fake speaking the OpenAI API), automatic
 //! compaction at PrepareRequest, failures that prune nothing.
 
-mod common;
+use crate::common;
 
 use common::*;
 use engram_proto::pb;

@@ -1,7 +1,7 @@
 //! The real server over gRPC: health, reflection, the Ingest → Retrieve
 //! round trip, and every refusal with its status and no file left behind.
 
-mod common;
+use crate::common;
 
 use common::*;
 use engram_proto::pb;

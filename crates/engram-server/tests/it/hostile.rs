@@ -1,7 +1,7 @@
 //! Hostile input against the real server: one message must not wedge its
 //! agent or stall the others.
 
-mod common;
+use crate::common;
 
 use common::*;
 use engram_proto::{METHODS, pb};

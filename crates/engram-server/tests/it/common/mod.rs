@@ -1,7 +1,6 @@
 //! Test harness: the real `run()` on 127.0.0.1:0, or the real `engramd`
 //! binary, and gRPC clients for them. The listener is bound before the
 //! server starts, so no test waits for readiness.
-#![allow(dead_code)]
 
 pub mod meaning;
 

@@ -1,7 +1,7 @@
 //! Managing agents over gRPC: listing, deleting, forking, searching their
 //! history.
 
-mod common;
+use crate::common;
 
 use common::*;
 use engram_proto::pb;

@@ -1,7 +1,7 @@
 //! Compaction with the real binary: Ingest during a slow summary, kill -9
 //! and crashes at each step, a 30-turn loop against an LLM over HTTP.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! Bearer tokens and TLS against the real server: who may call, on which
 //! agents, over which transport.
 
-mod common;
+use crate::common;
 
 use common::{TestServer, ingest_req, user};
 use engram_proto::pb;

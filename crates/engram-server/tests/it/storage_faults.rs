@@ -2,7 +2,7 @@
 //! would handle them: a refused write is invisible, writes come back when
 //! space is freed, and a failed flush turns health NOT_SERVING.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! `[MEMORY:RECALLED]` block; every message before it keeps its bytes, the
 //! turn's later prompts send the same block, and every format stays valid.
 
-mod common;
+use crate::common;
 
 use common::*;
 use engram_proto::pb;

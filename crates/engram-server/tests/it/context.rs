@@ -1,7 +1,7 @@
 //! The context engine over gRPC: the agent loop in every render format,
 //! restarts, budgets and compaction marks, context stats.
 
-mod common;
+use crate::common;
 
 use common::*;
 use engram_proto::pb;

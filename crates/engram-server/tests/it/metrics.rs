@@ -1,7 +1,7 @@
 //! The Prometheus endpoint of the real binary: every named family moves
 //! when the thing it counts happens.
 
-mod common;
+use crate::common;
 
 use common::{Daemon, compact_now, ingest_req, turns, user};
 use engram_proto::pb;

@@ -1,7 +1,7 @@
 //! Ranked SearchHistory over gRPC: who said it, relevance, context,
 //! filters, the index on disk, and clear errors for bad requests.
 
-mod common;
+use crate::common;
 
 use common::*;
 use engram_proto::pb;

@@ -1,7 +1,7 @@
 //! kill -9 under load: every acknowledged trace survives, a torn line is
 //! repaired, the server starts again.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::io::Write;

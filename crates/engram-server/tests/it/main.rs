@@ -1,0 +1,23 @@
+//! engram-server's integration tests, one binary: each of these modules
+//! once linked all of tonic, tantivy, candle and sqlx on its own (~90 MB
+//! apiece, a gigabyte of CI's disk and a minute of linking). nextest still
+//! runs every test in a process of its own.
+
+mod common;
+
+mod agents;
+mod chaos;
+mod compaction;
+mod compaction_binary;
+mod compaction_races;
+mod context;
+mod crash;
+mod grpc;
+mod hostile;
+mod metrics;
+mod recall;
+mod replicas;
+mod search;
+mod security;
+mod semantic;
+mod storage_faults;
