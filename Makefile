@@ -103,8 +103,8 @@ bench-postgres: ## The PostgreSQL backend beside the file store: Ingest (1 and 2
 	$(CARGO) build --release --locked -p engram-server --bin engramd -p engram-bench --bin engram-bench
 	scripts/pg.sh start >/dev/null
 	./target/release/engram-bench ingest --data-dir ./bench-data --embed none --backend files,postgres --replicas 1,2
-	ENGRAM__EMBED__PROVIDER=none ./target/release/engram-bench prepare --data-dir ./bench-data --messages 1000 --archive 4 --backend files
-	ENGRAM__EMBED__PROVIDER=none ./target/release/engram-bench prepare --data-dir ./bench-data --messages 1000 --archive 0 --backend postgres
+	./target/release/engram-bench prepare --data-dir ./bench-data --messages 1000 --archive 4 --backend files
+	./target/release/engram-bench prepare --data-dir ./bench-data --messages 1000 --archive 0 --backend postgres
 
 .PHONY: recall
 recall: ## Evidence recall on LoCoMo through the real engramd (LOCOMO=dir of conv-*.json, default ../shared/eval/locomo-dev)

@@ -44,6 +44,11 @@ pub struct Args {
     /// The database for --backend postgres (default as for `ingest`).
     #[arg(long)]
     pg_url: Option<String>,
+    /// embed.provider of the server: none (the default: prompts alone are
+    /// measured) or local (the background indexer embeds the agents'
+    /// messages, at idle priority, while their prompts are measured).
+    #[arg(long, default_value = "none")]
+    embed: String,
 }
 
 /// About 200 tokens of varied English-like text.
@@ -173,6 +178,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         _ => String::new(),
     };
+    let extra = format!("[embed]\nprovider = {:?}\n{extra}", args.embed);
     runtime.block_on(measure(&args, &data, &extra))?;
     let _ = std::fs::remove_dir_all(&data);
     Ok(())
@@ -244,10 +250,10 @@ pub(crate) async fn connect(addr: &str) -> anyhow::Result<MemoryServiceClient<Ch
 }
 
 async fn measure(args: &Args, data: &Path, extra: &str) -> anyhow::Result<()> {
-    let postgres = !extra.is_empty();
+    let postgres = args.backend == "postgres";
     println!(
-        "\nPrepareRequest latency, model gpt-4o, {} calls per case, backend {}",
-        args.calls, args.backend
+        "\nPrepareRequest latency, model gpt-4o, {} calls per case, backend {}, embed {}",
+        args.calls, args.backend, args.embed
     );
     println!(
         "  messages  archive   format       p50 us    p99 us   prompt tokens   agent load ms   agent RSS MiB"
