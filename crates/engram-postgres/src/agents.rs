@@ -53,12 +53,28 @@ impl PgStore {
     pub(crate) async fn delete_agent(&self, id: &AgentId) -> Result<()> {
         let handle = self.handle(id.as_str());
         let mut slot = handle.lock().await;
-        let deleted = sqlx::query("DELETE FROM agents WHERE id = $1")
-            .bind(id.as_str())
-            .execute(&self.inner.pool)
-            .await
-            .map_err(db("deleting an agent"))?
-            .rows_affected();
+        // The agent's row, then its vectors' lock, as a compaction takes
+        // them: the cascade then never waits on rows an indexer holds
+        // while that indexer waits on it.
+        let mut tx = self.begin().await?;
+        let found: Option<i32> =
+            sqlx::query_scalar("SELECT 1 FROM agents WHERE id = $1 FOR UPDATE")
+                .bind(id.as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db("deleting an agent"))?;
+        let deleted = if found.is_some() {
+            crate::vectors::lock_vector_writes(&mut tx, vec![id.as_str()]).await?;
+            sqlx::query("DELETE FROM agents WHERE id = $1")
+                .bind(id.as_str())
+                .execute(&mut *tx)
+                .await
+                .map_err(db("deleting an agent"))?
+                .rows_affected()
+        } else {
+            0
+        };
+        tx.commit().await.map_err(db("deleting an agent"))?;
         *slot = None;
         drop(slot);
         self.forget(id.as_str());

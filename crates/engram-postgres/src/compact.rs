@@ -148,6 +148,9 @@ impl PgStore {
         meta: &engram_store::AgentMeta,
     ) -> Result<(i64, i64)> {
         let faults = &self.inner.faults;
+        // A superseded fact draws a vector_seq; its rows are written under
+        // the same lock as the indexer's (after the agent's row, held).
+        crate::vectors::lock_vector_writes(tx, vec![id]).await?;
         faults.check("episodic")?;
         insert_episodic(tx, id, &intent.episodic).await?;
         faults.check("semantic")?;

@@ -34,3 +34,28 @@ pub async fn fresh_schema(url: &str, prefix: &str) -> Result<String, sqlx::Error
     admin.close().await;
     Ok(schema)
 }
+
+/// Takes, until `tx` ends, the lock an agent's vector writes wait for:
+/// what another replica's indexer or compaction holds while it writes.
+pub async fn lock_agent_vectors(
+    tx: &mut sqlx::PgConnection,
+    agent: &str,
+) -> Result<(), crate::StoreError> {
+    crate::vectors::lock_vector_writes(tx, vec![agent]).await
+}
+
+/// Whether a transaction is waiting for `agent`'s vector lock.
+pub async fn waits_for_agent_vectors(
+    conn: &mut sqlx::PgConnection,
+    agent: &str,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+             AND objsubid = 2 AND classid = $2::bigint::oid
+             AND objid = (hashtext($1)::bigint & 4294967295)::oid)",
+    )
+    .bind(agent)
+    .bind(i64::from(crate::vectors::VECTOR_WRITES))
+    .fetch_one(conn)
+    .await
+}

@@ -135,23 +135,25 @@ impl PgStore {
             .iter()
             .map(|e| (e.key.as_str(), e))
             .collect();
-        let mut conn = self.inner.pool.acquire().await.map_err(db("connecting"))?;
-        for (agent, table, item) in &claimed {
-            // A refused text gets an empty vector: it is not asked again.
-            let vector = vectors
-                .get(item.key.as_str())
-                .map(|e| encode(&e.vector))
-                .unwrap_or_default();
-            store_vector(
-                &mut conn,
-                agent,
-                table,
-                &item.key,
-                &vector,
-                embedder.model(),
-            )
-            .await?;
+        // A refused text gets an empty vector: it is not asked again.
+        let rows: Vec<(&str, &str, &str, Vec<u8>)> = claimed
+            .iter()
+            .map(|(agent, table, item)| {
+                let vector = vectors
+                    .get(item.key.as_str())
+                    .map(|e| encode(&e.vector))
+                    .unwrap_or_default();
+                (agent.as_str(), *table, item.key.as_str(), vector)
+            })
+            .collect();
+        let mut tx = self.inner.pool.begin().await.map_err(db("connecting"))?;
+        let agents: Vec<&str> = rows.iter().map(|r| r.0).collect();
+        lock_vector_writes(&mut tx, agents).await?;
+        for table in ["traces", "memories"] {
+            let of_table = rows.iter().filter(|r| r.1 == table);
+            store_vectors(&mut tx, table, of_table, embedder.model()).await?;
         }
+        tx.commit().await.map_err(db("storing vectors"))?;
         Ok(n)
     }
 
@@ -329,26 +331,58 @@ async fn pending(conn: &mut PgConnection, id: &str) -> Result<i64> {
     .map_err(db("counting items to embed"))
 }
 
-async fn store_vector(
-    conn: &mut PgConnection,
-    agent: &str,
+/// The advisory-lock class of an agent's vector writes; the second key
+/// is the agent's `hashtext`.
+pub(crate) const VECTOR_WRITES: i32 = 0x656e_6776;
+
+/// Holds, until `tx` ends, the right to draw `vector_seq` for `agents`:
+/// one writer per agent at a time, so an agent's vector rows commit in
+/// `vector_seq` order. A replica that has read an agent's vectors up to N
+/// then never finds a row below N later; with two writers at once, the
+/// higher number could commit first and the lower one be skipped by that
+/// replica for good. Taken in name order (one statement, the array's
+/// order), after the agent's own row where a writer locks that too.
+pub(crate) async fn lock_vector_writes(tx: &mut PgConnection, mut agents: Vec<&str>) -> Result<()> {
+    agents.sort_unstable();
+    agents.dedup();
+    sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext(a)) FROM unnest($2::text[]) AS a")
+        .bind(VECTOR_WRITES)
+        .bind(&agents)
+        .execute(&mut *tx)
+        .await
+        .map_err(db("locking the agents' vectors"))?;
+    Ok(())
+}
+
+/// Stores a batch's vectors for the rows of `table`, in one statement.
+async fn store_vectors<'a>(
+    tx: &mut PgConnection,
     table: &str,
-    key: &str,
-    vector: &[u8],
+    rows: impl Iterator<Item = &'a (&'a str, &'a str, &'a str, Vec<u8>)>,
     model: &str,
 ) -> Result<()> {
+    let (mut agents, mut keys, mut vectors) = (Vec::new(), Vec::new(), Vec::new());
+    for (agent, _, key, vector) in rows {
+        agents.push(*agent);
+        keys.push(*key);
+        vectors.push(vector.as_slice());
+    }
+    if agents.is_empty() {
+        return Ok(());
+    }
     let column = if table == "traces" { "trace_id" } else { "id" };
     let sql = format!(
-        "UPDATE {table} SET vector = $3, vector_model = $4, vector_seq = nextval('vector_seq'), embed_claimed = NULL
-         WHERE agent_id = $1 AND {column} = $2"
+        "UPDATE {table} t SET vector = v.vector, vector_model = $4, vector_seq = nextval('vector_seq'), embed_claimed = NULL
+         FROM unnest($1::text[], $2::text[], $3::bytea[]) AS v(agent_id, key, vector)
+         WHERE t.agent_id = v.agent_id AND t.{column} = v.key"
     );
     sqlx::query(&sql)
-        .bind(agent)
-        .bind(key)
-        .bind(vector)
+        .bind(&agents)
+        .bind(&keys)
+        .bind(&vectors)
         .bind(model)
-        .execute(&mut *conn)
+        .execute(&mut *tx)
         .await
-        .map_err(db("storing a vector"))?;
+        .map_err(db("storing vectors"))?;
     Ok(())
 }

@@ -56,3 +56,101 @@ impl Harness for Postgres {
 }
 
 engram_store::conformance_suite!(Postgres::new().await);
+
+/// A model for the indexer that needs no weights: a vector from the text.
+#[derive(Debug)]
+struct Lengths;
+
+impl engram_core::embed::Embedder for Lengths {
+    fn model(&self) -> &str {
+        "lengths"
+    }
+
+    fn dim(&self) -> usize {
+        2
+    }
+
+    fn embed<'a>(&'a self, texts: &'a [String]) -> engram_core::embed::EmbedFuture<'a> {
+        Box::pin(async move { Ok(texts.iter().map(|t| vec![1.0, t.len() as f32]).collect()) })
+    }
+}
+
+/// Two writers of one agent's vectors (two replicas' indexers, or one and
+/// a compaction) take turns: otherwise the later `vector_seq` can commit
+/// first, and a replica that read it skips the earlier one for good.
+#[tokio::test]
+async fn vector_writes_wait_for_the_agents_lock() {
+    let pg = Postgres::new().await;
+    let schema = pg.config.schema.clone().expect("a schema");
+    let agent = format!("vectors-{}", uuid::Uuid::new_v4().simple());
+    let admin = sqlx::PgPool::connect(&pg.config.url)
+        .await
+        .expect("connects");
+    // What another replica holds while it writes the agent's vectors.
+    let mut other = admin.begin().await.expect("begins");
+    engram_postgres::testing::lock_agent_vectors(&mut other, &agent)
+        .await
+        .expect("locks");
+
+    let mut config = pg.config.clone();
+    config.embedder = Some(Arc::new(Lengths));
+    let store = PgStore::open(config).await.expect("the store opens");
+    let id = engram_core::AgentId::parse(&agent).expect("a valid id");
+    store
+        .ingest(
+            &id,
+            &[engram_core::NewEvent::user("remember the blue door")],
+            None,
+            None,
+        )
+        .await
+        .expect("ingest accepted");
+
+    let stored =
+        format!("SELECT count(*) FROM {schema}.traces WHERE agent_id = $1 AND vector IS NOT NULL");
+    let count = || {
+        sqlx::query_scalar::<_, i64>(&stored)
+            .bind(&agent)
+            .fetch_one(&admin)
+    };
+    // The indexer embeds the message, then waits for the lock, writing
+    // nothing meanwhile.
+    let mut conn = admin.acquire().await.expect("connects");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !engram_postgres::testing::waits_for_agent_vectors(&mut conn, &agent)
+        .await
+        .expect("pg_locks")
+    {
+        assert_eq!(
+            count().await.expect("counts"),
+            0,
+            "written while another writer held the agent"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the indexer never waited for the lock"
+        );
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(count().await.expect("counts"), 0);
+
+    other.commit().await.expect("commits");
+    let found = store
+        .search(
+            &id,
+            &engram_store::Search {
+                query: "blue door".into(),
+                limit: 5,
+                wait_for_index: Some(std::time::Duration::from_secs(60)),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("searches");
+    assert_eq!(found.index.embedded, 1, "embedded once the lock was free");
+    assert_eq!(
+        count().await.expect("counts"),
+        1,
+        "written once the lock was free"
+    );
+}
