@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use engram_core::memory::{EpisodicItem, SemanticItem};
 use engram_core::{RawTrace, TurnTracker};
 use engram_store::AgentMeta;
+use engram_store::Result;
 use engram_store::derived::Derived;
-use engram_store::{Result, StoreError};
 use sqlx::{PgConnection, Row};
 use tokio::sync::{Mutex as AsyncMutex, MutexGuard};
 use uuid::Uuid;
@@ -158,16 +158,28 @@ async fn catch_up(
     )
     .await?;
     cached.derived.meta = meta;
-    let bytes = traces.iter().map(|t| t.content.len() as u64).sum::<u64>();
-    engram_store::offload_over(bytes, || {
+    fold(cached, traces, now.version, now.next_seq);
+    Ok(())
+}
+
+/// Takes traces committed (or about to be, by the caller's transaction)
+/// into the cache, now at `version` with `next` the place of the next
+/// trace.
+pub(crate) fn fold(cached: &mut Cached, traces: Vec<RawTrace>, version: i64, next: i64) {
+    engram_store::offload_over(bytes_of(&traces), || {
         for trace in traces {
             cached.derived.note(&trace);
             cached.derived.traces.push(trace);
         }
     });
-    cached.version = now.version;
-    cached.next_seq = now.next_seq;
-    Ok(())
+    cached.version = version;
+    cached.next_seq = next;
+}
+
+/// About how much text `traces` hold: work over more runs off the async
+/// workers.
+pub(crate) fn bytes_of(traces: &[RawTrace]) -> u64 {
+    traces.iter().map(|t| t.content.len() as u64).sum()
 }
 
 /// The agent as its rows are: settings, the turn state of the archive, the
@@ -222,8 +234,7 @@ async fn load(conn: &mut PgConnection, id: &str, now: Row0, meta: AgentMeta) -> 
             _ => semantic.push(crate::parse(id, "fact", &body)?),
         }
     }
-    let bytes = traces.iter().map(|t| t.content.len() as u64).sum::<u64>();
-    let derived = engram_store::offload_over(bytes, || {
+    let derived = engram_store::offload_over(bytes_of(&traces), || {
         let mut derived = Derived::new(meta, tracker);
         for trace in &traces {
             derived.note(trace);
@@ -260,12 +271,6 @@ pub(crate) async fn traces_where(
         .map_err(db("reading traces"))?;
     let bytes = rows.iter().map(|r| r.len() as u64).sum::<u64>();
     engram_store::offload_over(bytes, || {
-        rows.iter()
-            .map(|r| {
-                RawTrace::from_line(r.as_bytes()).map_err(|e| {
-                    StoreError::Database(format!("a stored trace of agent {id} is not valid: {e}"))
-                })
-            })
-            .collect()
+        rows.iter().map(|r| crate::parse_trace(id, r)).collect()
     })
 }

@@ -217,11 +217,13 @@ impl PgStore {
             Ok(row) => tx.commit().await.map(|()| row),
             Err(e) => Err(e),
         };
-        let Ok((version, generation)) = committed.map_err(|e| {
-            *slot = None;
-            db("microcompacting")(e)
-        }) else {
-            return Err(StoreError::Database("microcompacting failed".into()));
+        let (version, generation) = match committed {
+            Ok(row) => row,
+            Err(e) => {
+                // Committed or not, unknown: the next call reloads.
+                *slot = None;
+                return Err(db("microcompacting")(e));
+            }
         };
         let cached = slot.as_mut().expect("current");
         cached.derived.meta = meta;

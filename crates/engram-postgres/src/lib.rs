@@ -22,8 +22,10 @@
 //!   until it expires.
 //!
 //! Modules: `cache` (the per-agent cache and how it is brought current),
-//! `write` (Ingest, PrepareRequest, the compaction mark), `compact`,
-//! `agents` (list, delete, fork), `search`.
+//! `write` (Ingest, PrepareRequest, the compaction mark), `read`, `rows`
+//! (how traces become rows), `compact`, `agents` (list, delete, fork),
+//! `search` (MATCH_ALL_WORDS) and `ranked`, `vectors` (the indexer and the
+//! replica's copies), `upkeep` (health, eviction).
 
 mod agents;
 mod cache;
@@ -262,6 +264,13 @@ fn db(context: &'static str) -> impl Fn(sqlx::Error) -> StoreError {
 /// An agent's settings as the `meta` column holds them.
 fn meta_json(meta: &engram_store::AgentMeta) -> String {
     serde_json::to_string(meta).expect("AgentMeta serializes")
+}
+
+/// A stored trace of agent `id`.
+fn parse_trace(id: &str, body: &str) -> Result<engram_core::RawTrace> {
+    engram_core::RawTrace::from_line(body.as_bytes()).map_err(|e| {
+        StoreError::Database(format!("a stored trace of agent {id} is not valid: {e}"))
+    })
 }
 
 /// A stored JSON body of agent `id`.

@@ -19,7 +19,7 @@ use engram_store::{
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::{PgStore, db, parse};
+use crate::{PgStore, db, parse, parse_trace};
 
 /// BM25's parameters (tantivy's, as the file store's index uses).
 const K1: f64 = 1.2;
@@ -189,26 +189,10 @@ impl PgStore {
         Ok((ranked, state))
     }
 
-    /// The query's vector, or `None` (no model, an empty query, or a model
-    /// that failed: the search is then by words, and says so).
+    /// The query's vector, or `None` (no model; see
+    /// [`engram_store::query_vector`]).
     async fn query_vector(&self, query: &str) -> Option<Vec<f32>> {
-        let embedder = self.embedder()?;
-        if query.trim().is_empty() {
-            return None;
-        }
-        let text = engram_core::text::cut(query.to_owned(), engram_store::MAX_EMBEDDED_CHARS);
-        match embedder.embed_query(&text).await {
-            Ok(mut v) if v.len() == 1 && v[0].len() == embedder.dim() => v.pop(),
-            Ok(_) => None,
-            Err(e) => {
-                tracing::warn!(error = %e, "query not embedded; searching by words only");
-                None
-            }
-        }
-    }
-
-    async fn conn(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Postgres>> {
-        self.inner.pool.acquire().await.map_err(db("connecting"))
+        engram_store::query_vector(self.embedder()?.as_ref(), query).await
     }
 }
 
@@ -504,13 +488,13 @@ async fn materialize(
             .await
             .map_err(db("reading memories"))?;
     let mut memories: HashMap<String, String> = memories.into_iter().collect();
-    let around = around(conn, id, &orders, context).await?;
+    let mut around = around(conn, id, &orders, context).await?;
     let mut out = Vec::with_capacity(ranked.len());
     for hit in ranked {
         let memory = match hit.kind {
             Kind::Trace => match traces.remove(&hit.order) {
                 Some((archived, body)) => Memory::Trace {
-                    trace: Box::new(trace(id, &body)?),
+                    trace: Box::new(parse_trace(id, &body)?),
                     archived,
                 },
                 None => continue,
@@ -523,11 +507,10 @@ async fn materialize(
                 None => continue,
             },
         };
-        let (before, after) = around.get(&hit.order).cloned().unwrap_or_default();
-        let (before, after) = if hit.kind == Kind::Trace {
-            (before, after)
-        } else {
-            Default::default()
+        // A trace's order is its own; a memory's may equal one.
+        let (before, after) = match hit.kind {
+            Kind::Trace => around.remove(&hit.order).unwrap_or_default(),
+            _ => Default::default(),
         };
         out.push(Recalled {
             memory,
@@ -567,7 +550,7 @@ async fn around(
     .map_err(db("reading neighbours"))?;
     for (of, after, body) in rows {
         let sides = out.entry(of as u64).or_default();
-        let t = trace(id, &body)?;
+        let t = parse_trace(id, &body)?;
         if after {
             sides.1.push(t);
         } else {
@@ -575,10 +558,4 @@ async fn around(
         }
     }
     Ok(out)
-}
-
-fn trace(id: &str, body: &str) -> Result<RawTrace> {
-    RawTrace::from_line(body.as_bytes()).map_err(|e| {
-        StoreError::Database(format!("a stored trace of agent {id} is not valid: {e}"))
-    })
 }

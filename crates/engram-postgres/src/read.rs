@@ -13,7 +13,7 @@ impl PgStore {
     /// reads. A cache behind the database is caught up in one snapshot
     /// (repeatable read), so it never takes half of a write.
     pub(crate) async fn current(&self, id: &str, slot: &mut Slot<'_>) -> Result<bool> {
-        let mut conn = self.inner.pool.acquire().await.map_err(db("connecting"))?;
+        let mut conn = self.conn().await?;
         let fresh: Option<(uuid::Uuid, i64, i64)> =
             sqlx::query_as("SELECT incarnation, version, generation FROM agents WHERE id = $1")
                 .bind(id)
@@ -33,12 +33,7 @@ impl PgStore {
             _ => {}
         }
         drop(conn);
-        let mut tx = self
-            .inner
-            .pool
-            .begin()
-            .await
-            .map_err(db("starting a transaction"))?;
+        let mut tx = self.begin().await?;
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             .execute(&mut *tx)
             .await
@@ -80,11 +75,5 @@ impl PgStore {
 
 /// The prompt as the cache holds it.
 pub(crate) fn context_of(c: &Cached) -> AgentContext {
-    let bytes = c
-        .derived
-        .traces
-        .iter()
-        .map(|t| t.content.len() as u64)
-        .sum::<u64>();
-    c.derived.context(bytes)
+    c.derived.context(crate::cache::bytes_of(&c.derived.traces))
 }

@@ -6,7 +6,7 @@
 //! and a page token (the last place read) stays valid between calls.
 //! Ranked search is in `ranked`.
 
-use engram_core::{AgentId, CoreError, RawTrace};
+use engram_core::{AgentId, CoreError};
 use engram_store::search::Query;
 use engram_store::{Hit, IndexState, Result, Search, SearchMode, SearchPage, StoreError};
 
@@ -101,9 +101,7 @@ impl PgStore {
                 if hits.len() == search.limit {
                     return Ok(page(hits, after));
                 }
-                let trace = RawTrace::from_line(body.as_bytes()).map_err(|e| {
-                    StoreError::Database(format!("a stored trace of agent {id} is not valid: {e}"))
-                })?;
+                let trace = crate::parse_trace(id.as_str(), &body)?;
                 after = Some(Place { archived, seq });
                 if query.matches(&trace) {
                     hits.push(Hit::all_words(trace, archived));

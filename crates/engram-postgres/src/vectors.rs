@@ -146,7 +146,7 @@ impl PgStore {
                 (agent.as_str(), *table, item.key.as_str(), vector)
             })
             .collect();
-        let mut tx = self.inner.pool.begin().await.map_err(db("connecting"))?;
+        let mut tx = self.begin().await?;
         let agents: Vec<&str> = rows.iter().map(|r| r.0).collect();
         lock_vector_writes(&mut tx, agents).await?;
         for table in ["traces", "memories"] {
@@ -176,7 +176,7 @@ impl PgStore {
         .await
         .map_err(db("claiming traces to embed"))?;
         for (agent, body) in traces {
-            let trace = crate::parse::<engram_core::RawTrace>(&agent, "trace", &body)?;
+            let trace = crate::parse_trace(&agent, &body)?;
             out.push((agent, "traces", engram_store::trace_item(&trace)));
         }
         let memories: Vec<(String, i8, String)> = sqlx::query_as(
@@ -293,7 +293,7 @@ impl PgStore {
             return Ok(());
         }
         loop {
-            let mut conn = self.inner.pool.acquire().await.map_err(db("connecting"))?;
+            let mut conn = self.conn().await?;
             if pending(&mut conn, id).await? == 0 || std::time::Instant::now() >= deadline {
                 return Ok(());
             }

@@ -10,12 +10,16 @@ use engram_core::{AgentId, CoreError, NewEvent, Outcome, RawTrace, Usage};
 use engram_store::{AgentMeta, Ingested, PrepareInput, Prepared, Result, StoreError};
 use sqlx::{PgConnection, Postgres, Transaction};
 
-use crate::cache::{Cached, Lock, Slot, refresh, traces_where};
+use crate::cache::{Cached, Lock, Slot, fold, refresh};
 use crate::read::context_of;
-use crate::rows::{insert_traces, trace_columns, words_of};
+use crate::rows::{insert_traces, insert_traces_sql, trace_columns, words_of};
 use crate::{PgStore, db};
 
 impl PgStore {
+    pub(crate) async fn conn(&self) -> Result<sqlx::pool::PoolConnection<Postgres>> {
+        self.inner.pool.acquire().await.map_err(db("connecting"))
+    }
+
     pub(crate) async fn begin(&self) -> Result<Transaction<'static, Postgres>> {
         self.inner
             .pool
@@ -48,13 +52,9 @@ impl PgStore {
         let handle = self.handle(id.as_str());
         let mut slot = handle.lock().await;
         loop {
-            let fast = match slot.is_some() {
-                true => {
-                    self.append_checked(id, &mut slot, events, usage, model)
-                        .await?
-                }
-                false => None,
-            };
+            let fast = self
+                .append_checked(id, &mut slot, events, usage, model)
+                .await?;
             let traces = match fast {
                 Some(traces) => traces,
                 None => {
@@ -151,7 +151,7 @@ impl PgStore {
                 }
             });
         }
-        fold(cached, plan, version, next);
+        fold(cached, plan.new_traces, version, next);
         Ok(Some(out))
     }
 
@@ -185,24 +185,21 @@ impl PgStore {
         let first = cached.next_seq;
         let next = first + plan.new_traces.len() as i64;
         let cols = trace_columns(first, &plan.new_traces);
-        let written = sqlx::query_scalar(
+        let written = sqlx::query_scalar(concat!(
             "WITH current AS (
                SELECT 1 FROM agents
                WHERE id = $1 AND incarnation = $10 AND version = $11 AND generation = $12
                FOR UPDATE),
-             added AS (
-               INSERT INTO traces (agent_id, seq, ord, trace_type, trace_id, event_id, ts, body, words)
-               SELECT $1, u.seq, u.ord, u.trace_type, u.trace_id, u.event_id, u.ts, u.body, to_tsvector('english', u.words)
-               FROM UNNEST($2::bigint[], $3::bigint[], $4::smallint[], $5::text[], $6::text[], $7::float8[], $8::text[], $9::text[])
-                 AS u(seq, ord, trace_type, trace_id, event_id, ts, body, words)
-               WHERE EXISTS (SELECT 1 FROM current)
+             added AS (",
+            insert_traces_sql!(),
+            " WHERE EXISTS (SELECT 1 FROM current)
                RETURNING length(words) AS lexemes)
              UPDATE agents
              SET version = version + 1, next_seq = $13,
                  words_total = words_total + (SELECT coalesce(sum(lexemes), 0) FROM added)
              WHERE id = $1 AND EXISTS (SELECT 1 FROM current)
              RETURNING version",
-        )
+        ))
         .bind(id.as_str());
         let written = cols
             .bind(written)
@@ -221,7 +218,7 @@ impl PgStore {
             Err(e) => return Err(db("storing traces")(e)),
         };
         let out = plan.new_traces.clone();
-        fold(cached, plan, version, next);
+        fold(cached, plan.new_traces, version, next);
         Ok(Some(out))
     }
 
@@ -358,19 +355,6 @@ impl PgStore {
     }
 }
 
-/// Takes a committed (or about to be) write's traces into the cache, now
-/// at `version` with `next` the place of the next trace.
-fn fold(cached: &mut Cached, plan: engram_core::turns::IngestPlan, version: i64, next: i64) {
-    engram_store::offload_over(plan.bytes.len() as u64, || {
-        for trace in plan.new_traces {
-            cached.derived.note(&trace);
-            cached.derived.traces.push(trace);
-        }
-    });
-    cached.version = version;
-    cached.next_seq = next;
-}
-
 /// Stores `meta` as the agent's settings in `tx` (a new version) and adopts
 /// it in the cache.
 pub(crate) async fn save_meta(
@@ -409,20 +393,17 @@ async fn find_trace(
     {
         return Ok(t.clone());
     }
-    let seq: Option<i64> =
-        sqlx::query_scalar("SELECT seq FROM traces WHERE agent_id = $1 AND trace_id = $2")
+    let body: Option<String> =
+        sqlx::query_scalar("SELECT body FROM traces WHERE agent_id = $1 AND trace_id = $2")
             .bind(id)
             .bind(trace_id)
             .fetch_optional(&mut *tx)
             .await
             .map_err(db("finding a trace"))?;
-    let found = match seq {
-        Some(seq) => traces_where(tx, id, "seq >= $2 AND seq < $3", seq, seq + 1)
-            .await?
-            .pop(),
-        None => None,
-    };
-    found.ok_or_else(|| {
-        StoreError::Database(format!("trace {trace_id} of a retried event is missing"))
-    })
+    match body {
+        Some(body) => crate::parse_trace(id, &body),
+        None => Err(StoreError::Database(format!(
+            "trace {trace_id} of a retried event is missing"
+        ))),
+    }
 }

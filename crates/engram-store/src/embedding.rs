@@ -126,6 +126,30 @@ pub async fn embed_batch(embedder: &dyn Embedder, batch: Vec<Item>) -> Outcome {
     }
 }
 
+/// A search's query as a vector, or `None`: an empty query, or a model
+/// that failed or answered out of shape (the search is then by words, and
+/// its index state's counts say so). Both backends' searches embed through
+/// here, timed and counted alike.
+pub async fn query_vector(embedder: &dyn Embedder, query: &str) -> Option<Vec<f32>> {
+    if query.trim().is_empty() {
+        return None;
+    }
+    let text = engram_core::text::cut(query.to_owned(), crate::MAX_EMBEDDED_CHARS);
+    let started = Instant::now();
+    match embedder.embed_query(&text).await {
+        Ok(mut v) if v.len() == 1 && v[0].len() == embedder.dim() => {
+            metrics::histogram!("engram_embed_query_seconds").record(started.elapsed());
+            v.pop()
+        }
+        Ok(_) => None,
+        Err(e) => {
+            tracing::warn!(error = %e, "query not embedded; searching by words only");
+            metrics::counter!("engram_embed_query_failures_total").increment(1);
+            None
+        }
+    }
+}
+
 fn embedded((item, vector): (Item, Vec<f32>)) -> Embedded {
     Embedded {
         key: item.key,

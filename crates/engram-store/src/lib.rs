@@ -68,7 +68,7 @@ pub use api::{
 };
 pub use durable::FsyncPolicy;
 /// Search items as the index holds them (for other backends' indexes).
-pub use embedding::{Outcome as Embedding, embed_batch};
+pub use embedding::{Outcome as Embedding, embed_batch, query_vector};
 pub use error::{Result, StoreError};
 pub use index::{MAX_EMBEDDED_CHARS, episodic_item, for_embedding, semantic_item, trace_item};
 

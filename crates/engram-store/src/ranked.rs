@@ -9,7 +9,7 @@ use engram_core::{AgentId, CoreError, RawTrace};
 use engram_index::lexical::{Lexical, Placed};
 use engram_index::{Filter, Kind, Matched, Params, Ranked, Words};
 
-use crate::index::{MAX_EMBEDDED_CHARS, blocking, index_error, trace_type_code};
+use crate::index::{blocking, index_error, trace_type_code};
 use crate::{
     FileStore, Hit, IndexState, MatchedBy, Memory, MemoryQuery, Recalled, Recollection, Result,
     Search, SearchPage, StoreError,
@@ -235,28 +235,10 @@ impl FileStore {
         .await
     }
 
-    /// The query's vector, or `None` (no model, an empty query, or a model
-    /// that failed: the search is then lexical, and says so in its
-    /// index state's counts).
+    /// The query's vector, or `None` (no model; see [`crate::query_vector`]).
     async fn query_vector(&self, query: &str) -> Option<Vec<f32>> {
         let indexer = self.inner.indexer.as_ref()?;
-        if query.trim().is_empty() {
-            return None;
-        }
-        let text = engram_core::text::cut(query.to_owned(), MAX_EMBEDDED_CHARS);
-        let started = Instant::now();
-        match indexer.embedder.embed_query(&text).await {
-            Ok(mut v) if v.len() == 1 && v[0].len() == indexer.model.dim => {
-                metrics::histogram!("engram_embed_query_seconds").record(started.elapsed());
-                v.pop()
-            }
-            Ok(_) => None,
-            Err(e) => {
-                tracing::warn!(error = %e, "query not embedded; searching by words only");
-                metrics::counter!("engram_embed_query_failures_total").increment(1);
-                None
-            }
-        }
+        crate::query_vector(indexer.embedder.as_ref(), query).await
     }
 }
 
