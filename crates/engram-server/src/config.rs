@@ -2,7 +2,6 @@
 //! file, then `ENGRAM__<SECTION>__<KEY>` environment variables. Unknown keys
 //! and invalid values fail at start with a message naming the key.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -13,6 +12,7 @@ use engram_store::{FsyncPolicy, StoreConfig};
 use serde::Deserialize;
 
 pub use crate::auth::TokenConfig;
+pub use engram_engine::settings::{BudgetOverride, BudgetSection, PolicySection, RecallSection};
 
 /// The built-in defaults, also shipped as documentation.
 pub const DEFAULT_TOML: &str = include_str!("default.toml");
@@ -116,15 +116,6 @@ pub struct EmbedSection {
     pub circuit_max_cooldown_secs: u64,
 }
 
-/// `[recall]`: memories PrepareRequest adds to the current user message.
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RecallSection {
-    pub enabled: bool,
-    pub max_tokens: u32,
-    pub min_score: f32,
-}
-
 /// Longest vectors accepted (the largest common models give 4,096).
 const MAX_DIMENSIONS: usize = 16_384;
 
@@ -164,16 +155,6 @@ impl EmbedSection {
         }
         Ok(())
     }
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PolicySection {
-    pub max_tool_result_chars: usize,
-    pub raw_tail_turns: usize,
-    pub max_active_turns: usize,
-    pub max_episodic_items: usize,
-    pub max_semantic_items: usize,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -254,31 +235,6 @@ pub struct StoreSection {
 pub struct LimitsSection {
     pub max_events_per_request: usize,
     pub max_trace_bytes: usize,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BudgetSection {
-    pub safety_margin_tokens: u32,
-    pub compaction_ratio: f64,
-    pub default_context_tokens: u32,
-    pub default_max_output_tokens: u32,
-    /// By model name prefix.
-    #[serde(default)]
-    pub models: BTreeMap<String, BudgetOverride>,
-    /// By agent id; wins over the model's.
-    #[serde(default)]
-    pub agents: BTreeMap<String, BudgetOverride>,
-}
-
-/// Any subset of a budget's settings.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BudgetOverride {
-    pub context_tokens: Option<u32>,
-    pub max_output_tokens: Option<u32>,
-    pub compaction_ratio: Option<f64>,
-    pub safety_margin_tokens: Option<u32>,
 }
 
 /// Why the configuration was refused.

@@ -1,5 +1,6 @@
-//! Conversions between the wire types (`engram_proto::pb`) and the domain
-//! (`engram_core`). Empty strings on the wire are absent values here.
+//! Conversions between the wire types (`engram_proto::pb`) and the
+//! domain (`engram_core`, the engine's requests and answers). Empty
+//! strings on the wire are absent values here.
 
 use engram_core::budget::TokenBudget;
 use engram_core::compaction::CompactionReport;
@@ -8,10 +9,16 @@ use engram_core::render::Format;
 use engram_core::retrieve::{ToolInteraction, ToolStatus};
 use engram_core::transcript::{Message, Role};
 use engram_core::{Media, NewEvent, RawTrace, TraceType, Usage};
+use engram_engine::EngineError;
 use engram_proto::pb;
 use prost_types::value::Kind;
 use serde_json::{Map, Number, Value};
-use tonic::Status;
+
+mod requests;
+mod search;
+
+pub use requests::*;
+pub use search::*;
 
 pub fn json_from_value(v: prost_types::Value) -> Value {
     match v.kind {
@@ -301,31 +308,15 @@ pub fn budget_to_pb(b: &TokenBudget) -> pb::TokenBudget {
     }
 }
 
-pub fn format_from_pb(raw: i32) -> Result<Option<Format>, Status> {
+pub fn format_from_pb(raw: i32) -> Result<Option<Format>, EngineError> {
     match pb::RenderFormat::try_from(raw) {
         Ok(pb::RenderFormat::Unspecified) => Ok(None),
         Ok(pb::RenderFormat::OpenaiChat) => Ok(Some(Format::OpenAiChat)),
         Ok(pb::RenderFormat::OpenaiResponses) => Ok(Some(Format::OpenAiResponses)),
         Ok(pb::RenderFormat::AnthropicMessages) => Ok(Some(Format::AnthropicMessages)),
         Ok(pb::RenderFormat::Gemini) => Ok(Some(Format::Gemini)),
-        Err(_) => Err(Status::invalid_argument(format!(
+        Err(_) => Err(EngineError::Invalid(format!(
             "render_format {raw} is unknown; use RENDER_FORMAT_UNSPECIFIED, _OPENAI_CHAT, _OPENAI_RESPONSES, _ANTHROPIC_MESSAGES or _GEMINI"
-        ))),
-    }
-}
-
-/// The user input of a PrepareRequest: a user event (type may be left
-/// unspecified).
-pub fn user_event(e: pb::TraceEvent) -> Result<NewEvent, Status> {
-    let mut event = event_from_pb(e);
-    match event.trace_type {
-        None | Some(TraceType::User) => {
-            event.trace_type = Some(TraceType::User);
-            Ok(event)
-        }
-        Some(other) => Err(Status::invalid_argument(format!(
-            "user_input must be a user event, not {}; ingest other events with Ingest",
-            other.as_str()
         ))),
     }
 }

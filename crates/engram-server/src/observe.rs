@@ -16,9 +16,8 @@ use http_body::{Body, Frame, SizeHint};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tonic::codegen::http;
 
-use crate::compactor::Compactor;
 use crate::layers::Hook;
-use engram_store::Store;
+use engram_engine::Engine;
 
 /// How long a walk of the data dir for `engram_disk_bytes` is reused.
 const DISK_WALK_EVERY: Duration = Duration::from_secs(60);
@@ -143,14 +142,12 @@ fn describe() {
 pub async fn serve(
     listener: tokio::net::TcpListener,
     handle: PrometheusHandle,
-    store: Arc<dyn Store>,
-    compactor: Compactor,
+    engine: Engine,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let scraper = Arc::new(Scraper {
         handle,
-        store,
-        compactor,
+        engine,
         walked: tokio::sync::Mutex::new(None),
     });
     let app = axum::Router::new().route(
@@ -167,8 +164,7 @@ pub async fn serve(
 
 struct Scraper {
     handle: PrometheusHandle,
-    store: Arc<dyn Store>,
-    compactor: Compactor,
+    engine: Engine,
     /// When the data dir was last walked and what it held: with many agents
     /// a walk is many stat calls, so scrapes reuse it for a while.
     walked: tokio::sync::Mutex<Option<(Instant, u64)>>,
@@ -177,14 +173,11 @@ struct Scraper {
 impl Scraper {
     /// Reads the state gauges, then renders everything.
     async fn scrape(&self) -> ([(http::HeaderName, &'static str); 1], String) {
-        metrics::gauge!("engram_agents_loaded").set(self.store.loaded_agents() as f64);
-        metrics::gauge!("engram_index_unembedded_items").set(self.store.unembedded_items() as f64);
+        metrics::gauge!("engram_agents_loaded").set(self.engine.store().loaded_agents() as f64);
+        metrics::gauge!("engram_index_unembedded_items")
+            .set(self.engine.store().unembedded_items() as f64);
         metrics::gauge!("engram_disk_bytes").set(self.disk_bytes().await as f64);
-        let open = if self.compactor.circuit_open() {
-            1.0
-        } else {
-            0.0
-        };
+        let open = if self.engine.circuit_open() { 1.0 } else { 0.0 };
         metrics::gauge!("engram_summarizer_circuit_open").set(open);
         self.handle.run_upkeep();
         (
@@ -201,7 +194,7 @@ impl Scraper {
         match *walked {
             Some((at, bytes)) if at.elapsed() < DISK_WALK_EVERY => bytes,
             _ => {
-                let bytes = self.store.disk_bytes().await;
+                let bytes = self.engine.store().disk_bytes().await;
                 *walked = Some((Instant::now(), bytes));
                 bytes
             }

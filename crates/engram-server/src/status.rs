@@ -1,34 +1,23 @@
-//! The one mapping from domain errors to gRPC statuses.
+//! The one mapping from the engine's errors to gRPC statuses.
 
-use engram_core::CoreError;
-use engram_store::StoreError;
+use engram_engine::EngineError;
 use tonic::Status;
 
-pub fn from_core(e: CoreError) -> Status {
+pub fn from_engine(e: EngineError) -> Status {
     match e {
-        CoreError::Invalid(_) => Status::invalid_argument(e.to_string()),
-        CoreError::TooLarge { .. } => Status::resource_exhausted(e.to_string()),
+        EngineError::Invalid(m) => Status::invalid_argument(m),
+        EngineError::Exhausted(m) => Status::resource_exhausted(m),
+        EngineError::NotFound(m) => Status::not_found(m),
+        EngineError::AlreadyExists(m) => Status::already_exists(m),
+        EngineError::Conflict(m) => Status::aborted(m),
+        EngineError::Unavailable { message, .. } => Status::unavailable(message),
     }
 }
 
-pub fn from_store(e: StoreError) -> Status {
-    match e {
-        StoreError::Core(core) => from_core(core),
-        StoreError::NotFound(_) => Status::not_found(e.to_string()),
-        StoreError::AlreadyExists(_) => Status::already_exists(e.to_string()),
-        StoreError::Conflict(_) => Status::aborted(e.to_string()),
-        // Paths and OS errors are for the operator's log, not the client.
-        StoreError::DiskFull { .. } => {
-            tracing::warn!(error = %e, "disk full; the request was refused");
-            Status::resource_exhausted(e.client_message())
-        }
-        StoreError::ReadOnly { .. } | StoreError::Poisoned { .. } | StoreError::Failed(_) => {
-            tracing::error!(error = %e, "storage failed");
-            Status::unavailable(e.client_message())
-        }
-        StoreError::Io { .. } | StoreError::Index(_) | StoreError::Database(_) => {
-            tracing::error!(error = %e, "storage error");
-            Status::unavailable(e.client_message())
-        }
-    }
+/// An answer over `server.max_message_bytes`, with the way out (tonic
+/// would fail it with a bare OUT_OF_RANGE in the trailers).
+pub fn answer_too_large(what: &str, len: usize, limit: usize) -> Status {
+    Status::resource_exhausted(format!(
+        "the {what} is {len} bytes, over server.max_message_bytes ({limit}); compact the agent or raise the limit"
+    ))
 }

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use common::*;
 use engram_core::AgentId;
 use engram_core::compaction::{Tier, Trigger};
+use engram_engine::budget::Budgets;
+use engram_engine::compactor::Compactor;
 use engram_proto::pb;
-use engram_server::budget::Budgets;
-use engram_server::compactor::{Compactor, summarizer};
+use engram_server::wiring::{engine_settings, summarizer};
 use futures_util::FutureExt;
 
 const SUMMARY: &str = r#"{"episodic_summary": "Early squares.", "semantic_facts": []}"#;
@@ -51,8 +52,7 @@ async fn compactor_over(
         Arc::default(),
         Arc::new(Budgets::new(config.budget.clone())),
         summarizer(&config.llm).unwrap(),
-        &config.policy,
-        &config.llm,
+        &engine_settings(&config),
     );
     (config, store, compactor)
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use engram_core::AgentId;
 use engram_core::render::RenderCache;
 use engram_core::tokens::TokenCache;
+use engram_store::Recalled;
 
 /// One agent's caches.
 #[derive(Debug, Default)]
@@ -18,7 +19,25 @@ pub struct Caches {
     pub tokens: TokenCache,
     pub render: RenderCache,
     /// The current turn's recall, for the turn's later prompts.
-    pub recall: Option<Arc<crate::recall::TurnRecall>>,
+    pub recall: Option<Arc<TurnRecall>>,
+}
+
+/// One memory as the block shows it, and as the response lists it.
+#[derive(Debug, Clone)]
+pub struct RecallEntry {
+    pub text: String,
+    pub memory: Recalled,
+}
+
+/// What one turn recalls; the same for each of the turn's prompts.
+#[derive(Debug)]
+pub struct TurnRecall {
+    pub epoch: u32,
+    pub turn_id: String,
+    pub min_score: f32,
+    /// The index of the current user message in the epoch's messages.
+    pub at: usize,
+    pub entries: Vec<RecallEntry>,
 }
 
 #[derive(Debug)]

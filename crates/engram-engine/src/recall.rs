@@ -22,11 +22,11 @@ use engram_core::text::{fold_whitespace, shorten};
 use engram_core::tokens::{self, Encoding};
 use engram_core::transcript::{Message, Role};
 use engram_core::{AgentId, RawTrace, TraceType};
-use engram_proto::pb;
 use engram_store::{AgentContext, Memory, MemoryQuery, Recalled, Store};
 
-use crate::caches::{self, ContextCaches};
-use crate::config::RecallSection;
+use crate::api::PrepareRequest;
+use crate::caches::{self, ContextCaches, RecallEntry as Entry, TurnRecall};
+use crate::settings::RecallSection;
 
 /// The block's first line.
 pub const HEADER: &str = "[MEMORY:RECALLED]";
@@ -48,7 +48,7 @@ pub struct Settings {
 }
 
 impl Settings {
-    pub fn of(config: &RecallSection, req: &pb::PrepareRequestRequest) -> Self {
+    pub fn of(config: &RecallSection, req: &PrepareRequest) -> Self {
         Self {
             enabled: req.recall.unwrap_or(config.enabled),
             max_tokens: req.recall_max_tokens.unwrap_or(config.max_tokens),
@@ -57,31 +57,13 @@ impl Settings {
     }
 }
 
-/// One memory as the block shows it, and as the response lists it.
-#[derive(Debug, Clone)]
-pub struct Entry {
-    pub text: String,
-    pub memory: pb::RecalledMemory,
-}
-
-/// What one turn recalls; the same for each of the turn's prompts.
-#[derive(Debug)]
-pub struct TurnRecall {
-    epoch: u32,
-    turn_id: String,
-    min_score: f32,
-    /// The index of the current user message in the epoch's messages.
-    pub at: usize,
-    pub entries: Vec<Entry>,
-}
-
 /// The block attached: the message that carries it and what it holds.
 #[derive(Debug)]
 pub struct Attached {
     pub at: usize,
     pub message: Message,
     pub tokens: u32,
-    pub recalled: Vec<pb::RecalledMemory>,
+    pub recalled: Vec<Recalled>,
 }
 
 /// The recall of the agent's current turn: the one its caches kept, or
@@ -194,10 +176,7 @@ pub fn entries(memories: Vec<Recalled>, snapshot: &str, min_score: f32) -> Vec<E
             }
             Memory::Episodic(_) | Memory::Semantic(_) => continue,
         };
-        out.push(Entry {
-            text,
-            memory: crate::search::recalled_into_pb(r),
-        });
+        out.push(Entry { text, memory: r });
     }
     out
 }

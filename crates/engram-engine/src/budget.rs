@@ -4,7 +4,7 @@
 
 use engram_core::budget::{self, BudgetPolicy, ModelLimits, TokenBudget};
 
-use crate::config::{BudgetOverride, BudgetSection};
+use crate::settings::{BudgetOverride, BudgetSection};
 
 #[derive(Debug, Clone)]
 pub struct Budgets {

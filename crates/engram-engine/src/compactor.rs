@@ -11,17 +11,14 @@ use std::time::Duration;
 
 use engram_core::AgentId;
 use engram_core::compaction::{CompactionError, CompactionReport, Tier, Trigger};
-use engram_llm::{
-    Chunked, CircuitBreaker, Extractive, HttpConfig, HttpSummarizer, SummarizeError, Summarizer,
-    SummaryRequest,
-};
+use engram_llm::{SummarizeError, Summarizer, SummaryRequest};
 use engram_store::{AgentContext, Job, Policy, Store, StoreError};
 use tokio::time::Instant;
 
 use crate::budget::Budgets;
 use crate::caches::ContextCaches;
-use crate::config::{LlmSection, PolicySection};
 use crate::flights::{Flights, Share};
+use crate::settings::Settings;
 use crate::sizing;
 
 /// A compaction's report, and the agent's prompt after it when the
@@ -99,37 +96,15 @@ impl Pauses {
     }
 }
 
-/// The summarizer `[llm]` asks for: an OpenAI-compatible endpoint behind a
-/// circuit breaker, or the embedded extractive one when no base URL is set.
-pub fn summarizer(llm: &LlmSection) -> Result<Arc<dyn Summarizer>, String> {
-    if llm.base_url.trim().is_empty() {
-        return Ok(Arc::new(Extractive));
-    }
-    let api_key = Some(llm.api_key.0.clone()).filter(|k| !k.is_empty());
-    let http = HttpSummarizer::new(HttpConfig {
-        api_key,
-        timeout: Duration::from_secs(llm.timeout_secs),
-        max_retries: llm.max_retries,
-        json_mode: llm.json_mode,
-        ..HttpConfig::new(&llm.base_url, &llm.model)
-    })?;
-    Ok(Arc::new(CircuitBreaker::new(
-        Chunked::new(http, llm.context_tokens),
-        llm.circuit_failures,
-        Duration::from_secs(llm.circuit_cooldown_secs),
-        Duration::from_secs(llm.circuit_max_cooldown_secs),
-    )))
-}
-
 impl Compactor {
     pub fn new(
         store: Arc<dyn Store>,
         caches: Arc<ContextCaches>,
         budgets: Arc<Budgets>,
         summarizer: Arc<dyn Summarizer>,
-        policy: &PolicySection,
-        llm: &LlmSection,
+        settings: &Settings,
     ) -> Self {
+        let policy = &settings.policy;
         Self {
             store,
             caches,
@@ -143,8 +118,8 @@ impl Compactor {
             max_active_turns: policy.max_active_turns,
             flights: Arc::default(),
             pauses: Arc::new(Pauses {
-                after: llm.agent_failures.max(1),
-                cooldown: Duration::from_secs(llm.agent_cooldown_secs),
+                after: settings.agent_failures.max(1),
+                cooldown: settings.agent_cooldown,
                 until: Mutex::default(),
             }),
         }

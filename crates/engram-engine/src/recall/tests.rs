@@ -109,17 +109,19 @@ fn entries_show_when_and_who_with_neighbours_once() {
     );
     assert!(long.ends_with("…\n  Assistant: Noted."), "{long}");
     assert!(long.len() < MAX_LINE + 100, "{}", long.len());
-    let kinds: Vec<i32> = entries.iter().map(|e| e.memory.kind).collect();
-    assert_eq!(
-        kinds,
-        [
-            pb::MemoryKind::Trace as i32,
-            pb::MemoryKind::Episodic as i32,
-            pb::MemoryKind::Semantic as i32,
-            pb::MemoryKind::Trace as i32
-        ]
-    );
-    assert_eq!(entries[1].memory.trace_ids, ["t1", "t4"]);
+    let kinds: Vec<&str> = entries
+        .iter()
+        .map(|e| match &e.memory.memory {
+            Memory::Trace { .. } => "trace",
+            Memory::Episodic(_) => "episodic",
+            Memory::Semantic(_) => "semantic",
+        })
+        .collect();
+    assert_eq!(kinds, ["trace", "episodic", "semantic", "trace"]);
+    let Memory::Episodic(summary) = &entries[1].memory.memory else {
+        unreachable!()
+    };
+    assert_eq!(summary.source.trace_ids, ["t1", "t4"]);
 }
 
 #[test]

@@ -1,0 +1,63 @@
+//! Ingest, with the compaction mark a provider's usage report can set, and
+//! Compact, the compaction a client asks for.
+
+use engram_core::compaction::{CompactionReport, Trigger};
+use engram_store::Ingested;
+
+use crate::api::IngestRequest;
+use crate::error::Result;
+use crate::{Engine, limits, sizing};
+
+impl Engine {
+    /// Stores the events all or nothing. A reported prompt over the
+    /// model's compaction trigger marks the agent, so its next prompt is
+    /// compacted first.
+    pub async fn ingest(&self, req: IngestRequest) -> Result<Ingested> {
+        let id = limits::agent_id("agent_id", &req.agent_id)?;
+        let model = req.model.as_deref().filter(|m| !m.is_empty());
+        let mut out = self
+            .store
+            .ingest(&id, &req.events, req.usage, model)
+            .await?;
+        if let Some(reported) = req.usage.map(|u| u.prompt_tokens)
+            && !out.compaction_required
+        {
+            let model = out.model.as_deref().unwrap_or_default();
+            let trigger = self.budgets.budget(id.as_str(), model, None).trigger_tokens;
+            if reported > trigger {
+                tracing::info!(agent = %id, reported, trigger, "reported prompt passed the compaction trigger");
+                // The traces are stored: this request is not refused for
+                // want of the mark. Without it the reported usage, kept in
+                // the trace, still triggers by the estimate.
+                match self.store.mark_compaction_required(&id, out.epoch).await {
+                    Ok(marked) => out.compaction_required = marked,
+                    Err(e) => {
+                        tracing::warn!(agent = %id, error = %e, "could not store the compaction mark");
+                    }
+                }
+            }
+        }
+        tracing::debug!(agent = %id, events = req.events.len(), turn = %out.current_turn_id, "ingested");
+        metrics::counter!("engram_traces_ingested_total").increment(out.traces.len() as u64);
+        Ok(out)
+    }
+
+    /// A compaction now, whatever the triggers say, with an optional
+    /// `focus` for the summary. The report says what happened, errors
+    /// included; only a bad request or an unreadable agent is an error.
+    pub async fn compact(&self, agent_id: &str, focus: Option<&str>) -> Result<CompactionReport> {
+        let id = limits::agent_id("agent_id", agent_id)?;
+        let focus = focus.map(str::trim).filter(|f| !f.is_empty());
+        let before = self.prompt_tokens(&id).await?;
+        let compacted = self
+            .compactor
+            .compact(&id, Trigger::Manual, focus, before)
+            .await;
+        let mut report = compacted.report;
+        report.tokens_after = match compacted.context {
+            Some(context) => sizing::over_trigger(&self.caches, &self.budgets, &id, &context).1,
+            None => self.prompt_tokens(&id).await?,
+        };
+        Ok(report)
+    }
+}

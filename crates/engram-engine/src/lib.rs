@@ -1,0 +1,134 @@
+//! What Engram does, over any [`Store`], speaking no protocol: the gRPC
+//! service, the JSON API and every other way in call an [`Engine`] with
+//! the plain requests of [`api`] and turn its answers and
+//! [`EngineError`]s into their own.
+//!
+//! - [`Engine`]: ingest ([`ingest`](Engine::ingest)), the prompt
+//!   ([`prepare`](Engine::prepare)), [`compact`](Engine::compact),
+//!   [`retrieve`](Engine::retrieve), [`search`](Engine::search),
+//!   [`context_stats`](Engine::context_stats) and the agents as a whole
+//!   (`agents.rs`).
+//! - [`api`]: the requests and answers; [`limits`]: their defaults and
+//!   limits, and the checks, in one place; [`error`]: what goes wrong, for
+//!   clients.
+//! - `prepare.rs`, `sizing.rs`, [`budget`]: the prompt, its size and its
+//!   model's budget; [`caches`]: per agent, token counts, rendered
+//!   messages and the turn's recall.
+//! - [`compactor`]: the tier ladder of a compaction, the per-agent pause;
+//!   `flights.rs`: one compaction per agent at a time.
+//! - `recall.rs`: the `[MEMORY:RECALLED]` block attached to the current
+//!   user message.
+//! - [`settings`]: what the engine is configured with.
+
+mod agents;
+pub mod api;
+pub mod budget;
+pub mod caches;
+pub mod compactor;
+pub mod error;
+mod flights;
+mod ingest;
+pub mod limits;
+mod prepare;
+pub mod recall;
+mod retrieve;
+pub mod settings;
+mod sizing;
+mod stats;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use engram_llm::Summarizer;
+use engram_store::Store;
+
+pub use api::*;
+pub use error::EngineError;
+pub use settings::Settings;
+
+use budget::Budgets;
+use caches::ContextCaches;
+use compactor::Compactor;
+use settings::RecallSection;
+
+/// Engram over one store. Cheap to clone: every clone is the same engine.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    store: Arc<dyn Store>,
+    caches: Arc<ContextCaches>,
+    budgets: Arc<Budgets>,
+    compactor: Compactor,
+    recall: RecallSection,
+    idle_evict: Option<Duration>,
+}
+
+impl Engine {
+    /// The engine over `store`, compacting with `summarizer`.
+    pub fn new(
+        store: Arc<dyn Store>,
+        summarizer: Arc<dyn Summarizer>,
+        settings: &Settings,
+    ) -> Self {
+        let caches = Arc::new(ContextCaches::default());
+        let budgets = Arc::new(Budgets::new(settings.budget.clone()));
+        let compactor = Compactor::new(
+            Arc::clone(&store),
+            Arc::clone(&caches),
+            Arc::clone(&budgets),
+            summarizer,
+            settings,
+        );
+        Self {
+            store,
+            caches,
+            budgets,
+            compactor,
+            recall: settings.recall,
+            idle_evict: settings.idle_evict,
+        }
+    }
+
+    /// The store under the engine (health, metrics, shutdown).
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The summarizer's name, for the start-up log.
+    pub fn summarizer_name(&self) -> String {
+        self.compactor.summarizer_name()
+    }
+
+    /// True while the summarizer's circuit breaker is open.
+    pub fn circuit_open(&self) -> bool {
+        self.compactor.circuit_open()
+    }
+
+    /// The budget of `agent` calling `model` (the request's output limit
+    /// applied), as prompts are held to it.
+    pub fn budget(
+        &self,
+        agent: &str,
+        model: &str,
+        max_output: Option<u32>,
+    ) -> engram_core::budget::TokenBudget {
+        self.budgets.budget(agent, model, max_output)
+    }
+
+    /// Drops the prompt caches of agents idle for the store's idle-evict
+    /// time (never, without one). Runs until the task is aborted.
+    pub fn spawn_upkeep(&self) -> tokio::task::JoinHandle<()> {
+        let caches = Arc::clone(&self.caches);
+        let idle = self.idle_evict;
+        tokio::spawn(async move {
+            let Some(idle) = idle else { return };
+            let mut tick = tokio::time::interval(idle.min(Duration::from_secs(60)));
+            loop {
+                tick.tick().await;
+                let n = caches.evict_idle(idle);
+                if n > 0 {
+                    tracing::debug!(evicted = n, "dropped the prompt caches of idle agents");
+                }
+            }
+        })
+    }
+}

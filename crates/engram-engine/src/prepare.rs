@@ -1,0 +1,235 @@
+//! PrepareRequest: the prompt of the agent's next LLM call, compacted
+//! first when it must be, with the turn's recall attached.
+
+use engram_core::compaction::{CompactionReport, Signals, Trigger, decide};
+use engram_core::render::{Format, Prompt};
+use engram_core::{AgentId, NewEvent, TraceType, tokens};
+use engram_store::{AgentContext, PrepareInput};
+
+use crate::api::{PrepareRequest, Prepared};
+use crate::budget::Budgets;
+use crate::caches::{Caches, TurnRecall};
+use crate::error::{EngineError, Result};
+use crate::recall;
+use crate::sizing::{self, Sizing, sizing};
+use crate::{Engine, limits};
+
+/// What a PrepareRequest asks for, parsed.
+struct Ask<'a> {
+    agent: &'a AgentId,
+    model: Option<&'a str>,
+    format: Option<Format>,
+    max_output: Option<u32>,
+    force: bool,
+    max_active_turns: usize,
+}
+
+/// What the first look at an agent's prompt decided.
+enum Look {
+    /// Its size now, and its model.
+    Ready(Sizing, String),
+    /// Compact first (trigger, prompt tokens now).
+    Compact(Trigger, u32),
+}
+
+impl Engine {
+    /// The prompt of the agent's next LLM call: the request's system prompt
+    /// and user input stored first, a compaction run first when a trigger
+    /// says so, the turn's recall attached where it fits.
+    pub async fn prepare(&self, req: PrepareRequest) -> Result<Prepared> {
+        let id = limits::agent_id("agent_id", &req.agent_id)?;
+        let recall = recall::Settings::of(&self.recall, &req);
+        let user_input = req.user_input.map(user_event).transpose()?;
+        let ask = Ask {
+            agent: &id,
+            model: non_empty(req.model.as_deref()),
+            format: req.format,
+            max_output: req.max_output_tokens.filter(|&n| n > 0),
+            force: req.force_compaction,
+            max_active_turns: self.compactor.max_active_turns(),
+        };
+        let input = PrepareInput {
+            system_prompt: non_empty(req.system_prompt.as_deref()),
+            user_input,
+            model: ask.model,
+            // Every payload but Gemini's names its model.
+            needs_model: matches!(ask.format, Some(f) if f != Format::Gemini),
+        };
+        let (store, caches, budgets) = (self.store.as_ref(), &*self.caches, &*self.budgets);
+        // The agent is locked only to store the input and take its prompt;
+        // counting, deciding and rendering happen after.
+        let context = store.prepare(&id, input).await?.context;
+        let look = sizing::with_caches(caches, &id, &context, |c| look(&context, c, &ask, budgets));
+        let (context, size, report) = match look {
+            Look::Ready(size, model) => (context, (size, model), None),
+            Look::Compact(trigger, tokens_before) => {
+                // Compaction runs before the prompt is built, once; the prompt
+                // of the new epoch is built whatever the report says.
+                let compacted = self
+                    .compactor
+                    .compact(&id, trigger, None, tokens_before)
+                    .await;
+                let context = match compacted.context {
+                    Some(context) => context,
+                    None => store.context(&id).await?,
+                };
+                let size = sizing::with_caches(caches, &id, &context, |c| {
+                    size_of(&context, c, &ask, budgets)
+                });
+                (context, size, Some(compacted.report))
+            }
+        };
+        // Ranked after any compaction: what it archived is recalled too.
+        let recalled = recall::for_turn(store, caches, &id, &context, recall).await;
+        let recalled = recalled.as_deref().map(|r| (r, recall.max_tokens));
+        Ok(sizing::with_caches(caches, &id, &context, |c| {
+            build(&context, c, &ask, size, report, recalled)
+        }))
+    }
+}
+
+/// `None` for an empty string: protocols that cannot tell unset from
+/// empty (proto3) send "".
+fn non_empty(s: Option<&str>) -> Option<&str> {
+    s.filter(|s| !s.is_empty())
+}
+
+/// The user input of a PrepareRequest: a user event (its type may be left
+/// unset).
+fn user_event(mut event: NewEvent) -> Result<NewEvent> {
+    match event.trace_type {
+        None | Some(TraceType::User) => {
+            event.trace_type = Some(TraceType::User);
+            Ok(event)
+        }
+        Some(other) => Err(EngineError::Invalid(format!(
+            "user_input must be a user event, not {}; ingest other events with Ingest",
+            other.as_str()
+        ))),
+    }
+}
+
+/// The size of the prompt `ask` would get now, and its model.
+fn size_of(
+    context: &AgentContext,
+    caches: &mut Caches,
+    ask: &Ask<'_>,
+    budgets: &Budgets,
+) -> (Sizing, String) {
+    sizing(
+        context,
+        caches,
+        ask.agent,
+        budgets,
+        ask.model,
+        ask.max_output,
+    )
+}
+
+/// The prompt, unless a compaction must come first.
+fn look(context: &AgentContext, caches: &mut Caches, ask: &Ask<'_>, budgets: &Budgets) -> Look {
+    let (size, model) = size_of(context, caches, ask, budgets);
+    let signals = Signals {
+        compaction_required: context.compaction_required,
+        force: ask.force,
+        finished_turns: context.finished_turns,
+        max_active_turns: ask.max_active_turns,
+    };
+    match decide(size.size, &size.budget, signals) {
+        Some(trigger) => Look::Compact(trigger, size.prompt_tokens()),
+        None => Look::Ready(size, model),
+    }
+}
+
+/// The answer of a PrepareRequest: the messages, the rendered payload and
+/// the numbers, with the report of the compaction that ran before, if one
+/// did, and the turn's recall attached where it fits (at most `max` tokens).
+fn build(
+    context: &AgentContext,
+    caches: &mut Caches,
+    ask: &Ask<'_>,
+    (size, model): (Sizing, String),
+    report: Option<CompactionReport>,
+    recalled: Option<(&TurnRecall, u32)>,
+) -> Prepared {
+    let room = |max: u32| {
+        max.min(
+            size.budget
+                .input_budget
+                .saturating_sub(size.prompt_tokens()),
+        )
+    };
+    let encoding = tokens::encoding_for(&model);
+    let attached = recalled
+        .and_then(|(recall, max)| recall::attach(recall, &context.messages, encoding, room(max)));
+    // Compaction is about the transcript: its report leaves the block out;
+    // the prompt's estimate counts it.
+    let transcript_tokens = size.prompt_tokens();
+    let tokens_now = transcript_tokens + attached.as_ref().map_or(0, |a| a.tokens);
+    let mut warnings = vec![];
+    let report = report.map(|mut report| {
+        report.tokens_after = transcript_tokens;
+        if let Some(error) = &report.error {
+            warnings.push(format!(
+                "compaction ({}) did not run: {error}; the prompt was not pruned",
+                report.trigger.as_str()
+            ));
+        }
+        report
+    });
+    if tokens_now > size.budget.input_budget {
+        warnings.push(format!(
+            "the prompt (~{tokens_now} tokens) exceeds the input budget of {} ({} tokens)",
+            if model.is_empty() {
+                "the default model"
+            } else {
+                &model
+            },
+            size.budget.input_budget
+        ));
+    }
+    let system = context.system.as_deref();
+    // The message that carries the block and those after it go out as the
+    // prompt's tail: the render cache keeps the messages before it.
+    let (messages, tail) = match &attached {
+        None => (&context.messages[..], context.tail.clone()),
+        Some(a) => (
+            &context.messages[..a.at],
+            std::iter::once(a.message.clone())
+                .chain(context.messages[a.at + 1..].iter().cloned())
+                .chain(context.tail.iter().cloned())
+                .collect(),
+        ),
+    };
+    let prompt = Prompt {
+        model: &model,
+        system,
+        messages,
+        tail: &tail,
+        max_output_tokens: size.budget.max_output_tokens,
+    };
+    let rendered = ask
+        .format
+        .map(|f| caches.render.render_json(f, context.transcript, &prompt))
+        .unwrap_or_default();
+    let mut messages = Vec::with_capacity(size.messages);
+    if let Some(system) = system {
+        messages.push(engram_core::transcript::Message::text(
+            engram_core::transcript::Role::System,
+            system,
+        ));
+    }
+    messages.extend(prompt.messages.iter().chain(&tail).cloned());
+    Prepared {
+        messages,
+        rendered,
+        turn_id: context.current_turn_id.clone(),
+        estimated_prompt_tokens: tokens_now,
+        budget: size.budget,
+        transcript_tokens,
+        compaction: report,
+        epoch: context.epoch,
+        warnings,
+        recalled: attached.map(|a| a.recalled).unwrap_or_default(),
+    }
+}

@@ -1,0 +1,70 @@
+//! The engine's settings: the `[budget]`, `[policy]` and `[recall]`
+//! sections of the server's configuration, defined here (the server's
+//! config embeds them) so the engine and the config file say the same.
+//! Values are checked by the server's config validation before an
+//! [`crate::Engine`] is built.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Everything an [`crate::Engine`] is configured with.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub budget: BudgetSection,
+    pub policy: PolicySection,
+    pub recall: RecallSection,
+    /// Consecutive failed compactions after which an agent's automatic
+    /// compaction pauses (`llm.agent_failures`), and for how long
+    /// (`llm.agent_cooldown_secs`).
+    pub agent_failures: u32,
+    pub agent_cooldown: Duration,
+    /// Prompt caches of agents idle this long are dropped (the store's
+    /// `idle_evict_secs`); `None`: kept.
+    pub idle_evict: Option<Duration>,
+}
+
+/// `[recall]`: memories PrepareRequest adds to the current user message.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecallSection {
+    pub enabled: bool,
+    pub max_tokens: u32,
+    pub min_score: f32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicySection {
+    pub max_tool_result_chars: usize,
+    pub raw_tail_turns: usize,
+    pub max_active_turns: usize,
+    pub max_episodic_items: usize,
+    pub max_semantic_items: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetSection {
+    pub safety_margin_tokens: u32,
+    pub compaction_ratio: f64,
+    pub default_context_tokens: u32,
+    pub default_max_output_tokens: u32,
+    /// By model name prefix.
+    #[serde(default)]
+    pub models: BTreeMap<String, BudgetOverride>,
+    /// By agent id; wins over the model's.
+    #[serde(default)]
+    pub agents: BTreeMap<String, BudgetOverride>,
+}
+
+/// Any subset of a budget's settings.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetOverride {
+    pub context_tokens: Option<u32>,
+    pub max_output_tokens: Option<u32>,
+    pub compaction_ratio: Option<f64>,
+    pub safety_margin_tokens: Option<u32>,
+}

@@ -1,0 +1,163 @@
+//! The parts `[store]`, `[embed]`, `[llm]` and the engine's sections ask
+//! for, built from the configuration: the store with its embedding model,
+//! the summarizer stack, the engine's settings.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use engram_engine::Settings;
+use engram_llm::{Chunked, CircuitBreaker, Extractive, HttpConfig, HttpSummarizer, Summarizer};
+use engram_store::{FileStore, Store, StoreError};
+
+use crate::config::{self, Config};
+use crate::{ServerError, lock_data_dir};
+
+/// The store `[store]` asks for, with the embedding model of `[embed]`.
+pub async fn open_store(config: &Config) -> Result<Arc<dyn Store>, ServerError> {
+    let embedder = embedder(&config.embed).await?;
+    match config.store.backend {
+        config::BackendSetting::Files => {
+            let mut store_config = config.store_config();
+            store_config.embedder = embedder;
+            let store = FileStore::open(store_config).await?;
+            #[cfg(feature = "fault-injection")]
+            store.inject_compaction_crash(config.crash_at.clone());
+            Ok(Arc::new(store))
+        }
+        config::BackendSetting::Postgres => {
+            let mut pg = config.postgres_config();
+            pg.embedder = embedder;
+            let store = engram_postgres::PgStore::open(pg).await?;
+            tracing::info!(
+                pool_size = config.store.postgres.pool_size,
+                "storing agents in PostgreSQL"
+            );
+            Ok(Arc::new(store))
+        }
+    }
+}
+
+/// `engramd reindex`: the search index of `agent` (or of every agent)
+/// deleted and built again from the files, with every item embedded when
+/// there is a model. Reports each agent's index as it finishes.
+pub async fn reindex(
+    config: &Config,
+    agent: Option<&str>,
+    mut report: impl FnMut(&str, &engram_store::IndexState),
+) -> Result<(), ServerError> {
+    if config.store.backend == config::BackendSetting::Postgres {
+        return Err(ServerError::DataDir(
+            "engramd reindex rebuilds the file store's index; the postgres backend indexes words as it writes".into(),
+        ));
+    }
+    let _held = lock_data_dir(&config.store.data_dir)?;
+    let mut store_config = config.store_config();
+    store_config.embedder = embedder(&config.embed).await?;
+    let store = FileStore::open(store_config).await?;
+    let agents = match agent {
+        Some(id) => vec![id.to_owned()],
+        None => {
+            let mut all = vec![];
+            let mut token: Option<String> = None;
+            loop {
+                let (page, next) =
+                    Store::list_agents(&store, 1000, token.as_deref(), &|_| true).await?;
+                all.extend(page);
+                match next {
+                    Some(next) => token = Some(next),
+                    None => break,
+                }
+            }
+            all
+        }
+    };
+    for id in agents {
+        let parsed = engram_core::AgentId::parse(&id).map_err(StoreError::from)?;
+        let state = store.reindex(&parsed).await?;
+        report(&id, &state);
+    }
+    Store::close(&store).await;
+    Ok(())
+}
+
+/// The embedding model `[embed]` asks for; `None`: search by words only.
+pub async fn embedder(
+    section: &config::EmbedSection,
+) -> Result<Option<Arc<dyn engram_core::embed::Embedder>>, ServerError> {
+    match section.provider {
+        config::EmbedProvider::None => Ok(None),
+        config::EmbedProvider::Http => {
+            let http = engram_llm::HttpEmbedder::new(engram_llm::EmbedConfig {
+                reach: engram_llm::transport::Reach {
+                    api_key: Some(section.api_key.0.clone()).filter(|k| !k.is_empty()),
+                    timeout: Duration::from_secs(section.timeout_secs),
+                    max_retries: section.max_retries,
+                    ..Default::default()
+                },
+                batch: section.batch_size,
+                query_timeout: Duration::from_millis(section.query_timeout_ms),
+                circuit_failures: section.circuit_failures,
+                circuit_cooldown: Duration::from_secs(section.circuit_cooldown_secs),
+                circuit_max_cooldown: Duration::from_secs(section.circuit_max_cooldown_secs),
+                ..engram_llm::EmbedConfig::new(
+                    &section.base_url,
+                    &section.model,
+                    section.dimensions,
+                )
+            })
+            .map_err(ServerError::Embedder)?;
+            tracing::info!(endpoint = %http.endpoint(), model = %section.model, "embedding over HTTP");
+            Ok(Some(Arc::new(http)))
+        }
+        config::EmbedProvider::Local => {
+            let dir = section.model_dir.clone();
+            if !dir.join("config.json").exists() {
+                tracing::warn!(
+                    model_dir = %dir.display(),
+                    "no embedding model there (`make models` installs one): search is by words only"
+                );
+                return Ok(None);
+            }
+            let model = tokio::task::spawn_blocking(move || engram_embed::LocalModel::load(&dir))
+                .await
+                .map_err(|e| ServerError::Embedder(e.to_string()))?
+                .map_err(|e| ServerError::Embedder(e.to_string()))?;
+            tracing::info!(model = %engram_core::embed::Embedder::model(&model), "local embedding model loaded");
+            Ok(Some(Arc::new(model)))
+        }
+    }
+}
+
+/// The summarizer `[llm]` asks for: an OpenAI-compatible endpoint behind a
+/// circuit breaker, or the embedded extractive one when no base URL is set.
+pub fn summarizer(llm: &config::LlmSection) -> Result<Arc<dyn Summarizer>, String> {
+    if llm.base_url.trim().is_empty() {
+        return Ok(Arc::new(Extractive));
+    }
+    let api_key = Some(llm.api_key.0.clone()).filter(|k| !k.is_empty());
+    let http = HttpSummarizer::new(HttpConfig {
+        api_key,
+        timeout: Duration::from_secs(llm.timeout_secs),
+        max_retries: llm.max_retries,
+        json_mode: llm.json_mode,
+        ..HttpConfig::new(&llm.base_url, &llm.model)
+    })?;
+    Ok(Arc::new(CircuitBreaker::new(
+        Chunked::new(http, llm.context_tokens),
+        llm.circuit_failures,
+        Duration::from_secs(llm.circuit_cooldown_secs),
+        Duration::from_secs(llm.circuit_max_cooldown_secs),
+    )))
+}
+
+/// The engine's settings from the configuration.
+pub fn engine_settings(config: &Config) -> Settings {
+    Settings {
+        budget: config.budget.clone(),
+        policy: config.policy.clone(),
+        recall: config.recall,
+        agent_failures: config.llm.agent_failures,
+        agent_cooldown: Duration::from_secs(config.llm.agent_cooldown_secs),
+        idle_evict: config.idle_evict(),
+    }
+}
