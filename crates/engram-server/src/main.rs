@@ -14,9 +14,12 @@ use engram_server::{Config, config::DEFAULT_TOML, telemetry};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Engram: a gRPC memory service for LLM agents.
+/// Engram: memory for LLM agents. Agents send every event (Ingest) and ask
+/// for each prompt (PrepareRequest); Engram keeps the transcript inside
+/// the model's window, compacts old turns, and recalls and searches what
+/// was said. Serves gRPC; with no command, `serve`.
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(version)]
 struct Cli {
     /// TOML config file, layered over the defaults (env vars
     /// ENGRAM__SECTION__KEY override both).

@@ -443,3 +443,20 @@ async fn retries_with_event_id_store_once() {
     assert_eq!(first.traces, again.traces);
     assert_eq!(all_traces(&mut client, "idem").await.len(), 1);
 }
+
+/// `engramd --help` says what the program is and does, not how the crate
+/// is built.
+#[test]
+fn help_describes_the_program() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_engramd"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    assert!(help.starts_with("Engram: memory for LLM agents"), "{help}");
+    for command in ["serve", "reindex", "migrate", "health", "check-config"] {
+        assert!(help.contains(command), "{command} missing from:\n{help}");
+    }
+    assert!(!help.contains("wiring"), "{help}");
+}
