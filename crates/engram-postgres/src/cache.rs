@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use engram_core::memory::{EpisodicItem, SemanticItem};
 use engram_core::{RawTrace, TurnTracker};
 use engram_store::AgentMeta;
-use engram_store::Result;
 use engram_store::derived::Derived;
+use engram_store::{Result, StoreError};
 use sqlx::{PgConnection, Row};
 use tokio::sync::{Mutex as AsyncMutex, MutexGuard};
 use uuid::Uuid;
@@ -185,11 +185,13 @@ pub(crate) fn bytes_of(traces: &[RawTrace]) -> u64 {
 /// The agent as its rows are: settings, the turn state of the archive, the
 /// active traces, summaries and facts.
 async fn load(conn: &mut PgConnection, id: &str, now: Row0, meta: AgentMeta) -> Result<Cached> {
+    // No row: deleted since its version was read; as after the delete.
     let turns: Option<String> = sqlx::query_scalar("SELECT turns FROM agents WHERE id = $1")
         .bind(id)
-        .fetch_one(&mut *conn)
+        .fetch_optional(&mut *conn)
         .await
-        .map_err(db("reading an agent's turn state"))?;
+        .map_err(db("reading an agent's turn state"))?
+        .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
     let tracker = match turns {
         Some(turns) => crate::parse(id, "turn state", &turns)?,
         None => {

@@ -288,7 +288,9 @@ async fn terms(
         return Ok(None);
     }
     let quoted: Vec<String> = lexemes.iter().map(|l| quote(l)).collect();
-    let (total, counts): (i64, Vec<i64>) = sqlx::query_as(
+    // No row: the agent was deleted since the search began (no lock is
+    // held across a search's statements); it answers as after the delete.
+    let row: Option<(i64, Vec<i64>)> = sqlx::query_as(
         "SELECT a.words_total,
                 ARRAY(SELECT (SELECT count(*) FROM traces t WHERE t.agent_id = $1 AND t.words @@ q.t::tsquery)
                            + (SELECT count(*) FROM memories m WHERE m.agent_id = $1 AND m.live AND m.words @@ q.t::tsquery)
@@ -297,9 +299,10 @@ async fn terms(
     )
     .bind(id)
     .bind(&quoted)
-    .fetch_one(&mut *conn)
+    .fetch_optional(&mut *conn)
     .await
     .map_err(db("counting terms"))?;
+    let (total, counts) = row.ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
     let n = docs.max(1) as f64;
     let idf = counts
         .iter()
