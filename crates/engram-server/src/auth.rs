@@ -1,5 +1,6 @@
 //! Bearer-token auth: who is calling (a tower layer, before any handler)
 //! and what they may touch (checked in the handlers, which know the agent).
+//! This file speaks no protocol; `auth/grpc.rs` is the gRPC side.
 //!
 //! Tokens are kept only as SHA-256 digests and compared in constant time;
 //! a configured plaintext `token` is hashed at start. Health and reflection
@@ -8,10 +9,11 @@
 use std::sync::Arc;
 
 use subtle::ConstantTimeEq;
-use tonic::Status;
 use tonic::codegen::http;
 
-use crate::layers::Hook;
+mod grpc;
+
+pub use grpc::{Auth, authorize, require_admin, scope};
 
 /// One `[[auth.tokens]]` table. Its Debug output hides the secret.
 #[derive(Clone, serde::Deserialize)]
@@ -36,9 +38,6 @@ impl std::fmt::Debug for TokenConfig {
             .finish_non_exhaustive()
     }
 }
-
-/// Paths served to anyone: probes and service discovery.
-const OPEN_PREFIXES: [&str; 2] = ["/grpc.health.v1.Health/", "/grpc.reflection."];
 
 /// What one token may do.
 #[derive(Debug)]
@@ -124,11 +123,11 @@ impl Authenticator {
         !self.credentials.is_empty()
     }
 
-    /// The scope of the bearer token in `authorization`, or UNAUTHENTICATED.
-    pub fn authenticate(&self, header: Option<&http::HeaderValue>) -> Result<Arc<Scope>, Status> {
+    /// The scope of the bearer token in `authorization`, or why not.
+    pub fn authenticate(&self, header: Option<&http::HeaderValue>) -> Result<Arc<Scope>, Refusal> {
         let value = header.ok_or_else(|| {
-            Status::unauthenticated(
-                "this server needs a token: send `authorization: Bearer <token>`",
+            Refusal::Unauthenticated(
+                "this server needs a token: send `authorization: Bearer <token>`".into(),
             )
         })?;
         let token = value
@@ -138,7 +137,7 @@ impl Authenticator {
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
             .map(|(_, token)| token.trim())
             .ok_or_else(|| {
-                Status::unauthenticated("the authorization header must be `Bearer <token>`")
+                Refusal::Unauthenticated("the authorization header must be `Bearer <token>`".into())
             })?;
         let digest = sha256(token.as_bytes());
         // Every credential is compared, so timing does not tell which matched.
@@ -148,15 +147,26 @@ impl Authenticator {
                 found = Some(Arc::clone(&c.scope));
             }
         }
-        found.ok_or_else(|| Status::unauthenticated("unknown token"))
+        found.ok_or_else(|| Refusal::Unauthenticated("unknown token".into()))
     }
 }
 
-/// PERMISSION_DENIED unless the caller's scope covers `agent`. Without a
-/// scope on the request (auth off) everything is allowed.
-pub fn authorize<T>(request: &tonic::Request<T>, agent: &str) -> Result<(), Status> {
-    match request.extensions().get::<Arc<Scope>>() {
-        Some(scope) if !scope.allows(agent) => Err(Status::permission_denied(format!(
+/// Why a caller may not make a call, whatever the protocol; each maps it
+/// to its own code (gRPC: `status::from_refusal`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// No token, or not one of this server's.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// A token whose scope does not cover the call.
+    #[error("{0}")]
+    Denied(String),
+}
+
+/// Whether `scope` (none: auth is off) may use `agent`.
+pub fn check_agent(scope: Option<&Scope>, agent: &str) -> Result<(), Refusal> {
+    match scope {
+        Some(scope) if !scope.allows(agent) => Err(Refusal::Denied(format!(
             "token {} may not use agent {agent:?}; its agents: {}",
             scope.name,
             scope.describe()
@@ -165,20 +175,15 @@ pub fn authorize<T>(request: &tonic::Request<T>, agent: &str) -> Result<(), Stat
     }
 }
 
-/// PERMISSION_DENIED unless the caller holds an admin token (or auth is off).
-pub fn require_admin<T>(request: &tonic::Request<T>, what: &str) -> Result<(), Status> {
-    match request.extensions().get::<Arc<Scope>>() {
-        Some(scope) if !scope.admin => Err(Status::permission_denied(format!(
+/// Whether `scope` (none: auth is off) may make the admin call `what`.
+pub fn check_admin(scope: Option<&Scope>, what: &str) -> Result<(), Refusal> {
+    match scope {
+        Some(scope) if !scope.admin => Err(Refusal::Denied(format!(
             "{what} needs an admin token; token {} is not one",
             scope.name
         ))),
         _ => Ok(()),
     }
-}
-
-/// The caller's scope, when auth is on.
-pub fn scope<T>(request: &tonic::Request<T>) -> Option<Arc<Scope>> {
-    request.extensions().get::<Arc<Scope>>().cloned()
 }
 
 /// `*` matches any run of characters (none included); all else literally.
@@ -212,52 +217,6 @@ fn sha256(bytes: &[u8]) -> [u8; 32] {
 
 fn parse_digest(hex_digest: &str) -> Option<[u8; 32]> {
     hex::decode(hex_digest.trim()).ok()?.try_into().ok()
-}
-
-/// Authenticates every call outside the open paths and hands the handlers
-/// the caller's [`Scope`] in the request extensions.
-#[derive(Debug, Clone)]
-pub struct Auth {
-    auth: Arc<Authenticator>,
-}
-
-impl Auth {
-    pub fn new(auth: Arc<Authenticator>) -> Self {
-        Self { auth }
-    }
-}
-
-impl<ReqBody, ResBody: Default> Hook<ReqBody, ResBody> for Auth {
-    type State = ();
-    type Body = ResBody;
-
-    fn before(&self, req: &mut http::Request<ReqBody>) -> Result<(), http::Response<ResBody>> {
-        let path = req.uri().path();
-        if !self.auth.enabled() || OPEN_PREFIXES.iter().any(|p| path.starts_with(p)) {
-            return Ok(());
-        }
-        match self
-            .auth
-            .authenticate(req.headers().get(http::header::AUTHORIZATION))
-        {
-            Ok(scope) => {
-                req.extensions_mut().insert(scope);
-                Ok(())
-            }
-            Err(status) => {
-                tracing::info!(
-                    path,
-                    reason = status.message(),
-                    "call refused: not authenticated"
-                );
-                Err(status.into_http())
-            }
-        }
-    }
-
-    fn after(_: (), res: http::Response<ResBody>) -> http::Response<ResBody> {
-        res
-    }
 }
 
 #[cfg(test)]
@@ -324,7 +283,7 @@ mod tests {
             Some(bearer("Basic first-secret-token")),
         ] {
             let err = auth.authenticate(bad.as_ref()).unwrap_err();
-            assert_eq!(err.code(), tonic::Code::Unauthenticated);
+            assert!(matches!(err, Refusal::Unauthenticated(_)), "{err:?}");
         }
     }
 

@@ -35,9 +35,7 @@ pub async fn catch_panics<T>(
                 "a request panicked; answered INTERNAL"
             );
             metrics::counter!("engram_panics_total", "method" => method).increment(1);
-            Err(Status::internal(
-                "internal error; the request was not completed, the operator's log has details",
-            ))
+            Err(crate::status::panicked())
         }
     }
 }

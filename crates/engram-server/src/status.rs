@@ -3,6 +3,8 @@
 use engram_engine::EngineError;
 use tonic::Status;
 
+use crate::auth::Refusal;
+
 pub fn from_engine(e: EngineError) -> Status {
     match e {
         EngineError::Invalid(m) => Status::invalid_argument(m),
@@ -20,4 +22,20 @@ pub fn answer_too_large(what: &str, len: usize, limit: usize) -> Status {
     Status::resource_exhausted(format!(
         "the {what} is {len} bytes, over server.max_message_bytes ({limit}); compact the agent or raise the limit"
     ))
+}
+
+/// A caller refused by auth: UNAUTHENTICATED or PERMISSION_DENIED.
+pub fn from_refusal(refusal: Refusal) -> Status {
+    match refusal {
+        Refusal::Unauthenticated(m) => Status::unauthenticated(m),
+        Refusal::Denied(m) => Status::permission_denied(m),
+    }
+}
+
+/// A handler that panicked (a bug): INTERNAL, with nothing of the panic
+/// in the message (the log has it).
+pub fn panicked() -> Status {
+    Status::internal(
+        "internal error; the request was not completed, the operator's log has details",
+    )
 }

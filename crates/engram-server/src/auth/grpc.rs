@@ -1,0 +1,74 @@
+//! Auth for gRPC: the tower hook that authenticates every call outside the
+//! open paths, and the checks the handlers make with the caller's scope.
+
+use std::sync::Arc;
+
+use tonic::Status;
+use tonic::codegen::http;
+
+use super::{Authenticator, Scope, check_admin, check_agent};
+use crate::layers::Hook;
+use crate::status;
+
+/// Paths served to anyone: probes and service discovery.
+const OPEN_PREFIXES: [&str; 2] = ["/grpc.health.v1.Health/", "/grpc.reflection."];
+
+/// PERMISSION_DENIED unless the caller's scope covers `agent`. Without a
+/// scope on the request (auth off) everything is allowed.
+pub fn authorize<T>(request: &tonic::Request<T>, agent: &str) -> Result<(), Status> {
+    let scope = request.extensions().get::<Arc<Scope>>();
+    check_agent(scope.map(AsRef::as_ref), agent).map_err(status::from_refusal)
+}
+
+/// PERMISSION_DENIED unless the caller holds an admin token (or auth is off).
+pub fn require_admin<T>(request: &tonic::Request<T>, what: &str) -> Result<(), Status> {
+    let scope = request.extensions().get::<Arc<Scope>>();
+    check_admin(scope.map(AsRef::as_ref), what).map_err(status::from_refusal)
+}
+
+/// The caller's scope, when auth is on.
+pub fn scope<T>(request: &tonic::Request<T>) -> Option<Arc<Scope>> {
+    request.extensions().get::<Arc<Scope>>().cloned()
+}
+
+/// Authenticates every call outside the open paths and hands the handlers
+/// the caller's [`Scope`] in the request extensions.
+#[derive(Debug, Clone)]
+pub struct Auth {
+    auth: Arc<Authenticator>,
+}
+
+impl Auth {
+    pub fn new(auth: Arc<Authenticator>) -> Self {
+        Self { auth }
+    }
+}
+
+impl<ReqBody, ResBody: Default> Hook<ReqBody, ResBody> for Auth {
+    type State = ();
+    type Body = ResBody;
+
+    fn before(&self, req: &mut http::Request<ReqBody>) -> Result<(), http::Response<ResBody>> {
+        let path = req.uri().path();
+        if !self.auth.enabled() || OPEN_PREFIXES.iter().any(|p| path.starts_with(p)) {
+            return Ok(());
+        }
+        match self
+            .auth
+            .authenticate(req.headers().get(http::header::AUTHORIZATION))
+        {
+            Ok(scope) => {
+                req.extensions_mut().insert(scope);
+                Ok(())
+            }
+            Err(refusal) => {
+                tracing::info!(path, reason = %refusal, "call refused: not authenticated");
+                Err(status::from_refusal(refusal).into_http())
+            }
+        }
+    }
+
+    fn after(_: (), res: http::Response<ResBody>) -> http::Response<ResBody> {
+        res
+    }
+}
