@@ -325,8 +325,25 @@ impl Config {
         Ok(())
     }
 
+    /// Every section's checks; the first failure names its key.
     fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_server()?;
+        self.validate_store()?;
         self.validate_postgres()?;
+        self.validate_limits()?;
+        self.validate_llm()?;
+        self.embed.validate()?;
+        self.validate_budget()?;
+        if !(self.recall.min_score.is_finite() && self.recall.min_score >= 0.0) {
+            return Err(invalid("recall.min_score", "must be a number >= 0"));
+        }
+        tracing_subscriber::EnvFilter::try_new(&self.log.level)
+            .map_err(|e| invalid("log.level", &e.to_string()))?;
+        Ok(())
+    }
+
+    /// `[server]` and `[auth]`: addresses, TLS files in pairs, tokens, the message limit.
+    fn validate_server(&self) -> Result<(), ConfigError> {
         self.listen_addr()?;
         self.metrics_addr()?;
         let s = &self.server;
@@ -348,10 +365,11 @@ impl Config {
         if self.server.max_message_bytes < 1024 {
             return Err(invalid("server.max_message_bytes", "must be at least 1024"));
         }
-        self.embed.validate()?;
-        if !(self.recall.min_score.is_finite() && self.recall.min_score >= 0.0) {
-            return Err(invalid("recall.min_score", "must be a number >= 0"));
-        }
+        Ok(())
+    }
+
+    /// `[store]`: the data directory and the durability settings.
+    fn validate_store(&self) -> Result<(), ConfigError> {
         if self.store.data_dir.as_os_str().is_empty() {
             return Err(invalid("store.data_dir", "must not be empty"));
         }
@@ -367,12 +385,22 @@ impl Config {
                 "must be at least 1048576",
             ));
         }
+        Ok(())
+    }
+
+    /// `[limits]`.
+    fn validate_limits(&self) -> Result<(), ConfigError> {
         if self.limits.max_events_per_request == 0 {
             return Err(invalid("limits.max_events_per_request", "must be > 0"));
         }
         if self.limits.max_trace_bytes < 256 {
             return Err(invalid("limits.max_trace_bytes", "must be at least 256"));
         }
+        Ok(())
+    }
+
+    /// `[llm]`: the endpoint, when set, and the circuit breaker.
+    fn validate_llm(&self) -> Result<(), ConfigError> {
         if !self.llm.base_url.trim().is_empty() {
             engram_llm::http::endpoint(&self.llm.base_url)
                 .map_err(|e| invalid("llm.base_url", &e))?;
@@ -398,6 +426,11 @@ impl Config {
                 "must be at least llm.circuit_cooldown_secs",
             ));
         }
+        Ok(())
+    }
+
+    /// `[budget]` and its overrides by model and agent.
+    fn validate_budget(&self) -> Result<(), ConfigError> {
         let b = &self.budget;
         if !(b.compaction_ratio > 0.0 && b.compaction_ratio <= 1.0) {
             return Err(invalid("budget.compaction_ratio", "must be in (0, 1]"));
@@ -422,8 +455,6 @@ impl Config {
                 ));
             }
         }
-        tracing_subscriber::EnvFilter::try_new(&self.log.level)
-            .map_err(|e| invalid("log.level", &e.to_string()))?;
         Ok(())
     }
 
