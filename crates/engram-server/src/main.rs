@@ -5,8 +5,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use engram_server::config::{BackendSetting, DEFAULT_TOML};
 use engram_server::probe::{self, Probe};
-use engram_server::{Config, config::DEFAULT_TOML, telemetry};
+use engram_server::{Config, telemetry};
 
 // mimalloc: Engram allocates many short-lived buffers per call (protobuf,
 // JSON lines, rendered bodies); glibc's malloc/free was the largest item in
@@ -96,7 +97,7 @@ async fn serve() -> anyhow::Result<()> {
     match cli.command {
         Some(Command::CheckConfig) => {
             println!("configuration ok");
-            return Ok(());
+            Ok(())
         }
         Some(Command::Health {
             addr,
@@ -116,53 +117,68 @@ async fn serve() -> anyhow::Result<()> {
                 tls_identity: tls_cert.zip(tls_key),
                 timeout: std::time::Duration::from_secs(timeout_secs),
             };
-            let status = probe::check(&probe).await?;
-            println!("{}", status.as_str_name());
-            anyhow::ensure!(
-                status == tonic_health::pb::health_check_response::ServingStatus::Serving,
-                "{} is not serving",
-                probe.addr
-            );
-            return Ok(());
+            health(&probe).await
         }
-        Some(Command::Migrate) => {
-            telemetry::init(&config.log);
-            anyhow::ensure!(
-                config.store.backend == engram_server::config::BackendSetting::Postgres,
-                "engramd migrate is for store.backend = \"postgres\"; the file store needs no migration"
-            );
-            engram_postgres::migrate_url(&config.postgres_config()).await?;
-            println!("database schema is current");
-            return Ok(());
-        }
-        Some(Command::Reindex { agent }) => {
-            telemetry::init(&config.log);
-            engram_server::reindex(&config, agent.as_deref(), |id, index| {
-                println!(
-                    "{id}: {} items, {} embedded{}",
-                    index.items,
-                    index.embedded,
-                    if index.model.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({})", index.model)
-                    }
-                );
-            })
-            .await?;
-            return Ok(());
-        }
-        Some(Command::Serve | Command::Defaults) | None => {}
+        Some(Command::Migrate) => migrate(&config).await,
+        Some(Command::Reindex { agent }) => reindex(&config, agent.as_deref()).await,
+        Some(Command::Serve | Command::Defaults) | None => listen(config).await,
     }
+}
+
+/// `engramd health`: exit 0 when the server says SERVING.
+async fn health(probe: &Probe) -> anyhow::Result<()> {
+    let status = probe::check(probe).await?;
+    println!("{}", status.as_str_name());
+    anyhow::ensure!(
+        status == tonic_health::pb::health_check_response::ServingStatus::Serving,
+        "{} is not serving",
+        probe.addr
+    );
+    Ok(())
+}
+
+/// `engramd migrate`: the database schema brought current.
+async fn migrate(config: &Config) -> anyhow::Result<()> {
+    telemetry::init(&config.log);
+    anyhow::ensure!(
+        config.store.backend == BackendSetting::Postgres,
+        "engramd migrate is for store.backend = \"postgres\"; the file store needs no migration"
+    );
+    engram_postgres::migrate_url(&config.postgres_config()).await?;
+    println!("database schema is current");
+    Ok(())
+}
+
+/// `engramd reindex`: every agent's (or one agent's) index rebuilt, a
+/// line per agent as it finishes.
+async fn reindex(config: &Config, agent: Option<&str>) -> anyhow::Result<()> {
+    telemetry::init(&config.log);
+    engram_server::reindex(config, agent, |id, index| {
+        println!(
+            "{id}: {} items, {} embedded{}",
+            index.items,
+            index.embedded,
+            if index.model.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", index.model)
+            }
+        );
+    })
+    .await?;
+    Ok(())
+}
+
+/// `engramd serve`: binds the listeners, says where on stdout, serves
+/// until SIGTERM or SIGINT.
+async fn listen(config: Config) -> anyhow::Result<()> {
     telemetry::init(&config.log);
     // Before the listening line: a second engramd on this data says why
     // it cannot serve instead of seeming to. (Database replicas share
     // their data by design.)
     let _held = match config.store.backend {
-        engram_server::config::BackendSetting::Files => {
-            Some(engram_server::lock_data_dir(&config.store.data_dir)?)
-        }
-        engram_server::config::BackendSetting::Postgres => None,
+        BackendSetting::Files => Some(engram_server::lock_data_dir(&config.store.data_dir)?),
+        BackendSetting::Postgres => None,
     };
     let addr = config.listen_addr()?;
     let listener = tokio::net::TcpListener::bind(addr)
@@ -172,10 +188,10 @@ async fn serve() -> anyhow::Result<()> {
     let metrics = engram_server::bind_metrics(&config).await?;
     let shutdown = shutdown_signal()?;
     match config.store.backend {
-        engram_server::config::BackendSetting::Files => {
-            tracing::info!(%local, data_dir = %config.store.data_dir.display(), fsync = ?config.store.fsync, "engramd listening");
+        BackendSetting::Files => {
+            tracing::info!(%local, data_dir = %engram_server::wiring::absolute(&config.store.data_dir).display(), fsync = ?config.store.fsync, "engramd listening");
         }
-        engram_server::config::BackendSetting::Postgres => {
+        BackendSetting::Postgres => {
             tracing::info!(%local, backend = "postgres", "engramd listening");
         }
     }

@@ -110,14 +110,14 @@ pub async fn embedder(
             Ok(Some(Arc::new(http)))
         }
         config::EmbedProvider::Local => {
-            let dir = section.model_dir.clone();
-            if !dir.join("config.json").exists() {
+            let Some(dir) = find_model(&section.model_dir) else {
                 tracing::warn!(
-                    model_dir = %dir.display(),
-                    "no embedding model there (`make models` installs one): search is by words only"
+                    model_dir = %absolute(&section.model_dir).display(),
+                    "no embedding model there, nor in $XDG_DATA_HOME/engram/models or beside engramd (`make models` installs one): search is by words only"
                 );
                 return Ok(None);
-            }
+            };
+            tracing::info!(model_dir = %dir.display(), "loading the local embedding model");
             let model = tokio::task::spawn_blocking(move || engram_embed::LocalModel::load(&dir))
                 .await
                 .map_err(|e| ServerError::Embedder(e.to_string()))?
@@ -160,4 +160,39 @@ pub fn engine_settings(config: &Config) -> Settings {
         agent_cooldown: Duration::from_secs(config.llm.agent_cooldown_secs),
         idle_evict: config.idle_evict(),
     }
+}
+
+/// Where the local model is: `model_dir` itself, or, when it is relative
+/// and not under the working directory (engramd started from elsewhere),
+/// the same model in `$XDG_DATA_HOME/engram/models` (default
+/// `~/.local/share/engram/models`) or beside the binary. Absolute.
+pub fn find_model(model_dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    let has_model = |dir: &std::path::Path| dir.join("config.json").is_file();
+    if has_model(model_dir) || model_dir.is_absolute() {
+        return has_model(model_dir).then(|| absolute(model_dir));
+    }
+    let name = model_dir.file_name()?;
+    let data_home = std::env::var_os("XDG_DATA_HOME")
+        .map(std::path::PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".local/share"))
+        });
+    let beside_binary = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.join(model_dir)));
+    data_home
+        .map(|d| d.join("engram/models").join(name))
+        .into_iter()
+        .chain(beside_binary)
+        .find(|d| has_model(d))
+        .map(|d| absolute(&d))
+}
+
+/// `path` made absolute (and tidied), for the log: a relative path means
+/// nothing without the directory engramd was started in.
+pub fn absolute(path: &std::path::Path) -> std::path::PathBuf {
+    std::fs::canonicalize(path)
+        .or_else(|_| std::path::absolute(path))
+        .unwrap_or_else(|_| path.to_owned())
 }

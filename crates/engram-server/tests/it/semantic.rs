@@ -260,3 +260,57 @@ async fn reindex_rebuilds_every_agent_and_waits_for_a_stopped_server() {
     assert_eq!((index.embedded, index.pending), (8, 0));
     assert_eq!(page.matches[0].trace.as_ref().unwrap().content, TALK[0]);
 }
+
+/// engramd started from another directory, with the default (relative)
+/// model_dir, finds the model in $XDG_DATA_HOME/engram/models; with none
+/// there either, it searches by words and its log says where it looked,
+/// as absolute paths.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_model_is_found_in_the_data_home_from_any_directory() {
+    let model = model_dir();
+    let (elsewhere, data, home) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    {
+        let d = Daemon::spawn(data.path(), &[("ENGRAM__EMBED__PROVIDER", "none")]);
+        tell(&mut d.client().await, "talk").await;
+    }
+    let reindex = |data_home: &std::path::Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_engramd"))
+            .arg("reindex")
+            .current_dir(elsewhere.path())
+            .env("ENGRAM__STORE__DATA_DIR", data.path())
+            .env("XDG_DATA_HOME", data_home)
+            .env("HOME", home.path())
+            .env("ENGRAM__LOG__LEVEL", "info")
+            .output()
+            .unwrap()
+    };
+    let words_only = reindex(home.path());
+    assert!(words_only.status.success());
+    let log = String::from_utf8_lossy(&words_only.stderr);
+    let looked = elsewhere.path().canonicalize().unwrap();
+    assert!(
+        log.contains("search is by words only")
+            && log.contains(&format!("{}/models/all-MiniLM-L6-v2", looked.display())),
+        "{log}"
+    );
+    assert!(
+        String::from_utf8_lossy(&words_only.stdout).contains("talk: 8 items, 0 embedded"),
+        "{}",
+        String::from_utf8_lossy(&words_only.stdout)
+    );
+
+    let models = home.path().join("share/engram/models");
+    std::fs::create_dir_all(&models).unwrap();
+    std::os::unix::fs::symlink(&model, models.join("all-MiniLM-L6-v2")).unwrap();
+    let found = reindex(&home.path().join("share"));
+    let out = String::from_utf8_lossy(&found.stdout);
+    assert!(
+        out.contains("talk: 8 items, 8 embedded (all-MiniLM-L6-v2#"),
+        "{out}\n{}",
+        String::from_utf8_lossy(&found.stderr)
+    );
+}
