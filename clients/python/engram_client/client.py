@@ -1,14 +1,19 @@
 """EngramClient: plain Python values in, protobuf messages (or dicts) out.
 
+Every request field of the API (proto/engram/v1/service.proto) has a
+parameter here, and every TraceEvent field one in the event helpers
+(tests/test_proto_coverage.py fails when one is missing).
+
 Errors are grpc.RpcError as raised by grpcio; `err.code()` is the status
 (INVALID_ARGUMENT, NOT_FOUND, UNAUTHENTICATED, PERMISSION_DENIED, ...).
 """
 
 from __future__ import annotations
 
+import collections
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 import grpc
 from google.protobuf import struct_pb2
@@ -25,28 +30,78 @@ FORMATS = {
     "gemini": types.RENDER_FORMAT_GEMINI,
 }
 
+SEARCH_MODES = {
+    None: types.SEARCH_MODE_UNSPECIFIED,
+    "ranked": types.SEARCH_MODE_RANKED,
+    "match-all-words": types.SEARCH_MODE_MATCH_ALL_WORDS,
+}
 
-def user(text: str, *, event_id: str = "") -> types.TraceEvent:
-    """A user message: starts the next turn."""
-    return types.TraceEvent(trace_type=types.TRACE_TYPE_USER, content=text, event_id=event_id)
+TRACE_TYPES = {
+    "user": types.TRACE_TYPE_USER,
+    "assistant": types.TRACE_TYPE_ASSISTANT,
+    "tool_call": types.TRACE_TYPE_TOOL_CALL,
+    "tool_result": types.TRACE_TYPE_TOOL_RESULT,
+}
+
+MediaLike = Union[types.Media, Mapping[str, Sequence[str]], None]
 
 
-def assistant(text: str, *, event_id: str = "") -> types.TraceEvent:
-    return types.TraceEvent(trace_type=types.TRACE_TYPE_ASSISTANT, content=text, event_id=event_id)
+def _media(media: MediaLike) -> Optional[types.Media]:
+    """{"images": [...], "audio": [...], "video": [...]} (URLs) as Media."""
+    if media is None or isinstance(media, types.Media):
+        return media
+    unknown = set(media) - {"images", "audio", "video"}
+    if unknown:
+        raise ValueError(f"media takes images, audio and video, not {sorted(unknown)}")
+    return types.Media(**{k: list(v) for k, v in media.items()})
 
 
-def tool_call(call_id: str, name: str, args: Optional[dict] = None, *,
-              event_id: str = "") -> types.TraceEvent:
+def _event(trace_type: int, *, event_id: str, name: str = "", media: MediaLike = None,
+           ts: Optional[float], turn_id: str, source_event: str, correlation_id: str,
+           tags: Iterable[str], **fields) -> types.TraceEvent:
+    return types.TraceEvent(trace_type=trace_type, event_id=event_id, name=name,
+                            media=_media(media), ts=ts, turn_id=turn_id,
+                            source_event=source_event, correlation_id=correlation_id,
+                            tags=list(tags), **fields)
+
+
+def user(text: str = "", *, event_id: str = "", name: str = "", media: MediaLike = None,
+         ts: Optional[float] = None, turn_id: str = "", source_event: str = "",
+         correlation_id: str = "", tags: Iterable[str] = ()) -> types.TraceEvent:
+    """A user message: starts the next turn. `name` is who said it
+    ("Caroline"), `media` image/audio/video URLs ({"images": [...]}), `ts`
+    the event time in epoch seconds (the server's clock when None)."""
+    return _event(types.TRACE_TYPE_USER, content=text, event_id=event_id, name=name,
+                  media=media, ts=ts, turn_id=turn_id, source_event=source_event,
+                  correlation_id=correlation_id, tags=tags)
+
+
+def assistant(text: str = "", *, event_id: str = "", name: str = "", media: MediaLike = None,
+              ts: Optional[float] = None, turn_id: str = "", source_event: str = "",
+              correlation_id: str = "", tags: Iterable[str] = ()) -> types.TraceEvent:
+    """The model's text answer (options as for user())."""
+    return _event(types.TRACE_TYPE_ASSISTANT, content=text, event_id=event_id, name=name,
+                  media=media, ts=ts, turn_id=turn_id, source_event=source_event,
+                  correlation_id=correlation_id, tags=tags)
+
+
+def tool_call(call_id: str, name: str, args: Optional[dict] = None, *, event_id: str = "",
+              ts: Optional[float] = None, turn_id: str = "", source_event: str = "",
+              correlation_id: str = "", tags: Iterable[str] = ()) -> types.TraceEvent:
     """The model asked for a tool; `args` is a plain dict."""
     s = struct_pb2.Struct()
     s.update(args or {})
-    return types.TraceEvent(trace_type=types.TRACE_TYPE_TOOL_CALL, tool_call_id=call_id,
-                            tool_name=name, tool_args=s, event_id=event_id)
+    return _event(types.TRACE_TYPE_TOOL_CALL, tool_call_id=call_id, tool_name=name,
+                  tool_args=s, event_id=event_id, ts=ts, turn_id=turn_id,
+                  source_event=source_event, correlation_id=correlation_id, tags=tags)
 
 
 def tool_result(call_id: str, result: Any = None, *, name: str = "", error: str = "",
-                event_id: str = "") -> types.TraceEvent:
-    """A tool's answer (any JSON value) or, with `error`, its failure."""
+                event_id: str = "", ts: Optional[float] = None, turn_id: str = "",
+                source_event: str = "", correlation_id: str = "",
+                tags: Iterable[str] = ()) -> types.TraceEvent:
+    """A tool's answer (any JSON value) or, with `error`, its failure;
+    `name` is the tool's name."""
     v = struct_pb2.Value()
     if isinstance(result, str):
         v.string_value = result
@@ -55,8 +110,9 @@ def tool_result(call_id: str, result: Any = None, *, name: str = "", error: str 
         holder = struct_pb2.Struct()
         holder.update({"v": result})
         v.CopyFrom(holder.fields["v"])
-    return types.TraceEvent(trace_type=types.TRACE_TYPE_TOOL_RESULT, tool_call_id=call_id,
-                            tool_name=name, tool_result=v, tool_error=error, event_id=event_id)
+    return _event(types.TRACE_TYPE_TOOL_RESULT, tool_call_id=call_id, tool_name=name,
+                  tool_result=v, tool_error=error, event_id=event_id, ts=ts, turn_id=turn_id,
+                  source_event=source_event, correlation_id=correlation_id, tags=tags)
 
 
 @dataclass
@@ -82,6 +138,11 @@ class Prompt:
     def warnings(self) -> list:
         return list(self.response.warnings)
 
+    @property
+    def recalled(self) -> list:
+        """The memories in the prompt's [MEMORY:RECALLED] block, in its order."""
+        return list(self.response.recalled)
+
 
 class _Bearer(grpc.AuthMetadataPlugin):
     def __init__(self, token: str):
@@ -91,10 +152,33 @@ class _Bearer(grpc.AuthMetadataPlugin):
         callback(self._metadata, None)
 
 
+class _CallDetails(collections.namedtuple(
+        "_CallDetails", ("method", "timeout", "metadata", "credentials", "wait_for_ready",
+                         "compression")), grpc.ClientCallDetails):
+    pass
+
+
+class _WithMetadata(grpc.UnaryUnaryClientInterceptor):
+    """Adds the token to every call of the channel, the stub's own included."""
+
+    def __init__(self, metadata):
+        self._metadata = tuple(metadata)
+
+    def intercept_unary_unary(self, continuation, details, request):
+        details = _CallDetails(details.method, details.timeout,
+                               tuple(details.metadata or ()) + self._metadata,
+                               details.credentials, details.wait_for_ready,
+                               getattr(details, "compression", None))
+        return continuation(details, request)
+
+
 class EngramClient:
     """One channel to one Engram server. Use as a context manager or call
     close(). `token` sends `authorization: Bearer <token>`; `tls_ca` (PEM
-    bytes or a path) turns on TLS, `client_cert`/`client_key` add mTLS."""
+    bytes or a path) turns on TLS, `client_cert`/`client_key` add mTLS.
+
+    `stub` is the generated MemoryServiceStub on the same channel, token
+    included, for calling the API with protobuf messages directly."""
 
     def __init__(self, target: str = "127.0.0.1:50051", *, token: Optional[str] = None,
                  tls_ca=None, client_cert=None, client_key=None,
@@ -109,13 +193,17 @@ class EngramClient:
                     creds, grpc.metadata_call_credentials(_Bearer(token)))
             options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
             self._channel = grpc.secure_channel(target, creds, options=options)
-            self._metadata = ()
+            channel = self._channel
         else:
             # grpcio refuses call credentials on insecure channels, so the
-            # token rides as plain metadata (fine on localhost / a sidecar).
+            # token rides as plain metadata (fine on localhost / a sidecar),
+            # added to every call by an interceptor.
             self._channel = grpc.insecure_channel(target)
-            self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
-        self.stub = service_pb2_grpc.MemoryServiceStub(self._channel)
+            channel = self._channel
+            if token:
+                channel = grpc.intercept_channel(
+                    channel, _WithMetadata([("authorization", f"Bearer {token}")]))
+        self.stub = service_pb2_grpc.MemoryServiceStub(channel)
 
     def __enter__(self) -> "EngramClient":
         return self
@@ -127,7 +215,7 @@ class EngramClient:
         self._channel.close()
 
     def _call(self, method: str, request):
-        return getattr(self.stub, method)(request, timeout=self.timeout, metadata=self._metadata)
+        return getattr(self.stub, method)(request, timeout=self.timeout)
 
     def ingest(self, agent_id: str, events: Iterable[types.TraceEvent], *,
                usage: Optional[dict] = None, model: str = "") -> svc.IngestResponse:
@@ -143,10 +231,15 @@ class EngramClient:
 
     def prepare_request(self, agent_id: str, *, user_input=None, system_prompt: str = "",
                         model: str = "", render_format: Optional[str] = "openai-chat",
-                        max_output_tokens: int = 0, force_compaction: bool = False) -> Prompt:
+                        max_output_tokens: int = 0, force_compaction: bool = False,
+                        recall: Optional[bool] = None,
+                        recall_max_tokens: Optional[int] = None) -> Prompt:
         """The prompt for the next LLM call. `user_input` (a str or event)
         is stored as the new turn's user message first. `render_format`:
-        openai-chat, openai-responses, anthropic, gemini or None."""
+        openai-chat, openai-responses, anthropic, gemini or None. `recall`
+        turns the [MEMORY:RECALLED] block on or off for this request and
+        `recall_max_tokens` bounds it (the server's [recall] settings when
+        None)."""
         if isinstance(user_input, str):
             user_input = user(user_input)
         if render_format not in FORMATS:
@@ -154,23 +247,48 @@ class EngramClient:
         return Prompt(self._call("PrepareRequest", svc.PrepareRequestRequest(
             agent_id=agent_id, system_prompt=system_prompt, user_input=user_input, model=model,
             render_format=FORMATS[render_format], max_output_tokens=max_output_tokens,
-            force_compaction=force_compaction)))
+            force_compaction=force_compaction, recall=recall,
+            recall_max_tokens=recall_max_tokens)))
 
     def compact(self, agent_id: str, focus: str = "") -> types.CompactionReport:
         return self._call("Compact", svc.CompactRequest(agent_id=agent_id, focus=focus)).report
 
     def retrieve(self, agent_id: str, query: str = "", *, max_episodic: Optional[int] = None,
                  max_semantic: Optional[int] = None, raw_tail_turns: Optional[int] = None,
-                 include_tool_interactions: bool = False) -> svc.RetrieveResponse:
+                 include_tool_interactions: bool = False, max_recalled: Optional[int] = None,
+                 context_messages: int = 0, wait_for_index_ms: int = 0) -> svc.RetrieveResponse:
+        """Memories, the raw tail and tool interactions. With a `query`, the
+        best `max_recalled` memories of every kind in `recalled`, each trace
+        with `context_messages` neighbours on each side; `wait_for_index_ms`
+        first waits for the indexer to embed what was just written."""
         return self._call("Retrieve", svc.RetrieveRequest(
             agent_id=agent_id, query=query, max_episodic=max_episodic,
             max_semantic=max_semantic, raw_tail_turns=raw_tail_turns,
-            include_tool_interactions=include_tool_interactions))
+            include_tool_interactions=include_tool_interactions, max_recalled=max_recalled,
+            context_messages=context_messages, wait_for_index_ms=wait_for_index_ms))
 
     def search_history(self, agent_id: str, query: str, *, limit: int = 0,
-                       page_token: str = "") -> svc.SearchHistoryResponse:
+                       page_token: str = "", mode: Optional[str] = None,
+                       trace_types: Iterable[str] = (), from_turn_id: str = "",
+                       to_turn_id: str = "", from_ts: Optional[float] = None,
+                       to_ts: Optional[float] = None, context_messages: int = 0,
+                       wait_for_index_ms: int = 0) -> svc.SearchHistoryResponse:
+        """Traces by relevance to `query` (`mode` "ranked", the default) or
+        containing all its words ("match-all-words"). Filters: `trace_types`
+        ("user", "assistant", "tool_call", "tool_result"), a turn range, an
+        event-time range (epoch seconds)."""
+        if mode not in SEARCH_MODES:
+            raise ValueError(f"mode must be one of {sorted(k for k in SEARCH_MODES if k)} or None")
+        kinds = []
+        for kind in trace_types:
+            if kind not in TRACE_TYPES:
+                raise ValueError(f"trace_types take {sorted(TRACE_TYPES)}, not {kind!r}")
+            kinds.append(TRACE_TYPES[kind])
         return self._call("SearchHistory", svc.SearchHistoryRequest(
-            agent_id=agent_id, query=query, limit=limit, page_token=page_token))
+            agent_id=agent_id, query=query, limit=limit, page_token=page_token,
+            mode=SEARCH_MODES[mode], trace_types=kinds, from_turn_id=from_turn_id,
+            to_turn_id=to_turn_id, from_ts=from_ts, to_ts=to_ts,
+            context_messages=context_messages, wait_for_index_ms=wait_for_index_ms))
 
     def context_stats(self, agent_id: str, model: str = "") -> svc.GetContextStatsResponse:
         return self._call("GetContextStats", svc.GetContextStatsRequest(agent_id=agent_id, model=model))

@@ -7,6 +7,8 @@ import sys
 
 import grpc
 import pytest
+from engram.v1 import service_pb2 as svc
+from engram.v1 import types_pb2 as types
 
 from engram_client import EngramClient, assistant, tool_call, tool_result, user
 
@@ -80,6 +82,8 @@ def test_tokens_are_sent_and_checked(start_engramd, tmp_path):
         with pytest.raises(grpc.RpcError) as err:
             engram.ingest("other-agent", [user("hi")])
         assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        # The generated stub on the client's channel sends the token too.
+        assert list(engram.stub.ListAgents(svc.ListAgentsRequest()).agent_ids) == ["py-scoped"]
     for wrong in (None, "not-the-token-at-all"):
         with EngramClient(addr, token=wrong) as engram:
             with pytest.raises(grpc.RpcError) as err:
@@ -104,3 +108,79 @@ def test_tls_and_mtls(start_engramd, tmp_path):
         with pytest.raises(grpc.RpcError) as err:
             engram.ingest("py-tls", [user("no client certificate")])
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_event_fields_and_search_options_reach_the_server(engramd):
+    with EngramClient(engramd) as engram:
+        may = 1683532800.0  # 2023-05-08
+        out = engram.ingest("py-fields", [
+            user("My dog Biscuit loves the beach.", name="Caroline", event_id="f1", ts=may,
+                 tags=["pets"], source_event="cli", correlation_id="corr-1",
+                 media={"images": ["https://example.com/biscuit.png"]}),
+            assistant("Tell me more about Biscuit!", name="Mel", ts=may + 60),
+        ])
+        first = out.traces[0]
+        assert (first.name, first.ts, list(first.tags), first.source_event, first.correlation_id) == \
+            ("Caroline", may, ["pets"], "cli", "corr-1")
+        assert list(first.media.images) == ["https://example.com/biscuit.png"]
+        engram.ingest("py-fields", [user("Any plans for June?", ts=may + 86400 * 30),
+                                    assistant("A trip to Oslo.", ts=may + 86400 * 30 + 5)])
+        # The participant's name reaches the prompt (OpenAI chat has a field for it).
+        body = engram.prepare_request("py-fields", model="gpt-4o").payload
+        assert {"role": "user", "name": "Caroline"}.items() <= body["messages"][0].items()
+
+        def matches(**options):
+            return engram.search_history("py-fields", "Biscuit", **options).matches
+
+        def contents(**options):
+            return [m.trace.content for m in matches(**options)]
+
+        # Exact: every trace with the word, newest first; the filters narrow it.
+        assert contents(mode="match-all-words") == ["Tell me more about Biscuit!",
+                                                     "My dog Biscuit loves the beach."]
+        assert contents(mode="match-all-words", trace_types=["user"]) == ["My dog Biscuit loves the beach."]
+        assert contents(mode="match-all-words", from_ts=may + 30) == ["Tell me more about Biscuit!"]
+        assert contents(mode="match-all-words", to_ts=may + 30) == ["My dog Biscuit loves the beach."]
+        assert contents(mode="match-all-words", from_turn_id="turn_0002") == []
+        # Ranked (words, and meaning when the model is there): the filters hold.
+        ranked = matches(trace_types=["assistant"], wait_for_index_ms=10000)
+        assert ranked[0].trace.content == "Tell me more about Biscuit!"
+        assert {m.trace.trace_type for m in ranked} == {types.TRACE_TYPE_ASSISTANT}
+        ranked = matches(from_turn_id="turn_0001", to_turn_id="turn_0001", from_ts=may, to_ts=may + 30)
+        assert [m.trace.content for m in ranked] == ["My dog Biscuit loves the beach."]
+        hit = engram.search_history("py-fields", "beach", trace_types=["user"], context_messages=1,
+                                    limit=1).matches[0]
+        assert hit.trace.content == "My dog Biscuit loves the beach."
+        assert [t.content for t in hit.context_after] == ["Tell me more about Biscuit!"]
+        with pytest.raises(ValueError):
+            engram.search_history("py-fields", "x", mode="fuzzy")
+        with pytest.raises(ValueError):
+            engram.search_history("py-fields", "x", trace_types=["system"])
+
+        recalled = engram.retrieve("py-fields", "Biscuit", max_recalled=1, context_messages=1,
+                                   wait_for_index_ms=10000).recalled
+        assert len(recalled) == 1
+        assert recalled[0].context_before or recalled[0].context_after
+
+
+def test_recall_can_be_switched_and_bounded_per_request(start_engramd):
+    # No raw tail: a compaction archives every finished turn, so recall has
+    # something to find.
+    addr = start_engramd(ENGRAM__POLICY__RAW_TAIL_TURNS="0")
+    with EngramClient(addr) as engram:
+        engram.ingest("py-recall", [user("My dog is called Biscuit and he loves the beach.", name="Caroline"),
+                                    assistant("Biscuit sounds lovely.")])
+        engram.ingest("py-recall", [user("I work as a nurse."), assistant("Noted.")])
+        assert engram.compact("py-recall").performed
+        on = engram.prepare_request("py-recall", user_input="What is my dog called, Biscuit?",
+                                    model="gpt-4o", recall=True)
+        assert on.recalled, "recall=True attaches the relevant memories"
+        assert "[MEMORY:RECALLED]" in on.payload["messages"][-1]["content"]
+        engram.ingest("py-recall", [assistant("Biscuit.")])
+        off = engram.prepare_request("py-recall", user_input="And where does Biscuit like to go?",
+                                     model="gpt-4o", recall=False)
+        assert off.recalled == [] and "[MEMORY:RECALLED]" not in off.payload["messages"][-1]["content"]
+        engram.ingest("py-recall", [assistant("The beach.")])
+        tiny = engram.prepare_request("py-recall", user_input="Tell me about Biscuit again.",
+                                      model="gpt-4o", recall=True, recall_max_tokens=1)
+        assert tiny.recalled == [], "nothing fits in one token"

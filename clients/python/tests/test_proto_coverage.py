@@ -1,0 +1,169 @@
+"""Every request field of the API can be set through the client.
+
+The fields come from proto/engram/v1/*.proto itself, not from the generated
+stubs (an installed package could be older than the protos). Each helper is
+called with every option set to a value that is not the field's default,
+through a stub that records the request instead of sending it; a field of
+the proto that no call sets fails here, naming it: add it to the helper
+(client.py) and to the calls below."""
+
+import collections
+import glob
+import os
+import re
+
+from engram.v1 import service_pb2 as svc
+
+from engram_client import EngramClient, assistant, tool_call, tool_result, user
+
+PROTO_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "..", "proto")
+
+# Message types a helper covers on its own (TraceEvent: the event helpers
+# below), so a request carrying one is not asked to set all of its fields.
+COVERED_APART = {"TraceEvent"}
+
+
+def parse_protos(proto_dir=PROTO_DIR):
+    """({message: {field: type}}, {rpc: request message}) from the .proto files."""
+    messages, rpcs = {}, {}
+    paths = sorted(glob.glob(os.path.join(proto_dir, "engram", "v1", "*.proto")))
+    assert paths, f"no .proto files under {proto_dir}"
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            text = re.sub(r"//[^\n]*", "", f.read())
+        for rpc, request in re.findall(r"\brpc\s+(\w+)\s*\(\s*([\w.]+)\s*\)", text):
+            rpcs[rpc] = request
+        for name, body in top_level_messages(text):
+            fields = re.findall(
+                r"^\s*(?:optional\s+|repeated\s+)?(map<[^>]+>|[\w.]+)\s+(\w+)\s*=\s*\d+",
+                body, re.M)
+            messages[name] = {field: ftype for ftype, field in fields}
+    return messages, rpcs
+
+
+def top_level_messages(text):
+    """(name, body) of each top-level `message` (oneof bodies included)."""
+    out = []
+    for m in re.finditer(r"^(message|enum|service)\s+(\w+)\s*\{", text, re.M):
+        depth, i = 1, m.end()
+        while depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        body = text[m.end():i - 1]
+        if m.group(1) == "message":
+            assert not re.search(r"\b(message|enum)\s+\w+\s*\{", body), \
+                f"nested types in {m.group(2)}: teach this parser about them"
+            out.append((m.group(2), body))
+    return out
+
+
+def unset_fields(name, msg, messages):
+    """The proto fields of message `name` that `msg` leaves unset, following
+    message fields of our own types."""
+    present = {f.name for f, _ in msg.ListFields()}
+    missing = set()
+    for field, ftype in messages[name].items():
+        if field not in present:
+            missing.add(f"{name}.{field}")
+        elif ftype in messages and ftype not in COVERED_APART:
+            value = getattr(msg, field)
+            for item in (value if hasattr(value, "__len__") and not hasattr(value, "ListFields") else [value]):
+                missing |= unset_fields(ftype, item, messages)
+    return missing
+
+
+class Recorder:
+    """Stands in for the generated stub: keeps each request, answers an empty
+    response (ListAgents: a second page, so the page token is followed)."""
+
+    def __init__(self):
+        self.requests = collections.defaultdict(list)
+
+    def __getattr__(self, method):
+        def call(request, **_):
+            self.requests[method].append(request)
+            response = getattr(svc, f"{method}Response")()
+            if method == "ListAgents" and len(self.requests[method]) == 1:
+                response.next_page_token = "page-2"
+            return response
+        return call
+
+
+def call_every_helper(engram):
+    """Each RPC's helper with every option set (none to its default)."""
+    engram.ingest("a", [user("hi")], model="m",
+                  usage={"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3})
+    engram.prepare_request("a", user_input="hi", system_prompt="s", model="m",
+                           render_format="gemini", max_output_tokens=5, force_compaction=True,
+                           recall=False, recall_max_tokens=7)
+    engram.compact("a", focus="f")
+    engram.retrieve("a", "q", max_episodic=1, max_semantic=2, raw_tail_turns=3,
+                    include_tool_interactions=True, max_recalled=4, context_messages=5,
+                    wait_for_index_ms=6)
+    engram.search_history("a", "q", limit=1, page_token="p", mode="match-all-words",
+                          trace_types=["user"], from_turn_id="turn_0001",
+                          to_turn_id="turn_0002", from_ts=1.0, to_ts=2.0, context_messages=3,
+                          wait_for_index_ms=4)
+    engram.context_stats("a", model="m")
+    list(engram.list_agents(page_size=1))
+    engram.delete_agent("a")
+    engram.fork_agent("a", "b")
+
+
+EVERY = dict(event_id="e1", ts=1683532800.0, turn_id="turn_0001", source_event="cli",
+             correlation_id="c1", tags=["t"])
+MEDIA = {"images": ["https://example.com/a.png"], "audio": ["https://example.com/a.mp3"],
+         "video": ["https://example.com/a.mp4"]}
+TOOL_FIELDS = {"tool_name", "tool_call_id", "tool_args", "tool_result", "tool_error"}
+# Each event helper with every option set, and the TraceEvent fields that
+# do not belong to its kind of event.
+EVENT_HELPERS = {
+    "user": (lambda: user("hi", name="Caroline", media=MEDIA, **EVERY), TOOL_FIELDS),
+    "assistant": (lambda: assistant("hi", name="Mel", media=MEDIA, **EVERY), TOOL_FIELDS),
+    "tool_call": (lambda: tool_call("c1", "get_weather", {"city": "Paris"}, **EVERY),
+                  {"content", "media", "name", "tool_result", "tool_error"}),
+    "tool_result": (lambda: tool_result("c1", {"temp_c": 18}, name="get_weather",
+                                        error="failed", **EVERY),
+                    {"content", "media", "name", "tool_args"}),
+}
+
+
+def test_the_parser_reads_the_protos():
+    messages, rpcs = parse_protos()
+    assert rpcs["PrepareRequest"] == "PrepareRequestRequest"
+    assert messages["PrepareRequestRequest"]["user_input"] == "TraceEvent"
+    assert "wait_for_index_ms" in messages["SearchHistoryRequest"]
+    assert len(messages["TraceEvent"]) >= 15
+    # The parser misses no rpc and no field: the generated descriptors agree.
+    service = svc.DESCRIPTOR.services_by_name["MemoryService"]
+    assert set(rpcs) == {m.name for m in service.methods}
+    for rpc in rpcs.values():
+        generated = svc.DESCRIPTOR.message_types_by_name[rpc]
+        assert set(messages[rpc]) == {f.name for f in generated.fields}
+
+
+def test_every_request_field_has_a_helper():
+    messages, rpcs = parse_protos()
+    engram = EngramClient("127.0.0.1:1")
+    engram.stub = Recorder()
+    try:
+        call_every_helper(engram)
+    finally:
+        engram.close()
+    missing = set()
+    for rpc, request in sorted(rpcs.items()):
+        sent = engram.stub.requests.get(rpc)
+        assert sent, f"EngramClient has no helper for {rpc}"
+        # A field counts when any of the helper's calls set it.
+        missing |= set.intersection(*(unset_fields(request, r, messages) for r in sent))
+    assert not missing, f"request fields the Python client cannot set: {sorted(missing)}"
+
+
+def test_every_event_field_has_a_helper():
+    messages, _ = parse_protos()
+    missing = set()
+    for helper, (make, other_kinds) in EVENT_HELPERS.items():
+        unset = unset_fields("TraceEvent", make(), messages)
+        missing |= {f"{helper}(): {f}" for f in unset
+                    if f.split(".", 1)[0] != "TraceEvent" or f.split(".", 1)[1] not in other_kinds}
+    assert not missing, f"TraceEvent fields the event helpers cannot set: {sorted(missing)}"
