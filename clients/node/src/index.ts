@@ -5,6 +5,10 @@
  * message types in src/generated; ENGRAM_PROTO_DIR or the `protoDir` option
  * point elsewhere).
  *
+ * Every request field of the API has an option here, and every TraceEvent
+ * field one in the event helpers (test/proto_coverage.test.ts fails when
+ * one is missing).
+ *
  * Errors reject with grpc-js's ServiceError: `err.code` is a grpc.status.
  */
 import * as path from "node:path";
@@ -35,17 +39,54 @@ type PbValue =
 type PbStruct = { fields: Record<string, PbValue> };
 
 export type TraceType = "TRACE_TYPE_USER" | "TRACE_TYPE_ASSISTANT" | "TRACE_TYPE_TOOL_CALL" | "TRACE_TYPE_TOOL_RESULT";
+/** A trace type as the JSONL files name it (SearchHistory's `traceTypes`). */
+export type TraceKind = "user" | "assistant" | "tool_call" | "tool_result";
+
+/** Media attached to an event, as URLs (https: or data:). */
+export interface Media {
+  images?: string[];
+  audio?: string[];
+  video?: string[];
+}
 
 /** An event to ingest; build one with user(), assistant(), toolCall(), toolResult(). */
 export interface TraceEvent {
   trace_type: TraceType;
   content?: string;
+  source_event?: string;
+  turn_id?: string;
   event_id?: string;
+  ts?: number;
   tool_name?: string;
   tool_call_id?: string;
   tool_args?: PbStruct;
   tool_result?: PbValue;
   tool_error?: string;
+  correlation_id?: string;
+  tags?: string[];
+  media?: Media;
+  name?: string;
+}
+
+/** What every event helper takes besides its own arguments. */
+export interface EventOptions {
+  /** Client retry key: a retry with the same id stores nothing new. */
+  eventId?: string;
+  /** Event time in epoch seconds; the server's clock when absent. */
+  ts?: number;
+  /** Join this existing turn instead of the current one. */
+  turnId?: string;
+  /** Free-form origin ("cli", "slack", "tool:search"). */
+  sourceEvent?: string;
+  correlationId?: string;
+  tags?: string[];
+}
+
+/** user() and assistant(): also who said it and attached media. */
+export interface MessageOptions extends EventOptions {
+  /** The participant's display name ("Caroline"). */
+  name?: string;
+  media?: Media;
 }
 
 export interface Usage {
@@ -91,15 +132,38 @@ export function fromStruct(s: any): { [key: string]: Json } {
   return Object.fromEntries(Object.entries(s?.fields ?? {}).map(([k, v]) => [k, fromValue(v)]));
 }
 
-export const user = (content: string, eventId = ""): TraceEvent =>
-  ({ trace_type: "TRACE_TYPE_USER", content, event_id: eventId });
-export const assistant = (content: string, eventId = ""): TraceEvent =>
-  ({ trace_type: "TRACE_TYPE_ASSISTANT", content, event_id: eventId });
-export const toolCall = (callId: string, name: string, args: { [key: string]: Json } = {}): TraceEvent =>
-  ({ trace_type: "TRACE_TYPE_TOOL_CALL", tool_call_id: callId, tool_name: name, tool_args: toStruct(args) });
-export const toolResult = (callId: string, result: Json, opts: { name?: string; error?: string } = {}): TraceEvent =>
+function eventFields(opts: EventOptions): Partial<TraceEvent> {
+  return {
+    event_id: opts.eventId ?? "",
+    ts: opts.ts,
+    turn_id: opts.turnId ?? "",
+    source_event: opts.sourceEvent ?? "",
+    correlation_id: opts.correlationId ?? "",
+    tags: opts.tags ?? [],
+  };
+}
+
+function message(traceType: TraceType, content: string, opts: string | MessageOptions): TraceEvent {
+  const o: MessageOptions = typeof opts === "string" ? { eventId: opts } : opts;
+  return { trace_type: traceType, content, ...eventFields(o), name: o.name ?? "", media: o.media };
+}
+
+/** A user message: starts the next turn. `opts` is the event id, or options. */
+export const user = (content: string, opts: string | MessageOptions = {}): TraceEvent =>
+  message("TRACE_TYPE_USER", content, opts);
+/** The model's text answer. */
+export const assistant = (content: string, opts: string | MessageOptions = {}): TraceEvent =>
+  message("TRACE_TYPE_ASSISTANT", content, opts);
+/** The model asked for a tool. */
+export const toolCall = (callId: string, name: string, args: { [key: string]: Json } = {},
+  opts: EventOptions = {}): TraceEvent =>
+  ({ trace_type: "TRACE_TYPE_TOOL_CALL", tool_call_id: callId, tool_name: name, tool_args: toStruct(args),
+     ...eventFields(opts) });
+/** A tool's answer (any JSON value) or, with `error`, its failure; `name` is the tool's. */
+export const toolResult = (callId: string, result: Json,
+  opts: EventOptions & { name?: string; error?: string } = {}): TraceEvent =>
   ({ trace_type: "TRACE_TYPE_TOOL_RESULT", tool_call_id: callId, tool_result: toValue(result),
-     tool_name: opts.name ?? "", tool_error: opts.error ?? "" });
+     tool_name: opts.name ?? "", tool_error: opts.error ?? "", ...eventFields(opts) });
 
 export interface ClientOptions {
   /** Sent as `authorization: Bearer <token>`. */
@@ -122,7 +186,61 @@ export interface PrepareOptions {
   renderFormat?: RenderFormat;
   maxOutputTokens?: number;
   forceCompaction?: boolean;
+  /** The [MEMORY:RECALLED] block on or off (the server's recall.enabled when unset). */
+  recall?: boolean;
+  /** The recall block's size at most (recall.max_tokens when unset). */
+  recallMaxTokens?: number;
 }
+
+export interface RetrieveOptions {
+  /** Rank every memory for this text: `recalled` holds the best. */
+  query?: string;
+  maxEpisodic?: number;
+  maxSemantic?: number;
+  rawTailTurns?: number;
+  includeToolInteractions?: boolean;
+  /** With a query: memories in `recalled` (10 when unset, at most 100). */
+  maxRecalled?: number;
+  /** With a query: neighbouring messages of each recalled trace, each side (at most 10). */
+  contextMessages?: number;
+  /** With a query: first wait this long (ms, at most 60000) for the indexer. */
+  waitForIndexMs?: number;
+}
+
+export type SearchMode = "ranked" | "match-all-words";
+
+export interface SearchOptions {
+  /** Matches per page (default 20, at most 200). */
+  limit?: number;
+  /** The previous page's next_page_token. */
+  pageToken?: string;
+  /** "ranked" (the default) or "match-all-words". */
+  mode?: SearchMode;
+  /** Only traces of these types (all when empty). */
+  traceTypes?: TraceKind[];
+  /** Only turns in this inclusive range ("turn_0003"). */
+  fromTurnId?: string;
+  toTurnId?: string;
+  /** Only events in this inclusive time range (epoch seconds). */
+  fromTs?: number;
+  toTs?: number;
+  /** Ranked mode: neighbouring traces returned on each side of each match (at most 10). */
+  contextMessages?: number;
+  /** Ranked mode: first wait this long (ms, at most 60000) for the indexer (read-your-writes). */
+  waitForIndexMs?: number;
+}
+
+const SEARCH_MODES: Record<SearchMode, string> = {
+  ranked: "SEARCH_MODE_RANKED",
+  "match-all-words": "SEARCH_MODE_MATCH_ALL_WORDS",
+};
+
+const TRACE_KINDS: Record<TraceKind, TraceType> = {
+  user: "TRACE_TYPE_USER",
+  assistant: "TRACE_TYPE_ASSISTANT",
+  tool_call: "TRACE_TYPE_TOOL_CALL",
+  tool_result: "TRACE_TYPE_TOOL_RESULT",
+};
 
 /** PrepareRequest's answer, with the rendered body decoded. */
 export interface Prompt {
@@ -131,6 +249,8 @@ export interface Prompt {
   turnId: string;
   estimatedPromptTokens: number;
   warnings: string[];
+  /** The memories in the prompt's [MEMORY:RECALLED] block, in its order. */
+  recalled: PrepareRequestResponse__Output["recalled"];
   raw: PrepareRequestResponse__Output;
 }
 
@@ -154,9 +274,20 @@ function loadService(protoDir: string): grpc.ServiceClientConstructor {
 const pem = (v?: Buffer | string) =>
   v === undefined ? null : Buffer.isBuffer(v) ? v : fs.readFileSync(v);
 
+/** Adds `metadata` to every call of a client (its raw methods included). */
+function withMetadata(metadata: grpc.Metadata): grpc.Interceptor {
+  return (options, nextCall) => new grpc.InterceptingCall(nextCall(options), {
+    start(callMetadata, listener, next) {
+      callMetadata.merge(metadata);
+      next(callMetadata, listener);
+    },
+  });
+}
+
 export class EngramClient {
-  private readonly stub: any;
-  private readonly metadata = new grpc.Metadata();
+  /** The grpc-js client of engram.v1.MemoryService on the same channel,
+   * token included, for calling the API with plain request objects. */
+  readonly stub: any;
   private readonly timeoutMs: number;
 
   /** `target` is host:port, e.g. "127.0.0.1:50051". */
@@ -166,8 +297,13 @@ export class EngramClient {
     const creds = opts.tlsCa !== undefined
       ? grpc.credentials.createSsl(pem(opts.tlsCa), pem(opts.clientKey), pem(opts.clientCert))
       : grpc.credentials.createInsecure();
-    if (opts.token) this.metadata.set("authorization", `Bearer ${opts.token}`);
-    this.stub = new Service(target, creds);
+    const interceptors: grpc.Interceptor[] = [];
+    if (opts.token) {
+      const metadata = new grpc.Metadata();
+      metadata.set("authorization", `Bearer ${opts.token}`);
+      interceptors.push(withMetadata(metadata));
+    }
+    this.stub = new Service(target, creds, { interceptors });
     this.timeoutMs = opts.timeoutMs ?? 30_000;
   }
 
@@ -178,7 +314,7 @@ export class EngramClient {
   private call<T = any>(method: string, request: object): Promise<T> {
     return new Promise((resolve, reject) => {
       const deadline = new Date(Date.now() + this.timeoutMs);
-      this.stub[method](request, this.metadata, { deadline }, (err: grpc.ServiceError | null, res: T) =>
+      this.stub[method](request, { deadline }, (err: grpc.ServiceError | null, res: T) =>
         err ? reject(err) : resolve(res));
     });
   }
@@ -203,12 +339,15 @@ export class EngramClient {
       render_format: format === null ? "RENDER_FORMAT_UNSPECIFIED" : FORMATS[format],
       max_output_tokens: opts.maxOutputTokens ?? 0,
       force_compaction: opts.forceCompaction ?? false,
+      recall: opts.recall,
+      recall_max_tokens: opts.recallMaxTokens,
     });
     return {
       payload: raw.rendered_payload_json ? JSON.parse(raw.rendered_payload_json) : null,
       turnId: raw.turn_id,
       estimatedPromptTokens: raw.estimated_prompt_tokens,
       warnings: raw.warnings,
+      recalled: raw.recalled,
       raw,
     };
   }
@@ -217,8 +356,8 @@ export class EngramClient {
     return (await this.call("Compact", { agent_id: agentId, focus })).report;
   }
 
-  retrieve(agentId: string, opts: { query?: string; maxEpisodic?: number; maxSemantic?: number;
-    rawTailTurns?: number; includeToolInteractions?: boolean } = {}): Promise<RetrieveResponse__Output> {
+  /** Memories, the raw tail and tool interactions; with `query`, the best memories of every kind in `recalled`. */
+  retrieve(agentId: string, opts: RetrieveOptions = {}): Promise<RetrieveResponse__Output> {
     return this.call("Retrieve", {
       agent_id: agentId,
       query: opts.query ?? "",
@@ -226,11 +365,35 @@ export class EngramClient {
       max_semantic: opts.maxSemantic,
       raw_tail_turns: opts.rawTailTurns,
       include_tool_interactions: opts.includeToolInteractions ?? false,
+      max_recalled: opts.maxRecalled,
+      context_messages: opts.contextMessages ?? 0,
+      wait_for_index_ms: opts.waitForIndexMs ?? 0,
     });
   }
 
-  searchHistory(agentId: string, query: string, opts: { limit?: number; pageToken?: string } = {}): Promise<SearchHistoryResponse__Output> {
-    return this.call("SearchHistory", { agent_id: agentId, query, limit: opts.limit ?? 0, page_token: opts.pageToken ?? "" });
+  /** Traces by relevance to `query` (mode "ranked", the default) or containing all its words ("match-all-words"). */
+  async searchHistory(agentId: string, query: string, opts: SearchOptions = {}): Promise<SearchHistoryResponse__Output> {
+    if (opts.mode !== undefined && !(opts.mode in SEARCH_MODES)) {
+      throw new Error(`mode must be one of ${Object.keys(SEARCH_MODES).join(", ")}`);
+    }
+    const traceTypes = (opts.traceTypes ?? []).map((kind) => {
+      if (!(kind in TRACE_KINDS)) throw new Error(`traceTypes take ${Object.keys(TRACE_KINDS).join(", ")}, not ${kind}`);
+      return TRACE_KINDS[kind];
+    });
+    return this.call("SearchHistory", {
+      agent_id: agentId,
+      query,
+      limit: opts.limit ?? 0,
+      page_token: opts.pageToken ?? "",
+      mode: opts.mode === undefined ? "SEARCH_MODE_UNSPECIFIED" : SEARCH_MODES[opts.mode],
+      trace_types: traceTypes,
+      from_turn_id: opts.fromTurnId ?? "",
+      to_turn_id: opts.toTurnId ?? "",
+      from_ts: opts.fromTs,
+      to_ts: opts.toTs,
+      context_messages: opts.contextMessages ?? 0,
+      wait_for_index_ms: opts.waitForIndexMs ?? 0,
+    });
   }
 
   contextStats(agentId: string, model = ""): Promise<GetContextStatsResponse__Output> {

@@ -6,7 +6,7 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 
-import { EngramClient, assistant, fromStruct, fromValue, status, toolCall, toolResult, user } from "../src";
+import { EngramClient, SearchOptions, assistant, fromStruct, fromValue, status, toolCall, toolResult, user } from "../src";
 import { TOOLS, runAgent } from "../examples/agent_loop";
 import { fakeLlm, startEngramd } from "./harness";
 
@@ -84,6 +84,10 @@ test("tokens are sent and checked", async () => {
   try {
     await scoped.ingest("node-scoped", [user("hi")]);
     await assert.rejects(scoped.ingest("other-agent", [user("hi")]), (e: any) => e.code === status.PERMISSION_DENIED);
+    // The raw grpc-js client on the same channel sends the token too.
+    const listed: any = await new Promise((resolve, reject) =>
+      scoped.stub.ListAgents({}, (err: any, res: any) => (err ? reject(err) : resolve(res))));
+    assert.deepEqual(listed.agent_ids, ["node-scoped"]);
     for (const client of [anonymous, wrong]) {
       await assert.rejects(client.ingest("node-scoped", [user("hi")]), (e: any) => e.code === status.UNAUTHENTICATED);
     }
@@ -116,5 +120,68 @@ test("TLS with a client certificate (mTLS)", async () => {
     anonymous.close();
     await server.stop();
     fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("event fields and search options reach the server", async () => {
+  const server = await startEngramd();
+  const engram = new EngramClient(server.addr);
+  try {
+    const may = 1683532800; // 2023-05-08
+    const out = await engram.ingest("node-fields", [
+      user("My dog Biscuit loves the beach.", { name: "Caroline", eventId: "f1", ts: may, tags: ["pets"],
+        sourceEvent: "cli", correlationId: "corr-1", media: { images: ["https://example.com/biscuit.png"] } }),
+      assistant("Tell me more about Biscuit!", { name: "Mel", ts: may + 60 }),
+    ]);
+    const first: any = out.traces[0];
+    assert.deepEqual([first.name, first.ts, first.tags, first.source_event, first.correlation_id, first.media.images],
+      ["Caroline", may, ["pets"], "cli", "corr-1", ["https://example.com/biscuit.png"]]);
+    const body = (await engram.prepareRequest("node-fields", { model: "gpt-4o" })).payload;
+    assert.equal(body.messages[0].name, "Caroline");
+
+    const contents = async (opts: SearchOptions) =>
+      (await engram.searchHistory("node-fields", "Biscuit", opts)).matches.map((m: any) => m.trace.content);
+    assert.deepEqual(await contents({ mode: "match-all-words", traceTypes: ["user"] }), ["My dog Biscuit loves the beach."]);
+    assert.deepEqual(await contents({ traceTypes: ["assistant"], waitForIndexMs: 10000 }), ["Tell me more about Biscuit!"]);
+    assert.deepEqual(await contents({ fromTs: may + 30 }), ["Tell me more about Biscuit!"]);
+    assert.deepEqual(await contents({ toTs: may + 30 }), ["My dog Biscuit loves the beach."]);
+    assert.deepEqual(await contents({ fromTurnId: "turn_0002" }), []);
+    const [hit]: any[] = (await engram.searchHistory("node-fields", "beach", { traceTypes: ["user"], contextMessages: 1 })).matches;
+    assert.deepEqual(hit.context_after.map((t: any) => t.content), ["Tell me more about Biscuit!"]);
+    await assert.rejects(engram.searchHistory("node-fields", "x", { mode: "fuzzy" as any }), /mode/);
+
+    const recalled: any[] = (await engram.retrieve("node-fields", { query: "Biscuit", maxRecalled: 1, contextMessages: 1,
+      waitForIndexMs: 10000 })).recalled;
+    assert.equal(recalled.length, 1);
+    assert.ok(recalled[0].context_before.length + recalled[0].context_after.length > 0);
+  } finally {
+    engram.close();
+    await server.stop();
+  }
+});
+
+test("recall can be switched off and bounded per request", async () => {
+  // No raw tail: a compaction archives every finished turn, so recall has something to find.
+  const server = await startEngramd({ ENGRAM__POLICY__RAW_TAIL_TURNS: "0" });
+  const engram = new EngramClient(server.addr);
+  try {
+    await engram.ingest("node-recall", [user("My dog is called Biscuit and he loves the beach.", { name: "Caroline" }),
+      assistant("Biscuit sounds lovely.")]);
+    await engram.ingest("node-recall", [user("I work as a nurse."), assistant("Noted.")]);
+    assert.equal((await engram.compact("node-recall")).performed, true);
+    const last = (p: any) => p.payload.messages[p.payload.messages.length - 1].content as string;
+    const on = await engram.prepareRequest("node-recall", { userInput: "What is my dog called, Biscuit?", model: "gpt-4o", recall: true });
+    assert.ok(on.recalled.length > 0);
+    assert.match(last(on), /\[MEMORY:RECALLED\]/);
+    await engram.ingest("node-recall", [assistant("Biscuit.")]);
+    const off = await engram.prepareRequest("node-recall", { userInput: "And where does Biscuit like to go?", model: "gpt-4o", recall: false });
+    assert.deepEqual(off.recalled, []);
+    assert.doesNotMatch(last(off), /MEMORY:RECALLED/);
+    await engram.ingest("node-recall", [assistant("The beach.")]);
+    const tiny = await engram.prepareRequest("node-recall", { userInput: "Tell me about Biscuit again.", model: "gpt-4o", recallMaxTokens: 1 });
+    assert.deepEqual(tiny.recalled, []);
+  } finally {
+    engram.close();
+    await server.stop();
   }
 });
