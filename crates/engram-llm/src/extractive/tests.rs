@@ -1,0 +1,753 @@
+use engram_core::NewEvent;
+use engram_core::compaction::merge_facts;
+use engram_core::memory::SemanticItem;
+use engram_core::turns::assign_all;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+
+use super::sentences::split;
+use super::*;
+
+fn traces(events: Vec<NewEvent>) -> Vec<RawTrace> {
+    assign_all(events)
+}
+
+fn run(t: &[RawTrace]) -> Summary {
+    summarize(SummaryRequest {
+        traces: t,
+        known_facts: &[],
+        focus: None,
+    })
+}
+
+fn facts_of(t: &[RawTrace]) -> Vec<String> {
+    run(t).semantic_facts.into_iter().map(|f| f.fact).collect()
+}
+
+/// Each message a turn of its own, said by the user.
+fn user_says(messages: &[&str]) -> Vec<String> {
+    facts_of(&traces(
+        messages.iter().map(|m| NewEvent::user(*m)).collect(),
+    ))
+}
+
+fn conversation() -> Vec<RawTrace> {
+    traces(vec![
+        NewEvent::user("Hi! My name is Ada. I prefer answers in metric units."),
+        NewEvent::tool_call("c1", "weather", json!({"city": "Oslo"})),
+        NewEvent::tool_result("c1", json!({"temp_c": 3})),
+        NewEvent::assistant("It is 3 °C in Oslo."),
+        NewEvent::user("We decided to deploy on Fridays never. Thanks"),
+        NewEvent::assistant("Noted."),
+    ])
+}
+
+#[test]
+fn summarizes_turns_deterministically() {
+    let t = conversation();
+    let req = SummaryRequest {
+        traces: &t,
+        known_facts: &[],
+        focus: None,
+    };
+    let a = summarize(req);
+    assert_eq!(a, summarize(req), "same input, same output");
+    assert_eq!(
+        a.episodic_summary,
+        "Turn 1: user: My name is Ada. I prefer answers in metric units. [tools: weather] assistant: It is 3 °C in Oslo.\n\
+         Turn 2: user: We decided to deploy on Fridays never.",
+        "a short window is kept nearly whole; greetings, thanks and acknowledgements are not"
+    );
+    assert_eq!(a.tags, [EXTRACTIVE_TAG]);
+}
+
+#[test]
+fn facts_are_marked_sentences_new_to_memory() {
+    let t = conversation();
+    let known = [SemanticItem::new("f", "my name is ADA")];
+    let s = summarize(SummaryRequest {
+        traces: &t,
+        known_facts: &known,
+        focus: Some("deploys"),
+    });
+    let facts: Vec<_> = s.semantic_facts.iter().map(|f| f.fact.as_str()).collect();
+    assert_eq!(
+        facts,
+        [
+            "I prefer answers in metric units",
+            "We decided to deploy on Fridays never"
+        ]
+    );
+    assert!(s.semantic_facts.iter().all(|f| f.tags == [EXTRACTIVE_TAG]));
+    assert!(s.episodic_summary.starts_with("Focus: \"deploys\"\n"));
+}
+
+#[test]
+fn long_text_is_trimmed_on_char_boundaries() {
+    let t = traces(vec![NewEvent::user("é".repeat(500))]);
+    let s = run(&t);
+    assert!(
+        s.episodic_summary.chars().count() < 200,
+        "{}",
+        s.episodic_summary
+    );
+    assert!(s.episodic_summary.contains('…'));
+}
+
+#[tokio::test]
+async fn serves_through_the_trait() {
+    let t = conversation();
+    let summarizer: Box<dyn Summarizer> = Box::new(Extractive);
+    let s = summarizer
+        .summarize(SummaryRequest {
+            traces: &t,
+            known_facts: &[],
+            focus: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(summarizer.name(), "extractive");
+    assert!(!s.episodic_summary.is_empty());
+}
+
+/// Issue 29: possessive statements were not facts.
+#[test]
+fn what_the_user_states_about_themselves_and_theirs_is_a_fact() {
+    assert_eq!(
+        user_says(&[
+            "My favourite colour is teal.",
+            "Thanks. Unrelated, but my dog is called Biscuit and he's a three-year-old beagle.",
+            "My sister Ottoline is getting married in Lisbon on 14 September.",
+        ]),
+        [
+            "My favourite colour is teal",
+            "My dog is called Biscuit and he's a three-year-old beagle",
+            "My sister Ottoline is getting married in Lisbon on 14 September",
+        ],
+        "dates and places verbatim, fillers dropped"
+    );
+    let cases = [
+        ("I like climbing on Sundays.", "I like climbing on Sundays"),
+        (
+            "I love Agatha Christie novels!",
+            "I love Agatha Christie novels",
+        ),
+        ("I prefer tea to coffee.", "I prefer tea to coffee"),
+        ("I hate cold showers", "I hate cold showers"),
+        ("I can't stand coriander.", "I can't stand coriander"),
+        ("I don't eat meat.", "I don't eat meat"),
+        (
+            "I live in Chapel Allerton, Leeds.",
+            "I live in Chapel Allerton, Leeds",
+        ),
+        ("We moved to Leeds in 2019.", "We moved to Leeds in 2019"),
+        (
+            "I work at a freight company as a data engineer.",
+            "I work at a freight company as a data engineer",
+        ),
+        ("I'm allergic to peanuts.", "I'm allergic to peanuts"),
+        ("I'm a nurse at St. James's.", "I'm a nurse at St. James's"),
+        ("I’m getting married in May.", "I’m getting married in May"),
+        (
+            "I was born in Porto in 1991.",
+            "I was born in Porto in 1991",
+        ),
+        (
+            "I have two kids, Ana and Rui.",
+            "I have two kids, Ana and Rui",
+        ),
+        (
+            "We've got a cat called Miso.",
+            "We've got a cat called Miso",
+        ),
+        (
+            "Oh, and by the way, my birthday is 3 March.",
+            "My birthday is 3 March",
+        ),
+        (
+            "One more thing: my flat lease ends on 30 November.",
+            "My flat lease ends on 30 November",
+        ),
+        (
+            "My wife and I moved to Lisbon.",
+            "My wife and I moved to Lisbon",
+        ),
+        (
+            "My mum's birthday is on 29 July.",
+            "My mum's birthday is on 29 July",
+        ),
+        (
+            "My sister's getting married.",
+            "My sister's getting married",
+        ),
+        (
+            "Our team is switching to GitHub Actions.",
+            "Our team is switching to GitHub Actions",
+        ),
+        ("Biscuit is my dog.", "Biscuit is my dog"),
+        ("Priya's my neighbour.", "Priya's my neighbour"),
+        (
+            "Yesterday my sister got engaged.",
+            "Yesterday my sister got engaged",
+        ),
+        ("Call me Maya.", "Call me Maya"),
+        (
+            "Always answer in metric units.",
+            "Always answer in metric units",
+        ),
+        (
+            "Remember: the report is due on Friday.",
+            "The report is due on Friday",
+        ),
+        (
+            "Please use British spelling.",
+            "Please use British spelling",
+        ),
+        (
+            "I want to learn Portuguese before May.",
+            "I want to learn Portuguese before May",
+        ),
+    ];
+    for (said, fact) in cases {
+        assert_eq!(user_says(&[said]), [fact], "{said}");
+    }
+}
+
+#[test]
+fn questions_hypotheticals_requests_and_reactions_are_not_facts() {
+    for said in [
+        "What is my dog called?",
+        "what is my dog called",
+        "Is my sister getting married in Lisbon?",
+        "Do you remember what my dog is called",
+        "My dog is called what again?",
+        "If my dog were called Rex, he would hate it.",
+        "Suppose my name is Bob.",
+        "Imagine my sister lived in Paris.",
+        "Let's say my budget is 500 euros.",
+        "Maybe my sister will visit in June.",
+        "My dog would love a bigger garden.",
+        "I'd love a coffee right now.",
+        "I wish I lived in Lisbon.",
+        "Tell me what my favourite colour is.",
+        "Write a story where my name is Bob and I live on Mars.",
+        "Can you check my code, it is broken.",
+        "Help me plan my trip to Lisbon.",
+        "I love it.",
+        "I like that idea a lot.",
+        "I'm not sure what to get her.",
+        "I'm wondering whether to go.",
+        "I was thinking about it all day.",
+        "I'm worried about alterations though.",
+        "I have a question about my invoice.",
+        "I have no idea what to get her.",
+        "I want to know what my dog is called.",
+        "I need you to summarise this.",
+        "I didn't know that.",
+        "The Harlow Carr idea is perfect, she's never been.",
+        "Thanks for your help with my CV, it was great.",
+        "She said my dog is lovely.",
+        "This is my code.",
+        "Here's my plan for the week.",
+        "My question is about the invoice.",
+        "I'm going to ask you something.",
+        "I'm getting an error when I run it.",
+        "My code is throwing a null pointer exception.",
+        "I think my dog is sick.",
+        "I'm so excited about the trip.",
+        "I've been trying to fix this for hours.",
+        "You must be tired.",
+        "It never rains here in summer.",
+        "my bad, I meant Tuesday",
+    ] {
+        assert_eq!(user_says(&[said]), Vec::<String>::new(), "{said}");
+    }
+}
+
+#[test]
+fn only_the_user_states_facts() {
+    let mut t = traces(vec![
+        NewEvent::user("Hello there, can you help?"),
+        NewEvent::assistant("My name is Claude. I live in the cloud. Your dog is called Biscuit."),
+        NewEvent::tool_call("c", "lookup", json!({"q": "my dog"})),
+        {
+            let mut r = NewEvent::tool_result("c", json!("My dog is called Rex."));
+            r.content = "My dog is called Rex.".into();
+            r
+        },
+        NewEvent::assistant("I prefer tea. My favourite colour is blue."),
+        NewEvent::user("My favourite colour is teal."),
+    ]);
+    assert_eq!(facts_of(&t), ["My favourite colour is teal"]);
+    // Named participants (a conversation between two people): the user's
+    // side still, whatever the names.
+    t[0].name = Some("Melanie".into());
+    t[1].name = Some("Caroline".into());
+    assert_eq!(facts_of(&t), ["My favourite colour is teal"]);
+    assert!(
+        run(&t).episodic_summary.contains("Caroline: "),
+        "names label the sentences"
+    );
+}
+
+#[test]
+fn the_summary_keeps_requests_decisions_and_outcomes_and_drops_small_talk() {
+    let t = traces(vec![
+        NewEvent::user("Hi!"),
+        NewEvent::assistant("Hello! How can I help you today?"),
+        NewEvent::user("Can you book a table for four at Sal Grosso on 11 September?"),
+        NewEvent::tool_call(
+            "b",
+            "book_table",
+            json!({"place": "Sal Grosso", "people": 4}),
+        ),
+        {
+            let mut r = NewEvent::tool_result("b", json!(null));
+            r.tool_error = Some("fully booked".into());
+            r
+        },
+        NewEvent::tool_call(
+            "b2",
+            "book_table",
+            json!({"place": "Boi-Cavalo", "people": 4}),
+        ),
+        NewEvent::tool_result("b2", json!({"ok": true, "time": "20:00"})),
+        NewEvent::assistant(
+            "Great question! Sal Grosso was fully booked, so I booked Boi-Cavalo for four at 20:00 instead. I hope this helps! Let me know if you need anything else.",
+        ),
+        NewEvent::user("Perfect, thanks! Let's go with Boi-Cavalo then."),
+        NewEvent::assistant("You're welcome! Enjoy your dinner!"),
+    ]);
+    let s = run(&t).episodic_summary;
+    assert_eq!(
+        s,
+        "Turn 2: user: Can you book a table for four at Sal Grosso on 11 September? [tools: book_table x2 (1 failed)] assistant: Sal Grosso was fully booked, so I booked Boi-Cavalo for four at 20:00 instead.\n\
+         Turn 3: user: Let's go with Boi-Cavalo then."
+    );
+}
+
+/// The compaction test of engram-server's suite, replayed here: the focus
+/// line then turn 1, and a preference restated each turn merges into its
+/// latest version.
+#[test]
+fn the_servers_manual_compaction_reads_as_it_expects() {
+    let t = traces(
+        (1..=3)
+            .flat_map(|t| {
+                [
+                    NewEvent::user(format!("I prefer answer number {t}. What is {t} squared?")),
+                    NewEvent::assistant(format!(
+                        "{} it is. {}",
+                        t * t,
+                        "Squaring multiplies a number by itself. ".repeat(20)
+                    )),
+                ]
+            })
+            .collect(),
+    );
+    let s = summarize(SummaryRequest {
+        traces: &t,
+        known_facts: &[],
+        focus: Some("numbers"),
+    });
+    assert!(
+        s.episodic_summary
+            .starts_with("Focus: \"numbers\"\nTurn 1: "),
+        "{}",
+        s.episodic_summary
+    );
+    let mut n = 0;
+    let merged = merge_facts(&[], &s.semantic_facts, 0.0, || {
+        n += 1;
+        n.to_string()
+    });
+    let facts: Vec<_> = merged.new_items.iter().map(|f| f.fact.as_str()).collect();
+    assert_eq!(facts, ["I prefer answer number 3"]);
+    assert_eq!(
+        s.episodic_summary
+            .matches("Squaring multiplies a number by itself.")
+            .count(),
+        1,
+        "a sentence is quoted once"
+    );
+}
+
+/// Issue 29: a 55-turn window was summarized into ~15,000 characters and
+/// the prompt shrank by a fifth. See docs/BENCHMARKS.md.
+#[test]
+fn a_long_conversation_compacts_to_a_fraction() {
+    let chat = fixture::life_chat();
+    let m = measure::compact(&chat);
+    let summary = &m.summary.episodic_summary;
+    let facts: Vec<&str> = m
+        .summary
+        .semantic_facts
+        .iter()
+        .map(|f| f.fact.as_str())
+        .collect();
+    eprintln!(
+        "{} turns summarized; prompt {} -> {} tokens ({:+.0}%); the window's messages {} tokens; \
+         summary {} chars, {} tokens; {} facts\n{summary}\n{facts:#?}",
+        m.window_turns,
+        m.prompt_before,
+        m.prompt_after,
+        (f64::from(m.prompt_after) / f64::from(m.prompt_before) - 1.0) * 100.0,
+        m.window_tokens,
+        summary.chars().count(),
+        m.summary_tokens,
+        facts.len(),
+    );
+    assert_eq!(m.window_turns, 55);
+    assert!(
+        m.prompt_after * 100 <= m.prompt_before * 30,
+        "the prompt shrinks by 70% or more: {} -> {}",
+        m.prompt_before,
+        m.prompt_after
+    );
+    let text_chars: usize = chat
+        .iter()
+        .filter(|t| matches!(t.trace_type, TraceType::User | TraceType::Assistant))
+        .filter(|t| turn_number(&t.turn_id).is_some_and(|n| n <= 55))
+        .map(|t| t.content.chars().count())
+        .sum();
+    assert!(summary.chars().count() <= budget(text_chars));
+    for fact in [
+        "My favourite colour is teal",
+        "My dog is called Biscuit and he's a three-year-old beagle",
+        "My sister Ottoline is getting married in Lisbon on 14 September",
+        "I'm allergic to peanuts, by the way, so when you suggest restaurants in Lisbon keep that in mind",
+        "My birthday is 3 March, in case you need it for anything",
+    ] {
+        assert!(facts.contains(&fact), "{fact}: {facts:#?}");
+    }
+    for question in ["Who can look after him", "I love it", "How much"] {
+        assert!(!facts.iter().any(|f| f.contains(question)), "{question}");
+    }
+    // Requests, decisions and outcomes are there too, in turn order.
+    for quoted in [
+        "Turn 1: user: I'm Maya",
+        "[tools: flight_search] assistant: I found two direct options on 11 September",
+        "Let's go with the easyJet one at 13:40.",
+        "I booked Stitch & Mend for 5 August at 10am.",
+    ] {
+        assert!(summary.contains(quoted), "{quoted}");
+    }
+    assert!(!summary.contains("Hope") && !summary.contains("Thanks"));
+    assert!(
+        m.snapshot
+            .starts_with("[MEMORY:EPISODIC]\n1) Turn 1: user: I'm Maya")
+    );
+    assert_eq!(measure::compact(&chat).summary, m.summary, "deterministic");
+}
+
+#[test]
+fn a_focus_brings_its_topic_into_the_summary() {
+    let chat = fixture::life_chat();
+    let toast = "I want to give a short toast in Portuguese at the wedding.";
+    let with = |focus| {
+        summarize(SummaryRequest {
+            traces: &chat,
+            known_facts: &[],
+            focus,
+        })
+        .episodic_summary
+    };
+    assert!(!with(None).contains(toast));
+    let focused = with(Some("the toast"));
+    assert!(focused.starts_with("Focus: \"the toast\"\n"));
+    assert!(focused.contains(toast), "{focused}");
+}
+
+#[test]
+fn the_budget_grows_sublinearly() {
+    assert_eq!(budget(0), 600);
+    assert_eq!(budget(10_000), 2000);
+    assert_eq!(budget(40_000), 4000);
+    assert_eq!(budget(usize::MAX), 4000);
+    // Windows of 10 to 640 turns of the long conversation's kind: the
+    // summary stays within its budget, a shrinking share of the window.
+    let chat = fixture::life_chat();
+    let window: Vec<&RawTrace> = chat
+        .iter()
+        .filter(|t| turn_number(&t.turn_id).is_some_and(|n| n <= 55))
+        .collect();
+    let mut last_share = f64::MAX;
+    for copies in [1usize, 4, 16] {
+        let mut events = vec![];
+        for _ in 0..copies {
+            for t in &window {
+                events.push(match t.trace_type {
+                    TraceType::User => NewEvent::user(&t.content),
+                    TraceType::Assistant => NewEvent::assistant(&t.content),
+                    _ => continue,
+                });
+            }
+        }
+        let t = traces(events);
+        let chars: usize = t.iter().map(|t| t.content.chars().count()).sum();
+        let s = run(&t).episodic_summary;
+        let share = s.chars().count() as f64 / chars as f64;
+        assert!(s.chars().count() <= budget(chars), "{copies}");
+        assert!(
+            share < last_share / 1.5,
+            "{copies}: {share} vs {last_share}"
+        );
+        last_share = share;
+    }
+}
+
+#[test]
+fn empty_windows_and_silent_turns() {
+    let s = run(&[]);
+    assert_eq!(s.episodic_summary, "No turns.");
+    assert!(s.semantic_facts.is_empty());
+    let t = traces(vec![
+        NewEvent::user("   "),
+        NewEvent::tool_call("c", "ping", json!({})),
+        NewEvent::tool_result("c", json!("pong")),
+        NewEvent::user("ok"),
+        NewEvent::assistant("Thanks!"),
+    ]);
+    assert_eq!(
+        run(&t).episodic_summary,
+        "Turns 1–2: small talk only; tools: ping."
+    );
+}
+
+#[test]
+fn sentences_end_where_a_reader_would_end_them() {
+    let texts: Vec<(String, bool)> = split(
+        "Dr. Smith moved to St. Ives on 3 Sept. 2021, e.g. for work! Is 3.5 kg ok? Mail priya.n@example.com. \
+         She said \"I'm done.\" Then left\n- a list item here\n```\nmy code = is; here\n```\n1. Numbered item here; and more… tail end",
+    )
+    .into_iter()
+    .map(|s| (s.text, s.question))
+    .collect();
+    let expected = [
+        (
+            "Dr. Smith moved to St. Ives on 3 Sept. 2021, e.g. for work!",
+            false,
+        ),
+        ("Is 3.5 kg ok?", true),
+        ("Mail priya.n@example.com.", false),
+        ("She said \"I'm done.\"", false),
+        ("Then left", false),
+        ("a list item here", false),
+        ("Numbered item here;", false),
+        ("and more…", false),
+        ("tail end", false),
+    ];
+    let expected: Vec<(String, bool)> = expected
+        .iter()
+        .map(|(t, q)| ((*t).to_owned(), *q))
+        .collect();
+    assert_eq!(texts, expected);
+}
+
+#[test]
+fn spread_visits_every_position_once() {
+    for len in 0..200 {
+        let mut seen: Vec<usize> = spread(len).collect();
+        if len >= 3 {
+            assert_eq!(seen[..2], [0, len.next_power_of_two() / 2], "{len}");
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, (0..len).collect::<Vec<_>>());
+    }
+}
+
+/// Words and characters a hostile client might send: combining marks,
+/// right-to-left and zero-width characters, letters whose lowercase is
+/// longer (İ), emoji, lone punctuation, fences, the triggers themselves.
+const PIECES: &[&str] = &[
+    "my",
+    "My",
+    "I'm",
+    "I",
+    "is",
+    "called",
+    "dog",
+    "Biscuit",
+    "if",
+    "?",
+    ".",
+    "!",
+    "…",
+    ";",
+    ":",
+    ",",
+    " ",
+    "  ",
+    "\n",
+    "\r\n",
+    "\t",
+    "```",
+    "- ",
+    "'s",
+    "’",
+    "İ",
+    "ß",
+    "ﬃ",
+    "e\u{301}",
+    "\u{200b}",
+    "\u{200f}",
+    "\u{202e}",
+    "\u{fe0f}",
+    "👩‍👩‍👧",
+    "🇵🇹",
+    "\u{0}",
+    "\u{7f}",
+    "ǅ",
+    "Σ",
+    "ς",
+    "Dr.",
+    "e.g.",
+    "3.5",
+    "14",
+    "September",
+    "Lisbon",
+    "love",
+    "hate",
+    "we",
+    "decided",
+    "always",
+    "never",
+    "Turn 1:",
+    "\"",
+    "(",
+    ")",
+    "tools:",
+    "a",
+    "the",
+    "thanks",
+    "ok",
+    "'d",
+    "I've",
+    "have",
+    "never",
+    "remember:",
+    "and",
+    "our",
+    "…",
+    "...",
+    "?!",
+    "x",
+];
+
+fn hostile_text(rng: &mut StdRng) -> String {
+    let pieces = rng.random_range(0..60);
+    let mut s = String::new();
+    for _ in 0..pieces {
+        if rng.random_bool(0.1) {
+            // Any scalar value at all.
+            s.push(rng.random::<char>());
+        } else {
+            s.push_str(PIECES[rng.random_range(0..PIECES.len())]);
+            if rng.random_bool(0.6) {
+                s.push(' ');
+            }
+        }
+    }
+    s
+}
+
+/// A seeded stand-in for a property test (the crate has no proptest):
+/// 1,000 generated windows of hostile text, roles, names and tools. The
+/// traces are written after assignment, so they hold what validation
+/// would refuse too (control characters in tool names, odd turn ids).
+#[test]
+fn hostile_windows_never_panic_and_stay_bounded() {
+    let mut rng = StdRng::seed_from_u64(29);
+    for case in 0..1000 {
+        let mut events = vec![];
+        for call in 0..rng.random_range(0..12) {
+            match rng.random_range(0..5) {
+                0 | 1 => events.push(NewEvent::user("u")),
+                2 | 3 => events.push(NewEvent::assistant("a")),
+                _ => {
+                    let id = format!("c{call}");
+                    events.push(NewEvent::tool_call(&id, "t", json!({})));
+                    events.push(NewEvent::tool_result(&id, json!("r")));
+                }
+            }
+        }
+        let mut t = traces(events);
+        for trace in &mut t {
+            trace.content = hostile_text(&mut rng);
+            if trace.trace_type == TraceType::ToolCall {
+                trace.tool_name = Some(hostile_text(&mut rng));
+            }
+            if trace.trace_type == TraceType::ToolResult && rng.random_bool(0.3) {
+                trace.tool_error = Some(hostile_text(&mut rng));
+            }
+            if rng.random_bool(0.2) {
+                trace.name = Some(hostile_text(&mut rng));
+            }
+            if rng.random_bool(0.05) {
+                trace.turn_id = hostile_text(&mut rng);
+            }
+        }
+        let focus = rng.random_bool(0.3).then(|| hostile_text(&mut rng));
+        let known = [SemanticItem::new("k", hostile_text(&mut rng))];
+        let request = SummaryRequest {
+            traces: &t,
+            known_facts: &known,
+            focus: focus.as_deref(),
+        };
+        let s = summarize(request);
+        assert_eq!(s, summarize(request), "case {case}: deterministic");
+        let text_chars: usize = t
+            .iter()
+            .filter(|t| matches!(t.trace_type, TraceType::User | TraceType::Assistant))
+            .map(|t| t.content.chars().count())
+            .sum();
+        let focus_line = focus.map_or(0, |_| QUOTE_CHARS + 10);
+        // The fallback line of a window with nothing to quote lists tools.
+        let fallback = 200 * t.len();
+        assert!(
+            s.episodic_summary.chars().count() <= budget(text_chars) + focus_line + fallback,
+            "case {case}: {}",
+            s.episodic_summary
+        );
+        assert!(!s.episodic_summary.is_empty());
+        for f in &s.semantic_facts {
+            assert!(f.fact.chars().count() <= FACT_CHARS, "case {case}");
+            assert!(!normalize(&f.fact).is_empty(), "case {case}");
+        }
+    }
+}
+
+#[test]
+fn huge_input_stays_linear_and_bounded() {
+    // One message of 2 MB without punctuation, one of 20,000 facts, and
+    // 2 MB of one character (no sentence end at all).
+    let blob = "word ".repeat(400_000);
+    let many: String = (0..20_000)
+        .map(|i| format!("My dog number {i} is called Biscuit. "))
+        .collect();
+    let run_of_one = "é".repeat(1_000_000);
+    // Written after assignment: Ingest would refuse events this large.
+    let mut t = traces(vec![
+        NewEvent::user("a"),
+        NewEvent::assistant("Done."),
+        NewEvent::user("b"),
+        NewEvent::assistant("c"),
+    ]);
+    t[0].content = blob;
+    t[2].content = many;
+    t[3].content = run_of_one;
+    let started = std::time::Instant::now();
+    let s = run(&t);
+    let took = started.elapsed();
+    assert_eq!(s.semantic_facts.len(), MAX_FACTS);
+    assert_eq!(
+        s.semantic_facts.last().unwrap().fact,
+        "My dog number 19999 is called Biscuit",
+        "the latest are kept"
+    );
+    assert!(s.episodic_summary.chars().count() <= MAX_BUDGET);
+    // Generous (a debug build takes ~4 s, a release build ~0.6 s on a busy
+    // 2-core VM): quadratic work on this input would take hours.
+    assert!(took.as_secs() < 30, "{took:?}");
+}
