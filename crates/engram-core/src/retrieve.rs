@@ -49,14 +49,15 @@ pub struct ToolInteraction {
     pub result_trace_id: Option<String>,
 }
 
-/// Pairs every tool call in `traces` with its result by `tool_call_id`, in
-/// call order.
+/// Pairs every tool call in `traces` (in conversation order: by turn, then
+/// seq) with its result by `tool_call_id`, in call order.
 pub fn tool_interactions<'a>(
     traces: impl IntoIterator<Item = &'a RawTrace>,
 ) -> Vec<ToolInteraction> {
     let mut out: Vec<ToolInteraction> = vec![];
+    // The latest call of each id so far: an id is reused once its call has
+    // a result, and a result answers the call of its id before it.
     let mut by_call: HashMap<&str, usize> = HashMap::new();
-    let mut results: Vec<&RawTrace> = vec![];
     for trace in traces {
         let Some(call_id) = trace.tool_call_id.as_deref() else {
             continue;
@@ -76,22 +77,20 @@ pub fn tool_interactions<'a>(
                     result_trace_id: None,
                 });
             }
-            TraceType::ToolResult => results.push(trace),
+            TraceType::ToolResult => {
+                if let Some(&i) = by_call.get(call_id) {
+                    let it = &mut out[i];
+                    it.result.clone_from(&trace.tool_result);
+                    it.error = trace.tool_error.clone().filter(|e| !e.is_empty());
+                    it.status = if it.error.is_some() {
+                        ToolStatus::Error
+                    } else {
+                        ToolStatus::Success
+                    };
+                    it.result_trace_id = Some(trace.id.clone());
+                }
+            }
             TraceType::User | TraceType::Assistant => {}
-        }
-    }
-    for result in results {
-        let call_id = result.tool_call_id.as_deref().unwrap_or_default();
-        if let Some(&i) = by_call.get(call_id) {
-            let it = &mut out[i];
-            it.result.clone_from(&result.tool_result);
-            it.error = result.tool_error.clone().filter(|e| !e.is_empty());
-            it.status = if it.error.is_some() {
-                ToolStatus::Error
-            } else {
-                ToolStatus::Success
-            };
-            it.result_trace_id = Some(result.id.clone());
         }
     }
     out
@@ -125,6 +124,28 @@ mod tests {
             NewEvent::tool_result("slow", json!("late")),
             NewEvent::tool_call("open", "wait", json!({})),
         ])
+    }
+
+    #[test]
+    fn a_reused_call_id_pairs_each_result_with_its_own_call() {
+        let traces = store(vec![
+            NewEvent::user("one"),
+            NewEvent::tool_call("call_1", "calc", json!({})),
+            NewEvent::tool_result("call_1", json!(1)),
+            NewEvent::user("two"),
+            NewEvent::tool_call("call_1", "calc", json!({})),
+        ]);
+        let pairs: Vec<_> = tool_interactions(&traces)
+            .iter()
+            .map(|i| (i.turn_id.clone(), i.status, i.result.clone()))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                ("turn_0001".into(), ToolStatus::Success, Some(json!(1))),
+                ("turn_0002".into(), ToolStatus::Pending, None),
+            ]
+        );
     }
 
     #[test]

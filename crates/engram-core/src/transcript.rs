@@ -16,6 +16,7 @@
 //!   arrives later is delivered as a user note ([`late_result_note`]), since
 //!   the provider would reject a tool message that far from its call.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -124,6 +125,38 @@ struct OpenStep {
     answered_any: bool,
 }
 
+/// The ids tool calls go out with in the prompt. An agent may reuse a call
+/// id once its call has a result, but providers want each call of a
+/// conversation to have its own (Anthropic, OpenAI Responses): a reused id
+/// goes out with a suffix (`call_1_2`), and the results after it follow.
+#[derive(Debug, Clone, Default)]
+struct CallIds {
+    /// Every id sent in this epoch's messages.
+    sent: HashSet<String>,
+    /// What each agent id went out as last.
+    current: HashMap<String, String>,
+}
+
+impl CallIds {
+    fn call(&mut self, id: &str) -> String {
+        let mut out = id.to_owned();
+        let mut n = 1;
+        while self.sent.contains(&out) {
+            n += 1;
+            out = format!("{id}_{n}");
+        }
+        self.sent.insert(out.clone());
+        if out != id {
+            self.current.insert(id.to_owned(), out.clone());
+        }
+        out
+    }
+
+    fn result<'a>(&'a self, id: &'a str) -> &'a str {
+        self.current.get(id).map_or(id, String::as_str)
+    }
+}
+
 /// Identities of transcripts, so caches kept outside one can tell it from
 /// another (a rebuilt epoch, another agent).
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -136,6 +169,7 @@ pub struct Transcript {
     /// released; a change while one still holds them copies them first.
     messages: Arc<Vec<Message>>,
     open: Option<OpenStep>,
+    ids: CallIds,
 }
 
 impl Default for Transcript {
@@ -144,6 +178,7 @@ impl Default for Transcript {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             messages: Arc::default(),
             open: None,
+            ids: CallIds::default(),
         }
     }
 }
@@ -155,6 +190,7 @@ impl Clone for Transcript {
         Self {
             messages: Arc::clone(&self.messages),
             open: self.open.clone(),
+            ids: self.ids.clone(),
             ..Self::default()
         }
     }
@@ -235,7 +271,9 @@ impl Transcript {
             }
             TraceType::ToolCall => return self.push_call(trace),
             TraceType::ToolResult => {
-                let call_id = trace.tool_call_id.as_deref().unwrap_or_default();
+                let call_id = self
+                    .ids
+                    .result(trace.tool_call_id.as_deref().unwrap_or_default());
                 let open = self.open.as_mut().and_then(|s| {
                     let at = s.unanswered.iter().position(|(id, _)| id == call_id)?;
                     Some((s, at))
@@ -266,7 +304,9 @@ impl Transcript {
 
     fn push_call(&mut self, trace: &RawTrace) -> usize {
         let call = ToolCall {
-            id: trace.tool_call_id.clone().unwrap_or_default(),
+            id: self
+                .ids
+                .call(trace.tool_call_id.as_deref().unwrap_or_default()),
             name: trace.tool_name.clone().unwrap_or_default(),
             arguments: trace.tool_args.clone().unwrap_or_default(),
         };

@@ -7,7 +7,7 @@
 //! [`TurnTracker::plan`] validates a whole batch against that state without
 //! changing it, so a refused batch changes nothing.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -55,9 +55,16 @@ pub fn turn_number(id: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
+/// The latest tool call of an id. An id is reused once its call has a
+/// result (providers number calls per response, or reuse ids across
+/// turns), so this is the newest call's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct CallInfo {
     turn: u32,
+    /// The call's seq in its turn (0 in checkpoints written before it was
+    /// kept).
+    #[serde(default)]
+    seq: u32,
     tool_name: String,
     answered: bool,
 }
@@ -104,9 +111,16 @@ pub struct IngestPlan {
 struct Overlay {
     last_turn: Option<u32>,
     next_seq: HashMap<u32, u32>,
+    /// Calls made or answered by the batch (they shadow the tracker's).
     calls: HashMap<String, CallInfo>,
-    answered: HashSet<String>,
     events: HashMap<String, usize>,
+}
+
+/// Where a planned event goes, and what it is paired with.
+struct Placed {
+    turn: u32,
+    tool_name: Option<String>,
+    tool_call_id: Option<String>,
 }
 
 impl TurnTracker {
@@ -142,25 +156,36 @@ impl TurnTracker {
         if let Some(call_id) = &trace.tool_call_id {
             match trace.trace_type {
                 TraceType::ToolCall => {
-                    let answered = self.calls.get(call_id).is_some_and(|c| c.answered);
+                    // A result applied before its call (a replay in another
+                    // order) sits later in the conversation than the call;
+                    // an answered call that sits earlier is an old call
+                    // whose id this one reuses.
+                    let answered = self
+                        .calls
+                        .get(call_id)
+                        .is_some_and(|c| c.answered && c.turn == turn && c.seq > trace.seq);
                     self.calls.insert(
                         call_id.clone(),
                         CallInfo {
                             turn,
+                            seq: trace.seq,
                             tool_name: trace.tool_name.clone().unwrap_or_default(),
                             answered,
                         },
                     );
                 }
                 TraceType::ToolResult => {
-                    self.calls
+                    let call = self
+                        .calls
                         .entry(call_id.clone())
                         .or_insert_with(|| CallInfo {
                             turn,
+                            // Its call is not seen yet: it comes before this.
+                            seq: trace.seq,
                             tool_name: trace.tool_name.clone().unwrap_or_default(),
                             answered: true,
-                        })
-                        .answered = true;
+                        });
+                    call.answered = true;
                 }
                 TraceType::User | TraceType::Assistant => {}
             }
@@ -239,6 +264,7 @@ impl TurnTracker {
         Ok(plan)
     }
 
+    /// One event of a batch: its outcome, and its trace added to `plan`.
     fn plan_one(
         &self,
         event: &NewEvent,
@@ -272,115 +298,54 @@ impl TurnTracker {
                 })
             })
             .transpose()?;
-
-        let mut tool_name = event.tool_name.clone();
-        let turn = match trace_type {
-            TraceType::User => {
-                let next = last_turn + 1;
-                if explicit.is_some_and(|t| t != next) {
-                    return Err(CoreError::invalid(format!(
-                        "a user event starts the next turn, {}; turn_id {:?} is not it (leave turn_id empty)",
-                        turn_id(next),
-                        event.turn_id.as_deref().unwrap_or_default()
-                    )));
-                }
-                next
+        let id = new_id();
+        let placed = match trace_type {
+            TraceType::User => Placed {
+                turn: user_turn(event, explicit, last_turn)?,
+                tool_name: None,
+                tool_call_id: None,
+            },
+            TraceType::Assistant => Placed {
+                turn: answer_turn(explicit, last_turn)?,
+                tool_name: event.tool_name.clone(),
+                tool_call_id: None,
+            },
+            TraceType::ToolCall => {
+                let turn = answer_turn(explicit, last_turn)?;
+                self.plan_call(event, &id, turn, overlay)?
             }
-            TraceType::Assistant | TraceType::ToolCall => {
-                let turn = match explicit {
-                    Some(t) if t == 0 || t > last_turn => {
-                        return Err(CoreError::invalid(format!(
-                            "turn_id {} does not exist yet; the latest turn is {}",
-                            turn_id(t),
-                            if last_turn == 0 {
-                                "none".into()
-                            } else {
-                                turn_id(last_turn)
-                            }
-                        )));
-                    }
-                    Some(t) => t,
-                    // An assistant speaking first opens a turn of its own.
-                    None => last_turn.max(1),
-                };
-                if trace_type == TraceType::ToolCall {
-                    let call_id = event.tool_call_id.clone().unwrap_or_default();
-                    if self.calls.contains_key(&call_id) || overlay.calls.contains_key(&call_id) {
-                        return Err(CoreError::invalid(format!(
-                            "tool_call_id {call_id:?} is already used by another tool call; call ids are unique per agent"
-                        )));
-                    }
-                    overlay.calls.insert(
-                        call_id,
-                        CallInfo {
-                            turn,
-                            tool_name: tool_name.clone().unwrap_or_default(),
-                            answered: false,
-                        },
-                    );
-                }
-                turn
-            }
-            TraceType::ToolResult => {
-                let call_id = event.tool_call_id.as_deref().unwrap_or_default();
-                let call = overlay
-                    .calls
-                    .get(call_id)
-                    .or_else(|| self.calls.get(call_id))
-                    .ok_or_else(|| {
-                        CoreError::invalid(format!(
-                            "tool_call_id {call_id:?} matches no tool call of this agent; ingest the tool_call first"
-                        ))
-                    })?;
-                if call.answered || overlay.answered.contains(call_id) {
-                    return Err(CoreError::invalid(format!(
-                        "tool call {call_id:?} already has a result; use event_id to retry safely"
-                    )));
-                }
-                if explicit.is_some_and(|t| t != call.turn) {
-                    return Err(CoreError::invalid(format!(
-                        "a tool result belongs to the turn of its call, {}; turn_id {:?} differs",
-                        turn_id(call.turn),
-                        event.turn_id.as_deref().unwrap_or_default()
-                    )));
-                }
-                match &tool_name {
-                    Some(name) if !call.tool_name.is_empty() && *name != call.tool_name => {
-                        return Err(CoreError::invalid(format!(
-                            "tool_name {name:?} differs from the call's {:?}",
-                            call.tool_name
-                        )));
-                    }
-                    None if !call.tool_name.is_empty() => tool_name = Some(call.tool_name.clone()),
-                    _ => {}
-                }
-                let turn = call.turn;
-                overlay.answered.insert(call_id.to_owned());
-                turn
-            }
+            TraceType::ToolResult => self.plan_result(event, explicit, overlay)?,
         };
-
+        let turn = placed.turn;
         overlay.last_turn = Some(last_turn.max(turn));
         let seq = *overlay
             .next_seq
             .entry(turn)
             .or_insert_with(|| self.next_seq.get(&turn).copied().unwrap_or(0));
         overlay.next_seq.insert(turn, seq + 1);
+        if let Some(call) = placed
+            .tool_call_id
+            .as_ref()
+            .and_then(|c| overlay.calls.get_mut(c))
+            .filter(|_| trace_type == TraceType::ToolCall)
+        {
+            call.seq = seq;
+        }
 
         let index = plan.new_traces.len();
         if let Some(eid) = &event.event_id {
             overlay.events.insert(eid.clone(), index);
         }
         plan.new_traces.push(RawTrace {
-            id: new_id(),
+            id,
             ts: event.ts.unwrap_or(now),
             turn_id: turn_id(turn),
             seq,
             trace_type,
             content: event.content.clone(),
             source_event: event.source_event.clone(),
-            tool_name,
-            tool_call_id: event.tool_call_id.clone(),
+            tool_name: placed.tool_name,
+            tool_call_id: placed.tool_call_id,
             tool_args: event.tool_args.clone(),
             tool_result: event.tool_result.clone(),
             tool_error: event.tool_error.clone(),
@@ -394,6 +359,161 @@ impl TurnTracker {
             name: event.name.clone(),
         });
         Ok(Outcome::New(index))
+    }
+
+    /// The call of `id` as the batch so far leaves it.
+    fn call<'a>(&'a self, overlay: &'a Overlay, id: &str) -> Option<&'a CallInfo> {
+        overlay.calls.get(id).or_else(|| self.calls.get(id))
+    }
+
+    /// A tool call in `turn`. Its id may be one an earlier call used once
+    /// that call has its result; a call without an id (Gemini's function
+    /// calls carry none) gets `call_<its trace id>`.
+    fn plan_call(
+        &self,
+        event: &NewEvent,
+        trace_id: &str,
+        turn: u32,
+        overlay: &mut Overlay,
+    ) -> Result<Placed, CoreError> {
+        let call_id = match &event.tool_call_id {
+            Some(id) => id.clone(),
+            None => format!("call_{trace_id}"),
+        };
+        if self.call(overlay, &call_id).is_some_and(|c| !c.answered) {
+            return Err(CoreError::invalid(format!(
+                "tool_call_id {call_id:?} is used by a call still waiting for its result; ingest that result first, or give this call another id"
+            )));
+        }
+        let tool_name = event.tool_name.clone();
+        overlay.calls.insert(
+            call_id.clone(),
+            CallInfo {
+                turn,
+                seq: 0,
+                tool_name: tool_name.clone().unwrap_or_default(),
+                answered: false,
+            },
+        );
+        Ok(Placed {
+            turn,
+            tool_name,
+            tool_call_id: Some(call_id),
+        })
+    }
+
+    /// A tool result, in the turn of its call: the call of its id, or
+    /// without an id, the oldest call of its tool_name still waiting.
+    fn plan_result(
+        &self,
+        event: &NewEvent,
+        explicit: Option<u32>,
+        overlay: &mut Overlay,
+    ) -> Result<Placed, CoreError> {
+        let call_id = match &event.tool_call_id {
+            Some(id) => id.clone(),
+            None => self.waiting_call(overlay, event.tool_name.as_deref())?,
+        };
+        let call = self.call(overlay, &call_id).ok_or_else(|| {
+            CoreError::invalid(format!(
+                "tool_call_id {call_id:?} matches no tool call of this agent; ingest the tool_call first"
+            ))
+        })?;
+        if call.answered {
+            return Err(CoreError::invalid(format!(
+                "tool call {call_id:?} already has a result; use event_id to retry safely"
+            )));
+        }
+        if explicit.is_some_and(|t| t != call.turn) {
+            return Err(CoreError::invalid(format!(
+                "a tool result belongs to the turn of its call, {}; turn_id {:?} differs",
+                turn_id(call.turn),
+                event.turn_id.as_deref().unwrap_or_default()
+            )));
+        }
+        let tool_name = match &event.tool_name {
+            Some(name) if !call.tool_name.is_empty() && *name != call.tool_name => {
+                return Err(CoreError::invalid(format!(
+                    "tool_name {name:?} differs from the call's {:?}",
+                    call.tool_name
+                )));
+            }
+            None if !call.tool_name.is_empty() => Some(call.tool_name.clone()),
+            name => name.clone(),
+        };
+        let answered = CallInfo {
+            answered: true,
+            ..call.clone()
+        };
+        let turn = answered.turn;
+        overlay.calls.insert(call_id.clone(), answered);
+        Ok(Placed {
+            turn,
+            tool_name,
+            tool_call_id: Some(call_id),
+        })
+    }
+
+    /// The id of the oldest call of `tool_name` still waiting for a
+    /// result, for a result that carries no id.
+    fn waiting_call(
+        &self,
+        overlay: &Overlay,
+        tool_name: Option<&str>,
+    ) -> Result<String, CoreError> {
+        let name = tool_name.ok_or_else(|| {
+            CoreError::invalid(
+                "a tool_result needs tool_call_id, or without one, tool_name to pair it with the oldest call of that tool still waiting for its result",
+            )
+        })?;
+        // The tracker's calls that the batch shadows are not the latest.
+        overlay
+            .calls
+            .iter()
+            .chain(&self.calls)
+            .filter(|(id, c)| {
+                !c.answered && c.tool_name == name && self.call(overlay, id) == Some(*c)
+            })
+            .map(|(id, c)| ((c.turn, c.seq), id))
+            .min()
+            .map(|(_, id)| id.clone())
+            .ok_or_else(|| {
+                CoreError::invalid(format!(
+                    "no call of tool_name {name:?} is waiting for a result; a tool_result without tool_call_id pairs with one"
+                ))
+            })
+    }
+}
+
+/// The turn a user event starts: the next one.
+fn user_turn(event: &NewEvent, explicit: Option<u32>, last_turn: u32) -> Result<u32, CoreError> {
+    let next = last_turn + 1;
+    if explicit.is_some_and(|t| t != next) {
+        return Err(CoreError::invalid(format!(
+            "a user event starts the next turn, {}; turn_id {:?} is not it (leave turn_id empty)",
+            turn_id(next),
+            event.turn_id.as_deref().unwrap_or_default()
+        )));
+    }
+    Ok(next)
+}
+
+/// The turn an assistant message or a tool call joins: the latest, or an
+/// earlier one named.
+fn answer_turn(explicit: Option<u32>, last_turn: u32) -> Result<u32, CoreError> {
+    match explicit {
+        Some(t) if t == 0 || t > last_turn => Err(CoreError::invalid(format!(
+            "turn_id {} does not exist yet; the latest turn is {}",
+            turn_id(t),
+            if last_turn == 0 {
+                "none".into()
+            } else {
+                turn_id(last_turn)
+            }
+        ))),
+        Some(t) => Ok(t),
+        // An assistant speaking first opens a turn of its own.
+        None => Ok(last_turn.max(1)),
     }
 }
 
@@ -417,11 +537,9 @@ fn check_fields(trace_type: TraceType, event: &NewEvent) -> Result<(), CoreError
     let kind = trace_type.as_str();
     let is_tool = matches!(trace_type, TraceType::ToolCall | TraceType::ToolResult);
     match (&event.tool_call_id, is_tool) {
-        (None, true) => {
-            return Err(CoreError::invalid(format!(
-                "a {kind} needs tool_call_id to pair the call with its result"
-            )));
-        }
+        // Engram names a call that has no id; a result without one pairs
+        // by its tool_name (`plan_result`).
+        (None, true) => {}
         (Some(_), false) => {
             return Err(CoreError::invalid(format!(
                 "tool_call_id is only for tool_call and tool_result, not {kind}"
@@ -500,8 +618,9 @@ fn check_fields(trace_type: TraceType, event: &NewEvent) -> Result<(), CoreError
 }
 
 /// Assigns and applies `events` one by one, as a store would, with ids
-/// `t1`, `t2`, …; panics on a refused event. For tests and examples.
-#[doc(hidden)]
+/// `t1`, `t2`, …; panics on a refused event. For tests and benchmarks only
+/// (the `testing` feature).
+#[cfg(any(test, feature = "testing"))]
 pub fn assign_all(events: impl IntoIterator<Item = NewEvent>) -> Vec<RawTrace> {
     let mut tracker = TurnTracker::default();
     let mut n = 0;

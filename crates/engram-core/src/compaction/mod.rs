@@ -18,7 +18,7 @@ pub mod plan;
 pub mod report;
 pub mod trigger;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::memory::{EpisodicItem, Provenance, SemanticItem};
 use crate::text::fold_whitespace;
@@ -57,6 +57,36 @@ impl Window {
 
 /// Whole turns older than the last `keep_turns` turns before the current
 /// (latest) one, oldest first, up to the first turn with an unanswered call.
+/// The indices of the tool calls in `traces` that have no result yet. In
+/// conversation order (turn, then seq; a late result lands in its call's
+/// turn after it) a result answers the latest call of its id before it:
+/// an id is reused once its call has a result.
+fn pending_calls(traces: &[RawTrace]) -> HashSet<usize> {
+    let mut order: Vec<usize> = (0..traces.len()).collect();
+    order.sort_by_key(|&i| (turn_number(&traces[i].turn_id), traces[i].seq));
+    let mut latest: HashMap<&str, usize> = HashMap::new();
+    let mut pending = HashSet::new();
+    for i in order {
+        let t = &traces[i];
+        let Some(id) = t.tool_call_id.as_deref() else {
+            continue;
+        };
+        match t.trace_type {
+            TraceType::ToolCall => {
+                latest.insert(id, i);
+                pending.insert(i);
+            }
+            TraceType::ToolResult => {
+                if let Some(call) = latest.get(id) {
+                    pending.remove(call);
+                }
+            }
+            TraceType::User | TraceType::Assistant => {}
+        }
+    }
+    pending
+}
+
 pub fn select_window(traces: &[RawTrace], keep_turns: usize) -> Window {
     let mut turns: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
     for (i, t) in traces.iter().enumerate() {
@@ -66,21 +96,10 @@ pub fn select_window(traces: &[RawTrace], keep_turns: usize) -> Window {
     }
     // The current turn plus the kept tail stay.
     let candidates = turns.len().saturating_sub(keep_turns + 1);
-    let answered: HashSet<&str> = traces
-        .iter()
-        .filter(|t| t.trace_type == TraceType::ToolResult)
-        .filter_map(|t| t.tool_call_id.as_deref())
-        .collect();
+    let pending = pending_calls(traces);
     let mut window = Window::default();
     for (_, indices) in turns.into_iter().take(candidates) {
-        let pending = indices.iter().any(|&i| {
-            let t = &traces[i];
-            t.trace_type == TraceType::ToolCall
-                && t.tool_call_id
-                    .as_deref()
-                    .is_some_and(|id| !answered.contains(id))
-        });
-        if pending {
+        if indices.iter().any(|i| pending.contains(i)) {
             break;
         }
         window.turn_ids.push(traces[indices[0]].turn_id.clone());
@@ -304,6 +323,21 @@ mod tests {
             ["turn_0001", "turn_0002"],
             "never the current turn"
         );
+    }
+
+    #[test]
+    fn a_reused_call_id_waiting_in_a_later_turn_stops_the_window_there() {
+        let traces = assign_all([
+            NewEvent::user("1"),
+            NewEvent::tool_call("call_1", "f", json!({})),
+            NewEvent::tool_result("call_1", json!(1)),
+            NewEvent::user("2"),
+            NewEvent::tool_call("call_1", "f", json!({})),
+            NewEvent::user("3"),
+            NewEvent::user("4"),
+        ]);
+        // Turn 2's call_1 waits, although turn 1's call_1 has a result.
+        assert_eq!(select_window(&traces, 0).turn_ids, ["turn_0001"]);
     }
 
     #[test]

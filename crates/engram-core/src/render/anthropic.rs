@@ -11,6 +11,7 @@ use crate::transcript::{Message, Role};
 pub(super) fn messages(prompt: &Prompt<'_>) -> Value {
     let mut out: Vec<(&'static str, Vec<Value>)> = vec![];
     let mut system = prompt.system.unwrap_or_default().to_owned();
+    let mut ids = ToolIds::default();
     for m in prompt.all() {
         let (role, blocks) = match m.role {
             Role::System => {
@@ -21,8 +22,8 @@ pub(super) fn messages(prompt: &Prompt<'_>) -> Value {
                 continue;
             }
             Role::User => ("user", user_blocks(m)),
-            Role::Assistant => ("assistant", assistant_blocks(m)),
-            Role::Tool => ("user", vec![tool_result(m)]),
+            Role::Assistant => ("assistant", assistant_blocks(m, &mut ids)),
+            Role::Tool => ("user", vec![tool_result(m, &ids)]),
         };
         if blocks.is_empty() {
             continue;
@@ -48,6 +49,37 @@ pub(super) fn messages(prompt: &Prompt<'_>) -> Value {
     }
     body.insert("messages".into(), Value::Array(messages));
     Value::Object(body)
+}
+
+/// Anthropic wants every `tool_use` id of a conversation distinct, while an
+/// agent may reuse a call id once its call has a result: a reused id goes
+/// out with a suffix (`call_1_2`), and the results after it follow it.
+#[derive(Default)]
+struct ToolIds {
+    /// Every id sent so far.
+    sent: std::collections::HashSet<String>,
+    /// The id a call's own id went out as, latest call first.
+    current: std::collections::HashMap<String, String>,
+}
+
+impl ToolIds {
+    fn call(&mut self, id: &str) -> String {
+        let base = tool_id(id);
+        let mut out = base.clone();
+        let mut n = 1;
+        while self.sent.contains(&out) {
+            n += 1;
+            out = format!("{base}_{n}");
+        }
+        self.sent.insert(out.clone());
+        self.current.insert(base, out.clone());
+        out
+    }
+
+    fn result(&self, id: &str) -> String {
+        let base = tool_id(id);
+        self.current.get(&base).cloned().unwrap_or(base)
+    }
 }
 
 /// Anthropic ids allow `[A-Za-z0-9_-]` only; other characters map to `_`
@@ -92,7 +124,7 @@ fn user_blocks(m: &Message) -> Vec<Value> {
     blocks
 }
 
-fn assistant_blocks(m: &Message) -> Vec<Value> {
+fn assistant_blocks(m: &Message, ids: &mut ToolIds) -> Vec<Value> {
     let mut blocks = vec![];
     // Text blocks must not be empty.
     if !m.content.is_empty() {
@@ -106,7 +138,7 @@ fn assistant_blocks(m: &Message) -> Vec<Value> {
     for c in &m.tool_calls {
         blocks.push(json!({
             "type": "tool_use",
-            "id": tool_id(&c.id),
+            "id": ids.call(&c.id),
             "name": c.name,
             "input": Value::Object(c.arguments.clone()),
         }));
@@ -114,12 +146,13 @@ fn assistant_blocks(m: &Message) -> Vec<Value> {
     blocks
 }
 
-fn tool_result(m: &Message) -> Value {
+fn tool_result(m: &Message, ids: &ToolIds) -> Value {
     let mut block = Map::new();
     block.insert("type".into(), "tool_result".into());
     block.insert(
         "tool_use_id".into(),
-        tool_id(m.tool_call_id.as_deref().unwrap_or_default()).into(),
+        ids.result(m.tool_call_id.as_deref().unwrap_or_default())
+            .into(),
     );
     if !m.content.is_empty() {
         block.insert("content".into(), m.content.clone().into());

@@ -140,6 +140,30 @@ fn fixtures() -> Vec<(&'static str, Vec<RawTrace>)> {
             ]),
         ),
         ("named speakers", named()),
+        (
+            "reused and missing call ids",
+            assign_all([
+                NewEvent::user("Weather in Oslo?"),
+                NewEvent::tool_call("call_1", "weather", json!({"city": "Oslo"})),
+                NewEvent::tool_result("call_1", json!("3 °C")),
+                NewEvent::user("And Rome? And what is call_1_2?"),
+                NewEvent::tool_call("call_1", "weather", json!({"city": "Rome"})),
+                NewEvent::tool_result("call_1", json!("20 °C")),
+                NewEvent::tool_call("call_1_2", "lookup", json!({"k": "call_1_2"})),
+                NewEvent::tool_result("call_1_2", json!("an id")),
+                NewEvent::user("And Lisbon, as Gemini asks?"),
+                NewEvent {
+                    tool_call_id: None,
+                    ..NewEvent::tool_call("", "weather", json!({"city": "Lisbon"}))
+                },
+                NewEvent {
+                    tool_call_id: None,
+                    tool_name: Some("weather".into()),
+                    ..NewEvent::tool_result("", json!("22 °C"))
+                },
+                NewEvent::assistant("3, 20 and 22 °C."),
+            ]),
+        ),
     ]
 }
 

@@ -155,12 +155,14 @@ fn bad_events_are_refused_with_a_reason() {
     ingest_one(&mut t, NewEvent::user("q"));
     ingest_one(&mut t, NewEvent::tool_call("c1", "f", json!({})));
     ingest_one(&mut t, NewEvent::tool_result("c1", json!(1)));
+    ingest_one(&mut t, NewEvent::tool_call("c2", "f", json!({})));
     let unspecified = NewEvent {
         content: "x".into(),
         ..NewEvent::default()
     };
     let no_call_id = NewEvent {
         tool_call_id: None,
+        tool_name: None,
         ..NewEvent::tool_result("x", json!(1))
     };
     let call_without_name = NewEvent {
@@ -181,9 +183,9 @@ fn bad_events_are_refused_with_a_reason() {
     };
     let cases = [
         (unspecified, "trace_type is unspecified"),
-        (no_call_id, "needs tool_call_id"),
+        (no_call_id, "needs tool_call_id, or without one, tool_name"),
         (call_without_name, "needs tool_name"),
-        (NewEvent::tool_call("c1", "f", json!({})), "already used"),
+        (NewEvent::tool_call("c2", "f", json!({})), "still waiting"),
         (
             NewEvent::tool_result("c1", json!(2)),
             "already has a result",
@@ -388,4 +390,121 @@ proptest! {
         }
         prop_assert_eq!(loaded, t);
     }
+}
+
+/// A call id is unique among calls still waiting for a result, not
+/// forever: agents that number calls per response reuse them.
+#[test]
+fn a_call_id_is_reused_once_its_call_has_a_result() {
+    let mut t = TurnTracker::default();
+    let mut stored = vec![];
+    for e in [
+        NewEvent::user("q1"),
+        NewEvent::tool_call("call_1", "f", json!({})),
+        NewEvent::tool_result("call_1", json!(1)),
+        NewEvent::user("q2"),
+    ] {
+        stored.push(ingest_one(&mut t, e));
+    }
+    let again = ingest_one(&mut t, NewEvent::tool_call("call_1", "g", json!({})));
+    assert_eq!(again.turn_id, "turn_0002");
+    stored.push(again);
+    let waiting = ingest(&mut t, vec![NewEvent::tool_call("call_1", "g", json!({}))]);
+    assert!(
+        waiting.unwrap_err().to_string().contains("still waiting"),
+        "a waiting call's id is not reused"
+    );
+    let result = ingest_one(&mut t, NewEvent::tool_result("call_1", json!(2)));
+    stored.push(result.clone());
+    assert_eq!(
+        (result.turn_id.as_str(), result.tool_name.as_deref()),
+        ("turn_0002", Some("g")),
+        "the result pairs with the newest call of its id"
+    );
+    // In one batch too: a call, its result, the id again.
+    let batch = ingest(
+        &mut t,
+        vec![
+            NewEvent::tool_result("call_1", json!(3)),
+            NewEvent::tool_call("call_1", "h", json!({})),
+        ],
+    );
+    assert!(
+        batch
+            .unwrap_err()
+            .to_string()
+            .contains("already has a result")
+    );
+    let batch = ingest(
+        &mut t,
+        vec![
+            NewEvent::tool_call("call_1", "h", json!({})),
+            NewEvent::tool_result("call_1", json!(3)),
+            NewEvent::tool_call("call_1", "k", json!({})),
+        ],
+    )
+    .unwrap();
+    assert_eq!(batch.len(), 3);
+    stored.extend(batch);
+    // Replayed from its traces, the tracker is the same: call_1 waits.
+    let mut replayed = TurnTracker::default();
+    for trace in &stored {
+        replayed.apply(trace);
+    }
+    assert_eq!(replayed, t);
+    let refused = ingest(
+        &mut replayed,
+        vec![NewEvent::tool_call("call_1", "x", json!({}))],
+    );
+    assert!(refused.unwrap_err().to_string().contains("still waiting"));
+}
+
+/// Gemini's function calls and responses carry no id: a call gets one,
+/// and a result pairs with the oldest call of its tool still waiting.
+#[test]
+fn calls_without_ids_get_one_and_results_pair_by_tool_name() {
+    let mut t = TurnTracker::default();
+    ingest_one(&mut t, NewEvent::user("weather in two cities"));
+    let no_id = |name: &str| NewEvent {
+        tool_call_id: None,
+        ..NewEvent::tool_call("", name, json!({}))
+    };
+    let result = |name: &str, v| NewEvent {
+        tool_call_id: None,
+        tool_name: Some(name.into()),
+        ..NewEvent::tool_result("", v)
+    };
+    let calls = ingest(
+        &mut t,
+        vec![no_id("weather"), no_id("weather"), no_id("time")],
+    )
+    .unwrap();
+    for c in &calls {
+        assert_eq!(
+            c.tool_call_id.as_deref(),
+            Some(format!("call_{}", c.id).as_str())
+        );
+    }
+    let results = ingest(
+        &mut t,
+        vec![
+            result("weather", json!("sun")),
+            result("time", json!("noon")),
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        results[0].tool_call_id, calls[0].tool_call_id,
+        "the oldest waiting"
+    );
+    assert_eq!(results[1].tool_call_id, calls[2].tool_call_id);
+    let second = ingest_one(&mut t, result("weather", json!("rain")));
+    assert_eq!(second.tool_call_id, calls[1].tool_call_id);
+    let none_left = ingest(&mut t, vec![result("weather", json!("?"))]).unwrap_err();
+    assert!(
+        none_left
+            .to_string()
+            .contains("no call of tool_name \"weather\" is waiting"),
+        "{none_left}"
+    );
 }

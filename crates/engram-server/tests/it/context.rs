@@ -421,3 +421,75 @@ async fn bad_prepare_requests_are_refused() {
         .unwrap_err();
     assert_eq!(status.code(), Code::NotFound);
 }
+
+/// Agents that number calls per response send `call_1` every turn, and
+/// Gemini's calls carry no id: both are stored, paired and rendered so
+/// that every provider accepts the prompt.
+#[tokio::test]
+async fn reused_and_missing_call_ids_pair_and_render_for_every_provider() {
+    let server = TestServer::start().await;
+    let mut c = server.client().await;
+    for (turn, city) in [(1, "Oslo"), (2, "Rome")] {
+        c.ingest(ingest_req(
+            "reuse",
+            vec![
+                user(&format!("Weather in {city}?")),
+                tool_call("call_1", "weather"),
+                tool_result("call_1", &format!("{turn}0 °C")),
+            ],
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("turn {turn}: {e}"));
+    }
+    let waiting = c
+        .ingest(ingest_req("reuse", vec![tool_call("call_1", "weather")]))
+        .await
+        .unwrap();
+    assert_eq!(waiting.get_ref().traces[0].turn_id, "turn_0002");
+    let again = c
+        .ingest(ingest_req("reuse", vec![tool_call("call_1", "weather")]))
+        .await
+        .unwrap_err();
+    assert_eq!(again.code(), Code::InvalidArgument);
+    assert!(
+        again.message().contains("still waiting"),
+        "{}",
+        again.message()
+    );
+    c.ingest(ingest_req("reuse", vec![tool_result("call_1", "rain")]))
+        .await
+        .unwrap();
+    // Gemini: neither the call nor its result names an id.
+    let gemini = c
+        .ingest(ingest_req(
+            "reuse",
+            vec![
+                user("And Lisbon?"),
+                pb::TraceEvent {
+                    tool_call_id: String::new(),
+                    ..tool_call("", "weather")
+                },
+                pb::TraceEvent {
+                    tool_name: "weather".into(),
+                    ..tool_result("", "22 °C")
+                },
+            ],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let assigned = &gemini.traces[1].tool_call_id;
+    assert!(assigned.starts_with("call_"), "{assigned}");
+    assert_eq!(
+        &gemini.traces[2].tool_call_id, assigned,
+        "paired by tool_name"
+    );
+    let mut payloads = vec![];
+    for (format, name) in FORMATS {
+        let mut req = prepare("reuse", format, None);
+        req.model = "gpt-4o".into();
+        let p = c.prepare_request(req).await.unwrap().into_inner();
+        payloads.push((format!("reuse/{name}"), name, p.rendered_payload_json));
+    }
+    assert_valid_payloads(&payloads);
+}
