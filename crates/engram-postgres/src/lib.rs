@@ -35,6 +35,7 @@ mod read;
 mod rows;
 mod search;
 mod store;
+#[cfg(feature = "testing")]
 pub mod testing;
 mod upkeep;
 mod vectors;

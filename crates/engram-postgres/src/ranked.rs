@@ -330,88 +330,120 @@ async fn candidates(
         .filter(|(k, _)| kinds(*k))
         .map(|(_, c)| c as i8)
         .collect();
-    let score = format!(
+    let mut found: Vec<Candidate> = Vec::new();
+    if kinds(Kind::Trace) {
+        found = trace_candidates(conn, id, terms, filter, limit).await?;
+    }
+    if !memory_kinds.is_empty() {
+        found.extend(memory_candidates(conn, id, terms, &memory_kinds, limit).await?);
+        found.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.order.cmp(&a.order)));
+        found.truncate(limit);
+    }
+    Ok(found)
+}
+
+/// BM25 of a matching row's `words` (`h`) for the query's `terms`, with
+/// the average length bound as `$4`.
+fn bm25_sql() -> String {
+    format!(
         "sum(terms.idf * cardinality(w.positions) * {k1p} / (cardinality(w.positions) + {K1} * ({one_b} + {B} * length(h.words) / $4::float8)))",
         k1p = K1 + 1.0,
         one_b = 1.0 - B,
+    )
+}
+
+/// The best `limit` traces for `terms` that pass `filter`.
+async fn trace_candidates(
+    conn: &mut PgConnection,
+    id: &str,
+    terms: &Terms,
+    filter: &Filter,
+    limit: usize,
+) -> Result<Vec<Candidate>> {
+    let types: Option<Vec<i16>> = (!filter.trace_types.is_empty())
+        .then(|| filter.trace_types.iter().map(|&t| i16::from(t)).collect());
+    let (lo, hi) = filter
+        .order
+        .map_or((None, None), |(lo, hi)| (Some(lo as i64), Some(hi as i64)));
+    let (from, to) = filter.ts.map_or((None, None), |(a, b)| (Some(a), Some(b)));
+    let sql = format!(
+        "WITH terms(lexeme, idf) AS (SELECT * FROM unnest($2::text[], $3::float8[]))
+         SELECT h.trace_id, h.ord, h.ts, {score}::float4
+         FROM (SELECT trace_id, ord, ts, words FROM traces
+               WHERE agent_id = $1 AND words @@ $5::tsquery
+                 AND ($6::smallint[] IS NULL OR trace_type = ANY($6))
+                 AND ($7::bigint IS NULL OR ord >= $7) AND ($8::bigint IS NULL OR ord <= $8)
+                 AND ($9::float8 IS NULL OR ts >= $9) AND ($10::float8 IS NULL OR ts <= $10)
+                 AND ($11::bigint IS NULL OR ord < $11)) h
+         CROSS JOIN LATERAL unnest(h.words) w
+         JOIN terms ON terms.lexeme = w.lexeme
+         GROUP BY h.trace_id, h.ord, h.ts
+         ORDER BY 4 DESC, h.ord DESC LIMIT $12",
+        score = bm25_sql()
     );
-    let mut found: Vec<Candidate> = Vec::new();
-    if kinds(Kind::Trace) {
-        let types: Option<Vec<i16>> = (!filter.trace_types.is_empty())
-            .then(|| filter.trace_types.iter().map(|&t| i16::from(t)).collect());
-        let (lo, hi) = filter
-            .order
-            .map_or((None, None), |(lo, hi)| (Some(lo as i64), Some(hi as i64)));
-        let (from, to) = filter.ts.map_or((None, None), |(a, b)| (Some(a), Some(b)));
-        let sql = format!(
-            "WITH terms(lexeme, idf) AS (SELECT * FROM unnest($2::text[], $3::float8[]))
-             SELECT h.trace_id, h.ord, h.ts, {score}::float4
-             FROM (SELECT trace_id, ord, ts, words FROM traces
-                   WHERE agent_id = $1 AND words @@ $5::tsquery
-                     AND ($6::smallint[] IS NULL OR trace_type = ANY($6))
-                     AND ($7::bigint IS NULL OR ord >= $7) AND ($8::bigint IS NULL OR ord <= $8)
-                     AND ($9::float8 IS NULL OR ts >= $9) AND ($10::float8 IS NULL OR ts <= $10)
-                     AND ($11::bigint IS NULL OR ord < $11)) h
-             CROSS JOIN LATERAL unnest(h.words) w
-             JOIN terms ON terms.lexeme = w.lexeme
-             GROUP BY h.trace_id, h.ord, h.ts
-             ORDER BY 4 DESC, h.ord DESC LIMIT $12"
-        );
-        let rows: Vec<(String, i64, f64, f32)> = sqlx::query_as(&sql)
-            .bind(id)
-            .bind(&terms.lexemes)
-            .bind(&terms.idf)
-            .bind(terms.avgdl)
-            .bind(terms.any())
-            .bind(types)
-            .bind(lo)
-            .bind(hi)
-            .bind(from)
-            .bind(to)
-            .bind(filter.traces_before.map(|o| o.min(i64::MAX as u64) as i64))
-            .bind(limit as i64)
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(db("ranking traces"))?;
-        found.extend(
-            rows.into_iter()
-                .map(|(key, ord, ts, s)| Candidate::new(key, Kind::Trace, ord as u64, ts, s)),
-        );
-    }
-    if !memory_kinds.is_empty() {
-        let sql = format!(
-            "WITH terms(lexeme, idf) AS (SELECT * FROM unnest($2::text[], $3::float8[]))
-             SELECT h.id, h.kind, h.ord, h.ts, {score}::float4
-             FROM (SELECT id, kind, ord, ts, words FROM memories
-                   WHERE agent_id = $1 AND live AND words @@ $5::tsquery AND kind = ANY($6)) h
-             CROSS JOIN LATERAL unnest(h.words) w
-             JOIN terms ON terms.lexeme = w.lexeme
-             GROUP BY h.id, h.kind, h.ord, h.ts
-             ORDER BY 5 DESC, h.ord DESC LIMIT $7"
-        );
-        let rows: Vec<(String, i8, i64, f64, f32)> = sqlx::query_as(&sql)
-            .bind(id)
-            .bind(&terms.lexemes)
-            .bind(&terms.idf)
-            .bind(terms.avgdl)
-            .bind(terms.any())
-            .bind(&memory_kinds)
-            .bind(limit as i64)
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(db("ranking memories"))?;
-        found.extend(rows.into_iter().map(|(key, kind, ord, ts, s)| {
+    let rows: Vec<(String, i64, f64, f32)> = sqlx::query_as(&sql)
+        .bind(id)
+        .bind(&terms.lexemes)
+        .bind(&terms.idf)
+        .bind(terms.avgdl)
+        .bind(terms.any())
+        .bind(types)
+        .bind(lo)
+        .bind(hi)
+        .bind(from)
+        .bind(to)
+        .bind(filter.traces_before.map(|o| o.min(i64::MAX as u64) as i64))
+        .bind(limit as i64)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db("ranking traces"))?;
+    Ok(rows
+        .into_iter()
+        .map(|(key, ord, ts, s)| Candidate::new(key, Kind::Trace, ord as u64, ts, s))
+        .collect())
+}
+
+/// The best `limit` live summaries and facts (of `kinds`) for `terms`.
+async fn memory_candidates(
+    conn: &mut PgConnection,
+    id: &str,
+    terms: &Terms,
+    kinds: &[i8],
+    limit: usize,
+) -> Result<Vec<Candidate>> {
+    let sql = format!(
+        "WITH terms(lexeme, idf) AS (SELECT * FROM unnest($2::text[], $3::float8[]))
+         SELECT h.id, h.kind, h.ord, h.ts, {score}::float4
+         FROM (SELECT id, kind, ord, ts, words FROM memories
+               WHERE agent_id = $1 AND live AND words @@ $5::tsquery AND kind = ANY($6)) h
+         CROSS JOIN LATERAL unnest(h.words) w
+         JOIN terms ON terms.lexeme = w.lexeme
+         GROUP BY h.id, h.kind, h.ord, h.ts
+         ORDER BY 5 DESC, h.ord DESC LIMIT $7",
+        score = bm25_sql()
+    );
+    let rows: Vec<(String, i8, i64, f64, f32)> = sqlx::query_as(&sql)
+        .bind(id)
+        .bind(&terms.lexemes)
+        .bind(&terms.idf)
+        .bind(terms.avgdl)
+        .bind(terms.any())
+        .bind(kinds)
+        .bind(limit as i64)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db("ranking memories"))?;
+    Ok(rows
+        .into_iter()
+        .map(|(key, kind, ord, ts, s)| {
             let kind = if kind as u8 == b'e' {
                 Kind::Episodic
             } else {
                 Kind::Semantic
             };
             Candidate::new(key, kind, ord as u64, ts, s)
-        }));
-        found.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.order.cmp(&a.order)));
-        found.truncate(limit);
-    }
-    Ok(found)
+        })
+        .collect())
 }
 
 /// Up to `span` traces each side of every trace among `candidates`, nearest

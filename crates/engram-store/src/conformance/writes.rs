@@ -116,13 +116,17 @@ pub async fn refused_writes_change_nothing<H: Harness>(h: &H) {
             &a,
             &[
                 NewEvent::user("zebra never stored"),
-                NewEvent::tool_call("c1", "dup", json!({})),
+                NewEvent::tool_call("c9", "dup", json!({})),
+                NewEvent::tool_call("c9", "dup", json!({})),
             ],
             None,
             None,
         )
         .await;
-    assert!(is_invalid(&refused), "a reused call id: {refused:?}");
+    assert!(
+        is_invalid(&refused),
+        "the id of a call still waiting: {refused:?}"
+    );
     assert_eq!(all_traces(store.as_ref(), &a).await, before);
     let context = store.context(&a).await.unwrap();
     assert_eq!(context.turns, 1, "no turn was opened");
