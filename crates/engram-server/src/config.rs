@@ -17,6 +17,7 @@ pub use engram_engine::settings::{BudgetOverride, BudgetSection, PolicySection, 
 /// The built-in defaults, also shipped as documentation.
 pub const DEFAULT_TOML: &str = include_str!("default.toml");
 
+mod explain;
 mod postgres;
 pub use postgres::PostgresSection;
 
@@ -243,7 +244,7 @@ pub enum ConfigError {
     // Not `#[from]`: the message already holds the cause, and a source
     // would print it twice in `{:#}` chains.
     #[error("configuration: {0}")]
-    Load(config::ConfigError),
+    Load(String),
     #[error("configuration key {key}: {message}")]
     Invalid { key: &'static str, message: String },
 }
@@ -283,8 +284,11 @@ impl Config {
                     .try_parsing(true)
                     .source(Some(env)),
             )
-            .build()?;
-        let mut config: Self = built.try_deserialize()?;
+            .build()
+            .map_err(|e| ConfigError::Load(explain::explain(&e.to_string(), &all, file)))?;
+        let mut config: Self = built
+            .try_deserialize()
+            .map_err(|e| ConfigError::Load(explain::explain(&e.to_string(), &all, file)))?;
         if config.llm.api_key.is_empty()
             && let Some(key) = lookup(&config.llm.api_key_env)
         {
@@ -512,7 +516,7 @@ impl Config {
 
 impl From<config::ConfigError> for ConfigError {
     fn from(e: config::ConfigError) -> Self {
-        Self::Load(e)
+        Self::Load(e.to_string())
     }
 }
 

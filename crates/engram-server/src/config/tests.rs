@@ -228,3 +228,60 @@ fn an_http_embedder_needs_its_endpoint_model_and_dimensions() {
     let local = Config::load_from(None, env(&[("ENGRAM__EMBED__DIMENSIONS", "0")])).unwrap();
     assert_eq!(local.embed.provider, EmbedProvider::Local);
 }
+
+/// Config errors name the allowed values, the variable or file the bad key
+/// came from, and the setting probably meant.
+#[test]
+fn config_errors_speak_the_users_terms() {
+    let err = |file: Option<&std::path::Path>, k: &str, v: &str| {
+        Config::load_from(file, env(&[(k, v)]))
+            .unwrap_err()
+            .to_string()
+    };
+    let fsync = err(None, "ENGRAM__STORE__FSYNC", "sometimes");
+    assert!(
+        fsync.contains(
+            "store.fsync = \"sometimes\" is not a choice; use one of: always, interval, never"
+        ),
+        "{fsync}"
+    );
+    assert!(!fsync.contains("variant constructor"), "{fsync}");
+    let var = err(None, "ENGRAM__EMBED__MODELDIR", "x");
+    assert!(
+        var.contains("ENGRAM__EMBED__MODELDIR sets embed.modeldir, which is not a setting; did you mean ENGRAM__EMBED__MODEL_DIR?"),
+        "{var}"
+    );
+    let section = err(None, "ENGRAM__STOR__DATA_DIR", "x");
+    assert!(
+        section.contains("ENGRAM__STOR__DATA_DIR sets stor, which is not a setting; did you mean ENGRAM__STORE__DATA_DIR?"),
+        "{section}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("engram.toml");
+    std::fs::write(&file, "[store]\nfsink = \"always\"\n").unwrap();
+    let in_file = err(Some(&file), "X", "y");
+    assert!(
+        in_file.contains(&format!(
+            "{}: store.fsink is not a setting; did you mean store.fsync?",
+            file.display()
+        )),
+        "{in_file}"
+    );
+    // The table of choices is the enums' own.
+    for (name, values) in super::explain::ENUMS {
+        for value in *values {
+            let key = match *name {
+                "FsyncSetting" => "ENGRAM__STORE__FSYNC",
+                "BackendSetting" => "ENGRAM__STORE__BACKEND",
+                "LogFormat" => "ENGRAM__LOG__FORMAT",
+                _ => "ENGRAM__EMBED__PROVIDER",
+            };
+            if let Err(e) = Config::load_from(None, env(&[(key, value)])) {
+                assert!(
+                    !e.to_string().contains("not a choice"),
+                    "{name} {value}: {e}"
+                );
+            }
+        }
+    }
+}
