@@ -90,6 +90,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let job = store
                 .begin_compaction(&agent, POLICY)
                 .await?
+                .job()
                 .expect("a window");
             let begin = t.elapsed();
             let traces = job.traces.len();
@@ -116,7 +117,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let job = if phase == "no compaction" {
                 None
             } else {
-                store.begin_compaction(&agent, POLICY).await?
+                store.begin_compaction(&agent, POLICY).await?.job()
             };
             let mut h = histogram();
             for i in 0..args.calls {

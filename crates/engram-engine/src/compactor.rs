@@ -12,7 +12,7 @@ use std::time::Duration;
 use engram_core::AgentId;
 use engram_core::compaction::{CompactionError, CompactionReport, Tier, Trigger};
 use engram_llm::{SummarizeError, Summarizer, SummaryRequest};
-use engram_store::{AgentContext, Job, Policy, Store, StoreError};
+use engram_store::{AgentContext, Begun, Job, Policy, Store, StoreError};
 use tokio::time::Instant;
 
 use crate::budget::Budgets;
@@ -235,12 +235,13 @@ impl Compactor {
         }
         let policy = self.policy_for(trigger);
         let mut job = match self.store.begin_compaction(agent, policy).await {
-            Ok(Some(job)) => job,
-            Ok(None) => {
+            Ok(Begun::Job(job)) => job,
+            Ok(Begun::Nothing) => {
                 return out.failed(CompactionError::NothingToCompact {
                     raw_tail_turns: policy.raw_tail_turns,
                 });
             }
+            Ok(Begun::Busy) => return out.failed(CompactionError::Busy),
             Err(e) => return out.failed(storage(agent, &e, "choosing the window")),
         };
         if out.context.is_some() {

@@ -88,6 +88,22 @@ impl Engine {
     }
 }
 
+/// The warning of a prompt over its model's input budget: first, how far
+/// over, so that no client misses that the provider will refuse it.
+fn over_budget(tokens: u32, budget: &engram_core::budget::TokenBudget, model: &str) -> String {
+    let model = if model.is_empty() {
+        "the default model"
+    } else {
+        model
+    };
+    format!(
+        "PROMPT OVER THE MODEL'S WINDOW: ~{tokens} tokens, {} over the input budget of {model} ({} of its {}-token window, output and margin reserved); the provider will refuse it. Compaction keeps the current turn and the raw tail whole: shorten or split the largest messages, or store large content elsewhere",
+        tokens - budget.input_budget,
+        budget.input_budget,
+        budget.max_context_tokens,
+    )
+}
+
 /// `None` for an empty string: protocols that cannot tell unset from
 /// empty (proto3) send "".
 fn non_empty(s: Option<&str>) -> Option<&str> {
@@ -178,15 +194,7 @@ fn build(
         report
     });
     if tokens_now > size.budget.input_budget {
-        warnings.push(format!(
-            "the prompt (~{tokens_now} tokens) exceeds the input budget of {} ({} tokens)",
-            if model.is_empty() {
-                "the default model"
-            } else {
-                &model
-            },
-            size.budget.input_budget
-        ));
+        warnings.push(over_budget(tokens_now, &size.budget, &model));
     }
     let system = context.system.as_deref();
     // The message that carries the block and those after it go out as the

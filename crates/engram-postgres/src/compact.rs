@@ -13,7 +13,7 @@ use engram_core::AgentId;
 use engram_core::compaction::Summary;
 use engram_core::memory::{EpisodicItem, SemanticItem};
 use engram_store::intent::Intent;
-use engram_store::{Committed, Job, Microcompacted, Policy, Result, StoreError};
+use engram_store::{Begun, Committed, Job, Microcompacted, Policy, Result, StoreError};
 use sqlx::PgConnection;
 
 use crate::cache::Cached;
@@ -22,20 +22,16 @@ use crate::write::save_meta;
 use crate::{PgStore, db};
 
 impl PgStore {
-    pub(crate) async fn begin_compaction(
-        &self,
-        id: &AgentId,
-        policy: Policy,
-    ) -> Result<Option<Job>> {
+    pub(crate) async fn begin_compaction(&self, id: &AgentId, policy: Policy) -> Result<Begun> {
         let handle = self.handle(id.as_str());
         let mut slot = handle.lock().await;
         let mut tx = self.lock_existing(id, &mut slot).await?;
         if leased(&mut tx, id.as_str()).await? {
-            return Ok(None);
+            return Ok(Begun::Busy);
         }
         let cached = slot.as_ref().expect("current");
         let Some(job) = cached.derived.job(policy) else {
-            return Ok(None);
+            return Ok(Begun::Nothing);
         };
         set_lease(
             &mut tx,
@@ -44,7 +40,7 @@ impl PgStore {
         )
         .await?;
         tx.commit().await.map_err(db("taking a compaction lease"))?;
-        Ok(Some(job))
+        Ok(Begun::Job(job))
     }
 
     pub(crate) async fn abort_compaction(&self, id: &AgentId, failed: bool) -> Result<u32> {

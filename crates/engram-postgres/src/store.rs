@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use engram_core::compaction::Summary;
 use engram_core::{AgentId, NewEvent, Usage};
 use engram_store::{
-    AgentContext, Committed, IndexState, Ingested, Job, MemoryQuery, Microcompacted, Policy,
+    AgentContext, Begun, Committed, IndexState, Ingested, Job, MemoryQuery, Microcompacted, Policy,
     PrepareInput, Prepared, Recall, Recollection, Result, Search, SearchPage, Store, Visible,
 };
 
@@ -55,7 +55,7 @@ impl Store for PgStore {
         PgStore::file_sizes(self, id).await
     }
 
-    async fn begin_compaction(&self, id: &AgentId, policy: Policy) -> Result<Option<Job>> {
+    async fn begin_compaction(&self, id: &AgentId, policy: Policy) -> Result<Begun> {
         PgStore::begin_compaction(self, id, policy).await
     }
 

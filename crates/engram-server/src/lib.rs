@@ -202,7 +202,7 @@ pub async fn serve(
         // Outermost: count every call, refusals included, by its final code.
         .layer(HookLayer(observe::RpcMetrics))
         // Rewrite tonic's size refusals before anything else sees them.
-        .layer(HookLayer(oversize::Oversize))
+        .layer(HookLayer(oversize::Oversize { limit }))
         .layer(HookLayer(auth::Auth::new(authenticator)))
         .add_service(health_service)
         .add_service(reflection_v1)

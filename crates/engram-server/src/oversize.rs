@@ -13,18 +13,21 @@ use crate::layers::Hook;
 const OUT_OF_RANGE: &str = "11";
 const RESOURCE_EXHAUSTED: &str = "8";
 
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Oversize;
+/// The hook, with `server.max_message_bytes`, which its message names.
+#[derive(Debug, Clone, Copy)]
+pub struct Oversize {
+    pub limit: usize,
+}
 
 impl<ReqBody, ResBody> Hook<ReqBody, ResBody> for Oversize {
-    type State = ();
+    type State = usize;
     type Body = ResBody;
 
-    fn before(&self, _: &mut http::Request<ReqBody>) -> Result<(), http::Response<ResBody>> {
-        Ok(())
+    fn before(&self, _: &mut http::Request<ReqBody>) -> Result<usize, http::Response<ResBody>> {
+        Ok(self.limit)
     }
 
-    fn after(_: (), mut res: http::Response<ResBody>) -> http::Response<ResBody> {
+    fn after(limit: usize, mut res: http::Response<ResBody>) -> http::Response<ResBody> {
         let headers = res.headers_mut();
         if headers
             .get("grpc-status")
@@ -34,6 +37,16 @@ impl<ReqBody, ResBody> Hook<ReqBody, ResBody> for Oversize {
                 "grpc-status",
                 http::HeaderValue::from_static(RESOURCE_EXHAUSTED),
             );
+            // tonic's own words ("decoded message length too large") name
+            // no setting; grpc-message is percent-encoded, and this text
+            // needs no escaping but its spaces.
+            let message = crate::status::request_too_large(limit)
+                .message()
+                .replace('%', "%25")
+                .replace(' ', "%20");
+            if let Ok(value) = http::HeaderValue::from_str(&message) {
+                headers.insert("grpc-message", value);
+            }
         }
         res
     }

@@ -39,3 +39,11 @@ pub fn panicked() -> Status {
         "internal error; the request was not completed, the operator's log has details",
     )
 }
+
+/// A request over `server.max_message_bytes` (tonic refuses it before any
+/// handler; the oversize hook answers with this).
+pub fn request_too_large(limit: usize) -> Status {
+    Status::resource_exhausted(format!(
+        "the request is over server.max_message_bytes ({limit} bytes); send less per call (split the events, store large media elsewhere) or raise the limit"
+    ))
+}

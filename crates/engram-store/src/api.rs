@@ -289,6 +289,28 @@ pub struct Job {
     pub current_turn: u32,
 }
 
+/// What [`Store::begin_compaction`] found.
+#[derive(Debug, Clone)]
+pub enum Begun {
+    /// The window to summarize; the agent is marked as compacting.
+    Job(Job),
+    /// Every finished turn is in the kept raw tail (or waits for a tool
+    /// result): nothing to summarize.
+    Nothing,
+    /// Another compaction of the agent holds it (another replica's lease).
+    Busy,
+}
+
+impl Begun {
+    /// The job, if one began.
+    pub fn job(self) -> Option<Job> {
+        match self {
+            Self::Job(job) => Some(job),
+            Self::Nothing | Self::Busy => None,
+        }
+    }
+}
+
 /// What a finished compaction did.
 #[derive(Debug, Clone)]
 pub struct Committed {
@@ -364,10 +386,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// What the agent occupies, by part (name, bytes), sorted by name.
     async fn file_sizes(&self, id: &AgentId) -> Result<Vec<(String, u64)>>;
 
-    /// Picks the turns to summarize and marks the agent as compacting;
-    /// `None` when there is nothing to compact or a compaction of this
-    /// agent is already running.
-    async fn begin_compaction(&self, id: &AgentId, policy: Policy) -> Result<Option<Job>>;
+    /// Picks the turns to summarize and marks the agent as compacting; or
+    /// says why not (nothing to compact, or a compaction of this agent is
+    /// already running).
+    async fn begin_compaction(&self, id: &AgentId, policy: Policy) -> Result<Begun>;
 
     /// Gives up a job: nothing is written but, when the failure was this
     /// agent's (`failed`), the failure count. Returns the consecutive

@@ -6,7 +6,7 @@ use engram_core::compaction::Summary;
 use engram_core::{AgentId, NewEvent, Usage};
 
 use crate::{
-    AgentContext, Committed, FileStore, IndexState, Ingested, Job, MemoryQuery, Microcompacted,
+    AgentContext, Begun, Committed, FileStore, IndexState, Ingested, Job, MemoryQuery, Microcompacted,
     Policy, PrepareInput, Prepared, Recall, Recollection, Result, Search, SearchPage, Store,
     Visible,
 };
@@ -57,10 +57,21 @@ impl Store for FileStore {
     }
 
     async fn file_sizes(&self, id: &AgentId) -> Result<Vec<(String, u64)>> {
-        FileStore::file_sizes(self, id).await
+        // Listed under the agent's lock: a delete renames the directory and
+        // removes its files, and a file gone between the listing and its
+        // size would be a storage error rather than the NOT_FOUND the
+        // caller would see a moment later.
+        let handle = self.existing_handle(id)?;
+        let slot = handle.lock().await;
+        if handle.is_retired() || slot.as_ref().is_some_and(|s| s.deleted) {
+            return Err(crate::StoreError::NotFound(id.to_string()));
+        }
+        let sizes = FileStore::file_sizes(self, id).await;
+        drop(slot);
+        sizes
     }
 
-    async fn begin_compaction(&self, id: &AgentId, policy: Policy) -> Result<Option<Job>> {
+    async fn begin_compaction(&self, id: &AgentId, policy: Policy) -> Result<Begun> {
         FileStore::begin_compaction(self, id, policy).await
     }
 

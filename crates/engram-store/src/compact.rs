@@ -34,7 +34,8 @@ use crate::agent::{AgentMeta, AgentState, EPISODIC, RAW_ARCHIVE, RAW_TRACES, SEM
 use crate::durable::DurableFile;
 use crate::jsonl::{atomic_write, sync_dir};
 use crate::{
-    Committed, FileStore, FsyncPolicy, Job, Microcompacted, Policy, Result, StoreError, wal,
+    Begun, Committed, FileStore, FsyncPolicy, Job, Microcompacted, Policy, Result, StoreError,
+    wal,
 };
 
 fn append_sync(path: &Path, bytes: &[u8]) -> Result<()> {
@@ -104,7 +105,7 @@ impl FileStore {
         &self,
         id: &AgentId,
         policy: Policy,
-    ) -> Result<Option<Job>> {
+    ) -> Result<Begun> {
         let handle = self.existing_handle(id)?;
         let mut slot = handle.lock().await;
         let state = self.loaded(id, &mut slot).await?;
@@ -112,14 +113,16 @@ impl FileStore {
             return Err(StoreError::NotFound(id.to_string()));
         }
         if state.compacting {
-            return Ok(None);
+            return Ok(Begun::Busy);
         }
         if state.meta.pending.is_some() {
             return Err(waiting_for_space(&state.dir));
         }
-        let job = state.job(policy);
-        state.compacting = job.is_some();
-        Ok(job)
+        let Some(job) = state.job(policy) else {
+            return Ok(Begun::Nothing);
+        };
+        state.compacting = true;
+        Ok(Begun::Job(job))
     }
 
     /// Gives up a job: nothing is written but, when the failure was this

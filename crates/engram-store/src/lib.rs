@@ -50,7 +50,7 @@ mod write;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -62,7 +62,7 @@ use tokio::sync::Mutex as AsyncMutex;
 pub use agent::AgentMeta;
 use agent::AgentState;
 pub use api::{
-    AgentContext, Committed, Hit, IndexState, Ingested, Job, MatchedBy, Memory, MemoryQuery,
+    AgentContext, Begun, Committed, Hit, IndexState, Ingested, Job, MatchedBy, Memory, MemoryQuery,
     Microcompacted, Policy, PrepareInput, Prepared, Recall, Recalled, Recollection, Search,
     SearchMode, SearchPage, Store, Visible,
 };
@@ -104,6 +104,10 @@ impl StoreConfig {
     }
 }
 
+/// One agent in memory. Where both of its locks are taken, the index
+/// slot is taken first, then the agent's state: a catch-up reads the agent
+/// while it holds the index, and DeleteAgent closes the index before the
+/// files go.
 #[derive(Debug)]
 struct AgentHandle {
     /// `None` until first loaded.
@@ -114,11 +118,28 @@ struct AgentHandle {
     index: index::IndexSlot,
     /// Items left to embed, as the indexer last saw them.
     embedded: tokio::sync::watch::Sender<usize>,
+    /// Set once the agent this handle stood for is gone (deleted, under
+    /// both locks; or found absent and dropped from the registry, under the
+    /// agent's): a call still holding it answers NOT_FOUND rather than read
+    /// whatever a new agent of the same id has put in the directory since,
+    /// and its index is never opened again.
+    retired: AtomicBool,
 }
 
 impl AgentHandle {
     async fn lock(&self) -> Slot<'_> {
         Slot(self.state.lock().await)
+    }
+
+    fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
+    }
+
+    /// Marks the handle as standing for nothing any more; whoever waits for
+    /// its embedding stops waiting (there is nothing left to embed).
+    fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
+        self.embedded.send_replace(0);
     }
 }
 
@@ -278,6 +299,7 @@ impl FileStore {
                     last_used: AtomicU64::new(0),
                     index: Arc::default(),
                     embedded: tokio::sync::watch::Sender::new(0),
+                    retired: AtomicBool::new(false),
                 })
             }),
         };
@@ -362,7 +384,23 @@ impl FileStore {
         f: impl FnOnce(&AgentState) -> T,
     ) -> Result<T> {
         let handle = self.existing_handle(id)?;
+        self.read_through(id, &handle, f).await
+    }
+
+    /// [`read`](Self::read) through `handle`, not the handle the registry
+    /// holds for `id` now: a call of several steps (a catch-up) reads the
+    /// one agent it started with, and answers NOT_FOUND once that one is
+    /// deleted, even if a new agent of the same id exists by then.
+    async fn read_through<T>(
+        &self,
+        id: &AgentId,
+        handle: &AgentHandle,
+        f: impl FnOnce(&AgentState) -> T,
+    ) -> Result<T> {
         let mut slot = handle.lock().await;
+        if handle.is_retired() {
+            return Err(StoreError::NotFound(id.to_string()));
+        }
         let state = self.loaded(id, &mut slot).await?;
         if !state.exists() {
             return Err(StoreError::NotFound(id.to_string()));

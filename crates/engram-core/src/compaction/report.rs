@@ -51,9 +51,11 @@ impl CompactionReport {
         match &self.error {
             _ if self.performed && self.steps.contains(&Tier::Summarize) => "summarized",
             _ if self.performed => "microcompacted",
-            Some(CompactionError::NothingToCompact { .. } | CompactionError::Paused { .. }) => {
-                "skipped"
-            }
+            Some(
+                CompactionError::NothingToCompact { .. }
+                | CompactionError::Busy
+                | CompactionError::Paused { .. },
+            ) => "skipped",
             _ => "failed",
         }
     }
@@ -62,9 +64,11 @@ impl CompactionReport {
 /// Why a compaction did not (fully) happen. Nothing was pruned in any case.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CompactionError {
-    /// No whole turn is older than the kept raw tail, or another
-    /// compaction of the agent holds the turns.
+    /// Every finished turn is in the kept raw tail, or the oldest waits for
+    /// a tool result.
     NothingToCompact { raw_tail_turns: usize },
+    /// Another compaction of the agent holds its turns (another replica).
+    Busy,
     /// The agent's last compactions failed; automatic ones wait.
     Paused { failures: u32, resumes_in_secs: u64 },
     /// The summarizer gave no usable summary.
@@ -83,7 +87,10 @@ impl fmt::Display for CompactionError {
         match self {
             Self::NothingToCompact { raw_tail_turns } => write!(
                 f,
-                "nothing to compact: no whole turns older than the raw tail ({raw_tail_turns} turns), or a compaction is already running"
+                "nothing to compact: every finished turn is within the raw tail kept as it is ({raw_tail_turns} turns), or the oldest waits for a tool result"
+            ),
+            Self::Busy => f.write_str(
+                "another compaction of this agent is running (on another replica); this one did not start",
             ),
             Self::Paused {
                 failures,
@@ -123,6 +130,8 @@ mod tests {
         let skipped = CompactionReport::new(Trigger::Manual, 0)
             .failed(CompactionError::NothingToCompact { raw_tail_turns: 4 });
         assert_eq!(skipped.outcome(), "skipped");
+        let busy = CompactionReport::new(Trigger::Estimate, 0).failed(CompactionError::Busy);
+        assert_eq!(busy.outcome(), "skipped");
         assert!(
             skipped
                 .error

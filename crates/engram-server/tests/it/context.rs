@@ -493,3 +493,43 @@ async fn reused_and_missing_call_ids_pair_and_render_for_every_provider() {
     }
     assert_valid_payloads(&payloads);
 }
+
+/// Two huge user messages: the prompt cannot fit gpt-4o's window and
+/// nothing can be compacted. The answer says so first, by how much, and
+/// why compaction could not help.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_over_the_window_says_so_and_by_how_much() {
+    let server = TestServer::start().await;
+    let mut c = server.client().await;
+    let big = "lorem ipsum dolor sit amet ".repeat(24_000);
+    c.ingest(ingest_req("huge", vec![user(&big)]))
+        .await
+        .unwrap();
+    let mut req = prepare("huge", pb::RenderFormat::Unspecified, Some(&big));
+    req.model = "gpt-4o".into();
+    let p = c.prepare_request(req).await.unwrap().into_inner();
+    let budget = p.budget.unwrap().input_budget;
+    assert!(
+        p.estimated_prompt_tokens > budget,
+        "{}",
+        p.estimated_prompt_tokens
+    );
+    let over = &p.warnings.last().unwrap();
+    assert!(
+        over.starts_with(&format!(
+            "PROMPT OVER THE MODEL'S WINDOW: ~{} tokens, {} over the input budget of gpt-4o",
+            p.estimated_prompt_tokens,
+            p.estimated_prompt_tokens - budget
+        )),
+        "{over}"
+    );
+    let report = p.compaction.unwrap();
+    assert!(
+        report
+            .error
+            .contains("every finished turn is within the raw tail kept as it is (4 turns)"),
+        "{}",
+        report.error
+    );
+    assert!(p.warnings[0].contains("did not run"), "{:?}", p.warnings);
+}

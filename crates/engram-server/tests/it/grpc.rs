@@ -396,7 +396,7 @@ async fn limits_from_config_are_resource_exhausted() {
         &mut client,
         ingest_req("a", vec![user(&"y".repeat(70_000))]),
         Code::ResourceExhausted,
-        "",
+        "over server.max_message_bytes (65536 bytes)",
     )
     .await;
 }
