@@ -13,7 +13,7 @@ use engram_core::AgentId;
 use engram_core::compaction::Summary;
 use engram_core::memory::{EpisodicItem, SemanticItem};
 use engram_store::intent::Intent;
-use engram_store::{Begun, Committed, Job, Microcompacted, Policy, Result, StoreError};
+use engram_store::{Begun, CommitStep, Committed, Job, Microcompacted, Policy, Result, StoreError};
 use sqlx::PgConnection;
 
 use crate::cache::Cached;
@@ -147,9 +147,9 @@ impl PgStore {
         // A superseded fact draws a vector_seq; its rows are written under
         // the same lock as the indexer's (after the agent's row, held).
         crate::vectors::lock_vector_writes(tx, vec![id]).await?;
-        faults.check("episodic")?;
+        faults.check(CommitStep::Episodic)?;
         insert_episodic(tx, id, &intent.episodic).await?;
-        faults.check("semantic")?;
+        faults.check(CommitStep::Semantic)?;
         for fact in &intent.semantic {
             upsert_semantic(tx, id, fact).await?;
         }
@@ -162,14 +162,14 @@ impl PgStore {
                 upsert_semantic(tx, id, &item).await?;
             }
         }
-        faults.check("archive")?;
+        faults.check(CommitStep::Archive)?;
         sqlx::query("UPDATE traces SET archived = true WHERE agent_id = $1 AND trace_id = ANY($2)")
             .bind(id)
             .bind(&intent.trace_ids)
             .execute(&mut *tx)
             .await
             .map_err(db("archiving traces"))?;
-        faults.check("finalize")?;
+        faults.check(CommitStep::Finalize)?;
         // Every trace so far is in the tracker: a load takes it from here.
         let turns = serde_json::to_string(&cached.derived.tracker).expect("the tracker serializes");
         let row: (i64, i64) = sqlx::query_as(

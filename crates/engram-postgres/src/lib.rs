@@ -181,23 +181,27 @@ impl PgStore {
         &self.inner.pool
     }
 
-    /// The named step of compaction commits fails until cleared with `None`
-    /// (tests).
+    /// `step` of compaction commits fails until cleared with `None`
+    /// (tests). The database commits in one transaction: it has no
+    /// [`CommitStep::Rewrite`](engram_store::CommitStep::Rewrite).
     #[cfg(feature = "fault-injection")]
-    pub fn inject_compaction_fault(&self, step: Option<&'static str>) {
+    pub fn inject_compaction_fault(&self, step: Option<engram_store::CommitStep>) {
         *self.inner.faults.0.lock().expect("faults lock") = step;
     }
 }
 
 /// Fault injection (nothing happens without the `fault-injection` feature).
 #[derive(Debug, Default)]
-struct Faults(#[allow(dead_code)] Mutex<Option<&'static str>>);
+struct Faults(#[allow(dead_code)] Mutex<Option<engram_store::CommitStep>>);
 
 impl Faults {
-    fn check(&self, _step: &'static str) -> Result<()> {
+    fn check(&self, _step: engram_store::CommitStep) -> Result<()> {
         #[cfg(feature = "fault-injection")]
         if *self.0.lock().expect("faults lock") == Some(_step) {
-            return Err(StoreError::Database(format!("injected fault at {_step}")));
+            return Err(StoreError::Database(format!(
+                "injected fault at {}",
+                _step.name()
+            )));
         }
         Ok(())
     }

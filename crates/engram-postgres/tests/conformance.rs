@@ -3,6 +3,7 @@
 //! schema of its own.
 #![cfg(feature = "fault-injection")]
 
+use engram_store::CommitStep;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -46,11 +47,15 @@ impl Harness for Postgres {
         self.open().await
     }
 
-    fn commit_steps(&self) -> Vec<&'static str> {
-        vec!["episodic", "semantic", "archive", "finalize"]
+    fn commit_steps(&self) -> Vec<CommitStep> {
+        // One transaction: no rewrite step of its own.
+        CommitStep::ALL
+            .into_iter()
+            .filter(|s| *s != CommitStep::Rewrite)
+            .collect()
     }
 
-    fn fail_commit_at(&self, store: &PgStore, step: Option<&'static str>) {
+    fn fail_commit_at(&self, store: &PgStore, step: Option<CommitStep>) {
         store.inject_compaction_fault(step);
     }
 }

@@ -21,7 +21,12 @@ pub async fn open_store(config: &Config) -> Result<Arc<dyn Store>, ServerError> 
             store_config.embedder = embedder;
             let store = FileStore::open(store_config).await?;
             #[cfg(feature = "fault-injection")]
-            store.inject_compaction_crash(config.crash_at.clone());
+            store.inject_compaction_crash(
+                config
+                    .crash_at
+                    .as_deref()
+                    .and_then(engram_store::CommitStep::parse),
+            );
             Ok(Arc::new(store))
         }
         config::BackendSetting::Postgres => {

@@ -311,6 +311,55 @@ impl Begun {
     }
 }
 
+/// The steps of a compaction's commit, in order: where a backend can be
+/// interrupted (and a test can inject a fault). A backend that commits in
+/// one transaction has no rewrite of its own: it skips that step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CommitStep {
+    /// The summary stored.
+    Episodic,
+    /// The facts stored (added, superseded).
+    Semantic,
+    /// The window's traces moved to the archive.
+    Archive,
+    /// The active traces rewritten without the window (files).
+    Rewrite,
+    /// The new epoch started.
+    Finalize,
+}
+
+impl CommitStep {
+    pub const ALL: [CommitStep; 5] = [
+        Self::Episodic,
+        Self::Semantic,
+        Self::Archive,
+        Self::Rewrite,
+        Self::Finalize,
+    ];
+
+    /// Its name (`ENGRAM_TEST_CRASH_AT`, logs).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Episodic => "episodic",
+            Self::Semantic => "semantic",
+            Self::Archive => "archive",
+            Self::Rewrite => "rewrite",
+            Self::Finalize => "finalize",
+        }
+    }
+
+    /// The step of a name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.name() == name)
+    }
+}
+
+impl std::fmt::Display for CommitStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// What a finished compaction did.
 #[derive(Debug, Clone)]
 pub struct Committed {

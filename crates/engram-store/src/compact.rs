@@ -34,8 +34,8 @@ use crate::agent::{AgentMeta, AgentState, EPISODIC, RAW_ARCHIVE, RAW_TRACES, SEM
 use crate::durable::DurableFile;
 use crate::jsonl::{atomic_write, sync_dir};
 use crate::{
-    Begun, Committed, FileStore, FsyncPolicy, Job, Microcompacted, Policy, Result, StoreError,
-    wal,
+    Begun, CommitStep, Committed, FileStore, FsyncPolicy, Job, Microcompacted, Policy, Result,
+    StoreError, wal,
 };
 
 fn append_sync(path: &Path, bytes: &[u8]) -> Result<()> {
@@ -101,11 +101,7 @@ fn write_intent(
 impl FileStore {
     /// Picks the turns to summarize; `None` when there is nothing to
     /// compact or a compaction of this agent is already running.
-    pub(crate) async fn begin_compaction(
-        &self,
-        id: &AgentId,
-        policy: Policy,
-    ) -> Result<Begun> {
+    pub(crate) async fn begin_compaction(&self, id: &AgentId, policy: Policy) -> Result<Begun> {
         let handle = self.existing_handle(id)?;
         let mut slot = handle.lock().await;
         let state = self.loaded(id, &mut slot).await?;
@@ -226,11 +222,11 @@ impl FileStore {
         window: &HashSet<&str>,
     ) -> Result<Option<Vec<u8>>> {
         let dir = &state.dir;
-        self.inner.faults.check("episodic")?;
+        self.inner.faults.check(CommitStep::Episodic)?;
         if !state.episodic.iter().any(|e| e.id == intent.episodic.id) {
             append_sync(&dir.join(EPISODIC), &line(&intent.episodic))?;
         }
-        self.inner.faults.check("semantic")?;
+        self.inner.faults.check(CommitStep::Semantic)?;
         let known: HashSet<&str> = state.semantic.iter().map(|s| s.id.as_str()).collect();
         let mut lines = vec![];
         for item in intent
@@ -259,7 +255,7 @@ impl FileStore {
         if !still_active {
             return Ok(None);
         }
-        self.inner.faults.check("archive")?;
+        self.inner.faults.check(CommitStep::Archive)?;
         // Bytes past `archive_len` are this compaction's own, cut short.
         let archive = dir.join(RAW_ARCHIVE);
         if archive.exists() {
@@ -277,7 +273,7 @@ impl FileStore {
                 .filter(|t| window.contains(t.id.as_str())),
         );
         append_sync(&archive, &moved)?;
-        self.inner.faults.check("rewrite")?;
+        self.inner.faults.check(CommitStep::Rewrite)?;
         Ok(Some(lines_of(
             state
                 .traces
@@ -300,7 +296,7 @@ impl FileStore {
         if let Err(e) = crate::agent::save_turns(&dir, &state.tracker) {
             tracing::warn!(agent = %id, error = %e, "could not checkpoint the turn state; loads replay the archive");
         }
-        self.inner.faults.check("finalize")?;
+        self.inner.faults.check(CommitStep::Finalize)?;
         let meta = state.committed_meta(intent);
         state.save_meta(meta.clone())?;
         // The new state in memory, from what was just written (no reload).

@@ -9,26 +9,26 @@
 mod on {
     use std::sync::{Mutex, PoisonError};
 
-    use crate::{FileStore, Result, StoreError};
+    use crate::{CommitStep, FileStore, Result, StoreError};
 
     #[derive(Debug, Default)]
     pub struct Faults {
-        fail_at: Mutex<Option<&'static str>>,
-        crash_at: Mutex<Option<String>>,
+        fail_at: Mutex<Option<CommitStep>>,
+        crash_at: Mutex<Option<CommitStep>>,
     }
 
     impl Faults {
-        /// Before the named step of a compaction: abort or fail if asked.
-        pub fn check(&self, step: &str) -> Result<()> {
-            let crash = self.crash_at.lock().unwrap_or_else(PoisonError::into_inner);
-            if crash.as_deref() == Some(step) {
-                tracing::error!(step, "crashing on purpose (fault injection)");
+        /// Before `step` of a compaction's commit: abort or fail if asked.
+        pub fn check(&self, step: CommitStep) -> Result<()> {
+            let crash = *self.crash_at.lock().unwrap_or_else(PoisonError::into_inner);
+            if crash == Some(step) {
+                tracing::error!(step = step.name(), "crashing on purpose (fault injection)");
                 std::process::abort();
             }
             if *self.fail_at.lock().unwrap_or_else(PoisonError::into_inner) == Some(step) {
                 return Err(StoreError::Io {
                     context: "injected fault before",
-                    path: step.into(),
+                    path: step.name().into(),
                     source: std::io::Error::other("injected"),
                 });
             }
@@ -37,9 +37,9 @@ mod on {
     }
 
     impl FileStore {
-        /// The named step of this store's compactions fails until cleared
+        /// `step` of this store's compaction commits fails until cleared
         /// with `None`.
-        pub fn inject_compaction_fault(&self, step: Option<&'static str>) {
+        pub fn inject_compaction_fault(&self, step: Option<CommitStep>) {
             *self
                 .inner
                 .faults
@@ -48,9 +48,9 @@ mod on {
                 .unwrap_or_else(PoisonError::into_inner) = step;
         }
 
-        /// The process aborts (no cleanup) before the named step of a
-        /// compaction. Used by the crash tests of the binary.
-        pub fn inject_compaction_crash(&self, step: Option<String>) {
+        /// The process aborts (no cleanup) before `step` of a compaction's
+        /// commit. Used by the crash tests of the binary.
+        pub fn inject_compaction_crash(&self, step: Option<CommitStep>) {
             *self
                 .inner
                 .faults
@@ -80,7 +80,7 @@ pub(crate) struct Faults {
 #[cfg(not(any(test, feature = "fault-injection")))]
 impl Faults {
     #[inline]
-    pub(crate) fn check(&self, _step: &str) -> crate::Result<()> {
+    pub(crate) fn check(&self, _step: crate::CommitStep) -> crate::Result<()> {
         Ok(())
     }
 }

@@ -62,9 +62,9 @@ use tokio::sync::Mutex as AsyncMutex;
 pub use agent::AgentMeta;
 use agent::AgentState;
 pub use api::{
-    AgentContext, Begun, Committed, Hit, IndexState, Ingested, Job, MatchedBy, Memory, MemoryQuery,
-    Microcompacted, Policy, PrepareInput, Prepared, Recall, Recalled, Recollection, Search,
-    SearchMode, SearchPage, Store, Visible,
+    AgentContext, Begun, CommitStep, Committed, Hit, IndexState, Ingested, Job, MatchedBy, Memory,
+    MemoryQuery, Microcompacted, Policy, PrepareInput, Prepared, Recall, Recalled, Recollection,
+    Search, SearchMode, SearchPage, Store, Visible,
 };
 pub use durable::FsyncPolicy;
 /// Search items as the index holds them (for other backends' indexes).

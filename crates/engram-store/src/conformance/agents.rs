@@ -28,7 +28,12 @@ pub async fn fork_copies_everything_and_then_diverges<H: Harness>(h: &H) {
     let store = h.open().await;
     let (src, dst) = (id("source"), id("copy"));
     conversation(store.as_ref(), &src, 4).await;
-    let job = store.begin_compaction(&src, POLICY).await.unwrap().job().unwrap();
+    let job = store
+        .begin_compaction(&src, POLICY)
+        .await
+        .unwrap()
+        .job()
+        .unwrap();
     store
         .finish_compaction(&src, job, summary(), POLICY)
         .await
@@ -141,7 +146,12 @@ pub async fn search_finds_active_and_archived_traces_in_pages<H: Harness>(h: &H)
     let a = id("searched");
     conversation(store.as_ref(), &a, 4).await;
     ingest(store.as_ref(), &a, &[NewEvent::user("the quagga question")]).await;
-    let job = store.begin_compaction(&a, POLICY).await.unwrap().job().unwrap();
+    let job = store
+        .begin_compaction(&a, POLICY)
+        .await
+        .unwrap()
+        .job()
+        .unwrap();
     let archived_ids: Vec<String> = job.traces.iter().map(|t| t.id.clone()).collect();
     store
         .finish_compaction(&a, job, summary(), POLICY)

@@ -67,7 +67,12 @@ pub async fn compaction_commits_summary_archive_and_epoch<H: Harness>(h: &H) {
     let a = id("compact");
     conversation(store.as_ref(), &a, 6).await;
     let before = store.context(&a).await.unwrap();
-    let job = store.begin_compaction(&a, POLICY).await.unwrap().job().unwrap();
+    let job = store
+        .begin_compaction(&a, POLICY)
+        .await
+        .unwrap()
+        .job()
+        .unwrap();
     assert_eq!(job.turn_ids, ["turn_0001", "turn_0002", "turn_0003"]);
     assert_eq!(job.traces.len(), 12);
     assert_eq!(job.epoch, before.epoch);
@@ -125,7 +130,12 @@ pub async fn one_compaction_of_an_agent_at_a_time<H: Harness>(h: &H) {
     let store = h.open().await;
     let a = id("busy");
     conversation(store.as_ref(), &a, 5).await;
-    store.begin_compaction(&a, POLICY).await.unwrap().job().unwrap();
+    store
+        .begin_compaction(&a, POLICY)
+        .await
+        .unwrap()
+        .job()
+        .unwrap();
     let second = store.begin_compaction(&a, POLICY).await.unwrap();
     assert!(matches!(second, crate::Begun::Busy), "{second:?}");
     assert!(
@@ -138,9 +148,19 @@ pub async fn one_compaction_of_an_agent_at_a_time<H: Harness>(h: &H) {
     assert_eq!(context.epoch, 0);
     assert_eq!(assert_consistent(store.as_ref(), &a, 20).await, 0);
     // Not this agent's failure (an open circuit): not counted.
-    store.begin_compaction(&a, POLICY).await.unwrap().job().unwrap();
+    store
+        .begin_compaction(&a, POLICY)
+        .await
+        .unwrap()
+        .job()
+        .unwrap();
     assert_eq!(store.abort_compaction(&a, false).await.unwrap(), 1);
-    let job = store.begin_compaction(&a, POLICY).await.unwrap().job().unwrap();
+    let job = store
+        .begin_compaction(&a, POLICY)
+        .await
+        .unwrap()
+        .job()
+        .unwrap();
     let done = store
         .finish_compaction(&a, job, summary(), POLICY)
         .await
@@ -166,9 +186,19 @@ pub async fn a_stale_job_commits_nothing<H: Harness>(h: &H) {
     let store = h.open().await;
     let a = id("stale");
     conversation(store.as_ref(), &a, 6).await;
-    let stale = store.begin_compaction(&a, POLICY).await.unwrap().job().unwrap();
+    let stale = store
+        .begin_compaction(&a, POLICY)
+        .await
+        .unwrap()
+        .job()
+        .unwrap();
     store.abort_compaction(&a, false).await.unwrap();
-    let job = store.begin_compaction(&a, POLICY).await.unwrap().job().unwrap();
+    let job = store
+        .begin_compaction(&a, POLICY)
+        .await
+        .unwrap()
+        .job()
+        .unwrap();
     store
         .finish_compaction(&a, job, summary(), POLICY)
         .await
@@ -191,7 +221,12 @@ pub async fn the_commit_is_all_or_nothing_at_every_step<H: Harness>(h: &H) {
     for (n, step) in h.commit_steps().into_iter().enumerate() {
         let a = id(&format!("fault{n}"));
         conversation(store.as_ref(), &a, 5).await;
-        let job = store.begin_compaction(&a, POLICY).await.unwrap().job().unwrap();
+        let job = store
+            .begin_compaction(&a, POLICY)
+            .await
+            .unwrap()
+            .job()
+            .unwrap();
         let window = job.traces.len();
         h.fail_commit_at(&store, Some(step));
         let failed = store.finish_compaction(&a, job, summary(), POLICY).await;
@@ -211,7 +246,12 @@ pub async fn the_commit_is_all_or_nothing_at_every_step<H: Harness>(h: &H) {
         );
         ingest(store.as_ref(), &a, &turn(6)).await;
         ingest(store.as_ref(), &a, &turn(7)).await;
-        let job = store.begin_compaction(&a, POLICY).await.unwrap().job().unwrap();
+        let job = store
+            .begin_compaction(&a, POLICY)
+            .await
+            .unwrap()
+            .job()
+            .unwrap();
         let next = job.traces.len();
         store
             .finish_compaction(&a, job, summary(), POLICY)

@@ -44,11 +44,11 @@ pub trait Harness: Send + Sync {
     async fn reopen(&self, store: Arc<Self::Backend>) -> Arc<Self::Backend>;
 
     /// The steps of a compaction's commit at which a fault can be injected.
-    fn commit_steps(&self) -> Vec<&'static str>;
+    fn commit_steps(&self) -> Vec<crate::CommitStep>;
 
     /// The named step of `store`'s compaction commits fails until cleared
     /// with `None`.
-    fn fail_commit_at(&self, store: &Self::Backend, step: Option<&'static str>);
+    fn fail_commit_at(&self, store: &Self::Backend, step: Option<crate::CommitStep>);
 }
 
 /// One test per conformance case for the harness `$make` builds (an

@@ -133,7 +133,12 @@ pub async fn ranked_search_covers_every_acknowledged_write_after_a_restart<H: Ha
     ingest(store.as_ref(), &a, &[NewEvent::user("the fossa report")]).await;
     ingest(store.as_ref(), &a, &[NewEvent::user("the gerenuk report")]).await;
     ingest(store.as_ref(), &a, &[NewEvent::user("the ibex report")]).await;
-    let job = store.begin_compaction(&a, POLICY).await.unwrap().job().unwrap();
+    let job = store
+        .begin_compaction(&a, POLICY)
+        .await
+        .unwrap()
+        .job()
+        .unwrap();
     let archived: Vec<String> = job.traces.iter().map(|t| t.content.clone()).collect();
     assert!(
         archived.contains(&"the fossa report".to_owned()),

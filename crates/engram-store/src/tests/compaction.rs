@@ -98,14 +98,24 @@ async fn a_compaction_archives_old_turns_and_starts_an_epoch() {
     let store = open(dir.path()).await;
     let a = id("c");
     conversation(&store, &a, 6).await;
-    let job = store.begin_compaction(&a, POLICY).await.unwrap().job().unwrap();
+    let job = store
+        .begin_compaction(&a, POLICY)
+        .await
+        .unwrap()
+        .job()
+        .unwrap();
     assert_eq!(
         job.turn_ids,
         ["turn_0001", "turn_0002", "turn_0003"],
         "tail 2 + current kept"
     );
     assert!(
-        store.begin_compaction(&a, POLICY).await.unwrap().job().is_none(),
+        store
+            .begin_compaction(&a, POLICY)
+            .await
+            .unwrap()
+            .job()
+            .is_none(),
         "one at a time"
     );
     // Ingest keeps working while the summarizer runs.
@@ -158,12 +168,17 @@ async fn a_compaction_archives_old_turns_and_starts_an_epoch() {
 
 #[tokio::test]
 async fn an_interrupted_compaction_is_finished_at_the_next_load() {
-    for step in ["episodic", "semantic", "archive", "rewrite", "finalize"] {
+    for step in crate::CommitStep::ALL {
         let dir = tempfile::tempdir().unwrap();
         let store = open(dir.path()).await;
         let a = id("c");
         conversation(&store, &a, 5).await;
-        let job = store.begin_compaction(&a, POLICY).await.unwrap().job().unwrap();
+        let job = store
+            .begin_compaction(&a, POLICY)
+            .await
+            .unwrap()
+            .job()
+            .unwrap();
         store.inject_compaction_fault(Some(step));
         let err = store
             .finish_compaction(&a, job, summary(), POLICY)
@@ -190,7 +205,12 @@ async fn a_failed_summary_writes_nothing_but_the_count() {
     let store = open(dir.path()).await;
     let a = id("c");
     conversation(&store, &a, 5).await;
-    store.begin_compaction(&a, POLICY).await.unwrap().job().unwrap();
+    store
+        .begin_compaction(&a, POLICY)
+        .await
+        .unwrap()
+        .job()
+        .unwrap();
     assert_eq!(store.abort_compaction(&a, true).await.unwrap(), 1);
     assert!(
         !dir.path()
@@ -198,7 +218,12 @@ async fn a_failed_summary_writes_nothing_but_the_count() {
             .exists()
     );
     assert!(
-        store.begin_compaction(&a, POLICY).await.unwrap().job().is_some(),
+        store
+            .begin_compaction(&a, POLICY)
+            .await
+            .unwrap()
+            .job()
+            .is_some(),
         "may try again"
     );
     assert_eq!(
@@ -231,7 +256,12 @@ async fn loads_start_from_the_turn_checkpoint_unless_it_is_stale() {
         .await
         .unwrap();
     conversation(&store, &a, 5).await;
-    let job = store.begin_compaction(&a, POLICY).await.unwrap().job().unwrap();
+    let job = store
+        .begin_compaction(&a, POLICY)
+        .await
+        .unwrap()
+        .job()
+        .unwrap();
     store
         .finish_compaction(&a, job, summary(), POLICY)
         .await
@@ -297,7 +327,12 @@ async fn microcompact_waits_for_a_running_summary() {
     let store = open(dir.path()).await;
     let a = id("mc");
     conversation(&store, &a, 5).await;
-    let job = store.begin_compaction(&a, POLICY).await.unwrap().job().unwrap();
+    let job = store
+        .begin_compaction(&a, POLICY)
+        .await
+        .unwrap()
+        .job()
+        .unwrap();
     assert!(store.microcompact(&a, 1).await.unwrap().is_none());
     let out = store
         .finish_compaction(&a, job, summary(), POLICY)
@@ -323,7 +358,12 @@ async fn a_compaction_outlived_by_its_agent_ends_as_not_found() {
     let a = id("gone");
     for finish in [false, true] {
         conversation(&store, &a, 5).await;
-        let job = store.begin_compaction(&a, POLICY).await.unwrap().job().unwrap();
+        let job = store
+            .begin_compaction(&a, POLICY)
+            .await
+            .unwrap()
+            .job()
+            .unwrap();
         // Polled in order: the delete takes the lock and waits for its log
         // record; the compaction's step then waits for the lock.
         let (deleted, step) = tokio::join!(store.delete_agent(&a), async {
@@ -364,7 +404,12 @@ async fn memories_of_every_kind_rank_together_with_their_provenance() {
         let events = [NewEvent::user(pair[0]), NewEvent::assistant(pair[1])];
         store.ingest(&a, &events, None, None).await.unwrap();
     }
-    let job = store.begin_compaction(&a, POLICY).await.unwrap().job().unwrap();
+    let job = store
+        .begin_compaction(&a, POLICY)
+        .await
+        .unwrap()
+        .job()
+        .unwrap();
     let summarized: Vec<String> = job.traces.iter().map(|t| t.id.clone()).collect();
     let times: Vec<f64> = job.traces.iter().map(|t| t.ts).collect();
     let turn_ids = job.turn_ids.clone();

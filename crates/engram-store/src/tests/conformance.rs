@@ -34,11 +34,11 @@ impl Harness for Files {
         self.open().await
     }
 
-    fn commit_steps(&self) -> Vec<&'static str> {
-        vec!["episodic", "semantic", "archive", "rewrite", "finalize"]
+    fn commit_steps(&self) -> Vec<crate::CommitStep> {
+        crate::CommitStep::ALL.to_vec()
     }
 
-    fn fail_commit_at(&self, store: &FileStore, step: Option<&'static str>) {
+    fn fail_commit_at(&self, store: &FileStore, step: Option<crate::CommitStep>) {
         store.inject_compaction_fault(step);
     }
 }
