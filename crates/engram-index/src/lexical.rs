@@ -266,9 +266,22 @@ impl Lexical {
         Ok(())
     }
 
-    /// Closes the writer (its threads and memory) until the next upsert.
-    pub fn release_writer(&mut self) {
-        self.writer = None;
+    /// Closes the writer (its threads and memory) until the next upsert,
+    /// once the merges it started are finished. (Dropping a writer does
+    /// not wait for them: a merge would go on writing segment files into
+    /// the directory, under the next writer, or while the directory is
+    /// being deleted.)
+    pub fn release_writer(&mut self) -> Result<()> {
+        match self.writer.take() {
+            Some(writer) => Ok(writer.wait_merging_threads()?),
+            None => Ok(()),
+        }
+    }
+
+    /// Closes the index: when this returns, nothing of it writes in its
+    /// directory any more, and the directory may be removed.
+    pub fn close(mut self) -> Result<()> {
+        self.release_writer()
     }
 
     /// The analyzer's distinct terms of a query, at most `max`.

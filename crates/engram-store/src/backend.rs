@@ -6,9 +6,9 @@ use engram_core::compaction::Summary;
 use engram_core::{AgentId, NewEvent, Usage};
 
 use crate::{
-    AgentContext, Begun, Committed, FileStore, IndexState, Ingested, Job, MemoryQuery, Microcompacted,
-    Policy, PrepareInput, Prepared, Recall, Recollection, Result, Search, SearchPage, Store,
-    Visible,
+    AgentContext, Begun, Committed, FileStore, IndexState, Ingested, Job, MemoryQuery,
+    Microcompacted, Policy, PrepareInput, Prepared, Recall, Recollection, Result, Search,
+    SearchPage, Store, Visible,
 };
 
 #[async_trait]

@@ -19,7 +19,7 @@ use engram_index::{Embedded, Item};
 use tokio::sync::mpsc;
 
 use crate::index::{AgentIndex, ModelId, blocking, index_error};
-use crate::{FileStore, Inner, Result};
+use crate::{AgentHandle, FileStore, Inner, Result};
 
 /// Agents waiting for the indexer.
 const QUEUE: usize = 4096;
@@ -214,7 +214,8 @@ impl FileStore {
                 slot
             } else {
                 drop(slot);
-                match self.caught_up(id).await {
+                // Through this handle: its index is the one written below.
+                match self.caught_up_with(id, Arc::clone(&handle)).await {
                     Ok(current) => current.guard,
                     Err(crate::StoreError::NotFound(_)) => return Ok(()),
                     Err(e) => return Err(e),
@@ -241,7 +242,8 @@ impl FileStore {
                 .increment(outcome.embedded.len() as u64);
             let embedded = outcome.embedded;
             // The index as it is: what was written since is a later
-            // catch-up's, not this batch's.
+            // catch-up's, not this batch's. Deleted or unloaded meanwhile,
+            // the slot is empty and the batch is dropped.
             let slot = Arc::clone(&handle.index).lock_owned().await;
             let retry = outcome.retry;
             let (slot, written) = blocking(move || {
@@ -276,11 +278,24 @@ impl FileStore {
     /// Waits until the agent has nothing left to embed, or `deadline`.
     pub(crate) async fn wait_embedded(&self, id: &AgentId, deadline: Instant) -> Result<()> {
         let handle = self.existing_handle(id)?;
+        self.wait_embedded_with(id, &handle, deadline).await
+    }
+
+    /// [`wait_embedded`](Self::wait_embedded) for the agent `handle` stands
+    /// for (a delete meanwhile ends the wait: see [`AgentHandle::retire`]).
+    pub(crate) async fn wait_embedded_with(
+        &self,
+        id: &AgentId,
+        handle: &Arc<AgentHandle>,
+        deadline: Instant,
+    ) -> Result<()> {
         let mut progress = handle.embedded.subscribe();
         // The catch-up publishes what is left to embed.
-        if self.caught_up(id).await?.index().unembedded() == 0 {
+        let mut current = self.caught_up_with(id, Arc::clone(handle)).await?;
+        if current.index().unembedded() == 0 {
             return Ok(());
         }
+        drop(current);
         self.index_later(id);
         let _ =
             tokio::time::timeout_at(deadline.into(), progress.wait_for(|pending| *pending == 0))

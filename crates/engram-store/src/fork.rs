@@ -77,6 +77,10 @@ impl FileStore {
                 if let Some(state) = slot.as_mut() {
                     state.deleted = true;
                 }
+                // A catch-up still holding it must not open an index in
+                // the directory the fork is about to put there: the new
+                // agent's handle will.
+                handle.retire();
                 self.unregister(id, &handle);
             }
         }

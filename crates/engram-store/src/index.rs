@@ -8,6 +8,13 @@
 //! A search catches the index up first, so everything acknowledged is
 //! searchable. Fork does not copy the directory (dot-prefixed): the copy
 //! indexes itself. Delete the directory at any time to have it rebuilt.
+//!
+//! The index lives inside the agent's directory but is opened and closed
+//! through the agent's handle: it is opened only for an agent that exists,
+//! and DeleteAgent takes the index slot, closes the index (its merges
+//! finished) and retires the handle before the directory goes, so no
+//! search reads files being removed and no late catch-up creates the
+//! directory of a deleted agent again.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
@@ -25,7 +32,7 @@ use serde_json::Value;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
 use crate::agent::RAW_ARCHIVE;
-use crate::{FileStore, IndexState, Result, StoreError};
+use crate::{AgentHandle, FileStore, IndexState, Result, StoreError};
 
 /// The index directory inside an agent's directory.
 const INDEX_DIR: &str = ".index";
@@ -133,6 +140,14 @@ pub(crate) struct ModelId {
     pub dim: usize,
 }
 
+impl AgentIndex {
+    /// Closes the index: once this returns, nothing of it writes in its
+    /// directory any more (blocking: a merge may be finishing).
+    pub fn close(self) -> Result<()> {
+        self.lexical.close().map_err(index_error)
+    }
+}
+
 impl std::fmt::Debug for AgentIndex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AgentIndex")
@@ -162,6 +177,9 @@ pub(crate) struct Current {
     pub guard: OwnedMutexGuard<Option<AgentIndex>>,
     /// Conversation order of the first active trace: earlier is archived.
     pub first_active: Option<u64>,
+    /// The agent stays loaded while its index is in use: an idle eviction
+    /// meanwhile would let a new handle open the same directory again.
+    _handle: Arc<AgentHandle>,
 }
 
 impl Current {
@@ -174,16 +192,37 @@ impl FileStore {
     /// Opens the agent's index if needed and indexes what it has not read.
     pub(crate) async fn caught_up(&self, id: &AgentId) -> Result<Current> {
         let handle = self.existing_handle(id)?;
+        self.caught_up_with(id, handle).await
+    }
+
+    /// [`caught_up`](Self::caught_up) through `handle`: every step reads the
+    /// agent the handle stands for. (Looked up by id again, a step could
+    /// meet a new agent of the same id, created since a delete, and apply
+    /// its traces to the old one's index.)
+    pub(crate) async fn caught_up_with(
+        &self,
+        id: &AgentId,
+        handle: Arc<AgentHandle>,
+    ) -> Result<Current> {
         let mut guard = Arc::clone(&handle.index).lock_owned().await;
-        let dir = self.agent_dir(id);
+        // Deleted while this waited for the index: it is closed for good.
+        if handle.is_retired() {
+            return Err(StoreError::NotFound(id.to_string()));
+        }
         if guard.is_none() {
+            // Opening an index creates its directory, inside the agent's:
+            // only for an agent that exists, or a deleted agent's directory
+            // would come back. It cannot be deleted meanwhile: a delete
+            // waits for the index slot this holds.
+            self.read_through(id, &handle, |_| ()).await?;
+            let dir = self.agent_dir(id);
             let model = self.model_id();
             let opened = blocking(move || open(&dir, model.as_ref())).await?;
             *guard = Some(opened);
         }
         let from = guard.as_ref().expect("opened").cursor;
         let (delta, first_active) = self
-            .read(id, |state| {
+            .read_through(id, &handle, |state| {
                 (delta(state, from), state.traces.first().map(trace_order))
             })
             .await?;
@@ -204,6 +243,7 @@ impl FileStore {
         Ok(Current {
             guard,
             first_active,
+            _handle: handle,
         })
     }
 
@@ -214,24 +254,31 @@ impl FileStore {
         let handle = self.existing_handle(id)?;
         {
             let mut slot = handle.index.lock().await;
+            // Deleted meanwhile: the directory is another agent's, or none.
+            if handle.is_retired() {
+                return Err(StoreError::NotFound(id.to_string()));
+            }
             // Closed before its files go.
-            *slot = None;
+            let open = slot.take();
             let dir = self.agent_dir(id).join(INDEX_DIR);
-            blocking(move || match std::fs::remove_dir_all(&dir) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    Err(StoreError::io("removing", &dir)(e))
+            blocking(move || {
+                open.map(AgentIndex::close).transpose()?;
+                match std::fs::remove_dir_all(&dir) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        Err(StoreError::io("removing", &dir)(e))
+                    }
+                    _ => Ok(()),
                 }
-                _ => Ok(()),
             })
             .await?;
         }
         if self.inner.indexer.is_some() {
             // As long as it takes: the operator asked for every vector.
             let a_day = std::time::Duration::from_secs(86_400);
-            self.wait_embedded(id, std::time::Instant::now() + a_day)
+            self.wait_embedded_with(id, &handle, std::time::Instant::now() + a_day)
                 .await?;
         }
-        let mut current = self.caught_up(id).await?;
+        let mut current = self.caught_up_with(id, handle).await?;
         Ok(crate::ranked::index_state(current.index()))
     }
 }
@@ -247,6 +294,18 @@ pub(crate) async fn blocking<T: Send + 'static>(
 
 fn open(agent_dir: &Path, model: Option<&ModelId>) -> Result<AgentIndex> {
     let dir = agent_dir.join(INDEX_DIR);
+    // Not `create_dir_all`: if the agent's directory is not there, neither
+    // is the agent, and nothing here brings its directory back.
+    match std::fs::create_dir(&dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let id = agent_dir.file_name().unwrap_or_default().to_string_lossy();
+            return Err(StoreError::NotFound(id.into_owned()));
+        }
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(StoreError::io("creating", &dir)(e));
+        }
+        _ => {}
+    }
     let opened = Lexical::open(&dir).and_then(|lexical| {
         let cursor = lexical
             .payload()?
@@ -386,11 +445,12 @@ fn apply(index: &mut AgentIndex, agent_dir: &Path, delta: Delta) -> Result<()> {
     })
     .expect("a cursor serializes");
     lexical.commit(&payload).map_err(index_error)?;
-    // A writer holds threads and a memory arena; agents are many and
-    // their writes come in bursts, so it is opened per catch-up.
-    lexical.release_writer();
     index.cursor = Some(delta.to);
-    Ok(())
+    // A writer holds threads and a memory arena; agents are many and
+    // their writes come in bursts, so it is opened per catch-up. Its
+    // merges are finished here, under the index slot: left running, they
+    // would write into the directory while a delete removes it.
+    index.lexical.release_writer().map_err(index_error)
 }
 
 /// Indexes the traces the index does not hold yet (a trace is immutable

@@ -192,9 +192,9 @@ impl FileStore {
             self.wait_embedded(id, Instant::now() + wait).await?;
         }
         // An unknown agent is refused before its query costs an embedding.
-        self.existing_handle(id)?;
+        let handle = self.existing_handle(id)?;
         let words = async {
-            let mut current = self.caught_up(id).await?;
+            let mut current = self.caught_up_with(id, handle).await?;
             let query = query.to_owned();
             blocking(move || {
                 let wants = wants(current.first_active);

@@ -2,6 +2,7 @@
 //! ones, checkpoints (flushing agent files so the log can be trimmed), the
 //! background upkeep, and the data directory's size.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -10,6 +11,7 @@ use std::time::Duration;
 use engram_core::AgentId;
 
 use crate::agent::AgentState;
+use crate::index::blocking;
 use crate::{
     AgentHandle, FileStore, FsyncPolicy, Result, StoreError, TRASH_PREFIX, jsonl, offload, wal,
 };
@@ -58,12 +60,27 @@ impl FileStore {
         id: &AgentId,
         handle: Arc<AgentHandle>,
     ) -> Result<()> {
+        // The index slot first (the order of the two locks everywhere):
+        // searches and catch-ups that hold the index finish before its
+        // files go, and none opens it again after, so a read that meets
+        // this delete answers as before it or as after it (NOT_FOUND),
+        // never with an index whose files vanished under it.
+        let mut index = handle.index.lock().await;
         let mut slot = handle.lock().await;
         let dir = self.agent_dir(id);
         // Deleted while this call waited for the lock: a directory there
         // now belongs to a new agent of the same id, under another handle.
         let stale = slot.as_ref().is_some_and(|s| s.deleted);
         if stale || !dir.is_dir() {
+            if !stale {
+                // No agent: whoever waits for this handle (an Ingest) looks
+                // the id up again rather than create it under a handle the
+                // registry no longer holds.
+                let mut gone = AgentState::absent(dir);
+                gone.deleted = true;
+                *slot = Some(gone);
+            }
+            handle.retire();
             self.unregister(id, &handle);
             return Err(StoreError::NotFound(id.to_string()));
         }
@@ -74,6 +91,14 @@ impl FileStore {
                 .wal
                 .append(&wal::Record::Delete { agent: id.as_str() })?;
             ticket.wait().await.map_err(|e| e.for_agent(id.as_str()))?;
+        }
+        // Closed before its files go: nothing of it (a merge finishing)
+        // may write in the directory once it is renamed away.
+        if let Some(open) = index.take()
+            && let Err(e) = blocking(move || open.close()).await
+        {
+            // Derived data about to be removed: nothing is lost.
+            tracing::warn!(agent = %id, error = %e, "closing the search index of a deleted agent failed");
         }
         // Rename first: one atomic step makes the agent gone, even if the
         // removal of its files is interrupted.
@@ -88,8 +113,12 @@ impl FileStore {
         let mut gone = AgentState::absent(dir.clone());
         gone.deleted = true;
         *slot = Some(gone);
+        // Under both locks: a catch-up or search that waited for the index
+        // finds it retired, not a new agent's directory.
+        handle.retire();
         self.unregister(id, &handle);
         drop(slot);
+        drop(index);
         tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&trash))
             .await
             .expect("remove task panicked")
@@ -99,7 +128,8 @@ impl FileStore {
 
     /// Unloads agents idle for longer than `max_idle` that nobody is using,
     /// flushing their files first (while still registered, so a checkpoint
-    /// never misses them). Returns how many were unloaded.
+    /// never misses them), and closing their search index. Returns how many
+    /// were unloaded.
     pub async fn evict_idle(&self, max_idle: Duration) -> usize {
         let cutoff = self.now_ms().saturating_sub(max_idle.as_millis() as u64);
         let idle = |h: &Arc<AgentHandle>| h.last_used.load(Ordering::Relaxed) <= cutoff;
@@ -111,17 +141,49 @@ impl FileStore {
                 .map(|(id, h)| (id.clone(), Arc::clone(h)))
                 .collect()
         };
-        let mut evicted = 0;
-        for (id, handle) in candidates {
-            self.flush_handle(&handle).await;
-            let mut agents = self.inner.agents.lock().expect("registry lock");
-            // Still idle, unused (only the map and `handle` hold it), clean.
+        // Still the agent's handle (a delete meanwhile may have put a new
+        // agent's in its place, which is not this one's to unload), idle,
+        // unused (only the map and `handle` hold it), clean.
+        let unused = |agents: &HashMap<AgentId, Arc<AgentHandle>>,
+                      id: &AgentId,
+                      handle: &Arc<AgentHandle>| {
             let clean = handle.state.try_lock().is_ok_and(|s| {
                 s.as_ref()
                     .and_then(|s| s.raw.as_ref())
                     .is_none_or(|r| !r.is_dirty())
             });
-            if clean && idle(&handle) && Arc::strong_count(&handle) == 2 {
+            agents.get(id).is_some_and(|h| Arc::ptr_eq(h, handle))
+                && clean
+                && idle(handle)
+                && Arc::strong_count(handle) == 2
+        };
+        let mut evicted = 0;
+        for (id, handle) in candidates {
+            self.flush_handle(&handle).await;
+            // Only an agent whose index nobody holds (the lock order:
+            // index, then the agent's state); a search or the indexer
+            // using it keeps the agent loaded.
+            let Ok(mut index) = Arc::clone(&handle.index).try_lock_owned() else {
+                continue;
+            };
+            if !unused(
+                &self.inner.agents.lock().expect("registry lock"),
+                &id,
+                &handle,
+            ) {
+                continue;
+            }
+            // Closed before the agent is unloaded: a new handle for it may
+            // open the same directory as soon as this one is gone.
+            if let Some(open) = index.take()
+                && let Err(e) = blocking(move || open.close()).await
+            {
+                tracing::warn!(agent = %id, error = %e, "closing the search index of an idle agent failed");
+            }
+            let mut agents = self.inner.agents.lock().expect("registry lock");
+            // Used again meanwhile, it stays (its index opens again when
+            // it is next searched).
+            if unused(&agents, &id, &handle) {
                 agents.remove(&id);
                 evicted += 1;
             }
