@@ -335,6 +335,7 @@ async fn relaxed_policies_store_the_same_lines_without_the_log() {
 
 mod compaction;
 mod conformance;
+mod deletes;
 mod embedding;
 mod index;
 mod registry;
