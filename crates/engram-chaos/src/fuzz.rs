@@ -1,7 +1,12 @@
 //! A seeded gRPC fuzz of the real binary: every RPC with hostile fields
-//! (see `hostile`), undecodable bytes, and DeleteAgent racing the writers. It
-//! counts what must never happen: a crash, a panic, a call that hangs, an
-//! INTERNAL or UNKNOWN answer.
+//! (see `hostile`), undecodable bytes, and DeleteAgent racing the writers;
+//! then a delete storm: reads, writes and deletes of the same few agents at
+//! once, round after round. It counts what must never happen: a crash, a
+//! panic, a call that hangs, an INTERNAL or UNKNOWN answer, and an
+//! UNAVAILABLE one (a storage error: the server's disk is healthy here, so
+//! a call that meets a delete answers as before it or after it, OK or
+//! NOT_FOUND, never as a failure); and after the storm, an agent that
+//! ListAgents shows without its files.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -40,6 +45,10 @@ pub struct FuzzReport {
     pub deletes: usize,
     /// Answers by gRPC code name.
     pub codes: BTreeMap<String, usize>,
+    /// The delete storm that follows the hostile cases.
+    pub storm: StormReport,
+    /// Answers, of any code, that say the storage failed.
+    pub storage_errors: usize,
     pub hangs: usize,
     pub crashes: usize,
     /// `engram_panics_total` at the end.
@@ -49,18 +58,48 @@ pub struct FuzzReport {
     pub elapsed: Duration,
 }
 
+/// The delete storm: `rounds` calls on [`STORM_AGENTS`] while `deletes`
+/// DeleteAgent calls remove them again and again.
+#[derive(Debug, Default, Clone)]
+pub struct StormReport {
+    pub rounds: usize,
+    pub deletes: usize,
+    /// Answers by gRPC code name (the deletes' too).
+    pub codes: BTreeMap<String, usize>,
+    /// Agents ListAgents showed after the storm without their files (a
+    /// directory a delete left, or that a late write brought back).
+    pub ghosts: usize,
+}
+
 impl FuzzReport {
+    /// Answers of this code, in both parts of the run.
+    fn answers(&self, code: &str) -> usize {
+        [&self.codes, &self.storm.codes]
+            .iter()
+            .map(|codes| codes.get(code).copied().unwrap_or(0))
+            .sum()
+    }
+
     pub fn internal(&self) -> usize {
-        self.codes.get("Internal").copied().unwrap_or(0)
+        self.answers("Internal")
     }
 
     pub fn unknown(&self) -> usize {
-        self.codes.get("Unknown").copied().unwrap_or(0)
+        self.answers("Unknown")
+    }
+
+    /// Storage errors, or a server that could not be reached: never right
+    /// in a fuzz, where the disk (or the database) is healthy.
+    pub fn unavailable(&self) -> usize {
+        self.answers("Unavailable")
     }
 
     pub fn clean(&self) -> bool {
         self.internal() == 0
             && self.unknown() == 0
+            && self.unavailable() == 0
+            && self.storage_errors == 0
+            && self.storm.ghosts == 0
             && self.hangs == 0
             && self.crashes == 0
             && self.panics == 0
@@ -78,15 +117,30 @@ impl fmt::Display for FuzzReport {
         )?;
         writeln!(
             f,
-            "crashes {}  panics {}  hangs {}  INTERNAL {}  UNKNOWN {}",
+            "crashes {}  panics {}  hangs {}  INTERNAL {}  UNKNOWN {}  UNAVAILABLE {}  storage errors {}",
             self.crashes,
             self.panics,
             self.hangs,
             self.internal(),
-            self.unknown()
+            self.unknown(),
+            self.unavailable(),
+            self.storage_errors
         )?;
-        let codes: Vec<String> = self.codes.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        write!(f, "answers: {}", codes.join(", "))?;
+        let codes = |codes: &BTreeMap<String, usize>| {
+            let codes: Vec<String> = codes.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            codes.join(", ")
+        };
+        writeln!(f, "answers: {}", codes(&self.codes))?;
+        let storm = &self.storm;
+        write!(
+            f,
+            "delete storm: {} rounds on {} agents (+{} deletes), agents listed without their files after it {}; answers: {}",
+            storm.rounds,
+            STORM_AGENTS.len(),
+            storm.deletes,
+            storm.ghosts,
+            codes(&storm.codes)
+        )?;
         for failure in &self.failures {
             write!(f, "\n  {failure}")?;
         }
@@ -215,9 +269,182 @@ fn damage(g: &mut Gen, mut bytes: Vec<u8>) -> Vec<u8> {
     }
 }
 
+/// Agents of the delete storm: few, so that nearly every call meets a
+/// delete of its agent.
+pub const STORM_AGENTS: [&str; 3] = ["storm-a", "storm-b", "storm-c"];
+
+/// Words of the storm's messages and queries, so that searches match.
+const WORDS: [&str; 12] = [
+    "plan", "trip", "okapi", "budget", "garden", "meeting", "report", "river", "lisbon", "puppy",
+    "invoice", "deadline",
+];
+
+fn sentence(rng: &mut StdRng) -> String {
+    let n = rng.random_range(3..9);
+    let words: Vec<&str> = (0..n)
+        .map(|_| WORDS[rng.random_range(0..WORDS.len())])
+        .collect();
+    words.join(" ")
+}
+
+fn message(kind: pb::TraceType, content: String) -> pb::TraceEvent {
+    pb::TraceEvent {
+        trace_type: kind.into(),
+        content,
+        ..Default::default()
+    }
+}
+
+/// One valid call of the storm on `agent`: a write (Ingest, PrepareRequest
+/// with recall, Compact), or a read that goes through the agent's search
+/// index (ranked SearchHistory, Retrieve with a query, GetContextStats) or
+/// its files.
+fn storm_request(rng: &mut StdRng, agent: &str) -> (&'static str, Vec<u8>) {
+    let agent_id = agent.to_owned();
+    let wait_for_index_ms = if rng.random_bool(0.2) {
+        rng.random_range(1..30)
+    } else {
+        0
+    };
+    match rng.random_range(0..100) {
+        0..30 => {
+            let events = vec![
+                message(pb::TraceType::User, sentence(rng)),
+                message(pb::TraceType::Assistant, sentence(rng)),
+            ];
+            let request = pb::IngestRequest {
+                agent_id,
+                events,
+                ..Default::default()
+            };
+            ("Ingest", request.encode_to_vec())
+        }
+        30..50 => {
+            let request = pb::SearchHistoryRequest {
+                agent_id,
+                query: sentence(rng),
+                limit: rng.random_range(1..10),
+                mode: pb::SearchMode::Ranked.into(),
+                context_messages: rng.random_range(0..3),
+                wait_for_index_ms,
+                ..Default::default()
+            };
+            ("SearchHistory", request.encode_to_vec())
+        }
+        50..55 => {
+            let request = pb::SearchHistoryRequest {
+                agent_id,
+                query: WORDS[rng.random_range(0..WORDS.len())].into(),
+                limit: 5,
+                mode: pb::SearchMode::MatchAllWords.into(),
+                ..Default::default()
+            };
+            ("SearchHistory", request.encode_to_vec())
+        }
+        55..70 => {
+            let request = pb::GetContextStatsRequest {
+                agent_id,
+                ..Default::default()
+            };
+            ("GetContextStats", request.encode_to_vec())
+        }
+        70..85 => {
+            let request = pb::RetrieveRequest {
+                agent_id,
+                query: sentence(rng),
+                max_recalled: Some(rng.random_range(1..8)),
+                context_messages: rng.random_range(0..3),
+                wait_for_index_ms,
+                ..Default::default()
+            };
+            ("Retrieve", request.encode_to_vec())
+        }
+        85..94 => {
+            let request = pb::PrepareRequestRequest {
+                agent_id,
+                user_input: Some(message(pb::TraceType::User, sentence(rng))),
+                model: "gpt-4o".into(),
+                render_format: pb::RenderFormat::OpenaiChat.into(),
+                recall: Some(true),
+                ..Default::default()
+            };
+            ("PrepareRequest", request.encode_to_vec())
+        }
+        94..97 => {
+            let request = pb::CompactRequest {
+                agent_id,
+                ..Default::default()
+            };
+            ("Compact", request.encode_to_vec())
+        }
+        _ => {
+            let request = pb::ListAgentsRequest::default();
+            ("ListAgents", request.encode_to_vec())
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Tally {
     report: FuzzReport,
+}
+
+/// Makes calls and tallies their answers.
+#[derive(Clone)]
+struct Caller {
+    channel: tonic::transport::Channel,
+    timeout: Duration,
+    verbose: bool,
+    tally: Arc<Mutex<Tally>>,
+    /// The answers are the delete storm's.
+    storm: bool,
+}
+
+impl Caller {
+    /// One call; its answer tallied.
+    async fn call(&self, method: &str, body: Vec<u8>, what: String) {
+        let answer = tokio::time::timeout(
+            self.timeout,
+            crate::raw::call_raw(self.channel.clone(), method, body),
+        )
+        .await;
+        let mut tally = self.tally.lock().expect("tally");
+        let report = &mut tally.report;
+        let mut storage_error = false;
+        let code = match answer {
+            Err(_) => {
+                report.hangs += 1;
+                "Hang".to_owned()
+            }
+            Ok(Ok(())) => "Ok".to_owned(),
+            Ok(Err(status)) => {
+                if self.verbose {
+                    let message: String = status.message().chars().take(150).collect();
+                    eprintln!("{what}: {:?} {message}", status.code());
+                }
+                // The server's words for a failed store (whatever the code).
+                let message = status.message();
+                storage_error =
+                    message.contains("storage error") || message.contains("storage failed");
+                format!("{:?}", status.code())
+            }
+        };
+        report.storage_errors += usize::from(storage_error);
+        let failed = storage_error
+            || matches!(
+                code.as_str(),
+                "Hang" | "Internal" | "Unknown" | "Unavailable"
+            );
+        if failed && report.failures.len() < 10 {
+            report.failures.push(format!("{what}: {code}"));
+        }
+        let codes = if self.storm {
+            &mut report.storm.codes
+        } else {
+            &mut report.codes
+        };
+        *codes.entry(code).or_default() += 1;
+    }
 }
 
 pub async fn run(config: &FuzzConfig) -> anyhow::Result<FuzzReport> {
@@ -240,12 +467,55 @@ pub async fn run(config: &FuzzConfig) -> anyhow::Result<FuzzReport> {
     })?;
     let started = Instant::now();
     let tally = Arc::new(Mutex::new(Tally::default()));
+    let caller = Caller {
+        channel: daemon.channel().await?,
+        timeout: config.call_timeout,
+        verbose: config.verbose,
+        tally: Arc::clone(&tally),
+        storm: false,
+    };
+    hostile_cases(config, &caller).await?;
+    let storm = Caller {
+        storm: true,
+        ..caller
+    };
+    delete_storm(config, &storm).await?;
+    let mut report = std::mem::take(&mut tally.lock().expect("tally").report);
+    report.elapsed = started.elapsed();
+    if daemon.exited().is_some() {
+        report.crashes += 1;
+    } else {
+        // Still answering, and what it says about itself.
+        let mut c: Client = daemon.client().await?;
+        match ghosts(&mut c).await {
+            Ok(ghosts) => {
+                report.storm.ghosts = ghosts.len();
+                for ghost in ghosts {
+                    report
+                        .failures
+                        .push(format!("after the storm: {ghost} listed without its files"));
+                }
+            }
+            Err(e) => {
+                report.crashes += 1;
+                report.failures.push(format!("after the run: {e:?}"));
+            }
+        }
+        if let Some(addr) = &daemon.metrics {
+            report.panics = panics(addr).await?;
+        }
+        daemon.stop()?;
+    }
+    Ok(report)
+}
+
+/// The hostile cases, `config.concurrency` clients at once, with a client
+/// that deletes the agents they use meanwhile.
+async fn hostile_cases(config: &FuzzConfig, caller: &Caller) -> anyhow::Result<()> {
     let done = Arc::new(AtomicBool::new(false));
-    let channel = daemon.channel().await?;
     let deleter = {
-        let (channel, done, tally) = (channel.clone(), Arc::clone(&done), Arc::clone(&tally));
+        let (caller, done) = (caller.clone(), Arc::clone(&done));
         let mut rng = StdRng::seed_from_u64(config.seed ^ 0xde1e7e);
-        let (timeout, verbose) = (config.call_timeout, config.verbose);
         tokio::spawn(async move {
             while !done.load(Ordering::SeqCst) {
                 let agent = AGENTS[rng.random_range(0..AGENTS.len())];
@@ -254,24 +524,15 @@ pub async fn run(config: &FuzzConfig) -> anyhow::Result<FuzzReport> {
                 }
                 .encode_to_vec();
                 let what = format!("concurrent DeleteAgent {agent}");
-                call(
-                    &channel,
-                    "DeleteAgent",
-                    body,
-                    timeout,
-                    &tally,
-                    what,
-                    verbose,
-                )
-                .await;
-                tally.lock().expect("tally").report.deletes += 1;
+                caller.call("DeleteAgent", body, what).await;
+                caller.tally.lock().expect("tally").report.deletes += 1;
                 tokio::time::sleep(Duration::from_millis(rng.random_range(5..50))).await;
             }
         })
     };
     let mut workers = vec![];
     for w in 0..config.concurrency.max(1) {
-        let (channel, tally) = (channel.clone(), Arc::clone(&tally));
+        let caller = caller.clone();
         let config = config.clone();
         workers.push(tokio::spawn(async move {
             // Each client's stream follows from (seed, client): a case is
@@ -297,18 +558,8 @@ pub async fn run(config: &FuzzConfig) -> anyhow::Result<FuzzReport> {
                     if raw { ", damaged" } else { "" },
                     body.len()
                 );
-                let verbose = config.verbose;
-                call(
-                    &channel,
-                    method,
-                    body,
-                    config.call_timeout,
-                    &tally,
-                    what,
-                    verbose,
-                )
-                .await;
-                tally.lock().expect("tally").report.cases += 1;
+                caller.call(method, body, what).await;
+                caller.tally.lock().expect("tally").report.cases += 1;
             }
         }));
     }
@@ -317,58 +568,99 @@ pub async fn run(config: &FuzzConfig) -> anyhow::Result<FuzzReport> {
     }
     done.store(true, Ordering::SeqCst);
     deleter.await?;
-
-    let mut report = std::mem::take(&mut tally.lock().expect("tally").report);
-    report.elapsed = started.elapsed();
-    if daemon.exited().is_some() {
-        report.crashes += 1;
-    } else {
-        // Still answering, and what it says about itself.
-        let mut c: Client = daemon.client().await?;
-        if let Err(e) = c.list_agents(pb::ListAgentsRequest::default()).await {
-            report.crashes += 1;
-            report.failures.push(format!("after the run: {e:?}"));
-        }
-        if let Some(addr) = &daemon.metrics {
-            report.panics = panics(addr).await?;
-        }
-        daemon.stop()?;
-    }
-    Ok(report)
+    Ok(())
 }
 
-/// One call; its answer tallied.
-async fn call(
-    channel: &tonic::transport::Channel,
-    method: &str,
-    body: Vec<u8>,
-    timeout: Duration,
-    tally: &Mutex<Tally>,
-    what: String,
-    verbose: bool,
-) {
-    let answer =
-        tokio::time::timeout(timeout, crate::raw::call_raw(channel.clone(), method, body)).await;
-    let mut tally = tally.lock().expect("tally");
-    let report = &mut tally.report;
-    let code = match answer {
-        Err(_) => {
-            report.hangs += 1;
-            "Hang".to_owned()
-        }
-        Ok(Ok(())) => "Ok".to_owned(),
-        Ok(Err(status)) => {
-            if verbose {
-                let message: String = status.message().chars().take(150).collect();
-                eprintln!("{what}: {:?} {message}", status.code());
+/// The delete storm: as many rounds as there are hostile cases, of valid
+/// writes and reads on [`STORM_AGENTS`] by `config.concurrency` clients,
+/// while one more deletes those agents as fast as it can (a pause of at
+/// most a few milliseconds between deletes).
+async fn delete_storm(config: &FuzzConfig, caller: &Caller) -> anyhow::Result<()> {
+    let done = Arc::new(AtomicBool::new(false));
+    let deleter = {
+        let (caller, done) = (caller.clone(), Arc::clone(&done));
+        let mut rng = StdRng::seed_from_u64(config.seed ^ 0x5707_de1e);
+        let seed = config.seed;
+        tokio::spawn(async move {
+            while !done.load(Ordering::SeqCst) {
+                let agent = STORM_AGENTS[rng.random_range(0..STORM_AGENTS.len())];
+                let body = pb::DeleteAgentRequest {
+                    agent_id: agent.into(),
+                }
+                .encode_to_vec();
+                let what = format!("seed {seed} storm: DeleteAgent {agent}");
+                caller.call("DeleteAgent", body, what).await;
+                caller.tally.lock().expect("tally").report.storm.deletes += 1;
+                tokio::time::sleep(Duration::from_millis(rng.random_range(0..4))).await;
             }
-            format!("{:?}", status.code())
-        }
+        })
     };
-    if matches!(code.as_str(), "Hang" | "Internal" | "Unknown") && report.failures.len() < 10 {
-        report.failures.push(format!("{what}: {code}"));
+    let clients = config.concurrency.max(1);
+    let mut workers = vec![];
+    for w in 0..clients {
+        let caller = caller.clone();
+        let (seed, rounds) = (config.seed, config.cases);
+        workers.push(tokio::spawn(async move {
+            let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(0x5707_5707_5707) ^ w as u64);
+            for round in (w..rounds).step_by(clients) {
+                let agent = STORM_AGENTS[rng.random_range(0..STORM_AGENTS.len())];
+                let (method, body) = storm_request(&mut rng, agent);
+                let what = format!("seed {seed} storm round {round}: {method} {agent}");
+                caller.call(method, body, what).await;
+                caller.tally.lock().expect("tally").report.storm.rounds += 1;
+            }
+        }));
     }
-    *report.codes.entry(code).or_default() += 1;
+    for w in workers {
+        w.await?;
+    }
+    done.store(true, Ordering::SeqCst);
+    deleter.await?;
+    Ok(())
+}
+
+/// The storm's agents that ListAgents shows without their files: not
+/// found, or found with every file empty. What a delete left, or a late
+/// write to the index brought back.
+async fn ghosts(c: &mut Client) -> anyhow::Result<Vec<String>> {
+    let mut listed = vec![];
+    let mut page_token = String::new();
+    loop {
+        let page = c
+            .list_agents(pb::ListAgentsRequest {
+                page_size: 1000,
+                page_token,
+            })
+            .await?
+            .into_inner();
+        listed.extend(page.agent_ids);
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    let mut ghosts = vec![];
+    for id in listed
+        .into_iter()
+        .filter(|id| STORM_AGENTS.contains(&id.as_str()))
+    {
+        let stats = c
+            .get_context_stats(pb::GetContextStatsRequest {
+                agent_id: id.clone(),
+                ..Default::default()
+            })
+            .await;
+        match stats {
+            Err(status) if status.code() == tonic::Code::NotFound => ghosts.push(id),
+            Err(status) => anyhow::bail!("GetContextStats {id} after the storm: {status:?}"),
+            // Every write of the storm stores words: an agent whose files
+            // are all empty is a directory that a late write of its index
+            // brought back (and its first read then took for an agent).
+            Ok(stats) if stats.get_ref().files.iter().all(|f| f.bytes == 0) => ghosts.push(id),
+            Ok(_) => {}
+        }
+    }
+    Ok(ghosts)
 }
 
 /// The sum of `engram_panics_total` on the metrics endpoint.

@@ -1,7 +1,7 @@
 //! `engram-chaos`: kill -9 cycles and a seeded gRPC fuzz against the real
 //! `engramd` (see the crate docs). Exits non-zero when anything was lost,
-//! duplicated or misplaced, or the server crashed, panicked, hung or
-//! answered INTERNAL/UNKNOWN.
+//! duplicated or misplaced, or the server crashed, panicked, hung,
+//! answered INTERNAL/UNKNOWN/UNAVAILABLE, or listed a deleted agent.
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -48,4 +48,7 @@ async fn a_seeded_fuzz_of_every_rpc_finds_no_crash_panic_hang_or_internal() {
         report.codes.get("Ok").copied().unwrap_or(0) > 200,
         "deep enough: {report}"
     );
+    // The storm met its agents again and again (issue 20 item 7: reads
+    // that met a delete answered UNAVAILABLE).
+    assert!(report.storm.deletes > 50, "deletes enough: {report}");
 }
