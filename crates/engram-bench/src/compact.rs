@@ -10,8 +10,9 @@ use clap::Args as ClapArgs;
 use engram_core::compaction::NewFact;
 use engram_core::compaction::Summary;
 use engram_core::{AgentId, NewEvent};
+use engram_files::{FileStore, StoreConfig};
 use engram_store::Policy;
-use engram_store::{FileStore, Store, StoreConfig};
+use engram_store::Store;
 use serde_json::json;
 
 use crate::ingest::{histogram, us};

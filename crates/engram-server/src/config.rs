@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use config::{Environment, File, FileFormat};
 use engram_core::turns::IngestLimits;
-use engram_store::{FsyncPolicy, StoreConfig};
+use engram_files::{FsyncPolicy, StoreConfig};
 use serde::Deserialize;
 
 pub use crate::auth::TokenConfig;

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use engram_engine::Settings;
+use engram_files::FileStore;
 use engram_llm::{Chunked, CircuitBreaker, Extractive, HttpConfig, HttpSummarizer, Summarizer};
-use engram_store::{FileStore, Store, StoreError};
+use engram_store::{Store, StoreError};
 
 use crate::config::{self, Config};
 use crate::{ServerError, lock_data_dir};

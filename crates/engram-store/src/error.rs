@@ -70,7 +70,7 @@ pub const STORAGE_FAILED: &str = "storage failed: a flush did not complete, so t
 pub const STORAGE_ERROR: &str = "storage error; the operator's log has details; retry later";
 
 impl StoreError {
-    pub(crate) fn io(
+    pub fn io(
         context: &'static str,
         path: impl Into<PathBuf>,
     ) -> impl FnOnce(std::io::Error) -> Self {
@@ -118,7 +118,7 @@ pub fn is_disk_full(e: &std::io::Error) -> bool {
 
 impl StoreError {
     /// Names the agent whose write met a poisoned file.
-    pub(crate) fn for_agent(self, agent: &str) -> Self {
+    pub fn for_agent(self, agent: &str) -> Self {
         match self {
             Self::Poisoned { path, reason } => Self::ReadOnly {
                 agent: agent.to_owned(),

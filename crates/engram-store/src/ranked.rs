@@ -1,19 +1,12 @@
-//! SearchHistory's ranked mode and Retrieve(query): the agent's index,
-//! caught up with every acknowledged write, ranks its traces (and for
-//! Retrieve, its summaries and facts too) for the query — by their words,
-//! and by meaning over what the indexer has embedded so far.
+//! Ranked search, the parts both backends share: page tokens and bounds,
+//! the filters of a request, the rankings Retrieve(query) asks for, and
+//! how a ranked item matched.
 
-use std::time::Instant;
+use engram_core::CoreError;
+use engram_index::{Filter, Kind, Matched, Ranked};
 
-use engram_core::{AgentId, CoreError, RawTrace};
-use engram_index::lexical::{Lexical, Placed};
-use engram_index::{Filter, Kind, Matched, Params, Ranked, Words};
-
-use crate::index::{blocking, index_error, trace_type_code};
-use crate::{
-    FileStore, Hit, IndexState, MatchedBy, Memory, MemoryQuery, Recalled, Recollection, Result,
-    Search, SearchPage, StoreError,
-};
+use crate::items::trace_type_code;
+use crate::{MatchedBy, MemoryQuery, Search};
 
 /// How deep ranked pages go: further than anyone reads, and a bound on the
 /// work of one request.
@@ -34,17 +27,6 @@ pub fn offset(token: Option<&str>) -> std::result::Result<usize, CoreError> {
                     .into(),
             )
         })
-}
-
-/// What ranking work gets: the agent's index caught up with every
-/// acknowledged write, and the rankings it asked for.
-struct Ranking<'a> {
-    lexical: &'a mut Lexical,
-    /// One per [`Want`], in order.
-    ranked: Vec<Vec<Ranked>>,
-    state: IndexState,
-    /// Conversation order of the first active trace: earlier is archived.
-    first_active: Option<u64>,
 }
 
 /// Where a ranked page starts and ends (exclusive), from its token and
@@ -106,187 +88,7 @@ pub fn memory_wants(query: &MemoryQuery, first_active: Option<u64>) -> Vec<Want>
     ]
 }
 
-impl FileStore {
-    pub(crate) async fn ranked_search(&self, id: &AgentId, search: &Search) -> Result<SearchPage> {
-        let (from, end) = page_bounds(search)?;
-        let filter = search_filter(search);
-        let context = search.context.min(MAX_CONTEXT);
-        let wants = move |_| vec![(filter, end + 1)];
-        self.ranking(id, &search.query, search.wait_for_index, wants, move |r| {
-            let lexical = r.lexical;
-            let ranked = r.ranked.into_iter().next().unwrap_or_default();
-            let more = ranked.len() > end;
-            let mut hits = Vec::new();
-            for hit in ranked.iter().take(end).skip(from) {
-                let Some(found) = recalled(hit, lexical, r.first_active, context)? else {
-                    continue;
-                };
-                if let Memory::Trace { trace, archived } = found.memory {
-                    hits.push(Hit {
-                        trace: *trace,
-                        archived,
-                        score: found.score,
-                        matched_by: found.matched_by,
-                        before: found.before,
-                        after: found.after,
-                    });
-                }
-            }
-            Ok(SearchPage {
-                hits,
-                next_page_token: more.then(|| format!("k{end}")),
-                index: r.state,
-            })
-        })
-        .await
-    }
-
-    /// Retrieve(query) and recall: traces, summaries and live facts ranked
-    /// together by the same index and fusion as SearchHistory.
-    pub(crate) async fn rank_memories(
-        &self,
-        id: &AgentId,
-        query: &MemoryQuery,
-    ) -> Result<Recollection> {
-        let asked = query.clone();
-        let wants = move |first_active: Option<u64>| memory_wants(&asked, first_active);
-        let context = query.context.min(MAX_CONTEXT);
-        self.ranking(id, &query.query, query.wait_for_index, wants, move |r| {
-            let lexical = r.lexical;
-            let mut ranked = r.ranked.into_iter();
-            let (all, episodic, semantic) = (
-                ranked.next().unwrap_or_default(),
-                ranked.next().unwrap_or_default(),
-                ranked.next().unwrap_or_default(),
-            );
-            let mut memories = Vec::with_capacity(all.len());
-            for hit in &all {
-                memories.extend(recalled(hit, lexical, r.first_active, context)?);
-            }
-            Ok(Recollection {
-                memories,
-                episodic: items(&episodic, lexical)?,
-                semantic: items(&semantic, lexical)?,
-                index: r.state,
-            })
-        })
-        .await
-    }
-
-    /// Ranks `query` for what `wants` asks (given where the active
-    /// transcript starts) and hands the rankings to `work`, on blocking
-    /// threads, over the agent's index caught up (once `wait`, at most, has
-    /// let the indexer embed what it holds). The query is embedded while
-    /// the words are ranked: on two cores, the two halves overlap (one
-    /// interleaved A/B at 1,000 traces: p50 6.0–6.3 ms against 7.6–7.7 ms
-    /// one after the other, on a host whose own noise is about ±0.7 ms).
-    async fn ranking<T: Send + 'static>(
-        &self,
-        id: &AgentId,
-        query: &str,
-        wait: Option<std::time::Duration>,
-        wants: impl FnOnce(Option<u64>) -> Vec<Want> + Send + 'static,
-        work: impl FnOnce(Ranking<'_>) -> Result<T> + Send + 'static,
-    ) -> Result<T> {
-        if let Some(wait) = wait {
-            self.wait_embedded(id, Instant::now() + wait).await?;
-        }
-        // An unknown agent is refused before its query costs an embedding.
-        let handle = self.existing_handle(id)?;
-        let words = async {
-            let mut current = self.caught_up_with(id, handle).await?;
-            let query = query.to_owned();
-            blocking(move || {
-                let wants = wants(current.first_active);
-                let lexical = &mut current.index().lexical;
-                let params = Params::default();
-                let words = wants
-                    .iter()
-                    .map(|(filter, limit)| match (*limit).min(MAX_RANKED) {
-                        0 => Ok(None),
-                        limit => engram_index::by_words(lexical, &query, filter, limit, &params)
-                            .map(Some)
-                            .map_err(index_error),
-                    })
-                    .collect::<Result<Vec<Option<Words>>>>()?;
-                Ok((current, words))
-            })
-            .await
-        };
-        let (query_vector, words) = tokio::join!(self.query_vector(query), words);
-        let (mut current, words) = words?;
-        blocking(move || {
-            let first_active = current.first_active;
-            let index = current.index();
-            let state = index_state(index);
-            let ranked = engram_index::fuse_each(
-                words,
-                index.vectors.as_ref(),
-                query_vector.as_deref(),
-                &Params::default(),
-            );
-            work(Ranking {
-                lexical: &mut index.lexical,
-                ranked,
-                state,
-                first_active,
-            })
-        })
-        .await
-    }
-
-    /// The query's vector, or `None` (no model; see [`crate::query_vector`]).
-    async fn query_vector(&self, query: &str) -> Option<Vec<f32>> {
-        let indexer = self.inner.indexer.as_ref()?;
-        crate::query_vector(indexer.embedder.as_ref(), query).await
-    }
-}
-
-pub(crate) fn index_state(index: &crate::index::AgentIndex) -> IndexState {
-    IndexState {
-        items: index.lexical.len(),
-        embedded: index.vectors.as_ref().map_or(0, |v| v.len() as u64),
-        pending: index.unembedded() as u64,
-        model: index
-            .vectors
-            .as_ref()
-            .map(|v| v.model().to_owned())
-            .unwrap_or_default(),
-    }
-}
-
-/// The memory a ranked item is, with up to `context` neighbours each side
-/// for a trace (archived when placed before `first_active`); `None` when
-/// the index no longer holds it.
-fn recalled(
-    hit: &Ranked,
-    lexical: &Lexical,
-    first_active: Option<u64>,
-    context: usize,
-) -> Result<Option<Recalled>> {
-    let Some(body) = hit.body(lexical).map_err(index_error)? else {
-        return Ok(None);
-    };
-    let (memory, (before, after)) = match hit.kind {
-        Kind::Trace => (
-            Memory::Trace {
-                trace: Box::new(parse(&body)?),
-                archived: first_active.is_none_or(|first| hit.order < first),
-            },
-            neighbours(lexical, hit.order, context)?,
-        ),
-        Kind::Episodic => (Memory::Episodic(item(&body)?), Default::default()),
-        Kind::Semantic => (Memory::Semantic(item(&body)?), Default::default()),
-    };
-    Ok(Some(Recalled {
-        memory,
-        score: hit.score,
-        matched_by: matched_by(hit),
-        before,
-        after,
-    }))
-}
-
+/// Why a ranked item matched, as the store says it.
 pub fn matched_by(r: &Ranked) -> MatchedBy {
     match r.matched() {
         Matched::Lexical => MatchedBy::Lexical,
@@ -294,44 +96,4 @@ pub fn matched_by(r: &Ranked) -> MatchedBy {
         Matched::Both => MatchedBy::Both,
         Matched::Context => MatchedBy::Context,
     }
-}
-
-/// Up to `n` traces on each side of the one at `order`, oldest first.
-fn neighbours(lexical: &Lexical, order: u64, n: usize) -> Result<(Vec<RawTrace>, Vec<RawTrace>)> {
-    let traces_at = |placed: Vec<Placed>| -> Result<Vec<RawTrace>> {
-        let mut out = Vec::with_capacity(placed.len());
-        for (order, _) in placed {
-            if let Some(body) = lexical.body_at(order).map_err(index_error)? {
-                out.push(parse(&body)?);
-            }
-        }
-        Ok(out)
-    };
-    let (before, after) = lexical.neighbours(order, n);
-    // Neighbours come nearest first.
-    let mut before = traces_at(before)?;
-    before.reverse();
-    Ok((before, traces_at(after)?))
-}
-
-/// The summaries or facts `ranked` names.
-fn items<T: serde::de::DeserializeOwned>(ranked: &[Ranked], lexical: &Lexical) -> Result<Vec<T>> {
-    let mut out = Vec::with_capacity(ranked.len());
-    for hit in ranked {
-        if let Some(body) = hit.body(lexical).map_err(index_error)? {
-            out.push(item(&body)?);
-        }
-    }
-    Ok(out)
-}
-
-/// A summary or fact as the index stores it (its line).
-fn item<T: serde::de::DeserializeOwned>(body: &str) -> Result<T> {
-    serde_json::from_str(body)
-        .map_err(|e| StoreError::Index(format!("search index holds an unreadable memory: {e}")))
-}
-
-fn parse(body: &str) -> Result<RawTrace> {
-    RawTrace::from_line(body.as_bytes())
-        .map_err(|e| StoreError::Index(format!("search index holds an unreadable trace: {e}")))
 }

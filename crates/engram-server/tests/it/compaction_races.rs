@@ -43,7 +43,7 @@ async fn compactor_over(
         engram_server::Config::load_from(None, env.iter().map(|(k, v)| (k.to_string(), v.clone())))
             .unwrap();
     let store: Arc<dyn engram_store::Store> = Arc::new(
-        engram_store::FileStore::open(config.store_config())
+        engram_files::FileStore::open(config.store_config())
             .await
             .unwrap(),
     );

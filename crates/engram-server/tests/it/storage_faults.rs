@@ -176,7 +176,7 @@ async fn a_failed_fsync_turns_health_not_serving_and_refuses_everything() {
     )
     .unwrap();
     let store = std::sync::Arc::new(
-        engram_store::FileStore::open(config.store_config())
+        engram_files::FileStore::open(config.store_config())
             .await
             .unwrap(),
     );

@@ -9,7 +9,7 @@ use engram_core::memory::SemanticItem;
 use engram_core::{RawTrace, TurnTracker};
 use serde::{Deserialize, Serialize};
 
-pub use crate::derived::{AgentMeta, Derived, microcompacted};
+pub use crate::derived::{AgentMeta, Derived};
 use crate::durable::{DurableFile, StorageHealth};
 use crate::error::{Result, StoreError};
 use crate::jsonl::{self, Recovery};

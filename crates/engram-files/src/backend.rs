@@ -53,7 +53,7 @@ impl Store for FileStore {
 
     async fn index_state(&self, id: &AgentId) -> Result<IndexState> {
         let mut current = self.caught_up(id).await?;
-        Ok(crate::ranked::index_state(current.index()))
+        Ok(current.index().state())
     }
 
     async fn file_sizes(&self, id: &AgentId) -> Result<Vec<(String, u64)>> {

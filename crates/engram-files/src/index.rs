@@ -21,15 +21,13 @@ use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 use std::sync::Arc;
 
-use engram_core::memory::{EpisodicItem, Provenance, SemanticItem};
-use engram_core::text::cut;
-use engram_core::transcript::result_text;
-use engram_core::turns::turn_number;
-use engram_core::{AgentId, RawTrace, TraceType};
-use engram_index::{Item, Kind, Lexical, Vectors};
+use engram_core::memory::{EpisodicItem, SemanticItem};
+use engram_core::{AgentId, RawTrace};
+use engram_index::{Item, Lexical, Vectors};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
+
+use engram_store::items::{episodic_item, for_embedding, semantic_item, trace_item, trace_order};
 
 use crate::agent::RAW_ARCHIVE;
 use crate::{AgentHandle, FileStore, IndexState, Result, StoreError};
@@ -39,14 +37,6 @@ const INDEX_DIR: &str = ".index";
 
 /// The vectors file inside the index directory.
 const VECTORS_FILE: &str = "vectors.bin";
-
-/// Text given to the embedding model per item or query: models read a few
-/// hundred tokens (all-MiniLM-L6-v2: 256), so more is tokenized for nothing.
-pub const MAX_EMBEDDED_CHARS: usize = 2048;
-
-/// Text of one item that is indexed; the rest of a huge tool result adds
-/// little to ranking and much to the index.
-const MAX_INDEXED_CHARS: usize = 32 * 1024;
 
 /// Archived traces held at once when catching up a large archive.
 const BATCH: usize = 4096;
@@ -145,6 +135,22 @@ impl AgentIndex {
     /// directory any more (blocking: a merge may be finishing).
     pub fn close(self) -> Result<()> {
         self.lexical.close().map_err(index_error)
+    }
+}
+
+impl AgentIndex {
+    /// How far this index has read its agent's memory.
+    pub fn state(&self) -> IndexState {
+        IndexState {
+            items: self.lexical.len(),
+            embedded: self.vectors.as_ref().map_or(0, |v| v.len() as u64),
+            pending: self.unembedded() as u64,
+            model: self
+                .vectors
+                .as_ref()
+                .map(|v| v.model().to_owned())
+                .unwrap_or_default(),
+        }
     }
 }
 
@@ -279,7 +285,7 @@ impl FileStore {
                 .await?;
         }
         let mut current = self.caught_up_with(id, handle).await?;
-        Ok(crate::ranked::index_state(current.index()))
+        Ok(current.index().state())
     }
 }
 
@@ -342,14 +348,6 @@ fn open(agent_dir: &Path, model: Option<&ModelId>) -> Result<AgentIndex> {
         index.refill()?;
     }
     Ok(index)
-}
-
-/// An item as the embedding queue keeps it: its text capped, no body.
-pub fn for_embedding(mut item: Item) -> Item {
-    item.text = cut(item.full_text(), MAX_EMBEDDED_CHARS);
-    item.name = None;
-    item.body = String::new();
-    item
 }
 
 pub(crate) fn index_error(e: engram_index::IndexError) -> StoreError {
@@ -496,107 +494,4 @@ fn read_archive(
             }
         }
     }
-}
-
-/// The conversation order of a trace: its turn, then its seq.
-pub(crate) fn trace_order(t: &RawTrace) -> u64 {
-    engram_index::order(turn_number(&t.turn_id).unwrap_or(0), t.seq)
-}
-
-pub(crate) fn trace_type_code(t: TraceType) -> u8 {
-    match t {
-        TraceType::User => 1,
-        TraceType::Assistant => 2,
-        TraceType::ToolCall => 3,
-        TraceType::ToolResult => 4,
-    }
-}
-
-/// The words of a trace: what was said (a tool's result and error, as the
-/// transcript shows them), and for tools their name and arguments.
-fn trace_text(t: &RawTrace) -> String {
-    let mut text = result_text(t);
-    let mut add = |s: &str| {
-        if !s.is_empty() {
-            text.push('\n');
-            text.push_str(s);
-        }
-    };
-    add(t.tool_name.as_deref().unwrap_or_default());
-    if let Some(args) = &t.tool_args {
-        add(&Value::Object(args.clone()).to_string());
-    }
-    capped(text)
-}
-
-fn capped(text: String) -> String {
-    cut(text, MAX_INDEXED_CHARS)
-}
-
-pub fn trace_item(t: &RawTrace) -> Item {
-    let body = t.to_line();
-    Item {
-        key: t.id.clone(),
-        kind: Kind::Trace,
-        trace_type: trace_type_code(t.trace_type),
-        order: trace_order(t),
-        ts: t.ts,
-        text: trace_text(t),
-        name: t.name.clone(),
-        body: String::from_utf8(body).expect("JSON is UTF-8"),
-    }
-}
-
-fn first_turn(turn_ids: &[String]) -> u64 {
-    let turn = turn_ids
-        .iter()
-        .filter_map(|t| turn_number(t))
-        .min()
-        .unwrap_or(0);
-    engram_index::order(turn, 0)
-}
-
-/// A summary or fact as the index holds it: its words and tags, placed at
-/// its first turn, dated when what it stands for was said (the last
-/// summarized trace's event time, or for items without provenance when it
-/// was written).
-fn memory_item(
-    kind: Kind,
-    (id, ts, turn_ids, source): (&str, f64, &[String], &Provenance),
-    (text, tags): (&str, &[String]),
-    body: String,
-) -> Item {
-    let mut words = text.to_owned();
-    if !tags.is_empty() {
-        // Tags are words of the memory too ("devops", "travel").
-        words = format!("{words}\n{}", tags.join(" "));
-    }
-    Item {
-        key: id.to_owned(),
-        kind,
-        trace_type: 0,
-        order: first_turn(turn_ids),
-        ts: source.to_ts.unwrap_or(ts),
-        text: capped(words),
-        name: None,
-        body,
-    }
-}
-
-pub fn episodic_item(e: &EpisodicItem) -> Item {
-    memory_item(
-        Kind::Episodic,
-        (&e.id, e.ts, &e.turn_ids, &e.source),
-        (&e.summary, &e.tags),
-        serde_json::to_string(e).expect("a summary serializes"),
-    )
-}
-
-pub fn semantic_item(f: &SemanticItem) -> Item {
-    memory_item(
-        Kind::Semantic,
-        (&f.id, f.ts, &f.turn_ids, &f.source),
-        (&f.fact, &f.tags),
-        serde_json::to_string(f).expect("a fact serializes"),
-    )
 }

@@ -12,7 +12,9 @@ use engram_core::embed::{EmbedError, EmbedFuture, Embedder};
 use engram_embed::LocalModel;
 
 use super::id;
-use crate::{FileStore, MatchedBy, Search, SearchPage, StoreConfig};
+use engram_store::MatchedBy;
+
+use crate::{FileStore, Search, SearchPage, StoreConfig};
 
 /// The local model under the name `id`; down while `down` is set; refusing
 /// any batch holding a text with `refuse` in it.

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::conformance::Harness;
 use crate::{FileStore, StoreConfig};
+use engram_store::conformance::Harness;
 
 /// A file store in a temp dir of its own.
 struct Files(tempfile::TempDir);
@@ -43,4 +43,4 @@ impl Harness for Files {
     }
 }
 
-crate::conformance_suite!(Files::new());
+engram_store::conformance_suite!(Files::new());

@@ -1,0 +1,209 @@
+//! The background indexer: embeds what the lexical index holds and the
+//! vectors do not, off the Ingest path.
+//!
+//! A write names its agent to a bounded queue (an agent already queued is
+//! not queued twice; when the queue is full the name is dropped, and the
+//! agent's next search or write names it again). One task takes agents in
+//! turn and embeds their pending items a batch at a time, with the agent's
+//! index unlocked while the model runs, so searches go on meanwhile over
+//! what is embedded so far. An embedder that is unavailable is retried
+//! after a pause; the items stay pending.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use engram_core::AgentId;
+use engram_core::embed::Embedder;
+use engram_index::Item;
+use tokio::sync::mpsc;
+
+use engram_store::embedding::embed_batch;
+
+use crate::index::{AgentIndex, ModelId, blocking, index_error};
+use crate::{AgentHandle, FileStore, Inner, Result};
+
+/// Agents waiting for the indexer.
+const QUEUE: usize = 4096;
+
+/// Items per call to the model.
+pub(crate) const BATCH: usize = 64;
+
+/// Pause after a failed embedding call before the agent is tried again.
+const RETRY_AFTER: Duration = Duration::from_secs(5);
+
+#[derive(Debug)]
+pub(crate) struct Indexer {
+    pub embedder: Arc<dyn Embedder>,
+    pub model: ModelId,
+    tx: mpsc::Sender<AgentId>,
+    queued: Mutex<HashSet<AgentId>>,
+}
+
+impl Indexer {
+    /// The indexer and the queue its task reads.
+    pub fn new(embedder: Arc<dyn Embedder>) -> (Self, mpsc::Receiver<AgentId>) {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let model = ModelId {
+            id: embedder.model().to_owned(),
+            dim: embedder.dim(),
+        };
+        let indexer = Self {
+            embedder,
+            model,
+            tx,
+            queued: Mutex::new(HashSet::new()),
+        };
+        (indexer, rx)
+    }
+
+    fn enqueue(&self, id: &AgentId) {
+        let mut queued = self.queued.lock().expect("queue lock");
+        if queued.insert(id.clone()) && self.tx.try_send(id.clone()).is_err() {
+            queued.remove(id);
+        }
+    }
+}
+
+impl FileStore {
+    pub(crate) fn model_id(&self) -> Option<ModelId> {
+        self.inner.indexer.as_ref().map(|i| i.model.clone())
+    }
+
+    /// Asks the indexer to embed what `id` has not embedded yet.
+    pub(crate) fn index_later(&self, id: &AgentId) {
+        if let Some(indexer) = &self.inner.indexer {
+            indexer.enqueue(id);
+        }
+    }
+
+    /// Starts the indexer task on `rx`, the indexer's queue. It holds the
+    /// store weakly and ends with it.
+    pub(crate) fn spawn_indexer(&self, mut rx: mpsc::Receiver<AgentId>) {
+        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            while let Some(id) = rx.recv().await {
+                let Some(inner) = weak.upgrade() else { break };
+                let store = FileStore { inner };
+                if let Some(indexer) = &store.inner.indexer {
+                    indexer.queued.lock().expect("queue lock").remove(&id);
+                }
+                if let Err(e) = store.embed_pending(&id).await {
+                    tracing::warn!(agent = %id, error = %e, "embedding failed; retrying later");
+                    let store = store.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(RETRY_AFTER).await;
+                        store.index_later(&id);
+                    });
+                }
+            }
+        });
+    }
+
+    /// Embeds the agent's pending items, a batch at a time.
+    async fn embed_pending(&self, id: &AgentId) -> Result<()> {
+        let Some(indexer) = self.inner.indexer.clone() else {
+            return Ok(());
+        };
+        loop {
+            // Deleted meanwhile: nothing to do.
+            let Ok(handle) = self.existing_handle(id) else {
+                return Ok(());
+            };
+            let slot = Arc::clone(&handle.index).lock_owned().await;
+            // The index catches up (a commit) only once what it queued is
+            // done, not before every batch: a backlog costs Ingest no
+            // extra commits. A search catches up by itself.
+            let slot = if slot.as_ref().is_some_and(|i| !i.pending.is_empty()) {
+                slot
+            } else {
+                drop(slot);
+                // Through this handle: its index is the one written below.
+                match self.caught_up_with(id, Arc::clone(&handle)).await {
+                    Ok(current) => current.guard,
+                    Err(crate::StoreError::NotFound(_)) => return Ok(()),
+                    Err(e) => return Err(e),
+                }
+            };
+            let batch: Vec<Item> = blocking(move || {
+                let mut slot = slot;
+                let Some(index) = slot.as_mut() else {
+                    return Ok(vec![]);
+                };
+                index.refill()?;
+                let n = index.pending.len().min(BATCH);
+                index.in_flight = n;
+                Ok(index.pending.drain(..n).collect())
+            })
+            .await?;
+            if batch.is_empty() {
+                return Ok(());
+            }
+            let started = Instant::now();
+            let outcome = embed_batch(indexer.embedder.as_ref(), batch).await;
+            metrics::histogram!("engram_embed_batch_seconds").record(started.elapsed());
+            metrics::counter!("engram_embedded_items_total")
+                .increment(outcome.embedded.len() as u64);
+            let embedded = outcome.embedded;
+            // The index as it is: what was written since is a later
+            // catch-up's, not this batch's. Deleted or unloaded meanwhile,
+            // the slot is empty and the batch is dropped.
+            let slot = Arc::clone(&handle.index).lock_owned().await;
+            let retry = outcome.retry;
+            let (slot, written) = blocking(move || {
+                let mut slot = slot;
+                // Unloaded meanwhile: reopening finds these items unembedded.
+                let mut written = Ok(());
+                if let Some(index) = slot.as_mut() {
+                    if let Some(vectors) = index.vectors.as_mut() {
+                        written = vectors.write(&embedded, &[]).map_err(index_error);
+                    }
+                    // What the model could not take now goes back to the
+                    // queue's head, in the same step, so that a waiter
+                    // never sees the batch as neither pending nor embedded.
+                    for item in retry.into_iter().rev() {
+                        index.pending.push_front(item);
+                    }
+                    index.in_flight = 0;
+                }
+                Ok((slot, written))
+            })
+            .await?;
+            let unembedded = slot.as_ref().map_or(0, AgentIndex::unembedded);
+            drop(slot);
+            handle.embedded.send_replace(unembedded);
+            written?;
+            if let Some(why) = outcome.failed {
+                return Err(crate::StoreError::Index(why));
+            }
+        }
+    }
+
+    /// Waits until the agent has nothing left to embed, or `deadline`.
+    pub(crate) async fn wait_embedded(&self, id: &AgentId, deadline: Instant) -> Result<()> {
+        let handle = self.existing_handle(id)?;
+        self.wait_embedded_with(id, &handle, deadline).await
+    }
+
+    /// [`wait_embedded`](Self::wait_embedded) for the agent `handle` stands
+    /// for (a delete meanwhile ends the wait: see [`AgentHandle::retire`]).
+    pub(crate) async fn wait_embedded_with(
+        &self,
+        id: &AgentId,
+        handle: &Arc<AgentHandle>,
+        deadline: Instant,
+    ) -> Result<()> {
+        let mut progress = handle.embedded.subscribe();
+        // The catch-up publishes what is left to embed.
+        let mut current = self.caught_up_with(id, Arc::clone(handle)).await?;
+        if current.index().unembedded() == 0 {
+            return Ok(());
+        }
+        drop(current);
+        self.index_later(id);
+        let _ =
+            tokio::time::timeout_at(deadline.into(), progress.wait_for(|pending| *pending == 0))
+                .await;
+        Ok(())
+    }
+}

@@ -1,0 +1,130 @@
+//! Search items as an index holds them: what of a trace, a summary or a
+//! fact is searched by its words and embedded for its meaning. Both
+//! backends index the same items.
+
+use engram_core::memory::{EpisodicItem, Provenance, SemanticItem};
+use engram_core::text::cut;
+use engram_core::transcript::result_text;
+use engram_core::turns::turn_number;
+use engram_core::{RawTrace, TraceType};
+use engram_index::{Item, Kind};
+use serde_json::Value;
+
+/// Text given to the embedding model per item or query: models read a few
+/// hundred tokens (all-MiniLM-L6-v2: 256), so more is tokenized for nothing.
+pub const MAX_EMBEDDED_CHARS: usize = 2048;
+
+/// Text of one item that is indexed; the rest of a huge tool result adds
+/// little to ranking and much to the index.
+const MAX_INDEXED_CHARS: usize = 32 * 1024;
+
+/// An item as the embedding queue keeps it: its text capped, no body.
+pub fn for_embedding(mut item: Item) -> Item {
+    item.text = cut(item.full_text(), MAX_EMBEDDED_CHARS);
+    item.name = None;
+    item.body = String::new();
+    item
+}
+
+/// The conversation order of a trace: its turn, then its seq.
+pub fn trace_order(t: &RawTrace) -> u64 {
+    engram_index::order(turn_number(&t.turn_id).unwrap_or(0), t.seq)
+}
+
+pub fn trace_type_code(t: TraceType) -> u8 {
+    match t {
+        TraceType::User => 1,
+        TraceType::Assistant => 2,
+        TraceType::ToolCall => 3,
+        TraceType::ToolResult => 4,
+    }
+}
+
+/// The words of a trace: what was said (a tool's result and error, as the
+/// transcript shows them), and for tools their name and arguments.
+fn trace_text(t: &RawTrace) -> String {
+    let mut text = result_text(t);
+    let mut add = |s: &str| {
+        if !s.is_empty() {
+            text.push('\n');
+            text.push_str(s);
+        }
+    };
+    add(t.tool_name.as_deref().unwrap_or_default());
+    if let Some(args) = &t.tool_args {
+        add(&Value::Object(args.clone()).to_string());
+    }
+    capped(text)
+}
+
+fn capped(text: String) -> String {
+    cut(text, MAX_INDEXED_CHARS)
+}
+
+pub fn trace_item(t: &RawTrace) -> Item {
+    let body = t.to_line();
+    Item {
+        key: t.id.clone(),
+        kind: Kind::Trace,
+        trace_type: trace_type_code(t.trace_type),
+        order: trace_order(t),
+        ts: t.ts,
+        text: trace_text(t),
+        name: t.name.clone(),
+        body: String::from_utf8(body).expect("JSON is UTF-8"),
+    }
+}
+
+fn first_turn(turn_ids: &[String]) -> u64 {
+    let turn = turn_ids
+        .iter()
+        .filter_map(|t| turn_number(t))
+        .min()
+        .unwrap_or(0);
+    engram_index::order(turn, 0)
+}
+
+/// A summary or fact as the index holds it: its words and tags, placed at
+/// its first turn, dated when what it stands for was said (the last
+/// summarized trace's event time, or for items without provenance when it
+/// was written).
+fn memory_item(
+    kind: Kind,
+    (id, ts, turn_ids, source): (&str, f64, &[String], &Provenance),
+    (text, tags): (&str, &[String]),
+    body: String,
+) -> Item {
+    let mut words = text.to_owned();
+    if !tags.is_empty() {
+        // Tags are words of the memory too ("devops", "travel").
+        words = format!("{words}\n{}", tags.join(" "));
+    }
+    Item {
+        key: id.to_owned(),
+        kind,
+        trace_type: 0,
+        order: first_turn(turn_ids),
+        ts: source.to_ts.unwrap_or(ts),
+        text: capped(words),
+        name: None,
+        body,
+    }
+}
+
+pub fn episodic_item(e: &EpisodicItem) -> Item {
+    memory_item(
+        Kind::Episodic,
+        (&e.id, e.ts, &e.turn_ids, &e.source),
+        (&e.summary, &e.tags),
+        serde_json::to_string(e).expect("a summary serializes"),
+    )
+}
+
+pub fn semantic_item(f: &SemanticItem) -> Item {
+    memory_item(
+        Kind::Semantic,
+        (&f.id, f.ts, &f.turn_ids, &f.source),
+        (&f.fact, &f.tags),
+        serde_json::to_string(f).expect("a fact serializes"),
+    )
+}
