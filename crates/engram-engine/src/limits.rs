@@ -56,7 +56,7 @@ pub fn search(req: &SearchRequest) -> Result<Search> {
         trace_types: req.trace_types.clone(),
         turns: turn_range(&req.from_turn_id, &req.to_turn_id)?,
         ts,
-        context: req.context_messages as usize,
+        neighbours: req.context_messages as usize,
         limit: match req.limit {
             0 => DEFAULT_SEARCH_LIMIT,
             n => n.min(MAX_SEARCH_LIMIT),
@@ -88,7 +88,7 @@ pub fn memory_query(
     Ok(MemoryQuery {
         query: query.to_owned(),
         limit: limit as usize,
-        context: req.context_messages as usize,
+        neighbours: req.context_messages as usize,
         wait_for_index: wait_for_index(req.wait_for_index_ms)?,
         archived_only: false,
         episodic,

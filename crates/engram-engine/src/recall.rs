@@ -105,7 +105,7 @@ pub async fn for_turn(
             &MemoryQuery {
                 query: query.to_owned(),
                 limit: CANDIDATES,
-                context: 1,
+                neighbours: 1,
                 wait_for_index: None,
                 archived_only: true,
                 episodic: 0,

@@ -18,7 +18,7 @@ impl Engine {
         let max_episodic = req.max_episodic.unwrap_or(limits::DEFAULT_MAX_EPISODIC) as usize;
         let max_semantic = req.max_semantic.unwrap_or(limits::DEFAULT_MAX_SEMANTIC) as usize;
         let tail_turns = req.raw_tail_turns.unwrap_or(limits::DEFAULT_RAW_TAIL_TURNS) as usize;
-        let bundle = self.store.recall(&id, tail_turns).await?;
+        let bundle = self.store.bundle(&id, tail_turns).await?;
         let query = req.query.trim();
         let found = if query.is_empty() {
             None

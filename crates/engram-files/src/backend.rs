@@ -6,9 +6,9 @@ use engram_core::compaction::Summary;
 use engram_core::{AgentId, NewEvent, Usage};
 
 use crate::{
-    AgentContext, Begun, Committed, FileStore, IndexState, Ingested, Job, MemoryQuery,
-    Microcompacted, Policy, PrepareInput, Prepared, Recall, Recollection, Result, Search,
-    SearchPage, Store, Visible,
+    AgentContext, Begun, Bundle, Committed, FileStore, IndexState, Ingested, Job, MemoryQuery,
+    Microcompacted, Policy, PrepareInput, Prepared, RankedMemories, Result, Search, SearchPage,
+    Store, Visible,
 };
 
 #[async_trait]
@@ -39,15 +39,15 @@ impl Store for FileStore {
         FileStore::context(self, id).await
     }
 
-    async fn recall(&self, id: &AgentId, raw_tail_turns: usize) -> Result<Recall> {
-        FileStore::recall(self, id, raw_tail_turns).await
+    async fn bundle(&self, id: &AgentId, raw_tail_turns: usize) -> Result<Bundle> {
+        FileStore::bundle(self, id, raw_tail_turns).await
     }
 
     async fn search(&self, id: &AgentId, search: &Search) -> Result<SearchPage> {
         FileStore::search(self, id, search).await
     }
 
-    async fn rank_memories(&self, id: &AgentId, query: &MemoryQuery) -> Result<Recollection> {
+    async fn rank_memories(&self, id: &AgentId, query: &MemoryQuery) -> Result<RankedMemories> {
         FileStore::rank_memories(self, id, query).await
     }
 

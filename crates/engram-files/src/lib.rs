@@ -56,10 +56,10 @@ pub use durable::FsyncPolicy;
 // The API crate's values and helpers under this crate's paths, so that
 // every module names them the one way.
 pub(crate) use engram_store::{
-    AgentContext, Begun, CommitStep, Committed, Hit, IndexState, Ingested, Job, Memory,
-    MemoryQuery, Microcompacted, Policy, PrepareInput, Prepared, Recall, Recalled, Recollection,
-    Result, Search, SearchMode, SearchPage, Store, StoreError, Visible, derived, drop_later, error,
-    intent, offload, offload_over, query_vector, unix_now,
+    AgentContext, Begun, Bundle, CommitStep, Committed, Hit, IndexState, Ingested, Job, Memory,
+    MemoryQuery, Microcompacted, Policy, PrepareInput, Prepared, RankedMemories, Recalled, Result,
+    Search, SearchMode, SearchPage, Store, StoreError, Visible, derived, drop_later, error, intent,
+    offload, offload_over, query_vector, unix_now,
 };
 
 /// File store settings (the `[store]` and `[limits]` config sections).

@@ -15,7 +15,7 @@ use engram_store::ranked::{
 
 use crate::index::{blocking, index_error};
 use crate::{
-    FileStore, Hit, IndexState, Memory, MemoryQuery, Recalled, Recollection, Result, Search,
+    FileStore, Hit, IndexState, Memory, MemoryQuery, RankedMemories, Recalled, Result, Search,
     SearchPage, StoreError,
 };
 
@@ -34,7 +34,7 @@ impl FileStore {
     pub(crate) async fn ranked_search(&self, id: &AgentId, search: &Search) -> Result<SearchPage> {
         let (from, end) = page_bounds(search)?;
         let filter = search_filter(search);
-        let context = search.context.min(MAX_CONTEXT);
+        let context = search.neighbours.min(MAX_CONTEXT);
         let wants = move |_| vec![(filter, end + 1)];
         self.ranking(id, &search.query, search.wait_for_index, wants, move |r| {
             let lexical = r.lexical;
@@ -71,10 +71,10 @@ impl FileStore {
         &self,
         id: &AgentId,
         query: &MemoryQuery,
-    ) -> Result<Recollection> {
+    ) -> Result<RankedMemories> {
         let asked = query.clone();
         let wants = move |first_active: Option<u64>| memory_wants(&asked, first_active);
-        let context = query.context.min(MAX_CONTEXT);
+        let context = query.neighbours.min(MAX_CONTEXT);
         self.ranking(id, &query.query, query.wait_for_index, wants, move |r| {
             let lexical = r.lexical;
             let mut ranked = r.ranked.into_iter();
@@ -87,7 +87,7 @@ impl FileStore {
             for hit in &all {
                 memories.extend(recalled(hit, lexical, r.first_active, context)?);
             }
-            Ok(Recollection {
+            Ok(RankedMemories {
                 memories,
                 episodic: items(&episodic, lexical)?,
                 semantic: items(&semantic, lexical)?,

@@ -7,7 +7,7 @@ use engram_core::{AgentId, CoreError, NewEvent, Outcome, RawTrace, Usage};
 
 use crate::agent::{self, AgentMeta, AgentState};
 use crate::{
-    AgentContext, FileStore, FsyncPolicy, Ingested, PrepareInput, Prepared, Recall, Result,
+    AgentContext, Bundle, FileStore, FsyncPolicy, Ingested, PrepareInput, Prepared, Result,
     StoreError, unix_now, wal,
 };
 
@@ -237,8 +237,8 @@ impl FileStore {
 
     /// Every memory and the raw tail, copied out (the tail picked, and the
     /// copies made, off the async workers for a large agent).
-    pub(crate) async fn recall(&self, id: &AgentId, raw_tail_turns: usize) -> Result<Recall> {
-        self.read(id, |state| Recall {
+    pub(crate) async fn bundle(&self, id: &AgentId, raw_tail_turns: usize) -> Result<Bundle> {
+        self.read(id, |state| Bundle {
             episodic: state.episodic.clone(),
             semantic: state.semantic.clone(),
             raw_tail: raw_tail(&state.traces, raw_tail_turns)

@@ -13,7 +13,7 @@ use engram_index::lexical::Placed;
 use engram_index::{Candidate, Filter, Kind, Params, Ranked, Words};
 use engram_store::ranked::{MAX_CONTEXT, MAX_RANKED, Want, matched_by, memory_wants};
 use engram_store::{
-    Hit, IndexState, Memory, MemoryQuery, Recalled, Recollection, Result, Search, SearchPage,
+    Hit, IndexState, Memory, MemoryQuery, RankedMemories, Recalled, Result, Search, SearchPage,
     StoreError,
 };
 use sqlx::PgConnection;
@@ -67,7 +67,7 @@ impl PgStore {
         let ranked = ranked.pop().unwrap_or_default();
         let more = ranked.len() > end;
         let page: Vec<Ranked> = ranked.into_iter().take(end).skip(from).collect();
-        let recalled = materialize(&mut conn, id.as_str(), &page, search.context).await?;
+        let recalled = materialize(&mut conn, id.as_str(), &page, search.neighbours).await?;
         let hits = recalled
             .into_iter()
             .filter_map(|r| match r.memory {
@@ -93,7 +93,7 @@ impl PgStore {
         &self,
         id: &AgentId,
         query: &MemoryQuery,
-    ) -> Result<Recollection> {
+    ) -> Result<RankedMemories> {
         let mut conn = self.conn().await?;
         let first_active: Option<i64> =
             sqlx::query_scalar("SELECT min(ord) FROM traces WHERE agent_id = $1 AND NOT archived")
@@ -120,7 +120,7 @@ impl PgStore {
             ranked.next().unwrap_or_default(),
             ranked.next().unwrap_or_default(),
         );
-        let memories = materialize(&mut conn, id.as_str(), &all, query.context).await?;
+        let memories = materialize(&mut conn, id.as_str(), &all, query.neighbours).await?;
         let only = |r: Vec<Recalled>| r.into_iter().map(|r| r.memory);
         let episodic = only(materialize(&mut conn, id.as_str(), &episodic, 0).await?)
             .filter_map(|m| match m {
@@ -134,7 +134,7 @@ impl PgStore {
                 _ => None,
             })
             .collect();
-        Ok(Recollection {
+        Ok(RankedMemories {
             memories,
             episodic,
             semantic,

@@ -3,7 +3,7 @@
 
 use engram_core::AgentId;
 use engram_core::retrieve::raw_tail;
-use engram_store::{AgentContext, Recall, Result, StoreError};
+use engram_store::{AgentContext, Bundle, Result, StoreError};
 
 use crate::cache::{Cached, Lock, Slot, refresh};
 use crate::{PgStore, db};
@@ -60,8 +60,8 @@ impl PgStore {
         self.read(id, context_of).await
     }
 
-    pub(crate) async fn recall(&self, id: &AgentId, raw_tail_turns: usize) -> Result<Recall> {
-        self.read(id, |c| Recall {
+    pub(crate) async fn bundle(&self, id: &AgentId, raw_tail_turns: usize) -> Result<Bundle> {
+        self.read(id, |c| Bundle {
             episodic: c.derived.episodic.clone(),
             semantic: c.derived.semantic.clone(),
             raw_tail: raw_tail(&c.derived.traces, raw_tail_turns)

@@ -5,8 +5,8 @@ use async_trait::async_trait;
 use engram_core::compaction::Summary;
 use engram_core::{AgentId, NewEvent, Usage};
 use engram_store::{
-    AgentContext, Begun, Committed, IndexState, Ingested, Job, MemoryQuery, Microcompacted, Policy,
-    PrepareInput, Prepared, Recall, Recollection, Result, Search, SearchPage, Store, Visible,
+    AgentContext, Begun, Bundle, Committed, IndexState, Ingested, Job, MemoryQuery, Microcompacted,
+    Policy, PrepareInput, Prepared, RankedMemories, Result, Search, SearchPage, Store, Visible,
 };
 
 use crate::PgStore;
@@ -35,15 +35,15 @@ impl Store for PgStore {
         PgStore::context(self, id).await
     }
 
-    async fn recall(&self, id: &AgentId, raw_tail_turns: usize) -> Result<Recall> {
-        PgStore::recall(self, id, raw_tail_turns).await
+    async fn bundle(&self, id: &AgentId, raw_tail_turns: usize) -> Result<Bundle> {
+        PgStore::bundle(self, id, raw_tail_turns).await
     }
 
     async fn search(&self, id: &AgentId, search: &Search) -> Result<SearchPage> {
         PgStore::search(self, id, search).await
     }
 
-    async fn rank_memories(&self, id: &AgentId, query: &MemoryQuery) -> Result<Recollection> {
+    async fn rank_memories(&self, id: &AgentId, query: &MemoryQuery) -> Result<RankedMemories> {
         PgStore::rank_memories(self, id, query).await
     }
 

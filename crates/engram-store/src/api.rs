@@ -101,7 +101,7 @@ impl AgentContext {
 /// What Retrieve shows of an agent: every memory, and the raw traces of the
 /// last turns.
 #[derive(Debug, Clone, Default)]
-pub struct Recall {
+pub struct Bundle {
     pub episodic: Vec<EpisodicItem>,
     /// Live and superseded facts, latest version of each.
     pub semantic: Vec<SemanticItem>,
@@ -131,7 +131,7 @@ pub struct Search {
     /// Inclusive event times, epoch seconds.
     pub ts: Option<(f64, f64)>,
     /// Neighbouring messages to return on each side of a ranked hit.
-    pub context: usize,
+    pub neighbours: usize,
     pub limit: usize,
     /// From the previous page's `next_page_token`.
     pub page_token: Option<String>,
@@ -165,9 +165,9 @@ pub struct Hit {
     /// Relevance (ranked mode; 0 otherwise): higher is better.
     pub score: f32,
     pub matched_by: MatchedBy,
-    /// Up to `Search::context` traces before it, oldest first.
+    /// Up to `Search::neighbours` traces before it, oldest first.
     pub before: Vec<RawTrace>,
-    /// Up to `Search::context` traces after it, oldest first.
+    /// Up to `Search::neighbours` traces after it, oldest first.
     pub after: Vec<RawTrace>,
 }
 
@@ -215,7 +215,7 @@ pub struct MemoryQuery {
     pub query: String,
     pub limit: usize,
     /// Neighbouring messages to return on each side of a trace.
-    pub context: usize,
+    pub neighbours: usize,
     /// Wait up to this long for the agent's items to be embedded first.
     pub wait_for_index: Option<std::time::Duration>,
     /// Leave out the active transcript (what the prompt already shows).
@@ -244,7 +244,7 @@ pub struct Recalled {
     /// Relevance: higher is better.
     pub score: f32,
     pub matched_by: MatchedBy,
-    /// A trace's neighbours (up to `MemoryQuery::context` each side,
+    /// A trace's neighbours (up to `MemoryQuery::neighbours` each side,
     /// oldest first); empty for summaries and facts.
     pub before: Vec<RawTrace>,
     pub after: Vec<RawTrace>,
@@ -252,7 +252,7 @@ pub struct Recalled {
 
 /// The best memories for a query, best first.
 #[derive(Debug, Clone, Default)]
-pub struct Recollection {
+pub struct RankedMemories {
     /// Every kind together, up to `MemoryQuery::limit`.
     pub memories: Vec<Recalled>,
     /// Summaries alone and facts alone, up to `MemoryQuery::episodic` and
@@ -417,7 +417,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Every memory of the agent and the traces of its last
     /// `raw_tail_turns` turns.
-    async fn recall(&self, id: &AgentId, raw_tail_turns: usize) -> Result<Recall>;
+    async fn bundle(&self, id: &AgentId, raw_tail_turns: usize) -> Result<Bundle>;
 
     /// SearchHistory over traces, active and archived: ranked by relevance
     /// (the index caught up first: every acknowledged write is searchable),
@@ -426,7 +426,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Traces (active and archived), summaries and live facts ranked
     /// together for `query.query`, from the same index as [`Store::search`].
-    async fn rank_memories(&self, id: &AgentId, query: &MemoryQuery) -> Result<Recollection>;
+    async fn rank_memories(&self, id: &AgentId, query: &MemoryQuery) -> Result<RankedMemories>;
 
     /// How far the agent's search index has read its memory (caught up
     /// first, like a search).

@@ -28,8 +28,8 @@ pub mod search;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use api::{
-    AgentContext, Begun, CommitStep, Committed, Hit, IndexState, Ingested, Job, MatchedBy, Memory,
-    MemoryQuery, Microcompacted, Policy, PrepareInput, Prepared, Recall, Recalled, Recollection,
+    AgentContext, Begun, Bundle, CommitStep, Committed, Hit, IndexState, Ingested, Job, MatchedBy,
+    Memory, MemoryQuery, Microcompacted, Policy, PrepareInput, Prepared, RankedMemories, Recalled,
     Search, SearchMode, SearchPage, Store, Visible,
 };
 pub use derived::AgentMeta;

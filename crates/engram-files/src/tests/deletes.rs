@@ -56,7 +56,7 @@ fn ranked(query: &str, wait: Option<Duration>) -> Search {
     Search {
         query: query.into(),
         limit: 5,
-        context: 1,
+        neighbours: 1,
         wait_for_index: wait,
         ..Search::default()
     }
@@ -115,7 +115,7 @@ async fn one_call(store: &FileStore, dice: &mut Dice) -> Result<(), String> {
             let query = MemoryQuery {
                 query: words(dice),
                 limit: 5,
-                context: 1,
+                neighbours: 1,
                 wait_for_index: wait,
                 episodic: 2,
                 semantic: 2,

@@ -61,7 +61,7 @@ pub async fn fork_copies_everything_and_then_diverges<H: Harness>(h: &H) {
         all_traces(store.as_ref(), &dst).await,
         "active and archived alike"
     );
-    assert_eq!(store.recall(&dst, 1).await.unwrap().episodic.len(), 1);
+    assert_eq!(store.bundle(&dst, 1).await.unwrap().episodic.len(), 1);
     let next = ingest(store.as_ref(), &dst, &[NewEvent::user("zebra only here")]).await;
     assert_eq!(
         next.current_turn_id, "turn_0005",
@@ -96,7 +96,7 @@ pub async fn delete_removes_the_agent_and_everything_it_holds<H: Harness>(h: &H)
     conversation(store.as_ref(), &other, 1).await;
     store.delete_agent(&a).await.unwrap();
     assert!(is_not_found(store.context(&a).await));
-    assert!(is_not_found(store.recall(&a, 1).await));
+    assert!(is_not_found(store.bundle(&a, 1).await));
     assert!(is_not_found(store.search(&a, &words(MARK, 10, None)).await));
     assert!(is_not_found(store.search(&a, &ranked(MARK, 10)).await));
     assert!(is_not_found(store.delete_agent(&a).await));

@@ -39,7 +39,7 @@ async fn assert_consistent(store: &dyn Store, agent: &AgentId, traces: usize) ->
     let distinct: HashSet<&str> = all.iter().map(|(t, _)| t.id.as_str()).collect();
     assert_eq!(all.len(), traces, "every trace is somewhere: {all:?}");
     assert_eq!(distinct.len(), traces, "and only once");
-    let recall = store.recall(agent, 0).await.unwrap();
+    let recall = store.bundle(agent, 0).await.unwrap();
     let mut summarized = HashMap::new();
     for e in &recall.episodic {
         for t in &e.turn_ids {
@@ -107,7 +107,7 @@ pub async fn compaction_commits_summary_archive_and_epoch<H: Harness>(h: &H) {
         "snapshot, the current turn, the late answer"
     );
     assert_eq!(assert_consistent(store.as_ref(), &a, 25).await, 12);
-    let recall = store.recall(&a, 1).await.unwrap();
+    let recall = store.bundle(&a, 1).await.unwrap();
     assert_eq!(recall.episodic.len(), 1);
     assert_eq!(recall.episodic[0].id, done.episodic_id);
     assert_eq!(recall.semantic.len(), 1);
@@ -208,7 +208,7 @@ pub async fn a_stale_job_commits_nothing<H: Harness>(h: &H) {
         matches!(refused, Err(StoreError::Conflict(_))),
         "{refused:?}"
     );
-    assert_eq!(store.recall(&a, 0).await.unwrap().episodic.len(), 1);
+    assert_eq!(store.bundle(&a, 0).await.unwrap().episodic.len(), 1);
     assert_eq!(store.context(&a).await.unwrap().epoch, 1);
     assert_eq!(assert_consistent(store.as_ref(), &a, 24).await, 12);
 }

@@ -91,7 +91,7 @@ pub async fn ranked_search_orders_by_relevance_with_context_and_filters<H: Harne
     assert!(!got.iter().any(|c| c.contains("support")), "{got:?}");
 
     let with_context = Search {
-        context: 1,
+        neighbours: 1,
         ..ranked("adoption agencies", 1)
     };
     let page = store.search(&a, &with_context).await.unwrap();
