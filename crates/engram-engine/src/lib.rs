@@ -30,7 +30,7 @@ mod flights;
 mod ingest;
 pub mod limits;
 mod prepare;
-mod recall;
+pub mod recall;
 mod retrieve;
 pub mod settings;
 mod sizing;

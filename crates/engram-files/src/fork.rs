@@ -37,7 +37,9 @@ impl FileStore {
         let staging = agents_dir.join(format!("{FORK_PREFIX}{}", uuid::Uuid::new_v4()));
         let from = state.dir.clone();
         let to = staging.clone();
-        engram_store::blocking(move || copy_agent(&from, &to)).await?;
+        tokio::task::spawn_blocking(move || copy_agent(&from, &to))
+            .await
+            .expect("copy task panicked")?;
         self.forget_absent(target).await;
         let renamed = crate::offload(|| fs::rename(&staging, &target_dir));
         if renamed.is_err() || !target_dir.exists() {

@@ -126,7 +126,9 @@ impl FileStore {
         let query = query.clone();
         let want = limit - hits.len();
         let (more, next) =
-            engram_store::blocking(move || search_archive(&archive, &query, from, want)).await?;
+            tokio::task::spawn_blocking(move || search_archive(&archive, &query, from, want))
+                .await
+                .expect("search task panicked")?;
         hits.extend(more);
         Ok((hits, next))
     }

@@ -252,7 +252,7 @@ impl FileStore {
     /// Name and size of every file of an agent, sorted by name.
     pub(crate) async fn file_sizes(&self, id: &AgentId) -> Result<Vec<(String, u64)>> {
         let dir = self.agent_dir(id);
-        engram_store::blocking(move || {
+        tokio::task::spawn_blocking(move || {
             let mut out = vec![];
             let entries = std::fs::read_dir(&dir).map_err(|e| match e.kind() {
                 std::io::ErrorKind::NotFound => StoreError::NotFound(
@@ -276,6 +276,7 @@ impl FileStore {
             Ok(out)
         })
         .await
+        .expect("list task panicked")
     }
 }
 

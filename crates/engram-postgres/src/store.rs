@@ -111,7 +111,7 @@ impl Store for PgStore {
     }
 
     fn loaded_agents(&self) -> usize {
-        engram_store::lock(&self.inner.agents).len()
+        self.inner.agents.lock().expect("agents lock").len()
     }
 
     fn unembedded_items(&self) -> u64 {
