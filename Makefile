@@ -91,6 +91,10 @@ walkthrough: venv ## Run the README's commands and snippets against the real ser
 	$(CARGO) build --locked -p engram-server --bin engramd
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) scripts/readme_walkthrough.py README.md target/debug/engramd
 
+.PHONY: release-check
+release-check: build venv ## The README walkthrough against the release engramd (an optimizer-only bug once broke its start; make test runs debug builds)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) scripts/readme_walkthrough.py README.md target/release/engramd
+
 .PHONY: bench
 bench: ## Benchmarks: durable Ingest, PrepareRequest latency (see docs/BENCHMARKS.md)
 	$(CARGO) run --release --locked -p engram-bench -- ingest --data-dir ./bench-data

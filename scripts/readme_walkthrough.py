@@ -264,7 +264,10 @@ class Runner:
                     before = now
             finally:
                 server.terminate()
-                server.wait(timeout=30)
+                code = server.wait(timeout=30)
+            # SIGTERM drains and exits 0; anything else is a failed shutdown.
+            if code != 0:
+                fail(f"session of line {s.line}: engramd exited {code} after SIGTERM")
 
     def step(self, kind, text, expects, line, run, work, tmp, env):
         label = f"line {line}" + (f", run {run}" if run > 1 else "")

@@ -146,15 +146,25 @@ pub async fn serve(
 ) -> Result<(), ServerError> {
     // Installed before anything records, so the first calls count too.
     let metrics = metrics.map(|listener| (listener, observe::install()));
+    // Everything that can fail comes before anything is spawned: an early
+    // return past a spawned upkeep task or an open store left the runtime
+    // waiting on them at drop, and engramd hung instead of exiting.
     let authenticator =
         Arc::new(auth::Authenticator::new(&config.auth.tokens).map_err(ServerError::Auth)?);
+    let mut builder = tonic::transport::Server::builder();
     let tls = tls_config(&config.server)?;
+    let tls_on = tls.is_some();
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls)?;
+    }
+    let (reflection_v1, reflection_v1alpha) = reflection()?;
+    let summarizer = wiring::summarizer(&config.llm).map_err(ServerError::Summarizer)?;
+
     let upkeep = store.spawn_upkeep();
     let (reporter, health_service) = tonic_health::server::health_reporter();
     let failure_watch = health::follow_store(&reporter, &store).await;
     // The BPE tables load in the background instead of on the first prompt.
     tokio::task::spawn_blocking(engram_core::tokens::warm_up);
-    let summarizer = wiring::summarizer(&config.llm).map_err(ServerError::Summarizer)?;
     let engine = Engine::new(
         Arc::clone(&store),
         summarizer,
@@ -162,7 +172,7 @@ pub async fn serve(
     );
     let engine_upkeep = engine.spawn_upkeep();
     tracing::info!(summarizer = %engine.summarizer_name(), "compaction ready");
-    log_security(&config, &authenticator, tls.is_some());
+    log_security(&config, &authenticator, tls_on);
     let metrics_stop = Arc::new(Notify::new());
     let metrics_task = metrics.map(|(listener, handle)| {
         let stop = Arc::clone(&metrics_stop);
@@ -177,7 +187,6 @@ pub async fn serve(
     let memory = MemoryServiceServer::new(Engram::new(engine, limit))
         .max_decoding_message_size(limit)
         .max_encoding_message_size(limit);
-    let (reflection_v1, reflection_v1alpha) = reflection()?;
 
     let draining = Arc::new(Notify::new());
     let signal = {
@@ -191,10 +200,6 @@ pub async fn serve(
             draining.notify_one();
         }
     };
-    let mut builder = tonic::transport::Server::builder();
-    if let Some(tls) = tls {
-        builder = builder.tls_config(tls)?;
-    }
     let serve = builder
         // Receive windows that grow with the connection's bandwidth-delay
         // product, so large requests do not crawl at 64 KiB per round trip.
@@ -262,8 +267,14 @@ fn reflection() -> Result<
     ),
     ServerError,
 > {
-    let configure = |b: tonic_reflection::server::Builder<'static>| {
-        b.register_encoded_file_descriptor_set(engram_proto::FILE_DESCRIPTOR_SET)
+    // The closure takes no argument on purpose: rustc 1.95 miscompiles a
+    // closure called twice with the same by-value argument that its body
+    // mutates (rust-lang/rust#155241). With `|b: Builder| …` called on two
+    // `Builder::configure()`, the release build handed the second call the
+    // first call's spent builder, and reflection failed to decode.
+    let configure = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(engram_proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(
@@ -271,8 +282,8 @@ fn reflection() -> Result<
             )
             .include_reflection_service(false)
     };
-    let v1 = configure(tonic_reflection::server::Builder::configure()).build_v1()?;
-    let v1alpha = configure(tonic_reflection::server::Builder::configure()).build_v1alpha()?;
+    let v1 = configure().build_v1()?;
+    let v1alpha = configure().build_v1alpha()?;
     Ok((v1, v1alpha))
 }
 

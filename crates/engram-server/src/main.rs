@@ -77,7 +77,19 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    match serve() {
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+        .and_then(|runtime| {
+            let result = runtime.block_on(serve());
+            // The store is closed (or was never opened) by now; whatever
+            // blocking work is still running holds nothing acknowledged, so
+            // it must not keep the process alive after a failed start.
+            runtime.shutdown_timeout(SHUTDOWN_WAIT);
+            result
+        });
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("engramd: {e:#}");
@@ -86,7 +98,9 @@ fn main() -> ExitCode {
     }
 }
 
-#[tokio::main]
+/// How long the runtime waits for blocking tasks once serving has ended.
+const SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 async fn serve() -> anyhow::Result<()> {
     let cli = Cli::parse();
     if let Some(Command::Defaults) = cli.command {
