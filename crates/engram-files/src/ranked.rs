@@ -6,8 +6,8 @@
 use std::time::Instant;
 
 use engram_core::{AgentId, RawTrace};
-use engram_index::lexical::{Lexical, Placed};
 use engram_index::{Kind, Params, Ranked, Words};
+use engram_index::{Lexical, Placed};
 
 use engram_store::ranked::{
     MAX_CONTEXT, MAX_RANKED, Want, matched_by, memory_wants, page_bounds, search_filter,

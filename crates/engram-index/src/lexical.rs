@@ -27,7 +27,7 @@ use tantivy::{
 };
 
 use crate::analyzer::{self, ANALYZER};
-use crate::{Filter, Item, Kind, Result};
+use crate::{Address, Candidate, Filter, Item, Kind, Placed, Result};
 
 /// Memory the writer may buffer before it writes a segment (tantivy's
 /// floor): an agent's batch is small, the index is one of many.
@@ -65,36 +65,6 @@ fn schema() -> (Schema, Fields) {
         body: b.add_text_field("body", STORED),
     };
     (b.build(), fields)
-}
-
-/// A trace's conversation order and event time.
-pub type Placed = (u64, f64);
-
-/// A document that matched, before its body is read.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Candidate {
-    pub key: String,
-    pub kind: Kind,
-    pub order: u64,
-    pub ts: f64,
-    pub score: f32,
-    /// Where the index holds it (`None`: found by another word search).
-    address: Option<DocAddress>,
-}
-
-impl Candidate {
-    /// A candidate another word search found (a database's full-text
-    /// search): its body is looked up by key.
-    pub fn new(key: String, kind: Kind, order: u64, ts: f64, score: f32) -> Self {
-        Self {
-            key,
-            kind,
-            order,
-            ts,
-            score,
-            address: None,
-        }
-    }
 }
 
 /// The fast-field columns a candidate is read from, of one segment.
@@ -349,7 +319,10 @@ impl Lexical {
                 order: c.order.first(doc).unwrap_or_default(),
                 ts: c.ts.first(doc).unwrap_or_default(),
                 score,
-                address: Some(address),
+                address: Some(Address {
+                    segment: address.segment_ord,
+                    doc: address.doc_id,
+                }),
             });
         }
         Ok(out)
@@ -411,10 +384,13 @@ impl Lexical {
 
     /// The stored body of a candidate.
     pub fn body(&self, candidate: &Candidate) -> Result<String> {
-        let Some(address) = candidate.address else {
+        let Some(at) = candidate.address else {
             return Ok(self.body_of(&candidate.key)?.unwrap_or_default());
         };
-        let doc: TantivyDocument = self.reader.searcher().doc(address)?;
+        let doc: TantivyDocument = self
+            .reader
+            .searcher()
+            .doc(DocAddress::new(at.segment, at.doc))?;
         Ok(doc
             .get_first(self.fields.body)
             .and_then(|v| v.as_str())

@@ -10,24 +10,34 @@
 //! - [`vectors`]: one embedding per item, exact cosine.
 //! - [`rank`]: from a question to ranked items — query terms, candidates,
 //!   context from a hit's neighbouring messages, fusion with the vectors.
+//!
+//! The `lexical` feature (on by default) brings tantivy: the analyzer, the
+//! per-agent index and ranking over it. Without it, what is left is what a
+//! backend with its own word search needs (a database's full-text search):
+//! items, filters, vectors, and ranking from its candidates
+//! ([`from_candidates`], [`fuse_each`]).
 
+#[cfg(feature = "lexical")]
 pub mod analyzer;
+#[cfg(feature = "lexical")]
 pub mod lexical;
 pub mod rank;
 pub mod time;
 pub mod vectors;
 
-pub use lexical::{Candidate, Lexical};
-pub use rank::{
-    Matched, Neighbours, Params, Ranked, Semantic, Words, by_words, from_candidates, fuse_each,
-    rank,
-};
+#[cfg(feature = "lexical")]
+pub use lexical::Lexical;
+pub use rank::{Matched, Neighbours, Params, Ranked, Semantic, Words, from_candidates, fuse_each};
+#[cfg(feature = "lexical")]
+pub use rank::{by_words, rank};
 pub use vectors::{Embedded, Near, Vectors};
 
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
+    #[cfg(feature = "lexical")]
     #[error("search index: {0}")]
     Tantivy(#[from] tantivy::TantivyError),
+    #[cfg(feature = "lexical")]
     #[error("search index directory: {0}")]
     Directory(#[from] tantivy::directory::error::OpenDirectoryError),
     #[error("search index I/O: {0}")]
@@ -89,6 +99,45 @@ impl Item {
     }
 }
 
+/// A trace's conversation order and event time.
+pub type Placed = (u64, f64);
+
+/// A document that matched, before its body is read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    pub key: String,
+    pub kind: Kind,
+    pub order: u64,
+    pub ts: f64,
+    pub score: f32,
+    /// Where the lexical index holds it (`None`: found by another word
+    /// search, and read by key).
+    pub(crate) address: Option<Address>,
+}
+
+/// A document's place in the lexical index (tantivy's segment and doc);
+/// plain numbers, so that a candidate does not need tantivy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Address {
+    pub(crate) segment: u32,
+    pub(crate) doc: u32,
+}
+
+impl Candidate {
+    /// A candidate another word search found (a database's full-text
+    /// search): its body is looked up by key.
+    pub fn new(key: String, kind: Kind, order: u64, ts: f64, score: f32) -> Self {
+        Self {
+            key,
+            kind,
+            order,
+            ts,
+            score,
+            address: None,
+        }
+    }
+}
+
 /// The conversation order of the `seq`th trace of turn `turn`.
 pub fn order(turn: u32, seq: u32) -> u64 {
     (u64::from(turn) << 32) | u64::from(seq)
@@ -109,7 +158,7 @@ pub struct Filter {
 }
 
 /// A user message of turn `turn` as a test item; its body is its key.
-#[cfg(test)]
+#[cfg(all(test, feature = "lexical"))]
 pub(crate) fn test_trace(key: &str, turn: u32, ts: f64, text: &str) -> Item {
     Item {
         key: key.into(),

@@ -17,8 +17,9 @@
 
 use std::collections::HashMap;
 
-use crate::lexical::Placed;
-use crate::{Candidate, Filter, Kind, Lexical, Result, Vectors};
+use crate::{Candidate, Filter, Kind, Placed, Vectors};
+#[cfg(feature = "lexical")]
+use crate::{Lexical, Result};
 
 /// How ranking works; the defaults are what the benchmark chose
 /// (docs/BENCHMARKS.md).
@@ -85,6 +86,7 @@ pub enum Matched {
 
 impl Ranked {
     /// The stored body (the item's JSON).
+    #[cfg(feature = "lexical")]
     pub fn body(&self, index: &Lexical) -> Result<Option<String>> {
         match (&self.candidate, &self.key) {
             (Some(c), _) => index.body(c).map(Some),
@@ -137,6 +139,7 @@ pub fn fuse_each(
 
 /// The best `limit` items for `query` within `filter`, from the lexical
 /// index and, when given, the vectors.
+#[cfg(feature = "lexical")]
 pub fn rank(
     index: &mut Lexical,
     semantic: Option<Semantic<'_>>,
@@ -161,6 +164,7 @@ pub struct Words {
 }
 
 /// The first half of [`rank`].
+#[cfg(feature = "lexical")]
 pub fn by_words(
     index: &mut Lexical,
     query: &str,
@@ -356,7 +360,7 @@ fn in_range(filter: &Filter, order: u64, ts: f64) -> bool {
         && filter.traces_before.is_none_or(|end| order < end)
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "lexical"))]
 mod tests {
     use super::*;
     use crate::{Embedded, Item, order, test_trace};

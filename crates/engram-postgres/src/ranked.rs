@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use engram_core::{AgentId, RawTrace};
-use engram_index::lexical::Placed;
+use engram_index::Placed;
 use engram_index::{Candidate, Filter, Kind, Params, Ranked, Words};
 use engram_store::ranked::{MAX_CONTEXT, MAX_RANKED, Want, matched_by, memory_wants};
 use engram_store::{
