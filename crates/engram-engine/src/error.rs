@@ -57,24 +57,56 @@ impl From<StoreError> for EngineError {
             StoreError::NotFound(_) => Self::NotFound(e.to_string()),
             StoreError::AlreadyExists(_) => Self::AlreadyExists(e.to_string()),
             StoreError::Conflict(_) => Self::Conflict(e.to_string()),
-            StoreError::DiskFull { .. } => {
+            StoreError::Full(_) => {
                 tracing::warn!(error = %e, "disk full; the request was refused");
                 Self::Exhausted(e.client_message())
             }
-            StoreError::ReadOnly { .. } | StoreError::Poisoned { .. } | StoreError::Failed(_) => {
+            StoreError::ReadOnly { .. } | StoreError::Failed(_) => {
                 tracing::error!(error = %e, "storage failed");
                 Self::Unavailable {
                     message: e.client_message(),
                     retry: false,
                 }
             }
-            StoreError::Io { .. } | StoreError::Index(_) | StoreError::Database(_) => {
-                tracing::error!(error = %e, "storage error");
+            StoreError::Unavailable { retry, .. } => {
+                tracing::error!(error = %e, retry, "storage error");
+                Self::Unavailable {
+                    message: e.client_message(),
+                    retry,
+                }
+            }
+            StoreError::Index(_) => {
+                tracing::error!(error = %e, "search index error");
                 Self::Unavailable {
                     message: e.client_message(),
                     retry: true,
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_storage_error_keeps_whether_a_retry_helps_and_tells_no_details() {
+        for retry in [true, false] {
+            let e = EngineError::from(StoreError::Unavailable {
+                detail: "/var/lib/engram/agents/x: EIO".into(),
+                retry,
+            });
+            let EngineError::Unavailable { message, retry: r } = e else {
+                panic!("{e:?}");
+            };
+            assert_eq!(r, retry);
+            assert!(!message.contains("/var/lib"), "{message}");
+        }
+        let full = EngineError::from(StoreError::Full("/data: ENOSPC".into()));
+        assert!(
+            matches!(&full, EngineError::Exhausted(m) if m.starts_with("disk full")),
+            "{full:?}"
+        );
     }
 }

@@ -66,11 +66,9 @@ fn lines_of<'a>(traces: impl Iterator<Item = &'a RawTrace>) -> Vec<u8> {
 /// An earlier compaction is written down but could not be finished for
 /// lack of space (see `FileStore::loaded`): no other may start meanwhile.
 fn waiting_for_space(dir: &Path) -> StoreError {
-    StoreError::DiskFull {
-        context: "finishing an earlier compaction in",
-        path: dir.to_owned(),
-        source: std::io::ErrorKind::StorageFull.into(),
-    }
+    StoreError::io("finishing an earlier compaction in", dir)(
+        std::io::ErrorKind::StorageFull.into(),
+    )
 }
 
 fn line<T: Serialize>(item: &T) -> Vec<u8> {

@@ -296,9 +296,9 @@ impl DurableFile {
     }
 
     fn poisoned(&self, reason: String) -> StoreError {
-        StoreError::Poisoned {
-            path: self.path.clone(),
-            reason,
+        StoreError::ReadOnly {
+            agent: None,
+            reason: format!("{}: {reason}", self.path.display()),
         }
     }
 
@@ -393,7 +393,7 @@ mod tests {
         f.inject_sync_failure();
         let err = f.sync_to(end).await.unwrap_err();
         assert!(
-            matches!(&err, StoreError::Poisoned { path, .. } if path.ends_with("agent/raw_traces.jsonl")),
+            matches!(&err, StoreError::ReadOnly { agent: None, reason } if reason.contains("agent/raw_traces.jsonl")),
             "{err}"
         );
         // Never retried and then acknowledged.

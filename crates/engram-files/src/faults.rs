@@ -26,10 +26,9 @@ mod on {
                 std::process::abort();
             }
             if *self.fail_at.lock().unwrap_or_else(PoisonError::into_inner) == Some(step) {
-                return Err(StoreError::Io {
-                    context: "injected fault before",
-                    path: step.name().into(),
-                    source: std::io::Error::other("injected"),
+                return Err(StoreError::Unavailable {
+                    detail: format!("injected fault before {}", step.name()),
+                    retry: true,
                 });
             }
             Ok(())

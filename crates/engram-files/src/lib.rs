@@ -319,7 +319,7 @@ impl FileStore {
             if let Err(e) = self.complete_intent(id, state, &intent).await {
                 // Memory may be ahead of the files now: start over from them.
                 **slot = None;
-                if !matches!(e, StoreError::DiskFull { .. }) {
+                if !matches!(e, StoreError::Full(_)) {
                     return Err(e);
                 }
                 // The agent serves what it had before that compaction, which

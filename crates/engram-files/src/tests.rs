@@ -202,7 +202,7 @@ async fn a_failed_log_flush_is_never_acknowledged_and_stops_the_store() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, StoreError::ReadOnly { agent, .. } if agent == "sick"),
+        matches!(&err, StoreError::ReadOnly { agent: Some(agent), .. } if agent == "sick"),
         "{err}"
     );
     // Never retried and then acknowledged: the store refuses every agent,

@@ -100,7 +100,7 @@ impl FileStore {
     ) -> Result<Vec<RawTrace>> {
         if let Some(reason) = state.raw.as_ref().and_then(|r| r.failure()) {
             return Err(StoreError::ReadOnly {
-                agent: id.to_string(),
+                agent: Some(id.to_string()),
                 reason,
             });
         }
@@ -153,11 +153,15 @@ impl FileStore {
             traces.push(match outcome {
                 Outcome::New(i) => plan.new_traces[*i].clone(),
                 Outcome::Existing(trace_id) => {
-                    state.find_trace(trace_id)?.ok_or_else(|| StoreError::Io {
-                        context: "finding the trace of a retried event in",
-                        path: state.dir.clone(),
-                        source: std::io::Error::other(format!("trace {trace_id} missing")),
-                    })?
+                    state
+                        .find_trace(trace_id)?
+                        .ok_or_else(|| StoreError::Unavailable {
+                            detail: format!(
+                                "the trace {trace_id} of a retried event is missing from {}",
+                                state.dir.display()
+                            ),
+                            retry: false,
+                        })?
                 }
             });
         }

@@ -198,10 +198,10 @@ impl Faults {
     fn check(&self, _step: engram_store::CommitStep) -> Result<()> {
         #[cfg(feature = "fault-injection")]
         if *self.0.lock().expect("faults lock") == Some(_step) {
-            return Err(StoreError::Database(format!(
-                "injected fault at {}",
-                _step.name()
-            )));
+            return Err(StoreError::Unavailable {
+                detail: format!("injected fault at {}", _step.name()),
+                retry: true,
+            });
         }
         Ok(())
     }
@@ -211,7 +211,7 @@ fn connect_options(config: &PgConfig) -> Result<PgConnectOptions> {
     let options: PgConnectOptions = config
         .url
         .parse()
-        .map_err(|e| StoreError::Database(format!("store.postgres.url is not a valid URL: {e}")))?;
+        .map_err(|e| broken(format!("store.postgres.url is not a valid URL: {e}")))?;
     let timeout_ms = config.statement_timeout.as_millis().max(1);
     let mut settings = vec![("statement_timeout", timeout_ms.to_string())];
     if let Some(schema) = &config.schema {
@@ -230,7 +230,7 @@ pub async fn migrate(pool: &PgPool) -> Result<()> {
     MIGRATOR
         .run(pool)
         .await
-        .map_err(|e| StoreError::Database(format!("migrating the schema: {e}")))
+        .map_err(|e| broken(format!("migrating the schema: {e}")))
 }
 
 /// Connects as `config` says and migrates (`engramd migrate`).
@@ -253,7 +253,7 @@ async fn check_migrated(pool: &PgPool) -> Result<()> {
             .await
             .unwrap_or(None);
     if applied.unwrap_or(0) < latest {
-        return Err(StoreError::Database(format!(
+        return Err(broken(format!(
             "the database schema is at version {} and this engramd needs {latest}: run `engramd migrate` (or set store.postgres.migrate = true)",
             applied.unwrap_or(0)
         )));
@@ -261,9 +261,46 @@ async fn check_migrated(pool: &PgPool) -> Result<()> {
     Ok(())
 }
 
-/// Maps a database error to the store's, with what was being done.
+/// Maps a database error to the store's, with what was being done and
+/// whether trying again may help.
 fn db(context: &'static str) -> impl Fn(sqlx::Error) -> StoreError {
-    move |e| StoreError::Database(format!("{context}: {e}"))
+    move |e| StoreError::Unavailable {
+        retry: transient(&e),
+        detail: format!("database: {context}: {e}"),
+    }
+}
+
+/// Whether the same call may succeed later: the connection or the pool
+/// failed, or the server refused for now. SQLSTATE classes 08 (connection),
+/// 40 (serialization failure, deadlock), 53 (insufficient resources), 57
+/// (operator intervention: a shutdown, a statement timeout) and 55P03 (a
+/// lock not available). Anything else (a constraint, data this build
+/// cannot read) fails the same way again.
+fn transient(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            ["08", "40", "53", "57"]
+                .iter()
+                .any(|class| code.starts_with(class))
+                || code == "55P03"
+        }),
+        _ => false,
+    }
+}
+
+/// A database error that a retry will not fix: what the store holds or
+/// how it is configured is wrong.
+fn broken(detail: String) -> StoreError {
+    StoreError::Unavailable {
+        detail: format!("database: {detail}"),
+        retry: false,
+    }
 }
 
 /// An agent's settings as the `meta` column holds them.
@@ -273,14 +310,41 @@ fn meta_json(meta: &engram_store::AgentMeta) -> String {
 
 /// A stored trace of agent `id`.
 fn parse_trace(id: &str, body: &str) -> Result<engram_core::RawTrace> {
-    engram_core::RawTrace::from_line(body.as_bytes()).map_err(|e| {
-        StoreError::Database(format!("a stored trace of agent {id} is not valid: {e}"))
-    })
+    engram_core::RawTrace::from_line(body.as_bytes())
+        .map_err(|e| broken(format!("a stored trace of agent {id} is not valid: {e}")))
 }
 
 /// A stored JSON body of agent `id`.
 fn parse<T: serde::de::DeserializeOwned>(id: &str, what: &str, json: &str) -> Result<T> {
-    serde_json::from_str(json).map_err(|e| {
-        StoreError::Database(format!("a stored {what} of agent {id} is not valid: {e}"))
-    })
+    serde_json::from_str(json)
+        .map_err(|e| broken(format!("a stored {what} of agent {id} is not valid: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_connection_may_be_retried_and_unreadable_data_may_not() {
+        let retry = |e: sqlx::Error| match db("reading")(e) {
+            StoreError::Unavailable { retry, .. } => retry,
+            other => panic!("{other:?}"),
+        };
+        assert!(retry(sqlx::Error::PoolTimedOut));
+        assert!(retry(sqlx::Error::Io(
+            std::io::ErrorKind::ConnectionReset.into()
+        )));
+        assert!(!retry(sqlx::Error::RowNotFound));
+        assert!(!retry(sqlx::Error::ColumnNotFound("body".into())));
+        let unreadable = parse_trace("a", "not json").unwrap_err();
+        assert!(matches!(
+            unreadable,
+            StoreError::Unavailable { retry: false, .. }
+        ));
+        assert!(
+            unreadable.client_message().contains("a retry will not fix"),
+            "{}",
+            unreadable.client_message()
+        );
+    }
 }

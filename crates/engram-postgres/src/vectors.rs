@@ -126,9 +126,10 @@ impl PgStore {
         if let Some(why) = &outcome.failed {
             // Released for a later try (by any replica).
             self.release(&claimed).await?;
-            return Err(StoreError::Database(format!(
-                "the model is unavailable: {why}"
-            )));
+            return Err(StoreError::Unavailable {
+                detail: format!("the model is unavailable: {why}"),
+                retry: true,
+            });
         }
         let vectors: std::collections::HashMap<&str, &Embedded> = outcome
             .embedded

@@ -402,7 +402,7 @@ async fn find_trace(
             .map_err(db("finding a trace"))?;
     match body {
         Some(body) => crate::parse_trace(id, &body),
-        None => Err(StoreError::Database(format!(
+        None => Err(crate::broken(format!(
             "trace {trace_id} of a retried event is missing"
         ))),
     }

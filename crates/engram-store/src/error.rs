@@ -1,4 +1,6 @@
-//! Store errors. The server maps each variant to one gRPC status.
+//! Store errors, the same for every backend. The engine maps each to what
+//! a client can act on (`EngineError`); `Display` is for the operator's
+//! log, [`StoreError::client_message`] for the client.
 
 use std::path::PathBuf;
 
@@ -19,45 +21,32 @@ pub enum StoreError {
     /// nothing); the caller may try again.
     #[error("{0}")]
     Conflict(String),
-    /// A durable write of this agent failed earlier; its files may have lost
-    /// pages, so the agent refuses writes until an operator restarts.
-    #[error(
-        "agent {agent:?} is read-only after a storage failure ({reason}); fix the disk and restart engramd"
-    )]
-    ReadOnly { agent: String, reason: String },
-    /// A file whose flush failed; it refuses further writes (see
-    /// the `durable` module).
-    #[error("{} is read-only after a storage failure ({reason}); fix the disk and restart engramd", path.display())]
-    Poisoned { path: PathBuf, reason: String },
-    /// The file system failed; retrying may succeed.
-    #[error("{context} {}: {source}", path.display())]
-    Io {
-        context: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
+    /// A durable write failed earlier, so what it covered may be lost: the
+    /// agent (`None`: the piece of storage `reason` names) refuses writes
+    /// until the storage is repaired and the store opened again.
+    #[error("{} is read-only after a storage failure ({reason})", agent.as_deref().map_or_else(|| "storage".to_owned(), |a| format!("agent {a:?}")))]
+    ReadOnly {
+        agent: Option<String>,
+        reason: String,
     },
-    /// The disk (or the quota) is full. What the request wrote was cut back
-    /// off: nothing of it is visible, and the same write succeeds once space
-    /// is freed.
-    #[error("disk full while {context} {}: {source}", path.display())]
-    DiskFull {
-        context: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    /// A flush failed earlier: what it covered may be lost from the page
-    /// cache, so this store answers nothing more until it restarts and
-    /// replays its log (health says NOT_SERVING meanwhile).
-    #[error("the store stopped after a failed flush ({0}); restart engramd")]
+    /// The storage (or its quota) is full. What the request wrote was cut
+    /// back off: nothing of it is visible, and the same write succeeds once
+    /// space is freed.
+    #[error("storage full: {0}")]
+    Full(String),
+    /// A flush failed earlier: what it covered may be lost, so this store
+    /// answers nothing more until it is opened again and recovers (health
+    /// says NOT_SERVING meanwhile).
+    #[error("the store stopped after a failed flush ({0})")]
     Failed(String),
-    /// The database (the `postgres` backend) failed or could not be
-    /// reached; retrying may succeed. Nothing of the request was committed.
-    #[error("database: {0}")]
-    Database(String),
-    /// The search index failed (it is derived data: the agent's files are
-    /// intact, and deleting the index has it rebuilt).
+    /// The storage failed for this request, which changed nothing.
+    /// `retry`: whether the same call may succeed later without an
+    /// operator (a lost connection, a busy database: yes; data the store
+    /// cannot read, a schema too old: no).
+    #[error("storage error: {detail}")]
+    Unavailable { detail: String, retry: bool },
+    /// The search index failed (it is derived data: what it indexes is
+    /// intact, and it can be rebuilt from it).
     #[error("{0}")]
     Index(String),
 }
@@ -68,25 +57,25 @@ pub const DISK_FULL: &str =
     "disk full: nothing of this request was stored; free space on the data volume and retry";
 pub const STORAGE_FAILED: &str = "storage failed: a flush did not complete, so this server refuses requests until it restarts; the operator's log has details";
 pub const STORAGE_ERROR: &str = "storage error; the operator's log has details; retry later";
+pub const STORAGE_BROKEN: &str =
+    "storage error that a retry will not fix; the operator's log has details";
 
 impl StoreError {
+    /// An I/O error while doing `context` on `path`: storage full, or a
+    /// failure a retry may get past.
     pub fn io(
         context: &'static str,
         path: impl Into<PathBuf>,
     ) -> impl FnOnce(std::io::Error) -> Self {
         let path = path.into();
         move |source| {
+            let detail = format!("{context} {}: {source}", path.display());
             if is_disk_full(&source) {
-                Self::DiskFull {
-                    context,
-                    path,
-                    source,
-                }
+                Self::Full(detail)
             } else {
-                Self::Io {
-                    context,
-                    path,
-                    source,
+                Self::Unavailable {
+                    detail,
+                    retry: true,
                 }
             }
         }
@@ -99,11 +88,10 @@ impl StoreError {
             Self::Core(_) | Self::AlreadyExists(_) | Self::NotFound(_) | Self::Conflict(_) => {
                 self.to_string()
             }
-            Self::DiskFull { .. } => DISK_FULL.to_owned(),
-            Self::ReadOnly { .. } | Self::Poisoned { .. } | Self::Failed(_) => {
-                STORAGE_FAILED.to_owned()
-            }
-            Self::Io { .. } | Self::Index(_) | Self::Database(_) => STORAGE_ERROR.to_owned(),
+            Self::Full(_) => DISK_FULL.to_owned(),
+            Self::ReadOnly { .. } | Self::Failed(_) => STORAGE_FAILED.to_owned(),
+            Self::Unavailable { retry: false, .. } => STORAGE_BROKEN.to_owned(),
+            Self::Unavailable { .. } | Self::Index(_) => STORAGE_ERROR.to_owned(),
         }
     }
 }
@@ -117,12 +105,15 @@ pub fn is_disk_full(e: &std::io::Error) -> bool {
 }
 
 impl StoreError {
-    /// Names the agent whose write met a poisoned file.
+    /// Names the agent whose write met read-only storage.
     pub fn for_agent(self, agent: &str) -> Self {
         match self {
-            Self::Poisoned { path, reason } => Self::ReadOnly {
-                agent: agent.to_owned(),
-                reason: format!("{}: {reason}", path.display()),
+            Self::ReadOnly {
+                agent: None,
+                reason,
+            } => Self::ReadOnly {
+                agent: Some(agent.to_owned()),
+                reason,
             },
             other => other,
         }
