@@ -5,7 +5,7 @@
 //! reloaded agent starts them over), and dropped when idle.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use engram_core::AgentId;
@@ -83,18 +83,14 @@ impl ContextCaches {
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<AgentId, Entry>> {
-        self.agents.lock().unwrap_or_else(PoisonError::into_inner)
+        engram_store::lock(&self.agents)
     }
 }
 
 /// The caches behind `cell`, whatever a panic left there (a cache is
 /// rebuilt from scratch by its next use at worst).
 pub fn lock(cell: &Mutex<Caches>) -> MutexGuard<'_, Caches> {
-    cell.lock().unwrap_or_else(|poisoned| {
-        let mut guard = poisoned.into_inner();
-        *guard = Caches::default();
-        guard
-    })
+    engram_store::lock_or(cell, |caches| *caches = Caches::default())
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //! keep failing pauses on its own, without holding up the others.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use engram_core::AgentId;
@@ -92,7 +92,7 @@ impl Pauses {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<AgentId, Instant>> {
-        self.until.lock().unwrap_or_else(PoisonError::into_inner)
+        engram_store::lock(&self.until)
     }
 }
 

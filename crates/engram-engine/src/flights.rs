@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use engram_core::AgentId;
 use futures_util::FutureExt;
@@ -46,7 +46,7 @@ impl<V: Clone + Send + Sync + 'static> Flights<V> {
         F: Fn() -> V + Clone + Send + 'static,
     {
         let (mut answer, share) = {
-            let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut running = engram_store::lock(&self.running);
             match running.get(agent) {
                 Some(rx) => (rx.clone(), Share::Joined),
                 None => {
@@ -88,11 +88,7 @@ struct Landed<V> {
 
 impl<V> Drop for Landed<V> {
     fn drop(&mut self) {
-        self.flights
-            .running
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&self.agent);
+        engram_store::lock(&self.flights.running).remove(&self.agent);
     }
 }
 

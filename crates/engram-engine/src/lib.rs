@@ -30,7 +30,7 @@ mod flights;
 mod ingest;
 pub mod limits;
 mod prepare;
-pub mod recall;
+mod recall;
 mod retrieve;
 pub mod settings;
 mod sizing;

@@ -171,7 +171,7 @@ impl DurableFile {
     /// Appends `bytes` (whole lines) and returns the end offset to pass to
     /// [`sync_to`](Self::sync_to).
     pub fn append(&self, bytes: &[u8]) -> Result<u64> {
-        let _one_at_a_time = self.appending.lock().expect("append lock");
+        let _one_at_a_time = engram_store::lock(&self.appending);
         if let Some(reason) = self.failure() {
             return Err(self.poisoned(reason));
         }
@@ -266,6 +266,9 @@ impl DurableFile {
                 Ok(())
             })
             .await
+            // Not `engram_store::blocking`: this is the flusher, not a
+            // request, and a flush that did not complete is a failed flush
+            // (the store stops, health says so), whatever stopped it.
             .unwrap_or_else(|join| Err(std::io::Error::other(join)));
             match result {
                 Ok(()) => progress.send_modify(|p| {
@@ -306,7 +309,7 @@ impl DurableFile {
     /// (whose log record could not be written). Poisons the file if even
     /// that fails, since its tail is then unknown.
     pub fn roll_back(&self, start: u64) {
-        let _one_at_a_time = self.appending.lock().expect("append lock");
+        let _one_at_a_time = engram_store::lock(&self.appending);
         match self.file.set_len(start) {
             Ok(()) => self.progress.send_if_modified(|p| {
                 p.written = start;

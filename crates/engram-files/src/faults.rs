@@ -7,7 +7,7 @@
 
 #[cfg(any(test, feature = "fault-injection"))]
 mod on {
-    use std::sync::{Mutex, PoisonError};
+    use std::sync::Mutex;
 
     use crate::{CommitStep, FileStore, Result, StoreError};
 
@@ -20,12 +20,12 @@ mod on {
     impl Faults {
         /// Before `step` of a compaction's commit: abort or fail if asked.
         pub fn check(&self, step: CommitStep) -> Result<()> {
-            let crash = *self.crash_at.lock().unwrap_or_else(PoisonError::into_inner);
+            let crash = *engram_store::lock(&self.crash_at);
             if crash == Some(step) {
                 tracing::error!(step = step.name(), "crashing on purpose (fault injection)");
                 std::process::abort();
             }
-            if *self.fail_at.lock().unwrap_or_else(PoisonError::into_inner) == Some(step) {
+            if *engram_store::lock(&self.fail_at) == Some(step) {
                 return Err(StoreError::Unavailable {
                     detail: format!("injected fault before {}", step.name()),
                     retry: true,
@@ -39,23 +39,13 @@ mod on {
         /// `step` of this store's compaction commits fails until cleared
         /// with `None`.
         pub fn inject_compaction_fault(&self, step: Option<CommitStep>) {
-            *self
-                .inner
-                .faults
-                .fail_at
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner) = step;
+            *engram_store::lock(&self.inner.faults.fail_at) = step;
         }
 
         /// The process aborts (no cleanup) before `step` of a compaction's
         /// commit. Used by the crash tests of the binary.
         pub fn inject_compaction_crash(&self, step: Option<CommitStep>) {
-            *self
-                .inner
-                .faults
-                .crash_at
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner) = step;
+            *engram_store::lock(&self.inner.faults.crash_at) = step;
         }
 
         /// The next flush of the write-ahead log fails, as a dying disk's

@@ -37,9 +37,7 @@ impl FileStore {
         let staging = agents_dir.join(format!("{FORK_PREFIX}{}", uuid::Uuid::new_v4()));
         let from = state.dir.clone();
         let to = staging.clone();
-        tokio::task::spawn_blocking(move || copy_agent(&from, &to))
-            .await
-            .expect("copy task panicked")?;
+        engram_store::blocking(move || copy_agent(&from, &to)).await?;
         self.forget_absent(target).await;
         let renamed = crate::offload(|| fs::rename(&staging, &target_dir));
         if renamed.is_err() || !target_dir.exists() {

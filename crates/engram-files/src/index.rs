@@ -289,13 +289,12 @@ impl FileStore {
     }
 }
 
-/// Runs blocking index work off the async workers.
+/// Runs blocking index work off the async workers (a panic in it unwinds
+/// in the caller: see [`engram_store::blocking`]).
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| StoreError::Index(format!("index task failed: {e}")))?
+    engram_store::blocking(f).await
 }
 
 fn open(agent_dir: &Path, model: Option<&ModelId>) -> Result<AgentIndex> {

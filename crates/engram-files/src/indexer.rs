@@ -58,7 +58,7 @@ impl Indexer {
     }
 
     fn enqueue(&self, id: &AgentId) {
-        let mut queued = self.queued.lock().expect("queue lock");
+        let mut queued = engram_store::lock(&self.queued);
         if queued.insert(id.clone()) && self.tx.try_send(id.clone()).is_err() {
             queued.remove(id);
         }
@@ -86,7 +86,7 @@ impl FileStore {
                 let Some(inner) = weak.upgrade() else { break };
                 let store = FileStore { inner };
                 if let Some(indexer) = &store.inner.indexer {
-                    indexer.queued.lock().expect("queue lock").remove(&id);
+                    engram_store::lock(&indexer.queued).remove(&id);
                 }
                 if let Err(e) = store.embed_pending(&id).await {
                     tracing::warn!(agent = %id, error = %e, "embedding failed; retrying later");

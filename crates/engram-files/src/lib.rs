@@ -198,12 +198,11 @@ impl FileStore {
         let wal_health = Arc::clone(&health);
         // Replays what a crash left in the log (whatever the policy is now)
         // before any agent can be read.
-        let wal = tokio::task::spawn_blocking(move || {
+        let wal = engram_store::blocking(move || {
             prepare_agents_dir(&dir)?;
             wal::Wal::open(&wal_dir, &dir, &wal_health)
         })
-        .await
-        .expect("open task panicked")?;
+        .await?;
         let (indexer, queue) = match config.embedder.clone() {
             Some(embedder) => {
                 let (indexer, queue) = indexer::Indexer::new(embedder);
@@ -236,12 +235,12 @@ impl FileStore {
 
     /// Number of agents currently in memory.
     pub(crate) fn loaded_agents(&self) -> usize {
-        self.inner.agents.lock().expect("registry lock").len()
+        engram_store::lock(&self.inner.agents).len()
     }
 
     /// Items of the loaded agents that wait for the embedding model.
     pub(crate) fn unembedded_items(&self) -> u64 {
-        let agents = self.inner.agents.lock().expect("registry lock");
+        let agents = engram_store::lock(&self.inner.agents);
         agents.values().map(|h| *h.embedded.borrow() as u64).sum()
     }
 
@@ -254,7 +253,7 @@ impl FileStore {
     }
 
     fn handle(&self, id: &AgentId) -> Arc<AgentHandle> {
-        let mut agents = self.inner.agents.lock().expect("registry lock");
+        let mut agents = engram_store::lock(&self.inner.agents);
         let handle = match agents.get(id) {
             Some(handle) => handle,
             None => agents.entry(id.clone()).or_insert_with(|| {
@@ -274,7 +273,7 @@ impl FileStore {
     /// Drops `id` from the registry if `handle` is still its entry (a newer
     /// handle for the same id stays).
     fn unregister(&self, id: &AgentId, handle: &Arc<AgentHandle>) {
-        let mut agents = self.inner.agents.lock().expect("registry lock");
+        let mut agents = engram_store::lock(&self.inner.agents);
         if agents.get(id).is_some_and(|h| Arc::ptr_eq(h, handle)) {
             agents.remove(id);
         }
@@ -335,9 +334,7 @@ impl FileStore {
     async fn load(&self, id: &AgentId) -> Result<AgentState> {
         let dir = self.agent_dir(id);
         let health = Arc::clone(&self.inner.health);
-        tokio::task::spawn_blocking(move || AgentState::load(dir, &health))
-            .await
-            .expect("load task panicked")
+        engram_store::blocking(move || AgentState::load(dir, &health)).await
     }
 
     /// Runs `f` over a consistent view of an existing agent. What `f` saw is

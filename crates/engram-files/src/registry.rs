@@ -27,9 +27,7 @@ impl FileStore {
         visible: impl Fn(&str) -> bool,
     ) -> Result<(Vec<String>, Option<String>)> {
         let dir = self.inner.agents_dir.clone();
-        let mut ids = tokio::task::spawn_blocking(move || list_dirs(&dir))
-            .await
-            .expect("list task panicked")?;
+        let mut ids = engram_store::blocking(move || list_dirs(&dir)).await?;
         ids.retain(|id| visible(id));
         ids.sort();
         let start = page_token.map_or(0, |t| ids.partition_point(|id| id.as_str() <= t));
@@ -119,10 +117,10 @@ impl FileStore {
         self.unregister(id, &handle);
         drop(slot);
         drop(index);
-        tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&trash))
-            .await
-            .expect("remove task panicked")
-            .map_err(StoreError::io("removing", &dir))?;
+        engram_store::blocking(move || {
+            std::fs::remove_dir_all(&trash).map_err(StoreError::io("removing", &dir))
+        })
+        .await?;
         Ok(())
     }
 
@@ -134,7 +132,7 @@ impl FileStore {
         let cutoff = self.now_ms().saturating_sub(max_idle.as_millis() as u64);
         let idle = |h: &Arc<AgentHandle>| h.last_used.load(Ordering::Relaxed) <= cutoff;
         let candidates: Vec<(AgentId, Arc<AgentHandle>)> = {
-            let agents = self.inner.agents.lock().expect("registry lock");
+            let agents = engram_store::lock(&self.inner.agents);
             agents
                 .iter()
                 .filter(|(_, h)| idle(h))
@@ -166,11 +164,7 @@ impl FileStore {
             let Ok(mut index) = Arc::clone(&handle.index).try_lock_owned() else {
                 continue;
             };
-            if !unused(
-                &self.inner.agents.lock().expect("registry lock"),
-                &id,
-                &handle,
-            ) {
+            if !unused(&engram_store::lock(&self.inner.agents), &id, &handle) {
                 continue;
             }
             // Closed before the agent is unloaded: a new handle for it may
@@ -180,7 +174,7 @@ impl FileStore {
             {
                 tracing::warn!(agent = %id, error = %e, "closing the search index of an idle agent failed");
             }
-            let mut agents = self.inner.agents.lock().expect("registry lock");
+            let mut agents = engram_store::lock(&self.inner.agents);
             // Used again meanwhile, it stays (its index opens again when
             // it is next searched).
             if unused(&agents, &id, &handle) {

@@ -126,9 +126,7 @@ impl FileStore {
         let query = query.clone();
         let want = limit - hits.len();
         let (more, next) =
-            tokio::task::spawn_blocking(move || search_archive(&archive, &query, from, want))
-                .await
-                .expect("search task panicked")?;
+            engram_store::blocking(move || search_archive(&archive, &query, from, want)).await?;
         hits.extend(more);
         Ok((hits, next))
     }

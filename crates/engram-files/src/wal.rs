@@ -171,7 +171,7 @@ impl Wal {
     /// acknowledging.
     pub fn append(&self, record: &Record<'_>) -> Result<Ticket> {
         let bytes = record.encode();
-        let current = self.current.lock().expect("wal lock");
+        let current = engram_store::lock(&self.current);
         let end = current.file.append(&bytes)?;
         Ok(Ticket {
             segment: Arc::clone(&current.file),
@@ -181,13 +181,13 @@ impl Wal {
 
     /// Bytes in the open segment.
     pub fn segment_len(&self) -> u64 {
-        self.current.lock().expect("wal lock").file.len()
+        engram_store::lock(&self.current).file.len()
     }
 
     /// Starts a new segment and returns the ids of the older ones, which a
     /// checkpoint may delete once every agent file is flushed.
     pub fn rotate(&self) -> Result<Vec<u64>> {
-        let mut current = self.current.lock().expect("wal lock");
+        let mut current = engram_store::lock(&self.current);
         let id = current.id + 1;
         let file = new_segment(&self.dir, id, &self.health)?;
         *current = Current { id, file };
@@ -210,7 +210,7 @@ impl Wal {
 
     /// Makes everything appended so far durable in the log.
     pub async fn sync(&self) -> Result<()> {
-        let file = Arc::clone(&self.current.lock().expect("wal lock").file);
+        let file = Arc::clone(&engram_store::lock(&self.current).file);
         file.sync_all().await
     }
 }
@@ -219,7 +219,7 @@ impl Wal {
     /// Makes the next flush of the open segment fail, as a dying disk would.
     #[cfg(any(test, feature = "fault-injection"))]
     pub fn inject_sync_failure(&self) {
-        let current = self.current.lock().expect("wal lock");
+        let current = engram_store::lock(&self.current);
         current.file.inject_sync_failure();
     }
 }

@@ -256,7 +256,7 @@ impl FileStore {
     /// Name and size of every file of an agent, sorted by name.
     pub(crate) async fn file_sizes(&self, id: &AgentId) -> Result<Vec<(String, u64)>> {
         let dir = self.agent_dir(id);
-        tokio::task::spawn_blocking(move || {
+        engram_store::blocking(move || {
             let mut out = vec![];
             let entries = std::fs::read_dir(&dir).map_err(|e| match e.kind() {
                 std::io::ErrorKind::NotFound => StoreError::NotFound(
@@ -280,7 +280,6 @@ impl FileStore {
             Ok(out)
         })
         .await
-        .expect("list task panicked")
     }
 }
 

@@ -60,7 +60,7 @@ pub(crate) enum Lock {
 
 impl PgStore {
     pub(crate) fn handle(&self, id: &str) -> Arc<Handle> {
-        let mut agents = self.inner.agents.lock().expect("agents lock");
+        let mut agents = engram_store::lock(&self.inner.agents);
         let handle = Arc::clone(agents.entry(id.to_owned()).or_default());
         handle
             .last_used
@@ -71,7 +71,7 @@ impl PgStore {
     /// Drops the caches of agents unused for `idle` that nobody holds.
     pub(crate) fn evict_idle(&self, idle: std::time::Duration) {
         let now = self.inner.opened.elapsed().as_secs();
-        let mut agents = self.inner.agents.lock().expect("agents lock");
+        let mut agents = engram_store::lock(&self.inner.agents);
         agents.retain(|_, h| {
             let fresh = now.saturating_sub(h.last_used.load(Ordering::Relaxed)) < idle.as_secs();
             fresh
@@ -83,7 +83,7 @@ impl PgStore {
 
     /// Forgets the cache of `id` (after its deletion).
     pub(crate) fn forget(&self, id: &str) {
-        self.inner.agents.lock().expect("agents lock").remove(id);
+        engram_store::lock(&self.inner.agents).remove(id);
     }
 }
 

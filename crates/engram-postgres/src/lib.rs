@@ -186,7 +186,7 @@ impl PgStore {
     /// [`CommitStep::Rewrite`](engram_store::CommitStep::Rewrite).
     #[cfg(feature = "fault-injection")]
     pub fn inject_compaction_fault(&self, step: Option<engram_store::CommitStep>) {
-        *self.inner.faults.0.lock().expect("faults lock") = step;
+        *engram_store::lock(&self.inner.faults.0) = step;
     }
 }
 
@@ -197,7 +197,7 @@ struct Faults(#[allow(dead_code)] Mutex<Option<engram_store::CommitStep>>);
 impl Faults {
     fn check(&self, _step: engram_store::CommitStep) -> Result<()> {
         #[cfg(feature = "fault-injection")]
-        if *self.0.lock().expect("faults lock") == Some(_step) {
+        if *engram_store::lock(&self.0) == Some(_step) {
             return Err(StoreError::Unavailable {
                 detail: format!("injected fault at {}", _step.name()),
                 retry: true,

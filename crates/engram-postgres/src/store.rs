@@ -111,7 +111,7 @@ impl Store for PgStore {
     }
 
     fn loaded_agents(&self) -> usize {
-        self.inner.agents.lock().expect("agents lock").len()
+        engram_store::lock(&self.inner.agents).len()
     }
 
     fn unembedded_items(&self) -> u64 {

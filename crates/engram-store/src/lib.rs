@@ -25,6 +25,7 @@ pub mod items;
 pub mod ranked;
 pub mod search;
 
+use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use api::{
@@ -80,5 +81,103 @@ pub fn drop_later<T: Send + 'static>(value: T) {
             runtime.spawn_blocking(move || drop(value));
         }
         Err(_) => drop(value),
+    }
+}
+
+/// Runs blocking `f` on the blocking pool and waits for it. A panic in `f`
+/// (a bug) goes on unwinding here, as if `f` had run inline: the request
+/// boundary answers INTERNAL and an agent's lock guard drops its state.
+/// A runtime that shuts down before `f` starts cancels it: the call then
+/// fails as unavailable (a retry reaches a server that runs). The one way
+/// Engram waits for blocking work.
+pub async fn blocking<T, E>(f: impl FnOnce() -> Result<T, E> + Send + 'static) -> Result<T, E>
+where
+    T: Send + 'static,
+    E: From<StoreError> + Send + 'static,
+{
+    match tokio::task::spawn_blocking(f).await {
+        Ok(result) => result,
+        Err(e) => match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(_) => Err(E::from(StoreError::Unavailable {
+                detail: "blocking work cancelled: the server is shutting down".into(),
+                retry: true,
+            })),
+        },
+    }
+}
+
+/// Locks `mutex`, whatever a panic left there: what it guards is repaired
+/// by `repair` first (a cache starts over), or taken as it is (a registry,
+/// whose every change is one call on a map). The one way Engram treats a
+/// poisoned lock.
+pub fn lock_or<T>(mutex: &Mutex<T>, repair: impl FnOnce(&mut T)) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| {
+        let mut guard = poisoned.into_inner();
+        repair(&mut guard);
+        mutex.clear_poison();
+        guard
+    })
+}
+
+/// [`lock_or`] that takes what it finds.
+pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    lock_or(mutex, |_| {})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn blocking_work_returns_and_its_panic_unwinds_in_the_caller() {
+        assert_eq!(blocking(|| Ok::<_, StoreError>(7)).await.unwrap(), 7);
+        let caught = tokio::spawn(async { blocking(|| -> Result<()> { panic!("a bug") }).await })
+            .await
+            .unwrap_err();
+        let panic = caught.into_panic();
+        assert_eq!(panic.downcast_ref::<&str>(), Some(&"a bug"));
+    }
+
+    #[test]
+    fn blocking_work_cancelled_by_a_shutdown_fails_as_unavailable() {
+        use std::future::Future;
+        use std::task::{Context, Poll, Waker};
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let handle = runtime.handle().clone();
+        runtime.shutdown_background();
+        // Work handed to a runtime that has shut down is cancelled, as is
+        // work still queued when it shuts down.
+        let _inside = handle.enter();
+        let mut work = Box::pin(blocking(|| Ok::<_, StoreError>(1)));
+        let mut cx = Context::from_waker(Waker::noop());
+        let answer = loop {
+            match work.as_mut().poll(&mut cx) {
+                Poll::Ready(answer) => break answer,
+                Poll::Pending => std::thread::yield_now(),
+            }
+        };
+        assert!(
+            matches!(answer, Err(StoreError::Unavailable { retry: true, .. })),
+            "{answer:?}"
+        );
+    }
+
+    #[test]
+    fn a_poisoned_lock_is_repaired_once_then_used() {
+        let m = std::sync::Arc::new(Mutex::new(vec![1]));
+        let poisoner = std::sync::Arc::clone(&m);
+        let _ = std::thread::spawn(move || {
+            let _g = poisoner.lock().unwrap();
+            panic!("poison");
+        })
+        .join();
+        assert!(m.is_poisoned());
+        assert!(lock_or(&m, |v| v.clear()).is_empty(), "repaired");
+        assert!(!m.is_poisoned());
+        lock(&m).push(2);
+        assert_eq!(*lock_or(&m, |v| v.clear()), [2], "not repaired again");
     }
 }
