@@ -45,7 +45,7 @@ pub struct PrepareRequest {
 #[derive(Debug, Clone)]
 pub struct Prepared {
     /// The system prompt (when there is one) first, then the transcript.
-    pub messages: Vec<Message>,
+    pub messages: PromptMessages,
     /// The payload for `PrepareRequest::format` ("" without one).
     pub rendered: String,
     pub turn_id: String,
@@ -59,6 +59,36 @@ pub struct Prepared {
     pub warnings: Vec<String>,
     /// What the recall block attached to the current user message holds.
     pub recalled: Vec<Recalled>,
+}
+
+/// A prompt's messages, sharing the agent's transcript instead of copying
+/// it: a large agent's is megabytes, and a protocol converts each message
+/// once anyway.
+#[derive(Debug, Clone, Default)]
+pub struct PromptMessages {
+    pub(crate) system: Option<Message>,
+    pub(crate) shared: std::sync::Arc<Vec<Message>>,
+    /// How many of `shared` come first.
+    pub(crate) shared_len: usize,
+    pub(crate) tail: Vec<Message>,
+}
+
+impl PromptMessages {
+    /// In the prompt's order.
+    pub fn iter(&self) -> impl Iterator<Item = &Message> {
+        self.system
+            .iter()
+            .chain(&self.shared[..self.shared_len])
+            .chain(&self.tail)
+    }
+
+    pub fn len(&self) -> usize {
+        usize::from(self.system.is_some()) + self.shared_len + self.tail.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// Retrieve: an agent's memories, and with a query, the relevant first.

@@ -1,12 +1,14 @@
 //! PrepareRequest: the prompt of the agent's next LLM call, compacted
 //! first when it must be, with the turn's recall attached.
 
+use std::sync::Arc;
+
 use engram_core::compaction::{CompactionReport, Signals, Trigger, decide};
 use engram_core::render::{Format, Prompt};
 use engram_core::{AgentId, NewEvent, TraceType, tokens};
 use engram_store::{AgentContext, PrepareInput};
 
-use crate::api::{PrepareRequest, Prepared};
+use crate::api::{PrepareRequest, Prepared, PromptMessages};
 use crate::budget::Budgets;
 use crate::caches::{Caches, TurnRecall};
 use crate::error::{EngineError, Result};
@@ -220,16 +222,16 @@ fn build(
         .format
         .map(|f| caches.render.render_json(f, context.transcript, &prompt))
         .unwrap_or_default();
-    let mut messages = Vec::with_capacity(size.messages);
-    if let Some(system) = system {
-        messages.push(engram_core::transcript::Message::text(
-            engram_core::transcript::Role::System,
-            system,
-        ));
-    }
-    messages.extend(prompt.messages.iter().chain(&tail).cloned());
+    let shared_len = prompt.messages.len();
     Prepared {
-        messages,
+        messages: PromptMessages {
+            system: system.map(|s| {
+                engram_core::transcript::Message::text(engram_core::transcript::Role::System, s)
+            }),
+            shared: Arc::clone(&context.messages),
+            shared_len,
+            tail,
+        },
         rendered,
         turn_id: context.current_turn_id.clone(),
         estimated_prompt_tokens: tokens_now,

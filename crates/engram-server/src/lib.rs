@@ -170,36 +170,19 @@ pub async fn serve(
         summarizer,
         &wiring::engine_settings(&config),
     );
-    let engine_upkeep = engine.spawn_upkeep();
     tracing::info!(summarizer = %engine.summarizer_name(), "compaction ready");
     log_security(&config, &authenticator, tls_on);
-    let metrics_stop = Arc::new(Notify::new());
-    let metrics_task = metrics.map(|(listener, handle)| {
-        let stop = Arc::clone(&metrics_stop);
-        tokio::spawn(observe::serve(
-            listener,
-            handle,
-            engine.clone(),
-            async move { stop.notified().await },
-        ))
-    });
+    let background = Background {
+        upkeep,
+        engine_upkeep: engine.spawn_upkeep(),
+        failure_watch,
+        metrics: metrics.map(|(listener, handle)| MetricsTask::spawn(listener, handle, &engine)),
+    };
     let limit = config.server.max_message_bytes;
     let memory = MemoryServiceServer::new(Engram::new(engine, limit))
         .max_decoding_message_size(limit)
         .max_encoding_message_size(limit);
-
-    let draining = Arc::new(Notify::new());
-    let signal = {
-        let draining = Arc::clone(&draining);
-        let reporter = reporter.clone();
-        async move {
-            shutdown.await;
-            tracing::info!("shutdown requested; draining in-flight calls");
-            // Load balancers and probes see NOT_SERVING before we stop.
-            health::not_serving(&reporter).await;
-            draining.notify_one();
-        }
-    };
+    let (signal, draining) = drain_on(shutdown, reporter);
     let serve = builder
         // Receive windows that grow with the connection's bandwidth-delay
         // product, so large requests do not crawl at 64 KiB per round trip.
@@ -222,20 +205,80 @@ pub async fn serve(
             Ok(())
         }
     };
-    upkeep.abort();
-    engine_upkeep.abort();
-    failure_watch.abort();
-    metrics_stop.notify_one();
-    if let Some(task) = metrics_task {
-        match task.await {
+    background.stop().await;
+    store.close().await;
+    tracing::info!("stopped");
+    result
+}
+
+/// `shutdown`, followed by NOT_SERVING on health (load balancers and probes
+/// see it before the server stops) and a notice on the returned `Notify`,
+/// which starts the grace period of the calls still open.
+fn drain_on(
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    reporter: tonic_health::server::HealthReporter,
+) -> (impl Future<Output = ()> + Send + 'static, Arc<Notify>) {
+    let draining = Arc::new(Notify::new());
+    let notify = Arc::clone(&draining);
+    let signal = async move {
+        shutdown.await;
+        tracing::info!("shutdown requested; draining in-flight calls");
+        health::not_serving(&reporter).await;
+        notify.notify_one();
+    };
+    (signal, draining)
+}
+
+/// What runs beside the gRPC service until it stops.
+struct Background {
+    upkeep: tokio::task::JoinHandle<()>,
+    engine_upkeep: tokio::task::JoinHandle<()>,
+    failure_watch: tokio::task::JoinHandle<()>,
+    metrics: Option<MetricsTask>,
+}
+
+impl Background {
+    async fn stop(self) {
+        self.upkeep.abort();
+        self.engine_upkeep.abort();
+        self.failure_watch.abort();
+        if let Some(metrics) = self.metrics {
+            metrics.stop().await;
+        }
+    }
+}
+
+/// The metrics endpoint, served until [`MetricsTask::stop`].
+struct MetricsTask {
+    stop: Arc<Notify>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl MetricsTask {
+    fn spawn(
+        listener: TcpListener,
+        handle: metrics_exporter_prometheus::PrometheusHandle,
+        engine: &Engine,
+    ) -> Self {
+        let stop = Arc::new(Notify::new());
+        let stopped = Arc::clone(&stop);
+        let task = tokio::spawn(observe::serve(
+            listener,
+            handle,
+            engine.clone(),
+            async move { stopped.notified().await },
+        ));
+        Self { stop, task }
+    }
+
+    async fn stop(self) {
+        self.stop.notify_one();
+        match self.task.await {
             Ok(Err(e)) => tracing::warn!(error = %e, "the metrics endpoint failed"),
             Err(e) => tracing::warn!(error = %e, "the metrics task panicked"),
             Ok(Ok(())) => {}
         }
     }
-    store.close().await;
-    tracing::info!("stopped");
-    result
 }
 
 /// The security the server runs with, in one log line.
