@@ -153,11 +153,7 @@ impl FileStore {
         if !state.exists() {
             return Err(StoreError::NotFound(id.to_string()));
         }
-        if state.is_stale(&job) {
-            return Err(StoreError::Conflict(
-                "the agent changed while it was being compacted; nothing was written".into(),
-            ));
-        }
+        state.check_current(&job)?;
         let (intent, added, updated) =
             crate::offload(|| write_intent(state, &job, summary, policy))?;
         if let Err(e) = self.complete_intent(id, state, &intent).await {

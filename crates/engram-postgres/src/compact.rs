@@ -13,7 +13,7 @@ use engram_core::AgentId;
 use engram_core::compaction::Summary;
 use engram_core::memory::{EpisodicItem, SemanticItem};
 use engram_store::intent::Intent;
-use engram_store::{Begun, CommitStep, Committed, Job, Microcompacted, Policy, Result, StoreError};
+use engram_store::{Begun, CommitStep, Committed, Job, Microcompacted, Policy, Result};
 use sqlx::PgConnection;
 
 use crate::cache::Cached;
@@ -79,13 +79,11 @@ impl PgStore {
         let mut tx = self.lock_existing(id, &mut slot).await?;
         set_lease(&mut tx, id.as_str(), None).await?;
         let cached = slot.as_mut().expect("current");
-        if cached.derived.is_stale(&job) {
+        if let Err(stale) = cached.derived.check_current(&job) {
             tx.commit()
                 .await
                 .map_err(db("releasing a compaction lease"))?;
-            return Err(StoreError::Conflict(
-                "the agent changed while it was being compacted; nothing was written".into(),
-            ));
+            return Err(stale);
         }
         let (intent, added, updated) =
             engram_store::offload(|| cached.derived.commit_plan(&job, summary, policy, 0));

@@ -204,6 +204,17 @@ impl Derived {
         self.meta.epoch != job.epoch || job.traces.iter().any(|t| !active.contains(t.id.as_str()))
     }
 
+    /// The refusal of a commit whose job [`is_stale`](Self::is_stale), the
+    /// same from every backend.
+    pub fn check_current(&self, job: &Job) -> crate::Result<()> {
+        if self.is_stale(job) {
+            return Err(crate::StoreError::Conflict(
+                "the agent changed while it was being compacted; nothing was written".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Plans the commit of `job` with `summary` (core's [`plan`]). Returns
     /// it with the numbers of facts added and updated; `archive_len` is
     /// the file store's (0 elsewhere).
