@@ -14,6 +14,9 @@
 //! - [`render`]: provider request bodies (OpenAI, Anthropic, Gemini).
 //! - [`retrieve`]: the raw tail and tool interactions of an agent.
 //! - [`spill`]: the tool-result budget (large results stored aside).
+//! - [`state`]: an agent's state derived from its records (turns, active
+//!   traces, memories, transcript) and the steps that change it, the same
+//!   for every backend; the prompt, job and commit values they hand out.
 //! - [`text`]: small text helpers.
 //! - [`transcript`]: the active transcript as structured messages.
 //! - [`error`]: validation errors, split by the status they map to.
@@ -27,6 +30,7 @@ pub mod memory;
 pub mod render;
 pub mod retrieve;
 pub mod spill;
+pub mod state;
 pub mod text;
 pub mod tokens;
 pub mod trace;

@@ -87,7 +87,14 @@ fn write_intent(
 ) -> Result<(Intent, u32, u32)> {
     let archive = state.dir.join(RAW_ARCHIVE);
     let archive_len = std::fs::metadata(&archive).map_or(0, |m| m.len());
-    let (intent, added, updated) = state.commit_plan(job, summary, policy, archive_len);
+    let (intent, added, updated) = state.commit_plan(
+        job,
+        summary,
+        policy,
+        archive_len,
+        engram_store::unix_now(),
+        engram_store::new_id,
+    );
     let meta = AgentMeta {
         pending: Some(intent.clone()),
         ..state.meta.clone()
@@ -294,7 +301,7 @@ impl FileStore {
         let meta = state.committed_meta(intent);
         state.save_meta(meta.clone())?;
         // The new state in memory, from what was just written (no reload).
-        state.adopt_commit(intent, meta);
+        engram_store::drop_later(state.adopt_commit(intent, meta));
         if still_active {
             // The rewrite replaced the file: appends go to the new one. The
             // old one's blocks are freed when its last handle closes, which
@@ -336,7 +343,7 @@ impl FileStore {
             return Ok(None);
         };
         state.save_meta(meta)?;
-        state.rebuild_epoch();
+        engram_store::drop_later(state.rebuild_epoch());
         tracing::info!(agent = %id, hidden, "microcompacted old tool results");
         Ok(Some(Microcompacted {
             hidden,

@@ -83,10 +83,18 @@ impl PgStore {
             tx.commit()
                 .await
                 .map_err(db("releasing a compaction lease"))?;
-            return Err(stale);
+            return Err(stale.into());
         }
-        let (intent, added, updated) =
-            engram_store::offload(|| cached.derived.commit_plan(&job, summary, policy, 0));
+        let (intent, added, updated) = engram_store::offload(|| {
+            cached.derived.commit_plan(
+                &job,
+                summary,
+                policy,
+                0,
+                engram_store::unix_now(),
+                engram_store::new_id,
+            )
+        });
         let meta = cached.derived.committed_meta(&intent);
         let written = self
             .write_commit(&mut tx, id.as_str(), cached, &intent, &meta)
@@ -115,7 +123,9 @@ impl PgStore {
         };
         let cached = slot.as_mut().expect("current");
         let (version, generation) = generation;
-        engram_store::offload(|| cached.derived.adopt_commit(&intent, meta));
+        engram_store::drop_later(engram_store::offload(|| {
+            cached.derived.adopt_commit(&intent, meta)
+        }));
         cached.version = version;
         cached.generation = generation;
         tracing::info!(agent = %id, turns = intent.turn_ids.len(), epoch = cached.derived.meta.epoch, "compacted");
@@ -221,7 +231,7 @@ impl PgStore {
         };
         let cached = slot.as_mut().expect("current");
         cached.derived.meta = meta;
-        cached.derived.rebuild_epoch();
+        engram_store::drop_later(cached.derived.rebuild_epoch());
         cached.version = version;
         cached.generation = generation;
         tracing::info!(agent = %id, hidden, "microcompacted old tool results");

@@ -120,4 +120,10 @@ impl StoreError {
     }
 }
 
+impl From<engram_core::state::Stale> for StoreError {
+    fn from(stale: engram_core::state::Stale) -> Self {
+        Self::Conflict(stale.to_string())
+    }
+}
+
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

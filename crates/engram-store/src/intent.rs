@@ -1,26 +1,4 @@
-//! A compaction's commit written down before any file changes (in
-//! `state.json`), so a crash at any step is rolled forward at the next load.
+//! A compaction's commit as written down before any change (see
+//! `engram_core::state::intent`).
 
-use engram_core::memory::{EpisodicItem, SemanticItem};
-use serde::{Deserialize, Serialize};
-
-/// A compaction written down before any file changes (in `state.json`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Intent {
-    /// The epoch this compaction ends.
-    pub epoch: u32,
-    /// The epoch it starts (absent in intents written before it existed:
-    /// then `epoch + 1`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next_epoch: Option<u32>,
-    pub turn_ids: Vec<String>,
-    pub trace_ids: Vec<String>,
-    /// Length of the archive before this compaction appended to it.
-    pub archive_len: u64,
-    pub episodic: EpisodicItem,
-    pub semantic: Vec<SemanticItem>,
-    /// `(old id, new id)`.
-    pub superseded: Vec<(String, String)>,
-    pub snapshot: String,
-    pub snapshot_trace_ids: Vec<String>,
-}
+pub use engram_core::state::Intent;

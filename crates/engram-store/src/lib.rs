@@ -4,10 +4,10 @@
 //!
 //! - [`Store`] (`api`): the interface and its values.
 //! - [`error`]: store errors, and the client-safe message of each.
-//! - [`derived`]: what an agent *is* (turns, transcript, memories, the
-//!   compaction job, plan and commit), computed from its records the same
-//!   way by every backend; [`intent`]: a compaction's commit as written
-//!   down before it is carried out.
+//! - [`derived`], [`intent`]: what an agent *is* and a compaction's
+//!   commit as written down, re-exported from core (`engram_core::state`,
+//!   pure), which every backend keeps the same way; [`unix_now`] and
+//!   [`new_id`] are the clock and the ids the backends pass it.
 //! - [`items`], [`embedding`], [`ranked`], [`search`]: search items, how
 //!   they and queries are embedded, ranked pages and filters, and the
 //!   all-words matcher, shared so both backends answer alike.
@@ -69,6 +69,11 @@ pub fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// A new item id: a UUIDv7, so that ids sort by creation.
+pub fn new_id() -> String {
+    uuid::Uuid::now_v7().to_string()
 }
 
 /// Frees `value` on the blocking pool. Dropping a compacted window (thousands

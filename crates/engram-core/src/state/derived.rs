@@ -1,0 +1,379 @@
+//! An agent's state derived from its stored records — turns, the active
+//! traces, memories, settings and the epoch's transcript — and the steps
+//! that change it, whichever backend stores the records: the file store
+//! keeps it per loaded agent, the database backend per cached agent.
+
+use std::collections::{BTreeSet, HashSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::{AgentContext, Intent, Job, Policy};
+use crate::compaction::plan::{Before, SnapshotLimits, plan};
+use crate::compaction::{Summary, select_window};
+use crate::memory::{EpisodicItem, SemanticItem};
+use crate::transcript::{Message, Role, Transcript};
+use crate::turns::turn_number;
+use crate::{RawTrace, TurnTracker, Usage};
+
+/// What a step replaced: megabytes for a large agent, whose freeing need
+/// not happen while the agent is locked (the store hands it to a blocking
+/// thread).
+#[must_use = "free it off the async workers (engram_store::drop_later)"]
+pub struct Discarded {
+    // Held to be dropped, never read.
+    _transcript: Transcript,
+    _traces: Vec<RawTrace>,
+}
+
+/// A compaction's job no longer describes the agent: its commit is refused
+/// and writes nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the agent changed while it was being compacted; nothing was written")]
+pub struct Stale;
+
+/// The agent's settings and counters (`state.json`, rewritten atomically).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AgentMeta {
+    /// Stored by PrepareRequest; the first message of every prompt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// A reported prompt size passed the trigger: compact before the next
+    /// prompt is built. Cleared by a compaction.
+    pub compaction_required: bool,
+    /// Compaction epoch: the transcript's base changes with each.
+    pub epoch: u32,
+    pub compactions: u32,
+    pub consecutive_failures: u32,
+    /// The epoch's snapshot text (memory bundle and raw tail), the first
+    /// message after the system prompt; none before the first compaction.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+    /// Active traces the snapshot already shows (its raw tail): they are
+    /// not repeated as messages.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub snapshot_trace_ids: Vec<String>,
+    /// A compaction written down but not finished (a crash or an I/O error
+    /// interrupted it): finished before the agent is used again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pending: Option<Intent>,
+    /// The last active trace when this epoch began: usage reported before
+    /// it measured an older prompt and no longer counts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub epoch_start_trace: Option<String>,
+    /// Microcompact: results of turns before this one show as placeholders.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub microcompact_before: Option<u32>,
+}
+
+/// What an agent is, derived from its records.
+#[derive(Debug)]
+pub struct Derived {
+    pub tracker: TurnTracker,
+    /// Active traces in storage order.
+    pub traces: Vec<RawTrace>,
+    pub episodic: Vec<EpisodicItem>,
+    pub semantic: Vec<SemanticItem>,
+    pub meta: AgentMeta,
+    /// The active transcript of the epoch, kept current with every append.
+    pub transcript: Transcript,
+    /// The provider's last usage report in this epoch, and the number of
+    /// transcript messages before it (what that prompt covered, roughly).
+    pub report: Option<(Usage, usize)>,
+    /// Turn numbers among the active traces (derived, kept current with
+    /// every trace folded in; a prompt need not walk the traces for it).
+    active_turns: BTreeSet<u32>,
+    /// A compaction's summarizer call is under way (this process only).
+    pub compacting: bool,
+    /// Replay has passed `meta.epoch_start_trace`.
+    in_epoch: bool,
+}
+
+impl Derived {
+    /// An agent with `meta` whose archived traces (if any) made `tracker`;
+    /// its active traces are folded in next with [`note`](Self::note).
+    pub fn new(meta: AgentMeta, tracker: TurnTracker) -> Self {
+        let transcript = match &meta.snapshot {
+            Some(snapshot) => Transcript::with_base(Message::text(Role::System, snapshot.clone())),
+            None => Transcript::default(),
+        };
+        Self {
+            tracker,
+            traces: Vec::new(),
+            episodic: Vec::new(),
+            semantic: Vec::new(),
+            in_epoch: meta.epoch_start_trace.is_none(),
+            meta,
+            transcript,
+            report: None,
+            active_turns: BTreeSet::new(),
+            compacting: false,
+        }
+    }
+
+    /// The prompt as it stands, owned (the messages shared, not copied);
+    /// `bytes` is about how much text the agent holds.
+    pub fn context(&self, bytes: u64) -> AgentContext {
+        AgentContext {
+            transcript: self.transcript.id(),
+            messages: self.transcript.shared(),
+            tail: self.transcript.pending_tail(),
+            system: self.meta.system_prompt.clone(),
+            report: self.report,
+            last_model: self.tracker.last_model().map(str::to_owned),
+            compaction_required: self.meta.compaction_required,
+            finished_turns: self.active_turns.len()
+                - usize::from(self.active_turns.contains(&self.tracker.turn_count())),
+            turns: self.tracker.turn_count(),
+            current_turn_id: self.tracker.current_turn_id().unwrap_or_default(),
+            epoch: self.meta.epoch,
+            compactions: self.meta.compactions,
+            consecutive_failures: self.meta.consecutive_failures,
+            bytes,
+        }
+    }
+
+    /// Rebuilds the transcript from the active traces for
+    /// the epoch `meta` describes (after a compaction). The turn state is
+    /// kept: it already holds every trace, archived ones included.
+    /// Returns the old transcript, for the caller to free off its async
+    /// workers.
+    pub fn rebuild_epoch(&mut self) -> Discarded {
+        let transcript = match &self.meta.snapshot {
+            Some(snapshot) => Transcript::with_base(Message::text(Role::System, snapshot.clone())),
+            None => Transcript::default(),
+        };
+        let old = std::mem::replace(&mut self.transcript, transcript);
+        self.report = None;
+        self.in_epoch = self.meta.epoch_start_trace.is_none();
+        self.active_turns.clear();
+        let traces = std::mem::take(&mut self.traces);
+        for trace in &traces {
+            self.note_epoch(trace);
+        }
+        self.traces = traces;
+        Discarded {
+            _transcript: old,
+            _traces: vec![],
+        }
+    }
+
+    /// Folds a stored trace into the derived state (turns, transcript).
+    pub fn note(&mut self, trace: &RawTrace) {
+        self.tracker.apply(trace);
+        self.note_epoch(trace);
+    }
+
+    /// The part of [`note`](Self::note) that starts over with each epoch:
+    /// the active turns and the transcript.
+    fn note_epoch(&mut self, trace: &RawTrace) {
+        if let Some(n) = turn_number(&trace.turn_id) {
+            self.active_turns.insert(n);
+        }
+        let in_epoch = self.in_epoch;
+        if self.meta.epoch_start_trace.as_deref() == Some(trace.id.as_str()) {
+            self.in_epoch = true;
+        }
+        if self.meta.snapshot_trace_ids.contains(&trace.id) {
+            return; // shown in the snapshot text
+        }
+        if let Some(usage) = trace.usage.filter(|_| in_epoch) {
+            self.report = Some((usage, self.transcript.messages().len()));
+        }
+        let old_result = trace.trace_type == crate::TraceType::ToolResult
+            && self
+                .meta
+                .microcompact_before
+                .is_some_and(|before| turn_number(&trace.turn_id).is_some_and(|n| n < before));
+        if old_result {
+            self.transcript.push(&microcompacted(trace));
+        } else {
+            self.transcript.push(trace);
+        }
+    }
+
+    /// The turns a compaction would summarize now, as a job (`None`:
+    /// nothing to compact). Marks nothing.
+    pub fn job(&self, policy: Policy) -> Option<Job> {
+        let window = select_window(&self.traces, policy.raw_tail_turns);
+        if window.is_empty() {
+            return None;
+        }
+        Some(Job {
+            epoch: self.meta.epoch,
+            next_epoch: self.meta.epoch + 1,
+            turn_ids: window.turn_ids,
+            traces: window
+                .trace_indices
+                .iter()
+                .map(|&i| self.traces[i].clone())
+                .collect(),
+            known_facts: self
+                .semantic
+                .iter()
+                .filter(|f| f.is_live())
+                .cloned()
+                .collect(),
+            current_turn: self.tracker.turn_count(),
+        })
+    }
+
+    /// `job` no longer describes the agent: a compaction started a new
+    /// epoch, or its window left the active traces.
+    pub fn is_stale(&self, job: &Job) -> bool {
+        let active: HashSet<&str> = self.traces.iter().map(|t| t.id.as_str()).collect();
+        self.meta.epoch != job.epoch || job.traces.iter().any(|t| !active.contains(t.id.as_str()))
+    }
+
+    /// The refusal of a commit whose job [`is_stale`](Self::is_stale), the
+    /// same from every backend.
+    pub fn check_current(&self, job: &Job) -> Result<(), Stale> {
+        if self.is_stale(job) {
+            return Err(Stale);
+        }
+        Ok(())
+    }
+
+    /// Plans the commit of `job` with `summary` (core's [`plan`]). Returns
+    /// it with the numbers of facts added and updated; `archive_len` is
+    /// the file store's (0 elsewhere). New items are stamped `now` (epoch
+    /// seconds) and named by `new_id`.
+    pub fn commit_plan(
+        &self,
+        job: &Job,
+        summary: Summary,
+        policy: Policy,
+        archive_len: u64,
+        now: f64,
+        new_id: impl FnMut() -> String,
+    ) -> (Intent, u32, u32) {
+        let window: HashSet<&str> = job.traces.iter().map(|t| t.id.as_str()).collect();
+        let before = Before {
+            active: &self.traces,
+            episodic: &self.episodic,
+            semantic: &self.semantic,
+            current_turn: job.current_turn,
+        };
+        let limits = SnapshotLimits {
+            max_episodic: policy.max_episodic,
+            max_semantic: policy.max_semantic,
+        };
+        let planned = plan(before, &job.turn_ids, &window, summary, limits, now, new_id);
+        let (added, updated) = planned.fact_counts();
+        let intent = Intent {
+            epoch: job.epoch,
+            next_epoch: Some(job.next_epoch),
+            turn_ids: job.turn_ids.clone(),
+            trace_ids: job.traces.iter().map(|t| t.id.clone()).collect(),
+            archive_len,
+            episodic: planned.episodic,
+            semantic: planned.facts.new_items,
+            superseded: planned.facts.superseded,
+            snapshot: planned.snapshot,
+            snapshot_trace_ids: planned.snapshot_trace_ids,
+        };
+        (intent, added, updated)
+    }
+
+    /// The settings of the epoch `intent` starts.
+    pub fn committed_meta(&self, intent: &Intent) -> AgentMeta {
+        let window: HashSet<&str> = intent.trace_ids.iter().map(String::as_str).collect();
+        let epoch_start_trace = self
+            .traces
+            .iter()
+            .rev()
+            .find(|t| !window.contains(t.id.as_str()))
+            .map(|t| t.id.clone());
+        AgentMeta {
+            pending: None,
+            epoch_start_trace,
+            epoch: intent.next_epoch.unwrap_or(intent.epoch + 1),
+            compactions: self.meta.compactions + 1,
+            compaction_required: false,
+            consecutive_failures: 0,
+            snapshot: Some(intent.snapshot.clone()),
+            snapshot_trace_ids: intent.snapshot_trace_ids.clone(),
+            ..self.meta.clone()
+        }
+    }
+
+    /// Adopts a committed `intent` whose settings (`meta`,
+    /// [`committed_meta`](Self::committed_meta)) are stored: its memories
+    /// added, its window's traces gone from the active ones, the new
+    /// epoch's transcript built.
+    /// Returns what it replaced, for the caller to free off its async
+    /// workers.
+    pub fn adopt_commit(&mut self, intent: &Intent, meta: AgentMeta) -> Discarded {
+        self.meta = meta;
+        if !self.episodic.iter().any(|e| e.id == intent.episodic.id) {
+            self.episodic.push(intent.episodic.clone());
+        }
+        for item in &intent.semantic {
+            if !self.semantic.iter().any(|s| s.id == item.id) {
+                self.semantic.push(item.clone());
+            }
+        }
+        for (old, new) in &intent.superseded {
+            if let Some(item) = self.semantic.iter_mut().find(|s| s.id == *old) {
+                item.superseded_by = Some(new.clone());
+            }
+        }
+        let window: HashSet<&str> = intent.trace_ids.iter().map(String::as_str).collect();
+        let (kept, moved): (Vec<_>, Vec<_>) = std::mem::take(&mut self.traces)
+            .into_iter()
+            .partition(|t| !window.contains(t.id.as_str()));
+        self.traces = kept;
+        let mut discarded = self.rebuild_epoch();
+        discarded._traces = moved;
+        discarded
+    }
+
+    /// Microcompact's new settings, and how many results they hide; `None`
+    /// when they would hide nothing new.
+    pub fn microcompact_meta(&self, keep_turns: usize) -> Option<(AgentMeta, u32)> {
+        let latest = self.tracker.turn_count();
+        let before = latest.saturating_sub(u32::try_from(keep_turns).unwrap_or(u32::MAX));
+        let already = self.meta.microcompact_before.unwrap_or(0);
+        let hidden = self
+            .traces
+            .iter()
+            .filter(|t| t.trace_type == crate::TraceType::ToolResult)
+            .filter(|t| !self.meta.snapshot_trace_ids.contains(&t.id))
+            .filter_map(|t| turn_number(&t.turn_id))
+            .filter(|n| *n >= already && *n < before)
+            .count();
+        if hidden == 0 {
+            return None;
+        }
+        let meta = AgentMeta {
+            microcompact_before: Some(before),
+            epoch: self.meta.epoch + 1,
+            compaction_required: false,
+            epoch_start_trace: self.traces.last().map(|t| t.id.clone()),
+            ..self.meta.clone()
+        };
+        Some((meta, u32::try_from(hidden).unwrap_or(u32::MAX)))
+    }
+}
+
+impl Default for Derived {
+    /// An agent with nothing stored yet.
+    fn default() -> Self {
+        Self::new(AgentMeta::default(), TurnTracker::default())
+    }
+}
+
+/// A tool result as microcompact shows it: name, call id and size only.
+pub fn microcompacted(trace: &RawTrace) -> RawTrace {
+    let size = crate::transcript::result_text(trace).chars().count();
+    RawTrace {
+        tool_result: Some(serde_json::Value::String(format!(
+            "[tool result of {size} characters omitted: {} ({}); the raw trace keeps it]",
+            trace.tool_name.as_deref().unwrap_or("tool"),
+            trace.tool_call_id.as_deref().unwrap_or_default()
+        ))),
+        tool_error: None,
+        content: String::new(),
+        ..trace.clone()
+    }
+}

@@ -1,0 +1,87 @@
+//! An agent's state derived from its stored records, and the values it
+//! hands out: pure, so both backends keep it the same way and the tests
+//! need no storage. The clock and the id generator are passed in.
+//!
+//! - [`derived`]: turns, active traces, memories, settings, the epoch's
+//!   transcript, and the steps that change them (a compaction's job, its
+//!   commit plan and adoption, microcompact).
+//! - [`intent`]: a compaction's commit as written down before any change.
+
+pub mod derived;
+pub mod intent;
+
+use std::sync::Arc;
+
+use crate::memory::SemanticItem;
+use crate::transcript::Message;
+use crate::{RawTrace, Usage};
+
+pub use derived::{AgentMeta, Derived, Discarded, Stale, microcompacted};
+pub use intent::Intent;
+
+/// An agent's prompt as it stands, owned and cheap to take (the messages
+/// are shared, not copied): what PrepareRequest and GetContextStats count
+/// and render once the agent is unlocked.
+#[derive(Debug, Clone)]
+pub struct AgentContext {
+    /// Identity of the transcript's contents (for the caller's caches: the
+    /// same id means the same messages, the last one excepted).
+    pub transcript: u64,
+    pub messages: Arc<Vec<Message>>,
+    /// Placeholders for calls still waiting for results (rendered last).
+    pub tail: Vec<Message>,
+    pub system: Option<String>,
+    /// The provider's last usage report this epoch, and the number of
+    /// messages before it.
+    pub report: Option<(Usage, usize)>,
+    pub last_model: Option<String>,
+    pub compaction_required: bool,
+    /// Active turns, the current one not counted.
+    pub finished_turns: usize,
+    pub turns: u32,
+    pub current_turn_id: String,
+    pub epoch: u32,
+    pub compactions: u32,
+    pub consecutive_failures: u32,
+    /// About how much text there is (to keep big counts off the async
+    /// workers).
+    pub bytes: u64,
+}
+
+impl AgentContext {
+    /// The model a prompt is for: the request's, or the last one the
+    /// agent's Ingests reported ("" for neither: the default budget).
+    pub fn model(&self, requested: Option<&str>) -> String {
+        requested
+            .or(self.last_model.as_deref())
+            .unwrap_or_default()
+            .to_owned()
+    }
+}
+
+/// Compaction settings (`[policy]`).
+#[derive(Debug, Clone, Copy)]
+pub struct Policy {
+    /// Whole turns kept raw before the current one.
+    pub raw_tail_turns: usize,
+    pub max_episodic: usize,
+    pub max_semantic: usize,
+}
+
+/// A compaction in progress: what the summarizer gets, and what the commit
+/// checks the agent against.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub epoch: u32,
+    /// The epoch the compaction starts: `epoch + 1`, or `epoch` when a
+    /// cheaper tier of the same compaction already started a new one (one
+    /// compaction, one epoch: the provider's prompt cache breaks once).
+    pub next_epoch: u32,
+    pub turn_ids: Vec<String>,
+    /// The window's traces, in storage order.
+    pub traces: Vec<RawTrace>,
+    /// Live facts, so the summarizer can update rather than repeat them.
+    pub known_facts: Vec<SemanticItem>,
+    /// The latest turn when the job began; it and later turns stay messages.
+    pub current_turn: u32,
+}
