@@ -2,8 +2,7 @@
 
 use std::sync::Arc;
 
-use engram_core::retrieve::raw_tail;
-use engram_core::{AgentId, CoreError, NewEvent, Outcome, RawTrace, Usage};
+use engram_core::{AgentId, NewEvent, Outcome, RawTrace, Usage};
 
 use crate::agent::{self, AgentMeta, AgentState};
 use crate::{
@@ -29,15 +28,7 @@ impl FileStore {
                 continue; // deleted while we waited: start over on a fresh agent
             }
             let traces = self.append_events(id, state, events, usage, model)?;
-            let out = Ingested {
-                traces,
-                current_turn_id: state.tracker.current_turn_id().unwrap_or_default(),
-                compaction_required: state.meta.compaction_required,
-                model: model
-                    .or_else(|| state.tracker.last_model())
-                    .map(str::to_owned),
-                epoch: state.meta.epoch,
-            };
+            let out = state.ingested(traces, model);
             // A retry waits too: the first attempt may still be in flight.
             let ticket = state.last_ticket.clone();
             drop(slot);
@@ -189,11 +180,7 @@ impl FileStore {
                 }
                 return Err(StoreError::NotFound(id.to_string()));
             }
-            if input.needs_model && input.model.or(state.tracker.last_model()).is_none() {
-                return Err(CoreError::Invalid(
-                    "model is required to render this format: none was given and no Ingest reported one".into(),
-                ).into());
-            }
+            input.check_model(state.tracker.last_model())?;
             let existed = state.exists();
             let replaced = if existed {
                 store_system_prompt(state, input.system_prompt)?
@@ -242,15 +229,7 @@ impl FileStore {
     /// Every memory and the raw tail, copied out (the tail picked, and the
     /// copies made, off the async workers for a large agent).
     pub(crate) async fn bundle(&self, id: &AgentId, raw_tail_turns: usize) -> Result<Bundle> {
-        self.read(id, |state| Bundle {
-            episodic: state.episodic.clone(),
-            semantic: state.semantic.clone(),
-            raw_tail: raw_tail(&state.traces, raw_tail_turns)
-                .into_iter()
-                .cloned()
-                .collect(),
-        })
-        .await
+        self.read(id, |state| state.bundle(raw_tail_turns)).await
     }
 
     /// Name and size of every file of an agent, sorted by name.

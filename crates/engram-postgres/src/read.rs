@@ -2,7 +2,6 @@
 //! Retrieve and the prompt take from it.
 
 use engram_core::AgentId;
-use engram_core::retrieve::raw_tail;
 use engram_store::{AgentContext, Bundle, Result, StoreError};
 
 use crate::cache::{Cached, Lock, Slot, refresh};
@@ -61,15 +60,7 @@ impl PgStore {
     }
 
     pub(crate) async fn bundle(&self, id: &AgentId, raw_tail_turns: usize) -> Result<Bundle> {
-        self.read(id, |c| Bundle {
-            episodic: c.derived.episodic.clone(),
-            semantic: c.derived.semantic.clone(),
-            raw_tail: raw_tail(&c.derived.traces, raw_tail_turns)
-                .into_iter()
-                .cloned()
-                .collect(),
-        })
-        .await
+        self.read(id, |c| c.derived.bundle(raw_tail_turns)).await
     }
 }
 

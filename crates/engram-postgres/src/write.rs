@@ -71,15 +71,7 @@ impl PgStore {
                 }
             };
             let cached = slot.as_ref().expect("written");
-            return Ok(Ingested {
-                traces,
-                current_turn_id: cached.derived.tracker.current_turn_id().unwrap_or_default(),
-                compaction_required: cached.derived.meta.compaction_required,
-                model: model
-                    .or_else(|| cached.derived.tracker.last_model())
-                    .map(str::to_owned),
-                epoch: cached.derived.meta.epoch,
-            });
+            return Ok(cached.derived.ingested(traces, model));
         }
     }
 
@@ -305,11 +297,7 @@ impl PgStore {
             let last_model = slot
                 .as_ref()
                 .and_then(|c| c.derived.tracker.last_model().map(str::to_owned));
-            if input.needs_model && input.model.is_none() && last_model.is_none() {
-                return Err(CoreError::Invalid(
-                    "model is required to render this format: none was given and no Ingest reported one".into(),
-                ).into());
-            }
+            input.check_model(last_model.as_deref())?;
             // Refused input rolls the whole transaction back, the system
             // prompt with it; the cache is then reloaded.
             let user_trace = match &input.user_input {

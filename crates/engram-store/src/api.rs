@@ -15,24 +15,9 @@ use engram_core::compaction::Summary;
 use engram_core::memory::{EpisodicItem, SemanticItem};
 use engram_core::{AgentId, NewEvent, RawTrace, TraceType, Usage};
 
-pub use engram_core::state::{AgentContext, Job, Policy};
+pub use engram_core::state::{AgentContext, Bundle, Ingested, Job, Policy};
 
 use crate::Result;
-
-/// The result of an Ingest.
-#[derive(Debug, Clone)]
-pub struct Ingested {
-    /// One trace per request event, in request order.
-    pub traces: Vec<RawTrace>,
-    pub current_turn_id: String,
-    /// The agent is marked for compaction at its next prompt.
-    pub compaction_required: bool,
-    /// The model this request or, failing that, an earlier one reported.
-    pub model: Option<String>,
-    /// The agent's epoch after the write (for
-    /// [`Store::mark_compaction_required`]).
-    pub epoch: u32,
-}
 
 /// What PrepareRequest writes before the prompt is built.
 #[derive(Debug, Clone, Default)]
@@ -48,6 +33,20 @@ pub struct PrepareInput<'a> {
     pub needs_model: bool,
 }
 
+impl PrepareInput<'_> {
+    /// Refuses the input, before anything is written, when it needs a model
+    /// and neither it nor the agent's Ingests (`last_model`) named one.
+    pub fn check_model(&self, last_model: Option<&str>) -> Result<()> {
+        if self.needs_model && self.model.or(last_model).is_none() {
+            return Err(engram_core::CoreError::Invalid(
+                "model is required to render this format: none was given and no Ingest reported one".into(),
+            )
+            .into());
+        }
+        Ok(())
+    }
+}
+
 /// The result of [`Store::prepare`].
 #[derive(Debug, Clone)]
 pub struct Prepared {
@@ -55,17 +54,6 @@ pub struct Prepared {
     pub context: AgentContext,
     /// The stored user input (a retry returns the first one).
     pub user_trace: Option<RawTrace>,
-}
-
-/// What Retrieve shows of an agent: every memory, and the raw traces of the
-/// last turns.
-#[derive(Debug, Clone, Default)]
-pub struct Bundle {
-    pub episodic: Vec<EpisodicItem>,
-    /// Live and superseded facts, latest version of each.
-    pub semantic: Vec<SemanticItem>,
-    /// Ordered by turn, then seq.
-    pub raw_tail: Vec<RawTrace>,
 }
 
 /// How SearchHistory matches.

@@ -218,6 +218,32 @@ impl Derived {
         })
     }
 
+    /// The answer of an Ingest that stored `traces`, reporting `model`.
+    pub fn ingested(&self, traces: Vec<RawTrace>, model: Option<&str>) -> super::Ingested {
+        super::Ingested {
+            traces,
+            current_turn_id: self.tracker.current_turn_id().unwrap_or_default(),
+            compaction_required: self.meta.compaction_required,
+            model: model
+                .or_else(|| self.tracker.last_model())
+                .map(str::to_owned),
+            epoch: self.meta.epoch,
+        }
+    }
+
+    /// Every memory and the raw traces of the last `raw_tail_turns` turns,
+    /// copied out.
+    pub fn bundle(&self, raw_tail_turns: usize) -> super::Bundle {
+        super::Bundle {
+            episodic: self.episodic.clone(),
+            semantic: self.semantic.clone(),
+            raw_tail: crate::retrieve::raw_tail(&self.traces, raw_tail_turns)
+                .into_iter()
+                .cloned()
+                .collect(),
+        }
+    }
+
     /// `job` no longer describes the agent: a compaction started a new
     /// epoch, or its window left the active traces.
     pub fn is_stale(&self, job: &Job) -> bool {

@@ -12,7 +12,7 @@ pub mod intent;
 
 use std::sync::Arc;
 
-use crate::memory::SemanticItem;
+use crate::memory::{EpisodicItem, SemanticItem};
 use crate::transcript::Message;
 use crate::{RawTrace, Usage};
 
@@ -84,4 +84,30 @@ pub struct Job {
     pub known_facts: Vec<SemanticItem>,
     /// The latest turn when the job began; it and later turns stay messages.
     pub current_turn: u32,
+}
+
+/// The result of an Ingest.
+#[derive(Debug, Clone)]
+pub struct Ingested {
+    /// One trace per request event, in request order.
+    pub traces: Vec<RawTrace>,
+    pub current_turn_id: String,
+    /// The agent is marked for compaction at its next prompt.
+    pub compaction_required: bool,
+    /// The model this request or, failing that, an earlier one reported.
+    pub model: Option<String>,
+    /// The agent's epoch after the write (for
+    /// `Store::mark_compaction_required`).
+    pub epoch: u32,
+}
+
+/// What Retrieve shows of an agent: every memory, and the raw traces of the
+/// last turns.
+#[derive(Debug, Clone, Default)]
+pub struct Bundle {
+    pub episodic: Vec<EpisodicItem>,
+    /// Live and superseded facts, latest version of each.
+    pub semantic: Vec<SemanticItem>,
+    /// Ordered by turn, then seq.
+    pub raw_tail: Vec<RawTrace>,
 }
