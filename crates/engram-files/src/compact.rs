@@ -171,15 +171,12 @@ impl FileStore {
         }
         crate::drop_later(job);
         tracing::info!(agent = %id, turns = intent.turn_ids.len(), epoch = state.meta.epoch, "compacted");
-        Ok(Committed {
-            turn_ids: intent.turn_ids,
-            episodic_id: intent.episodic.id,
-            semantic_added: added,
-            semantic_updated: updated,
-            traces_pruned: u32::try_from(intent.trace_ids.len()).unwrap_or(u32::MAX),
-            epoch: state.meta.epoch,
-            context: state.context(),
-        })
+        Ok(Committed::of(
+            intent,
+            (added, updated),
+            state.meta.epoch,
+            state.context(),
+        ))
     }
 
     /// Carries out `intent` (every step repeatable), starts the epoch and

@@ -58,7 +58,7 @@ impl FileStore {
             }
             Ok(SearchPage {
                 hits,
-                next_page_token: more.then(|| format!("k{end}")),
+                next_page_token: more.then(|| engram_store::ranked::page_token(end)),
                 index: r.state,
             })
         })

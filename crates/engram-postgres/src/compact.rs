@@ -130,15 +130,12 @@ impl PgStore {
         cached.generation = generation;
         tracing::info!(agent = %id, turns = intent.turn_ids.len(), epoch = cached.derived.meta.epoch, "compacted");
         engram_store::drop_later(job);
-        Ok(Committed {
-            turn_ids: intent.turn_ids,
-            episodic_id: intent.episodic.id,
-            semantic_added: added,
-            semantic_updated: updated,
-            traces_pruned: u32::try_from(intent.trace_ids.len()).unwrap_or(u32::MAX),
-            epoch: cached.derived.meta.epoch,
-            context: context_of(cached),
-        })
+        Ok(Committed::of(
+            intent,
+            (added, updated),
+            cached.derived.meta.epoch,
+            context_of(cached),
+        ))
     }
 
     /// The commit's statements; returns the agent's new version and

@@ -84,7 +84,7 @@ impl PgStore {
             .collect();
         Ok(SearchPage {
             hits,
-            next_page_token: more.then(|| format!("k{end}")),
+            next_page_token: more.then(|| engram_store::ranked::page_token(end)),
             index: state,
         })
     }

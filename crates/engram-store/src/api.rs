@@ -293,6 +293,27 @@ pub struct Committed {
     pub context: AgentContext,
 }
 
+impl Committed {
+    /// What committing `intent` (with the facts it `added` and `updated`)
+    /// did, the agent now at `epoch` with prompt `context`.
+    pub fn of(
+        intent: engram_core::state::Intent,
+        (added, updated): (u32, u32),
+        epoch: u32,
+        context: AgentContext,
+    ) -> Self {
+        Self {
+            traces_pruned: u32::try_from(intent.trace_ids.len()).unwrap_or(u32::MAX),
+            turn_ids: intent.turn_ids,
+            episodic_id: intent.episodic.id,
+            semantic_added: added,
+            semantic_updated: updated,
+            epoch,
+            context,
+        }
+    }
+}
+
 /// What a microcompact did.
 #[derive(Debug, Clone)]
 pub struct Microcompacted {

@@ -15,6 +15,12 @@ pub const MAX_RANKED: usize = 1000;
 /// Neighbours returned on each side of a match, at most.
 pub const MAX_CONTEXT: usize = 10;
 
+/// The token of the ranked page that starts at `offset` (read back by
+/// [`offset`]).
+pub fn page_token(offset: usize) -> String {
+    format!("k{offset}")
+}
+
 /// Where a ranked page starts, from its token.
 pub fn offset(token: Option<&str>) -> std::result::Result<usize, CoreError> {
     let Some(token) = token else { return Ok(0) };
