@@ -6,6 +6,11 @@
 //!   transcript, and the steps that change them (a compaction's job, its
 //!   commit plan and adoption, microcompact).
 //! - [`intent`]: a compaction's commit as written down before any change.
+//!
+//! The values here cross the store's interface (`engram_store` re-exports
+//! them): the prompt as it stands ([`AgentContext`]), a compaction's
+//! [`Job`] and [`Policy`], an Ingest's answer ([`Ingested`]) and
+//! Retrieve's [`Bundle`], each built by one method of [`Derived`].
 
 pub mod derived;
 pub mod intent;
