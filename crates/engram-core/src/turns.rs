@@ -273,14 +273,8 @@ impl TurnTracker {
         now: f64,
         new_id: &mut impl FnMut() -> String,
     ) -> Result<Outcome, CoreError> {
-        if let Some(eid) = &event.event_id {
-            check_id("event_id", eid)?;
-            if let Some(id) = self.events.get(eid) {
-                return Ok(Outcome::Existing(id.clone()));
-            }
-            if let Some(i) = overlay.events.get(eid) {
-                return Ok(Outcome::New(*i));
-            }
+        if let Some(seen) = self.seen_event(event, overlay)? {
+            return Ok(seen);
         }
         let trace_type = event.trace_type.ok_or_else(|| {
             CoreError::invalid(
@@ -289,15 +283,7 @@ impl TurnTracker {
         })?;
         check_fields(trace_type, event)?;
         let last_turn = overlay.last_turn.unwrap_or(self.last_turn);
-        let explicit = event
-            .turn_id
-            .as_deref()
-            .map(|t| {
-                turn_number(t).ok_or_else(|| {
-                    CoreError::invalid(format!("turn_id {t:?} is not a turn id like turn_0001"))
-                })
-            })
-            .transpose()?;
+        let explicit = explicit_turn(event)?;
         let id = new_id();
         let placed = match trace_type {
             TraceType::User => Placed {
@@ -316,49 +302,96 @@ impl TurnTracker {
             }
             TraceType::ToolResult => self.plan_result(event, explicit, overlay)?,
         };
-        let turn = placed.turn;
-        overlay.last_turn = Some(last_turn.max(turn));
+        overlay.last_turn = Some(last_turn.max(placed.turn));
+        let seq = self.next_seq_of(placed.turn, overlay);
+        if trace_type == TraceType::ToolCall
+            && let Some(call) = placed
+                .tool_call_id
+                .as_ref()
+                .and_then(|c| overlay.calls.get_mut(c))
+        {
+            call.seq = seq;
+        }
+        let index = plan.new_traces.len();
+        if let Some(eid) = &event.event_id {
+            overlay.events.insert(eid.clone(), index);
+        }
+        let trace = new_trace(event, trace_type, id, placed, seq, now);
+        plan.new_traces.push(trace);
+        Ok(Outcome::New(index))
+    }
+
+    /// The outcome of an event already stored, or already planned in this
+    /// batch, under its `event_id` (a retry).
+    fn seen_event(
+        &self,
+        event: &NewEvent,
+        overlay: &Overlay,
+    ) -> Result<Option<Outcome>, CoreError> {
+        let Some(eid) = &event.event_id else {
+            return Ok(None);
+        };
+        check_id("event_id", eid)?;
+        if let Some(id) = self.events.get(eid) {
+            return Ok(Some(Outcome::Existing(id.clone())));
+        }
+        Ok(overlay.events.get(eid).map(|i| Outcome::New(*i)))
+    }
+
+    /// The next seq of `turn`, taken.
+    fn next_seq_of(&self, turn: u32, overlay: &mut Overlay) -> u32 {
         let seq = *overlay
             .next_seq
             .entry(turn)
             .or_insert_with(|| self.next_seq.get(&turn).copied().unwrap_or(0));
         overlay.next_seq.insert(turn, seq + 1);
-        if let Some(call) = placed
-            .tool_call_id
-            .as_ref()
-            .and_then(|c| overlay.calls.get_mut(c))
-            .filter(|_| trace_type == TraceType::ToolCall)
-        {
-            call.seq = seq;
-        }
+        seq
+    }
+}
 
-        let index = plan.new_traces.len();
-        if let Some(eid) = &event.event_id {
-            overlay.events.insert(eid.clone(), index);
-        }
-        plan.new_traces.push(RawTrace {
-            id,
-            ts: event.ts.unwrap_or(now),
-            turn_id: turn_id(turn),
-            seq,
-            trace_type,
-            content: event.content.clone(),
-            source_event: event.source_event.clone(),
-            tool_name: placed.tool_name,
-            tool_call_id: placed.tool_call_id,
-            tool_args: event.tool_args.clone(),
-            tool_result: event.tool_result.clone(),
-            tool_error: event.tool_error.clone(),
-            correlation_id: event.correlation_id.clone(),
-            tags: event.tags.clone(),
-            media: event.media.clone().filter(|m| !m.is_empty()),
-            event_id: event.event_id.clone(),
-            tool_result_ref: None,
-            usage: None,
-            model: None,
-            name: event.name.clone(),
-        });
-        Ok(Outcome::New(index))
+/// The turn an event names (`turn_id`), if it names one.
+fn explicit_turn(event: &NewEvent) -> Result<Option<u32>, CoreError> {
+    event
+        .turn_id
+        .as_deref()
+        .map(|t| {
+            turn_number(t).ok_or_else(|| {
+                CoreError::invalid(format!("turn_id {t:?} is not a turn id like turn_0001"))
+            })
+        })
+        .transpose()
+}
+
+/// The trace an accepted event becomes.
+fn new_trace(
+    event: &NewEvent,
+    trace_type: TraceType,
+    id: String,
+    placed: Placed,
+    seq: u32,
+    now: f64,
+) -> RawTrace {
+    RawTrace {
+        id,
+        ts: event.ts.unwrap_or(now),
+        turn_id: turn_id(placed.turn),
+        seq,
+        trace_type,
+        content: event.content.clone(),
+        source_event: event.source_event.clone(),
+        tool_name: placed.tool_name,
+        tool_call_id: placed.tool_call_id,
+        tool_args: event.tool_args.clone(),
+        tool_result: event.tool_result.clone(),
+        tool_error: event.tool_error.clone(),
+        correlation_id: event.correlation_id.clone(),
+        tags: event.tags.clone(),
+        media: event.media.clone().filter(|m| !m.is_empty()),
+        event_id: event.event_id.clone(),
+        tool_result_ref: None,
+        usage: None,
+        model: None,
+        name: event.name.clone(),
     }
 }
 
