@@ -205,70 +205,24 @@ impl Compactor {
         // results shrinks the prompt but keeps every turn: it answers the
         // size triggers only; a turn count or a manual Compact summarizes.
         if trigger.is_about_size() {
-            match self
-                .store
-                .microcompact(agent, self.policy.raw_tail_turns)
-                .await
-            {
-                Ok(None) => {}
-                Ok(Some(done)) => {
-                    out.report.steps.push(Tier::Microcompact);
-                    let (over, tokens) =
-                        sizing::over_trigger(&self.caches, &self.budgets, agent, &done.context);
-                    out.context = Some(done.context);
-                    if !over {
-                        out.report.performed = true;
-                        out.report.tokens_after = tokens;
-                        return out;
-                    }
-                }
-                Err(e) => return out.failed(storage(agent, &e, "microcompact")),
+            match self.microcompact_tier(agent, &mut out).await {
+                Ok(true) => return out,
+                Ok(false) => {}
+                Err(e) => return out.failed(e),
             }
         }
-        if trigger != Trigger::Manual
-            && let Some(left) = self.pauses.remaining(agent)
-        {
-            return out.failed(CompactionError::Paused {
-                failures: self.pauses.after,
-                resumes_in_secs: left.as_secs_f64().ceil() as u64,
-            });
-        }
-        let policy = self.policy_for(trigger);
-        let mut job = match self.store.begin_compaction(agent, policy).await {
-            Ok(Begun::Job(job)) => job,
-            Ok(Begun::Nothing) => {
-                return out.failed(CompactionError::NothingToCompact {
-                    raw_tail_turns: policy.raw_tail_turns,
-                });
-            }
-            Ok(Begun::Busy) => return out.failed(CompactionError::Busy),
-            Err(e) => return out.failed(storage(agent, &e, "choosing the window")),
+        let (mut job, policy) = match self.begin(agent, trigger).await {
+            Ok(begun) => begun,
+            Err(e) => return out.failed(e),
         };
         if out.context.is_some() {
             // Microcompact opened this compaction's epoch already.
             job.next_epoch = job.epoch;
         }
         out.report.steps.push(Tier::Summarize);
-        let started = std::time::Instant::now();
-        let answer = self.summarize(job, focus).await;
-        metrics::histogram!("engram_summarizer_duration_seconds")
-            .record(started.elapsed().as_secs_f64());
-        let (summary, job) = match answer {
+        let (summary, job) = match self.summary(agent, job, focus).await {
             Ok(answer) => answer,
-            Err(e) => {
-                metrics::counter!("engram_summarizer_failures_total").increment(1);
-                // An open circuit did not try this agent's turns at all.
-                let own = !matches!(e, SummarizeError::CircuitOpen(_));
-                let failures = self.store.abort_compaction(agent, own).await.unwrap_or(0);
-                if own {
-                    self.pauses.record(agent, Some(failures));
-                }
-                tracing::warn!(agent = %agent, error = %e, failures, "summary failed; nothing pruned");
-                return out.failed(CompactionError::Summarizer {
-                    message: e.to_string(),
-                    consecutive_failures: failures,
-                });
-            }
+            Err(e) => return out.failed(e),
         };
         match self
             .store
@@ -289,6 +243,91 @@ impl Compactor {
             }
             Err(e) => out.failed(storage(agent, &e, "storing the compaction")),
         }
+    }
+
+    /// Microcompact, the first tier of a size trigger: true when the
+    /// prompt it leaves is under the trigger (the compaction is done).
+    async fn microcompact_tier(
+        &self,
+        agent: &AgentId,
+        out: &mut Compacted,
+    ) -> Result<bool, CompactionError> {
+        let done = match self
+            .store
+            .microcompact(agent, self.policy.raw_tail_turns)
+            .await
+        {
+            Ok(None) => return Ok(false),
+            Ok(Some(done)) => done,
+            Err(e) => return Err(storage(agent, &e, "microcompact")),
+        };
+        out.report.steps.push(Tier::Microcompact);
+        let (over, tokens) =
+            sizing::over_trigger(&self.caches, &self.budgets, agent, &done.context);
+        out.context = Some(done.context);
+        if over {
+            return Ok(false);
+        }
+        out.report.performed = true;
+        out.report.tokens_after = tokens;
+        Ok(true)
+    }
+
+    /// The window to summarize, unless the agent is paused after failed
+    /// summaries (a manual Compact is not), has nothing to compact, or is
+    /// compacting already.
+    async fn begin(
+        &self,
+        agent: &AgentId,
+        trigger: Trigger,
+    ) -> Result<(Job, Policy), CompactionError> {
+        if trigger != Trigger::Manual
+            && let Some(left) = self.pauses.remaining(agent)
+        {
+            return Err(CompactionError::Paused {
+                failures: self.pauses.after,
+                resumes_in_secs: left.as_secs_f64().ceil() as u64,
+            });
+        }
+        let policy = self.policy_for(trigger);
+        match self.store.begin_compaction(agent, policy).await {
+            Ok(Begun::Job(job)) => Ok((job, policy)),
+            Ok(Begun::Nothing) => Err(CompactionError::NothingToCompact {
+                raw_tail_turns: policy.raw_tail_turns,
+            }),
+            Ok(Begun::Busy) => Err(CompactionError::Busy),
+            Err(e) => Err(storage(agent, &e, "choosing the window")),
+        }
+    }
+
+    /// The summary of `job`, timed; a failure releases the job (nothing is
+    /// pruned) and counts towards the agent's pause.
+    async fn summary(
+        &self,
+        agent: &AgentId,
+        job: Job,
+        focus: Option<&str>,
+    ) -> Result<(engram_core::compaction::Summary, Job), CompactionError> {
+        let started = std::time::Instant::now();
+        let answer = self.summarize(job, focus).await;
+        metrics::histogram!("engram_summarizer_duration_seconds")
+            .record(started.elapsed().as_secs_f64());
+        let e = match answer {
+            Ok(answer) => return Ok(answer),
+            Err(e) => e,
+        };
+        metrics::counter!("engram_summarizer_failures_total").increment(1);
+        // An open circuit did not try this agent's turns at all.
+        let own = !matches!(e, SummarizeError::CircuitOpen(_));
+        let failures = self.store.abort_compaction(agent, own).await.unwrap_or(0);
+        if own {
+            self.pauses.record(agent, Some(failures));
+        }
+        tracing::warn!(agent = %agent, error = %e, failures, "summary failed; nothing pruned");
+        Err(CompactionError::Summarizer {
+            message: e.to_string(),
+            consecutive_failures: failures,
+        })
     }
 
     /// The summarizer's answer for `job`. The whole call runs on a blocking
