@@ -66,9 +66,10 @@ fn lines_of<'a>(traces: impl Iterator<Item = &'a RawTrace>) -> Vec<u8> {
 /// An earlier compaction is written down but could not be finished for
 /// lack of space (see `FileStore::loaded`): no other may start meanwhile.
 fn waiting_for_space(dir: &Path) -> StoreError {
-    StoreError::io("finishing an earlier compaction in", dir)(
-        std::io::ErrorKind::StorageFull.into(),
-    )
+    StoreError::Full(format!(
+        "an earlier compaction in {} waits for space to finish",
+        dir.display()
+    ))
 }
 
 fn line<T: Serialize>(item: &T) -> Vec<u8> {

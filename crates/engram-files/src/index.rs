@@ -289,8 +289,8 @@ impl FileStore {
     }
 }
 
-/// Runs blocking index work off the async workers (a panic in it unwinds
-/// in the caller: see [`engram_store::blocking`]).
+/// [`engram_store::blocking`] with the store's error, so that closures
+/// ending in a bare `Ok(…)` need no annotation.
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> Result<T> {

@@ -15,6 +15,15 @@ use crate::transcript::{Message, Role, Transcript};
 use crate::turns::turn_number;
 use crate::{RawTrace, TurnTracker, Usage};
 
+/// An epoch's transcript before its first message: the snapshot, if the
+/// agent has compacted.
+fn epoch_transcript(meta: &AgentMeta) -> Transcript {
+    match &meta.snapshot {
+        Some(snapshot) => Transcript::with_base(Message::text(Role::System, snapshot.clone())),
+        None => Transcript::default(),
+    }
+}
+
 /// What a step replaced: megabytes for a large agent, whose freeing need
 /// not happen while the agent is locked (the store hands it to a blocking
 /// thread).
@@ -93,10 +102,7 @@ impl Derived {
     /// An agent with `meta` whose archived traces (if any) made `tracker`;
     /// its active traces are folded in next with [`note`](Self::note).
     pub fn new(meta: AgentMeta, tracker: TurnTracker) -> Self {
-        let transcript = match &meta.snapshot {
-            Some(snapshot) => Transcript::with_base(Message::text(Role::System, snapshot.clone())),
-            None => Transcript::default(),
-        };
+        let transcript = epoch_transcript(&meta);
         Self {
             tracker,
             traces: Vec::new(),
@@ -139,10 +145,7 @@ impl Derived {
     /// Returns the old transcript, for the caller to free off its async
     /// workers.
     pub fn rebuild_epoch(&mut self) -> Discarded {
-        let transcript = match &self.meta.snapshot {
-            Some(snapshot) => Transcript::with_base(Message::text(Role::System, snapshot.clone())),
-            None => Transcript::default(),
-        };
+        let transcript = epoch_transcript(&self.meta);
         let old = std::mem::replace(&mut self.transcript, transcript);
         self.report = None;
         self.in_epoch = self.meta.epoch_start_trace.is_none();
