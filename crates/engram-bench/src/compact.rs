@@ -12,7 +12,7 @@ use engram_core::compaction::Summary;
 use engram_core::{AgentId, NewEvent};
 use engram_files::{FileStore, StoreConfig};
 use engram_store::Policy;
-use engram_store::Store;
+use engram_store::prelude::*;
 use serde_json::json;
 
 use crate::ingest::{histogram, us};

@@ -2,8 +2,8 @@
 //! summarizer answered, write the summary, archive the turns and start a
 //! new epoch — crash-safe by rolling forward.
 //!
-//! The LLM call happens between [`FileStore::begin_compaction`] and
-//! [`FileStore::finish_compaction`], without the agent's lock, so Ingest keeps
+//! The LLM call happens between [`Compacts::begin_compaction`] and
+//! [`Compacts::finish_compaction`], without the agent's lock, so Ingest keeps
 //! working meanwhile; what arrives is not in the window and lands after the
 //! new snapshot. `finish` first writes everything it is about to do into
 //! `state.json` (an [`Intent`]), then does it in an order where every step
@@ -23,9 +23,11 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use engram_core::compaction::Summary;
 use engram_core::memory::SemanticItem;
 use engram_core::{AgentId, RawTrace};
+use engram_store::Compacts;
 use serde::Serialize;
 
 pub use crate::intent::Intent;
@@ -104,10 +106,11 @@ fn write_intent(
     Ok((intent, added, updated))
 }
 
-impl FileStore {
+#[async_trait]
+impl Compacts for FileStore {
     /// Picks the turns to summarize; `None` when there is nothing to
     /// compact or a compaction of this agent is already running.
-    pub(crate) async fn begin_compaction(&self, id: &AgentId, policy: Policy) -> Result<Begun> {
+    async fn begin_compaction(&self, id: &AgentId, policy: Policy) -> Result<Begun> {
         let handle = self.existing_handle(id)?;
         let mut slot = handle.lock().await;
         let state = self.loaded(id, &mut slot).await?;
@@ -130,7 +133,7 @@ impl FileStore {
     /// Gives up a job: nothing is written but, when the failure was this
     /// agent's (`failed`; not a summarizer that was not called at all), the
     /// failure count. Returns the consecutive failures so far.
-    pub(crate) async fn abort_compaction(&self, id: &AgentId, failed: bool) -> Result<u32> {
+    async fn abort_compaction(&self, id: &AgentId, failed: bool) -> Result<u32> {
         let handle = self.existing_handle(id)?;
         let mut slot = handle.lock().await;
         let state = self.loaded(id, &mut slot).await?;
@@ -147,7 +150,7 @@ impl FileStore {
     }
 
     /// Stores `summary` for `job` and starts the next epoch.
-    pub(crate) async fn finish_compaction(
+    async fn finish_compaction(
         &self,
         id: &AgentId,
         job: Job,
@@ -172,14 +175,48 @@ impl FileStore {
         }
         crate::drop_later(job);
         tracing::info!(agent = %id, turns = intent.turn_ids.len(), epoch = state.meta.epoch, "compacted");
-        Ok(Committed::of(
-            intent,
-            (added, updated),
-            state.meta.epoch,
-            state.context(),
-        ))
+        let committed = Committed::of(intent, (added, updated), state.meta.epoch, state.context());
+        drop(slot);
+        // The summary and the facts are new items for the index.
+        self.index_later(id);
+        Ok(committed)
     }
 
+    /// Microcompact: tool results of turns older than the last
+    /// `keep_turns` (and the current one) show as placeholders from now on,
+    /// in a new epoch. Nothing is archived or lost. `None`: nothing changed.
+    async fn microcompact(
+        &self,
+        id: &AgentId,
+        keep_turns: usize,
+    ) -> Result<Option<Microcompacted>> {
+        let handle = self.existing_handle(id)?;
+        let mut slot = handle.lock().await;
+        let state = self.loaded(id, &mut slot).await?;
+        if !state.exists() {
+            return Err(StoreError::NotFound(id.to_string()));
+        }
+        if state.meta.pending.is_some() {
+            return Err(waiting_for_space(&state.dir));
+        }
+        if state.compacting {
+            // A new epoch now would make that summary's work stale.
+            return Ok(None);
+        }
+        let Some((meta, hidden)) = state.microcompact_meta(keep_turns) else {
+            return Ok(None);
+        };
+        state.save_meta(meta)?;
+        engram_store::drop_later(state.rebuild_epoch());
+        tracing::info!(agent = %id, hidden, "microcompacted old tool results");
+        Ok(Some(Microcompacted {
+            hidden,
+            context: state.context(),
+        }))
+    }
+}
+
+impl FileStore {
     /// Carries out `intent` (every step repeatable), starts the epoch and
     /// reloads the agent's derived state from its files. Blocking file I/O
     /// and the rebuild of the transcript run off the async workers; the
@@ -312,40 +349,5 @@ impl FileStore {
             state.last_ticket = None;
         }
         Ok(())
-    }
-}
-
-impl FileStore {
-    /// Microcompact: tool results of turns older than the last
-    /// `keep_turns` (and the current one) show as placeholders from now on,
-    /// in a new epoch. Nothing is archived or lost. `None`: nothing changed.
-    pub(crate) async fn microcompact(
-        &self,
-        id: &AgentId,
-        keep_turns: usize,
-    ) -> Result<Option<Microcompacted>> {
-        let handle = self.existing_handle(id)?;
-        let mut slot = handle.lock().await;
-        let state = self.loaded(id, &mut slot).await?;
-        if !state.exists() {
-            return Err(StoreError::NotFound(id.to_string()));
-        }
-        if state.meta.pending.is_some() {
-            return Err(waiting_for_space(&state.dir));
-        }
-        if state.compacting {
-            // A new epoch now would make that summary's work stale.
-            return Ok(None);
-        }
-        let Some((meta, hidden)) = state.microcompact_meta(keep_turns) else {
-            return Ok(None);
-        };
-        state.save_meta(meta)?;
-        engram_store::drop_later(state.rebuild_epoch());
-        tracing::info!(agent = %id, hidden, "microcompacted old tool results");
-        Ok(Some(Microcompacted {
-            hidden,
-            context: state.context(),
-        }))
     }
 }

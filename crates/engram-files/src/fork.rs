@@ -9,64 +9,16 @@ use std::fs;
 use std::path::Path;
 use std::sync::Arc;
 
-use engram_core::{AgentId, CoreError};
+use engram_core::AgentId;
 
 use crate::jsonl::sync_dir;
-use crate::{FORK_PREFIX, FileStore, Result, StoreError};
+use crate::{FileStore, Result, StoreError};
 
 impl FileStore {
-    /// Copies `source` to the new agent `target`.
-    pub(crate) async fn fork_agent(&self, source: &AgentId, target: &AgentId) -> Result<()> {
-        if source == target {
-            return Err(CoreError::Invalid(
-                "target_agent_id must differ from source_agent_id".into(),
-            )
-            .into());
-        }
-        let handle = self.existing_handle(source)?;
-        let mut slot = handle.lock().await;
-        let state = self.loaded(source, &mut slot).await?;
-        if !state.exists() {
-            return Err(StoreError::NotFound(source.to_string()));
-        }
-        let target_dir = self.agent_dir(target);
-        if target_dir.exists() {
-            return Err(StoreError::AlreadyExists(target.to_string()));
-        }
-        let agents_dir = self.inner.agents_dir.clone();
-        let staging = agents_dir.join(format!("{FORK_PREFIX}{}", uuid::Uuid::new_v4()));
-        let from = state.dir.clone();
-        let to = staging.clone();
-        engram_store::blocking(move || copy_agent(&from, &to)).await?;
-        self.forget_absent(target).await;
-        let renamed = crate::offload(|| fs::rename(&staging, &target_dir));
-        if renamed.is_err() || !target_dir.exists() {
-            let _ = fs::remove_dir_all(&staging);
-            return match renamed {
-                // Created meanwhile (an Ingest or another fork won the race).
-                Err(e)
-                    if target_dir.exists() || e.kind() == std::io::ErrorKind::DirectoryNotEmpty =>
-                {
-                    Err(StoreError::AlreadyExists(target.to_string()))
-                }
-                Err(e) => Err(StoreError::io("renaming", &staging)(e)),
-                Ok(()) => Err(StoreError::AlreadyExists(target.to_string())),
-            };
-        }
-        crate::offload(|| sync_dir(&agents_dir))?;
-        drop(slot);
-        tracing::info!(source = %source, target = %target, "agent forked");
-        Ok(())
-    }
-
     /// Drops a cached "does not exist" state of `id`, so the next use reads
     /// the files that are about to appear.
-    async fn forget_absent(&self, id: &AgentId) {
-        let cached = self
-            .inner
-            .agents
-            .lock()
-            .expect("registry lock")
+    pub(crate) async fn forget_absent(&self, id: &AgentId) {
+        let cached = engram_store::lock(&self.inner.agents)
             .get(id)
             .map(Arc::clone);
         if let Some(handle) = cached {
@@ -86,7 +38,7 @@ impl FileStore {
 }
 
 /// Copies the agent's regular files (not temp files) and flushes them.
-fn copy_agent(from: &Path, to: &Path) -> Result<()> {
+pub(crate) fn copy_agent(from: &Path, to: &Path) -> Result<()> {
     fs::create_dir(to).map_err(StoreError::io("creating", to))?;
     for entry in fs::read_dir(from).map_err(StoreError::io("listing", from))? {
         let entry = entry.map_err(StoreError::io("listing", from))?;

@@ -1,32 +1,33 @@
 //! Engram's first storage backend: per-agent JSONL files under
-//! `<data_dir>/agents/`, behind the [`Store`] trait of `engram-store`.
+//! `<data_dir>/agents/`, behind the [`Store`](engram_store::Store) trait of `engram-store`.
 //!
 //! - [`FileStore`]: the registry of agents. Agents load lazily on first use (so
 //!   start-up cost does not grow with their number) and idle ones are
 //!   evicted from memory. Each agent has one async lock: one writer at a
-//!   time per agent, different agents in parallel. `backend` maps the
-//!   `Store` trait onto it.
+//!   time per agent, different agents in parallel. Each part of the
+//!   `Store` trait is implemented in the module that does its I/O (the
+//!   table in `engram_store`'s `traits`).
 //! - [`wal`]: the write-ahead log shared by all agents: one flush covers
 //!   the appends of every agent waiting at that moment (`always` policy).
 //! - [`durable`]: append-only files with group commit and fsync policies.
 //! - [`jsonl`]: loading with torn-tail and corrupt-line recovery, and the
 //!   atomic rewrite helper.
 //! - `agent`: one agent's files and derived state.
-//! - `write`: the write path of Ingest and PrepareRequest.
-//! - `fork`: ForkAgent, a copy of every file of an agent under a new id.
-//! - `registry`: listing and deleting agents, idle eviction, checkpoints,
-//!   the background upkeep.
+//! - `write`: the write path of Ingest and PrepareRequest (`Writes`).
+//! - `read`: an agent's prompt, memories and files as they stand (`Reads`).
+//! - `fork`: how ForkAgent copies every file of an agent under a new id.
+//! - `registry`: listing, deleting and forking agents (`Admin`), idle
+//!   eviction, checkpoints, the background upkeep, health (`Runtime`).
 //! - `compact`: a compaction's window, and its commit carried out
-//!   crash-safely (the intent in `state.json` is rolled forward).
+//!   crash-safely (`Compacts`) (the intent in `state.json` is rolled forward).
 //! - `index`, `ranked`, `indexer`: the per-agent search index (tantivy and
-//!   int8 vectors) kept caught up, ranked search on it, and the background
-//!   indexer that embeds off the write path.
-//! - `search`: SearchHistory's all-words mode over active and archived
-//!   traces.
+//!   int8 vectors) kept caught up, ranked search on it (`Ranks`), and the
+//!   background indexer that embeds off the write path.
+//! - `search`: SearchHistory (`Searches`); its all-words mode over active
+//!   and archived traces.
 //! - `faults`: fault injection for tests (`fault-injection` feature).
 
 mod agent;
-mod backend;
 mod compact;
 pub mod durable;
 mod faults;
@@ -35,6 +36,7 @@ mod index;
 mod indexer;
 pub mod jsonl;
 mod ranked;
+mod read;
 mod registry;
 mod search;
 pub mod wal;
@@ -58,7 +60,7 @@ pub use durable::FsyncPolicy;
 pub(crate) use engram_store::{
     AgentContext, Begun, Bundle, CommitStep, Committed, Hit, IndexState, Ingested, Job, Memory,
     MemoryQuery, Microcompacted, Policy, PrepareInput, Prepared, RankedMemories, Recalled, Result,
-    Search, SearchMode, SearchPage, Store, StoreError, Visible, derived, drop_later, error, intent,
+    Search, SearchMode, SearchPage, StoreError, Visible, derived, drop_later, error, intent,
     offload, offload_over, query_vector, unix_now,
 };
 
@@ -233,17 +235,6 @@ impl FileStore {
         &self.inner.config
     }
 
-    /// Number of agents currently in memory.
-    pub(crate) fn loaded_agents(&self) -> usize {
-        engram_store::lock(&self.inner.agents).len()
-    }
-
-    /// Items of the loaded agents that wait for the embedding model.
-    pub(crate) fn unembedded_items(&self) -> u64 {
-        let agents = engram_store::lock(&self.inner.agents);
-        agents.values().map(|h| *h.embedded.borrow() as u64).sum()
-    }
-
     fn agent_dir(&self, id: &AgentId) -> PathBuf {
         self.inner.agents_dir.join(id.as_str())
     }
@@ -281,30 +272,15 @@ impl FileStore {
 
     /// The handle of an agent that exists, without registering absent ids.
     fn existing_handle(&self, id: &AgentId) -> Result<Arc<AgentHandle>> {
-        let known = self
-            .inner
-            .agents
-            .lock()
-            .expect("registry lock")
-            .contains_key(id);
+        let known = engram_store::lock(&self.inner.agents).contains_key(id);
         if !known && !self.agent_dir(id).is_dir() {
             return Err(StoreError::NotFound(id.to_string()));
         }
         Ok(self.handle(id))
     }
 
-    /// Why the store stopped serving, if it did (a failed flush).
-    pub(crate) fn failure(&self) -> Option<String> {
-        self.inner.health.failure()
-    }
-
-    /// Changes to [`failure`](Self::failure), for health reporting.
-    pub(crate) fn watch_failure(&self) -> tokio::sync::watch::Receiver<Option<String>> {
-        self.inner.health.subscribe()
-    }
-
     async fn loaded<'a>(&self, id: &AgentId, slot: &'a mut Slot<'_>) -> Result<&'a mut AgentState> {
-        if let Some(reason) = self.failure() {
+        if let Some(reason) = self.inner.health.failure() {
             return Err(StoreError::Failed(reason));
         }
         if slot.is_none() {

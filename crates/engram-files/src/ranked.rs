@@ -5,9 +5,11 @@
 
 use std::time::Instant;
 
+use async_trait::async_trait;
 use engram_core::{AgentId, RawTrace};
 use engram_index::{Kind, Params, Ranked, Words};
 use engram_index::{Lexical, Placed};
+use engram_store::Ranks;
 
 use engram_store::ranked::{
     MAX_CONTEXT, MAX_RANKED, Want, matched_by, memory_wants, page_bounds, search_filter,
@@ -28,6 +30,42 @@ struct Ranking<'a> {
     state: IndexState,
     /// Conversation order of the first active trace: earlier is archived.
     first_active: Option<u64>,
+}
+
+#[async_trait]
+impl Ranks for FileStore {
+    /// Retrieve(query) and recall: traces, summaries and live facts ranked
+    /// together by the same index and fusion as SearchHistory.
+    async fn rank_memories(&self, id: &AgentId, query: &MemoryQuery) -> Result<RankedMemories> {
+        let asked = query.clone();
+        let wants = move |first_active: Option<u64>| memory_wants(&asked, first_active);
+        let context = query.neighbours.min(MAX_CONTEXT);
+        self.ranking(id, &query.query, query.wait_for_index, wants, move |r| {
+            let lexical = r.lexical;
+            let mut ranked = r.ranked.into_iter();
+            let (all, episodic, semantic) = (
+                ranked.next().unwrap_or_default(),
+                ranked.next().unwrap_or_default(),
+                ranked.next().unwrap_or_default(),
+            );
+            let mut memories = Vec::with_capacity(all.len());
+            for hit in &all {
+                memories.extend(recalled(hit, lexical, r.first_active, context)?);
+            }
+            Ok(RankedMemories {
+                memories,
+                episodic: items(&episodic, lexical)?,
+                semantic: items(&semantic, lexical)?,
+                index: r.state,
+            })
+        })
+        .await
+    }
+
+    async fn index_state(&self, id: &AgentId) -> Result<IndexState> {
+        let mut current = self.caught_up(id).await?;
+        Ok(current.index().state())
+    }
 }
 
 impl FileStore {
@@ -59,38 +97,6 @@ impl FileStore {
             Ok(SearchPage {
                 hits,
                 next_page_token: more.then(|| engram_store::ranked::page_token(end)),
-                index: r.state,
-            })
-        })
-        .await
-    }
-
-    /// Retrieve(query) and recall: traces, summaries and live facts ranked
-    /// together by the same index and fusion as SearchHistory.
-    pub(crate) async fn rank_memories(
-        &self,
-        id: &AgentId,
-        query: &MemoryQuery,
-    ) -> Result<RankedMemories> {
-        let asked = query.clone();
-        let wants = move |first_active: Option<u64>| memory_wants(&asked, first_active);
-        let context = query.neighbours.min(MAX_CONTEXT);
-        self.ranking(id, &query.query, query.wait_for_index, wants, move |r| {
-            let lexical = r.lexical;
-            let mut ranked = r.ranked.into_iter();
-            let (all, episodic, semantic) = (
-                ranked.next().unwrap_or_default(),
-                ranked.next().unwrap_or_default(),
-                ranked.next().unwrap_or_default(),
-            );
-            let mut memories = Vec::with_capacity(all.len());
-            for hit in &all {
-                memories.extend(recalled(hit, lexical, r.first_active, context)?);
-            }
-            Ok(RankedMemories {
-                memories,
-                episodic: items(&episodic, lexical)?,
-                semantic: items(&semantic, lexical)?,
                 index: r.state,
             })
         })

@@ -1,5 +1,5 @@
-//! The store as a whole: listing agents, deleting them, unloading idle
-//! ones, checkpoints (flushing agent files so the log can be trimmed), the
+//! The store as a whole: listing, deleting and forking agents (see `fork`
+//! for how a copy is made atomic), unloading idle ones, checkpoints (flushing agent files so the log can be trimmed), the
 //! background upkeep, and the data directory's size.
 
 use std::collections::HashMap;
@@ -8,23 +8,27 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use engram_core::AgentId;
+use async_trait::async_trait;
+use engram_core::{AgentId, CoreError};
+use engram_store::{Admin, Runtime};
 
 use crate::agent::AgentState;
 use crate::index::blocking;
 use crate::{
-    AgentHandle, FileStore, FsyncPolicy, Result, StoreError, TRASH_PREFIX, jsonl, offload, wal,
+    AgentHandle, FORK_PREFIX, FileStore, FsyncPolicy, Result, StoreError, TRASH_PREFIX, Visible,
+    jsonl, offload, wal,
 };
 
-impl FileStore {
+#[async_trait]
+impl Admin for FileStore {
     /// Agent ids after `page_token`, sorted, at most `page_size`; the token
     /// of the next page when more remain.
     /// Only ids `visible` accepts count (an auth scope), so pages stay full.
-    pub(crate) async fn list_agents(
+    async fn list_agents(
         &self,
         page_size: usize,
         page_token: Option<&str>,
-        visible: impl Fn(&str) -> bool,
+        visible: Visible<'_>,
     ) -> Result<(Vec<String>, Option<String>)> {
         let dir = self.inner.agents_dir.clone();
         let mut ids = engram_store::blocking(move || list_dirs(&dir)).await?;
@@ -38,21 +42,133 @@ impl FileStore {
         Ok((page, next))
     }
 
+    /// Removes every file of the agent. In-flight calls on it finish first;
+    /// later calls see NOT_FOUND (or, for Ingest, a new empty agent).
+    async fn delete_agent(&self, id: &AgentId) -> Result<()> {
+        self.delete_through(id, self.handle(id)).await
+    }
+
+    /// Copies `source` to the new agent `target`.
+    async fn fork_agent(&self, source: &AgentId, target: &AgentId) -> Result<()> {
+        if source == target {
+            return Err(CoreError::Invalid(
+                "target_agent_id must differ from source_agent_id".into(),
+            )
+            .into());
+        }
+        let handle = self.existing_handle(source)?;
+        let mut slot = handle.lock().await;
+        let state = self.loaded(source, &mut slot).await?;
+        if !state.exists() {
+            return Err(StoreError::NotFound(source.to_string()));
+        }
+        let target_dir = self.agent_dir(target);
+        if target_dir.exists() {
+            return Err(StoreError::AlreadyExists(target.to_string()));
+        }
+        let agents_dir = self.inner.agents_dir.clone();
+        let staging = agents_dir.join(format!("{FORK_PREFIX}{}", uuid::Uuid::new_v4()));
+        let from = state.dir.clone();
+        let to = staging.clone();
+        engram_store::blocking(move || crate::fork::copy_agent(&from, &to)).await?;
+        self.forget_absent(target).await;
+        let renamed = crate::offload(|| std::fs::rename(&staging, &target_dir));
+        if renamed.is_err() || !target_dir.exists() {
+            let _ = std::fs::remove_dir_all(&staging);
+            return match renamed {
+                // Created meanwhile (an Ingest or another fork won the race).
+                Err(e)
+                    if target_dir.exists() || e.kind() == std::io::ErrorKind::DirectoryNotEmpty =>
+                {
+                    Err(StoreError::AlreadyExists(target.to_string()))
+                }
+                Err(e) => Err(StoreError::io("renaming", &staging)(e)),
+                Ok(()) => Err(StoreError::AlreadyExists(target.to_string())),
+            };
+        }
+        crate::offload(|| crate::jsonl::sync_dir(&agents_dir))?;
+        drop(slot);
+        tracing::info!(source = %source, target = %target, "agent forked");
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Runtime for FileStore {
+    /// Why the store stopped serving, if it did (a failed flush).
+    fn failure(&self) -> Option<String> {
+        self.inner.health.failure()
+    }
+
+    /// Changes to [`failure`](Self::failure), for health reporting.
+    fn watch_failure(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.inner.health.subscribe()
+    }
+
+    /// Number of agents currently in memory.
+    fn loaded_agents(&self) -> usize {
+        engram_store::lock(&self.inner.agents).len()
+    }
+
+    /// Items of the loaded agents that wait for the embedding model.
+    fn unembedded_items(&self) -> u64 {
+        let agents = engram_store::lock(&self.inner.agents);
+        agents.values().map(|h| *h.embedded.borrow() as u64).sum()
+    }
+
     /// Bytes of every file under the data directory (a walk: meant for a
     /// metrics scrape, not a hot path).
-    pub(crate) async fn disk_bytes(&self) -> u64 {
+    async fn disk_bytes(&self) -> u64 {
         let root = self.inner.config.data_dir.clone();
         tokio::task::spawn_blocking(move || tree_bytes(&root))
             .await
             .unwrap_or(0)
     }
 
-    /// Removes every file of the agent. In-flight calls on it finish first;
-    /// later calls see NOT_FOUND (or, for Ingest, a new empty agent).
-    pub(crate) async fn delete_agent(&self, id: &AgentId) -> Result<()> {
-        self.delete_through(id, self.handle(id)).await
+    /// Background upkeep: the interval flush, checkpoints when the log
+    /// grows, idle eviction. Runs until the returned task is aborted.
+    fn spawn_upkeep(&self) -> tokio::task::JoinHandle<()> {
+        let store = self.clone();
+        tokio::spawn(async move {
+            let config = &store.inner.config;
+            let mut tick = Duration::from_secs(1);
+            if config.fsync == FsyncPolicy::Interval {
+                tick = tick.min(config.fsync_interval);
+            }
+            if let Some(idle) = config.idle_evict {
+                tick = tick.min((idle / 4).max(Duration::from_millis(50)));
+            }
+            let mut interval = tokio::time::interval(tick);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                interval.tick().await;
+                if config.fsync == FsyncPolicy::Interval {
+                    store.flush_all().await;
+                }
+                if store.inner.wal.segment_len() > config.wal_segment_bytes
+                    && let Err(e) = store.checkpoint().await
+                {
+                    tracing::error!(error = %e, "checkpoint failed");
+                }
+                if let Some(max_idle) = config.idle_evict {
+                    let n = store.evict_idle(max_idle).await;
+                    if n > 0 {
+                        tracing::debug!(evicted = n, "unloaded idle agents");
+                    }
+                }
+            }
+        })
     }
 
+    /// Flushes and checkpoints: the last call before the process exits.
+    async fn close(&self) {
+        if let Err(e) = self.checkpoint().await {
+            tracing::error!(error = %e, "final checkpoint failed; the log will be replayed at start");
+        }
+    }
+}
+
+impl FileStore {
     pub(crate) async fn delete_through(
         &self,
         id: &AgentId,
@@ -196,21 +312,10 @@ impl FileStore {
         Ok(())
     }
 
-    /// Flushes and checkpoints: the last call before the process exits.
-    pub(crate) async fn close(&self) {
-        if let Err(e) = self.checkpoint().await {
-            tracing::error!(error = %e, "final checkpoint failed; the log will be replayed at start");
-        }
-    }
-
     /// Flushes every loaded agent's files (checkpoints, the interval
     /// policy). False if any flush failed.
     pub async fn flush_all(&self) -> bool {
-        let handles: Vec<Arc<AgentHandle>> = self
-            .inner
-            .agents
-            .lock()
-            .expect("registry lock")
+        let handles: Vec<Arc<AgentHandle>> = engram_store::lock(&self.inner.agents)
             .values()
             .cloned()
             .collect();
@@ -239,41 +344,6 @@ impl FileStore {
             },
             _ => true,
         }
-    }
-
-    /// Background upkeep: the interval flush, checkpoints when the log
-    /// grows, idle eviction. Runs until the returned task is aborted.
-    pub(crate) fn spawn_upkeep(&self) -> tokio::task::JoinHandle<()> {
-        let store = self.clone();
-        tokio::spawn(async move {
-            let config = &store.inner.config;
-            let mut tick = Duration::from_secs(1);
-            if config.fsync == FsyncPolicy::Interval {
-                tick = tick.min(config.fsync_interval);
-            }
-            if let Some(idle) = config.idle_evict {
-                tick = tick.min((idle / 4).max(Duration::from_millis(50)));
-            }
-            let mut interval = tokio::time::interval(tick);
-            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                interval.tick().await;
-                if config.fsync == FsyncPolicy::Interval {
-                    store.flush_all().await;
-                }
-                if store.inner.wal.segment_len() > config.wal_segment_bytes
-                    && let Err(e) = store.checkpoint().await
-                {
-                    tracing::error!(error = %e, "checkpoint failed");
-                }
-                if let Some(max_idle) = config.idle_evict {
-                    let n = store.evict_idle(max_idle).await;
-                    if n > 0 {
-                        tracing::debug!(evicted = n, "unloaded idle agents");
-                    }
-                }
-            }
-        })
     }
 }
 

@@ -12,8 +12,10 @@ use std::fs::File;
 use std::io::{ErrorKind, Read, Seek, SeekFrom};
 use std::path::Path;
 
+use async_trait::async_trait;
 use engram_core::{AgentId, CoreError, RawTrace};
 
+use engram_store::Searches;
 use engram_store::search::Query;
 
 use crate::agent::RAW_ARCHIVE;
@@ -48,9 +50,10 @@ impl Cursor {
     }
 }
 
-impl FileStore {
+#[async_trait]
+impl Searches for FileStore {
     /// One page of SearchHistory, in the request's mode.
-    pub(crate) async fn search(&self, id: &AgentId, search: &Search) -> Result<SearchPage> {
+    async fn search(&self, id: &AgentId, search: &Search) -> Result<SearchPage> {
         match search.mode {
             SearchMode::Ranked if search.query.trim().is_empty() => {
                 Err(CoreError::Invalid(engram_store::search::EMPTY_QUERY.into()).into())
@@ -59,7 +62,9 @@ impl FileStore {
             SearchMode::AllWords => self.all_words(id, search).await,
         }
     }
+}
 
+impl FileStore {
     /// Up to `limit` hits from the page `page_token` names on, newest
     /// first, and the token of the next page if there may be more.
     async fn all_words(&self, id: &AgentId, search: &Search) -> Result<SearchPage> {

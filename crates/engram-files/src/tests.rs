@@ -4,6 +4,7 @@ use engram_core::{NewEvent, TraceType};
 use serde_json::json;
 
 use super::*;
+use engram_store::prelude::*;
 
 fn id(s: &str) -> AgentId {
     AgentId::parse(s).unwrap()

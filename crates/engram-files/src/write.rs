@@ -2,18 +2,21 @@
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use engram_core::{AgentId, NewEvent, Outcome, RawTrace, Usage};
+use engram_store::Writes;
 
 use crate::agent::{self, AgentMeta, AgentState};
 use crate::{
-    AgentContext, Bundle, FileStore, FsyncPolicy, Ingested, PrepareInput, Prepared, Result,
-    StoreError, unix_now, wal,
+    FileStore, FsyncPolicy, Ingested, PrepareInput, Prepared, Result, StoreError, unix_now, wal,
 };
 
-impl FileStore {
+#[async_trait]
+impl Writes for FileStore {
     /// Validates and stores `events`, creating the agent on its first
-    /// accepted write. Returns once the traces are durable (per policy).
-    pub(crate) async fn ingest(
+    /// accepted write. Returns once the traces are durable (per policy);
+    /// the indexer picks them up after.
+    async fn ingest(
         &self,
         id: &AgentId,
         events: &[NewEvent],
@@ -35,6 +38,7 @@ impl FileStore {
             if let Some(ticket) = ticket {
                 ticket.wait().await.map_err(|e| e.for_agent(id.as_str()))?;
             }
+            self.index_later(id);
             return Ok(out);
         }
     }
@@ -42,7 +46,7 @@ impl FileStore {
     /// Marks the agent for compaction unless its epoch moved past `epoch`.
     /// The mark is durable before this returns and stays until a
     /// compaction clears it.
-    pub(crate) async fn mark_compaction_required(&self, id: &AgentId, epoch: u32) -> Result<bool> {
+    async fn mark_compaction_required(&self, id: &AgentId, epoch: u32) -> Result<bool> {
         let handle = self.existing_handle(id)?;
         let mut slot = handle.lock().await;
         let state = self.loaded(id, &mut slot).await?;
@@ -62,6 +66,70 @@ impl FileStore {
         Ok(true)
     }
 
+    /// PrepareRequest's store part, under one hold of the agent's lock:
+    /// the request is vetted before anything is written; then a changed
+    /// system prompt is stored, the user input ingested (creating the
+    /// agent), and the prompt's parts taken. Answers once they are durable.
+    async fn prepare(&self, id: &AgentId, input: PrepareInput<'_>) -> Result<Prepared> {
+        loop {
+            let handle = self.handle(id);
+            let mut slot = handle.lock().await;
+            let state = self.loaded(id, &mut slot).await?;
+            if state.deleted {
+                continue;
+            }
+            if !state.exists() && input.user_input.is_none() {
+                drop(slot);
+                // Nobody else holds it: an id that does not exist is not kept.
+                if Arc::strong_count(&handle) == 2 {
+                    self.unregister(id, &handle);
+                }
+                return Err(StoreError::NotFound(id.to_string()));
+            }
+            input.check_model(state.tracker.last_model())?;
+            let existed = state.exists();
+            let replaced = if existed {
+                store_system_prompt(state, input.system_prompt)?
+            } else {
+                None
+            };
+            let user_trace = match &input.user_input {
+                Some(event) => {
+                    match self.append_events(id, state, std::slice::from_ref(event), None, None) {
+                        Ok(mut traces) => traces.pop(),
+                        Err(e) => {
+                            // Refused: the system prompt goes back too.
+                            if let Some(before) = replaced
+                                && let Err(undo) = state.save_meta(before)
+                            {
+                                tracing::warn!(agent = %id, error = %undo, "could not restore the system prompt of a refused request");
+                            }
+                            return Err(e);
+                        }
+                    }
+                }
+                None => None,
+            };
+            if !existed {
+                // A new agent's directory exists only now.
+                store_system_prompt(state, input.system_prompt)?;
+            }
+            let context = state.context();
+            let ticket = state.last_ticket.clone();
+            drop(slot);
+            if let Some(ticket) = ticket {
+                ticket.wait().await.map_err(|e| e.for_agent(id.as_str()))?;
+            }
+            self.index_later(id);
+            return Ok(Prepared {
+                context,
+                user_trace,
+            });
+        }
+    }
+}
+
+impl FileStore {
     /// The write path of Ingest and PrepareRequest, under the agent's lock:
     /// validate, append to the agent's file and the log, fold into the
     /// derived state. Returns one trace per event.
@@ -158,107 +226,6 @@ impl FileStore {
         }
         state.traces.extend(plan.new_traces);
         Ok(traces)
-    }
-
-    /// PrepareRequest's store part, under one hold of the agent's lock:
-    /// the request is vetted before anything is written; then a changed
-    /// system prompt is stored, the user input ingested (creating the
-    /// agent), and the prompt's parts taken. Answers once they are durable.
-    pub(crate) async fn prepare(&self, id: &AgentId, input: PrepareInput<'_>) -> Result<Prepared> {
-        loop {
-            let handle = self.handle(id);
-            let mut slot = handle.lock().await;
-            let state = self.loaded(id, &mut slot).await?;
-            if state.deleted {
-                continue;
-            }
-            if !state.exists() && input.user_input.is_none() {
-                drop(slot);
-                // Nobody else holds it: an id that does not exist is not kept.
-                if Arc::strong_count(&handle) == 2 {
-                    self.unregister(id, &handle);
-                }
-                return Err(StoreError::NotFound(id.to_string()));
-            }
-            input.check_model(state.tracker.last_model())?;
-            let existed = state.exists();
-            let replaced = if existed {
-                store_system_prompt(state, input.system_prompt)?
-            } else {
-                None
-            };
-            let user_trace = match &input.user_input {
-                Some(event) => {
-                    match self.append_events(id, state, std::slice::from_ref(event), None, None) {
-                        Ok(mut traces) => traces.pop(),
-                        Err(e) => {
-                            // Refused: the system prompt goes back too.
-                            if let Some(before) = replaced
-                                && let Err(undo) = state.save_meta(before)
-                            {
-                                tracing::warn!(agent = %id, error = %undo, "could not restore the system prompt of a refused request");
-                            }
-                            return Err(e);
-                        }
-                    }
-                }
-                None => None,
-            };
-            if !existed {
-                // A new agent's directory exists only now.
-                store_system_prompt(state, input.system_prompt)?;
-            }
-            let context = state.context();
-            let ticket = state.last_ticket.clone();
-            drop(slot);
-            if let Some(ticket) = ticket {
-                ticket.wait().await.map_err(|e| e.for_agent(id.as_str()))?;
-            }
-            return Ok(Prepared {
-                context,
-                user_trace,
-            });
-        }
-    }
-
-    /// The prompt of an existing agent as it stands.
-    pub(crate) async fn context(&self, id: &AgentId) -> Result<AgentContext> {
-        self.read(id, AgentState::context).await
-    }
-
-    /// Every memory and the raw tail, copied out (the tail picked, and the
-    /// copies made, off the async workers for a large agent).
-    pub(crate) async fn bundle(&self, id: &AgentId, raw_tail_turns: usize) -> Result<Bundle> {
-        self.read(id, |state| state.bundle(raw_tail_turns)).await
-    }
-
-    /// Name and size of every file of an agent, sorted by name.
-    pub(crate) async fn file_sizes(&self, id: &AgentId) -> Result<Vec<(String, u64)>> {
-        let dir = self.agent_dir(id);
-        engram_store::blocking(move || {
-            let mut out = vec![];
-            let entries = std::fs::read_dir(&dir).map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => StoreError::NotFound(
-                    dir.file_name()
-                        .unwrap_or_default()
-                        .to_string_lossy()
-                        .into_owned(),
-                ),
-                _ => StoreError::io("listing", &dir)(e),
-            })?;
-            for entry in entries {
-                let entry = entry.map_err(StoreError::io("listing", &dir))?;
-                let meta = entry
-                    .metadata()
-                    .map_err(StoreError::io("reading metadata of", entry.path()))?;
-                if meta.is_file() {
-                    out.push((entry.file_name().to_string_lossy().into_owned(), meta.len()));
-                }
-            }
-            out.sort();
-            Ok(out)
-        })
-        .await
     }
 }
 

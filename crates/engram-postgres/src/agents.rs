@@ -1,8 +1,9 @@
 //! Listing, deleting and forking agents: each one statement or one
 //! transaction.
 
+use async_trait::async_trait;
 use engram_core::{AgentId, CoreError};
-use engram_store::{Result, StoreError, Visible};
+use engram_store::{Admin, Result, StoreError, Visible};
 
 use crate::{PgStore, db};
 
@@ -10,10 +11,11 @@ use crate::{PgStore, db};
 /// may not see.
 const LIST_BATCH: i64 = 1000;
 
-impl PgStore {
+#[async_trait]
+impl Admin for PgStore {
     /// Keyset paging over the primary key: each page starts after the last
     /// id of the previous one.
-    pub(crate) async fn list_agents(
+    async fn list_agents(
         &self,
         page_size: usize,
         page_token: Option<&str>,
@@ -50,7 +52,7 @@ impl PgStore {
 
     /// Deletes the agent's row; its traces, memories, results and vectors
     /// go with it (foreign keys cascade) in the same transaction.
-    pub(crate) async fn delete_agent(&self, id: &AgentId) -> Result<()> {
+    async fn delete_agent(&self, id: &AgentId) -> Result<()> {
         let handle = self.handle(id.as_str());
         let mut slot = handle.lock().await;
         // The agent's row, then its vectors' lock, as a compaction takes
@@ -86,7 +88,7 @@ impl PgStore {
 
     /// Copies every row of `source` under `target` in one transaction, the
     /// source row held (`FOR SHARE`) so no write of it lands halfway.
-    pub(crate) async fn fork_agent(&self, source: &AgentId, target: &AgentId) -> Result<()> {
+    async fn fork_agent(&self, source: &AgentId, target: &AgentId) -> Result<()> {
         if source == target {
             return Err(CoreError::Invalid(
                 "target_agent_id must differ from source_agent_id".into(),
@@ -136,34 +138,5 @@ impl PgStore {
         }
         tx.commit().await.map_err(db("committing a fork"))?;
         Ok(())
-    }
-
-    /// What the agent occupies, by table (rows' stored size), sorted.
-    pub(crate) async fn file_sizes(&self, id: &AgentId) -> Result<Vec<(String, u64)>> {
-        let rows: Vec<(String, Option<i64>)> = sqlx::query_as(
-            "SELECT 'agents', sum(pg_column_size(a.*))::bigint FROM agents a WHERE id = $1
-             UNION ALL SELECT 'memories', sum(pg_column_size(m.*))::bigint FROM memories m WHERE agent_id = $1
-             UNION ALL SELECT 'spills', sum(pg_column_size(s.*))::bigint FROM spills s WHERE agent_id = $1
-             UNION ALL SELECT 'traces', sum(pg_column_size(t.*))::bigint FROM traces t WHERE agent_id = $1",
-        )
-        .bind(id.as_str())
-        .fetch_all(&self.inner.pool)
-        .await
-        .map_err(db("measuring an agent"))?;
-        if rows.first().is_none_or(|(_, bytes)| bytes.is_none()) {
-            return Err(StoreError::NotFound(id.to_string()));
-        }
-        Ok(rows
-            .into_iter()
-            .filter_map(|(name, bytes)| Some((name, u64::try_from(bytes?).ok()?)))
-            .collect())
-    }
-
-    /// The database's size (for a metrics scrape).
-    pub(crate) async fn disk_bytes(&self) -> u64 {
-        sqlx::query_scalar::<_, i64>("SELECT pg_database_size(current_database())")
-            .fetch_one(&self.inner.pool)
-            .await
-            .map_or(0, |b| u64::try_from(b).unwrap_or(0))
     }
 }

@@ -9,11 +9,12 @@
 
 use std::time::Duration;
 
+use async_trait::async_trait;
 use engram_core::AgentId;
 use engram_core::compaction::Summary;
 use engram_core::memory::{EpisodicItem, SemanticItem};
 use engram_store::intent::Intent;
-use engram_store::{Begun, CommitStep, Committed, Job, Microcompacted, Policy, Result};
+use engram_store::{Begun, CommitStep, Committed, Compacts, Job, Microcompacted, Policy, Result};
 use sqlx::PgConnection;
 
 use crate::cache::Cached;
@@ -21,8 +22,9 @@ use crate::read::context_of;
 use crate::write::save_meta;
 use crate::{PgStore, db};
 
-impl PgStore {
-    pub(crate) async fn begin_compaction(&self, id: &AgentId, policy: Policy) -> Result<Begun> {
+#[async_trait]
+impl Compacts for PgStore {
+    async fn begin_compaction(&self, id: &AgentId, policy: Policy) -> Result<Begun> {
         let handle = self.handle(id.as_str());
         let mut slot = handle.lock().await;
         let mut tx = self.lock_existing(id, &mut slot).await?;
@@ -43,7 +45,7 @@ impl PgStore {
         Ok(Begun::Job(job))
     }
 
-    pub(crate) async fn abort_compaction(&self, id: &AgentId, failed: bool) -> Result<u32> {
+    async fn abort_compaction(&self, id: &AgentId, failed: bool) -> Result<u32> {
         let handle = self.handle(id.as_str());
         let mut slot = handle.lock().await;
         let mut tx = self.lock_existing(id, &mut slot).await?;
@@ -67,7 +69,7 @@ impl PgStore {
         Ok(failures)
     }
 
-    pub(crate) async fn finish_compaction(
+    async fn finish_compaction(
         &self,
         id: &AgentId,
         job: Job,
@@ -138,6 +140,56 @@ impl PgStore {
         ))
     }
 
+    async fn microcompact(
+        &self,
+        id: &AgentId,
+        keep_turns: usize,
+    ) -> Result<Option<Microcompacted>> {
+        let handle = self.handle(id.as_str());
+        let mut slot = handle.lock().await;
+        let mut tx = self.lock_existing(id, &mut slot).await?;
+        if leased(&mut tx, id.as_str()).await? {
+            // A new epoch now would make that summary's work stale.
+            return Ok(None);
+        }
+        let cached = slot.as_mut().expect("current");
+        let Some((meta, hidden)) = cached.derived.microcompact_meta(keep_turns) else {
+            return Ok(None);
+        };
+        let row: std::result::Result<(i64, i64), _> = sqlx::query_as(
+            "UPDATE agents SET meta = $2, version = version + 1, generation = generation + 1
+             WHERE id = $1 RETURNING version, generation",
+        )
+        .bind(id.as_str())
+        .bind(crate::meta_json(&meta))
+        .fetch_one(&mut *tx)
+        .await;
+        let committed = match row {
+            Ok(row) => tx.commit().await.map(|()| row),
+            Err(e) => Err(e),
+        };
+        let (version, generation) = match committed {
+            Ok(row) => row,
+            Err(e) => {
+                // Committed or not, unknown: the next call reloads.
+                *slot = None;
+                return Err(db("microcompacting")(e));
+            }
+        };
+        let cached = slot.as_mut().expect("current");
+        cached.derived.meta = meta;
+        engram_store::drop_later(cached.derived.rebuild_epoch());
+        cached.version = version;
+        cached.generation = generation;
+        tracing::info!(agent = %id, hidden, "microcompacted old tool results");
+        Ok(Some(Microcompacted {
+            hidden,
+            context: context_of(cached),
+        }))
+    }
+}
+
+impl PgStore {
     /// The commit's statements; returns the agent's new version and
     /// generation.
     async fn write_commit(
@@ -188,54 +240,6 @@ impl PgStore {
         .await
         .map_err(db("starting an epoch"))?;
         Ok(row)
-    }
-
-    pub(crate) async fn microcompact(
-        &self,
-        id: &AgentId,
-        keep_turns: usize,
-    ) -> Result<Option<Microcompacted>> {
-        let handle = self.handle(id.as_str());
-        let mut slot = handle.lock().await;
-        let mut tx = self.lock_existing(id, &mut slot).await?;
-        if leased(&mut tx, id.as_str()).await? {
-            // A new epoch now would make that summary's work stale.
-            return Ok(None);
-        }
-        let cached = slot.as_mut().expect("current");
-        let Some((meta, hidden)) = cached.derived.microcompact_meta(keep_turns) else {
-            return Ok(None);
-        };
-        let row: std::result::Result<(i64, i64), _> = sqlx::query_as(
-            "UPDATE agents SET meta = $2, version = version + 1, generation = generation + 1
-             WHERE id = $1 RETURNING version, generation",
-        )
-        .bind(id.as_str())
-        .bind(crate::meta_json(&meta))
-        .fetch_one(&mut *tx)
-        .await;
-        let committed = match row {
-            Ok(row) => tx.commit().await.map(|()| row),
-            Err(e) => Err(e),
-        };
-        let (version, generation) = match committed {
-            Ok(row) => row,
-            Err(e) => {
-                // Committed or not, unknown: the next call reloads.
-                *slot = None;
-                return Err(db("microcompacting")(e));
-            }
-        };
-        let cached = slot.as_mut().expect("current");
-        cached.derived.meta = meta;
-        engram_store::drop_later(cached.derived.rebuild_epoch());
-        cached.version = version;
-        cached.generation = generation;
-        tracing::info!(agent = %id, hidden, "microcompacted old tool results");
-        Ok(Some(Microcompacted {
-            hidden,
-            context: context_of(cached),
-        }))
     }
 }
 

@@ -5,7 +5,7 @@
 //! The records are the file store's, one row each (`migrations/`): an
 //! agent row (its settings, counters and lock), its traces active and
 //! archived, its summaries and facts, large tool results. What a replica
-//! derives from them — turns, the transcript, memories ([`Derived`], shared
+//! derives from them — turns, the transcript, memories ([`Derived`](engram_core::state::Derived), shared
 //! with the file store) — is a cache, checked against the agent row's
 //! `version` on every call and caught up from the rows written since:
 //!
@@ -25,7 +25,11 @@
 //! `write` (Ingest, PrepareRequest, the compaction mark), `read`, `rows`
 //! (how traces become rows), `compact`, `agents` (list, delete, fork),
 //! `search` (MATCH_ALL_WORDS) and `ranked`, `vectors` (the indexer and the
-//! replica's copies), `upkeep` (health, eviction).
+//! replica's copies), `upkeep` (health, metrics, eviction). Each part of
+//! the `Store` trait is implemented in the module of its I/O: `write`
+//! (`Writes`), `read` (`Reads`), `search` (`Searches`), `ranked`
+//! (`Ranks`), `compact` (`Compacts`), `agents` (`Admin`), `upkeep`
+//! (`Runtime`).
 
 mod agents;
 mod cache;
@@ -34,7 +38,6 @@ mod ranked;
 mod read;
 mod rows;
 mod search;
-mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod upkeep;

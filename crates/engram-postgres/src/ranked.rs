@@ -8,13 +8,14 @@
 
 use std::collections::HashMap;
 
+use async_trait::async_trait;
 use engram_core::{AgentId, RawTrace};
 use engram_index::Placed;
 use engram_index::{Candidate, Filter, Kind, Params, Ranked, Words};
 use engram_store::ranked::{MAX_CONTEXT, MAX_RANKED, Want, matched_by, memory_wants};
 use engram_store::{
-    Hit, IndexState, Memory, MemoryQuery, RankedMemories, Recalled, Result, Search, SearchPage,
-    StoreError,
+    Hit, IndexState, Memory, MemoryQuery, RankedMemories, Ranks, Recalled, Result, Search,
+    SearchPage, StoreError,
 };
 use sqlx::PgConnection;
 use uuid::Uuid;
@@ -50,50 +51,9 @@ fn quote(lexeme: &str) -> String {
     format!("'{}'", lexeme.replace('\\', "\\\\").replace('\'', "''"))
 }
 
-impl PgStore {
-    pub(crate) async fn ranked_search(&self, id: &AgentId, search: &Search) -> Result<SearchPage> {
-        let (from, end) = engram_store::ranked::page_bounds(search)?;
-        let mut conn = self.conn().await?;
-        let filter = engram_store::ranked::search_filter(search);
-        let (mut ranked, state) = self
-            .ranking(
-                &mut conn,
-                id.as_str(),
-                &search.query,
-                vec![(filter, end + 1)],
-                search.wait_for_index,
-            )
-            .await?;
-        let ranked = ranked.pop().unwrap_or_default();
-        let more = ranked.len() > end;
-        let page: Vec<Ranked> = ranked.into_iter().take(end).skip(from).collect();
-        let recalled = materialize(&mut conn, id.as_str(), &page, search.neighbours).await?;
-        let hits = recalled
-            .into_iter()
-            .filter_map(|r| match r.memory {
-                Memory::Trace { trace, archived } => Some(Hit {
-                    trace: *trace,
-                    archived,
-                    score: r.score,
-                    matched_by: r.matched_by,
-                    before: r.before,
-                    after: r.after,
-                }),
-                _ => None,
-            })
-            .collect();
-        Ok(SearchPage {
-            hits,
-            next_page_token: more.then(|| engram_store::ranked::page_token(end)),
-            index: state,
-        })
-    }
-
-    pub(crate) async fn rank_memories(
-        &self,
-        id: &AgentId,
-        query: &MemoryQuery,
-    ) -> Result<RankedMemories> {
+#[async_trait]
+impl Ranks for PgStore {
+    async fn rank_memories(&self, id: &AgentId, query: &MemoryQuery) -> Result<RankedMemories> {
         let mut conn = self.conn().await?;
         let first_active: Option<i64> =
             sqlx::query_scalar("SELECT min(ord) FROM traces WHERE agent_id = $1 AND NOT archived")
@@ -142,7 +102,7 @@ impl PgStore {
         })
     }
 
-    pub(crate) async fn index_state(&self, id: &AgentId) -> Result<IndexState> {
+    async fn index_state(&self, id: &AgentId) -> Result<IndexState> {
         let mut conn = self.conn().await?;
         let (state, incarnation) = state(&mut conn, id.as_str()).await?;
         let handle = self.handle(id.as_str());
@@ -152,6 +112,46 @@ impl PgStore {
             .map_or(0, |v| v.as_ref().map_or(0, |v| v.vectors.len()));
         self.with_vectors(&mut conn, id.as_str(), state, embedded)
             .await
+    }
+}
+
+impl PgStore {
+    pub(crate) async fn ranked_search(&self, id: &AgentId, search: &Search) -> Result<SearchPage> {
+        let (from, end) = engram_store::ranked::page_bounds(search)?;
+        let mut conn = self.conn().await?;
+        let filter = engram_store::ranked::search_filter(search);
+        let (mut ranked, state) = self
+            .ranking(
+                &mut conn,
+                id.as_str(),
+                &search.query,
+                vec![(filter, end + 1)],
+                search.wait_for_index,
+            )
+            .await?;
+        let ranked = ranked.pop().unwrap_or_default();
+        let more = ranked.len() > end;
+        let page: Vec<Ranked> = ranked.into_iter().take(end).skip(from).collect();
+        let recalled = materialize(&mut conn, id.as_str(), &page, search.neighbours).await?;
+        let hits = recalled
+            .into_iter()
+            .filter_map(|r| match r.memory {
+                Memory::Trace { trace, archived } => Some(Hit {
+                    trace: *trace,
+                    archived,
+                    score: r.score,
+                    matched_by: r.matched_by,
+                    before: r.before,
+                    after: r.after,
+                }),
+                _ => None,
+            })
+            .collect();
+        Ok(SearchPage {
+            hits,
+            next_page_token: more.then(|| engram_store::ranked::page_token(end)),
+            index: state,
+        })
     }
 
     /// The rankings `wants` asks for, and the index state. The query is

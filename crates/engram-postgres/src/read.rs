@@ -1,11 +1,44 @@
 //! Reads: a cache brought current without the agent row's lock, and what
 //! Retrieve and the prompt take from it.
 
+use async_trait::async_trait;
 use engram_core::AgentId;
-use engram_store::{AgentContext, Bundle, Result, StoreError};
+use engram_store::{AgentContext, Bundle, Reads, Result, StoreError};
 
 use crate::cache::{Cached, Lock, Slot, refresh};
 use crate::{PgStore, db};
+
+#[async_trait]
+impl Reads for PgStore {
+    async fn context(&self, id: &AgentId) -> Result<AgentContext> {
+        self.read(id, context_of).await
+    }
+
+    async fn bundle(&self, id: &AgentId, raw_tail_turns: usize) -> Result<Bundle> {
+        self.read(id, |c| c.derived.bundle(raw_tail_turns)).await
+    }
+
+    /// What the agent occupies, by table (rows' stored size), sorted.
+    async fn file_sizes(&self, id: &AgentId) -> Result<Vec<(String, u64)>> {
+        let rows: Vec<(String, Option<i64>)> = sqlx::query_as(
+            "SELECT 'agents', sum(pg_column_size(a.*))::bigint FROM agents a WHERE id = $1
+             UNION ALL SELECT 'memories', sum(pg_column_size(m.*))::bigint FROM memories m WHERE agent_id = $1
+             UNION ALL SELECT 'spills', sum(pg_column_size(s.*))::bigint FROM spills s WHERE agent_id = $1
+             UNION ALL SELECT 'traces', sum(pg_column_size(t.*))::bigint FROM traces t WHERE agent_id = $1",
+        )
+        .bind(id.as_str())
+        .fetch_all(&self.inner.pool)
+        .await
+        .map_err(db("measuring an agent"))?;
+        if rows.first().is_none_or(|(_, bytes)| bytes.is_none()) {
+            return Err(StoreError::NotFound(id.to_string()));
+        }
+        Ok(rows
+            .into_iter()
+            .filter_map(|(name, bytes)| Some((name, u64::try_from(bytes?).ok()?)))
+            .collect())
+    }
+}
 
 impl PgStore {
     /// Brings `slot` current without taking the agent's row lock: for
@@ -53,14 +86,6 @@ impl PgStore {
         }
         let cached = slot.as_ref().expect("current");
         Ok(f(cached))
-    }
-
-    pub(crate) async fn context(&self, id: &AgentId) -> Result<AgentContext> {
-        self.read(id, context_of).await
-    }
-
-    pub(crate) async fn bundle(&self, id: &AgentId, raw_tail_turns: usize) -> Result<Bundle> {
-        self.read(id, |c| c.derived.bundle(raw_tail_turns)).await
     }
 }
 

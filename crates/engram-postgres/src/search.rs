@@ -6,9 +6,10 @@
 //! and a page token (the last place read) stays valid between calls.
 //! Ranked search is in `ranked`.
 
+use async_trait::async_trait;
 use engram_core::{AgentId, CoreError};
 use engram_store::search::Query;
-use engram_store::{Hit, IndexState, Result, Search, SearchMode, SearchPage, StoreError};
+use engram_store::{Hit, IndexState, Result, Search, SearchMode, SearchPage, Searches, StoreError};
 
 use crate::{PgStore, db};
 
@@ -44,8 +45,9 @@ impl Place {
     }
 }
 
-impl PgStore {
-    pub(crate) async fn search(&self, id: &AgentId, search: &Search) -> Result<SearchPage> {
+#[async_trait]
+impl Searches for PgStore {
+    async fn search(&self, id: &AgentId, search: &Search) -> Result<SearchPage> {
         match search.mode {
             SearchMode::Ranked if search.query.trim().is_empty() => {
                 Err(CoreError::Invalid("query is empty; give one or more keywords".into()).into())
@@ -54,7 +56,9 @@ impl PgStore {
             SearchMode::AllWords => self.all_words(id, search).await,
         }
     }
+}
 
+impl PgStore {
     /// NOT_FOUND unless the agent exists.
     async fn exists(&self, id: &AgentId) -> Result<()> {
         let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM agents WHERE id = $1)")

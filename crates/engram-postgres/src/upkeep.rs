@@ -1,17 +1,58 @@
-//! A replica's background work: asking the database whether it answers
+//! The store as a running service: its health, its metrics, and a
+//! replica's background work: asking the database whether it answers
 //! (health reports NOT_SERVING while it does not, and SERVING again once
 //! it does, so an orchestrator routes around a replica cut off from it),
 //! and dropping the caches of idle agents.
 
 use std::time::Duration;
 
+use async_trait::async_trait;
+use engram_store::Runtime;
+
 use crate::PgStore;
 
 /// How often the database is asked.
 const PING_EVERY: Duration = Duration::from_secs(5);
 
-impl PgStore {
-    pub(crate) fn spawn_upkeep(&self) -> tokio::task::JoinHandle<()> {
+#[async_trait]
+impl Runtime for PgStore {
+    fn failure(&self) -> Option<String> {
+        self.inner.failure.borrow().clone()
+    }
+
+    /// A database out of reach comes back by itself: only readiness
+    /// follows it.
+    fn failure_is_fatal(&self) -> bool {
+        false
+    }
+
+    fn watch_failure(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.inner.failure.subscribe()
+    }
+
+    fn loaded_agents(&self) -> usize {
+        engram_store::lock(&self.inner.agents).len()
+    }
+
+    fn unembedded_items(&self) -> u64 {
+        self.inner
+            .unembedded
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    async fn close(&self) {
+        self.inner.pool.close().await;
+    }
+
+    /// The database's size (for a metrics scrape).
+    async fn disk_bytes(&self) -> u64 {
+        sqlx::query_scalar::<_, i64>("SELECT pg_database_size(current_database())")
+            .fetch_one(&self.inner.pool)
+            .await
+            .map_or(0, |b| u64::try_from(b).unwrap_or(0))
+    }
+
+    fn spawn_upkeep(&self) -> tokio::task::JoinHandle<()> {
         let store = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(PING_EVERY);
@@ -26,7 +67,9 @@ impl PgStore {
             }
         })
     }
+}
 
+impl PgStore {
     /// Items of every agent waiting for the model (the index-lag metric),
     /// counted from the partial indexes of what has no vector.
     async fn count_unembedded(&self) {

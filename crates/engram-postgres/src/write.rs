@@ -6,8 +6,9 @@
 //! cache takes a write in as it is committed, and is dropped (reloaded on
 //! the next call) when a commit's outcome is unknown.
 
+use async_trait::async_trait;
 use engram_core::{AgentId, CoreError, NewEvent, Outcome, RawTrace, Usage};
-use engram_store::{AgentMeta, Ingested, PrepareInput, Prepared, Result, StoreError};
+use engram_store::{AgentMeta, Ingested, PrepareInput, Prepared, Result, StoreError, Writes};
 use sqlx::{PgConnection, Postgres, Transaction};
 
 use crate::cache::{Cached, Lock, Slot, fold, refresh};
@@ -15,34 +16,9 @@ use crate::read::context_of;
 use crate::rows::{insert_traces, insert_traces_sql, trace_columns, words_of};
 use crate::{PgStore, db};
 
-impl PgStore {
-    pub(crate) async fn conn(&self) -> Result<sqlx::pool::PoolConnection<Postgres>> {
-        self.inner.pool.acquire().await.map_err(db("connecting"))
-    }
-
-    pub(crate) async fn begin(&self) -> Result<Transaction<'static, Postgres>> {
-        self.inner
-            .pool
-            .begin()
-            .await
-            .map_err(db("starting a transaction"))
-    }
-
-    /// A transaction holding the agent row's lock, with `slot` current;
-    /// NOT_FOUND for an agent that does not exist.
-    pub(crate) async fn lock_existing(
-        &self,
-        id: &AgentId,
-        slot: &mut Slot<'_>,
-    ) -> Result<Transaction<'static, Postgres>> {
-        let mut tx = self.begin().await?;
-        if !refresh(&mut tx, id.as_str(), slot, Lock::Update).await? {
-            return Err(StoreError::NotFound(id.to_string()));
-        }
-        Ok(tx)
-    }
-
-    pub(crate) async fn ingest(
+#[async_trait]
+impl Writes for PgStore {
+    async fn ingest(
         &self,
         id: &AgentId,
         events: &[NewEvent],
@@ -73,6 +49,111 @@ impl PgStore {
             let cached = slot.as_ref().expect("written");
             return Ok(cached.derived.ingested(traces, model));
         }
+    }
+
+    /// Marks the agent for compaction unless its epoch moved past `epoch`.
+    async fn mark_compaction_required(&self, id: &AgentId, epoch: u32) -> Result<bool> {
+        let handle = self.handle(id.as_str());
+        let mut slot = handle.lock().await;
+        let mut tx = self.lock_existing(id, &mut slot).await?;
+        let cached = slot.as_mut().expect("current");
+        if cached.derived.meta.epoch != epoch {
+            return Ok(cached.derived.meta.compaction_required);
+        }
+        if !cached.derived.meta.compaction_required {
+            let meta = AgentMeta {
+                compaction_required: true,
+                ..cached.derived.meta.clone()
+            };
+            save_meta(&mut tx, id.as_str(), cached, meta).await?;
+            self.commit(tx, &mut slot).await?;
+        }
+        Ok(true)
+    }
+
+    async fn prepare(&self, id: &AgentId, input: PrepareInput<'_>) -> Result<Prepared> {
+        let handle = self.handle(id.as_str());
+        let mut slot = handle.lock().await;
+        loop {
+            let mut tx = self.begin().await?;
+            let exists = refresh(&mut tx, id.as_str(), &mut slot, Lock::Update).await?;
+            if !exists && input.user_input.is_none() {
+                return Err(StoreError::NotFound(id.to_string()));
+            }
+            let last_model = slot
+                .as_ref()
+                .and_then(|c| c.derived.tracker.last_model().map(str::to_owned));
+            input.check_model(last_model.as_deref())?;
+            // Refused input rolls the whole transaction back, the system
+            // prompt with it; the cache is then reloaded.
+            let user_trace = match &input.user_input {
+                Some(event) => {
+                    match self
+                        .append(
+                            &mut tx,
+                            id,
+                            &mut slot,
+                            std::slice::from_ref(event),
+                            None,
+                            None,
+                        )
+                        .await
+                    {
+                        Ok(Some(mut traces)) => traces.pop(),
+                        Ok(None) => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+                None => None,
+            };
+            let cached = slot.as_mut().expect("the agent exists");
+            if let Some(system) = input.system_prompt
+                && cached.derived.meta.system_prompt.as_deref() != Some(system)
+            {
+                let meta = AgentMeta {
+                    system_prompt: Some(system.to_owned()),
+                    ..cached.derived.meta.clone()
+                };
+                if let Err(e) = save_meta(&mut tx, id.as_str(), cached, meta).await {
+                    // The cache holds the user input, which is not stored.
+                    *slot = None;
+                    return Err(e);
+                }
+            }
+            let cached = self.commit(tx, &mut slot).await?;
+            return Ok(Prepared {
+                context: context_of(cached),
+                user_trace,
+            });
+        }
+    }
+}
+
+impl PgStore {
+    pub(crate) async fn conn(&self) -> Result<sqlx::pool::PoolConnection<Postgres>> {
+        self.inner.pool.acquire().await.map_err(db("connecting"))
+    }
+
+    pub(crate) async fn begin(&self) -> Result<Transaction<'static, Postgres>> {
+        self.inner
+            .pool
+            .begin()
+            .await
+            .map_err(db("starting a transaction"))
+    }
+
+    /// A transaction holding the agent row's lock, with `slot` current;
+    /// NOT_FOUND for an agent that does not exist.
+    pub(crate) async fn lock_existing(
+        &self,
+        id: &AgentId,
+        slot: &mut Slot<'_>,
+    ) -> Result<Transaction<'static, Postgres>> {
+        let mut tx = self.begin().await?;
+        if !refresh(&mut tx, id.as_str(), slot, Lock::Update).await? {
+            return Err(StoreError::NotFound(id.to_string()));
+        }
+        Ok(tx)
     }
 
     /// Commits `tx`, whose writes `slot` already shows (as pending): on
@@ -263,83 +344,6 @@ impl PgStore {
             next_seq: 0,
             derived: engram_store::derived::Derived::new(meta, Default::default()),
         }))
-    }
-
-    /// Marks the agent for compaction unless its epoch moved past `epoch`.
-    pub(crate) async fn mark_compaction_required(&self, id: &AgentId, epoch: u32) -> Result<bool> {
-        let handle = self.handle(id.as_str());
-        let mut slot = handle.lock().await;
-        let mut tx = self.lock_existing(id, &mut slot).await?;
-        let cached = slot.as_mut().expect("current");
-        if cached.derived.meta.epoch != epoch {
-            return Ok(cached.derived.meta.compaction_required);
-        }
-        if !cached.derived.meta.compaction_required {
-            let meta = AgentMeta {
-                compaction_required: true,
-                ..cached.derived.meta.clone()
-            };
-            save_meta(&mut tx, id.as_str(), cached, meta).await?;
-            self.commit(tx, &mut slot).await?;
-        }
-        Ok(true)
-    }
-
-    pub(crate) async fn prepare(&self, id: &AgentId, input: PrepareInput<'_>) -> Result<Prepared> {
-        let handle = self.handle(id.as_str());
-        let mut slot = handle.lock().await;
-        loop {
-            let mut tx = self.begin().await?;
-            let exists = refresh(&mut tx, id.as_str(), &mut slot, Lock::Update).await?;
-            if !exists && input.user_input.is_none() {
-                return Err(StoreError::NotFound(id.to_string()));
-            }
-            let last_model = slot
-                .as_ref()
-                .and_then(|c| c.derived.tracker.last_model().map(str::to_owned));
-            input.check_model(last_model.as_deref())?;
-            // Refused input rolls the whole transaction back, the system
-            // prompt with it; the cache is then reloaded.
-            let user_trace = match &input.user_input {
-                Some(event) => {
-                    match self
-                        .append(
-                            &mut tx,
-                            id,
-                            &mut slot,
-                            std::slice::from_ref(event),
-                            None,
-                            None,
-                        )
-                        .await
-                    {
-                        Ok(Some(mut traces)) => traces.pop(),
-                        Ok(None) => continue,
-                        Err(e) => return Err(e),
-                    }
-                }
-                None => None,
-            };
-            let cached = slot.as_mut().expect("the agent exists");
-            if let Some(system) = input.system_prompt
-                && cached.derived.meta.system_prompt.as_deref() != Some(system)
-            {
-                let meta = AgentMeta {
-                    system_prompt: Some(system.to_owned()),
-                    ..cached.derived.meta.clone()
-                };
-                if let Err(e) = save_meta(&mut tx, id.as_str(), cached, meta).await {
-                    // The cache holds the user input, which is not stored.
-                    *slot = None;
-                    return Err(e);
-                }
-            }
-            let cached = self.commit(tx, &mut slot).await?;
-            return Ok(Prepared {
-                context: context_of(cached),
-                user_trace,
-            });
-        }
     }
 }
 

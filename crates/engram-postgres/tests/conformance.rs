@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use engram_postgres::{PgConfig, PgStore};
-use engram_store::Store;
 use engram_store::conformance::Harness;
+use engram_store::prelude::*;
 
 struct Postgres {
     config: PgConfig,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use engram_engine::Settings;
 use engram_files::FileStore;
 use engram_llm::{Chunked, CircuitBreaker, Extractive, HttpConfig, HttpSummarizer, Summarizer};
-use engram_store::{Store, StoreError};
+use engram_store::{Admin, Runtime, Store, StoreError};
 
 use crate::config::{self, Config};
 use crate::{ServerError, lock_data_dir};
@@ -67,7 +67,7 @@ pub async fn reindex(
             let mut token: Option<String> = None;
             loop {
                 let (page, next) =
-                    Store::list_agents(&store, 1000, token.as_deref(), &|_| true).await?;
+                    Admin::list_agents(&store, 1000, token.as_deref(), &|_| true).await?;
                 all.extend(page);
                 match next {
                     Some(next) => token = Some(next),
@@ -82,7 +82,7 @@ pub async fn reindex(
         let state = store.reindex(&parsed).await?;
         report(&id, &state);
     }
-    Store::close(&store).await;
+    Runtime::close(&store).await;
     Ok(())
 }
 

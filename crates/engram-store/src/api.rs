@@ -1,19 +1,8 @@
-//! The storage interface the server depends on, and the owned values that
-//! cross it. [`crate::FileStore`] is its first implementation; a second
-//! backend implements the same trait and passes the same conformance suite
-//! (`conformance`).
-//!
-//! Every method is one short, self-contained step: it takes the agent's
-//! lock (or the backend's equivalent) only for its own storage work and
-//! returns owned data. Counting, deciding and rendering happen in the
-//! caller, after the lock is released; the summarizer runs between
-//! [`Store::begin_compaction`] and [`Store::finish_compaction`], with no
-//! lock held.
+//! The owned values that cross the [`crate::Store`] interface (`traits`):
+//! requests, results and the steps of a compaction's commit.
 
-use async_trait::async_trait;
-use engram_core::compaction::Summary;
 use engram_core::memory::{EpisodicItem, SemanticItem};
-use engram_core::{AgentId, NewEvent, RawTrace, TraceType, Usage};
+use engram_core::{NewEvent, RawTrace, TraceType};
 
 pub use engram_core::state::{AgentContext, Bundle, Ingested, Job, Policy};
 
@@ -47,7 +36,7 @@ impl PrepareInput<'_> {
     }
 }
 
-/// The result of [`Store::prepare`].
+/// The result of [`crate::Writes::prepare`].
 #[derive(Debug, Clone)]
 pub struct Prepared {
     /// The prompt as it stands after the write.
@@ -209,7 +198,7 @@ pub struct RankedMemories {
     pub index: IndexState,
 }
 
-/// What [`Store::begin_compaction`] found.
+/// What [`crate::Compacts::begin_compaction`] found.
 #[derive(Debug, Clone)]
 pub enum Begun {
     /// The window to summarize; the agent is marked as compacting.
@@ -325,128 +314,3 @@ pub struct Microcompacted {
 
 /// Which agent ids a listing shows (an auth scope).
 pub type Visible<'a> = &'a (dyn Fn(&str) -> bool + Send + Sync);
-
-/// Engram's storage. Every write that returns `Ok` is durable (per the
-/// backend's fsync policy); a refused write changes nothing and is never
-/// visible to a read.
-#[async_trait]
-pub trait Store: Send + Sync + std::fmt::Debug {
-    /// Validates and stores `events` (one turn rule, `event_id`
-    /// idempotency, tool results in their call's turn), creating the agent
-    /// on its first accepted write. All or nothing.
-    async fn ingest(
-        &self,
-        id: &AgentId,
-        events: &[NewEvent],
-        usage: Option<Usage>,
-        model: Option<&str>,
-    ) -> Result<Ingested>;
-
-    /// Marks the agent for compaction at its next prompt, unless a
-    /// compaction started a new epoch since `epoch` (the mark was for a
-    /// prompt that no longer exists). Returns whether it is marked.
-    async fn mark_compaction_required(&self, id: &AgentId, epoch: u32) -> Result<bool>;
-
-    /// PrepareRequest's write: vets the request ([`PrepareInput::needs_model`]),
-    /// stores a changed system prompt and the user input (creating the
-    /// agent), and returns the prompt as it then stands. NOT_FOUND for an
-    /// agent that does not exist when there is no user input.
-    async fn prepare(&self, id: &AgentId, input: PrepareInput<'_>) -> Result<Prepared>;
-
-    /// The prompt of an existing agent as it stands.
-    async fn context(&self, id: &AgentId) -> Result<AgentContext>;
-
-    /// Every memory of the agent and the traces of its last
-    /// `raw_tail_turns` turns.
-    async fn bundle(&self, id: &AgentId, raw_tail_turns: usize) -> Result<Bundle>;
-
-    /// SearchHistory over traces, active and archived: ranked by relevance
-    /// (the index caught up first: every acknowledged write is searchable),
-    /// or every word of the query, newest first.
-    async fn search(&self, id: &AgentId, search: &Search) -> Result<SearchPage>;
-
-    /// Traces (active and archived), summaries and live facts ranked
-    /// together for `query.query`, from the same index as [`Store::search`].
-    async fn rank_memories(&self, id: &AgentId, query: &MemoryQuery) -> Result<RankedMemories>;
-
-    /// How far the agent's search index has read its memory (caught up
-    /// first, like a search).
-    async fn index_state(&self, id: &AgentId) -> Result<IndexState>;
-
-    /// What the agent occupies, by part (name, bytes), sorted by name.
-    async fn file_sizes(&self, id: &AgentId) -> Result<Vec<(String, u64)>>;
-
-    /// Picks the turns to summarize and marks the agent as compacting; or
-    /// says why not (nothing to compact, or a compaction of this agent is
-    /// already running).
-    async fn begin_compaction(&self, id: &AgentId, policy: Policy) -> Result<Begun>;
-
-    /// Gives up a job: nothing is written but, when the failure was this
-    /// agent's (`failed`), the failure count. Returns the consecutive
-    /// failures so far.
-    async fn abort_compaction(&self, id: &AgentId, failed: bool) -> Result<u32>;
-
-    /// Commits `summary` for `job` all or nothing: the episodic item and
-    /// facts stored, the window's traces archived, the new epoch and its
-    /// snapshot started. CONFLICT (nothing written) when the window changed
-    /// meanwhile.
-    async fn finish_compaction(
-        &self,
-        id: &AgentId,
-        job: Job,
-        summary: Summary,
-        policy: Policy,
-    ) -> Result<Committed>;
-
-    /// Tool results of turns older than the last `keep_turns` (and the
-    /// current one) show as placeholders from now on, in a new epoch.
-    /// Nothing is archived or lost. `None` when nothing changed.
-    async fn microcompact(&self, id: &AgentId, keep_turns: usize)
-    -> Result<Option<Microcompacted>>;
-
-    /// Agent ids after `page_token`, sorted, at most `page_size`, of those
-    /// `visible` accepts; the token of the next page when more remain.
-    async fn list_agents(
-        &self,
-        page_size: usize,
-        page_token: Option<&str>,
-        visible: Visible<'_>,
-    ) -> Result<(Vec<String>, Option<String>)>;
-
-    /// Removes the agent and everything it holds. In-flight calls on it
-    /// finish first; later calls see NOT_FOUND (Ingest: a new agent).
-    async fn delete_agent(&self, id: &AgentId) -> Result<()>;
-
-    /// Copies `source`, memories and archive included, to the new agent
-    /// `target` (ALREADY_EXISTS if it exists).
-    async fn fork_agent(&self, source: &AgentId, target: &AgentId) -> Result<()>;
-
-    /// Why the store stopped serving, if it did.
-    fn failure(&self) -> Option<String>;
-
-    /// Whether a failure is for good (a failed flush: only a restart
-    /// recovers, so the process reports itself unhealthy) or passes by
-    /// itself (a database out of reach: only readiness follows it).
-    fn failure_is_fatal(&self) -> bool {
-        true
-    }
-
-    /// Changes to [`failure`](Self::failure), for health reporting.
-    fn watch_failure(&self) -> tokio::sync::watch::Receiver<Option<String>>;
-
-    /// Agents held in this process's memory.
-    fn loaded_agents(&self) -> usize;
-
-    /// Items of the loaded agents that wait for the embedding model (the
-    /// search index's lag).
-    fn unembedded_items(&self) -> u64;
-
-    /// Bytes the whole store occupies (may be slow: for a metrics scrape).
-    async fn disk_bytes(&self) -> u64;
-
-    /// Starts the backend's background work (eviction, checkpoints).
-    fn spawn_upkeep(&self) -> tokio::task::JoinHandle<()>;
-
-    /// Makes everything durable and stops; called once, at shutdown.
-    async fn close(&self);
-}

@@ -2,7 +2,8 @@
 //! the owned values that cross it, and what every backend shares. The
 //! backends are crates of their own (`engram-files`, `engram-postgres`).
 //!
-//! - [`Store`] (`api`): the interface and its values.
+//! - [`Store`] (`traits`): the interface, in parts each backend implements
+//!   where that part's I/O lives; `api`: the values that cross it.
 //! - [`error`]: store errors, and the client-safe message of each.
 //! - [`derived`], [`intent`]: what an agent *is* and a compaction's
 //!   commit as written down, re-exported from core (`engram_core::state`,
@@ -24,6 +25,7 @@ pub mod intent;
 pub mod items;
 pub mod ranked;
 pub mod search;
+mod traits;
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -31,8 +33,15 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub use api::{
     AgentContext, Begun, Bundle, CommitStep, Committed, Hit, IndexState, Ingested, Job, MatchedBy,
     Memory, MemoryQuery, Microcompacted, Policy, PrepareInput, Prepared, RankedMemories, Recalled,
-    Search, SearchMode, SearchPage, Store, Visible,
+    Search, SearchMode, SearchPage, Visible,
 };
+pub use traits::{Admin, Compacts, Ranks, Reads, Runtime, Searches, Store, Writes};
+
+/// The storage traits, for `use engram_store::prelude::*`: a method of a
+/// part is callable on a `dyn Store` only with its trait in scope.
+pub mod prelude {
+    pub use crate::traits::{Admin, Compacts, Ranks, Reads, Runtime, Searches, Store, Writes};
+}
 pub use derived::AgentMeta;
 pub use embedding::{Outcome as Embedding, embed_batch, query_vector};
 pub use error::{Result, StoreError};

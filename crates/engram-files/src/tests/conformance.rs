@@ -6,6 +6,7 @@ use async_trait::async_trait;
 
 use crate::{FileStore, StoreConfig};
 use engram_store::conformance::Harness;
+use engram_store::prelude::*;
 
 /// A file store in a temp dir of its own.
 struct Files(tempfile::TempDir);

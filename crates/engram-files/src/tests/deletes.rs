@@ -12,9 +12,8 @@ use engram_core::NewEvent;
 use engram_core::embed::{EmbedFuture, Embedder, normalize};
 
 use super::{id, open};
-use crate::{
-    AgentHandle, FileStore, MemoryQuery, Search, SearchMode, Store, StoreConfig, StoreError,
-};
+use crate::{AgentHandle, FileStore, MemoryQuery, Search, SearchMode, StoreConfig, StoreError};
+use engram_store::prelude::*;
 
 /// A model that places a text by the words in it: cheap, deterministic,
 /// and enough for the indexer to run for real.
@@ -126,11 +125,11 @@ async fn one_call(store: &FileStore, dice: &mut Dice) -> Result<(), String> {
         }
         4 => (
             "index_state",
-            Store::index_state(store, &agent).await.map(drop),
+            Ranks::index_state(store, &agent).await.map(drop),
         ),
         5 => (
             "file_sizes",
-            Store::file_sizes(store, &agent).await.map(drop),
+            Reads::file_sizes(store, &agent).await.map(drop),
         ),
         6 => ("context", store.context(&agent).await.map(drop)),
         _ => {
@@ -251,11 +250,11 @@ async fn reads_and_writes_that_meet_deletes_answer_as_before_or_after_them() {
             "agents/{name} is left without an agent's files"
         );
     }
-    let (listed, _) = store.list_agents(100, None, |_| true).await.unwrap();
+    let (listed, _) = store.list_agents(100, None, &|_| true).await.unwrap();
     for agent in listed {
         let agent = id(&agent);
         let traces = store.read(&agent, |s| s.traces.len()).await.unwrap();
-        let index = Store::index_state(&store, &agent).await.unwrap();
+        let index = Ranks::index_state(&store, &agent).await.unwrap();
         assert_eq!(
             index.items, traces as u64,
             "{agent}'s index holds its {traces} traces, nothing more"
@@ -287,7 +286,7 @@ async fn a_catch_up_that_waited_out_a_delete_does_not_bring_the_agent_back() {
     let index = Arc::clone(&handle.index).lock_owned().await;
     let catch_up = {
         let (store, a) = (store.clone(), a.clone());
-        tokio::spawn(async move { Store::index_state(&store, &a).await })
+        tokio::spawn(async move { Ranks::index_state(&store, &a).await })
     };
     // The catch-up has the handle and waits for the index.
     held_by(&handle, 3).await;
@@ -310,7 +309,7 @@ async fn a_catch_up_that_waited_out_a_delete_does_not_bring_the_agent_back() {
         !dir.path().join("agents/resurrected").exists(),
         "the deleted agent's directory came back"
     );
-    let (listed, _) = store.list_agents(10, None, |_| true).await.unwrap();
+    let (listed, _) = store.list_agents(10, None, &|_| true).await.unwrap();
     assert!(listed.is_empty(), "{listed:?}");
     assert!(matches!(
         store.search(&a, &ranked("okapi", None)).await,
@@ -346,7 +345,7 @@ async fn a_catch_up_that_waited_out_a_delete_does_not_mix_in_the_next_agent() {
     let index = Arc::clone(&handle.index).lock_owned().await;
     let catch_up = {
         let (store, a) = (store.clone(), a.clone());
-        tokio::spawn(async move { Store::index_state(&store, &a).await })
+        tokio::spawn(async move { Ranks::index_state(&store, &a).await })
     };
     held_by(&handle, 3).await;
     let delete = {

@@ -15,6 +15,7 @@ use super::id;
 use engram_store::MatchedBy;
 
 use crate::{FileStore, Search, SearchPage, StoreConfig};
+use engram_store::prelude::*;
 
 /// The local model under the name `id`; down while `down` is set; refusing
 /// any batch holding a text with `refuse` in it.

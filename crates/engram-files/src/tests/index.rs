@@ -6,6 +6,7 @@ use engram_core::turns::assign_all;
 
 use super::{id, open};
 use crate::Search;
+use engram_store::prelude::*;
 
 fn search(query: &str) -> Search {
     Search {

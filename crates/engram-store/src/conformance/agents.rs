@@ -5,7 +5,8 @@ use engram_core::NewEvent;
 use super::{
     Harness, MARK, all_traces, conversation, id, ingest, is_invalid, is_not_found, ranked, words,
 };
-use crate::{Policy, PrepareInput, Store, StoreError};
+use crate::prelude::*;
+use crate::{Policy, PrepareInput, StoreError};
 
 const POLICY: Policy = Policy {
     raw_tail_turns: 1,

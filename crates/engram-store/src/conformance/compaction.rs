@@ -8,6 +8,7 @@ use engram_core::transcript::Role;
 use engram_core::{AgentId, NewEvent};
 
 use super::{Harness, all_traces, conversation, id, ids, ingest, turn};
+use crate::prelude::*;
 use crate::{Policy, Store, StoreError};
 
 const POLICY: Policy = Policy {

@@ -4,6 +4,7 @@
 use engram_core::{NewEvent, TraceType};
 
 use super::{Harness, id, ingest, is_invalid, ranked};
+use crate::prelude::*;
 use crate::{MatchedBy, Policy, Search, Store};
 
 const POLICY: Policy = Policy {

@@ -5,7 +5,8 @@ use engram_core::{NewEvent, TraceType, Usage};
 use serde_json::json;
 
 use super::{Harness, all_traces, conversation, id, ids, ingest, is_invalid, is_not_found, turn};
-use crate::{PrepareInput, Store};
+use crate::PrepareInput;
+use crate::prelude::*;
 
 /// A user message opens the next turn; what follows joins it; the answer
 /// names the turn every request ended in.

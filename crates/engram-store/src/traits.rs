@@ -1,0 +1,204 @@
+//! The storage interface the engine depends on. [`Store`] is every part
+//! together; each part is a trait of its own so that a backend implements
+//! it in the module that holds that part's I/O, with no delegation layer:
+//! a new method is written in its part here, once in each backend's
+//! module for that part, and once in the conformance suite.
+//!
+//! | part | methods | files backend | PostgreSQL backend |
+//! |---|---|---|---|
+//! | [`Writes`] | ingest, mark, prepare | `write.rs` | `write.rs` |
+//! | [`Reads`] | context, bundle, sizes | `read.rs` | `read.rs` |
+//! | [`Searches`] | SearchHistory | `search.rs` | `search.rs` |
+//! | [`Ranks`] | memories ranked for a text, index state | `ranked.rs` | `ranked.rs` |
+//! | [`Compacts`] | begin, abort, finish, microcompact | `compact.rs` | `compact.rs` |
+//! | [`Admin`] | list, delete, fork | `registry.rs` | `agents.rs` |
+//! | [`Runtime`] | health, metrics, upkeep, close | `registry.rs` | `upkeep.rs` |
+//!
+//! Callers `use engram_store::prelude::*` so that every part's methods are
+//! callable on a `dyn Store`.
+//!
+//! Every method is one short, self-contained step: it takes the agent's
+//! lock (or the backend's equivalent) only for its own storage work and
+//! returns owned data. Counting, deciding and rendering happen in the
+//! caller, after the lock is released; the summarizer runs between
+//! [`Compacts::begin_compaction`] and [`Compacts::finish_compaction`],
+//! with no lock held.
+
+use async_trait::async_trait;
+use engram_core::compaction::Summary;
+use engram_core::{AgentId, NewEvent, Usage};
+
+use crate::{
+    AgentContext, Begun, Bundle, Committed, IndexState, Ingested, Job, MemoryQuery, Microcompacted,
+    Policy, PrepareInput, Prepared, RankedMemories, Result, Search, SearchPage, Visible,
+};
+
+/// Engram's storage. Every write that returns `Ok` is durable (per the
+/// backend's fsync policy); a refused write changes nothing and is never
+/// visible to a read. Implemented for whatever implements every part.
+pub trait Store:
+    Writes + Reads + Searches + Ranks + Compacts + Admin + Runtime + Send + Sync + std::fmt::Debug
+{
+}
+
+impl<T> Store for T where
+    T: Writes
+        + Reads
+        + Searches
+        + Ranks
+        + Compacts
+        + Admin
+        + Runtime
+        + Send
+        + Sync
+        + std::fmt::Debug
+{
+}
+
+/// What changes an agent's transcript.
+#[async_trait]
+pub trait Writes {
+    /// Validates and stores `events` (one turn rule, `event_id`
+    /// idempotency, tool results in their call's turn), creating the agent
+    /// on its first accepted write. All or nothing.
+    async fn ingest(
+        &self,
+        id: &AgentId,
+        events: &[NewEvent],
+        usage: Option<Usage>,
+        model: Option<&str>,
+    ) -> Result<Ingested>;
+
+    /// Marks the agent for compaction at its next prompt, unless a
+    /// compaction started a new epoch since `epoch` (the mark was for a
+    /// prompt that no longer exists). Returns whether it is marked.
+    async fn mark_compaction_required(&self, id: &AgentId, epoch: u32) -> Result<bool>;
+
+    /// PrepareRequest's write: vets the request ([`PrepareInput::needs_model`]),
+    /// stores a changed system prompt and the user input (creating the
+    /// agent), and returns the prompt as it then stands. NOT_FOUND for an
+    /// agent that does not exist when there is no user input.
+    async fn prepare(&self, id: &AgentId, input: PrepareInput<'_>) -> Result<Prepared>;
+}
+
+/// What reads an agent as it stands.
+#[async_trait]
+pub trait Reads {
+    /// The prompt of an existing agent as it stands.
+    async fn context(&self, id: &AgentId) -> Result<AgentContext>;
+
+    /// Every memory of the agent and the traces of its last
+    /// `raw_tail_turns` turns.
+    async fn bundle(&self, id: &AgentId, raw_tail_turns: usize) -> Result<Bundle>;
+
+    /// What the agent occupies, by part (name, bytes), sorted by name.
+    async fn file_sizes(&self, id: &AgentId) -> Result<Vec<(String, u64)>>;
+}
+
+/// SearchHistory.
+#[async_trait]
+pub trait Searches {
+    /// SearchHistory over traces, active and archived: ranked by relevance
+    /// (the index caught up first: every acknowledged write is searchable),
+    /// or every word of the query, newest first.
+    async fn search(&self, id: &AgentId, search: &Search) -> Result<SearchPage>;
+}
+
+/// Memories of every kind ranked for a text (Retrieve, recall).
+#[async_trait]
+pub trait Ranks {
+    /// Traces (active and archived), summaries and live facts ranked
+    /// together for `query.query`, from the same index as
+    /// [`Searches::search`].
+    async fn rank_memories(&self, id: &AgentId, query: &MemoryQuery) -> Result<RankedMemories>;
+
+    /// How far the agent's search index has read its memory (caught up
+    /// first, like a search).
+    async fn index_state(&self, id: &AgentId) -> Result<IndexState>;
+}
+
+/// A compaction's steps.
+#[async_trait]
+pub trait Compacts {
+    /// Picks the turns to summarize and marks the agent as compacting; or
+    /// says why not (nothing to compact, or a compaction of this agent is
+    /// already running).
+    async fn begin_compaction(&self, id: &AgentId, policy: Policy) -> Result<Begun>;
+
+    /// Gives up a job: nothing is written but, when the failure was this
+    /// agent's (`failed`), the failure count. Returns the consecutive
+    /// failures so far.
+    async fn abort_compaction(&self, id: &AgentId, failed: bool) -> Result<u32>;
+
+    /// Commits `summary` for `job` all or nothing: the episodic item and
+    /// facts stored, the window's traces archived, the new epoch and its
+    /// snapshot started. CONFLICT (nothing written) when the window changed
+    /// meanwhile.
+    async fn finish_compaction(
+        &self,
+        id: &AgentId,
+        job: Job,
+        summary: Summary,
+        policy: Policy,
+    ) -> Result<Committed>;
+
+    /// Tool results of turns older than the last `keep_turns` (and the
+    /// current one) show as placeholders from now on, in a new epoch.
+    /// Nothing is archived or lost. `None` when nothing changed.
+    async fn microcompact(&self, id: &AgentId, keep_turns: usize)
+    -> Result<Option<Microcompacted>>;
+}
+
+/// Agents as a whole.
+#[async_trait]
+pub trait Admin {
+    /// Agent ids after `page_token`, sorted, at most `page_size`, of those
+    /// `visible` accepts; the token of the next page when more remain.
+    async fn list_agents(
+        &self,
+        page_size: usize,
+        page_token: Option<&str>,
+        visible: Visible<'_>,
+    ) -> Result<(Vec<String>, Option<String>)>;
+
+    /// Removes the agent and everything it holds. In-flight calls on it
+    /// finish first; later calls see NOT_FOUND (Ingest: a new agent).
+    async fn delete_agent(&self, id: &AgentId) -> Result<()>;
+
+    /// Copies `source`, memories and archive included, to the new agent
+    /// `target` (ALREADY_EXISTS if it exists).
+    async fn fork_agent(&self, source: &AgentId, target: &AgentId) -> Result<()>;
+}
+
+/// The store as a running service: health, metrics, background work.
+#[async_trait]
+pub trait Runtime {
+    /// Why the store stopped serving, if it did.
+    fn failure(&self) -> Option<String>;
+
+    /// Whether a failure is for good (a failed flush: only a restart
+    /// recovers, so the process reports itself unhealthy) or passes by
+    /// itself (a database out of reach: only readiness follows it).
+    fn failure_is_fatal(&self) -> bool {
+        true
+    }
+
+    /// Changes to [`failure`](Self::failure), for health reporting.
+    fn watch_failure(&self) -> tokio::sync::watch::Receiver<Option<String>>;
+
+    /// Agents held in this process's memory.
+    fn loaded_agents(&self) -> usize;
+
+    /// Items of the loaded agents that wait for the embedding model (the
+    /// search index's lag).
+    fn unembedded_items(&self) -> u64;
+
+    /// Bytes the whole store occupies (may be slow: for a metrics scrape).
+    async fn disk_bytes(&self) -> u64;
+
+    /// Starts the backend's background work (eviction, checkpoints).
+    fn spawn_upkeep(&self) -> tokio::task::JoinHandle<()>;
+
+    /// Makes everything durable and stops; called once, at shutdown.
+    async fn close(&self);
+}
