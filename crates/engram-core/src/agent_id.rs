@@ -1,6 +1,6 @@
-//! The agent id rule: 1–128 characters of `[A-Za-z0-9._-]`, not starting
-//! with `.`. The id is used as a directory name, so this rule is what keeps
-//! `../x` or `a/b` from ever reaching the file system.
+//! The id rule of agents and users: 1–128 characters of `[A-Za-z0-9._-]`,
+//! not starting with `.`. An id is used as a directory name, so this rule
+//! is what keeps `../x` or `a/b` from ever reaching the file system.
 
 use std::fmt;
 
@@ -14,35 +14,62 @@ pub const MAX_AGENT_ID_LEN: usize = 128;
 pub struct AgentId(String);
 
 impl AgentId {
-    /// Validates `raw` against the agent id rule.
+    /// Validates `raw` against the id rule.
     pub fn parse(raw: &str) -> Result<Self, CoreError> {
-        if raw.is_empty() {
-            return Err(CoreError::invalid(
-                "agent_id is empty; use 1-128 characters of [A-Za-z0-9._-], not starting with '.'",
-            ));
-        }
-        if raw.len() > MAX_AGENT_ID_LEN {
-            return Err(CoreError::invalid(format!(
-                "agent_id is {} characters long; at most {MAX_AGENT_ID_LEN} are allowed",
-                raw.chars().count()
-            )));
-        }
-        if raw.starts_with('.') {
-            return Err(CoreError::invalid(format!(
-                "agent_id {raw:?} starts with '.'; ids must start with [A-Za-z0-9_-]"
-            )));
-        }
-        if let Some(bad) = raw.chars().find(|c| !is_id_char(*c)) {
-            return Err(CoreError::invalid(format!(
-                "agent_id {raw:?} contains {bad:?}; only [A-Za-z0-9._-] is allowed"
-            )));
-        }
-        Ok(Self(raw.to_owned()))
+        check_id("agent_id", raw).map(Self)
     }
 
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// A validated user id (the rule of agent ids): the person a conversation
+/// belongs to, whose memory follows them across conversations.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct UserId(String);
+
+impl UserId {
+    /// Validates `raw` against the id rule.
+    pub fn parse(raw: &str) -> Result<Self, CoreError> {
+        check_id("user_id", raw).map(Self)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for UserId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// `raw` if it follows the id rule; the error names `field`.
+fn check_id(field: &str, raw: &str) -> Result<String, CoreError> {
+    if raw.is_empty() {
+        return Err(CoreError::invalid(format!(
+            "{field} is empty; use 1-128 characters of [A-Za-z0-9._-], not starting with '.'"
+        )));
+    }
+    if raw.len() > MAX_AGENT_ID_LEN {
+        return Err(CoreError::invalid(format!(
+            "{field} is {} characters long; at most {MAX_AGENT_ID_LEN} are allowed",
+            raw.chars().count()
+        )));
+    }
+    if raw.starts_with('.') {
+        return Err(CoreError::invalid(format!(
+            "{field} {raw:?} starts with '.'; ids must start with [A-Za-z0-9_-]"
+        )));
+    }
+    if let Some(bad) = raw.chars().find(|c| !is_id_char(*c)) {
+        return Err(CoreError::invalid(format!(
+            "{field} {raw:?} contains {bad:?}; only [A-Za-z0-9._-] is allowed"
+        )));
+    }
+    Ok(raw.to_owned())
 }
 
 fn is_id_char(c: char) -> bool {
@@ -107,5 +134,8 @@ mod tests {
         );
         let err = AgentId::parse(&"x".repeat(129)).unwrap_err().to_string();
         assert!(err.contains("129") && err.contains("128"), "{err}");
+        let err = UserId::parse("").unwrap_err().to_string();
+        assert!(err.starts_with("user_id is empty"), "{err}");
+        assert!(UserId::parse("../x").is_err() && UserId::parse("alice").is_ok());
     }
 }

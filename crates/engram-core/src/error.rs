@@ -1,6 +1,8 @@
-//! Validation errors. The two variants map to different gRPC codes: malformed
-//! input is INVALID_ARGUMENT, input over a configured limit is
-//! RESOURCE_EXHAUSTED.
+//! Why the domain refuses a request. Each variant maps to its own gRPC
+//! code: malformed input is INVALID_ARGUMENT, input over a limit
+//! RESOURCE_EXHAUSTED, a request that does not fit the state it would
+//! change FAILED_PRECONDITION, a stale expected version ABORTED, a memory
+//! that does not exist NOT_FOUND.
 
 /// Why input was refused. Messages say what was wrong and what is allowed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -17,6 +19,16 @@ pub enum CoreError {
         /// The config key that sets the limit.
         setting: &'static str,
     },
+    /// Well-formed, but the state it would change does not allow it (a
+    /// `replace` whose text does not occur exactly once, another user).
+    #[error("{0}")]
+    Precondition(String),
+    /// An `expected_version` that is no longer current: nothing changed.
+    #[error("{0}")]
+    Stale(String),
+    /// The memory it names does not exist.
+    #[error("{0}")]
+    Absent(String),
 }
 
 impl CoreError {
@@ -28,6 +40,9 @@ impl CoreError {
     pub(crate) fn at_event(self, index: usize) -> Self {
         match self {
             Self::Invalid(m) => Self::Invalid(format!("events[{index}]: {m}")),
+            Self::Precondition(m) => Self::Precondition(format!("events[{index}]: {m}")),
+            Self::Stale(m) => Self::Stale(format!("events[{index}]: {m}")),
+            Self::Absent(m) => Self::Absent(format!("events[{index}]: {m}")),
             Self::TooLarge {
                 what,
                 actual,

@@ -22,6 +22,7 @@
 //! - [`error`]: validation errors, split by the status they map to.
 
 pub mod agent_id;
+pub mod blocks;
 pub mod budget;
 pub mod compaction;
 pub mod embed;
@@ -37,7 +38,7 @@ pub mod trace;
 pub mod transcript;
 pub mod turns;
 
-pub use agent_id::AgentId;
+pub use agent_id::{AgentId, UserId};
 pub use error::CoreError;
 pub use trace::{Media, NewEvent, RawTrace, TraceType, Usage};
 pub use turns::{IngestLimits, IngestPlan, Outcome, TurnTracker};

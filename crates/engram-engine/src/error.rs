@@ -22,9 +22,14 @@ pub enum EngineError {
     #[error("{0}")]
     AlreadyExists(String),
     /// Another change won a race with this one, which changed nothing;
-    /// retrying may succeed.
+    /// retrying may succeed (a stale `expected_version`: read, then retry).
     #[error("{0}")]
     Conflict(String),
+    /// Well-formed, but the state it would change does not allow it (an
+    /// agent of another user, a `replace` that does not match once);
+    /// nothing was done.
+    #[error("{0}")]
+    Precondition(String),
     /// Storage cannot answer now; nothing was done. `retry` says whether
     /// the same call may succeed later without an operator.
     #[error("{message}")]
@@ -44,6 +49,9 @@ impl From<CoreError> for EngineError {
         match e {
             CoreError::Invalid(_) => Self::Invalid(e.to_string()),
             CoreError::TooLarge { .. } => Self::Exhausted(e.to_string()),
+            CoreError::Precondition(m) => Self::Precondition(m),
+            CoreError::Stale(m) => Self::Conflict(m),
+            CoreError::Absent(m) => Self::NotFound(m),
         }
     }
 }

@@ -12,6 +12,7 @@ pub fn from_engine(e: EngineError) -> Status {
         EngineError::NotFound(m) => Status::not_found(m),
         EngineError::AlreadyExists(m) => Status::already_exists(m),
         EngineError::Conflict(m) => Status::aborted(m),
+        EngineError::Precondition(m) => Status::failed_precondition(m),
         EngineError::Unavailable { message, .. } => Status::unavailable(message),
     }
 }
