@@ -51,7 +51,6 @@ async fn fill(store: &dyn Store, agent: &AgentId, turns: usize) -> anyhow::Resul
                 ],
                 None,
                 None,
-                None,
             )
             .await?;
     }
@@ -125,13 +124,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             for i in 0..args.calls {
                 let t = Instant::now();
                 store
-                    .ingest(
-                        &agent,
-                        &[NewEvent::user(format!("more {i}"))],
-                        None,
-                        None,
-                        None,
-                    )
+                    .ingest(&agent, &[NewEvent::user(format!("more {i}"))], None, None)
                     .await?;
                 h.record(t.elapsed().as_nanos() as u64)?;
             }

@@ -22,7 +22,6 @@
 
 mod agents;
 pub mod api;
-pub mod blocks;
 pub mod budget;
 pub mod caches;
 pub mod compactor;

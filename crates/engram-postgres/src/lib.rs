@@ -32,7 +32,6 @@
 //! (`Runtime`).
 
 mod agents;
-mod blocks;
 mod cache;
 mod compact;
 mod ranked;
