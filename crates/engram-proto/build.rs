@@ -8,6 +8,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
     let protos = [
         proto_root.join("engram/v1/types.proto"),
+        proto_root.join("engram/v1/memory.proto"),
         proto_root.join("engram/v1/service.proto"),
     ];
 

@@ -51,6 +51,7 @@ async fn fill(store: &dyn Store, agent: &AgentId, turns: usize) -> anyhow::Resul
                 ],
                 None,
                 None,
+                None,
             )
             .await?;
     }
@@ -124,7 +125,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             for i in 0..args.calls {
                 let t = Instant::now();
                 store
-                    .ingest(&agent, &[NewEvent::user(format!("more {i}"))], None, None)
+                    .ingest(
+                        &agent,
+                        &[NewEvent::user(format!("more {i}"))],
+                        None,
+                        None,
+                        None,
+                    )
                     .await?;
                 h.record(t.elapsed().as_nanos() as u64)?;
             }

@@ -575,4 +575,40 @@ impl MemoryService for Echo {
     ) -> Result<Response<pb::ForkAgentResponse>, Status> {
         Err(Status::unimplemented("echo"))
     }
+    async fn delete_user(
+        &self,
+        _: Request<pb::DeleteUserRequest>,
+    ) -> Result<Response<pb::DeleteUserResponse>, Status> {
+        Err(Status::unimplemented("echo"))
+    }
+    async fn list_memory_blocks(
+        &self,
+        _: Request<pb::ListMemoryBlocksRequest>,
+    ) -> Result<Response<pb::ListMemoryBlocksResponse>, Status> {
+        Err(Status::unimplemented("echo"))
+    }
+    async fn get_memory_block(
+        &self,
+        _: Request<pb::GetMemoryBlockRequest>,
+    ) -> Result<Response<pb::GetMemoryBlockResponse>, Status> {
+        Err(Status::unimplemented("echo"))
+    }
+    async fn put_memory_block(
+        &self,
+        _: Request<pb::PutMemoryBlockRequest>,
+    ) -> Result<Response<pb::PutMemoryBlockResponse>, Status> {
+        Err(Status::unimplemented("echo"))
+    }
+    async fn edit_memory_block(
+        &self,
+        _: Request<pb::EditMemoryBlockRequest>,
+    ) -> Result<Response<pb::EditMemoryBlockResponse>, Status> {
+        Err(Status::unimplemented("echo"))
+    }
+    async fn delete_memory_block(
+        &self,
+        _: Request<pb::DeleteMemoryBlockRequest>,
+    ) -> Result<Response<pb::DeleteMemoryBlockResponse>, Status> {
+        Err(Status::unimplemented("echo"))
+    }
 }

@@ -156,6 +156,7 @@ impl fmt::Display for FuzzReport {
 fn request(g: &mut Gen, method: &str) -> Vec<u8> {
     match method {
         "Ingest" => pb::IngestRequest {
+            user_id: Default::default(),
             agent_id: g.agent_id(),
             events: g.events(),
             usage: g.rng.random_bool(0.3).then(|| pb::Usage {
@@ -171,6 +172,7 @@ fn request(g: &mut Gen, method: &str) -> Vec<u8> {
         }
         .encode_to_vec(),
         "PrepareRequest" => pb::PrepareRequestRequest {
+            user_id: Default::default(),
             agent_id: g.agent_id(),
             system_prompt: if g.rng.random_bool(0.3) {
                 g.text()
@@ -236,6 +238,7 @@ fn request(g: &mut Gen, method: &str) -> Vec<u8> {
         }
         .encode_to_vec(),
         "ListAgents" => pb::ListAgentsRequest {
+            user_id: Default::default(),
             page_size: g.u32(),
             page_token: g.unicode(0..40),
         }

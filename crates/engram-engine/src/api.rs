@@ -21,6 +21,8 @@ pub struct IngestRequest {
     /// The provider's usage report of the call these events answer.
     pub usage: Option<Usage>,
     pub model: Option<String>,
+    /// The user the agent belongs to ("" or `None`: the stored one).
+    pub user_id: Option<String>,
 }
 
 /// PrepareRequest: the prompt of the agent's next LLM call.
@@ -39,6 +41,8 @@ pub struct PrepareRequest {
     pub recall: Option<bool>,
     /// The recall block's token cap (default: `[recall] max_tokens`).
     pub recall_max_tokens: Option<u32>,
+    /// As in [`IngestRequest::user_id`].
+    pub user_id: Option<String>,
 }
 
 /// The prompt, ready to send.
@@ -59,6 +63,8 @@ pub struct Prepared {
     pub warnings: Vec<String>,
     /// What the recall block attached to the current user message holds.
     pub recalled: Vec<Recalled>,
+    /// The memory blocks in the system message, in order.
+    pub blocks: Vec<engram_core::blocks::Shown>,
 }
 
 /// A prompt's messages, sharing the agent's transcript instead of copying
@@ -163,10 +169,33 @@ pub struct ListAgentsRequest {
     /// 0: the default.
     pub page_size: u32,
     pub page_token: String,
+    /// Only the agents of this user ("": every agent).
+    pub user_id: String,
 }
 
 #[derive(Debug, Clone, Default)]
 pub struct AgentPage {
     pub agent_ids: Vec<String>,
     pub next_page_token: Option<String>,
+}
+
+/// Who a memory block belongs to, before validation: exactly one of the
+/// three.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ScopeRequest {
+    Agent(String),
+    User(String),
+    Global,
+}
+
+/// PutMemoryBlock and EditMemoryBlock: a change to one block.
+#[derive(Debug, Clone)]
+pub struct BlockWrite {
+    pub scope: ScopeRequest,
+    pub label: String,
+    pub change: engram_core::blocks::Change,
+    /// 0: the block must not exist.
+    pub expected_version: Option<u64>,
+    /// For an agent scope: the agent's user ("" or `None`: the stored one).
+    pub user_id: Option<String>,
 }

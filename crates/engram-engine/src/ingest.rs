@@ -15,9 +15,10 @@ impl Engine {
     pub async fn ingest(&self, req: IngestRequest) -> Result<Ingested> {
         let id = limits::agent_id("agent_id", &req.agent_id)?;
         let model = req.model.as_deref().filter(|m| !m.is_empty());
+        let user = crate::blocks::optional_user(req.user_id.as_deref())?;
         let mut out = self
             .store
-            .ingest(&id, &req.events, req.usage, model)
+            .ingest(&id, &req.events, req.usage, model, user.as_ref())
             .await?;
         if let Some(reported) = req.usage.map(|u| u.prompt_tokens)
             && !out.compaction_required

@@ -22,6 +22,7 @@
 
 mod agents;
 pub mod api;
+pub mod blocks;
 pub mod budget;
 pub mod caches;
 pub mod compactor;

@@ -42,6 +42,7 @@ impl Engine {
         let id = limits::agent_id("agent_id", &req.agent_id)?;
         let recall = recall::Settings::of(&self.recall, &req);
         let user_input = req.user_input.map(user_event).transpose()?;
+        let user = crate::blocks::optional_user(req.user_id.as_deref())?;
         let ask = Ask {
             agent: &id,
             model: non_empty(req.model.as_deref()),
@@ -51,6 +52,7 @@ impl Engine {
             max_active_turns: self.compactor.max_active_turns(),
         };
         let input = PrepareInput {
+            user: user.as_ref(),
             system_prompt: non_empty(req.system_prompt.as_deref()),
             user_input,
             model: ask.model,
@@ -60,7 +62,12 @@ impl Engine {
         let (store, caches, budgets) = (self.store.as_ref(), &*self.caches, &*self.budgets);
         // The agent is locked only to store the input and take its prompt;
         // counting, deciding and rendering happen after.
-        let context = store.prepare(&id, input).await?.context;
+        let prepared = store.prepare(&id, input).await?;
+        let mut context = prepared.context;
+        // The blocks join the system message before anything is counted:
+        // they are part of the prompt's size.
+        let (system, shown, cut) = self.blocks_in(&id, &context, &prepared.blocks, &ask);
+        context.system = system.clone();
         let look = sizing::with_caches(caches, &id, &context, |c| look(&context, c, &ask, budgets));
         let (context, size, report) = match look {
             Look::Ready(size, model) => (context, (size, model), None),
@@ -71,10 +78,11 @@ impl Engine {
                     .compactor
                     .compact(&id, trigger, None, tokens_before)
                     .await;
-                let context = match compacted.context {
+                let mut context = match compacted.context {
                     Some(context) => context,
                     None => store.context(&id).await?,
                 };
+                context.system = system;
                 let size = sizing::with_caches(caches, &id, &context, |c| {
                     size_of(&context, c, &ask, budgets)
                 });
@@ -84,9 +92,37 @@ impl Engine {
         // Ranked after any compaction: what it archived is recalled too.
         let recalled = recall::for_turn(store, caches, &id, &context, recall).await;
         let recalled = recalled.as_deref().map(|r| (r, recall.max_tokens));
-        Ok(sizing::with_caches(caches, &id, &context, |c| {
+        let mut prepared = sizing::with_caches(caches, &id, &context, |c| {
             build(&context, c, &ask, size, report, recalled)
-        }))
+        });
+        prepared.blocks = shown;
+        prepared.warnings.extend(cut);
+        Ok(prepared)
+    }
+
+    /// The system message with the memory blocks the agent sees, in at
+    /// most their share of the input budget; what it shows; a warning
+    /// when they were cut.
+    fn blocks_in(
+        &self,
+        id: &AgentId,
+        context: &AgentContext,
+        seen: &engram_store::SeenBlocks,
+        ask: &Ask<'_>,
+    ) -> (
+        Option<String>,
+        Vec<engram_core::blocks::Shown>,
+        Option<String>,
+    ) {
+        let model = context.model(ask.model);
+        let budget = self.budgets.budget(id.as_str(), &model, ask.max_output);
+        let max = (f64::from(budget.input_budget) * crate::blocks::DEFAULT_MAX_SHARE) as u32;
+        crate::blocks::system_with_blocks(
+            context.system.as_deref(),
+            seen,
+            tokens::encoding_for(&model),
+            max,
+        )
     }
 }
 
@@ -241,5 +277,6 @@ fn build(
         epoch: context.epoch,
         warnings,
         recalled: attached.map(|a| a.recalled).unwrap_or_default(),
+        blocks: vec![],
     }
 }

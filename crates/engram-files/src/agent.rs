@@ -35,6 +35,8 @@ pub(crate) struct AgentState {
     pub deleted: bool,
     /// The log record of the latest append: what a reader waits for.
     pub last_ticket: Option<Ticket>,
+    /// The agent's current memory blocks, by label (`blocks.jsonl`).
+    pub blocks: Arc<Vec<engram_core::blocks::Block>>,
     pub derived: Derived,
 }
 
@@ -80,6 +82,9 @@ impl AgentState {
         let (semantic, recovery) = jsonl::load::<SemanticItem>(&state.dir.join(SEMANTIC))?;
         report(&state.dir, SEMANTIC, &recovery);
         state.semantic = latest_by_id(semantic);
+        state.blocks = Arc::new(crate::blocks::current(crate::blocks::load_versions(
+            &state.dir.join(crate::blocks::BLOCKS),
+        )?));
         state.raw = Some(Arc::new(DurableFile::open(
             &state.dir.join(RAW_TRACES),
             health,
@@ -94,6 +99,7 @@ impl AgentState {
             raw: None,
             deleted: false,
             last_ticket: None,
+            blocks: Arc::default(),
             derived: Derived::default(),
         }
     }

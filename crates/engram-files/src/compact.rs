@@ -19,7 +19,6 @@
 
 use std::collections::HashSet;
 use std::fs::OpenOptions;
-use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -34,27 +33,11 @@ pub use crate::intent::Intent;
 
 use crate::agent::{AgentMeta, AgentState, EPISODIC, RAW_ARCHIVE, RAW_TRACES, SEMANTIC};
 use crate::durable::DurableFile;
-use crate::jsonl::{atomic_write, sync_dir};
+use crate::jsonl::{append_sync, atomic_write};
 use crate::{
     Begun, CommitStep, Committed, FileStore, FsyncPolicy, Job, Microcompacted, Policy, Result,
     StoreError, wal,
 };
-
-fn append_sync(path: &Path, bytes: &[u8]) -> Result<()> {
-    let existed = path.exists();
-    let mut f = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(StoreError::io("opening", path))?;
-    f.write_all(bytes)
-        .map_err(StoreError::io("appending to", path))?;
-    f.sync_data().map_err(StoreError::io("syncing", path))?;
-    if !existed {
-        sync_dir(path.parent().unwrap_or(Path::new(".")))?;
-    }
-    Ok(())
-}
 
 /// The JSONL text of `traces` (slices appended whole, not byte by byte).
 fn lines_of<'a>(traces: impl Iterator<Item = &'a RawTrace>) -> Vec<u8> {

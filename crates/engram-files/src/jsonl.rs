@@ -155,6 +155,23 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
         .map_err(StoreError::io("syncing directory", dir))
 }
 
+/// Appends `bytes` to `path` (created if missing) and makes them durable
+/// before returning: for rare writes that go around the log.
+pub(crate) fn append_sync(path: &Path, bytes: &[u8]) -> Result<()> {
+    let existed = path.exists();
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(StoreError::io("opening", path))?;
+    std::io::Write::write_all(&mut f, bytes).map_err(StoreError::io("appending to", path))?;
+    f.sync_data().map_err(StoreError::io("syncing", path))?;
+    if !existed {
+        sync_dir(path.parent().unwrap_or(Path::new(".")))?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use engram_core::RawTrace;

@@ -28,6 +28,7 @@
 //! - `faults`: fault injection for tests (`fault-injection` feature).
 
 mod agent;
+mod blocks;
 mod compact;
 pub mod durable;
 mod faults;
@@ -60,8 +61,8 @@ pub use durable::FsyncPolicy;
 pub(crate) use engram_store::{
     AgentContext, Begun, Bundle, CommitStep, Committed, Hit, IndexState, Ingested, Job, Memory,
     MemoryQuery, Microcompacted, Policy, PrepareInput, Prepared, RankedMemories, Recalled, Result,
-    Search, SearchMode, SearchPage, StoreError, Visible, derived, drop_later, error, intent,
-    offload, offload_over, query_vector, unix_now,
+    Search, SearchMode, SearchPage, SeenBlocks, StoreError, Visible, derived, drop_later, error,
+    intent, offload, offload_over, query_vector, unix_now,
 };
 
 /// File store settings (the `[store]` and `[limits]` config sections).
@@ -178,6 +179,8 @@ struct Inner {
     opened: Instant,
     /// Embeds in the background when there is a model.
     indexer: Option<Arc<indexer::Indexer>>,
+    /// The global and user scopes' memory blocks.
+    blocks: blocks::ScopeCache,
 }
 
 /// The file-backed store. Cheap to clone.
@@ -223,6 +226,7 @@ impl FileStore {
                 checkpointing: AsyncMutex::new(()),
                 faults: faults::Faults::default(),
                 opened: Instant::now(),
+                blocks: blocks::ScopeCache::default(),
             }),
         };
         if let Some(queue) = queue {

@@ -42,6 +42,7 @@ async fn ingest_writes_design_lines_and_survives_reopen() {
             ],
             None,
             None,
+            None,
         )
         .await
         .unwrap();
@@ -66,6 +67,7 @@ async fn ingest_writes_design_lines_and_survives_reopen() {
             ],
             None,
             None,
+            None,
         )
         .await
         .unwrap();
@@ -83,12 +85,24 @@ async fn retries_return_the_first_trace_even_after_restart() {
     let store = open(dir.path()).await;
     let a = id("a");
     let first = store
-        .ingest(&a, &[NewEvent::user("hi").with_event_id("e1")], None, None)
+        .ingest(
+            &a,
+            &[NewEvent::user("hi").with_event_id("e1")],
+            None,
+            None,
+            None,
+        )
         .await
         .unwrap();
     let store = open(dir.path()).await;
     let again = store
-        .ingest(&a, &[NewEvent::user("hi").with_event_id("e1")], None, None)
+        .ingest(
+            &a,
+            &[NewEvent::user("hi").with_event_id("e1")],
+            None,
+            None,
+            None,
+        )
         .await
         .unwrap();
     assert_eq!(first.traces, again.traces);
@@ -103,6 +117,7 @@ async fn refused_input_creates_no_files() {
         .ingest(
             &id("fresh"),
             &[NewEvent::tool_result("x", json!(1))],
+            None,
             None,
             None,
         )
@@ -130,7 +145,7 @@ async fn a_torn_tail_is_repaired_when_the_agent_loads() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path()).await;
     store
-        .ingest(&id("t"), &[NewEvent::user("x")], None, None)
+        .ingest(&id("t"), &[NewEvent::user("x")], None, None, None)
         .await
         .unwrap();
     drop(store);
@@ -140,7 +155,7 @@ async fn a_torn_tail_is_repaired_when_the_agent_loads() {
     std::fs::write(&path, bytes).unwrap();
     let store = open(dir.path()).await;
     let r = store
-        .ingest(&id("t"), &[NewEvent::assistant("y")], None, None)
+        .ingest(&id("t"), &[NewEvent::assistant("y")], None, None, None)
         .await
         .unwrap();
     assert_eq!(r.traces[0].seq, 1);
@@ -164,7 +179,7 @@ async fn agents_write_in_parallel_and_each_keeps_its_order() {
                 for i in 0..25 {
                     let e = NewEvent::user(format!("{client}-{i}"));
                     store
-                        .ingest(&id(&format!("p{agent}")), &[e], None, None)
+                        .ingest(&id(&format!("p{agent}")), &[e], None, None, None)
                         .await
                         .unwrap();
                 }
@@ -194,12 +209,12 @@ async fn a_failed_log_flush_is_never_acknowledged_and_stops_the_store() {
     let store = open(dir.path()).await;
     let a = id("sick");
     store
-        .ingest(&a, &[NewEvent::user("x")], None, None)
+        .ingest(&a, &[NewEvent::user("x")], None, None, None)
         .await
         .unwrap();
     store.inject_log_sync_failure();
     let err = store
-        .ingest(&a, &[NewEvent::assistant("y")], None, None)
+        .ingest(&a, &[NewEvent::assistant("y")], None, None, None)
         .await
         .unwrap_err();
     assert!(
@@ -211,7 +226,7 @@ async fn a_failed_log_flush_is_never_acknowledged_and_stops_the_store() {
     // why, until a restart replays the log.
     assert!(store.failure().unwrap().contains("fdatasync"));
     let err = store
-        .ingest(&id("other"), &[NewEvent::user("z")], None, None)
+        .ingest(&id("other"), &[NewEvent::user("z")], None, None, None)
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::Failed(_)), "{err}");
@@ -239,7 +254,7 @@ async fn a_failed_agent_flush_stops_the_store_and_keeps_the_log() {
     let store = open(dir.path()).await;
     let a = id("sick");
     store
-        .ingest(&a, &[NewEvent::user("x")], None, None)
+        .ingest(&a, &[NewEvent::user("x")], None, None, None)
         .await
         .unwrap();
     let raw = store
@@ -255,12 +270,12 @@ async fn a_failed_agent_flush_stops_the_store_and_keeps_the_log() {
     raw.inject_sync_failure();
     store.checkpoint().await.unwrap();
     let err = store
-        .ingest(&a, &[NewEvent::assistant("y")], None, None)
+        .ingest(&a, &[NewEvent::assistant("y")], None, None, None)
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::Failed(_)), "{err}");
     let err = store
-        .ingest(&id("well"), &[NewEvent::user("x")], None, None)
+        .ingest(&id("well"), &[NewEvent::user("x")], None, None, None)
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::Failed(_)), "{err}");
@@ -280,7 +295,13 @@ async fn checkpoints_bound_the_log_and_restart_replays_it() {
     let store = open(dir.path()).await;
     for i in 0..10 {
         store
-            .ingest(&id("cp"), &[NewEvent::user(format!("m{i}"))], None, None)
+            .ingest(
+                &id("cp"),
+                &[NewEvent::user(format!("m{i}"))],
+                None,
+                None,
+                None,
+            )
             .await
             .unwrap();
     }
@@ -292,7 +313,7 @@ async fn checkpoints_bound_the_log_and_restart_replays_it() {
         "old segments dropped once agents are flushed"
     );
     store
-        .ingest(&id("cp"), &[NewEvent::user("after")], None, None)
+        .ingest(&id("cp"), &[NewEvent::user("after")], None, None, None)
         .await
         .unwrap();
     // Simulate the page cache losing the agent file's unflushed tail: the
@@ -318,7 +339,7 @@ async fn relaxed_policies_store_the_same_lines_without_the_log() {
         let store = FileStore::open(config.clone()).await.unwrap();
         let upkeep = store.spawn_upkeep();
         store
-            .ingest(&id("r"), &[NewEvent::user("x")], None, None)
+            .ingest(&id("r"), &[NewEvent::user("x")], None, None, None)
             .await
             .unwrap();
         assert_eq!(count(&store, "r").await, 1);
@@ -352,6 +373,7 @@ async fn a_panic_under_the_agent_lock_drops_its_memory_state_not_the_agent() {
             &[NewEvent::user("hi"), NewEvent::assistant("hello")],
             None,
             None,
+            None,
         )
         .await
         .unwrap();
@@ -367,7 +389,7 @@ async fn a_panic_under_the_agent_lock_drops_its_memory_state_not_the_agent() {
     assert!(handle.state.try_lock().unwrap().is_none());
     assert_eq!(count(&store, "panicky").await, 2);
     let out = store
-        .ingest(&a, &[NewEvent::user("again")], None, None)
+        .ingest(&a, &[NewEvent::user("again")], None, None, None)
         .await
         .unwrap();
     assert_eq!(out.current_turn_id, "turn_0002");

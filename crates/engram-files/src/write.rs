@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use engram_core::{AgentId, NewEvent, Outcome, RawTrace, Usage};
+use engram_core::{AgentId, NewEvent, Outcome, RawTrace, Usage, UserId};
 use engram_store::Writes;
 
 use crate::agent::{self, AgentMeta, AgentState};
@@ -22,6 +22,7 @@ impl Writes for FileStore {
         events: &[NewEvent],
         usage: Option<Usage>,
         model: Option<&str>,
+        user: Option<&UserId>,
     ) -> Result<Ingested> {
         loop {
             let handle = self.handle(id);
@@ -30,7 +31,23 @@ impl Writes for FileStore {
             if state.deleted {
                 continue; // deleted while we waited: start over on a fresh agent
             }
-            let traces = self.append_events(id, state, events, usage, model)?;
+            let claim = state.claim(user)?;
+            let existed = state.exists();
+            let replaced = match (&claim, existed) {
+                (Some(meta), true) => store_meta(state, meta.clone())?,
+                _ => None,
+            };
+            let traces = match self.append_events(id, state, events, usage, model) {
+                Ok(traces) => traces,
+                Err(e) => {
+                    undo(state, id, replaced);
+                    return Err(e);
+                }
+            };
+            if let (Some(meta), false) = (claim, existed) {
+                // A new agent's directory exists only now.
+                store_meta(state, meta)?;
+            }
             let out = state.ingested(traces, model);
             // A retry waits too: the first attempt may still be in flight.
             let ticket = state.last_ticket.clone();
@@ -87,9 +104,14 @@ impl Writes for FileStore {
                 return Err(StoreError::NotFound(id.to_string()));
             }
             input.check_model(state.tracker.last_model())?;
+            let claim = state.claim(input.user)?;
+            let meta = with_system(
+                claim.unwrap_or_else(|| state.meta.clone()),
+                input.system_prompt,
+            );
             let existed = state.exists();
             let replaced = if existed {
-                store_system_prompt(state, input.system_prompt)?
+                store_meta(state, meta.clone())?
             } else {
                 None
             };
@@ -98,12 +120,8 @@ impl Writes for FileStore {
                     match self.append_events(id, state, std::slice::from_ref(event), None, None) {
                         Ok(mut traces) => traces.pop(),
                         Err(e) => {
-                            // Refused: the system prompt goes back too.
-                            if let Some(before) = replaced
-                                && let Err(undo) = state.save_meta(before)
-                            {
-                                tracing::warn!(agent = %id, error = %undo, "could not restore the system prompt of a refused request");
-                            }
+                            // Refused: the settings go back too.
+                            undo(state, id, replaced);
                             return Err(e);
                         }
                     }
@@ -112,18 +130,23 @@ impl Writes for FileStore {
             };
             if !existed {
                 // A new agent's directory exists only now.
-                store_system_prompt(state, input.system_prompt)?;
+                store_meta(state, meta)?;
             }
             let context = state.context();
+            let agent_blocks = Arc::clone(&state.blocks);
             let ticket = state.last_ticket.clone();
             drop(slot);
             if let Some(ticket) = ticket {
                 ticket.wait().await.map_err(|e| e.for_agent(id.as_str()))?;
             }
             self.index_later(id);
+            let blocks = self
+                .seen_blocks(context.user_id.as_deref(), agent_blocks)
+                .await?;
             return Ok(Prepared {
                 context,
                 user_trace,
+                blocks,
             });
         }
     }
@@ -229,20 +252,34 @@ impl FileStore {
     }
 }
 
-/// Stores `system` as the agent's system prompt when it is a change;
-/// returns the settings it replaced, to undo it with.
-fn store_system_prompt(state: &mut AgentState, system: Option<&str>) -> Result<Option<AgentMeta>> {
+/// The agent's settings with `system` as its system prompt, when given.
+fn with_system(meta: AgentMeta, system: Option<&str>) -> AgentMeta {
     match system {
-        Some(system) if state.meta.system_prompt.as_deref() != Some(system) => {
-            let before = state.meta.clone();
-            let meta = AgentMeta {
-                system_prompt: Some(system.to_owned()),
-                ..before.clone()
-            };
-            state.save_meta(meta)?;
-            Ok(Some(before))
-        }
-        _ => Ok(None),
+        Some(system) if meta.system_prompt.as_deref() != Some(system) => AgentMeta {
+            system_prompt: Some(system.to_owned()),
+            ..meta
+        },
+        _ => meta,
+    }
+}
+
+/// Stores `meta` when it differs from the agent's settings; returns the
+/// settings it replaced, to undo it with.
+fn store_meta(state: &mut AgentState, meta: AgentMeta) -> Result<Option<AgentMeta>> {
+    if state.meta == meta {
+        return Ok(None);
+    }
+    let before = state.meta.clone();
+    state.save_meta(meta)?;
+    Ok(Some(before))
+}
+
+/// Puts back the settings a refused request replaced.
+fn undo(state: &mut AgentState, id: &AgentId, replaced: Option<AgentMeta>) {
+    if let Some(before) = replaced
+        && let Err(e) = state.save_meta(before)
+    {
+        tracing::warn!(agent = %id, error = %e, "could not restore the settings of a refused request");
     }
 }
 

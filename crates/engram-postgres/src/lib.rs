@@ -32,6 +32,7 @@
 //! (`Runtime`).
 
 mod agents;
+mod blocks;
 mod cache;
 mod compact;
 mod ranked;

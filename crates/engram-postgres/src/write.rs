@@ -7,7 +7,7 @@
 //! the next call) when a commit's outcome is unknown.
 
 use async_trait::async_trait;
-use engram_core::{AgentId, CoreError, NewEvent, Outcome, RawTrace, Usage};
+use engram_core::{AgentId, CoreError, NewEvent, Outcome, RawTrace, Usage, UserId};
 use engram_store::{AgentMeta, Ingested, PrepareInput, Prepared, Result, StoreError, Writes};
 use sqlx::{PgConnection, Postgres, Transaction};
 
@@ -24,20 +24,28 @@ impl Writes for PgStore {
         events: &[NewEvent],
         usage: Option<Usage>,
         model: Option<&str>,
+        user: Option<&UserId>,
     ) -> Result<Ingested> {
         let handle = self.handle(id.as_str());
         let mut slot = handle.lock().await;
         loop {
-            let fast = self
-                .append_checked(id, &mut slot, events, usage, model)
-                .await?;
+            // A write that binds the agent's user takes the locked path.
+            let binds = slot
+                .as_ref()
+                .is_none_or(|c| !matches!(c.derived.claim(user), Ok(None)));
+            let fast = if binds {
+                None
+            } else {
+                self.append_checked(id, &mut slot, events, usage, model)
+                    .await?
+            };
             let traces = match fast {
                 Some(traces) => traces,
                 None => {
                     let mut tx = self.begin().await?;
                     refresh(&mut tx, id.as_str(), &mut slot, Lock::Update).await?;
                     let Some(traces) = self
-                        .append(&mut tx, id, &mut slot, events, usage, model)
+                        .append(&mut tx, id, &mut slot, events, (usage, model), user)
                         .await?
                     else {
                         continue; // another replica created the agent meanwhile
@@ -84,6 +92,9 @@ impl Writes for PgStore {
                 .as_ref()
                 .and_then(|c| c.derived.tracker.last_model().map(str::to_owned));
             input.check_model(last_model.as_deref())?;
+            if let Some(cached) = slot.as_ref() {
+                cached.derived.claim(input.user)?;
+            }
             // Refused input rolls the whole transaction back, the system
             // prompt with it; the cache is then reloaded.
             let user_trace = match &input.user_input {
@@ -94,8 +105,8 @@ impl Writes for PgStore {
                             id,
                             &mut slot,
                             std::slice::from_ref(event),
-                            None,
-                            None,
+                            (None, None),
+                            input.user,
                         )
                         .await
                     {
@@ -107,23 +118,28 @@ impl Writes for PgStore {
                 None => None,
             };
             let cached = slot.as_mut().expect("the agent exists");
-            if let Some(system) = input.system_prompt
-                && cached.derived.meta.system_prompt.as_deref() != Some(system)
+            let mut meta = match cached.derived.claim(input.user)? {
+                Some(claimed) => claimed,
+                None => cached.derived.meta.clone(),
+            };
+            if let Some(system) = input.system_prompt {
+                meta.system_prompt = Some(system.to_owned());
+            }
+            if meta != cached.derived.meta
+                && let Err(e) = save_meta(&mut tx, id.as_str(), cached, meta).await
             {
-                let meta = AgentMeta {
-                    system_prompt: Some(system.to_owned()),
-                    ..cached.derived.meta.clone()
-                };
-                if let Err(e) = save_meta(&mut tx, id.as_str(), cached, meta).await {
-                    // The cache holds the user input, which is not stored.
-                    *slot = None;
-                    return Err(e);
-                }
+                // The cache holds the user input, which is not stored.
+                *slot = None;
+                return Err(e);
             }
             let cached = self.commit(tx, &mut slot).await?;
+            let context = context_of(cached);
+            drop(slot);
+            let blocks = self.seen_blocks(id, context.user_id.as_deref()).await?;
             return Ok(Prepared {
-                context: context_of(cached),
+                context,
                 user_trace,
+                blocks,
             });
         }
     }
@@ -159,7 +175,7 @@ impl PgStore {
     /// Commits `tx`, whose writes `slot` already shows (as pending): on
     /// failure the cache is dropped, since the database may or may not
     /// hold them.
-    async fn commit<'s>(
+    pub(crate) async fn commit<'s>(
         &self,
         tx: Transaction<'static, Postgres>,
         slot: &'s mut Slot<'_>,
@@ -182,16 +198,35 @@ impl PgStore {
         id: &AgentId,
         slot: &mut Slot<'_>,
         events: &[NewEvent],
-        usage: Option<Usage>,
-        model: Option<&str>,
+        (usage, model): (Option<Usage>, Option<&str>),
+        user: Option<&UserId>,
     ) -> Result<Option<Vec<RawTrace>>> {
         let empty = engram_core::TurnTracker::default();
         let tracker = slot.as_ref().map_or(&empty, |c| &c.derived.tracker);
         let plan = self.plan(tracker, events, usage, model)?;
-        if slot.is_none() {
-            match self.create(tx, id, AgentMeta::default()).await? {
-                Some(created) => **slot = Some(created),
-                None => return Ok(None),
+        let mut claim = None;
+        match slot.as_ref() {
+            None => {
+                let meta = AgentMeta {
+                    user_id: user.map(|u| u.as_str().to_owned()),
+                    ..AgentMeta::default()
+                };
+                match self.create(tx, id, meta).await? {
+                    Some(created) => **slot = Some(created),
+                    None => return Ok(None),
+                }
+            }
+            Some(cached) => {
+                // Stored in `tx`, adopted by the cache with the traces.
+                claim = cached.derived.claim(user)?;
+                if let Some(meta) = &claim {
+                    sqlx::query("UPDATE agents SET meta = $2 WHERE id = $1")
+                        .bind(id.as_str())
+                        .bind(crate::meta_json(meta))
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(db("storing an agent's user"))?;
+                }
             }
         }
         let cached = slot.as_mut().expect("created or current");
@@ -223,6 +258,9 @@ impl PgStore {
                     find_trace(tx, id.as_str(), cached, trace_id).await?
                 }
             });
+        }
+        if let Some(meta) = claim {
+            cached.derived.meta = meta;
         }
         fold(cached, plan.new_traces, version, next);
         Ok(Some(out))

@@ -107,6 +107,7 @@ async fn vector_writes_wait_for_the_agents_lock() {
             &[engram_core::NewEvent::user("remember the blue door")],
             None,
             None,
+            None,
         )
         .await
         .expect("ingest accepted");

@@ -14,9 +14,11 @@ use engram_proto::pb;
 use prost_types::value::Kind;
 use serde_json::{Map, Number, Value};
 
+mod blocks;
 mod requests;
 mod search;
 
+pub use blocks::*;
 pub use requests::*;
 pub use search::*;
 

@@ -19,6 +19,7 @@
 //! - [`telemetry`]: the log subscriber.
 
 pub mod auth;
+mod blocks;
 pub mod boundary;
 pub mod config;
 pub mod convert;

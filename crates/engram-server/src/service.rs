@@ -27,9 +27,17 @@ impl Engram {
         }
     }
 
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
     /// RESOURCE_EXHAUSTED, with the way out, for an answer over the limit
     /// (tonic would fail it with a bare OUT_OF_RANGE in the trailers).
-    fn fits<M: prost::Message>(&self, response: M, what: &str) -> Result<Response<M>, Status> {
+    pub(crate) fn fits<M: prost::Message>(
+        &self,
+        response: M,
+        what: &str,
+    ) -> Result<Response<M>, Status> {
         let len = response.encoded_len();
         if len > self.max_message_bytes {
             return Err(crate::status::answer_too_large(
@@ -125,9 +133,15 @@ impl Engram {
     ) -> Result<Response<pb::ListAgentsResponse>, Status> {
         let scope = auth::scope(&request);
         let req = request.into_inner();
+        if !req.user_id.is_empty() {
+            return Err(Status::unimplemented(
+                "ListAgents by user_id is not built yet; list every agent",
+            ));
+        }
         let req = engram_engine::ListAgentsRequest {
             page_size: req.page_size,
             page_token: req.page_token,
+            user_id: req.user_id,
         };
         let page = self
             .engine
@@ -245,5 +259,64 @@ impl MemoryService for Engram {
     ) -> Result<Response<pb::ForkAgentResponse>, Status> {
         let agent = request.get_ref().source_agent_id.clone();
         catch_panics("ForkAgent", &agent, self.handle_fork_agent(request)).await
+    }
+
+    async fn delete_user(
+        &self,
+        _request: Request<pb::DeleteUserRequest>,
+    ) -> Result<Response<pb::DeleteUserResponse>, Status> {
+        Err(Status::unimplemented(
+            "DeleteUser is not built yet; delete the user's agents with DeleteAgent",
+        ))
+    }
+
+    async fn list_memory_blocks(
+        &self,
+        request: Request<pb::ListMemoryBlocksRequest>,
+    ) -> Result<Response<pb::ListMemoryBlocksResponse>, Status> {
+        catch_panics(
+            "ListMemoryBlocks",
+            "",
+            self.handle_list_memory_blocks(request),
+        )
+        .await
+    }
+
+    async fn get_memory_block(
+        &self,
+        request: Request<pb::GetMemoryBlockRequest>,
+    ) -> Result<Response<pb::GetMemoryBlockResponse>, Status> {
+        catch_panics("GetMemoryBlock", "", self.handle_get_memory_block(request)).await
+    }
+
+    async fn put_memory_block(
+        &self,
+        request: Request<pb::PutMemoryBlockRequest>,
+    ) -> Result<Response<pb::PutMemoryBlockResponse>, Status> {
+        catch_panics("PutMemoryBlock", "", self.handle_put_memory_block(request)).await
+    }
+
+    async fn edit_memory_block(
+        &self,
+        request: Request<pb::EditMemoryBlockRequest>,
+    ) -> Result<Response<pb::EditMemoryBlockResponse>, Status> {
+        catch_panics(
+            "EditMemoryBlock",
+            "",
+            self.handle_edit_memory_block(request),
+        )
+        .await
+    }
+
+    async fn delete_memory_block(
+        &self,
+        request: Request<pb::DeleteMemoryBlockRequest>,
+    ) -> Result<Response<pb::DeleteMemoryBlockResponse>, Status> {
+        catch_panics(
+            "DeleteMemoryBlock",
+            "",
+            self.handle_delete_memory_block(request),
+        )
+        .await
     }
 }

@@ -1,6 +1,9 @@
 //! The owned values that cross the [`crate::Store`] interface (`traits`):
 //! requests, results and the steps of a compaction's commit.
 
+use std::sync::Arc;
+
+use engram_core::blocks::Block;
 use engram_core::memory::{EpisodicItem, SemanticItem};
 use engram_core::{NewEvent, RawTrace, TraceType};
 
@@ -11,6 +14,9 @@ use crate::Result;
 /// What PrepareRequest writes before the prompt is built.
 #[derive(Debug, Clone, Default)]
 pub struct PrepareInput<'a> {
+    /// Binds a new or unbound agent to this user (another user's agent
+    /// refuses the request, FAILED_PRECONDITION).
+    pub user: Option<&'a engram_core::UserId>,
     /// Stored when it differs from the agent's current one.
     pub system_prompt: Option<&'a str>,
     /// Ingested as the new turn's user message.
@@ -43,6 +49,31 @@ pub struct Prepared {
     pub context: AgentContext,
     /// The stored user input (a retry returns the first one).
     pub user_trace: Option<RawTrace>,
+    /// The memory blocks the agent sees, as they stood then.
+    pub blocks: SeenBlocks,
+}
+
+/// The memory blocks an agent sees, each scope's by label: shared, since
+/// every prompt of every agent of a scope shows the same ones.
+#[derive(Debug, Clone, Default)]
+pub struct SeenBlocks {
+    pub global: Arc<Vec<Block>>,
+    pub user: Arc<Vec<Block>>,
+    pub agent: Arc<Vec<Block>>,
+}
+
+impl SeenBlocks {
+    /// In the prompt's order, each with its scope's name.
+    pub fn in_order(&self) -> Vec<(&'static str, &Block)> {
+        [
+            ("global", &self.global),
+            ("user", &self.user),
+            ("agent", &self.agent),
+        ]
+        .into_iter()
+        .flat_map(|(name, blocks)| blocks.iter().filter(|b| !b.deleted).map(move |b| (name, b)))
+        .collect()
+    }
 }
 
 /// How SearchHistory matches.

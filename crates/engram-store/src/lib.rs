@@ -33,14 +33,16 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub use api::{
     AgentContext, Begun, Bundle, CommitStep, Committed, Hit, IndexState, Ingested, Job, MatchedBy,
     Memory, MemoryQuery, Microcompacted, Policy, PrepareInput, Prepared, RankedMemories, Recalled,
-    Search, SearchMode, SearchPage, Visible,
+    Search, SearchMode, SearchPage, SeenBlocks, Visible,
 };
-pub use traits::{Admin, Compacts, Ranks, Reads, Runtime, Searches, Store, Writes};
+pub use traits::{Admin, Blocks, Compacts, Ranks, Reads, Runtime, Searches, Store, Writes};
 
 /// The storage traits, for `use engram_store::prelude::*`: a method of a
 /// part is callable on a `dyn Store` only with its trait in scope.
 pub mod prelude {
-    pub use crate::traits::{Admin, Compacts, Ranks, Reads, Runtime, Searches, Store, Writes};
+    pub use crate::traits::{
+        Admin, Blocks, Compacts, Ranks, Reads, Runtime, Searches, Store, Writes,
+    };
 }
 pub use derived::AgentMeta;
 pub use embedding::{Outcome as Embedding, embed_batch, query_vector};

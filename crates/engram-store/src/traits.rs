@@ -12,6 +12,7 @@
 //! | [`Ranks`] | memories ranked for a text, index state | `ranked.rs` | `ranked.rs` |
 //! | [`Compacts`] | begin, abort, finish, microcompact | `compact.rs` | `compact.rs` |
 //! | [`Admin`] | list, delete, fork | `registry.rs` | `agents.rs` |
+//! | [`Blocks`] | memory blocks of every scope | `blocks.rs` | `blocks.rs` |
 //! | [`Runtime`] | health, metrics, upkeep, close | `registry.rs` | `upkeep.rs` |
 //!
 //! Callers `use engram_store::prelude::*` so that every part's methods are
@@ -25,8 +26,9 @@
 //! with no lock held.
 
 use async_trait::async_trait;
+use engram_core::blocks::{Block, Change, Scope};
 use engram_core::compaction::Summary;
-use engram_core::{AgentId, NewEvent, Usage};
+use engram_core::{AgentId, NewEvent, Usage, UserId};
 
 use crate::{
     AgentContext, Begun, Bundle, Committed, IndexState, Ingested, Job, MemoryQuery, Microcompacted,
@@ -37,7 +39,17 @@ use crate::{
 /// backend's fsync policy); a refused write changes nothing and is never
 /// visible to a read. Implemented for whatever implements every part.
 pub trait Store:
-    Writes + Reads + Searches + Ranks + Compacts + Admin + Runtime + Send + Sync + std::fmt::Debug
+    Writes
+    + Reads
+    + Searches
+    + Ranks
+    + Compacts
+    + Admin
+    + Blocks
+    + Runtime
+    + Send
+    + Sync
+    + std::fmt::Debug
 {
 }
 
@@ -48,6 +60,7 @@ impl<T> Store for T where
         + Ranks
         + Compacts
         + Admin
+        + Blocks
         + Runtime
         + Send
         + Sync
@@ -60,13 +73,16 @@ impl<T> Store for T where
 pub trait Writes {
     /// Validates and stores `events` (one turn rule, `event_id`
     /// idempotency, tool results in their call's turn), creating the agent
-    /// on its first accepted write. All or nothing.
+    /// on its first accepted write. All or nothing. `user` binds a new or
+    /// unbound agent to that user; an agent of another user refuses the
+    /// write (FAILED_PRECONDITION).
     async fn ingest(
         &self,
         id: &AgentId,
         events: &[NewEvent],
         usage: Option<Usage>,
         model: Option<&str>,
+        user: Option<&UserId>,
     ) -> Result<Ingested>;
 
     /// Marks the agent for compaction at its next prompt, unless a
@@ -168,6 +184,35 @@ pub trait Admin {
     /// Copies `source`, memories and archive included, to the new agent
     /// `target` (ALREADY_EXISTS if it exists).
     async fn fork_agent(&self, source: &AgentId, target: &AgentId) -> Result<()>;
+}
+
+/// Memory blocks: documents in a scope (global, a user's, an agent's),
+/// every version kept. Reads of the blocks an agent sees come with
+/// [`Writes::prepare`].
+#[async_trait]
+pub trait Blocks {
+    /// The current blocks of `scope`, by label (deleted ones left out).
+    /// Empty for a scope with none, an agent or user that does not exist
+    /// included.
+    async fn list_blocks(&self, scope: &Scope) -> Result<Vec<Block>>;
+
+    /// Every stored version of the block, oldest first (deletions
+    /// included, as versions with no text); empty if it was never written.
+    async fn block_history(&self, scope: &Scope, label: &str) -> Result<Vec<Block>>;
+
+    /// Applies `change` to the block (`engram_core::blocks::apply`: the
+    /// expected version, the limit and the edit's rules checked against
+    /// the block's last version) and stores the new version durably, one
+    /// writer per scope at a time. For an agent scope, a write creates the
+    /// agent when it does not exist, and `user` binds it as an Ingest does.
+    async fn write_block(
+        &self,
+        scope: &Scope,
+        label: &str,
+        change: Change,
+        expected_version: Option<u64>,
+        user: Option<&UserId>,
+    ) -> Result<Block>;
 }
 
 /// The store as a running service: health, metrics, background work.

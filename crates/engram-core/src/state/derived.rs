@@ -13,7 +13,7 @@ use crate::compaction::{Summary, select_window};
 use crate::memory::{EpisodicItem, SemanticItem};
 use crate::transcript::{Message, Role, Transcript};
 use crate::turns::turn_number;
-use crate::{RawTrace, TurnTracker, Usage};
+use crate::{CoreError, RawTrace, TurnTracker, Usage, UserId};
 
 /// An epoch's transcript before its first message: the snapshot, if the
 /// agent has compacted.
@@ -44,6 +44,10 @@ pub struct Stale;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct AgentMeta {
+    /// The user the agent (a conversation) belongs to: fixed by the first
+    /// write that names one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
     /// Stored by PrepareRequest; the first message of every prompt.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
@@ -117,6 +121,26 @@ impl Derived {
         }
     }
 
+    /// What a write naming `user` does to the agent's user: the settings
+    /// to store first when it binds a new or unbound agent (`None`: nothing
+    /// to store); refused, with nothing written, for another user's agent.
+    pub fn claim(&self, user: Option<&UserId>) -> Result<Option<AgentMeta>, CoreError> {
+        let Some(user) = user else {
+            return Ok(None);
+        };
+        match self.meta.user_id.as_deref() {
+            None => Ok(Some(AgentMeta {
+                user_id: Some(user.as_str().to_owned()),
+                ..self.meta.clone()
+            })),
+            Some(own) if own == user.as_str() => Ok(None),
+            Some(own) => Err(CoreError::Precondition(format!(
+                "this agent belongs to user {own:?}, not {:?}; an agent's user is fixed by its first write that names one (use a new agent_id for the other user's conversation)",
+                user.as_str()
+            ))),
+        }
+    }
+
     /// The prompt as it stands, owned (the messages shared, not copied);
     /// `bytes` is about how much text the agent holds.
     pub fn context(&self, bytes: u64) -> AgentContext {
@@ -125,6 +149,7 @@ impl Derived {
             messages: self.transcript.shared(),
             tail: self.transcript.pending_tail(),
             system: self.meta.system_prompt.clone(),
+            user_id: self.meta.user_id.clone(),
             report: self.report,
             last_model: self.tracker.last_model().map(str::to_owned),
             compaction_required: self.meta.compaction_required,

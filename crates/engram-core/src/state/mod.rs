@@ -36,6 +36,8 @@ pub struct AgentContext {
     /// Placeholders for calls still waiting for results (rendered last).
     pub tail: Vec<Message>,
     pub system: Option<String>,
+    /// The user the agent belongs to.
+    pub user_id: Option<String>,
     /// The provider's last usage report this epoch, and the number of
     /// messages before it.
     pub report: Option<(Usage, usize)>,

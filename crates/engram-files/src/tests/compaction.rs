@@ -30,6 +30,7 @@ async fn conversation(store: &FileStore, a: &AgentId, turns: usize) {
                 ],
                 None,
                 None,
+                None,
             )
             .await
             .unwrap();
@@ -120,7 +121,7 @@ async fn a_compaction_archives_old_turns_and_starts_an_epoch() {
     );
     // Ingest keeps working while the summarizer runs.
     store
-        .ingest(&a, &[NewEvent::assistant("meanwhile")], None, None)
+        .ingest(&a, &[NewEvent::assistant("meanwhile")], None, None, None)
         .await
         .unwrap();
     let out = store
@@ -153,7 +154,7 @@ async fn a_compaction_archives_old_turns_and_starts_an_epoch() {
     assert_eq!(messages, 1 + 5);
     // Turns keep counting, retries of archived events are still known.
     let next = store
-        .ingest(&a, &[NewEvent::user("q7")], None, None)
+        .ingest(&a, &[NewEvent::user("q7")], None, None, None)
         .await
         .unwrap();
     assert_eq!(next.traces[0].turn_id, "turn_0007");
@@ -252,7 +253,7 @@ async fn loads_start_from_the_turn_checkpoint_unless_it_is_stale() {
     let mut first = NewEvent::user("first question");
     first.event_id = Some("e1".into());
     let original = store
-        .ingest(&a, std::slice::from_ref(&first), None, None)
+        .ingest(&a, std::slice::from_ref(&first), None, None, None)
         .await
         .unwrap();
     conversation(&store, &a, 5).await;
@@ -286,13 +287,13 @@ async fn loads_start_from_the_turn_checkpoint_unless_it_is_stale() {
         std::fs::write(&turns, bad).unwrap();
         let store = open(dir.path()).await;
         let next = store
-            .ingest(&a, &[NewEvent::user("next")], None, None)
+            .ingest(&a, &[NewEvent::user("next")], None, None, None)
             .await
             .unwrap();
         assert_eq!(next.traces[0].turn_id, format!("turn_{expected_turn:04}"));
         // Retries of archived events are still recognised.
         let retry = store
-            .ingest(&a, std::slice::from_ref(&first), None, None)
+            .ingest(&a, std::slice::from_ref(&first), None, None, None)
             .await
             .unwrap();
         assert_eq!(retry.traces[0].id, original.traces[0].id);
@@ -308,12 +309,18 @@ async fn loads_start_from_the_turn_checkpoint_unless_it_is_stale() {
     std::fs::write(&turns, serde_json::to_vec(&doctored).unwrap()).unwrap();
     let store = open(dir.path()).await;
     let next = store
-        .ingest(&a, &[NewEvent::user("after the checkpoint")], None, None)
+        .ingest(
+            &a,
+            &[NewEvent::user("after the checkpoint")],
+            None,
+            None,
+            None,
+        )
         .await
         .unwrap();
     assert_eq!(next.traces[0].turn_id, "turn_0042");
     let retry = store
-        .ingest(&a, std::slice::from_ref(&first), None, None)
+        .ingest(&a, std::slice::from_ref(&first), None, None, None)
         .await
         .unwrap();
     assert_eq!(retry.traces[0].id, original.traces[0].id);
@@ -402,7 +409,7 @@ async fn memories_of_every_kind_rank_together_with_their_provenance() {
     ];
     for pair in said.chunks(2) {
         let events = [NewEvent::user(pair[0]), NewEvent::assistant(pair[1])];
-        store.ingest(&a, &events, None, None).await.unwrap();
+        store.ingest(&a, &events, None, None, None).await.unwrap();
     }
     let job = store
         .begin_compaction(&a, POLICY)

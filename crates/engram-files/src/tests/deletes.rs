@@ -97,7 +97,7 @@ async fn one_call(store: &FileStore, dice: &mut Dice) -> Result<(), String> {
                 NewEvent::user(words(dice)),
                 NewEvent::assistant(words(dice)),
             ];
-            let ingested = store.ingest(&agent, &events, None, None).await;
+            let ingested = store.ingest(&agent, &events, None, None, None).await;
             if let Err(e) = ingested {
                 return Err(format!("Ingest {agent}: {e}"));
             }
@@ -278,7 +278,7 @@ async fn a_catch_up_that_waited_out_a_delete_does_not_bring_the_agent_back() {
     let store = open(dir.path()).await;
     let a = id("resurrected");
     store
-        .ingest(&a, &[NewEvent::user("the okapi report")], None, None)
+        .ingest(&a, &[NewEvent::user("the okapi report")], None, None, None)
         .await
         .unwrap();
     // Held by the registry and here.
@@ -330,7 +330,7 @@ async fn a_catch_up_that_waited_out_a_delete_does_not_mix_in_the_next_agent() {
         NewEvent::user("the okapi report"),
         NewEvent::assistant("okapis live in the forest"),
     ];
-    store.ingest(&a, &events, None, None).await.unwrap();
+    store.ingest(&a, &events, None, None, None).await.unwrap();
     // The index is open, and has read both traces.
     assert_eq!(
         store
@@ -358,7 +358,7 @@ async fn a_catch_up_that_waited_out_a_delete_does_not_mix_in_the_next_agent() {
     // An agent of the same id with other words (or, if the delete still
     // waits for the index, more words for the agent it is about to delete).
     store
-        .ingest(&a, &[NewEvent::user("the zebra budget")], None, None)
+        .ingest(&a, &[NewEvent::user("the zebra budget")], None, None, None)
         .await
         .unwrap();
     drop(index);
@@ -370,7 +370,7 @@ async fn a_catch_up_that_waited_out_a_delete_does_not_mix_in_the_next_agent() {
     delete.await.unwrap().unwrap();
     // Whatever the order was, the agent there now is searched alone.
     store
-        .ingest(&a, &[NewEvent::user("the zebra budget")], None, None)
+        .ingest(&a, &[NewEvent::user("the zebra budget")], None, None, None)
         .await
         .unwrap();
     let page = store
@@ -391,7 +391,7 @@ async fn an_agent_whose_index_is_in_use_is_not_unloaded() {
     let store = open(dir.path()).await;
     let a = id("busy");
     store
-        .ingest(&a, &[NewEvent::user("the okapi report")], None, None)
+        .ingest(&a, &[NewEvent::user("the okapi report")], None, None, None)
         .await
         .unwrap();
     let current = store.caught_up(&a).await.unwrap();

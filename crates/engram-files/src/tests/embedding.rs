@@ -112,7 +112,10 @@ async fn search(store: &FileStore, agent: &str, query: &str, wait: Duration) -> 
 
 async fn ingest(store: &FileStore, agent: &str, texts: &[&str]) {
     let events: Vec<NewEvent> = texts.iter().map(|t| NewEvent::user(*t)).collect();
-    store.ingest(&id(agent), &events, None, None).await.unwrap();
+    store
+        .ingest(&id(agent), &events, None, None, None)
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,7 @@ async fn delete_removes_everything_and_the_id_can_start_over() {
     let store = open(dir.path()).await;
     let a = id("gone");
     store
-        .ingest(&a, &[NewEvent::user("x")], None, None)
+        .ingest(&a, &[NewEvent::user("x")], None, None, None)
         .await
         .unwrap();
     store.delete_agent(&a).await.unwrap();
@@ -31,7 +31,7 @@ async fn delete_removes_everything_and_the_id_can_start_over() {
         Err(StoreError::NotFound(_))
     ));
     let again = store
-        .ingest(&a, &[NewEvent::user("y")], None, None)
+        .ingest(&a, &[NewEvent::user("y")], None, None, None)
         .await
         .unwrap();
     assert_eq!(
@@ -51,13 +51,13 @@ async fn a_delete_that_waited_out_another_leaves_the_new_agent_alone() {
     let store = open(dir.path()).await;
     let a = id("twice");
     store
-        .ingest(&a, &[NewEvent::user("old")], None, None)
+        .ingest(&a, &[NewEvent::user("old")], None, None, None)
         .await
         .unwrap();
     let waiting = store.handle(&a);
     store.delete_agent(&a).await.unwrap();
     store
-        .ingest(&a, &[NewEvent::user("new")], None, None)
+        .ingest(&a, &[NewEvent::user("new")], None, None, None)
         .await
         .unwrap();
     assert!(matches!(
@@ -74,7 +74,7 @@ async fn list_agents_pages_in_order() {
     let store = open(dir.path()).await;
     for name in ["c", "a", "e", "b", "d"] {
         store
-            .ingest(&id(name), &[NewEvent::user("x")], None, None)
+            .ingest(&id(name), &[NewEvent::user("x")], None, None, None)
             .await
             .unwrap();
     }
@@ -116,14 +116,14 @@ async fn idle_agents_are_unloaded_and_reload_on_use() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path()).await;
     store
-        .ingest(&id("idle"), &[NewEvent::user("x")], None, None)
+        .ingest(&id("idle"), &[NewEvent::user("x")], None, None, None)
         .await
         .unwrap();
     assert_eq!(store.loaded_agents(), 1);
     assert_eq!(store.evict_idle(Duration::ZERO).await, 1);
     assert_eq!(store.loaded_agents(), 0);
     let r = store
-        .ingest(&id("idle"), &[NewEvent::assistant("y")], None, None)
+        .ingest(&id("idle"), &[NewEvent::assistant("y")], None, None, None)
         .await
         .unwrap();
     assert_eq!(
@@ -146,6 +146,7 @@ async fn a_fork_copies_everything_and_then_lives_on_its_own() {
             ],
             None,
             None,
+            None,
         )
         .await
         .unwrap();
@@ -165,6 +166,7 @@ async fn a_fork_copies_everything_and_then_lives_on_its_own() {
             .ingest(
                 &dst,
                 &[NewEvent::tool_result("x", serde_json::json!(1))],
+                None,
                 None,
                 None
             )
@@ -192,6 +194,7 @@ async fn a_fork_copies_everything_and_then_lives_on_its_own() {
                 NewEvent::tool_result("c", serde_json::json!(2)),
                 NewEvent::user("two"),
             ],
+            None,
             None,
             None,
         )

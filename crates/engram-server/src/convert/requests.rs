@@ -19,6 +19,7 @@ pub fn ingest_from_pb(req: pb::IngestRequest) -> IngestRequest {
         events: req.events.into_iter().map(event_from_pb).collect(),
         usage: req.usage.map(usage_from_pb),
         model: non_empty(req.model),
+        user_id: non_empty(req.user_id),
     }
 }
 
@@ -41,6 +42,7 @@ pub fn prepare_from_pb(req: pb::PrepareRequestRequest) -> Result<PrepareRequest,
         force_compaction: req.force_compaction,
         recall: req.recall,
         recall_max_tokens: req.recall_max_tokens,
+        user_id: non_empty(req.user_id),
     })
 }
 
@@ -55,6 +57,7 @@ pub fn prepared_to_pb(p: Prepared) -> pb::PrepareRequestResponse {
         },
     };
     pb::PrepareRequestResponse {
+        blocks: p.blocks.into_iter().map(super::shown_to_pb).collect(),
         messages: p.messages.iter().map(message_to_pb).collect(),
         rendered_payload_json: p.rendered,
         turn_id: p.turn_id,
@@ -96,6 +99,7 @@ pub fn retrieved_to_pb(r: Retrieved) -> pb::RetrieveResponse {
 
 pub fn stats_to_pb(s: ContextStats) -> pb::GetContextStatsResponse {
     pb::GetContextStatsResponse {
+        user_id: Default::default(),
         estimated_tokens: s.estimated_tokens,
         last_reported_prompt_tokens: s.last_reported_prompt_tokens,
         estimated_tokens_since_report: s.estimated_tokens_since_report,

@@ -19,6 +19,7 @@ async fn list_pages_and_delete_removes_every_file() {
     }
     let page = client
         .list_agents(pb::ListAgentsRequest {
+            user_id: Default::default(),
             page_size: 2,
             page_token: String::new(),
         })
@@ -28,6 +29,7 @@ async fn list_pages_and_delete_removes_every_file() {
     assert_eq!(page.agent_ids, ["a", "b"]);
     let rest = client
         .list_agents(pb::ListAgentsRequest {
+            user_id: Default::default(),
             page_size: 2,
             page_token: page.next_page_token,
         })

@@ -152,7 +152,10 @@ async fn a_joiner_never_gets_a_prompt_older_than_its_own_write() {
             engram_core::NewEvent::tool_call(format!("c{t}"), "fetch", serde_json::json!({})),
             engram_core::NewEvent::tool_result(format!("c{t}"), words.repeat(80).into()),
         ];
-        store.ingest(&agent, &events, None, None).await.unwrap();
+        store
+            .ingest(&agent, &events, None, None, None)
+            .await
+            .unwrap();
     }
     let leader = tokio::spawn({
         let (compactor, agent) = (compactor.clone(), agent.clone());
@@ -161,7 +164,10 @@ async fn a_joiner_never_gets_a_prompt_older_than_its_own_write() {
     // Microcompact is done and the summarizer has the window.
     arrived.notified().await;
     let question = engram_core::NewEvent::user("the joiner's question");
-    store.ingest(&agent, &[question], None, None).await.unwrap();
+    store
+        .ingest(&agent, &[question], None, None, None)
+        .await
+        .unwrap();
     let mut joiner = Box::pin(compactor.compact(&agent, Trigger::Estimate, None, 0));
     assert!((&mut joiner).now_or_never().is_none(), "it joined");
     gate.add_permits(1);

@@ -13,6 +13,7 @@
 //! surviving a restart.
 
 mod agents;
+mod blocks;
 mod compaction;
 mod search;
 mod writes;
@@ -26,6 +27,7 @@ use serde_json::json;
 use crate::{Ingested, Search, SearchMode, Store, StoreError};
 
 pub use agents::*;
+pub use blocks::*;
 pub use compaction::*;
 pub use search::*;
 pub use writes::*;
@@ -78,6 +80,8 @@ macro_rules! conformance_suite {
             ranked_search_covers_every_acknowledged_write_after_a_restart,
             ranked_search_pages_and_refuses_foreign_tokens,
             hostile_text_is_stored_whole_and_found,
+            blocks_keep_versions_and_reach_the_prompt,
+            an_agents_user_is_fixed_once,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -113,7 +117,7 @@ pub(crate) fn turn(n: usize) -> Vec<NewEvent> {
 
 pub(crate) async fn ingest(store: &dyn Store, agent: &AgentId, events: &[NewEvent]) -> Ingested {
     store
-        .ingest(agent, events, None, None)
+        .ingest(agent, events, None, None, None)
         .await
         .expect("ingest accepted")
 }

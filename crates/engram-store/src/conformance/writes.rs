@@ -83,6 +83,7 @@ pub async fn tool_results_keep_their_calls_turn<H: Harness>(h: &H) {
             &[NewEvent::tool_result("slow", json!("again"))],
             None,
             None,
+            None,
         )
         .await;
     assert!(is_invalid(&twice), "a second result: {twice:?}");
@@ -100,6 +101,7 @@ pub async fn refused_writes_change_nothing<H: Harness>(h: &H) {
                 NewEvent::user("fine"),
                 NewEvent::tool_result("nobody", json!(1)),
             ],
+            None,
             None,
             None,
         )
@@ -120,6 +122,7 @@ pub async fn refused_writes_change_nothing<H: Harness>(h: &H) {
                 NewEvent::tool_call("c9", "dup", json!({})),
                 NewEvent::tool_call("c9", "dup", json!({})),
             ],
+            None,
             None,
             None,
         )
@@ -158,6 +161,7 @@ pub async fn prepare_stores_the_system_prompt_and_the_input<H: Harness>(h: &H) {
     assert!(is_not_found(store.context(&a).await), "nothing written");
 
     let input = PrepareInput {
+        user: Default::default(),
         system_prompt: Some("be brief"),
         user_input: Some(NewEvent::user("zebra hi").with_event_id("u1")),
         model: Some("gpt-4o"),
@@ -195,13 +199,13 @@ pub async fn the_compaction_mark_is_durable_and_per_epoch<H: Harness>(h: &H) {
         total_tokens: 901,
     });
     let first = store
-        .ingest(&a, &[NewEvent::user("x")], usage, Some("gpt-4o"))
+        .ingest(&a, &[NewEvent::user("x")], usage, Some("gpt-4o"), None)
         .await
         .unwrap();
     assert!(!first.compaction_required);
     assert_eq!(first.model.as_deref(), Some("gpt-4o"));
     let second = store
-        .ingest(&a, &[NewEvent::assistant("y")], usage, None)
+        .ingest(&a, &[NewEvent::assistant("y")], usage, None, None)
         .await
         .unwrap();
     assert_eq!(second.model.as_deref(), Some("gpt-4o"), "the last known");
@@ -275,7 +279,7 @@ pub async fn usage_reports_count_from_the_first_write<H: Harness>(h: &H) {
         total_tokens: 1020,
     };
     store
-        .ingest(&a, &[NewEvent::user("hello")], Some(usage), Some("m"))
+        .ingest(&a, &[NewEvent::user("hello")], Some(usage), Some("m"), None)
         .await
         .expect("ingest");
     let report = store.context(&a).await.expect("context").report;

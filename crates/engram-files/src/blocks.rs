@@ -1,0 +1,237 @@
+//! Memory blocks on files: each scope's versions in one append-only JSONL
+//! file (`global/blocks.jsonl`, `users/<id>/blocks.jsonl`, and
+//! `agents/<id>/blocks.jsonl`, which goes with its agent when it is
+//! deleted or forked). A write appends one line and syncs it before it
+//! answers; the current blocks of each scope are kept in memory.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use engram_core::blocks::{self, Block, Change, Scope};
+use engram_core::{AgentId, UserId};
+use engram_store::Blocks;
+use tokio::sync::Mutex as AsyncMutex;
+
+use crate::jsonl::{self, append_sync};
+use crate::{FileStore, Result, SeenBlocks, StoreError, unix_now};
+
+pub(crate) const BLOCKS: &str = "blocks.jsonl";
+
+/// One shared scope: its current blocks once loaded, behind its writers'
+/// lock.
+type ScopeSlot = Arc<AsyncMutex<Option<Arc<Vec<Block>>>>>;
+
+/// The current blocks of the global and user scopes, loaded at first use.
+/// One async lock per scope: writers of a scope go one at a time.
+#[derive(Debug, Default)]
+pub(crate) struct ScopeCache {
+    scopes: std::sync::Mutex<HashMap<String, ScopeSlot>>,
+}
+
+impl ScopeCache {
+    fn slot(&self, key: &str) -> ScopeSlot {
+        let mut scopes = engram_store::lock(&self.scopes);
+        Arc::clone(scopes.entry(key.to_owned()).or_default())
+    }
+}
+
+/// The current block of each label among `versions` (in storage order),
+/// deleted ones left out, by label.
+pub(crate) fn current(versions: Vec<Block>) -> Vec<Block> {
+    let mut by_label: BTreeMap<String, Block> = BTreeMap::new();
+    for v in versions {
+        by_label.insert(v.label.clone(), v);
+    }
+    by_label.into_values().filter(|b| !b.deleted).collect()
+}
+
+/// Every version stored in `path`, oldest first. Blocking.
+pub(crate) fn load_versions(path: &Path) -> Result<Vec<Block>> {
+    // A torn or corrupt line is repaired (and logged) by the load.
+    jsonl::load::<Block>(path).map(|(versions, _)| versions)
+}
+
+fn line(block: &Block) -> Vec<u8> {
+    let mut l = serde_json::to_vec(block).expect("blocks serialize");
+    l.push(b'\n');
+    l
+}
+
+impl FileStore {
+    fn users_dir(&self) -> PathBuf {
+        self.inner.config.data_dir.join("users")
+    }
+
+    pub(crate) fn user_dir(&self, user: &UserId) -> PathBuf {
+        self.users_dir().join(user.as_str())
+    }
+
+    /// Where a shared scope's blocks are, and its cache key.
+    fn shared_path(&self, scope: &Scope) -> (PathBuf, String) {
+        match scope {
+            Scope::User(u) => (self.user_dir(u).join(BLOCKS), format!("user/{u}")),
+            _ => (
+                self.inner.config.data_dir.join("global").join(BLOCKS),
+                "global".into(),
+            ),
+        }
+    }
+
+    /// The current blocks of a shared scope (global, a user's).
+    pub(crate) async fn shared_blocks(&self, scope: &Scope) -> Result<Arc<Vec<Block>>> {
+        let (path, key) = self.shared_path(scope);
+        let slot = self.inner.blocks.slot(&key);
+        let mut cached = slot.lock().await;
+        if let Some(blocks) = cached.as_ref() {
+            return Ok(Arc::clone(blocks));
+        }
+        let blocks =
+            Arc::new(engram_store::blocking(move || load_versions(&path).map(current)).await?);
+        *cached = Some(Arc::clone(&blocks));
+        Ok(blocks)
+    }
+
+    /// What an agent of `user` sees beside its own blocks.
+    pub(crate) async fn seen_blocks(
+        &self,
+        user: Option<&str>,
+        agent: Arc<Vec<Block>>,
+    ) -> Result<SeenBlocks> {
+        let global = self.shared_blocks(&Scope::Global).await?;
+        let user = match user.map(UserId::parse).transpose()? {
+            Some(u) => self.shared_blocks(&Scope::User(u)).await?,
+            None => Arc::default(),
+        };
+        Ok(SeenBlocks {
+            global,
+            user,
+            agent,
+        })
+    }
+
+    async fn write_shared(
+        &self,
+        scope: &Scope,
+        label: &str,
+        change: Change,
+        expected: Option<u64>,
+    ) -> Result<Block> {
+        let (path, key) = self.shared_path(scope);
+        let slot = self.inner.blocks.slot(&key);
+        let mut cached = slot.lock().await;
+        let versions = {
+            let path = path.clone();
+            engram_store::blocking(move || load_versions(&path)).await?
+        };
+        let last = versions.iter().rev().find(|b| b.label == label);
+        let next = blocks::apply(scope, label, last, change, expected, unix_now())?;
+        let bytes = line(&next);
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        engram_store::blocking(move || {
+            std::fs::create_dir_all(&dir).map_err(StoreError::io("creating", &dir))?;
+            append_sync(&path, &bytes)
+        })
+        .await?;
+        let mut all = versions;
+        all.push(next.clone());
+        *cached = Some(Arc::new(current(all)));
+        Ok(next)
+    }
+
+    async fn write_agent(
+        &self,
+        id: &AgentId,
+        label: &str,
+        change: Change,
+        expected: Option<u64>,
+        user: Option<&UserId>,
+    ) -> Result<Block> {
+        loop {
+            let handle = self.handle(id);
+            let mut slot = handle.lock().await;
+            let state = self.loaded(id, &mut slot).await?;
+            if state.deleted {
+                continue;
+            }
+            let claim = state.claim(user)?;
+            let path = state.dir.join(BLOCKS);
+            let versions = crate::offload(|| load_versions(&path))?;
+            let scope = Scope::Agent(id.clone());
+            let last = versions.iter().rev().find(|b| b.label == label);
+            let next = blocks::apply(&scope, label, last, change, expected, unix_now())?;
+            if !state.exists() {
+                state.create(&self.inner.health)?;
+            }
+            if let Some(meta) = claim {
+                state.save_meta(meta)?;
+            }
+            crate::offload(|| append_sync(&path, &line(&next)))?;
+            let mut all = versions;
+            all.push(next.clone());
+            state.blocks = Arc::new(current(all));
+            return Ok(next);
+        }
+    }
+}
+
+#[async_trait]
+impl Blocks for FileStore {
+    async fn list_blocks(&self, scope: &Scope) -> Result<Vec<Block>> {
+        match scope {
+            Scope::Agent(id) => match self.read(id, |s| Arc::clone(&s.blocks)).await {
+                Ok(blocks) => Ok(blocks.to_vec()),
+                Err(StoreError::NotFound(_)) => Ok(vec![]),
+                Err(e) => Err(e),
+            },
+            shared => Ok(self.shared_blocks(shared).await?.to_vec()),
+        }
+    }
+
+    async fn block_history(&self, scope: &Scope, label: &str) -> Result<Vec<Block>> {
+        let path = match scope {
+            Scope::Agent(id) => {
+                // Read under the agent's lock: a delete removes the file.
+                let handle = match self.existing_handle(id) {
+                    Ok(h) => h,
+                    Err(StoreError::NotFound(_)) => return Ok(vec![]),
+                    Err(e) => return Err(e),
+                };
+                let _slot = handle.lock().await;
+                if handle.is_retired() {
+                    return Ok(vec![]);
+                }
+                let path = self.agent_dir(id).join(BLOCKS);
+                let versions = engram_store::blocking(move || load_versions(&path)).await?;
+                return Ok(versions.into_iter().filter(|b| b.label == label).collect());
+            }
+            shared => self.shared_path(shared),
+        };
+        let (path, key) = path;
+        let slot = self.inner.blocks.slot(&key);
+        let _held = slot.lock().await;
+        let versions = engram_store::blocking(move || load_versions(&path)).await?;
+        Ok(versions.into_iter().filter(|b| b.label == label).collect())
+    }
+
+    async fn write_block(
+        &self,
+        scope: &Scope,
+        label: &str,
+        change: Change,
+        expected_version: Option<u64>,
+        user: Option<&UserId>,
+    ) -> Result<Block> {
+        match scope {
+            Scope::Agent(id) => {
+                self.write_agent(id, label, change, expected_version, user)
+                    .await
+            }
+            shared => {
+                self.write_shared(shared, label, change, expected_version)
+                    .await
+            }
+        }
+    }
+}
