@@ -17,7 +17,7 @@ pub mod pb {
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("engram_descriptor");
 
 /// The methods of `engram.v1.MemoryService`, in the order of the proto.
-pub const METHODS: [&str; 9] = [
+pub const METHODS: [&str; 15] = [
     "Ingest",
     "PrepareRequest",
     "Compact",
@@ -27,6 +27,12 @@ pub const METHODS: [&str; 9] = [
     "ListAgents",
     "DeleteAgent",
     "ForkAgent",
+    "DeleteUser",
+    "ListMemoryBlocks",
+    "GetMemoryBlock",
+    "PutMemoryBlock",
+    "EditMemoryBlock",
+    "DeleteMemoryBlock",
 ];
 
 #[cfg(test)]
