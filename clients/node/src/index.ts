@@ -18,6 +18,8 @@ import * as protoLoader from "@grpc/proto-loader";
 // Types generated from the protos by proto-loader-gen-types (`npm run proto`).
 import type { CompactionReport__Output } from "./generated/engram/v1/CompactionReport";
 import type { GetContextStatsResponse__Output } from "./generated/engram/v1/GetContextStatsResponse";
+import type { GetMemoryBlockResponse__Output } from "./generated/engram/v1/GetMemoryBlockResponse";
+import type { MemoryBlock__Output } from "./generated/engram/v1/MemoryBlock";
 import type { IngestResponse__Output } from "./generated/engram/v1/IngestResponse";
 import type { PrepareRequestResponse__Output } from "./generated/engram/v1/PrepareRequestResponse";
 import type { RetrieveResponse__Output } from "./generated/engram/v1/RetrieveResponse";
@@ -180,6 +182,8 @@ export interface ClientOptions {
 }
 
 export interface PrepareOptions {
+  /** Ties the agent (a conversation) to its user, once. */
+  userId?: string;
   userInput?: string | TraceEvent;
   systemPrompt?: string;
   model?: string;
@@ -190,6 +194,53 @@ export interface PrepareOptions {
   recall?: boolean;
   /** The recall block's size at most (recall.max_tokens when unset). */
   recallMaxTokens?: number;
+}
+
+/** Who a memory block belongs to: exactly one of an agent (one
+ * conversation), a user (every conversation of the user), or global. */
+export type Scope = { agentId: string } | { userId: string } | { global: true };
+
+export type BlockFormat = "text" | "json";
+
+const BLOCK_FORMATS: Record<BlockFormat, string> = {
+  text: "BLOCK_FORMAT_TEXT",
+  json: "BLOCK_FORMAT_JSON",
+};
+
+export interface PutBlockOptions {
+  /** What is left unset keeps the block's (the defaults for a new block). */
+  format?: BlockFormat;
+  description?: string;
+  limitChars?: number;
+  readOnly?: boolean;
+  /** The version the write expects (0: the block must not exist). */
+  expectedVersion?: number;
+  /** For an agent scope: ties the agent to its user, as ingest's userId does. */
+  agentUserId?: string;
+}
+
+/** One edit of a block: exactly one of the four. */
+export type BlockEdit =
+  | { append: string }
+  | { replace: { old: string; new: string } }
+  | { insert: { line: number; text: string } }
+  | { jsonMergePatch: Json | string };
+
+function scopeOf(scope: Scope): object {
+  const keys = Object.keys(scope);
+  if (keys.length !== 1) throw new Error("a scope is exactly one of { agentId }, { userId } or { global: true }");
+  if ("agentId" in scope) return { agent_id: scope.agentId };
+  if ("userId" in scope) return { user_id: scope.userId };
+  if (scope.global === true) return { global: true };
+  throw new Error("a scope is exactly one of { agentId }, { userId } or { global: true }");
+}
+
+function editOf(edit: BlockEdit): object {
+  if ("append" in edit) return { append: edit.append };
+  if ("replace" in edit) return { replace: edit.replace };
+  if ("insert" in edit) return { insert: edit.insert };
+  const patch = edit.jsonMergePatch;
+  return { json_merge_patch: typeof patch === "string" ? patch : JSON.stringify(patch) };
 }
 
 export interface RetrieveOptions {
@@ -320,8 +371,10 @@ export class EngramClient {
   }
 
   /** Stores events; `usage` is what the provider reported for the call that made them. */
-  ingest(agentId: string, events: TraceEvent[], opts: { usage?: Usage; model?: string } = {}): Promise<IngestResponse__Output> {
-    return this.call("Ingest", { agent_id: agentId, events, usage: opts.usage ?? null, model: opts.model ?? "" });
+  ingest(agentId: string, events: TraceEvent[], opts: { usage?: Usage; model?: string; userId?: string } = {}): Promise<IngestResponse__Output> {
+    return this.call("Ingest", {
+      agent_id: agentId, events, usage: opts.usage ?? null, model: opts.model ?? "", user_id: opts.userId ?? "",
+    });
   }
 
   /** The prompt for the next LLM call, rendered for `renderFormat` (default openai-chat). */
@@ -341,6 +394,7 @@ export class EngramClient {
       force_compaction: opts.forceCompaction ?? false,
       recall: opts.recall,
       recall_max_tokens: opts.recallMaxTokens,
+      user_id: opts.userId ?? "",
     });
     return {
       payload: raw.rendered_payload_json ? JSON.parse(raw.rendered_payload_json) : null,
@@ -400,12 +454,12 @@ export class EngramClient {
     return this.call("GetContextStats", { agent_id: agentId, model });
   }
 
-  /** Every agent id the caller may see, following pages. */
-  async listAgents(pageSize = 0): Promise<string[]> {
+  /** Every agent id the caller may see (of `userId` only, when given), following pages. */
+  async listAgents(pageSize = 0, userId = ""): Promise<string[]> {
     const ids: string[] = [];
     let token = "";
     do {
-      const page = await this.call("ListAgents", { page_size: pageSize, page_token: token });
+      const page = await this.call("ListAgents", { page_size: pageSize, page_token: token, user_id: userId });
       ids.push(...page.agent_ids);
       token = page.next_page_token;
     } while (token);
@@ -418,5 +472,59 @@ export class EngramClient {
 
   async forkAgent(sourceAgentId: string, targetAgentId: string): Promise<string> {
     return (await this.call("ForkAgent", { source_agent_id: sourceAgentId, target_agent_id: targetAgentId })).agent_id;
+  }
+
+  /** Erases everything the user owns; the number of agents erased. */
+  async deleteUser(userId: string): Promise<number> {
+    return (await this.call("DeleteUser", { user_id: userId })).agents_deleted;
+  }
+
+  /** The current memory blocks of a scope, by label. */
+  async listBlocks(scope: Scope): Promise<MemoryBlock__Output[]> {
+    return (await this.call("ListMemoryBlocks", { scope: scopeOf(scope) })).blocks;
+  }
+
+  /** One block (`block`), and with `includeHistory` every version, oldest first (`history`). */
+  getBlock(scope: Scope, label: string, includeHistory = false): Promise<GetMemoryBlockResponse__Output> {
+    return this.call("GetMemoryBlock", { scope: scopeOf(scope), label, include_history: includeHistory });
+  }
+
+  /** Creates or replaces a block. */
+  async putBlock(scope: Scope, label: string, value: string, opts: PutBlockOptions = {}): Promise<MemoryBlock__Output> {
+    if (opts.format !== undefined && !(opts.format in BLOCK_FORMATS)) {
+      throw new Error(`format must be one of ${Object.keys(BLOCK_FORMATS).join(", ")}`);
+    }
+    return (await this.call("PutMemoryBlock", {
+      scope: scopeOf(scope),
+      label,
+      value,
+      format: opts.format === undefined ? "BLOCK_FORMAT_UNSPECIFIED" : BLOCK_FORMATS[opts.format],
+      description: opts.description,
+      limit_chars: opts.limitChars ?? 0,
+      read_only: opts.readOnly,
+      expected_version: opts.expectedVersion,
+      user_id: opts.agentUserId ?? "",
+    })).block;
+  }
+
+  /** One edit: append, replace (`old` must occur exactly once), insert (after
+   * line `line`, 0 the top) or a JSON merge patch (starts a missing block
+   * from {}: how working memory begins). */
+  async editBlock(scope: Scope, label: string, edit: BlockEdit,
+    opts: { expectedVersion?: number; agentUserId?: string } = {}): Promise<MemoryBlock__Output> {
+    return (await this.call("EditMemoryBlock", {
+      scope: scopeOf(scope),
+      label,
+      edit: editOf(edit),
+      expected_version: opts.expectedVersion,
+      user_id: opts.agentUserId ?? "",
+    })).block;
+  }
+
+  /** Deletes a block; the version that deleted it. */
+  async deleteBlock(scope: Scope, label: string, expectedVersion?: number): Promise<number> {
+    return (await this.call("DeleteMemoryBlock", {
+      scope: scopeOf(scope), label, expected_version: expectedVersion,
+    })).version;
   }
 }

@@ -185,3 +185,34 @@ test("recall can be switched off and bounded per request", async () => {
     await server.stop();
   }
 });
+
+test("users, memory blocks and working memory reach the prompt", async () => {
+  const server = await startEngramd();
+  const engram = new EngramClient(server.addr);
+  try {
+    await engram.putBlock({ global: true }, "rules", "Answer in one sentence.", { description: "house rules" });
+    await engram.putBlock({ userId: "ana" }, "human", "Name: Ana.");
+    const wm = await engram.editBlock({ agentId: "node-ana" }, "working_memory", { jsonMergePatch: { step: 1 } },
+      { expectedVersion: 0, agentUserId: "ana" });
+    assert.equal(wm.version, 1);
+    assert.equal(wm.format, "BLOCK_FORMAT_JSON");
+    const prompt = await engram.prepareRequest("node-ana", { userInput: "Hi", systemPrompt: "Be kind.", model: "gpt-4o" });
+    const system = prompt.payload.messages[0].content as string;
+    assert.ok(system.startsWith("Be kind.\n\n[MEMORY:BLOCKS]\n## rules (global): house rules"), system);
+    assert.deepEqual(prompt.raw.blocks.map((b: any) => [b.scope, b.label, b.version]),
+      [["global", "rules", 1], ["user", "human", 1], ["agent", "working_memory", 1]]);
+    assert.equal((await engram.contextStats("node-ana")).user_id, "ana");
+    await assert.rejects(engram.editBlock({ agentId: "node-ana" }, "working_memory", { jsonMergePatch: { step: 2 } },
+      { expectedVersion: 0 }), (e: any) => e.code === status.ABORTED);
+    await assert.rejects(engram.ingest("node-ana", [user("hi")], { userId: "bo" }),
+      (e: any) => e.code === status.FAILED_PRECONDITION);
+    assert.equal(await engram.deleteBlock({ global: true }, "rules"), 2);
+    assert.deepEqual(await engram.listBlocks({ global: true }), []);
+    await engram.editBlock({ userId: "ana" }, "human", { append: "Lives in Porto." }, { expectedVersion: 1 });
+    const history = await engram.getBlock({ userId: "ana" }, "human", true);
+    assert.deepEqual(history.history.map((h: any) => h.value), ["Name: Ana.", "Name: Ana.\nLives in Porto."]);
+  } finally {
+    engram.close();
+    await server.stop();
+  }
+});

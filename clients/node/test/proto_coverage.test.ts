@@ -108,6 +108,7 @@ function recorder(service: grpc.ServiceDefinition) {
       requests.set(method, sent);
       rest[rest.length - 1](null, {
         report: {}, agent_id: "b", agent_ids: [], rendered_payload_json: "", warnings: [], recalled: [],
+        blocks: [], block: {}, agents_deleted: 0, version: 0,
         next_page_token: method === "ListAgents" && sent.length === 1 ? "page-2" : "",
       });
     },
@@ -117,10 +118,10 @@ function recorder(service: grpc.ServiceDefinition) {
 
 /** Each RPC's helper with every option set (none to its default). */
 async function callEveryHelper(engram: EngramClient) {
-  await engram.ingest("a", [user("hi")], { model: "m", usage: { prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 } });
+  await engram.ingest("a", [user("hi")], { model: "m", usage: { prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 }, userId: "u" });
   await engram.prepareRequest("a", {
     userInput: "hi", systemPrompt: "s", model: "m", renderFormat: "gemini", maxOutputTokens: 5,
-    forceCompaction: true, recall: false, recallMaxTokens: 7,
+    forceCompaction: true, recall: false, recallMaxTokens: 7, userId: "u",
   });
   await engram.compact("a", "f");
   await engram.retrieve("a", {
@@ -132,9 +133,24 @@ async function callEveryHelper(engram: EngramClient) {
     toTurnId: "turn_0002", fromTs: 1, toTs: 2, contextMessages: 3, waitForIndexMs: 4,
   });
   await engram.contextStats("a", "m");
-  await engram.listAgents(1);
+  await engram.listAgents(1, "u");
   await engram.deleteAgent("a");
   await engram.forkAgent("a", "b");
+  await engram.deleteUser("u");
+  // Each scope once: a oneof's fields count when any call sets them.
+  for (const scope of [{ agentId: "a" }, { userId: "u" }, { global: true as const }]) {
+    await engram.listBlocks(scope);
+    await engram.getBlock(scope, "l", true);
+    await engram.deleteBlock(scope, "l", 1);
+    await engram.putBlock(scope, "l", "v");
+  }
+  await engram.putBlock({ agentId: "a" }, "l", "v", {
+    format: "json", description: "d", limitChars: 9, readOnly: true, expectedVersion: 0, agentUserId: "u",
+  });
+  await engram.editBlock({ agentId: "a" }, "l", { append: "x" }, { expectedVersion: 1, agentUserId: "u" });
+  await engram.editBlock({ userId: "u" }, "l", { replace: { old: "x", new: "y" } });
+  await engram.editBlock({ global: true }, "l", { insert: { line: 1, text: "z" } });
+  await engram.editBlock({ agentId: "a" }, "l", { jsonMergePatch: { k: 1 } });
 }
 
 const EVERY = { eventId: "e1", ts: 1683532800, turnId: "turn_0001", sourceEvent: "cli", correlationId: "c1", tags: ["t"] };

@@ -18,6 +18,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 import grpc
 from google.protobuf import struct_pb2
 
+from engram.v1 import memory_pb2 as memory
 from engram.v1 import service_pb2 as svc
 from engram.v1 import service_pb2_grpc
 from engram.v1 import types_pb2 as types
@@ -42,6 +43,27 @@ TRACE_TYPES = {
     "tool_call": types.TRACE_TYPE_TOOL_CALL,
     "tool_result": types.TRACE_TYPE_TOOL_RESULT,
 }
+
+BLOCK_FORMATS = {
+    None: memory.BLOCK_FORMAT_UNSPECIFIED,
+    "text": memory.BLOCK_FORMAT_TEXT,
+    "json": memory.BLOCK_FORMAT_JSON,
+}
+
+
+def _scope(agent_id: Optional[str], user_id: Optional[str],
+           global_scope: bool) -> memory.MemoryScope:
+    """The scope of a memory block: exactly one of an agent (one
+    conversation), a user (every conversation of the user), or global."""
+    given = [x for x in (agent_id is not None, user_id is not None, global_scope) if x]
+    if len(given) != 1:
+        raise ValueError("give exactly one of agent_id, user_id or global_scope=True")
+    if agent_id is not None:
+        return memory.MemoryScope(agent_id=agent_id)
+    if user_id is not None:
+        return memory.MemoryScope(user_id=user_id)
+    return memory.MemoryScope(**{"global": True})
+
 
 MediaLike = Union[types.Media, Mapping[str, Sequence[str]], None]
 
@@ -218,28 +240,32 @@ class EngramClient:
         return getattr(self.stub, method)(request, timeout=self.timeout)
 
     def ingest(self, agent_id: str, events: Iterable[types.TraceEvent], *,
-               usage: Optional[dict] = None, model: str = "") -> svc.IngestResponse:
+               usage: Optional[dict] = None, model: str = "",
+               user_id: str = "") -> svc.IngestResponse:
         """Stores events (see user/assistant/tool_call/tool_result); `usage`
-        is the provider's {"prompt_tokens", "completion_tokens", "total_tokens"}."""
+        is the provider's {"prompt_tokens", "completion_tokens", "total_tokens"}.
+        `user_id` ties the agent (a conversation) to its user, once."""
         u = None
         if usage:
             u = types.Usage(prompt_tokens=usage.get("prompt_tokens", 0),
                             completion_tokens=usage.get("completion_tokens", 0),
                             total_tokens=usage.get("total_tokens", 0))
         return self._call("Ingest", svc.IngestRequest(agent_id=agent_id, events=list(events),
-                                                       usage=u, model=model))
+                                                       usage=u, model=model,
+                                                       user_id=user_id))
 
     def prepare_request(self, agent_id: str, *, user_input=None, system_prompt: str = "",
                         model: str = "", render_format: Optional[str] = "openai-chat",
                         max_output_tokens: int = 0, force_compaction: bool = False,
                         recall: Optional[bool] = None,
-                        recall_max_tokens: Optional[int] = None) -> Prompt:
+                        recall_max_tokens: Optional[int] = None, user_id: str = "") -> Prompt:
         """The prompt for the next LLM call. `user_input` (a str or event)
         is stored as the new turn's user message first. `render_format`:
         openai-chat, openai-responses, anthropic, gemini or None. `recall`
         turns the [MEMORY:RECALLED] block on or off for this request and
         `recall_max_tokens` bounds it (the server's [recall] settings when
-        None)."""
+        None). `user_id` as in ingest. The memory blocks the agent sees are
+        in the system message; `prompt.response.blocks` lists them."""
         if isinstance(user_input, str):
             user_input = user(user_input)
         if render_format not in FORMATS:
@@ -248,7 +274,7 @@ class EngramClient:
             agent_id=agent_id, system_prompt=system_prompt, user_input=user_input, model=model,
             render_format=FORMATS[render_format], max_output_tokens=max_output_tokens,
             force_compaction=force_compaction, recall=recall,
-            recall_max_tokens=recall_max_tokens)))
+            recall_max_tokens=recall_max_tokens, user_id=user_id)))
 
     def compact(self, agent_id: str, focus: str = "") -> types.CompactionReport:
         return self._call("Compact", svc.CompactRequest(agent_id=agent_id, focus=focus)).report
@@ -293,11 +319,13 @@ class EngramClient:
     def context_stats(self, agent_id: str, model: str = "") -> svc.GetContextStatsResponse:
         return self._call("GetContextStats", svc.GetContextStatsRequest(agent_id=agent_id, model=model))
 
-    def list_agents(self, page_size: int = 0) -> Iterator[str]:
-        """Every agent id the caller may see, following pages."""
+    def list_agents(self, page_size: int = 0, user_id: str = "") -> Iterator[str]:
+        """Every agent id the caller may see (of `user_id` only, when given),
+        following pages."""
         token = ""
         while True:
-            page = self._call("ListAgents", svc.ListAgentsRequest(page_size=page_size, page_token=token))
+            page = self._call("ListAgents", svc.ListAgentsRequest(
+                page_size=page_size, page_token=token, user_id=user_id))
             yield from page.agent_ids
             token = page.next_page_token
             if not token:
@@ -309,6 +337,84 @@ class EngramClient:
     def fork_agent(self, source_agent_id: str, target_agent_id: str) -> str:
         return self._call("ForkAgent", svc.ForkAgentRequest(
             source_agent_id=source_agent_id, target_agent_id=target_agent_id)).agent_id
+
+
+    def delete_user(self, user_id: str) -> int:
+        """Erases everything the user owns; the number of agents erased."""
+        return self._call("DeleteUser", memory.DeleteUserRequest(user_id=user_id)).agents_deleted
+
+    # Memory blocks: documents in a scope that every prompt of the scope's
+    # agents shows. Each helper takes the scope as exactly one of
+    # `agent_id=`, `user_id=` or `global_scope=True`.
+
+    def list_blocks(self, *, agent_id: Optional[str] = None, user_id: Optional[str] = None,
+                    global_scope: bool = False) -> list:
+        """The current blocks of the scope, by label."""
+        return list(self._call("ListMemoryBlocks", memory.ListMemoryBlocksRequest(
+            scope=_scope(agent_id, user_id, global_scope))).blocks)
+
+    def get_block(self, label: str, *, agent_id: Optional[str] = None,
+                  user_id: Optional[str] = None, global_scope: bool = False,
+                  include_history: bool = False) -> memory.GetMemoryBlockResponse:
+        """One block (`.block`), and with `include_history` every version,
+        oldest first (`.history`)."""
+        return self._call("GetMemoryBlock", memory.GetMemoryBlockRequest(
+            scope=_scope(agent_id, user_id, global_scope), label=label,
+            include_history=include_history))
+
+    def put_block(self, label: str, value: str, *, agent_id: Optional[str] = None,
+                  user_id: Optional[str] = None, global_scope: bool = False,
+                  format: Optional[str] = None, description: Optional[str] = None,
+                  limit_chars: int = 0, read_only: Optional[bool] = None,
+                  expected_version: Optional[int] = None,
+                  agent_user_id: str = "") -> memory.MemoryBlock:
+        """Creates or replaces a block (`format` "text" or "json"; what is left
+        None keeps the block's). `expected_version` guards against lost
+        updates (0: the block must not exist). `agent_user_id` ties an
+        agent scope's agent to its user, as ingest's `user_id` does."""
+        if format not in BLOCK_FORMATS:
+            raise ValueError(f"format must be one of {sorted(k for k in BLOCK_FORMATS if k)} or None")
+        return self._call("PutMemoryBlock", memory.PutMemoryBlockRequest(
+            scope=_scope(agent_id, user_id, global_scope), label=label, value=value,
+            format=BLOCK_FORMATS[format], description=description, limit_chars=limit_chars,
+            read_only=read_only, expected_version=expected_version,
+            user_id=agent_user_id)).block
+
+    def edit_block(self, label: str, *, agent_id: Optional[str] = None,
+                   user_id: Optional[str] = None, global_scope: bool = False,
+                   append: Optional[str] = None, replace: Optional[tuple] = None,
+                   insert: Optional[tuple] = None, json_merge_patch=None,
+                   expected_version: Optional[int] = None,
+                   agent_user_id: str = "") -> memory.MemoryBlock:
+        """One edit: `append` (text), `replace` ((old, new): old must occur
+        exactly once), `insert` ((line, text): after that line, 0 the top) or
+        `json_merge_patch` (a dict or JSON text; JSON blocks; starts a missing
+        block from {} — how working memory begins)."""
+        edits = [e for e in (append, replace, insert, json_merge_patch) if e is not None]
+        if len(edits) != 1:
+            raise ValueError("give exactly one of append, replace, insert or json_merge_patch")
+        if append is not None:
+            edit = memory.BlockEdit(append=append)
+        elif replace is not None:
+            edit = memory.BlockEdit(replace=memory.BlockReplace(old=replace[0], new=replace[1]))
+        elif insert is not None:
+            edit = memory.BlockEdit(insert=memory.BlockInsert(line=insert[0], text=insert[1]))
+        else:
+            patch = json_merge_patch
+            edit = memory.BlockEdit(
+                json_merge_patch=patch if isinstance(patch, str) else json.dumps(patch))
+        return self._call("EditMemoryBlock", memory.EditMemoryBlockRequest(
+            scope=_scope(agent_id, user_id, global_scope), label=label, edit=edit,
+            expected_version=expected_version, user_id=agent_user_id)).block
+
+    def delete_block(self, label: str, *, agent_id: Optional[str] = None,
+                     user_id: Optional[str] = None, global_scope: bool = False,
+                     expected_version: Optional[int] = None) -> int:
+        """Deletes a block; the version that deleted it (history keeps it,
+        with no text)."""
+        return self._call("DeleteMemoryBlock", memory.DeleteMemoryBlockRequest(
+            scope=_scope(agent_id, user_id, global_scope), label=label,
+            expected_version=expected_version)).version
 
 
 def _pem(value) -> Optional[bytes]:

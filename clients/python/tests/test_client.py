@@ -7,6 +7,7 @@ import sys
 
 import grpc
 import pytest
+from engram.v1 import memory_pb2 as memory
 from engram.v1 import service_pb2 as svc
 from engram.v1 import types_pb2 as types
 
@@ -184,3 +185,42 @@ def test_recall_can_be_switched_and_bounded_per_request(start_engramd):
         tiny = engram.prepare_request("py-recall", user_input="Tell me about Biscuit again.",
                                       model="gpt-4o", recall=True, recall_max_tokens=1)
         assert tiny.recalled == [], "nothing fits in one token"
+
+
+def test_users_blocks_and_working_memory_reach_the_prompt(engramd):
+    with EngramClient(engramd) as engram:
+        engram.put_block("rules", "Answer in one sentence.", global_scope=True,
+                         description="house rules")
+        engram.put_block("human", "Name: Ana. Lives in Lisbon.", user_id="ana",
+                         description="what we know of the user")
+        wm = engram.edit_block("working_memory", agent_id="py-ana-1",
+                               json_merge_patch={"files_reviewed": 3}, expected_version=0,
+                               agent_user_id="ana")
+        assert wm.version == 1 and wm.format == memory.BLOCK_FORMAT_JSON
+        prompt = engram.prepare_request("py-ana-1", user_input="Where do I live?",
+                                        system_prompt="You are helpful.", model="gpt-4o")
+        system = prompt.payload["messages"][0]["content"]
+        assert system.startswith("You are helpful.\n\n[MEMORY:BLOCKS]\n## rules (global): house rules")
+        assert system.index("## rules") < system.index("## human (user)") < system.index("## working_memory (agent)")
+        assert [(b.scope, b.label, b.version) for b in prompt.response.blocks] == [
+            ("global", "rules", 1), ("user", "human", 1), ("agent", "working_memory", 1)]
+        assert engram.context_stats("py-ana-1").user_id == "ana"
+
+        # A stale version changes nothing; a replace must match once.
+        with pytest.raises(grpc.RpcError) as err:
+            engram.edit_block("working_memory", agent_id="py-ana-1",
+                              json_merge_patch={"files_reviewed": 9}, expected_version=0)
+        assert err.value.code() == grpc.StatusCode.ABORTED
+        with pytest.raises(grpc.RpcError) as err:
+            engram.edit_block("human", user_id="ana", replace=("Paris", "Porto"))
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        engram.edit_block("human", user_id="ana", replace=("Lisbon", "Porto"), expected_version=1)
+        history = engram.get_block("human", user_id="ana", include_history=True).history
+        assert [h.value for h in history] == ["Name: Ana. Lives in Lisbon.", "Name: Ana. Lives in Porto."]
+
+        # The agent's user is fixed: another user's request is refused.
+        with pytest.raises(grpc.RpcError) as err:
+            engram.ingest("py-ana-1", [user("hi")], user_id="bo")
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert engram.delete_block("rules", global_scope=True) == 2
+        assert engram.list_blocks(global_scope=True) == []

@@ -12,6 +12,7 @@ import glob
 import os
 import re
 
+from engram.v1 import memory_pb2 as memory
 from engram.v1 import service_pb2 as svc
 
 from engram_client import EngramClient, assistant, tool_call, tool_result, user
@@ -82,7 +83,8 @@ class Recorder:
     def __getattr__(self, method):
         def call(request, **_):
             self.requests[method].append(request)
-            response = getattr(svc, f"{method}Response")()
+            name = f"{method}Response"
+            response = (getattr(svc, name, None) or getattr(memory, name))()
             if method == "ListAgents" and len(self.requests[method]) == 1:
                 response.next_page_token = "page-2"
             return response
@@ -92,10 +94,11 @@ class Recorder:
 def call_every_helper(engram):
     """Each RPC's helper with every option set (none to its default)."""
     engram.ingest("a", [user("hi")], model="m",
-                  usage={"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3})
+                  usage={"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
+                  user_id="u")
     engram.prepare_request("a", user_input="hi", system_prompt="s", model="m",
                            render_format="gemini", max_output_tokens=5, force_compaction=True,
-                           recall=False, recall_max_tokens=7)
+                           recall=False, recall_max_tokens=7, user_id="u")
     engram.compact("a", focus="f")
     engram.retrieve("a", "q", max_episodic=1, max_semantic=2, raw_tail_turns=3,
                     include_tool_interactions=True, max_recalled=4, context_messages=5,
@@ -105,9 +108,23 @@ def call_every_helper(engram):
                           to_turn_id="turn_0002", from_ts=1.0, to_ts=2.0, context_messages=3,
                           wait_for_index_ms=4)
     engram.context_stats("a", model="m")
-    list(engram.list_agents(page_size=1))
+    list(engram.list_agents(page_size=1, user_id="u"))
     engram.delete_agent("a")
     engram.fork_agent("a", "b")
+    engram.delete_user("u")
+    # Each scope once: a oneof's fields count when any call sets them.
+    for scope in (dict(agent_id="a"), dict(user_id="u"), dict(global_scope=True)):
+        engram.list_blocks(**scope)
+        engram.get_block("l", include_history=True, **scope)
+        engram.delete_block("l", expected_version=1, **scope)
+    engram.put_block("l", "v", agent_id="a", format="json", description="d", limit_chars=9,
+                     read_only=True, expected_version=0, agent_user_id="u")
+    engram.put_block("l", "v", user_id="u")
+    engram.put_block("l", "v", global_scope=True)
+    engram.edit_block("l", agent_id="a", append="x", expected_version=1, agent_user_id="u")
+    engram.edit_block("l", user_id="u", replace=("x", "y"))
+    engram.edit_block("l", global_scope=True, insert=(1, "z"))
+    engram.edit_block("l", agent_id="a", json_merge_patch={"k": 1})
 
 
 EVERY = dict(event_id="e1", ts=1683532800.0, turn_id="turn_0001", source_event="cli",
@@ -137,9 +154,9 @@ def test_the_parser_reads_the_protos():
     # The parser misses no rpc and no field: the generated descriptors agree.
     service = svc.DESCRIPTOR.services_by_name["MemoryService"]
     assert set(rpcs) == {m.name for m in service.methods}
-    for rpc in rpcs.values():
-        generated = svc.DESCRIPTOR.message_types_by_name[rpc]
-        assert set(messages[rpc]) == {f.name for f in generated.fields}
+    for method in service.methods:
+        generated = method.input_type
+        assert set(messages[rpcs[method.name]]) == {f.name for f in generated.fields}
 
 
 def test_every_request_field_has_a_helper():

@@ -306,11 +306,11 @@ fn block_request(g: &mut Gen, method: &str) -> Vec<u8> {
             use pb::block_edit::Edit;
             let edit = match g.rng.random_range(0..5) {
                 0 => Some(Edit::Append(g.text())),
-                1 => Some(Edit::Replace(pb::block_edit::Replace {
+                1 => Some(Edit::Replace(pb::BlockReplace {
                     old: g.unicode(0..6),
                     new: g.text(),
                 })),
-                2 => Some(Edit::Insert(pb::block_edit::Insert {
+                2 => Some(Edit::Insert(pb::BlockInsert {
                     line: g.u32() % 8,
                     text: g.text(),
                 })),

@@ -161,6 +161,8 @@ pub struct ContextStats {
     pub compaction_required: bool,
     pub model: String,
     pub index: IndexState,
+    /// The user the agent belongs to.
+    pub user_id: Option<String>,
 }
 
 /// ListAgents.

@@ -33,6 +33,7 @@ impl Engine {
             compaction_required: context.compaction_required,
             model,
             index,
+            user_id: context.user_id.clone(),
         })
     }
 

@@ -99,7 +99,7 @@ pub fn retrieved_to_pb(r: Retrieved) -> pb::RetrieveResponse {
 
 pub fn stats_to_pb(s: ContextStats) -> pb::GetContextStatsResponse {
     pb::GetContextStatsResponse {
-        user_id: Default::default(),
+        user_id: s.user_id.unwrap_or_default(),
         estimated_tokens: s.estimated_tokens,
         last_reported_prompt_tokens: s.last_reported_prompt_tokens,
         estimated_tokens_since_report: s.estimated_tokens_since_report,

@@ -161,7 +161,7 @@ pub async fn prepare_stores_the_system_prompt_and_the_input<H: Harness>(h: &H) {
     assert!(is_not_found(store.context(&a).await), "nothing written");
 
     let input = PrepareInput {
-        user: Default::default(),
+        user: None,
         system_prompt: Some("be brief"),
         user_input: Some(NewEvent::user("zebra hi").with_event_id("u1")),
         model: Some("gpt-4o"),
