@@ -156,7 +156,7 @@ impl fmt::Display for FuzzReport {
 fn request(g: &mut Gen, method: &str) -> Vec<u8> {
     match method {
         "Ingest" => pb::IngestRequest {
-            user_id: Default::default(),
+            user_id: g.user_id(),
             agent_id: g.agent_id(),
             events: g.events(),
             usage: g.rng.random_bool(0.3).then(|| pb::Usage {
@@ -172,7 +172,7 @@ fn request(g: &mut Gen, method: &str) -> Vec<u8> {
         }
         .encode_to_vec(),
         "PrepareRequest" => pb::PrepareRequestRequest {
-            user_id: Default::default(),
+            user_id: g.user_id(),
             agent_id: g.agent_id(),
             system_prompt: if g.rng.random_bool(0.3) {
                 g.text()
@@ -295,11 +295,7 @@ fn block_request(g: &mut Gen, method: &str) -> Vec<u8> {
             limit_chars: g.u32() % 10_000,
             read_only: None,
             expected_version,
-            user_id: if g.rng.random_bool(0.3) {
-                g.agent_id()
-            } else {
-                String::new()
-            },
+            user_id: g.user_id(),
         }
         .encode_to_vec(),
         "EditMemoryBlock" => {
@@ -322,7 +318,7 @@ fn block_request(g: &mut Gen, method: &str) -> Vec<u8> {
                 label,
                 edit: Some(pb::BlockEdit { edit }),
                 expected_version,
-                user_id: String::new(),
+                user_id: g.user_id(),
             }
             .encode_to_vec()
         }

@@ -67,6 +67,18 @@ impl Gen {
         }
     }
 
+    /// A request's `user_id`: mostly none, else one of a few users (so
+    /// that agents meet another user's requests) or a hostile id.
+    pub fn user_id(&mut self) -> String {
+        if self.chance(0.7) {
+            return String::new();
+        }
+        if !self.wild || self.chance(0.7) {
+            return self.pick(&["ana", "bo", "cy"]).to_owned();
+        }
+        self.agent_id()
+    }
+
     /// Characters from the awkward corners of unicode.
     pub fn unicode(&mut self, len: std::ops::Range<usize>) -> String {
         const CHARS: [char; 16] = [

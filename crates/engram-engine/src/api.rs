@@ -171,8 +171,6 @@ pub struct ListAgentsRequest {
     /// 0: the default.
     pub page_size: u32,
     pub page_token: String,
-    /// Only the agents of this user ("": every agent).
-    pub user_id: String,
 }
 
 #[derive(Debug, Clone, Default)]

@@ -2,46 +2,26 @@
 //! agents shows in its system message (`[MEMORY:BLOCKS]`), and the
 //! agent's working memory among them.
 
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use engram_core::AgentId;
 use engram_core::blocks::{self, Block, Scope, Section};
 use engram_core::tokens::Encoding;
-use engram_core::{UserId, blocks::Shown};
 use engram_store::SeenBlocks;
 
 use crate::api::{BlockWrite, ScopeRequest};
+use crate::caches::{self, ContextCaches};
 use crate::error::{EngineError, Result};
 use crate::{Engine, limits};
 
 /// The share of the input budget blocks may take when not configured.
 pub const DEFAULT_MAX_SHARE: f64 = 0.25;
 
-/// A scope, checked.
-pub fn scope(req: &ScopeRequest) -> Result<Scope> {
-    Ok(match req {
-        ScopeRequest::Agent(a) => Scope::Agent(limits::agent_id("scope.agent_id", a)?),
-        ScopeRequest::User(u) => Scope::User(user_id("scope.user_id", u)?),
-        ScopeRequest::Global => Scope::Global,
-    })
-}
-
-/// A user id, checked (`field` names it in the error).
-pub fn user_id(field: &str, raw: &str) -> Result<UserId> {
-    UserId::parse(raw).map_err(|e| match field {
-        "user_id" => e.into(),
-        _ => EngineError::Invalid(format!("{field}: {e}")),
-    })
-}
-
-/// A request's optional user id: `None` for unset or "".
-pub fn optional_user(raw: Option<&str>) -> Result<Option<UserId>> {
-    raw.filter(|u| !u.is_empty())
-        .map(|u| user_id("user_id", u))
-        .transpose()
-}
-
 impl Engine {
     /// The current blocks of a scope, by label.
     pub async fn list_blocks(&self, scope: &ScopeRequest) -> Result<Vec<Block>> {
-        let scope = self::scope(scope)?;
+        let scope = limits::scope(scope)?;
         Ok(self.store.list_blocks(&scope).await?)
     }
 
@@ -53,7 +33,7 @@ impl Engine {
         label: &str,
         history: bool,
     ) -> Result<(Block, Vec<Block>)> {
-        let scope = self::scope(scope)?;
+        let scope = limits::scope(scope)?;
         blocks::check_label(label)?;
         let versions = self.store.block_history(&scope, label).await?;
         let Some(current) = versions.last().filter(|b| !b.deleted).cloned() else {
@@ -67,8 +47,8 @@ impl Engine {
     /// Creates, replaces, edits or deletes a block; returns the version
     /// written (for a delete, the tombstone).
     pub async fn write_block(&self, req: BlockWrite) -> Result<Block> {
-        let scope = self::scope(&req.scope)?;
-        let user = optional_user(req.user_id.as_deref())?;
+        let scope = limits::scope(&req.scope)?;
+        let user = limits::optional_user(req.user_id.as_deref())?;
         if user.is_some() && !matches!(scope, Scope::Agent(_)) {
             return Err(EngineError::invalid(
                 "user_id binds an agent's user: give it with an agent_id scope only",
@@ -89,28 +69,54 @@ impl Engine {
     }
 }
 
-/// `system` with the blocks the agent sees appended, in at most
-/// `max_tokens` for the blocks; what was shown; a warning when they were
-/// cut.
-pub fn system_with_blocks(
-    system: Option<&str>,
+/// The blocks section an agent's prompt shows (`None`: it sees no block),
+/// in at most `max_tokens`. Counted once per change of the blocks, the
+/// encoding or the budget: the agent's caches keep it, since every prompt
+/// shows the same section until a block changes.
+pub fn section_for(
+    caches: &ContextCaches,
+    agent: &AgentId,
     seen: &SeenBlocks,
     encoding: Encoding,
     max_tokens: u32,
-) -> (Option<String>, Vec<Shown>, Option<String>) {
+) -> Option<Arc<Section>> {
     let in_order = seen.in_order();
     if in_order.is_empty() {
-        return (system.map(str::to_owned), vec![], None);
+        return None;
     }
-    let Section { text, shown } = blocks::section(&in_order, encoding, max_tokens);
-    let warning = shown.iter().any(|b| b.cut).then(|| {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for (scope, block) in &in_order {
+        (scope, &block.label, block.version).hash(&mut h);
+    }
+    (encoding, max_tokens).hash(&mut h);
+    let key = h.finish();
+    let cell = caches.of(agent);
+    if let Some((k, section)) = &caches::lock(&cell).blocks
+        && *k == key
+    {
+        return Some(Arc::clone(section));
+    }
+    let bytes: usize = in_order.iter().map(|(_, b)| b.value.len()).sum();
+    let section = Arc::new(engram_store::offload_over(bytes as u64, || {
+        blocks::section(&in_order, encoding, max_tokens)
+    }));
+    caches::lock(&cell).blocks = Some((key, Arc::clone(&section)));
+    Some(section)
+}
+
+/// `system` followed by the blocks section.
+pub fn with_section(system: Option<&str>, section: &Section) -> String {
+    match system {
+        Some(s) if !s.is_empty() => format!("{s}\n\n{}", section.text),
+        _ => section.text.clone(),
+    }
+}
+
+/// The warning of a prompt whose blocks were cut to `max_tokens`.
+pub fn cut_warning(section: &Section, max_tokens: u32) -> Option<String> {
+    section.shown.iter().any(|b| b.cut).then(|| {
         format!(
             "memory blocks take more than their share of the input budget ({max_tokens} tokens, blocks.max_share): each was cut; shorten them or raise the share"
         )
-    });
-    let system = match system {
-        Some(s) if !s.is_empty() => format!("{s}\n\n{text}"),
-        _ => text,
-    };
-    (Some(system), shown, warning)
+    })
 }

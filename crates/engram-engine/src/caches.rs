@@ -20,6 +20,8 @@ pub struct Caches {
     pub render: RenderCache,
     /// The current turn's recall, for the turn's later prompts.
     pub recall: Option<Arc<TurnRecall>>,
+    /// The memory blocks' section, under a hash of what it was made from.
+    pub blocks: Option<(u64, Arc<engram_core::blocks::Section>)>,
 }
 
 /// One memory as the block shows it, and as the response lists it.

@@ -15,7 +15,7 @@ impl Engine {
     pub async fn ingest(&self, req: IngestRequest) -> Result<Ingested> {
         let id = limits::agent_id("agent_id", &req.agent_id)?;
         let model = req.model.as_deref().filter(|m| !m.is_empty());
-        let user = crate::blocks::optional_user(req.user_id.as_deref())?;
+        let user = limits::optional_user(req.user_id.as_deref())?;
         let mut out = self
             .store
             .ingest(&id, &req.events, req.usage, model, user.as_ref())

@@ -3,11 +3,12 @@
 
 use std::time::Duration;
 
-use engram_core::AgentId;
+use engram_core::blocks::Scope;
 use engram_core::turns::turn_number;
+use engram_core::{AgentId, UserId};
 use engram_store::{MemoryQuery, Search};
 
-use crate::api::{RetrieveRequest, SearchRequest};
+use crate::api::{RetrieveRequest, ScopeRequest, SearchRequest};
 use crate::error::{EngineError, Result};
 
 /// Retrieve: summaries, facts and raw turns when the request names none.
@@ -33,6 +34,30 @@ pub fn agent_id(field: &str, raw: &str) -> Result<AgentId> {
     AgentId::parse(raw).map_err(|e| match field {
         "agent_id" => e.into(),
         _ => EngineError::Invalid(format!("{field}: {e}")),
+    })
+}
+
+/// `raw` as a user id; a refusal names `field`.
+pub fn user_id(field: &str, raw: &str) -> Result<UserId> {
+    UserId::parse(raw).map_err(|e| match field {
+        "user_id" => e.into(),
+        _ => EngineError::Invalid(format!("{field}: {e}")),
+    })
+}
+
+/// A request's optional `user_id`: `None` for unset or "".
+pub fn optional_user(raw: Option<&str>) -> Result<Option<UserId>> {
+    raw.filter(|u| !u.is_empty())
+        .map(|u| user_id("user_id", u))
+        .transpose()
+}
+
+/// A memory block's scope, checked.
+pub fn scope(req: &ScopeRequest) -> Result<Scope> {
+    Ok(match req {
+        ScopeRequest::Agent(a) => Scope::Agent(agent_id("scope.agent_id", a)?),
+        ScopeRequest::User(u) => Scope::User(user_id("scope.user_id", u)?),
+        ScopeRequest::Global => Scope::Global,
     })
 }
 

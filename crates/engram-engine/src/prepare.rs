@@ -42,7 +42,7 @@ impl Engine {
         let id = limits::agent_id("agent_id", &req.agent_id)?;
         let recall = recall::Settings::of(&self.recall, &req);
         let user_input = req.user_input.map(user_event).transpose()?;
-        let user = crate::blocks::optional_user(req.user_id.as_deref())?;
+        let user = limits::optional_user(req.user_id.as_deref())?;
         let ask = Ask {
             agent: &id,
             model: non_empty(req.model.as_deref()),
@@ -66,8 +66,13 @@ impl Engine {
         let mut context = prepared.context;
         // The blocks join the system message before anything is counted:
         // they are part of the prompt's size.
-        let (system, shown, cut) = self.blocks_in(&id, &context, &prepared.blocks, &ask);
-        context.system = system.clone();
+        let (section, max_tokens) = self.blocks_in(&id, &context, &prepared.blocks, &ask);
+        let system = section
+            .as_deref()
+            .map(|s| crate::blocks::with_section(context.system.as_deref(), s));
+        if let Some(system) = &system {
+            context.system = Some(system.clone());
+        }
         let look = sizing::with_caches(caches, &id, &context, |c| look(&context, c, &ask, budgets));
         let (context, size, report) = match look {
             Look::Ready(size, model) => (context, (size, model), None),
@@ -82,7 +87,9 @@ impl Engine {
                     Some(context) => context,
                     None => store.context(&id).await?,
                 };
-                context.system = system;
+                if system.is_some() {
+                    context.system = system;
+                }
                 let size = sizing::with_caches(caches, &id, &context, |c| {
                     size_of(&context, c, &ask, budgets)
                 });
@@ -95,34 +102,30 @@ impl Engine {
         let mut prepared = sizing::with_caches(caches, &id, &context, |c| {
             build(&context, c, &ask, size, report, recalled)
         });
-        prepared.blocks = shown;
-        prepared.warnings.extend(cut);
+        if let Some(section) = section {
+            prepared.blocks = section.shown.clone();
+            prepared
+                .warnings
+                .extend(crate::blocks::cut_warning(&section, max_tokens));
+        }
         Ok(prepared)
     }
 
-    /// The system message with the memory blocks the agent sees, in at
-    /// most their share of the input budget; what it shows; a warning
-    /// when they were cut.
+    /// The blocks section the agent's prompt shows, in at most their share
+    /// of the input budget (that share, in tokens, beside it).
     fn blocks_in(
         &self,
         id: &AgentId,
         context: &AgentContext,
         seen: &engram_store::SeenBlocks,
         ask: &Ask<'_>,
-    ) -> (
-        Option<String>,
-        Vec<engram_core::blocks::Shown>,
-        Option<String>,
-    ) {
+    ) -> (Option<Arc<engram_core::blocks::Section>>, u32) {
         let model = context.model(ask.model);
         let budget = self.budgets.budget(id.as_str(), &model, ask.max_output);
         let max = (f64::from(budget.input_budget) * crate::blocks::DEFAULT_MAX_SHARE) as u32;
-        crate::blocks::system_with_blocks(
-            context.system.as_deref(),
-            seen,
-            tokens::encoding_for(&model),
-            max,
-        )
+        let encoding = tokens::encoding_for(&model);
+        let section = crate::blocks::section_for(&self.caches, id, seen, encoding, max);
+        (section, max)
     }
 }
 

@@ -35,8 +35,8 @@ pub(crate) struct AgentState {
     pub deleted: bool,
     /// The log record of the latest append: what a reader waits for.
     pub last_ticket: Option<Ticket>,
-    /// The agent's current memory blocks, by label (`blocks.jsonl`).
-    pub blocks: Arc<Vec<engram_core::blocks::Block>>,
+    /// The agent's memory blocks (`blocks.jsonl`).
+    pub blocks: crate::blocks::ScopeBlocks,
     pub derived: Derived,
 }
 
@@ -82,9 +82,7 @@ impl AgentState {
         let (semantic, recovery) = jsonl::load::<SemanticItem>(&state.dir.join(SEMANTIC))?;
         report(&state.dir, SEMANTIC, &recovery);
         state.semantic = latest_by_id(semantic);
-        state.blocks = Arc::new(crate::blocks::current(crate::blocks::load_versions(
-            &state.dir.join(crate::blocks::BLOCKS),
-        )?));
+        state.blocks = crate::blocks::ScopeBlocks::load(&state.dir.join(crate::blocks::BLOCKS))?;
         state.raw = Some(Arc::new(DurableFile::open(
             &state.dir.join(RAW_TRACES),
             health,
@@ -99,7 +97,7 @@ impl AgentState {
             raw: None,
             deleted: false,
             last_ticket: None,
-            blocks: Arc::default(),
+            blocks: crate::blocks::ScopeBlocks::default(),
             derived: Derived::default(),
         }
     }

@@ -19,9 +19,50 @@ use crate::{FileStore, Result, SeenBlocks, StoreError, unix_now};
 
 pub(crate) const BLOCKS: &str = "blocks.jsonl";
 
-/// One shared scope: its current blocks once loaded, behind its writers'
-/// lock.
-type ScopeSlot = Arc<AsyncMutex<Option<Arc<Vec<Block>>>>>;
+/// One shared scope: its blocks once loaded, behind its writers' lock.
+type ScopeSlot = Arc<AsyncMutex<Option<ScopeBlocks>>>;
+
+/// A scope's blocks as its file holds them: the last version of each
+/// label (a deletion's tombstone included, so that versions go on from
+/// it) and the live ones, shared with every prompt that shows them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ScopeBlocks {
+    last: BTreeMap<String, Block>,
+    live: Arc<Vec<Block>>,
+}
+
+impl ScopeBlocks {
+    /// From every version, oldest first.
+    pub(crate) fn of(versions: Vec<Block>) -> Self {
+        let mut last = BTreeMap::new();
+        for v in versions {
+            last.insert(v.label.clone(), v);
+        }
+        let live = Arc::new(last.values().filter(|b| !b.deleted).cloned().collect());
+        Self { last, live }
+    }
+
+    /// Loads the scope's file. Blocking; a torn or corrupt line is
+    /// repaired (and logged) by the load.
+    pub(crate) fn load(path: &Path) -> Result<Self> {
+        load_versions(path).map(Self::of)
+    }
+
+    /// The live blocks, by label.
+    pub(crate) fn live(&self) -> &Arc<Vec<Block>> {
+        &self.live
+    }
+
+    fn last(&self, label: &str) -> Option<&Block> {
+        self.last.get(label)
+    }
+
+    /// Takes in a version just stored.
+    fn record(&mut self, block: Block) {
+        self.last.insert(block.label.clone(), block);
+        self.live = Arc::new(self.last.values().filter(|b| !b.deleted).cloned().collect());
+    }
+}
 
 /// The current blocks of the global and user scopes, loaded at first use.
 /// One async lock per scope: writers of a scope go one at a time.
@@ -37,20 +78,18 @@ impl ScopeCache {
     }
 }
 
-/// The current block of each label among `versions` (in storage order),
-/// deleted ones left out, by label.
-pub(crate) fn current(versions: Vec<Block>) -> Vec<Block> {
-    let mut by_label: BTreeMap<String, Block> = BTreeMap::new();
-    for v in versions {
-        by_label.insert(v.label.clone(), v);
-    }
-    by_label.into_values().filter(|b| !b.deleted).collect()
-}
-
 /// Every version stored in `path`, oldest first. Blocking.
 pub(crate) fn load_versions(path: &Path) -> Result<Vec<Block>> {
     // A torn or corrupt line is repaired (and logged) by the load.
     jsonl::load::<Block>(path).map(|(versions, _)| versions)
+}
+
+/// The scope's blocks, loaded from `path` at first use.
+async fn loaded(cached: &mut Option<ScopeBlocks>, path: PathBuf) -> Result<&mut ScopeBlocks> {
+    if cached.is_none() {
+        *cached = Some(engram_store::blocking(move || ScopeBlocks::load(&path)).await?);
+    }
+    Ok(cached.as_mut().expect("loaded"))
 }
 
 fn line(block: &Block) -> Vec<u8> {
@@ -79,18 +118,13 @@ impl FileStore {
         }
     }
 
-    /// The current blocks of a shared scope (global, a user's).
+    /// The live blocks of a shared scope (global, a user's).
     pub(crate) async fn shared_blocks(&self, scope: &Scope) -> Result<Arc<Vec<Block>>> {
         let (path, key) = self.shared_path(scope);
         let slot = self.inner.blocks.slot(&key);
         let mut cached = slot.lock().await;
-        if let Some(blocks) = cached.as_ref() {
-            return Ok(Arc::clone(blocks));
-        }
-        let blocks =
-            Arc::new(engram_store::blocking(move || load_versions(&path).map(current)).await?);
-        *cached = Some(Arc::clone(&blocks));
-        Ok(blocks)
+        let blocks = loaded(&mut cached, path).await?;
+        Ok(Arc::clone(blocks.live()))
     }
 
     /// What an agent of `user` sees beside its own blocks.
@@ -121,11 +155,8 @@ impl FileStore {
         let (path, key) = self.shared_path(scope);
         let slot = self.inner.blocks.slot(&key);
         let mut cached = slot.lock().await;
-        let versions = {
-            let path = path.clone();
-            engram_store::blocking(move || load_versions(&path)).await?
-        };
-        let last = versions.iter().rev().find(|b| b.label == label);
+        let blocks = loaded(&mut cached, path.clone()).await?;
+        let last = blocks.last(label);
         let next = blocks::apply(scope, label, last, change, expected, unix_now())?;
         let bytes = line(&next);
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
@@ -134,9 +165,7 @@ impl FileStore {
             append_sync(&path, &bytes)
         })
         .await?;
-        let mut all = versions;
-        all.push(next.clone());
-        *cached = Some(Arc::new(current(all)));
+        blocks.record(next.clone());
         Ok(next)
     }
 
@@ -155,22 +184,19 @@ impl FileStore {
             if state.deleted {
                 continue;
             }
-            let claim = state.claim(user)?;
-            let path = state.dir.join(BLOCKS);
-            let versions = crate::offload(|| load_versions(&path))?;
+            let settings = state.settings_for(user, None)?;
             let scope = Scope::Agent(id.clone());
-            let last = versions.iter().rev().find(|b| b.label == label);
+            let last = state.blocks.last(label);
             let next = blocks::apply(&scope, label, last, change, expected, unix_now())?;
             if !state.exists() {
                 state.create(&self.inner.health)?;
             }
-            if let Some(meta) = claim {
+            if let Some(meta) = settings {
                 state.save_meta(meta)?;
             }
+            let path = state.dir.join(BLOCKS);
             crate::offload(|| append_sync(&path, &line(&next)))?;
-            let mut all = versions;
-            all.push(next.clone());
-            state.blocks = Arc::new(current(all));
+            state.blocks.record(next.clone());
             return Ok(next);
         }
     }
@@ -180,7 +206,7 @@ impl FileStore {
 impl Blocks for FileStore {
     async fn list_blocks(&self, scope: &Scope) -> Result<Vec<Block>> {
         match scope {
-            Scope::Agent(id) => match self.read(id, |s| Arc::clone(&s.blocks)).await {
+            Scope::Agent(id) => match self.read(id, |s| Arc::clone(s.blocks.live())).await {
                 Ok(blocks) => Ok(blocks.to_vec()),
                 Err(StoreError::NotFound(_)) => Ok(vec![]),
                 Err(e) => Err(e),

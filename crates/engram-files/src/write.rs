@@ -31,23 +31,10 @@ impl Writes for FileStore {
             if state.deleted {
                 continue; // deleted while we waited: start over on a fresh agent
             }
-            let claim = state.claim(user)?;
-            let existed = state.exists();
-            let replaced = match (&claim, existed) {
-                (Some(meta), true) => store_meta(state, meta.clone())?,
-                _ => None,
-            };
-            let traces = match self.append_events(id, state, events, usage, model) {
-                Ok(traces) => traces,
-                Err(e) => {
-                    undo(state, id, replaced);
-                    return Err(e);
-                }
-            };
-            if let (Some(meta), false) = (claim, existed) {
-                // A new agent's directory exists only now.
-                store_meta(state, meta)?;
-            }
+            let settings = state.settings_for(user, None)?;
+            let traces = with_settings(state, id, settings, |state| {
+                self.append_events(id, state, events, usage, model)
+            })?;
             let out = state.ingested(traces, model);
             // A retry waits too: the first attempt may still be in flight.
             let ticket = state.last_ticket.clone();
@@ -104,36 +91,15 @@ impl Writes for FileStore {
                 return Err(StoreError::NotFound(id.to_string()));
             }
             input.check_model(state.tracker.last_model())?;
-            let claim = state.claim(input.user)?;
-            let meta = with_system(
-                claim.unwrap_or_else(|| state.meta.clone()),
-                input.system_prompt,
-            );
-            let existed = state.exists();
-            let replaced = if existed {
-                store_meta(state, meta.clone())?
-            } else {
-                None
-            };
-            let user_trace = match &input.user_input {
-                Some(event) => {
-                    match self.append_events(id, state, std::slice::from_ref(event), None, None) {
-                        Ok(mut traces) => traces.pop(),
-                        Err(e) => {
-                            // Refused: the settings go back too.
-                            undo(state, id, replaced);
-                            return Err(e);
-                        }
-                    }
-                }
-                None => None,
-            };
-            if !existed {
-                // A new agent's directory exists only now.
-                store_meta(state, meta)?;
-            }
+            let settings = state.settings_for(input.user, input.system_prompt)?;
+            let user_trace = with_settings(state, id, settings, |state| match &input.user_input {
+                Some(event) => Ok(self
+                    .append_events(id, state, std::slice::from_ref(event), None, None)?
+                    .pop()),
+                None => Ok(None),
+            })?;
             let context = state.context();
-            let agent_blocks = Arc::clone(&state.blocks);
+            let agent_blocks = Arc::clone(state.blocks.live());
             let ticket = state.last_ticket.clone();
             drop(slot);
             if let Some(ticket) = ticket {
@@ -252,35 +218,30 @@ impl FileStore {
     }
 }
 
-/// The agent's settings with `system` as its system prompt, when given.
-fn with_system(meta: AgentMeta, system: Option<&str>) -> AgentMeta {
-    match system {
-        Some(system) if meta.system_prompt.as_deref() != Some(system) => AgentMeta {
-            system_prompt: Some(system.to_owned()),
-            ..meta
-        },
-        _ => meta,
-    }
-}
-
-/// Stores `meta` when it differs from the agent's settings; returns the
-/// settings it replaced, to undo it with.
-fn store_meta(state: &mut AgentState, meta: AgentMeta) -> Result<Option<AgentMeta>> {
-    if state.meta == meta {
-        return Ok(None);
+/// Runs `write` with the agent's new `settings` stored (none: as they
+/// are): for an agent that exists, first, and put back when `write` is
+/// refused; for a new one, after `write` has created its directory.
+fn with_settings<T>(
+    state: &mut AgentState,
+    id: &AgentId,
+    settings: Option<AgentMeta>,
+    write: impl FnOnce(&mut AgentState) -> Result<T>,
+) -> Result<T> {
+    let Some(meta) = settings else {
+        return write(state);
+    };
+    if !state.exists() {
+        let out = write(state)?;
+        state.save_meta(meta)?;
+        return Ok(out);
     }
     let before = state.meta.clone();
     state.save_meta(meta)?;
-    Ok(Some(before))
-}
-
-/// Puts back the settings a refused request replaced.
-fn undo(state: &mut AgentState, id: &AgentId, replaced: Option<AgentMeta>) {
-    if let Some(before) = replaced
-        && let Err(e) = state.save_meta(before)
-    {
-        tracing::warn!(agent = %id, error = %e, "could not restore the settings of a refused request");
-    }
+    write(state).inspect_err(|_| {
+        if let Err(e) = state.save_meta(before) {
+            tracing::warn!(agent = %id, error = %e, "could not restore the settings of a refused request");
+        }
+    })
 }
 
 /// Stores large tool results whole (durably) in `tool_results/`, off the

@@ -102,7 +102,6 @@ impl Blocks for PgStore {
         expected_version: Option<u64>,
         user: Option<&UserId>,
     ) -> Result<Block> {
-        blocks::check_label(label)?;
         let scope_key = key(scope);
         let agent = match scope {
             Scope::Agent(id) => Some(id),
@@ -174,7 +173,7 @@ impl PgStore {
         loop {
             if crate::cache::refresh(tx, id.as_str(), slot, crate::cache::Lock::Update).await? {
                 let cached = slot.as_mut().expect("current");
-                if let Some(meta) = cached.derived.claim(user)? {
+                if let Some(meta) = cached.derived.settings_for(user, None)? {
                     crate::write::save_meta(tx, id.as_str(), cached, meta).await?;
                 }
                 return Ok(());

@@ -32,7 +32,7 @@ impl Writes for PgStore {
             // A write that binds the agent's user takes the locked path.
             let binds = slot
                 .as_ref()
-                .is_none_or(|c| !matches!(c.derived.claim(user), Ok(None)));
+                .is_none_or(|c| !matches!(c.derived.settings_for(user, None), Ok(None)));
             let fast = if binds {
                 None
             } else {
@@ -92,8 +92,9 @@ impl Writes for PgStore {
                 .as_ref()
                 .and_then(|c| c.derived.tracker.last_model().map(str::to_owned));
             input.check_model(last_model.as_deref())?;
+            // Another user's agent is refused before anything is written.
             if let Some(cached) = slot.as_ref() {
-                cached.derived.claim(input.user)?;
+                cached.derived.settings_for(input.user, None)?;
             }
             // Refused input rolls the whole transaction back, the system
             // prompt with it; the cache is then reloaded.
@@ -118,16 +119,12 @@ impl Writes for PgStore {
                 None => None,
             };
             let cached = slot.as_mut().expect("the agent exists");
-            let mut meta = match cached.derived.claim(input.user)? {
-                Some(claimed) => claimed,
-                None => cached.derived.meta.clone(),
+            let saved = match cached.derived.settings_for(input.user, input.system_prompt) {
+                Ok(Some(meta)) => save_meta(&mut tx, id.as_str(), cached, meta).await,
+                Ok(None) => Ok(()),
+                Err(e) => Err(e.into()),
             };
-            if let Some(system) = input.system_prompt {
-                meta.system_prompt = Some(system.to_owned());
-            }
-            if meta != cached.derived.meta
-                && let Err(e) = save_meta(&mut tx, id.as_str(), cached, meta).await
-            {
+            if let Err(e) = saved {
                 // The cache holds the user input, which is not stored.
                 *slot = None;
                 return Err(e);
@@ -218,7 +215,7 @@ impl PgStore {
             }
             Some(cached) => {
                 // Stored in `tx`, adopted by the cache with the traces.
-                claim = cached.derived.claim(user)?;
+                claim = cached.derived.settings_for(user, None)?;
                 if let Some(meta) = &claim {
                     sqlx::query("UPDATE agents SET meta = $2 WHERE id = $1")
                         .bind(id.as_str())

@@ -134,14 +134,14 @@ impl Engram {
         let scope = auth::scope(&request);
         let req = request.into_inner();
         if !req.user_id.is_empty() {
-            return Err(Status::unimplemented(
-                "ListAgents by user_id is not built yet; list every agent",
+            return Err(crate::status::not_built(
+                "ListAgents by user_id",
+                "list every agent",
             ));
         }
         let req = engram_engine::ListAgentsRequest {
             page_size: req.page_size,
             page_token: req.page_token,
-            user_id: req.user_id,
         };
         let page = self
             .engine
@@ -265,8 +265,9 @@ impl MemoryService for Engram {
         &self,
         _request: Request<pb::DeleteUserRequest>,
     ) -> Result<Response<pb::DeleteUserResponse>, Status> {
-        Err(Status::unimplemented(
-            "DeleteUser is not built yet; delete the user's agents with DeleteAgent",
+        Err(crate::status::not_built(
+            "DeleteUser",
+            "delete the user's agents with DeleteAgent",
         ))
     }
 

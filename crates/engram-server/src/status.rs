@@ -33,6 +33,12 @@ pub fn from_refusal(refusal: Refusal) -> Status {
     }
 }
 
+/// UNIMPLEMENTED for a part of the API that is in the contract but not
+/// built yet, with what to do meanwhile.
+pub fn not_built(what: &str, meanwhile: &str) -> Status {
+    Status::unimplemented(format!("{what} is not built yet; {meanwhile}"))
+}
+
 /// A handler that panicked (a bug): INTERNAL, with nothing of the panic
 /// in the message (the log has it).
 pub fn panicked() -> Status {

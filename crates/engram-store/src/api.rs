@@ -53,8 +53,8 @@ pub struct Prepared {
     pub blocks: SeenBlocks,
 }
 
-/// The memory blocks an agent sees, each scope's by label: shared, since
-/// every prompt of every agent of a scope shows the same ones.
+/// The live memory blocks an agent sees, each scope's by label: shared,
+/// since every prompt of every agent of a scope shows the same ones.
 #[derive(Debug, Clone, Default)]
 pub struct SeenBlocks {
     pub global: Arc<Vec<Block>>,
@@ -71,7 +71,7 @@ impl SeenBlocks {
             ("agent", &self.agent),
         ]
         .into_iter()
-        .flat_map(|(name, blocks)| blocks.iter().filter(|b| !b.deleted).map(move |b| (name, b)))
+        .flat_map(|(name, blocks)| blocks.iter().map(move |b| (name, b)))
         .collect()
     }
 }

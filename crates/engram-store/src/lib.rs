@@ -37,8 +37,10 @@ pub use api::{
 };
 pub use traits::{Admin, Blocks, Compacts, Ranks, Reads, Runtime, Searches, Store, Writes};
 
-/// The storage traits, for `use engram_store::prelude::*`: a method of a
-/// part is callable on a `dyn Store` only with its trait in scope.
+/// The storage traits, for `use engram_store::prelude::*`: on a concrete
+/// backend (`FileStore`, `PgStore`) or a generic `S: Store`, a part's
+/// methods are callable only with its trait in scope (on a `dyn Store`
+/// they are callable as they are).
 pub mod prelude {
     pub use crate::traits::{
         Admin, Blocks, Compacts, Ranks, Reads, Runtime, Searches, Store, Writes,

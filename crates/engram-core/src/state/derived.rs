@@ -121,24 +121,39 @@ impl Derived {
         }
     }
 
-    /// What a write naming `user` does to the agent's user: the settings
-    /// to store first when it binds a new or unbound agent (`None`: nothing
-    /// to store); refused, with nothing written, for another user's agent.
-    pub fn claim(&self, user: Option<&UserId>) -> Result<Option<AgentMeta>, CoreError> {
-        let Some(user) = user else {
-            return Ok(None);
+    /// The settings a write stores before anything else: the agent bound
+    /// to `user` (when the write names one and the agent has none yet) and
+    /// `system` as its system prompt (when given and not the stored one).
+    /// `None` when nothing changes (no copy made: this runs on every
+    /// prompt); refused, with nothing written, for another user's agent.
+    pub fn settings_for(
+        &self,
+        user: Option<&UserId>,
+        system: Option<&str>,
+    ) -> Result<Option<AgentMeta>, CoreError> {
+        let bind = match (self.meta.user_id.as_deref(), user) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some(own), Some(user)) if own == user.as_str() => false,
+            (Some(own), Some(user)) => {
+                return Err(CoreError::Precondition(format!(
+                    "this agent belongs to user {own:?}, not {:?}; an agent's user is fixed by its first write that names one (use a new agent_id for the other user's conversation)",
+                    user.as_str()
+                )));
+            }
         };
-        match self.meta.user_id.as_deref() {
-            None => Ok(Some(AgentMeta {
-                user_id: Some(user.as_str().to_owned()),
-                ..self.meta.clone()
-            })),
-            Some(own) if own == user.as_str() => Ok(None),
-            Some(own) => Err(CoreError::Precondition(format!(
-                "this agent belongs to user {own:?}, not {:?}; an agent's user is fixed by its first write that names one (use a new agent_id for the other user's conversation)",
-                user.as_str()
-            ))),
+        let system = system.filter(|s| self.meta.system_prompt.as_deref() != Some(*s));
+        if !bind && system.is_none() {
+            return Ok(None);
         }
+        let mut meta = self.meta.clone();
+        if bind {
+            meta.user_id = user.map(|u| u.as_str().to_owned());
+        }
+        if let Some(system) = system {
+            meta.system_prompt = Some(system.to_owned());
+        }
+        Ok(Some(meta))
     }
 
     /// The prompt as it stands, owned (the messages shared, not copied);
@@ -429,5 +444,35 @@ pub fn microcompacted(trace: &RawTrace) -> RawTrace {
         tool_error: None,
         content: String::new(),
         ..trace.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_change_only_when_a_write_changes_them() {
+        let ana = UserId::parse("ana").unwrap();
+        let bo = UserId::parse("bo").unwrap();
+        let mut agent = Derived::default();
+        assert_eq!(agent.settings_for(None, None), Ok(None));
+        let bound = agent
+            .settings_for(Some(&ana), Some("Be kind."))
+            .unwrap()
+            .unwrap();
+        assert_eq!(bound.user_id.as_deref(), Some("ana"));
+        assert_eq!(bound.system_prompt.as_deref(), Some("Be kind."));
+        agent.meta = bound;
+        assert_eq!(agent.settings_for(Some(&ana), Some("Be kind.")), Ok(None));
+        let changed = agent
+            .settings_for(None, Some("Be brief."))
+            .unwrap()
+            .unwrap();
+        assert_eq!(changed.user_id.as_deref(), Some("ana"), "the user stays");
+        assert!(matches!(
+            agent.settings_for(Some(&bo), None),
+            Err(CoreError::Precondition(m)) if m.contains("\"ana\"")
+        ));
     }
 }

@@ -145,6 +145,20 @@ pub async fn blocks_keep_versions_and_reach_the_prompt<H: Harness>(h: &H) {
             .unwrap()
             .is_empty()
     );
+    // A fork takes the agent's blocks, history included, and its user.
+    let copy = id("blocks-copy");
+    store.fork_agent(&a, &copy).await.unwrap();
+    let forked = Scope::Agent(copy.clone());
+    let history = store.block_history(&forked, WORKING_MEMORY).await.unwrap();
+    assert_eq!(
+        history.iter().map(|b| b.version).collect::<Vec<_>>(),
+        [1, 2]
+    );
+    assert_eq!(store.list_blocks(&forked).await.unwrap().len(), 1);
+    assert_eq!(
+        store.context(&copy).await.unwrap().user_id.as_deref(),
+        Some("ana")
+    );
 }
 
 /// An agent's user is fixed by its first write that names one; another
