@@ -71,6 +71,10 @@ pub struct Args {
     /// else the one `scripts/pg.sh start` (make pg) runs.
     #[arg(long)]
     pg_url: Option<String>,
+    /// Users the agents belong to (agent i: user i mod N), named on every
+    /// Ingest; 0: agents with no user (issue 21 compares the two).
+    #[arg(long, default_value_t = 0)]
+    users: usize,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -228,8 +232,8 @@ async fn compare(
         stops.push(stop);
     }
     println!(
-        "\n(b) tonic echo, no storage  vs  (c) Engram durable Ingest, backend = {backend}, replicas = {replicas}, fsync = {}, embed = {}",
-        args.fsync, args.embed
+        "\n(b) tonic echo, no storage  vs  (c) Engram durable Ingest, backend = {backend}, replicas = {replicas}, fsync = {}, embed = {}, users = {}",
+        args.fsync, args.embed, args.users
     );
     let mut levels = vec![];
     for &clients in &args.clients {
@@ -241,7 +245,7 @@ async fn compare(
                     "echo" => (vec![echo_addr], "echo".to_owned()),
                     _ => (engram_addrs.clone(), format!("r{round}")),
                 };
-                let r = measure(&addrs, clients, duration, &tag).await?;
+                let r = measure(&addrs, clients, duration, &tag, args.users).await?;
                 println!(
                     "  {clients:>3} clients, round {}: {only} {:>8.0}/s p50 {:>6.0} us cpu {:>4.1} us/call",
                     round + 1,
@@ -251,8 +255,9 @@ async fn compare(
                 );
                 continue;
             }
-            let e = measure(&[echo_addr], clients, duration, "echo").await?;
-            let g = measure(&engram_addrs, clients, duration, &format!("r{round}")).await?;
+            let e = measure(&[echo_addr], clients, duration, "echo", 0).await?;
+            let tag = format!("r{round}");
+            let g = measure(&engram_addrs, clients, duration, &tag, args.users).await?;
             println!(
                 "  {clients:>3} clients, round {}: echo {:>8.0}/s p50 {:>6.0} us cpu {:>4.1} us/call | ingest {:>8.0}/s p50 {:>6.0} us cpu {:>4.1} us/call | ratio {:.2}",
                 round + 1,
@@ -431,12 +436,14 @@ async fn start_server(
 }
 
 /// Ingest at `clients` agents, one client each, the clients spread over
-/// `addrs` (replicas of one store) in turn.
+/// `addrs` (replicas of one store) in turn; with `users`, agent `c` belongs
+/// to user `c mod users`.
 async fn measure(
     addrs: &[SocketAddr],
     clients: usize,
     duration: Duration,
     tag: &str,
+    users: usize,
 ) -> anyhow::Result<LevelResult> {
     let mut tasks = vec![];
     let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(clients));
@@ -447,6 +454,10 @@ async fn measure(
             .await?;
         let barrier = std::sync::Arc::clone(&barrier);
         let agent = format!("bench-{tag}-{clients}-{c}");
+        let user_id = match users {
+            0 => String::new(),
+            n => format!("bench-user-{}", c % n),
+        };
         tasks.push(tokio::spawn(async move {
             let mut client = MemoryServiceClient::new(channel);
             let mut latency = histogram();
@@ -468,6 +479,7 @@ async fn measure(
                 i += 1;
                 let req = pb::IngestRequest {
                     agent_id: agent.clone(),
+                    user_id: user_id.clone(),
                     events: vec![pb::TraceEvent {
                         trace_type: pb::TraceType::User.into(),
                         content: format!("benchmark message number {i} from client {c}, about two hundred bytes in total once stored"),

@@ -48,6 +48,9 @@ impl Engine {
     /// written (for a delete, the tombstone).
     pub async fn write_block(&self, req: BlockWrite) -> Result<Block> {
         let scope = limits::scope(&req.scope)?;
+        // Checked before the store sees it: a label is a key there (and
+        // PostgreSQL refuses text with NUL in it).
+        blocks::check_label(&req.label)?;
         let user = limits::optional_user(req.user_id.as_deref())?;
         if user.is_some() && !matches!(scope, Scope::Agent(_)) {
             return Err(EngineError::invalid(
