@@ -1,10 +1,6 @@
--- Memory beyond one conversation: the user an agent belongs to, and
--- memory blocks in three scopes.
-
--- The user of an agent, as its settings (`meta`) hold it: listed and
--- erased by user without reading every agent.
-CREATE INDEX agents_user ON agents (((meta::jsonb) ->> 'user_id'), id)
-    WHERE (meta::jsonb) ->> 'user_id' IS NOT NULL;
+-- Memory blocks in three scopes. (An agent's user is in its settings,
+-- `agents.meta`, which stays text: jsonb cannot hold the \u0000 a system
+-- prompt may carry, so nothing may cast it.)
 
 -- Every version of every block. `scope` is 'global', 'user/<id>' or
 -- 'agent/<id>'; an agent's blocks go with the agent (`agent_id`).
