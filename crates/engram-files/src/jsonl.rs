@@ -156,7 +156,10 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
 }
 
 /// Appends `bytes` to `path` (created if missing) and makes them durable
-/// before returning: for rare writes that go around the log.
+/// before returning: for rare writes that go around the log. A refused
+/// append is cut back off: a later one, written after the part that did
+/// reach the file, would otherwise be glued to it and lost at the next
+/// load with it.
 pub(crate) fn append_sync(path: &Path, bytes: &[u8]) -> Result<()> {
     let existed = path.exists();
     let mut f = std::fs::OpenOptions::new()
@@ -164,8 +167,19 @@ pub(crate) fn append_sync(path: &Path, bytes: &[u8]) -> Result<()> {
         .append(true)
         .open(path)
         .map_err(StoreError::io("opening", path))?;
-    std::io::Write::write_all(&mut f, bytes).map_err(StoreError::io("appending to", path))?;
-    f.sync_data().map_err(StoreError::io("syncing", path))?;
+    let start = f
+        .metadata()
+        .map_err(StoreError::io("reading metadata of", path))?
+        .len();
+    let written = std::io::Write::write_all(&mut f, bytes)
+        .map_err(StoreError::io("appending to", path))
+        .and_then(|()| f.sync_data().map_err(StoreError::io("syncing", path)));
+    if let Err(e) = written {
+        if let Err(cut) = f.set_len(start) {
+            tracing::warn!(path = %path.display(), error = %cut, "could not cut a refused append back off; the next load repairs the file");
+        }
+        return Err(e);
+    }
     if !existed {
         sync_dir(path.parent().unwrap_or(Path::new(".")))?;
     }
