@@ -24,9 +24,12 @@ impl FileStore {
         if let Some(handle) = cached {
             let mut slot = handle.lock().await;
             if slot.as_ref().is_none_or(|s| !s.exists()) {
-                if let Some(state) = slot.as_mut() {
-                    state.deleted = true;
-                }
+                // Whoever waits for this handle looks the id up again
+                // rather than load or create the agent under a handle the
+                // registry no longer holds.
+                let mut gone = crate::agent::AgentState::absent(self.agent_dir(id));
+                gone.deleted = true;
+                *slot = Some(gone);
                 // A catch-up still holding it must not open an index in
                 // the directory the fork is about to put there: the new
                 // agent's handle will.

@@ -265,6 +265,27 @@ impl FileStore {
         Arc::clone(handle)
     }
 
+    /// Whether `handle` is the registry's entry for `id` (a handle dropped
+    /// from the registry stands for an agent that is gone: a newer handle
+    /// may own the directory now).
+    fn is_registered(&self, id: &AgentId, handle: &Arc<AgentHandle>) -> bool {
+        engram_store::lock(&self.inner.agents)
+            .get(id)
+            .is_some_and(|h| Arc::ptr_eq(h, handle))
+    }
+
+    /// Drops `id` from the registry if `handle` is its entry and nobody but
+    /// the registry and the caller holds it. Checked and done under the
+    /// registry's lock, where every other holder takes its copy, so nobody
+    /// can be left with a handle the registry no longer knows.
+    fn unregister_unused(&self, id: &AgentId, handle: &Arc<AgentHandle>) {
+        let mut agents = engram_store::lock(&self.inner.agents);
+        if agents.get(id).is_some_and(|h| Arc::ptr_eq(h, handle)) && Arc::strong_count(handle) == 2
+        {
+            agents.remove(id);
+        }
+    }
+
     /// Drops `id` from the registry if `handle` is still its entry (a newer
     /// handle for the same id stays).
     fn unregister(&self, id: &AgentId, handle: &Arc<AgentHandle>) {

@@ -182,17 +182,19 @@ impl FileStore {
         let mut index = handle.index.lock().await;
         let mut slot = handle.lock().await;
         let dir = self.agent_dir(id);
-        // Deleted while this call waited for the lock: a directory there
-        // now belongs to a new agent of the same id, under another handle.
-        let stale = slot.as_ref().is_some_and(|s| s.deleted);
-        if stale || !dir.is_dir() {
-            if !stale {
-                // No agent: whoever waits for this handle (an Ingest) looks
-                // the id up again rather than create it under a handle the
-                // registry no longer holds.
-                let mut gone = AgentState::absent(dir);
-                gone.deleted = true;
-                *slot = Some(gone);
+        // Deleted while this call waited for the lock, or dropped from the
+        // registry (an id found absent): a directory there now belongs to a
+        // new agent of the same id, under another handle. This delete came
+        // first, when there was no agent.
+        let gone = slot.as_ref().is_some_and(|s| s.deleted);
+        if gone || !self.is_registered(id, &handle) || !dir.is_dir() {
+            if !gone {
+                // Whoever waits for this handle (an Ingest) looks the id up
+                // again rather than create it under a handle the registry
+                // no longer holds.
+                let mut absent = AgentState::absent(dir);
+                absent.deleted = true;
+                *slot = Some(absent);
             }
             handle.retire();
             self.unregister(id, &handle);

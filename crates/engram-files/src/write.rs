@@ -83,11 +83,9 @@ impl Writes for FileStore {
                 continue;
             }
             if !state.exists() && input.user_input.is_none() {
-                drop(slot);
-                // Nobody else holds it: an id that does not exist is not kept.
-                if Arc::strong_count(&handle) == 2 {
-                    self.unregister(id, &handle);
-                }
+                // An id that does not exist is not kept, unless somebody
+                // else holds it.
+                self.unregister_unused(id, &handle);
                 return Err(StoreError::NotFound(id.to_string()));
             }
             input.check_model(state.tracker.last_model())?;

@@ -13,6 +13,7 @@ use engram_core::embed::{EmbedFuture, Embedder, normalize};
 
 use super::{id, open};
 use crate::{AgentHandle, FileStore, MemoryQuery, Search, SearchMode, StoreConfig, StoreError};
+use engram_core::blocks::{Change, Edit, Scope, WORKING_MEMORY};
 use engram_store::prelude::*;
 
 /// A model that places a text by the words in it: cheap, deterministic,
@@ -85,13 +86,13 @@ fn words(dice: &mut Dice) -> String {
         .join(" ")
 }
 
-/// One call of the storm; `Err` names what went wrong. Ingest always
-/// succeeds (it creates the agent again); every other call answers OK or
-/// NOT_FOUND.
+/// One call of the storm; `Err` names what went wrong. Ingest and block
+/// writes always succeed (they create the agent again); every other call
+/// answers OK or NOT_FOUND.
 async fn one_call(store: &FileStore, dice: &mut Dice) -> Result<(), String> {
     let agent = id(AGENTS[dice.roll(AGENTS.len())]);
     let wait = (dice.roll(4) == 0).then(|| Duration::from_millis(5));
-    let (what, answer) = match dice.roll(8) {
+    let (what, answer) = match dice.roll(12) {
         0 | 1 => {
             let events = [
                 NewEvent::user(words(dice)),
@@ -132,6 +133,50 @@ async fn one_call(store: &FileStore, dice: &mut Dice) -> Result<(), String> {
             Reads::file_sizes(store, &agent).await.map(drop),
         ),
         6 => ("context", store.context(&agent).await.map(drop)),
+        // The prompt of an agent that may not exist: NOT_FOUND drops the
+        // id from the registry, which must not leave a caller with a
+        // handle the registry no longer knows.
+        7 => (
+            "prepare",
+            store
+                .prepare(&agent, crate::PrepareInput::default())
+                .await
+                .map(drop),
+        ),
+        8 => {
+            let patch = Change::Edit(Edit::MergePatch(format!(r#"{{"n":{}}}"#, dice.roll(9))));
+            let written = store
+                .write_block(
+                    &Scope::Agent(agent.clone()),
+                    WORKING_MEMORY,
+                    patch,
+                    None,
+                    None,
+                )
+                .await;
+            if let Err(e) = written {
+                return Err(format!("write_block {agent}: {e}"));
+            }
+            return Ok(());
+        }
+        // A fork into an agent that others are writing, reading and
+        // deleting: it drops the target's handle if the target was absent.
+        10 => {
+            let target = id(AGENTS[dice.roll(AGENTS.len())]);
+            match store.fork_agent(&agent, &target).await {
+                Ok(()) | Err(StoreError::AlreadyExists(_) | StoreError::Core(_)) => {
+                    return Ok(());
+                }
+                other => ("fork", other),
+            }
+        }
+        9 => (
+            "block_history",
+            store
+                .block_history(&Scope::Agent(agent.clone()), WORKING_MEMORY)
+                .await
+                .map(drop),
+        ),
         _ => {
             let search = Search {
                 mode: SearchMode::AllWords,
@@ -245,8 +290,10 @@ async fn reads_and_writes_that_meet_deletes_answer_as_before_or_after_them() {
         let entry = entry.unwrap();
         let name = entry.file_name().into_string().unwrap();
         let traces = entry.path().join(crate::agent::RAW_TRACES);
+        // An agent made by a block write alone has an empty trace file.
+        let blocks_only = entry.path().join(crate::blocks::BLOCKS).exists();
         assert!(
-            std::fs::metadata(&traces).is_ok_and(|m| m.len() > 0),
+            std::fs::metadata(&traces).is_ok_and(|m| m.len() > 0 || blocks_only),
             "agents/{name} is left without an agent's files"
         );
     }
