@@ -72,7 +72,7 @@ pub(crate) struct ScopeCache {
 }
 
 impl ScopeCache {
-    fn slot(&self, key: &str) -> ScopeSlot {
+    pub(crate) fn slot(&self, key: &str) -> ScopeSlot {
         let mut scopes = engram_store::lock(&self.scopes);
         Arc::clone(scopes.entry(key.to_owned()).or_default())
     }
@@ -92,6 +92,11 @@ async fn loaded(cached: &mut Option<ScopeBlocks>, path: PathBuf) -> Result<&mut 
     Ok(cached.as_mut().expect("loaded"))
 }
 
+/// The cache key of a user's scope (its lock is the user's).
+pub(crate) fn user_key(user: &UserId) -> String {
+    format!("user/{user}")
+}
+
 fn line(block: &Block) -> Vec<u8> {
     let mut l = serde_json::to_vec(block).expect("blocks serialize");
     l.push(b'\n');
@@ -99,7 +104,7 @@ fn line(block: &Block) -> Vec<u8> {
 }
 
 impl FileStore {
-    fn users_dir(&self) -> PathBuf {
+    pub(crate) fn users_dir(&self) -> PathBuf {
         self.inner.config.data_dir.join("users")
     }
 
@@ -110,7 +115,7 @@ impl FileStore {
     /// Where a shared scope's blocks are, and its cache key.
     fn shared_path(&self, scope: &Scope) -> (PathBuf, String) {
         match scope {
-            Scope::User(u) => (self.user_dir(u).join(BLOCKS), format!("user/{u}")),
+            Scope::User(u) => (self.user_dir(u).join(BLOCKS), user_key(u)),
             _ => (
                 self.inner.config.data_dir.join("global").join(BLOCKS),
                 "global".into(),
@@ -185,6 +190,9 @@ impl FileStore {
                 continue;
             }
             let settings = state.settings_for(user, None)?;
+            if let Some(user) = crate::users::binds(&state.meta, settings.as_ref()) {
+                self.mark_user(user, id).await?;
+            }
             let scope = Scope::Agent(id.clone());
             let last = state.blocks.last(label);
             let next = blocks::apply(&scope, label, last, change, expected, unix_now())?;

@@ -40,6 +40,7 @@ mod ranked;
 mod read;
 mod registry;
 mod search;
+mod users;
 pub mod wal;
 mod write;
 
@@ -199,12 +200,14 @@ impl FileStore {
         let agents_dir = config.data_dir.join("agents");
         let wal_dir = config.data_dir.join("wal");
         let dir = agents_dir.clone();
+        let users_dir = config.data_dir.join("users");
         let health = durable::StorageHealth::new();
         let wal_health = Arc::clone(&health);
         // Replays what a crash left in the log (whatever the policy is now)
         // before any agent can be read.
         let wal = engram_store::blocking(move || {
             prepare_agents_dir(&dir)?;
+            prepare_agents_dir(&users_dir)?;
             wal::Wal::open(&wal_dir, &dir, &wal_health)
         })
         .await?;
@@ -380,6 +383,8 @@ impl FileStore {
 }
 
 /// Creates `agents/` and finishes deletions a crash interrupted.
+/// Creates `dir` (agents/ or users/) and removes what an interrupted
+/// delete or fork left in it.
 fn prepare_agents_dir(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(StoreError::io("creating", dir))?;
     for entry in std::fs::read_dir(dir).map_err(StoreError::io("listing", dir))? {

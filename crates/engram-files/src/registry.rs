@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use engram_core::{AgentId, CoreError};
+use engram_core::{AgentId, CoreError, UserId};
 use engram_store::{Admin, Runtime};
 
 use crate::agent::AgentState;
@@ -45,7 +45,15 @@ impl Admin for FileStore {
     /// Removes every file of the agent. In-flight calls on it finish first;
     /// later calls see NOT_FOUND (or, for Ingest, a new empty agent).
     async fn delete_agent(&self, id: &AgentId) -> Result<()> {
-        self.delete_through(id, self.handle(id)).await
+        self.delete_through(id, self.handle(id), None).await
+    }
+
+    async fn user_agents(&self, user: &UserId) -> Result<Vec<AgentId>> {
+        self.agents_of(user).await
+    }
+
+    async fn delete_user(&self, user: &UserId) -> Result<usize> {
+        self.erase_user(user).await
     }
 
     /// Copies `source` to the new agent `target`.
@@ -65,6 +73,10 @@ impl Admin for FileStore {
         let target_dir = self.agent_dir(target);
         if target_dir.exists() {
             return Err(StoreError::AlreadyExists(target.to_string()));
+        }
+        // The copy belongs to the source's user: marked before it appears.
+        if let Some(user) = state.meta.user_id.clone() {
+            self.mark_user(&user, target).await?;
         }
         let agents_dir = self.inner.agents_dir.clone();
         let staging = agents_dir.join(format!("{FORK_PREFIX}{}", uuid::Uuid::new_v4()));
@@ -173,6 +185,7 @@ impl FileStore {
         &self,
         id: &AgentId,
         handle: Arc<AgentHandle>,
+        owner: Option<&UserId>,
     ) -> Result<()> {
         // The index slot first (the order of the two locks everywhere):
         // searches and catch-ups that hold the index finish before its
@@ -198,6 +211,13 @@ impl FileStore {
             }
             handle.retire();
             self.unregister(id, &handle);
+            return Err(StoreError::NotFound(id.to_string()));
+        }
+        // Erasing a user: an agent of the id that is not the user's (one
+        // deleted and made again since its marker) is left alone.
+        if let Some(owner) = owner
+            && !self.owned_by(&dir, owner).await
+        {
             return Err(StoreError::NotFound(id.to_string()));
         }
         if self.inner.config.fsync == FsyncPolicy::Always {

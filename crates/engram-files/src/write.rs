@@ -32,6 +32,9 @@ impl Writes for FileStore {
                 continue; // deleted while we waited: start over on a fresh agent
             }
             let settings = state.settings_for(user, None)?;
+            if let Some(user) = crate::users::binds(&state.meta, settings.as_ref()) {
+                self.mark_user(user, id).await?;
+            }
             let traces = with_settings(state, id, settings, |state| {
                 self.append_events(id, state, events, usage, model)
             })?;
@@ -90,6 +93,9 @@ impl Writes for FileStore {
             }
             input.check_model(state.tracker.last_model())?;
             let settings = state.settings_for(input.user, input.system_prompt)?;
+            if let Some(user) = crate::users::binds(&state.meta, settings.as_ref()) {
+                self.mark_user(user, id).await?;
+            }
             let user_trace = with_settings(state, id, settings, |state| match &input.user_input {
                 Some(event) => Ok(self
                     .append_events(id, state, std::slice::from_ref(event), None, None)?

@@ -2,7 +2,7 @@
 //! transaction.
 
 use async_trait::async_trait;
-use engram_core::{AgentId, CoreError};
+use engram_core::{AgentId, CoreError, UserId};
 use engram_store::{Admin, Result, StoreError, Visible};
 
 use crate::{PgStore, db};
@@ -106,8 +106,8 @@ impl Admin for PgStore {
             return Err(StoreError::NotFound(source.to_string()));
         }
         let created = sqlx::query(
-            "INSERT INTO agents (id, incarnation, next_seq, words_total, meta, turns)
-             SELECT $2, $3, next_seq, words_total, meta, turns FROM agents WHERE id = $1
+            "INSERT INTO agents (id, incarnation, next_seq, words_total, meta, turns, user_id)
+             SELECT $2, $3, next_seq, words_total, meta, turns, user_id FROM agents WHERE id = $1
              ON CONFLICT (id) DO NOTHING",
         )
         .bind(source.as_str())
@@ -140,5 +140,54 @@ impl Admin for PgStore {
         }
         tx.commit().await.map_err(db("committing a fork"))?;
         Ok(())
+    }
+
+    async fn user_agents(&self, user: &UserId) -> Result<Vec<AgentId>> {
+        let ids: Vec<String> =
+            sqlx::query_scalar("SELECT id FROM agents WHERE user_id = $1 ORDER BY id")
+                .bind(user.as_str())
+                .fetch_all(&self.inner.pool)
+                .await
+                .map_err(db("listing a user's agents"))?;
+        ids.iter().map(|id| Ok(AgentId::parse(id)?)).collect()
+    }
+
+    /// One transaction: the user's agent rows (their traces, memories,
+    /// results, vectors and blocks cascade) and the user's blocks. An
+    /// agent bound meanwhile by a transaction that commits later is not
+    /// seen by it, and stays: bound after.
+    async fn delete_user(&self, user: &UserId) -> Result<usize> {
+        let mut tx = self.begin().await?;
+        let ids: Vec<String> =
+            sqlx::query_scalar("SELECT id FROM agents WHERE user_id = $1 ORDER BY id FOR UPDATE")
+                .bind(user.as_str())
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db("deleting a user"))?;
+        // The agents' rows, then their vectors' lock, as delete_agent.
+        crate::vectors::lock_vector_writes(&mut tx, ids.iter().map(String::as_str).collect())
+            .await?;
+        sqlx::query("DELETE FROM agents WHERE id = ANY($1)")
+            .bind(&ids)
+            .execute(&mut *tx)
+            .await
+            .map_err(db("deleting a user"))?;
+        let scope = crate::blocks::key(&engram_core::blocks::Scope::User(user.clone()));
+        // Writers of the user's blocks hold this lock (blocks.rs).
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+            .bind(&scope)
+            .execute(&mut *tx)
+            .await
+            .map_err(db("deleting a user"))?;
+        sqlx::query("DELETE FROM blocks WHERE scope = $1")
+            .bind(&scope)
+            .execute(&mut *tx)
+            .await
+            .map_err(db("deleting a user"))?;
+        tx.commit().await.map_err(db("deleting a user"))?;
+        for id in &ids {
+            self.forget(id);
+        }
+        Ok(ids.len())
     }
 }

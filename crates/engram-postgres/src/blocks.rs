@@ -11,7 +11,7 @@ use sqlx::PgConnection;
 use crate::{PgStore, db};
 
 /// The scope's key in `blocks.scope`.
-fn key(scope: &Scope) -> String {
+pub(crate) fn key(scope: &Scope) -> String {
     match scope {
         Scope::Global => "global".into(),
         Scope::User(u) => format!("user/{u}"),

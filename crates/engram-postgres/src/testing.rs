@@ -59,3 +59,32 @@ pub async fn waits_for_agent_vectors(
     .fetch_one(conn)
     .await
 }
+
+/// The tables of `schema` with a row whose text (every column, as the
+/// row's text form) contains `text`.
+pub async fn tables_holding(
+    url: &str,
+    schema: &str,
+    text: &str,
+) -> Result<Vec<String>, sqlx::Error> {
+    let pool = sqlx::PgPool::connect(url).await?;
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables
+         WHERE table_schema = $1 AND table_type = 'BASE TABLE' ORDER BY 1",
+    )
+    .bind(schema)
+    .fetch_all(&pool)
+    .await?;
+    let mut holding = vec![];
+    for table in tables {
+        let sql = format!(
+            "SELECT EXISTS (SELECT 1 FROM {schema}.{table} AS t WHERE strpos(t::text, $1) > 0)"
+        );
+        let found: bool = sqlx::query_scalar(&sql).bind(text).fetch_one(&pool).await?;
+        if found {
+            holding.push(table);
+        }
+    }
+    pool.close().await;
+    Ok(holding)
+}

@@ -217,9 +217,10 @@ impl PgStore {
                 // Stored in `tx`, adopted by the cache with the traces.
                 claim = cached.derived.settings_for(user, None)?;
                 if let Some(meta) = &claim {
-                    sqlx::query("UPDATE agents SET meta = $2 WHERE id = $1")
+                    sqlx::query("UPDATE agents SET meta = $2, user_id = $3 WHERE id = $1")
                         .bind(id.as_str())
                         .bind(crate::meta_json(meta))
+                        .bind(meta.user_id.as_deref())
                         .execute(&mut *tx)
                         .await
                         .map_err(db("storing an agent's user"))?;
@@ -362,11 +363,12 @@ impl PgStore {
     ) -> Result<Option<Cached>> {
         let incarnation = uuid::Uuid::now_v7();
         let created = sqlx::query(
-            "INSERT INTO agents (id, incarnation, meta) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING",
+            "INSERT INTO agents (id, incarnation, meta, user_id) VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO NOTHING",
         )
         .bind(id.as_str())
         .bind(incarnation)
         .bind(crate::meta_json(&meta))
+        .bind(meta.user_id.as_deref())
         .execute(&mut *tx)
         .await
         .map_err(db("creating an agent"))?
@@ -391,10 +393,11 @@ pub(crate) async fn save_meta(
     meta: AgentMeta,
 ) -> Result<()> {
     let version: i64 = sqlx::query_scalar(
-        "UPDATE agents SET meta = $2, version = version + 1 WHERE id = $1 RETURNING version",
+        "UPDATE agents SET meta = $2, user_id = $3, version = version + 1 WHERE id = $1 RETURNING version",
     )
     .bind(id)
     .bind(crate::meta_json(&meta))
+    .bind(meta.user_id.as_deref())
     .fetch_one(&mut *tx)
     .await
     .map_err(db("storing an agent's settings"))?;

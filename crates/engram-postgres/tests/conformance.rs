@@ -58,6 +58,13 @@ impl Harness for Postgres {
     fn fail_commit_at(&self, store: &PgStore, step: Option<CommitStep>) {
         store.inject_compaction_fault(step);
     }
+
+    async fn holding(&self, _: &PgStore, text: &str) -> Vec<String> {
+        let schema = self.config.schema.as_deref().expect("a schema per case");
+        engram_postgres::testing::tables_holding(&self.config.url, schema, text)
+            .await
+            .expect("the test PostgreSQL answers")
+    }
 }
 
 engram_store::conformance_suite!(Postgres::new().await);

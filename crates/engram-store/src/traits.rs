@@ -184,6 +184,16 @@ pub trait Admin {
     /// Copies `source`, memories and archive included, to the new agent
     /// `target` (ALREADY_EXISTS if it exists).
     async fn fork_agent(&self, source: &AgentId, target: &AgentId) -> Result<()>;
+
+    /// The agents bound to `user`, sorted; none for a user nobody named.
+    async fn user_agents(&self, user: &UserId) -> Result<Vec<AgentId>>;
+
+    /// Erases everything `user` owns (its agents, as `delete_agent` does,
+    /// and its blocks and memories), leaving none of its text in storage.
+    /// Idempotent: a user with nothing is erased with 0. Returns how many
+    /// agents went. An agent bound to the user while this runs goes too or
+    /// is bound after (and stays), never half.
+    async fn delete_user(&self, user: &UserId) -> Result<usize>;
 }
 
 /// Memory blocks: documents in a scope (global, a user's, an agent's),

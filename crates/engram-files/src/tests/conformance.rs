@@ -42,6 +42,28 @@ impl Harness for Files {
     fn fail_commit_at(&self, store: &FileStore, step: Option<crate::CommitStep>) {
         store.inject_compaction_fault(step);
     }
+
+    async fn holding(&self, _: &FileStore, text: &str) -> Vec<String> {
+        let mut found = vec![];
+        files_holding(self.0.path(), text.as_bytes(), &mut found);
+        found
+    }
+}
+
+/// Every file under `dir` whose bytes contain `needle`.
+fn files_holding(dir: &std::path::Path, needle: &[u8], found: &mut Vec<String>) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files_holding(&path, needle, found);
+        } else if std::fs::read(&path)
+            .unwrap_or_default()
+            .windows(needle.len())
+            .any(|w| w == needle)
+        {
+            found.push(path.display().to_string());
+        }
+    }
 }
 
 engram_store::conformance_suite!(Files::new());

@@ -61,7 +61,7 @@ async fn a_delete_that_waited_out_another_leaves_the_new_agent_alone() {
         .await
         .unwrap();
     assert!(matches!(
-        store.delete_through(&a, waiting).await,
+        store.delete_through(&a, waiting, None).await,
         Err(StoreError::NotFound(_))
     ));
     assert!(dir.path().join("agents/twice").is_dir());

@@ -16,6 +16,7 @@ mod agents;
 mod blocks;
 mod compaction;
 mod search;
+mod users;
 mod writes;
 
 use std::sync::Arc;
@@ -30,6 +31,7 @@ pub use agents::*;
 pub use blocks::*;
 pub use compaction::*;
 pub use search::*;
+pub use users::*;
 pub use writes::*;
 
 /// Opens one backend on storage of its own (a temp dir, a database
@@ -51,6 +53,10 @@ pub trait Harness: Send + Sync {
     /// The named step of `store`'s compaction commits fails until cleared
     /// with `None`.
     fn fail_commit_at(&self, store: &Self::Backend, step: Option<crate::CommitStep>);
+
+    /// Where in `store`'s storage the bytes of `text` are (file paths,
+    /// tables): the proof that an erasure left nothing.
+    async fn holding(&self, store: &Self::Backend, text: &str) -> Vec<String>;
 }
 
 /// One test per conformance case for the harness `$make` builds (an
@@ -82,6 +88,7 @@ macro_rules! conformance_suite {
             hostile_text_is_stored_whole_and_found,
             blocks_keep_versions_and_reach_the_prompt,
             an_agents_user_is_fixed_once,
+            delete_user_erases_everything_it_owns,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

@@ -1,0 +1,157 @@
+//! Users on files: which agents belong to a user, and erasing a user.
+//!
+//! A user's directory (`users/<id>/`) holds its blocks and an empty file
+//! per agent bound to it (`users/<id>/agents/<agent>`). The file is made
+//! before the agent's settings name the user, so it is a superset: a
+//! crash between the two, or an agent deleted since, leaves one that the
+//! agent's own settings (the truth) do not confirm, and readers skip it.
+//! Markers are made under the user's blocks lock, which DeleteUser holds
+//! while it removes the directory: a binding lands either before (and its
+//! agent is erased) or after (in a new directory).
+
+use std::path::{Path, PathBuf};
+
+use engram_core::{AgentId, UserId};
+
+use crate::agent::{AgentMeta, STATE};
+use crate::{FileStore, Result, StoreError, TRASH_PREFIX, jsonl};
+
+const AGENTS: &str = "agents";
+
+/// The user a write's new settings bind the agent to, if they do.
+pub(crate) fn binds<'a>(before: &AgentMeta, after: Option<&'a AgentMeta>) -> Option<&'a str> {
+    let user = after?.user_id.as_deref()?;
+    (before.user_id.as_deref() != Some(user)).then_some(user)
+}
+
+impl FileStore {
+    /// Records that `agent` is about to be bound to `user` (durably),
+    /// before its settings say so.
+    pub(crate) async fn mark_user(&self, user: &str, agent: &AgentId) -> Result<()> {
+        let user = UserId::parse(user)?;
+        let slot = self.inner.blocks.slot(&crate::blocks::user_key(&user));
+        let _held = slot.lock().await;
+        let dir = self.user_dir(&user).join(AGENTS);
+        let marker = dir.join(agent.as_str());
+        engram_store::blocking(move || {
+            if marker.exists() {
+                return Ok(());
+            }
+            std::fs::create_dir_all(&dir).map_err(StoreError::io("creating", &dir))?;
+            jsonl::atomic_write(&marker, b"")
+        })
+        .await
+    }
+
+    /// The agents bound to `user`, sorted: the markers their settings
+    /// confirm.
+    pub(crate) async fn agents_of(&self, user: &UserId) -> Result<Vec<AgentId>> {
+        let dir = self.user_dir(user).join(AGENTS);
+        let agents = self.inner.agents_dir.clone();
+        let user = user.as_str().to_owned();
+        engram_store::blocking(move || {
+            let mut ids: Vec<AgentId> = marked(&dir)?
+                .into_iter()
+                .filter(|id| owner(&agents.join(id.as_str())).as_deref() == Some(&user))
+                .collect();
+            ids.sort();
+            Ok(ids)
+        })
+        .await
+    }
+
+    /// Whether the agent whose directory is `dir` belongs to `user` (its
+    /// settings on disk: called under the agent's lock).
+    pub(crate) async fn owned_by(&self, dir: &Path, user: &UserId) -> bool {
+        let dir = dir.to_path_buf();
+        let user = user.as_str().to_owned();
+        engram_store::blocking(move || {
+            Ok::<_, StoreError>(owner(&dir).as_deref() == Some(user.as_str()))
+        })
+        .await
+        .unwrap_or(false)
+    }
+
+    /// Erases every agent of `user` and the user's directory (blocks,
+    /// markers), then checkpoints so that no log segment keeps their text.
+    /// Returns how many agents were erased; 0 for an unknown user.
+    pub(crate) async fn erase_user(&self, user: &UserId) -> Result<usize> {
+        let mut erased = 0;
+        loop {
+            // Agents bound meanwhile are found on the next round; the
+            // directory goes only once no marker is left.
+            let dir = self.user_dir(user).join(AGENTS);
+            let marked = engram_store::blocking(move || marked(&dir)).await?;
+            for id in &marked {
+                match self.delete_through(id, self.handle(id), Some(user)).await {
+                    Ok(()) => erased += 1,
+                    Err(StoreError::NotFound(_)) => {}
+                    Err(e) => return Err(e),
+                }
+                let marker = self.user_dir(user).join(AGENTS).join(id.as_str());
+                crate::offload(|| match std::fs::remove_file(&marker) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        Err(StoreError::io("removing", &marker)(e))
+                    }
+                    _ => Ok(()),
+                })?;
+            }
+            if self.remove_user_dir(user).await? {
+                break;
+            }
+        }
+        self.checkpoint().await?;
+        Ok(erased)
+    }
+
+    /// Renames the user's directory away and removes it, under the user's
+    /// blocks lock, unless an agent was bound meanwhile (false then).
+    async fn remove_user_dir(&self, user: &UserId) -> Result<bool> {
+        let slot = self.inner.blocks.slot(&crate::blocks::user_key(user));
+        let mut cached = slot.lock().await;
+        let dir = self.user_dir(user);
+        let users = self.users_dir();
+        let trash = users.join(format!("{TRASH_PREFIX}{}", uuid::Uuid::new_v4()));
+        let removed = engram_store::blocking(move || -> Result<bool> {
+            if !marked(&dir.join(AGENTS))?.is_empty() {
+                return Ok(false);
+            }
+            match std::fs::rename(&dir, &trash) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(true),
+                other => other.map_err(StoreError::io("renaming", &dir))?,
+            }
+            jsonl::sync_dir(&users)?;
+            std::fs::remove_dir_all(&trash).map_err(StoreError::io("removing", &trash))?;
+            Ok(true)
+        })
+        .await?;
+        if removed {
+            *cached = None;
+        }
+        Ok(removed)
+    }
+}
+
+/// The agent ids marked in `dir` (none if it does not exist).
+fn marked(dir: &Path) -> Result<Vec<AgentId>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+        Err(e) => return Err(StoreError::io("listing", dir)(e)),
+    };
+    let mut ids = vec![];
+    for entry in entries {
+        let entry = entry.map_err(StoreError::io("listing", dir))?;
+        if let Ok(id) = AgentId::parse(&entry.file_name().to_string_lossy()) {
+            ids.push(id);
+        }
+    }
+    Ok(ids)
+}
+
+/// The user the agent in `dir` belongs to, by its settings on disk.
+fn owner(dir: &Path) -> Option<String> {
+    let path: PathBuf = dir.join(STATE);
+    let bytes = std::fs::read(path).ok()?;
+    serde_json::from_slice::<AgentMeta>(&bytes).ok()?.user_id
+}

@@ -1,0 +1,172 @@
+//! Users as a whole: the agents of a user, and erasing a user.
+
+use engram_core::blocks::{Change, Put, Scope};
+use engram_core::compaction::{NewFact, Summary};
+use engram_core::{NewEvent, UserId};
+
+use super::{Harness, conversation, id, ingest, is_not_found};
+use crate::prelude::*;
+use crate::{Policy, Store};
+
+/// Text only the erased user's data holds.
+const SECRET: &str = "quokkasecret";
+
+fn user(u: &str) -> UserId {
+    UserId::parse(u).unwrap()
+}
+
+fn put(value: &str) -> Change {
+    Change::Put(Put {
+        value: value.into(),
+        ..Put::default()
+    })
+}
+
+/// An agent of `user` holding the secret in every kind of record: traces
+/// (active and archived), a summary and a fact, a block.
+async fn secret_agent(store: &dyn Store, agent: &str, user: &UserId) {
+    let a = id(agent);
+    store
+        .ingest(
+            &a,
+            &[NewEvent::user(format!("my {SECRET} is safe"))],
+            None,
+            None,
+            Some(user),
+        )
+        .await
+        .unwrap();
+    conversation(store, &a, 4).await;
+    let policy = Policy {
+        raw_tail_turns: 1,
+        max_episodic: 3,
+        max_semantic: 20,
+    };
+    let job = store
+        .begin_compaction(&a, policy)
+        .await
+        .unwrap()
+        .job()
+        .unwrap();
+    let summary = Summary {
+        episodic_summary: format!("Talked about the {SECRET}."),
+        tags: vec![],
+        salience: 0.5,
+        semantic_facts: vec![NewFact {
+            fact: format!("The user keeps a {SECRET}"),
+            tags: vec![],
+            confidence: 0.9,
+            salience: 0.5,
+        }],
+    };
+    store
+        .finish_compaction(&a, job, summary, policy)
+        .await
+        .unwrap();
+    ingest(store, &a, &[NewEvent::user(format!("{SECRET} again"))]).await;
+    store
+        .write_block(&Scope::Agent(a), "notes", put(SECRET), None, None)
+        .await
+        .unwrap();
+}
+
+/// ListAgents by user and DeleteUser: the user's agents (forks included)
+/// listed and erased with its blocks, no byte of its text left in
+/// storage, other users and agents untouched, idempotent, across a
+/// restart.
+pub async fn delete_user_erases_everything_it_owns<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let (ana, bo) = (user("erase-ana"), user("erase-bo"));
+    secret_agent(&*store, "ana-1", &ana).await;
+    secret_agent(&*store, "ana-2", &ana).await;
+    store.fork_agent(&id("ana-1"), &id("ana-3")).await.unwrap();
+    store
+        .write_block(&Scope::User(ana.clone()), "human", put(SECRET), None, None)
+        .await
+        .unwrap();
+    store
+        .ingest(
+            &id("bo-1"),
+            &[NewEvent::user("bo stays")],
+            None,
+            None,
+            Some(&bo),
+        )
+        .await
+        .unwrap();
+    ingest(&*store, &id("nobody"), &[NewEvent::user("no user")]).await;
+    store
+        .write_block(&Scope::User(bo.clone()), "human", put("Bo"), None, None)
+        .await
+        .unwrap();
+    store
+        .write_block(&Scope::Global, "rules", put("Be kind."), None, None)
+        .await
+        .unwrap();
+
+    let listed = store.user_agents(&ana).await.unwrap();
+    assert_eq!(listed, [id("ana-1"), id("ana-2"), id("ana-3")]);
+    assert_eq!(store.user_agents(&bo).await.unwrap(), [id("bo-1")]);
+    assert!(
+        store
+            .user_agents(&user("nobody-at-all"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        !h.holding(&store, SECRET).await.is_empty(),
+        "the check below can see the secret"
+    );
+
+    assert_eq!(store.delete_user(&ana).await.unwrap(), 3);
+    let left = h.holding(&store, SECRET).await;
+    assert!(left.is_empty(), "the user's text is still in {left:?}");
+    assert!(store.user_agents(&ana).await.unwrap().is_empty());
+    for a in ["ana-1", "ana-2", "ana-3"] {
+        assert!(is_not_found(store.context(&id(a)).await), "{a}");
+    }
+    assert!(
+        store
+            .list_blocks(&Scope::User(ana.clone()))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .block_history(&Scope::User(ana.clone()), "human")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(store.delete_user(&ana).await.unwrap(), 0, "idempotent");
+
+    let store = h.reopen(store).await;
+    assert!(store.user_agents(&ana).await.unwrap().is_empty());
+    assert!(is_not_found(store.context(&id("ana-1")).await));
+    assert_eq!(store.user_agents(&bo).await.unwrap(), [id("bo-1")]);
+    assert_eq!(store.context(&id("bo-1")).await.unwrap().messages.len(), 1);
+    assert_eq!(
+        store.context(&id("nobody")).await.unwrap().messages.len(),
+        1
+    );
+    assert_eq!(
+        store.list_blocks(&Scope::User(bo)).await.unwrap()[0].value,
+        "Bo"
+    );
+    assert_eq!(store.list_blocks(&Scope::Global).await.unwrap().len(), 1);
+    // The ids are free again, for anyone.
+    store
+        .ingest(
+            &id("ana-1"),
+            &[NewEvent::user("new")],
+            None,
+            None,
+            Some(&user("cy")),
+        )
+        .await
+        .unwrap();
+    assert!(store.user_agents(&ana).await.unwrap().is_empty());
+    assert_eq!(store.user_agents(&user("cy")).await.unwrap(), [id("ana-1")]);
+}
