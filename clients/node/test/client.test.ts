@@ -211,6 +211,15 @@ test("users, memory blocks and working memory reach the prompt", async () => {
     await engram.editBlock({ userId: "ana" }, "human", { append: "Lives in Porto." }, { expectedVersion: 1 });
     const history = await engram.getBlock({ userId: "ana" }, "human", true);
     assert.deepEqual(history.history.map((h: any) => h.value), ["Name: Ana.", "Name: Ana.\nLives in Porto."]);
+    // A user's conversations, listed and erased whole.
+    await engram.ingest("node-ana-2", [user("hello again")], { userId: "ana" });
+    await engram.ingest("node-bo", [user("hi")], { userId: "bo" });
+    assert.deepEqual(await engram.listAgents(0, "ana"), ["node-ana", "node-ana-2"]);
+    assert.equal(await engram.deleteUser("ana"), 2);
+    assert.deepEqual(await engram.listAgents(0, "ana"), []);
+    assert.deepEqual(await engram.listBlocks({ userId: "ana" }), []);
+    assert.equal(await engram.deleteUser("ana"), 0);
+    assert.deepEqual(await engram.listAgents(), ["node-bo"]);
   } finally {
     engram.close();
     await server.stop();

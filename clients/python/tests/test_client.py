@@ -224,3 +224,13 @@ def test_users_blocks_and_working_memory_reach_the_prompt(engramd):
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert engram.delete_block("rules", global_scope=True) == 2
         assert engram.list_blocks(global_scope=True) == []
+
+        # A user's conversations, listed and erased whole.
+        engram.ingest("py-ana-2", [user("hello again")], user_id="ana")
+        engram.ingest("py-bo-1", [user("hi")], user_id="bo")
+        assert list(engram.list_agents(user_id="ana")) == ["py-ana-1", "py-ana-2"]
+        assert engram.delete_user("ana") == 2
+        assert list(engram.list_agents(user_id="ana")) == []
+        assert engram.list_blocks(user_id="ana") == []
+        assert engram.delete_user("ana") == 0
+        assert list(engram.list_agents()) == ["py-bo-1"]

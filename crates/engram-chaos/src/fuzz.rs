@@ -238,7 +238,7 @@ fn request(g: &mut Gen, method: &str) -> Vec<u8> {
         }
         .encode_to_vec(),
         "ListAgents" => pb::ListAgentsRequest {
-            user_id: Default::default(),
+            user_id: g.user_id(),
             page_size: g.u32(),
             page_token: g.unicode(0..40),
         }
@@ -253,7 +253,7 @@ fn request(g: &mut Gen, method: &str) -> Vec<u8> {
         }
         .encode_to_vec(),
         "DeleteUser" => pb::DeleteUserRequest {
-            user_id: g.agent_id(),
+            user_id: g.user_id(),
         }
         .encode_to_vec(),
         other => block_request(g, other),

@@ -22,14 +22,41 @@ impl Engine {
                 )
             })?;
         }
-        let (agent_ids, next_page_token) = self
-            .store
-            .list_agents(limits::page_size(req.page_size), token, visible)
-            .await?;
+        let size = limits::page_size(req.page_size);
+        let (agent_ids, next_page_token) = match limits::optional_user(Some(&req.user_id))? {
+            None => self.store.list_agents(size, token, visible).await?,
+            Some(user) => {
+                let ids = self.store.user_agents(&user).await?;
+                page(ids.iter().map(|id| id.as_str()), size, token, visible)
+            }
+        };
         Ok(AgentPage {
             agent_ids,
             next_page_token,
         })
+    }
+
+    /// Erases everything the user owns (its agents, blocks and memories);
+    /// returns how many agents went. Idempotent.
+    pub async fn delete_user(&self, user_id: &str) -> Result<usize> {
+        let user = limits::user_id("user_id", user_id)?;
+        let erased = self.store.delete_user(&user).await?;
+        tracing::info!(user = %user, agents = erased, "user deleted");
+        Ok(erased)
+    }
+
+    /// The user `agent_id` belongs to: `None` for an agent with none, one
+    /// that does not exist, or an id that is not one (the request that
+    /// names it is refused for that by itself).
+    pub async fn agent_user(&self, agent_id: &str) -> Result<Option<String>> {
+        let Ok(id) = engram_core::AgentId::parse(agent_id) else {
+            return Ok(None);
+        };
+        match self.store.context(&id).await {
+            Ok(context) => Ok(context.user_id),
+            Err(engram_store::StoreError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Removes the agent and everything it holds.
@@ -47,5 +74,42 @@ impl Engine {
         let target = limits::agent_id("target_agent_id", target)?;
         self.store.fork_agent(&source, &target).await?;
         Ok(target.to_string())
+    }
+}
+
+/// The page after `token` of the sorted `ids` that `visible` accepts: at
+/// most `size`, and the token of the next when more remain.
+fn page<'a>(
+    ids: impl Iterator<Item = &'a str>,
+    size: usize,
+    token: Option<&str>,
+    visible: Visible<'_>,
+) -> (Vec<String>, Option<String>) {
+    let mut rest = ids.filter(|id| token.is_none_or(|t| *id > t) && visible(id));
+    let page: Vec<String> = rest.by_ref().take(size).map(str::to_owned).collect();
+    let next = rest.next().and(page.last().cloned());
+    (page, next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::page;
+
+    #[test]
+    fn pages_follow_each_other_past_hidden_ids() {
+        let ids = ["a", "b", "c", "d", "e"];
+        let visible = |id: &str| id != "c";
+        let (first, next) = page(ids.into_iter(), 2, None, &visible);
+        assert_eq!(
+            (first, next.as_deref()),
+            (vec!["a".into(), "b".into()], Some("b"))
+        );
+        let (second, next) = page(ids.into_iter(), 2, Some("b"), &visible);
+        assert_eq!(
+            (second, next.as_deref()),
+            (vec!["d".into(), "e".into()], None)
+        );
+        let (all, next) = page(ids.into_iter(), 10, None, &|_: &str| true);
+        assert_eq!((all.len(), next), (5, None));
     }
 }

@@ -171,6 +171,8 @@ pub struct ListAgentsRequest {
     /// 0: the default.
     pub page_size: u32,
     pub page_token: String,
+    /// Only this user's agents ("": every agent).
+    pub user_id: String,
 }
 
 #[derive(Debug, Clone, Default)]

@@ -200,7 +200,15 @@ impl FileStore {
         // new agent of the same id, under another handle. This delete came
         // first, when there was no agent.
         let gone = slot.as_ref().is_some_and(|s| s.deleted);
-        if gone || !self.is_registered(id, &handle) || !dir.is_dir() {
+        let registered = self.is_registered(id, &handle);
+        if gone || !registered || !dir.is_dir() {
+            if let Some(owner) = owner
+                && registered
+                && !gone
+            {
+                // No agent, and none being made (that holds this lock).
+                self.unmark_user(owner, id)?;
+            }
             if !gone {
                 // Whoever waits for this handle (an Ingest) looks the id up
                 // again rather than create it under a handle the registry
@@ -218,6 +226,7 @@ impl FileStore {
         if let Some(owner) = owner
             && !self.owned_by(&dir, owner).await
         {
+            self.unmark_user(owner, id)?;
             return Err(StoreError::NotFound(id.to_string()));
         }
         if self.inner.config.fsync == FsyncPolicy::Always {
@@ -246,6 +255,11 @@ impl FileStore {
             std::fs::rename(&dir, &trash).map_err(StoreError::io("renaming", &dir))?;
             jsonl::sync_dir(&self.inner.agents_dir)
         })?;
+        if let Some(owner) = owner {
+            // Under the agent's lock: a binding of a new agent of this id
+            // waits for it, and marks the user again.
+            self.unmark_user(owner, id)?;
+        }
         let mut gone = AgentState::absent(dir.clone());
         gone.deleted = true;
         *slot = Some(gone);

@@ -361,6 +361,7 @@ mod deletes;
 mod embedding;
 mod index;
 mod registry;
+mod users;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panic_under_the_agent_lock_drops_its_memory_state_not_the_agent() {

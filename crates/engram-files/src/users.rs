@@ -60,6 +60,18 @@ impl FileStore {
         .await
     }
 
+    /// Drops `agent`'s marker of `user`; called under the agent's lock, so
+    /// that no binding of it is under way.
+    pub(crate) fn unmark_user(&self, user: &UserId, agent: &AgentId) -> Result<()> {
+        let marker = self.user_dir(user).join(AGENTS).join(agent.as_str());
+        crate::offload(|| match std::fs::remove_file(&marker) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(StoreError::io("removing", &marker)(e))
+            }
+            _ => Ok(()),
+        })
+    }
+
     /// Whether the agent whose directory is `dir` belongs to `user` (its
     /// settings on disk: called under the agent's lock).
     pub(crate) async fn owned_by(&self, dir: &Path, user: &UserId) -> bool {
@@ -83,18 +95,12 @@ impl FileStore {
             let dir = self.user_dir(user).join(AGENTS);
             let marked = engram_store::blocking(move || marked(&dir)).await?;
             for id in &marked {
+                // Removes the marker too, under the agent's lock.
                 match self.delete_through(id, self.handle(id), Some(user)).await {
                     Ok(()) => erased += 1,
                     Err(StoreError::NotFound(_)) => {}
                     Err(e) => return Err(e),
                 }
-                let marker = self.user_dir(user).join(AGENTS).join(id.as_str());
-                crate::offload(|| match std::fs::remove_file(&marker) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                        Err(StoreError::io("removing", &marker)(e))
-                    }
-                    _ => Ok(()),
-                })?;
             }
             if self.remove_user_dir(user).await? {
                 break;

@@ -13,7 +13,7 @@ use tonic::codegen::http;
 
 mod grpc;
 
-pub use grpc::{Auth, authorize, require_admin, scope};
+pub use grpc::{Auth, authorize, authorize_user, require_admin, scope};
 
 /// One `[[auth.tokens]]` table. Its Debug output hides the secret.
 #[derive(Clone, serde::Deserialize)]
@@ -25,6 +25,10 @@ pub struct TokenConfig {
     pub token_sha256: Option<String>,
     #[serde(default)]
     pub agents: Vec<String>,
+    /// User-id patterns: the token covers these users' blocks and every
+    /// agent bound to one of them.
+    #[serde(default)]
+    pub users: Vec<String>,
     #[serde(default)]
     pub admin: bool,
 }
@@ -34,6 +38,7 @@ impl std::fmt::Debug for TokenConfig {
         f.debug_struct("TokenConfig")
             .field("name", &self.name)
             .field("agents", &self.agents)
+            .field("users", &self.users)
             .field("admin", &self.admin)
             .finish_non_exhaustive()
     }
@@ -44,17 +49,40 @@ impl std::fmt::Debug for TokenConfig {
 pub struct Scope {
     pub name: String,
     patterns: Vec<String>,
+    users: Vec<String>,
     pub admin: bool,
 }
 
 impl Scope {
-    /// Admin tokens reach every agent; others the ids their patterns match.
+    /// Admin tokens reach every agent; others the ids their agent patterns
+    /// match (and, see [`check_agent`], the agents of users they cover).
     pub fn allows(&self, agent: &str) -> bool {
         self.admin || self.patterns.iter().any(|p| glob(p, agent))
     }
 
+    /// Whether the token covers `user` (its blocks, its agents).
+    pub fn covers_user(&self, user: &str) -> bool {
+        self.admin || self.users.iter().any(|p| glob(p, user))
+    }
+
+    /// Whether the token reaches any agent through a user: only then does
+    /// an agent's user need looking up.
+    pub fn has_users(&self) -> bool {
+        !self.users.is_empty()
+    }
+
     fn describe(&self) -> String {
-        self.patterns.join(", ")
+        let mut what = vec![];
+        if !self.patterns.is_empty() {
+            what.push(format!("agents {}", self.patterns.join(", ")));
+        }
+        if !self.users.is_empty() {
+            what.push(format!(
+                "the agents and blocks of users {}",
+                self.users.join(", ")
+            ));
+        }
+        what.join("; ")
     }
 }
 
@@ -96,13 +124,13 @@ impl Authenticator {
                     ));
                 }
             };
-            if !t.admin && t.agents.is_empty() {
+            if !t.admin && t.agents.is_empty() && t.users.is_empty() {
                 return Err(format!(
-                    "token {name}: list agent-id patterns in agents (e.g. [\"team-a-*\"]) or set admin = true"
+                    "token {name}: list agent-id patterns in agents (e.g. [\"team-a-*\"]) or user-id patterns in users, or set admin = true"
                 ));
             }
-            if t.agents.iter().any(|p| p.trim().is_empty()) {
-                return Err(format!("token {name}: empty agent pattern"));
+            if t.agents.iter().chain(&t.users).any(|p| p.trim().is_empty()) {
+                return Err(format!("token {name}: empty agent or user pattern"));
             }
             if credentials.iter().any(|c| c.digest == digest) {
                 return Err(format!("token {name}: the same token is configured twice"));
@@ -112,6 +140,7 @@ impl Authenticator {
                 scope: Arc::new(Scope {
                     name,
                     patterns: t.agents.clone(),
+                    users: t.users.clone(),
                     admin: t.admin,
                 }),
             });
@@ -163,11 +192,27 @@ pub enum Refusal {
     Denied(String),
 }
 
-/// Whether `scope` (none: auth is off) may use `agent`.
-pub fn check_agent(scope: Option<&Scope>, agent: &str) -> Result<(), Refusal> {
+/// Whether `scope` (none: auth is off) may use `agent`, which belongs to
+/// `owner` (its stored user, else the one the request binds it to).
+pub fn check_agent(scope: Option<&Scope>, agent: &str, owner: Option<&str>) -> Result<(), Refusal> {
     match scope {
-        Some(scope) if !scope.allows(agent) => Err(Refusal::Denied(format!(
-            "token {} may not use agent {agent:?}; its agents: {}",
+        Some(scope) if !scope.allows(agent) && !owner.is_some_and(|u| scope.covers_user(u)) => {
+            let whose = owner.map_or(String::new(), |u| format!(" (of user {u:?})"));
+            Err(Refusal::Denied(format!(
+                "token {} may not use agent {agent:?}{whose}; it covers {}",
+                scope.name,
+                scope.describe()
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Whether `scope` (none: auth is off) covers `user`.
+pub fn check_user(scope: Option<&Scope>, user: &str) -> Result<(), Refusal> {
+    match scope {
+        Some(scope) if !scope.covers_user(user) => Err(Refusal::Denied(format!(
+            "token {} may not use user {user:?}; it covers {}",
             scope.name,
             scope.describe()
         ))),
@@ -229,6 +274,7 @@ mod tests {
             token: Some(token.into()),
             token_sha256: None,
             agents: agents.iter().map(|s| s.to_string()).collect(),
+            users: vec![],
             admin,
         }
     }
@@ -265,6 +311,7 @@ mod tests {
                 token: None,
                 token_sha256: Some(digest.to_uppercase()),
                 agents: vec![],
+                users: vec![],
                 admin: true,
             },
         ])
@@ -321,6 +368,30 @@ mod tests {
         ];
         assert!(Authenticator::new(&twice).unwrap_err().contains("twice"));
         assert!(!Authenticator::new(&[]).unwrap().enabled());
+    }
+
+    #[test]
+    fn user_patterns_cover_the_users_agents_only() {
+        let auth = Authenticator::new(&[TokenConfig {
+            users: vec!["acme-*".into()],
+            ..token("user-scoped-token-1", &[], false)
+        }])
+        .unwrap();
+        let t = auth
+            .authenticate(Some(&bearer("Bearer user-scoped-token-1")))
+            .unwrap();
+        assert!(t.covers_user("acme-ana") && !t.covers_user("other-bo"));
+        assert!(check_agent(Some(&t), "chat-1", Some("acme-ana")).is_ok());
+        let err = check_agent(Some(&t), "chat-1", Some("other-bo")).unwrap_err();
+        assert!(
+            matches!(&err, Refusal::Denied(m) if m.contains("other-bo") && m.contains("acme-*")),
+            "{err:?}"
+        );
+        assert!(
+            check_agent(Some(&t), "chat-1", None).is_err(),
+            "no user: not covered"
+        );
+        assert!(check_user(Some(&t), "other-bo").is_err() && check_user(None, "x").is_ok());
     }
 
     #[test]

@@ -9,20 +9,24 @@ use crate::convert;
 use crate::service::Engram;
 use crate::status::from_engine;
 
-/// Who may act on a scope: an agent's token for its agents; a shared
-/// scope (a user's, the global one) is shown to many agents, so only an
-/// admin token changes it (and, until tokens are scoped by user, reads a
-/// user's).
-fn authorize<T>(
+/// Who may act on a scope: a token covering the agent (by id or by its
+/// user) for an agent's blocks; a token covering the user for a user's
+/// (every agent of the user sees them, and the token covers all of
+/// those); the global scope is shown to every agent, so anyone reads it
+/// and only an admin token changes it.
+async fn authorize<T>(
+    service: &Engram,
     request: &Request<T>,
     scope: &Option<pb::MemoryScope>,
+    user: &str,
     write: bool,
 ) -> Result<(), Status> {
     use pb::memory_scope::Scope as S;
     match scope.as_ref().and_then(|s| s.scope.as_ref()) {
-        Some(S::AgentId(agent)) => auth::authorize(request, agent),
+        Some(S::AgentId(agent)) => auth::authorize(service.engine(), request, agent, user).await,
+        Some(S::UserId(user)) => auth::authorize_user(request, user),
         Some(S::Global(_)) if !write => Ok(()),
-        _ => auth::require_admin(request, "a shared scope's memory blocks"),
+        _ => auth::require_admin(request, "the global memory blocks"),
     }
 }
 
@@ -31,7 +35,7 @@ impl Engram {
         &self,
         request: Request<pb::ListMemoryBlocksRequest>,
     ) -> Result<Response<pb::ListMemoryBlocksResponse>, Status> {
-        authorize(&request, &request.get_ref().scope, false)?;
+        authorize(self, &request, &request.get_ref().scope, "", false).await?;
         let scope = convert::scope_from_pb(request.into_inner().scope).map_err(from_engine)?;
         let blocks = self
             .engine()
@@ -50,7 +54,7 @@ impl Engram {
         &self,
         request: Request<pb::GetMemoryBlockRequest>,
     ) -> Result<Response<pb::GetMemoryBlockResponse>, Status> {
-        authorize(&request, &request.get_ref().scope, false)?;
+        authorize(self, &request, &request.get_ref().scope, "", false).await?;
         let req = request.into_inner();
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let (block, history) = self
@@ -71,7 +75,8 @@ impl Engram {
         &self,
         request: Request<pb::PutMemoryBlockRequest>,
     ) -> Result<Response<pb::PutMemoryBlockResponse>, Status> {
-        authorize(&request, &request.get_ref().scope, true)?;
+        let r = request.get_ref();
+        authorize(self, &request, &r.scope, &r.user_id, true).await?;
         let write = convert::put_from_pb(request.into_inner()).map_err(from_engine)?;
         let block = self
             .engine()
@@ -87,7 +92,8 @@ impl Engram {
         &self,
         request: Request<pb::EditMemoryBlockRequest>,
     ) -> Result<Response<pb::EditMemoryBlockResponse>, Status> {
-        authorize(&request, &request.get_ref().scope, true)?;
+        let r = request.get_ref();
+        authorize(self, &request, &r.scope, &r.user_id, true).await?;
         let write = convert::edit_from_pb(request.into_inner()).map_err(from_engine)?;
         let block = self
             .engine()
@@ -103,7 +109,7 @@ impl Engram {
         &self,
         request: Request<pb::DeleteMemoryBlockRequest>,
     ) -> Result<Response<pb::DeleteMemoryBlockResponse>, Status> {
-        authorize(&request, &request.get_ref().scope, true)?;
+        authorize(self, &request, &request.get_ref().scope, "", true).await?;
         let write = convert::delete_from_pb(request.into_inner()).map_err(from_engine)?;
         let block = self
             .engine()

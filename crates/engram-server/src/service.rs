@@ -56,7 +56,8 @@ impl Engram {
         &self,
         request: Request<pb::IngestRequest>,
     ) -> Result<Response<pb::IngestResponse>, Status> {
-        auth::authorize(&request, &request.get_ref().agent_id)?;
+        let r = request.get_ref();
+        auth::authorize(&self.engine, &request, &r.agent_id, &r.user_id).await?;
         let req = convert::ingest_from_pb(request.into_inner());
         let out = self.engine.ingest(req).await.map_err(from_engine)?;
         Ok(Response::new(convert::ingested_to_pb(out)))
@@ -66,7 +67,8 @@ impl Engram {
         &self,
         request: Request<pb::PrepareRequestRequest>,
     ) -> Result<Response<pb::PrepareRequestResponse>, Status> {
-        auth::authorize(&request, &request.get_ref().agent_id)?;
+        let r = request.get_ref();
+        auth::authorize(&self.engine, &request, &r.agent_id, &r.user_id).await?;
         let req = convert::prepare_from_pb(request.into_inner()).map_err(from_engine)?;
         let prepared = self.engine.prepare(req).await.map_err(from_engine)?;
         self.fits(convert::prepared_to_pb(prepared), "prompt")
@@ -76,7 +78,7 @@ impl Engram {
         &self,
         request: Request<pb::CompactRequest>,
     ) -> Result<Response<pb::CompactResponse>, Status> {
-        auth::authorize(&request, &request.get_ref().agent_id)?;
+        auth::authorize(&self.engine, &request, &request.get_ref().agent_id, "").await?;
         let req = request.into_inner();
         let report = self
             .engine
@@ -92,7 +94,7 @@ impl Engram {
         &self,
         request: Request<pb::RetrieveRequest>,
     ) -> Result<Response<pb::RetrieveResponse>, Status> {
-        auth::authorize(&request, &request.get_ref().agent_id)?;
+        auth::authorize(&self.engine, &request, &request.get_ref().agent_id, "").await?;
         let req = convert::retrieve_from_pb(request.into_inner());
         let retrieved = self.engine.retrieve(req).await.map_err(from_engine)?;
         self.fits(convert::retrieved_to_pb(retrieved), "answer")
@@ -102,7 +104,7 @@ impl Engram {
         &self,
         request: Request<pb::SearchHistoryRequest>,
     ) -> Result<Response<pb::SearchHistoryResponse>, Status> {
-        auth::authorize(&request, &request.get_ref().agent_id)?;
+        auth::authorize(&self.engine, &request, &request.get_ref().agent_id, "").await?;
         let req = convert::search_from_pb(request.into_inner()).map_err(from_engine)?;
         let page = self.engine.search(req).await.map_err(from_engine)?;
         let response = pb::SearchHistoryResponse {
@@ -117,7 +119,7 @@ impl Engram {
         &self,
         request: Request<pb::GetContextStatsRequest>,
     ) -> Result<Response<pb::GetContextStatsResponse>, Status> {
-        auth::authorize(&request, &request.get_ref().agent_id)?;
+        auth::authorize(&self.engine, &request, &request.get_ref().agent_id, "").await?;
         let req = request.into_inner();
         let stats = self
             .engine
@@ -133,19 +135,20 @@ impl Engram {
     ) -> Result<Response<pb::ListAgentsResponse>, Status> {
         let scope = auth::scope(&request);
         let req = request.into_inner();
-        if !req.user_id.is_empty() {
-            return Err(crate::status::not_built(
-                "ListAgents by user_id",
-                "list every agent",
-            ));
-        }
+        // A token that covers the user sees all of its agents; otherwise
+        // (and without a user) the ids its agent patterns match.
+        let user_covered =
+            !req.user_id.is_empty() && scope.as_ref().is_none_or(|s| s.covers_user(&req.user_id));
         let req = engram_engine::ListAgentsRequest {
             page_size: req.page_size,
             page_token: req.page_token,
+            user_id: req.user_id,
         };
         let page = self
             .engine
-            .list_agents(&req, &|id| scope.as_ref().is_none_or(|s| s.allows(id)))
+            .list_agents(&req, &|id| {
+                user_covered || scope.as_ref().is_none_or(|s| s.allows(id))
+            })
             .await
             .map_err(from_engine)?;
         Ok(Response::new(convert::agent_page_to_pb(page)))
@@ -161,12 +164,32 @@ impl Engram {
         Ok(Response::new(pb::DeleteAgentResponse {}))
     }
 
+    async fn handle_delete_user(
+        &self,
+        request: Request<pb::DeleteUserRequest>,
+    ) -> Result<Response<pb::DeleteUserResponse>, Status> {
+        auth::require_admin(&request, "DeleteUser")?;
+        let user = request.into_inner().user_id;
+        let erased = self.engine.delete_user(&user).await.map_err(from_engine)?;
+        Ok(Response::new(pb::DeleteUserResponse {
+            agents_deleted: u32::try_from(erased).unwrap_or(u32::MAX),
+        }))
+    }
+
     async fn handle_fork_agent(
         &self,
         request: Request<pb::ForkAgentRequest>,
     ) -> Result<Response<pb::ForkAgentResponse>, Status> {
-        auth::authorize(&request, &request.get_ref().source_agent_id)?;
-        auth::authorize(&request, &request.get_ref().target_agent_id)?;
+        let r = request.get_ref();
+        auth::authorize(&self.engine, &request, &r.source_agent_id, "").await?;
+        // The copy belongs to the source's user.
+        let user = self
+            .engine
+            .agent_user(&r.source_agent_id)
+            .await
+            .map_err(from_engine)?
+            .unwrap_or_default();
+        auth::authorize(&self.engine, &request, &r.target_agent_id, &user).await?;
         let req = request.into_inner();
         let agent_id = self
             .engine
@@ -263,12 +286,10 @@ impl MemoryService for Engram {
 
     async fn delete_user(
         &self,
-        _request: Request<pb::DeleteUserRequest>,
+        request: Request<pb::DeleteUserRequest>,
     ) -> Result<Response<pb::DeleteUserResponse>, Status> {
-        Err(crate::status::not_built(
-            "DeleteUser",
-            "delete the user's agents with DeleteAgent",
-        ))
+        let user = request.get_ref().user_id.clone();
+        catch_panics("DeleteUser", &user, self.handle_delete_user(request)).await
     }
 
     async fn list_memory_blocks(

@@ -35,6 +35,18 @@ fn message(kind: pb::TraceType, content: String) -> pb::TraceEvent {
     }
 }
 
+/// The storm's one user, named by half the requests that may name one:
+/// its agents are bound to it as they are made, and erased with it.
+const STORM_USER: &str = "storm-user";
+
+fn storm_user(rng: &mut StdRng) -> String {
+    if rng.random_bool(0.5) {
+        STORM_USER.into()
+    } else {
+        String::new()
+    }
+}
+
 /// One valid call of the storm on `agent`: a write (Ingest, PrepareRequest
 /// with recall, Compact), or a read that goes through the agent's search
 /// index (ranked SearchHistory, Retrieve with a query, GetContextStats) or
@@ -55,6 +67,7 @@ fn storm_request(rng: &mut StdRng, agent: &str) -> (&'static str, Vec<u8>) {
             let request = pb::IngestRequest {
                 agent_id,
                 events,
+                user_id: storm_user(rng),
                 ..Default::default()
             };
             ("Ingest", request.encode_to_vec())
@@ -106,6 +119,7 @@ fn storm_request(rng: &mut StdRng, agent: &str) -> (&'static str, Vec<u8>) {
                 model: "gpt-4o".into(),
                 render_format: pb::RenderFormat::OpenaiChat.into(),
                 recall: Some(true),
+                user_id: storm_user(rng),
                 ..Default::default()
             };
             ("PrepareRequest", request.encode_to_vec())
@@ -118,7 +132,10 @@ fn storm_request(rng: &mut StdRng, agent: &str) -> (&'static str, Vec<u8>) {
             ("Compact", request.encode_to_vec())
         }
         _ => {
-            let request = pb::ListAgentsRequest::default();
+            let request = pb::ListAgentsRequest {
+                user_id: storm_user(rng),
+                ..Default::default()
+            };
             ("ListAgents", request.encode_to_vec())
         }
     }
@@ -137,12 +154,21 @@ pub(super) async fn delete_storm(config: &FuzzConfig, caller: &Caller) -> anyhow
         tokio::spawn(async move {
             while !done.load(Ordering::SeqCst) {
                 let agent = STORM_AGENTS[rng.random_range(0..STORM_AGENTS.len())];
-                let body = pb::DeleteAgentRequest {
-                    agent_id: agent.into(),
+                if rng.random_bool(0.2) {
+                    let body = pb::DeleteUserRequest {
+                        user_id: STORM_USER.into(),
+                    }
+                    .encode_to_vec();
+                    let what = format!("seed {seed} storm: DeleteUser {STORM_USER}");
+                    caller.call("DeleteUser", body, what).await;
+                } else {
+                    let body = pb::DeleteAgentRequest {
+                        agent_id: agent.into(),
+                    }
+                    .encode_to_vec();
+                    let what = format!("seed {seed} storm: DeleteAgent {agent}");
+                    caller.call("DeleteAgent", body, what).await;
                 }
-                .encode_to_vec();
-                let what = format!("seed {seed} storm: DeleteAgent {agent}");
-                caller.call("DeleteAgent", body, what).await;
                 caller.tally.lock().expect("tally").report.storm.deletes += 1;
                 tokio::time::sleep(Duration::from_millis(rng.random_range(0..4))).await;
             }

@@ -6,18 +6,45 @@ use std::sync::Arc;
 use tonic::Status;
 use tonic::codegen::http;
 
-use super::{Authenticator, Scope, check_admin, check_agent};
+use engram_engine::Engine;
+
+use super::{Authenticator, Scope, check_admin, check_agent, check_user};
 use crate::layers::Hook;
 use crate::status;
 
 /// Paths served to anyone: probes and service discovery.
 const OPEN_PREFIXES: [&str; 2] = ["/grpc.health.v1.Health/", "/grpc.reflection."];
 
-/// PERMISSION_DENIED unless the caller's scope covers `agent`. Without a
-/// scope on the request (auth off) everything is allowed.
-pub fn authorize<T>(request: &tonic::Request<T>, agent: &str) -> Result<(), Status> {
+/// PERMISSION_DENIED unless the caller's scope covers `agent`: by its id,
+/// or by its user — the stored one, else `named_user`, whom the request
+/// binds it to ("" for none). The user is looked up only for a token
+/// scoped by users that does not cover the id itself. Without a scope on
+/// the request (auth off) everything is allowed.
+pub async fn authorize<T>(
+    engine: &Engine,
+    request: &tonic::Request<T>,
+    agent: &str,
+    named_user: &str,
+) -> Result<(), Status> {
+    let Some(scope) = request.extensions().get::<Arc<Scope>>() else {
+        return Ok(());
+    };
+    let owner = if scope.allows(agent) || !scope.has_users() {
+        None
+    } else {
+        let stored = engine
+            .agent_user(agent)
+            .await
+            .map_err(status::from_engine)?;
+        stored.or_else(|| Some(named_user.to_owned()).filter(|u| !u.is_empty()))
+    };
+    check_agent(Some(scope), agent, owner.as_deref()).map_err(status::from_refusal)
+}
+
+/// PERMISSION_DENIED unless the caller's scope covers `user`.
+pub fn authorize_user<T>(request: &tonic::Request<T>, user: &str) -> Result<(), Status> {
     let scope = request.extensions().get::<Arc<Scope>>();
-    check_agent(scope.map(AsRef::as_ref), agent).map_err(status::from_refusal)
+    check_user(scope.map(AsRef::as_ref), user).map_err(status::from_refusal)
 }
 
 /// PERMISSION_DENIED unless the caller holds an admin token (or auth is off).

@@ -21,3 +21,4 @@ mod search;
 mod security;
 mod semantic;
 mod storage_faults;
+mod users;

@@ -14,6 +14,7 @@ use tonic_health::pb::health_client::HealthClient;
 
 const TEAM_A: &str = "team-a-token-0123456789";
 const OPS: &str = "ops-admin-token-0123456789";
+const ACME: &str = "acme-users-token-0123456789";
 
 type Authed = MemoryServiceClient<
     InterceptedService<
@@ -33,8 +34,8 @@ fn authed(channel: Channel, token: &str) -> Authed {
     )
 }
 
-/// A server with a tokens file: team-a (plaintext, `team-a-*`) and ops
-/// (by digest, admin).
+/// A server with a tokens file: team-a (plaintext, `team-a-*`), acme (the
+/// users `acme-*`) and ops (by digest, admin).
 async fn locked_server(dir: &std::path::Path) -> TestServer {
     let digest = hex_sha256(OPS);
     let file = dir.join("tokens.toml");
@@ -42,6 +43,7 @@ async fn locked_server(dir: &std::path::Path) -> TestServer {
         &file,
         format!(
             "[[tokens]]\nname = \"team-a\"\ntoken = \"{TEAM_A}\"\nagents = [\"team-a-*\"]\n\n\
+             [[tokens]]\nname = \"acme\"\ntoken = \"{ACME}\"\nusers = [\"acme-*\"]\n\n\
              [[tokens]]\nname = \"ops\"\ntoken_sha256 = \"{digest}\"\nadmin = true\n"
         ),
     )
@@ -146,6 +148,126 @@ async fn tokens_are_required_and_scoped() {
     .await
     .unwrap();
     assert!(!server.agents_dir().join("team-b-bot").exists());
+}
+
+fn scope(s: pb::memory_scope::Scope) -> Option<pb::MemoryScope> {
+    Some(pb::MemoryScope { scope: Some(s) })
+}
+
+fn put_block(s: pb::memory_scope::Scope, value: &str) -> pb::PutMemoryBlockRequest {
+    pb::PutMemoryBlockRequest {
+        scope: scope(s),
+        label: "notes".into(),
+        value: value.into(),
+        ..Default::default()
+    }
+}
+
+fn ingest_as(agent: &str, user_id: &str) -> pb::IngestRequest {
+    pb::IngestRequest {
+        user_id: user_id.into(),
+        ..ingest_req(agent, vec![user("hi")])
+    }
+}
+
+/// PERMISSION_DENIED naming what the acme token covers.
+fn denied<T: std::fmt::Debug>(r: Result<T, tonic::Status>, what: &str) {
+    let err = r.unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied, "{what}: {err:?}");
+    assert!(err.message().contains("acme-*"), "{what}: {err:?}");
+}
+
+/// A token scoped by user patterns covers those users' agents (by the
+/// agent's stored user, else the one the request binds it to) and blocks,
+/// and nobody else's: PERMISSION_DENIED across users, nothing written.
+#[tokio::test]
+async fn tokens_scoped_by_users_cover_their_agents_only() {
+    use pb::memory_scope::Scope as S;
+    let dir = tempfile::tempdir().unwrap();
+    let server = locked_server(dir.path()).await;
+    let channel = server.channel().await;
+    let mut acme = authed(channel.clone(), ACME);
+    let mut ops = authed(channel.clone(), OPS);
+
+    // A new agent bound to a covered user; then used without naming it.
+    acme.ingest(ingest_as("chat-1", "acme-ana")).await.unwrap();
+    acme.prepare_request(pb::PrepareRequestRequest {
+        agent_id: "chat-1".into(),
+        user_input: Some(user("and now?")),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    acme.put_memory_block(put_block(S::AgentId("chat-1".into()), "mine"))
+        .await
+        .unwrap();
+    // No user named, none stored: not covered.
+    denied(
+        acme.ingest(ingest_as("chat-2", "")).await,
+        "an agent with no user",
+    );
+    assert!(!server.agents_dir().join("chat-2").exists());
+
+    // Another user's agent: not by naming a covered user either.
+    ops.ingest(ingest_as("chat-3", "other-bo")).await.unwrap();
+    denied(
+        acme.ingest(ingest_as("chat-3", "acme-ana")).await,
+        "another user's agent",
+    );
+    denied(
+        acme.get_context_stats(pb::GetContextStatsRequest {
+            agent_id: "chat-3".into(),
+            ..Default::default()
+        })
+        .await,
+        "another user's stats",
+    );
+    denied(
+        acme.put_memory_block(put_block(S::AgentId("chat-3".into()), "x"))
+            .await,
+        "another user's agent's blocks",
+    );
+
+    // The user scope: its own users' blocks only; the global one read-only.
+    acme.put_memory_block(put_block(S::UserId("acme-ana".into()), "Ana"))
+        .await
+        .unwrap();
+    denied(
+        acme.put_memory_block(put_block(S::UserId("other-bo".into()), "x"))
+            .await,
+        "another user's blocks",
+    );
+    let err = acme
+        .put_memory_block(put_block(S::Global(true), "x"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
+    acme.list_memory_blocks(pb::ListMemoryBlocksRequest {
+        scope: scope(S::Global(true)),
+    })
+    .await
+    .unwrap();
+
+    // Listing: a covered user's agents; nothing of another user's.
+    let list = |user_id: &str| pb::ListAgentsRequest {
+        user_id: user_id.into(),
+        ..Default::default()
+    };
+    let mine = acme.list_agents(list("acme-ana")).await.unwrap();
+    assert_eq!(mine.into_inner().agent_ids, ["chat-1"]);
+    let theirs = acme.list_agents(list("other-bo")).await.unwrap();
+    assert!(theirs.into_inner().agent_ids.is_empty());
+
+    // Erasing a user is for admins.
+    let erase = pb::DeleteUserRequest {
+        user_id: "acme-ana".into(),
+    };
+    let err = acme.delete_user(erase.clone()).await.unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
+    let erased = ops.delete_user(erase).await.unwrap().into_inner();
+    assert_eq!(erased.agents_deleted, 1);
+    assert!(!server.agents_dir().join("chat-1").exists());
+    assert!(server.agents_dir().join("chat-3").exists());
 }
 
 #[test]

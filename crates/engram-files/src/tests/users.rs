@@ -1,0 +1,109 @@
+//! DeleteUser meeting writes that bind agents to the user: every agent
+//! bound to the user ends either erased or listed, never bound and
+//! unlisted; no call fails with anything but NOT_FOUND.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use engram_core::blocks::{Change, Put, Scope};
+use engram_core::{NewEvent, UserId};
+use engram_store::prelude::*;
+
+use super::{id, open};
+use crate::StoreError;
+
+const AGENTS: [&str; 6] = ["u-0", "u-1", "u-2", "u-3", "u-4", "u-5"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn agents_bound_while_a_user_is_erased_are_erased_or_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(open(dir.path()).await);
+    let ana = UserId::parse("ana").unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let mut writers = vec![];
+    for w in 0..3 {
+        let (store, ana) = (Arc::clone(&store), ana.clone());
+        writers.push(tokio::spawn(async move {
+            for round in 0..60 {
+                let agent = id(AGENTS[(w * 7 + round) % AGENTS.len()]);
+                let result = match round % 3 {
+                    0 => store
+                        .ingest(&agent, &[NewEvent::user("hi")], None, None, Some(&ana))
+                        .await
+                        .map(drop),
+                    1 => store
+                        .write_block(
+                            &Scope::Agent(agent.clone()),
+                            "notes",
+                            Change::Put(Put {
+                                value: "n".into(),
+                                ..Put::default()
+                            }),
+                            None,
+                            Some(&ana),
+                        )
+                        .await
+                        .map(drop),
+                    _ => store
+                        .write_block(
+                            &Scope::User(ana.clone()),
+                            "human",
+                            Change::Put(Put {
+                                value: format!("round {round}"),
+                                ..Put::default()
+                            }),
+                            None,
+                            None,
+                        )
+                        .await
+                        .map(drop),
+                };
+                match result {
+                    Ok(()) | Err(StoreError::NotFound(_)) => {}
+                    Err(e) => panic!("{agent}: {e}"),
+                }
+            }
+        }));
+    }
+    let eraser = {
+        let (store, ana, done) = (Arc::clone(&store), ana.clone(), Arc::clone(&done));
+        tokio::spawn(async move {
+            let mut erased = 0;
+            while !done.load(Ordering::SeqCst) {
+                erased += store.delete_user(&ana).await.expect("DeleteUser");
+                tokio::task::yield_now().await;
+            }
+            erased
+        })
+    };
+    for w in writers {
+        w.await.unwrap();
+    }
+    done.store(true, Ordering::SeqCst);
+    let erased = eraser.await.unwrap();
+    assert!(erased > 0, "the race happened");
+
+    let listed = store.user_agents(&ana).await.unwrap();
+    for agent in AGENTS {
+        let bound = match store.context(&id(agent)).await {
+            Ok(context) => context.user_id.as_deref() == Some("ana"),
+            Err(StoreError::NotFound(_)) => false,
+            Err(e) => panic!("{agent}: {e}"),
+        };
+        assert_eq!(
+            bound,
+            listed.contains(&id(agent)),
+            "{agent}: bound {bound}, listed {listed:?}"
+        );
+    }
+    // And it all goes with one more erasure.
+    store.delete_user(&ana).await.unwrap();
+    assert!(store.user_agents(&ana).await.unwrap().is_empty());
+    assert!(
+        std::fs::read_dir(dir.path().join("agents"))
+            .unwrap()
+            .next()
+            .is_none()
+    );
+    assert!(!dir.path().join("users/ana").exists());
+}

@@ -1,0 +1,152 @@
+//! Users over gRPC: ListAgents by user, DeleteUser leaving nothing of the
+//! user on disk.
+
+use crate::common;
+
+use common::{TestServer, ingest_req, user};
+use engram_proto::pb;
+use engram_proto::pb::memory_scope::Scope as S;
+use tonic::Code;
+
+/// Text only the erased user's data holds.
+const SECRET: &str = "walrussecret";
+
+fn scope(s: S) -> Option<pb::MemoryScope> {
+    Some(pb::MemoryScope { scope: Some(s) })
+}
+
+fn list(user_id: &str, page_size: u32, page_token: &str) -> pb::ListAgentsRequest {
+    pb::ListAgentsRequest {
+        user_id: user_id.into(),
+        page_size,
+        page_token: page_token.into(),
+    }
+}
+
+/// Every file under `dir` whose bytes hold `needle`.
+fn files_holding(dir: &std::path::Path, needle: &[u8]) -> Vec<String> {
+    let mut found = vec![];
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(files_holding(&path, needle));
+        } else if std::fs::read(&path)
+            .unwrap_or_default()
+            .windows(needle.len())
+            .any(|w| w == needle)
+        {
+            found.push(path.display().to_string());
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn a_users_agents_are_listed_and_erased_whole() {
+    let server = TestServer::start().await;
+    let mut c = server.client().await;
+    for agent in ["ana-b", "ana-a"] {
+        c.ingest(pb::IngestRequest {
+            user_id: "ana".into(),
+            ..ingest_req(agent, vec![user(&format!("my {SECRET} here"))])
+        })
+        .await
+        .unwrap();
+    }
+    // Bound by a prompt, and by a block write.
+    c.prepare_request(pb::PrepareRequestRequest {
+        agent_id: "ana-c".into(),
+        user_id: "ana".into(),
+        user_input: Some(user(SECRET)),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    c.put_memory_block(pb::PutMemoryBlockRequest {
+        scope: scope(S::AgentId("ana-d".into())),
+        label: "notes".into(),
+        value: SECRET.into(),
+        user_id: "ana".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    c.put_memory_block(pb::PutMemoryBlockRequest {
+        scope: scope(S::UserId("ana".into())),
+        label: "human".into(),
+        value: format!("Ana, keeper of the {SECRET}"),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    c.ingest(pb::IngestRequest {
+        user_id: "bo".into(),
+        ..ingest_req("bo-a", vec![user("bo's own")])
+    })
+    .await
+    .unwrap();
+
+    // Pages of a user's agents, sorted.
+    let first = c
+        .list_agents(list("ana", 3, ""))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(first.agent_ids, ["ana-a", "ana-b", "ana-c"]);
+    let rest = c
+        .list_agents(list("ana", 3, &first.next_page_token))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (rest.agent_ids, rest.next_page_token),
+        (vec!["ana-d".to_string()], String::new())
+    );
+    let err = c.list_agents(list("no/such", 0, "")).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(!files_holding(server.data_dir.path(), SECRET.as_bytes()).is_empty());
+
+    let erase = |user_id: &str| pb::DeleteUserRequest {
+        user_id: user_id.into(),
+    };
+    let erased = c.delete_user(erase("ana")).await.unwrap().into_inner();
+    assert_eq!(erased.agents_deleted, 4);
+    let left = files_holding(server.data_dir.path(), SECRET.as_bytes());
+    assert!(left.is_empty(), "the user's text is still in {left:?}");
+    assert!(
+        c.list_agents(list("ana", 0, ""))
+            .await
+            .unwrap()
+            .into_inner()
+            .agent_ids
+            .is_empty()
+    );
+    let err = c
+        .get_context_stats(pb::GetContextStatsRequest {
+            agent_id: "ana-a".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    let blocks = c
+        .list_memory_blocks(pb::ListMemoryBlocksRequest {
+            scope: scope(S::UserId("ana".into())),
+        })
+        .await
+        .unwrap();
+    assert!(blocks.into_inner().blocks.is_empty());
+    // Idempotent; a bad id is refused; the other user is untouched.
+    assert_eq!(
+        c.delete_user(erase("ana"))
+            .await
+            .unwrap()
+            .into_inner()
+            .agents_deleted,
+        0
+    );
+    let err = c.delete_user(erase("")).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    let all = c.list_agents(list("", 0, "")).await.unwrap().into_inner();
+    assert_eq!(all.agent_ids, ["bo-a"]);
+}
