@@ -15,9 +15,6 @@ use crate::caches::{self, ContextCaches};
 use crate::error::{EngineError, Result};
 use crate::{Engine, limits};
 
-/// The share of the input budget blocks may take when not configured.
-pub const DEFAULT_MAX_SHARE: f64 = 0.25;
-
 impl Engine {
     /// The current blocks of a scope, by label.
     pub async fn list_blocks(&self, scope: &ScopeRequest) -> Result<Vec<Block>> {
@@ -75,10 +72,13 @@ impl Engine {
 /// The blocks section an agent's prompt shows (`None`: it sees no block),
 /// in at most `max_tokens`. Counted once per change of the blocks, the
 /// encoding or the budget: the agent's caches keep it, since every prompt
-/// shows the same section until a block changes.
+/// shows the same section until a block changes. Keyed by the transcript
+/// too: an agent deleted and made again (its blocks' versions starting
+/// over) is a new transcript, never the old one's section.
 pub fn section_for(
     caches: &ContextCaches,
     agent: &AgentId,
+    transcript: u64,
     seen: &SeenBlocks,
     encoding: Encoding,
     max_tokens: u32,
@@ -88,6 +88,7 @@ pub fn section_for(
         return None;
     }
     let mut h = std::collections::hash_map::DefaultHasher::new();
+    transcript.hash(&mut h);
     for (scope, block) in &in_order {
         (scope, &block.label, block.version).hash(&mut h);
     }

@@ -34,6 +34,9 @@ pub struct RecallEntry {
 /// What one turn recalls; the same for each of the turn's prompts.
 #[derive(Debug)]
 pub struct TurnRecall {
+    /// The transcript it was made for: an agent deleted and made again is
+    /// a new one (at the same epoch and turn).
+    pub transcript: u64,
     pub epoch: u32,
     pub turn_id: String,
     pub min_score: f32,

@@ -60,6 +60,7 @@ pub struct Engine {
     budgets: Arc<Budgets>,
     compactor: Compactor,
     recall: RecallSection,
+    blocks: settings::BlocksSection,
     idle_evict: Option<Duration>,
 }
 
@@ -85,6 +86,7 @@ impl Engine {
             budgets,
             compactor,
             recall: settings.recall,
+            blocks: settings.blocks,
             idle_evict: settings.idle_evict,
         }
     }

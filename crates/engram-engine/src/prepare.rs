@@ -122,9 +122,10 @@ impl Engine {
     ) -> (Option<Arc<engram_core::blocks::Section>>, u32) {
         let model = context.model(ask.model);
         let budget = self.budgets.budget(id.as_str(), &model, ask.max_output);
-        let max = (f64::from(budget.input_budget) * crate::blocks::DEFAULT_MAX_SHARE) as u32;
+        let max = (f64::from(budget.input_budget) * self.blocks.max_share) as u32;
         let encoding = tokens::encoding_for(&model);
-        let section = crate::blocks::section_for(&self.caches, id, seen, encoding, max);
+        let section =
+            crate::blocks::section_for(&self.caches, id, context.transcript, seen, encoding, max);
         (section, max)
     }
 }

@@ -92,7 +92,8 @@ pub async fn for_turn(
     let cell = caches.of(id);
     let kept = caches::lock(&cell).recall.clone();
     if let Some(kept) = kept.filter(|r| {
-        r.epoch == context.epoch
+        r.transcript == context.transcript
+            && r.epoch == context.epoch
             && r.turn_id == context.current_turn_id
             && r.at == at
             && r.min_score == settings.min_score
@@ -126,6 +127,7 @@ pub async fn for_turn(
         .filter(|m| m.role == Role::System)
         .map_or("", |m| m.content.as_str());
     let recall = Arc::new(TurnRecall {
+        transcript: context.transcript,
         epoch: context.epoch,
         turn_id: context.current_turn_id.clone(),
         min_score: settings.min_score,

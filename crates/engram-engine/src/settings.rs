@@ -1,4 +1,4 @@
-//! The engine's settings: the `[budget]`, `[policy]` and `[recall]`
+//! The engine's settings: the `[budget]`, `[policy]`, `[recall]` and `[blocks]`
 //! sections of the server's configuration, defined here (the server's
 //! config embeds them) so the engine and the config file say the same.
 //! Values are checked by the server's config validation before an
@@ -15,6 +15,7 @@ pub struct Settings {
     pub budget: BudgetSection,
     pub policy: PolicySection,
     pub recall: RecallSection,
+    pub blocks: BlocksSection,
     /// Consecutive failed compactions after which an agent's automatic
     /// compaction pauses (`llm.agent_failures`), and for how long
     /// (`llm.agent_cooldown_secs`).
@@ -32,6 +33,15 @@ pub struct RecallSection {
     pub enabled: bool,
     pub max_tokens: u32,
     pub min_score: f32,
+}
+
+/// `[blocks]`: the memory blocks in the system message.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BlocksSection {
+    /// The share of the input budget the blocks may take (0 < share <= 1);
+    /// past it each is cut, with a warning.
+    pub max_share: f64,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -12,7 +12,9 @@ use engram_files::{FsyncPolicy, StoreConfig};
 use serde::Deserialize;
 
 pub use crate::auth::TokenConfig;
-pub use engram_engine::settings::{BudgetOverride, BudgetSection, PolicySection, RecallSection};
+pub use engram_engine::settings::{
+    BlocksSection, BudgetOverride, BudgetSection, PolicySection, RecallSection,
+};
 
 /// The built-in defaults, also shipped as documentation.
 pub const DEFAULT_TOML: &str = include_str!("default.toml");
@@ -34,6 +36,7 @@ pub struct Config {
     pub policy: PolicySection,
     pub embed: EmbedSection,
     pub recall: RecallSection,
+    pub blocks: BlocksSection,
     /// Crash tests of the binary: abort before this compaction step
     /// (`ENGRAM_TEST_CRASH_AT`; builds with `fault-injection` only).
     #[cfg(feature = "fault-injection")]
@@ -340,6 +343,13 @@ impl Config {
         self.validate_budget()?;
         if !(self.recall.min_score.is_finite() && self.recall.min_score >= 0.0) {
             return Err(invalid("recall.min_score", "must be a number >= 0"));
+        }
+        let share = self.blocks.max_share;
+        if !(share.is_finite() && share > 0.0 && share <= 1.0) {
+            return Err(invalid(
+                "blocks.max_share",
+                "must be a share of the input budget: more than 0, at most 1",
+            ));
         }
         tracing_subscriber::EnvFilter::try_new(&self.log.level)
             .map_err(|e| invalid("log.level", &e.to_string()))?;

@@ -162,6 +162,7 @@ pub fn engine_settings(config: &Config) -> Settings {
         budget: config.budget.clone(),
         policy: config.policy.clone(),
         recall: config.recall,
+        blocks: config.blocks,
         agent_failures: config.llm.agent_failures,
         agent_cooldown: Duration::from_secs(config.llm.agent_cooldown_secs),
         idle_evict: config.idle_evict(),

@@ -128,6 +128,7 @@ fn entries_show_when_and_who_with_neighbours_once() {
 fn the_block_goes_on_the_current_user_message_and_fits_its_room() {
     let t = talk();
     let recall = TurnRecall {
+        transcript: 1,
         epoch: 0,
         turn_id: "turn_0003".into(),
         min_score: 0.0,

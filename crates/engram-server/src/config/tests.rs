@@ -285,3 +285,17 @@ fn config_errors_speak_the_users_terms() {
         }
     }
 }
+
+#[test]
+fn the_blocks_share_is_a_share() {
+    let c = Config::load_from(None, env(&[])).unwrap();
+    assert_eq!(c.blocks.max_share, 0.25);
+    let c = Config::load_from(None, env(&[("ENGRAM__BLOCKS__MAX_SHARE", "0.5")])).unwrap();
+    assert_eq!(c.blocks.max_share, 0.5);
+    for bad in ["0", "1.5", "-0.1", "NaN"] {
+        let err = Config::load_from(None, env(&[("ENGRAM__BLOCKS__MAX_SHARE", bad)]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("blocks.max_share"), "{bad}: {err}");
+    }
+}

@@ -6,6 +6,7 @@
 mod common;
 
 mod agents;
+mod blocks;
 mod chaos;
 mod compaction;
 mod compaction_binary;
