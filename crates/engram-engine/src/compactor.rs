@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use engram_core::AgentId;
+use engram_core::blocks::{Scope, WORKING_MEMORY};
 use engram_core::compaction::{CompactionError, CompactionReport, Tier, Trigger};
 use engram_llm::{SummarizeError, Summarizer, SummaryRequest};
 use engram_store::{AgentContext, Begun, Job, Policy, Store, StoreError};
@@ -308,8 +309,9 @@ impl Compactor {
         job: Job,
         focus: Option<&str>,
     ) -> Result<(engram_core::compaction::Summary, Job), CompactionError> {
+        let working_memory = self.working_memory(agent).await;
         let started = std::time::Instant::now();
-        let answer = self.summarize(job, focus).await;
+        let answer = self.summarize(job, focus, working_memory).await;
         metrics::histogram!("engram_summarizer_duration_seconds")
             .record(started.elapsed().as_secs_f64());
         let e = match answer {
@@ -330,6 +332,23 @@ impl Compactor {
         })
     }
 
+    /// The agent's working memory, for the summarizer to see. Context, not
+    /// what is summarized: a failed read leaves it out rather than fail
+    /// the compaction.
+    async fn working_memory(&self, agent: &AgentId) -> Option<String> {
+        let scope = Scope::Agent(agent.clone());
+        match self.store.list_blocks(&scope).await {
+            Ok(blocks) => blocks
+                .into_iter()
+                .find(|b| b.label == WORKING_MEMORY)
+                .map(|b| b.value),
+            Err(e) => {
+                tracing::debug!(agent = %agent, error = %e, "working memory not read for the summary");
+                None
+            }
+        }
+    }
+
     /// The summarizer's answer for `job`. The whole call runs on a blocking
     /// thread of its own: building the prompt of a large window, counting
     /// its chunks and the embedded summarizer are CPU work that must not
@@ -338,6 +357,7 @@ impl Compactor {
         &self,
         job: Job,
         focus: Option<&str>,
+        working_memory: Option<String>,
     ) -> Result<(engram_core::compaction::Summary, Job), SummarizeError> {
         let summarizer = Arc::clone(&self.summarizer);
         let runtime = tokio::runtime::Handle::current();
@@ -347,6 +367,7 @@ impl Compactor {
                 traces: &job.traces,
                 known_facts: &job.known_facts,
                 focus: focus.as_deref(),
+                working_memory: working_memory.as_deref(),
             }));
             answer.map(|summary| (summary, job))
         });

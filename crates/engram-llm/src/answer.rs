@@ -32,6 +32,17 @@ pub fn messages(request: &SummaryRequest<'_>) -> (String, String) {
         system.push_str(focus);
     }
     let mut user = String::new();
+    if let Some(state) = request
+        .working_memory
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+    {
+        user.push_str(
+            "Working memory of the task at hand (kept as it is; for context, not to restate):\n",
+        );
+        user.push_str(state);
+        user.push_str("\n\n");
+    }
     if !request.known_facts.is_empty() {
         user.push_str("Known facts:\n");
         for f in request.known_facts.iter().filter(|f| f.is_live()) {
@@ -194,6 +205,25 @@ mod tests {
     }
 
     #[test]
+    fn the_request_shows_the_working_memory_first() {
+        let traces = assign_all([NewEvent::user("next file?")]);
+        let (_, user) = messages(&SummaryRequest {
+            traces: &traces,
+            known_facts: &[],
+            focus: None,
+            working_memory: Some(r#"{"files_reviewed":3}"#),
+        });
+        assert!(
+            user.starts_with("Working memory of the task at hand"),
+            "{user}"
+        );
+        assert!(
+            user.contains("{\"files_reviewed\":3}\n\nTurns to summarize:\n"),
+            "{user}"
+        );
+    }
+
+    #[test]
     fn the_request_shows_turns_known_facts_and_focus() {
         let traces = assign_all([
             NewEvent::user("weather in Oslo?"),
@@ -206,6 +236,7 @@ mod tests {
             traces: &traces,
             known_facts: &known,
             focus: Some("travel plans"),
+            working_memory: None,
         });
         assert!(
             system.contains("JSON object")

@@ -150,6 +150,7 @@ mod tests {
                 traces: &traces,
                 known_facts: &[],
                 focus: None,
+                working_memory: None,
             })
             .await
             .unwrap();
@@ -171,6 +172,7 @@ mod tests {
                 traces: &traces,
                 known_facts: &[],
                 focus: None,
+                working_memory: None,
             })
             .await
             .unwrap();

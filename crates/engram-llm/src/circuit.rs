@@ -280,6 +280,7 @@ mod tests {
             traces: &[],
             known_facts: &[],
             focus: None,
+            working_memory: None,
         }
     }
 

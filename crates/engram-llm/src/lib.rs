@@ -53,6 +53,9 @@ pub struct SummaryRequest<'a> {
     pub known_facts: &'a [SemanticItem],
     /// Extra instruction of a manual compaction.
     pub focus: Option<&'a str>,
+    /// The agent's working memory (its `working_memory` block: the state
+    /// of the task at hand), shown for context; it is kept as it is.
+    pub working_memory: Option<&'a str>,
 }
 
 /// Why no usable summary came back. Compaction prunes nothing on either.

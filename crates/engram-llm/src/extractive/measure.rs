@@ -51,6 +51,7 @@ pub fn compact(traces: &[RawTrace]) -> Compaction {
         traces: &summarized,
         known_facts: &[],
         focus: None,
+        working_memory: None,
     });
     let ids: HashSet<&str> = summarized.iter().map(|t| t.id.as_str()).collect();
     let current = traces

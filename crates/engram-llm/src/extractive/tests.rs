@@ -16,6 +16,7 @@ fn run(t: &[RawTrace]) -> Summary {
         traces: t,
         known_facts: &[],
         focus: None,
+        working_memory: None,
     })
 }
 
@@ -48,6 +49,7 @@ fn summarizes_turns_deterministically() {
         traces: &t,
         known_facts: &[],
         focus: None,
+        working_memory: None,
     };
     let a = summarize(req);
     assert_eq!(a, summarize(req), "same input, same output");
@@ -68,6 +70,7 @@ fn facts_are_marked_sentences_new_to_memory() {
         traces: &t,
         known_facts: &known,
         focus: Some("deploys"),
+        working_memory: None,
     });
     let facts: Vec<_> = s.semantic_facts.iter().map(|f| f.fact.as_str()).collect();
     assert_eq!(
@@ -102,6 +105,7 @@ async fn serves_through_the_trait() {
             traces: &t,
             known_facts: &[],
             focus: None,
+            working_memory: None,
         })
         .await
         .unwrap();
@@ -348,6 +352,7 @@ fn the_servers_manual_compaction_reads_as_it_expects() {
         traces: &t,
         known_facts: &[],
         focus: Some("numbers"),
+        working_memory: None,
     });
     assert!(
         s.episodic_summary
@@ -448,6 +453,7 @@ fn a_focus_brings_its_topic_into_the_summary() {
             traces: &chat,
             known_facts: &[],
             focus,
+            working_memory: None,
         })
         .episodic_summary
     };

@@ -47,6 +47,7 @@ async fn summarize(fake: &FakeLlm, cfg: HttpConfig) -> Result<Summary, Summarize
         traces: &traces,
         known_facts: &[],
         focus: Some("preferences"),
+        working_memory: None,
     })
     .await
     .inspect(|_| assert!(!fake.seen().is_empty(), "the answer came from the fake"))
@@ -210,6 +211,7 @@ async fn timeouts_slow_bodies_hangups_and_refusals_are_unavailable() {
             traces: &traces,
             known_facts: &[],
             focus: None,
+            working_memory: None,
         })
         .await
         .unwrap_err();

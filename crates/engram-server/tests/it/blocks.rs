@@ -233,3 +233,61 @@ async fn an_agent_made_again_never_shows_the_erased_blocks() {
         "{system}"
     );
 }
+
+/// Working memory is not part of the transcript: a compaction leaves it
+/// as it is, and the summarizer (a local test LLM) is shown it.
+#[tokio::test]
+async fn working_memory_survives_compaction_and_reaches_the_summarizer() {
+    let answer = r#"{"episodic_summary": "Reviewed files.", "semantic_facts": []}"#;
+    let open = std::sync::Arc::new(tokio::sync::Semaphore::new(1 << 20));
+    let (base, _, bodies, _) =
+        common::fake_llm_recording(vec![(200, common::completion(answer))], open).await;
+    let server = TestServer::start_with(&[
+        ("ENGRAM__LLM__BASE_URL", &base),
+        ("ENGRAM__LLM__MODEL", "summarizer"),
+        ("ENGRAM__POLICY__RAW_TAIL_TURNS", "1"),
+    ])
+    .await;
+    let mut c = server.client().await;
+    let patch = pb::block_edit::Edit::JsonMergePatch(r#"{"files_reviewed": 3}"#.into());
+    c.edit_memory_block(edit(agent("wm"), "working_memory", patch, Some(0)))
+        .await
+        .unwrap();
+    common::turns(&mut c, "wm", 5).await;
+    let report = common::compact_now(&mut c, "wm").await;
+    assert!(report.performed, "{report:?}");
+
+    let asked = bodies.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1, "one summary asked for");
+    let request: serde_json::Value = serde_json::from_str(&asked[0]).unwrap();
+    let said = request["messages"][1]["content"].as_str().unwrap();
+    assert!(
+        said.starts_with("Working memory of the task at hand")
+            && said.contains(r#"{"files_reviewed":3}"#),
+        "{said}"
+    );
+
+    let kept = c
+        .get_memory_block(pb::GetMemoryBlockRequest {
+            scope: scope(agent("wm")),
+            label: "working_memory".into(),
+            include_history: false,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .block
+        .unwrap();
+    assert_eq!(
+        (kept.version, kept.value.as_str()),
+        (1, r#"{"files_reviewed":3}"#)
+    );
+    let p = prompt(&mut c, "wm", "Which file next?").await;
+    let system = messages(&p)[0]["content"].as_str().unwrap().to_owned();
+    assert!(
+        system.contains("## working_memory (agent)\n{\"files_reviewed\":3}"),
+        "{system}"
+    );
+    let all = serde_json::to_string(&messages(&p)).unwrap();
+    assert!(all.contains("Reviewed files."), "and the summary: {all}");
+}

@@ -143,6 +143,7 @@ fn hostile_windows_never_panic_and_stay_bounded() {
             traces: &t,
             known_facts: &known,
             focus: focus.as_deref(),
+            working_memory: None,
         };
         let s = summarize(request);
         assert_eq!(s, summarize(request), "case {case}: deterministic");

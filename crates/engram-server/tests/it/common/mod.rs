@@ -256,6 +256,22 @@ pub async fn fake_llm_gated(
     script: Vec<(u16, String)>,
     gate: Arc<tokio::sync::Semaphore>,
 ) -> (String, Arc<Mutex<Vec<String>>>, Arc<tokio::sync::Notify>) {
+    let (base, seen, _, arrived) = fake_llm_recording(script, gate).await;
+    (base, seen, arrived)
+}
+
+/// Like [`fake_llm_gated`], also recording each request's body.
+pub async fn fake_llm_recording(
+    script: Vec<(u16, String)>,
+    gate: Arc<tokio::sync::Semaphore>,
+) -> (
+    String,
+    Arc<Mutex<Vec<String>>>,
+    Arc<Mutex<Vec<String>>>,
+    Arc<tokio::sync::Notify>,
+) {
+    let bodies: Arc<Mutex<Vec<String>>> = Arc::default();
+    let kept = Arc::clone(&bodies);
     let arrived = Arc::new(tokio::sync::Notify::new());
     let notify = Arc::clone(&arrived);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -268,9 +284,12 @@ pub async fn fake_llm_gated(
             let (mut stream, _) = listener.accept().await.unwrap();
             let (status, body) = script[n.min(script.len() - 1)].clone();
             n += 1;
-            let Some((head, _)) = read_request(&mut stream).await else {
+            let Some((head, request)) = read_request(&mut stream).await else {
                 continue;
             };
+            kept.lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&request).into_owned());
             log.lock()
                 .unwrap()
                 .push(head.split_whitespace().nth(1).unwrap().to_owned());
@@ -286,7 +305,7 @@ pub async fn fake_llm_gated(
             });
         }
     });
-    (base, seen, arrived)
+    (base, seen, bodies, arrived)
 }
 
 /// One HTTP/1.1 request off `stream`: its head and its body (by
