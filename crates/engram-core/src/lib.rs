@@ -37,6 +37,7 @@ pub mod tokens;
 pub mod trace;
 pub mod transcript;
 pub mod turns;
+pub mod users;
 
 pub use agent_id::{AgentId, UserId};
 pub use error::CoreError;

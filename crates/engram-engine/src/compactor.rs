@@ -221,6 +221,8 @@ impl Compactor {
             job.next_epoch = job.epoch;
         }
         out.report.steps.push(Tier::Summarize);
+        crate::users::add_known_facts(self.store.as_ref(), agent, &mut job).await;
+        let user = job.user_id.clone();
         let (summary, job) = match self.summary(agent, job, focus).await {
             Ok(answer) => answer,
             Err(e) => return out.failed(e),
@@ -240,6 +242,9 @@ impl Compactor {
                 report.semantic_updated = done.semantic_updated;
                 report.traces_pruned = done.traces_pruned;
                 out.context = Some(done.context);
+                if let Some(user) = user {
+                    crate::users::fold_facts(self.store.as_ref(), agent, &user).await;
+                }
                 out
             }
             Err(e) => out.failed(storage(agent, &e, "storing the compaction")),

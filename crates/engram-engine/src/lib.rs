@@ -36,6 +36,7 @@ mod retrieve;
 pub mod settings;
 mod sizing;
 mod stats;
+mod users;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -40,6 +40,7 @@ mod ranked;
 mod read;
 mod registry;
 mod search;
+mod user_facts;
 mod users;
 pub mod wal;
 mod write;

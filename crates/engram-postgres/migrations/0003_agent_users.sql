@@ -9,3 +9,16 @@ UPDATE agents SET user_id = substring(meta from '"user_id":\s*"([^"\\]*)"')
     WHERE meta LIKE '%"user_id":%';
 
 CREATE INDEX agents_user ON agents (user_id, id) WHERE user_id IS NOT NULL;
+
+-- A user's long-term memory: the facts folded in from the compactions of
+-- all of its conversations. One row per fact (its last version); `seq`
+-- keeps the order facts first appeared in.
+CREATE TABLE user_facts (
+    user_id text NOT NULL,
+    id text NOT NULL,
+    seq bigserial,
+    -- The UserFact as JSON text (as the file store's line).
+    body text NOT NULL,
+    PRIMARY KEY (user_id, id)
+);
+CREATE INDEX user_facts_order ON user_facts (user_id, seq);

@@ -153,7 +153,7 @@ impl Admin for PgStore {
     }
 
     /// One transaction: the user's agent rows (their traces, memories,
-    /// results, vectors and blocks cascade) and the user's blocks. An
+    /// results, vectors and blocks cascade), the user's blocks and facts. An
     /// agent bound meanwhile by a transaction that commits later is not
     /// seen by it, and stays: bound after.
     async fn delete_user(&self, user: &UserId) -> Result<usize> {
@@ -181,6 +181,11 @@ impl Admin for PgStore {
             .map_err(db("deleting a user"))?;
         sqlx::query("DELETE FROM blocks WHERE scope = $1")
             .bind(&scope)
+            .execute(&mut *tx)
+            .await
+            .map_err(db("deleting a user"))?;
+        sqlx::query("DELETE FROM user_facts WHERE user_id = $1")
+            .bind(user.as_str())
             .execute(&mut *tx)
             .await
             .map_err(db("deleting a user"))?;

@@ -42,6 +42,7 @@ mod search;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod upkeep;
+mod user_facts;
 mod vectors;
 mod write;
 

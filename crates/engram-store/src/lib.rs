@@ -35,7 +35,9 @@ pub use api::{
     Memory, MemoryQuery, Microcompacted, Policy, PrepareInput, Prepared, RankedMemories, Recalled,
     Search, SearchMode, SearchPage, SeenBlocks, Visible,
 };
-pub use traits::{Admin, Blocks, Compacts, Ranks, Reads, Runtime, Searches, Store, Writes};
+pub use traits::{
+    Admin, Blocks, Compacts, Ranks, Reads, Runtime, Searches, Store, UserMemory, Writes,
+};
 
 /// The storage traits, for `use engram_store::prelude::*`: on a concrete
 /// backend (`FileStore`, `PgStore`) or a generic `S: Store`, a part's
@@ -43,7 +45,7 @@ pub use traits::{Admin, Blocks, Compacts, Ranks, Reads, Runtime, Searches, Store
 /// they are callable as they are).
 pub mod prelude {
     pub use crate::traits::{
-        Admin, Blocks, Compacts, Ranks, Reads, Runtime, Searches, Store, Writes,
+        Admin, Blocks, Compacts, Ranks, Reads, Runtime, Searches, Store, UserMemory, Writes,
     };
 }
 pub use derived::AgentMeta;

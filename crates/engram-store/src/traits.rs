@@ -28,6 +28,8 @@
 use async_trait::async_trait;
 use engram_core::blocks::{Block, Change, Scope};
 use engram_core::compaction::Summary;
+use engram_core::memory::SemanticItem;
+use engram_core::users::{Folded, UserFact};
 use engram_core::{AgentId, NewEvent, Usage, UserId};
 
 use crate::{
@@ -46,6 +48,7 @@ pub trait Store:
     + Compacts
     + Admin
     + Blocks
+    + UserMemory
     + Runtime
     + Send
     + Sync
@@ -61,6 +64,7 @@ impl<T> Store for T where
         + Compacts
         + Admin
         + Blocks
+        + UserMemory
         + Runtime
         + Send
         + Sync
@@ -223,6 +227,28 @@ pub trait Blocks {
         expected_version: Option<u64>,
         user: Option<&UserId>,
     ) -> Result<Block>;
+}
+
+/// A user's long-term memory: one fact store per user, fed by the
+/// compactions of all of its conversations (`engram_core::users`).
+#[async_trait]
+pub trait UserMemory {
+    /// The user's facts, the last version of each (superseded ones
+    /// included, for their history), oldest first; none for a user with
+    /// none.
+    async fn user_facts(&self, user: &UserId) -> Result<Vec<UserFact>>;
+
+    /// Folds `items` (agent `agent`'s facts, live and superseded) into the
+    /// user's store (`engram_core::users::fold`) and stores what changed,
+    /// durably, one fold per user at a time. Idempotent. NOT_FOUND unless
+    /// the agent exists and belongs to `user`: a fold that meets the
+    /// erasure of its user never brings the user's memory back.
+    async fn fold_user_facts(
+        &self,
+        user: &UserId,
+        agent: &AgentId,
+        items: &[SemanticItem],
+    ) -> Result<Folded>;
 }
 
 /// The store as a running service: health, metrics, background work.

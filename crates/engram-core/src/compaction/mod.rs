@@ -189,7 +189,7 @@ pub struct FactMerge {
 }
 
 /// Lowercase alphanumeric words.
-fn words(text: &str) -> impl Iterator<Item = String> {
+pub(crate) fn words(text: &str) -> impl Iterator<Item = String> {
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
         .map(str::to_lowercase)
@@ -201,7 +201,7 @@ pub fn normalize(text: &str) -> String {
 }
 
 /// Word overlap (Jaccard) above which a new fact updates a known one.
-const UPDATE_OVERLAP: f64 = 0.6;
+pub(crate) const UPDATE_OVERLAP: f64 = 0.6;
 
 fn overlap(a: &str, b: &str) -> f64 {
     let a: HashSet<String> = words(a).collect();

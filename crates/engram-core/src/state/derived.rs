@@ -258,6 +258,7 @@ impl Derived {
                 .cloned()
                 .collect(),
             current_turn: self.tracker.turn_count(),
+            user_id: self.meta.user_id.clone(),
         })
     }
 

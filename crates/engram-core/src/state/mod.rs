@@ -91,6 +91,8 @@ pub struct Job {
     pub known_facts: Vec<SemanticItem>,
     /// The latest turn when the job began; it and later turns stay messages.
     pub current_turn: u32,
+    /// The agent's user: its facts go to the user's store too.
+    pub user_id: Option<String>,
 }
 
 /// The result of an Ingest.

@@ -150,3 +150,59 @@ async fn a_users_agents_are_listed_and_erased_whole() {
     let all = c.list_agents(list("", 0, "")).await.unwrap().into_inner();
     assert_eq!(all.agent_ids, ["bo-a"]);
 }
+
+/// A fact one conversation's compaction wrote is known to the next
+/// conversation's summarizer (the test LLM sees it), and the user's store
+/// holds each fact once, with the agents it came from.
+#[tokio::test]
+async fn a_users_facts_follow_it_into_the_next_conversation() {
+    let answer = |fact: &str| {
+        common::completion(&format!(
+            r#"{{"episodic_summary": "Talked.", "semantic_facts": [{{"fact": "{fact}", "confidence": 0.9, "salience": 0.5}}]}}"#
+        ))
+    };
+    let open = std::sync::Arc::new(tokio::sync::Semaphore::new(1 << 20));
+    let (base, _, bodies, _) = common::fake_llm_recording(
+        vec![
+            (200, answer("The user owns a red bicycle")),
+            (200, answer("The user owns a red bicycle")),
+        ],
+        open,
+    )
+    .await;
+    let server = TestServer::start_with(&[
+        ("ENGRAM__LLM__BASE_URL", &base),
+        ("ENGRAM__LLM__MODEL", "summarizer"),
+        ("ENGRAM__POLICY__RAW_TAIL_TURNS", "1"),
+    ])
+    .await;
+    let mut c = server.client().await;
+    for agent in ["talk-1", "talk-2"] {
+        c.ingest(pb::IngestRequest {
+            user_id: "ana".into(),
+            ..ingest_req(agent, vec![user("hello")])
+        })
+        .await
+        .unwrap();
+        common::turns(&mut c, agent, 4).await;
+        let report = common::compact_now(&mut c, agent).await;
+        assert!(report.performed, "{report:?}");
+    }
+    let asked = bodies.lock().unwrap().clone();
+    let second: serde_json::Value = serde_json::from_str(&asked[1]).unwrap();
+    let said = second["messages"][1]["content"].as_str().unwrap();
+    assert!(
+        said.starts_with("Known facts:\n- The user owns a red bicycle\n"),
+        "{said}"
+    );
+    let facts =
+        std::fs::read_to_string(server.data_dir.path().join("users/ana/facts.jsonl")).unwrap();
+    let last: serde_json::Value = serde_json::from_str(facts.lines().last().unwrap()).unwrap();
+    let sources: Vec<&str> = last["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["agent_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(sources, ["talk-1", "talk-2"], "{facts}");
+}

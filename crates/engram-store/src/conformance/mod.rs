@@ -89,6 +89,7 @@ macro_rules! conformance_suite {
             blocks_keep_versions_and_reach_the_prompt,
             an_agents_user_is_fixed_once,
             delete_user_erases_everything_it_owns,
+            a_users_facts_are_folded_across_conversations,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

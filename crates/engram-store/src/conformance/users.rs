@@ -2,6 +2,7 @@
 
 use engram_core::blocks::{Change, Put, Scope};
 use engram_core::compaction::{NewFact, Summary};
+use engram_core::memory::SemanticItem;
 use engram_core::{NewEvent, UserId};
 
 use super::{Harness, conversation, id, ingest, is_not_found};
@@ -63,6 +64,9 @@ async fn secret_agent(store: &dyn Store, agent: &str, user: &UserId) {
         .finish_compaction(&a, job, summary, policy)
         .await
         .unwrap();
+    let facts = store.bundle(&a, 0).await.unwrap().semantic;
+    let folded = store.fold_user_facts(user, &a, &facts).await.unwrap();
+    assert_eq!(folded.added + folded.merged, 1);
     ingest(store, &a, &[NewEvent::user(format!("{SECRET} again"))]).await;
     store
         .write_block(&Scope::Agent(a), "notes", put(SECRET), None, None)
@@ -104,6 +108,10 @@ pub async fn delete_user_erases_everything_it_owns<H: Harness>(h: &H) {
         .await
         .unwrap();
 
+    // Said in both conversations: one fact of the user, two sources.
+    let facts = store.user_facts(&ana).await.unwrap();
+    assert_eq!(facts.len(), 1, "{facts:?}");
+    assert_eq!(facts[0].sources.len(), 2);
     let listed = store.user_agents(&ana).await.unwrap();
     assert_eq!(listed, [id("ana-1"), id("ana-2"), id("ana-3")]);
     assert_eq!(store.user_agents(&bo).await.unwrap(), [id("bo-1")]);
@@ -140,6 +148,7 @@ pub async fn delete_user_erases_everything_it_owns<H: Harness>(h: &H) {
             .unwrap()
             .is_empty()
     );
+    assert!(store.user_facts(&ana).await.unwrap().is_empty());
     assert_eq!(store.delete_user(&ana).await.unwrap(), 0, "idempotent");
 
     let store = h.reopen(store).await;
@@ -169,4 +178,84 @@ pub async fn delete_user_erases_everything_it_owns<H: Harness>(h: &H) {
         .unwrap();
     assert!(store.user_agents(&ana).await.unwrap().is_empty());
     assert_eq!(store.user_agents(&user("cy")).await.unwrap(), [id("ana-1")]);
+}
+
+fn fact(id: &str, text: &str) -> SemanticItem {
+    SemanticItem {
+        turn_ids: vec!["turn_0001".into()],
+        ..SemanticItem::new(id, text)
+    }
+}
+
+/// The facts of a user's conversations, folded into one store: the same
+/// fact twice is one with both sources, a changed one supersedes the
+/// other conversation's, folding again changes nothing, and only an
+/// agent of the user folds; across a restart.
+pub async fn a_users_facts_are_folded_across_conversations<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let ana = user("facts-ana");
+    for agent in ["f-1", "f-2"] {
+        store
+            .ingest(&id(agent), &[NewEvent::user("hi")], None, None, Some(&ana))
+            .await
+            .unwrap();
+    }
+    ingest(&*store, &id("f-none"), &[NewEvent::user("no user")]).await;
+    let first = [
+        fact("a1", "The user lives in Lisbon Portugal"),
+        fact("a2", "The user likes green tea"),
+    ];
+    let folded = store
+        .fold_user_facts(&ana, &id("f-1"), &first)
+        .await
+        .unwrap();
+    assert_eq!((folded.added, folded.merged, folded.superseded), (2, 0, 0));
+    let second = [
+        fact("b1", "the user likes green tea."),
+        fact("b2", "The user lives in Porto Portugal"),
+    ];
+    let folded = store
+        .fold_user_facts(&ana, &id("f-2"), &second)
+        .await
+        .unwrap();
+    assert_eq!((folded.added, folded.merged, folded.superseded), (1, 1, 1));
+    let again = store
+        .fold_user_facts(&ana, &id("f-2"), &second)
+        .await
+        .unwrap();
+    assert!(again.changed.is_empty(), "idempotent: {again:?}");
+    for (agent, owner) in [
+        ("f-none", &ana),
+        ("f-1", &user("facts-bo")),
+        ("f-gone", &ana),
+    ] {
+        let refused = store.fold_user_facts(owner, &id(agent), &first).await;
+        assert!(is_not_found(refused), "{agent}");
+    }
+
+    let store = h.reopen(store).await;
+    let facts = store.user_facts(&ana).await.unwrap();
+    let shown: Vec<(&str, bool, usize)> = facts
+        .iter()
+        .map(|f| (f.fact.fact.as_str(), f.is_live(), f.sources.len()))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ("The user lives in Lisbon Portugal", false, 1),
+            ("The user likes green tea", true, 2),
+            ("The user lives in Porto Portugal", true, 1),
+        ]
+    );
+    assert_eq!(
+        facts[0].fact.superseded_by.as_deref(),
+        Some(facts[2].fact.id.as_str())
+    );
+    let tea: Vec<(&str, &str)> = facts[1]
+        .sources
+        .iter()
+        .map(|s| (s.agent_id.as_str(), s.fact_id.as_str()))
+        .collect();
+    assert_eq!(tea, [("f-1", "a2"), ("f-2", "b1")]);
+    assert!(store.user_facts(&user("nobody")).await.unwrap().is_empty());
 }

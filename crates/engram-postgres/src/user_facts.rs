@@ -1,0 +1,88 @@
+//! A user's facts in the database: one `user_facts` row per fact (its last
+//! version). A fold is one transaction under the user's advisory lock (the
+//! one its blocks' writers and DeleteUser take), holding the agent's row
+//! so that an erasure of the user waits for it or comes first.
+
+use async_trait::async_trait;
+use engram_core::blocks::Scope;
+use engram_core::memory::SemanticItem;
+use engram_core::users::{self, Folded, UserFact};
+use engram_core::{AgentId, UserId};
+use engram_store::{Result, StoreError, UserMemory};
+
+use crate::{PgStore, db};
+
+fn parse(body: &str) -> Result<UserFact> {
+    serde_json::from_str(body)
+        .map_err(|e| crate::broken(format!("a stored user fact does not parse: {e}")))
+}
+
+async fn load(conn: &mut sqlx::PgConnection, user: &UserId) -> Result<Vec<UserFact>> {
+    let bodies: Vec<String> =
+        sqlx::query_scalar("SELECT body FROM user_facts WHERE user_id = $1 ORDER BY seq")
+            .bind(user.as_str())
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(db("reading a user's facts"))?;
+    bodies.iter().map(|b| parse(b)).collect()
+}
+
+#[async_trait]
+impl UserMemory for PgStore {
+    async fn user_facts(&self, user: &UserId) -> Result<Vec<UserFact>> {
+        let mut conn = self
+            .inner
+            .pool
+            .acquire()
+            .await
+            .map_err(db("reading a user's facts"))?;
+        load(&mut conn, user).await
+    }
+
+    async fn fold_user_facts(
+        &self,
+        user: &UserId,
+        agent: &AgentId,
+        items: &[SemanticItem],
+    ) -> Result<Folded> {
+        let mut tx = self.begin().await?;
+        let scope = crate::blocks::key(&Scope::User(user.clone()));
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+            .bind(&scope)
+            .execute(&mut *tx)
+            .await
+            .map_err(db("locking a user"))?;
+        let owned: Option<i32> =
+            sqlx::query_scalar("SELECT 1 FROM agents WHERE id = $1 AND user_id = $2 FOR SHARE")
+                .bind(agent.as_str())
+                .bind(user.as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db("reading an agent"))?;
+        if owned.is_none() {
+            return Err(StoreError::NotFound(agent.to_string()));
+        }
+        let known = load(&mut tx, user).await?;
+        let bytes: usize = known.iter().map(|f| f.fact.fact.len()).sum();
+        let folded = engram_store::offload_over(bytes as u64, || {
+            users::fold(&known, agent.as_str(), items, || {
+                uuid::Uuid::now_v7().to_string()
+            })
+        });
+        for fact in &folded.changed {
+            let body = serde_json::to_string(fact).expect("facts serialize");
+            sqlx::query(
+                "INSERT INTO user_facts (user_id, id, body) VALUES ($1, $2, $3)
+                 ON CONFLICT (user_id, id) DO UPDATE SET body = excluded.body",
+            )
+            .bind(user.as_str())
+            .bind(&fact.fact.id)
+            .bind(body)
+            .execute(&mut *tx)
+            .await
+            .map_err(db("storing a user's facts"))?;
+        }
+        tx.commit().await.map_err(db("storing a user's facts"))?;
+        Ok(folded)
+    }
+}
