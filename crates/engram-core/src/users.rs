@@ -14,7 +14,34 @@ use std::collections::{HashMap, HashSet};
 use serde::{Deserialize, Serialize};
 
 use crate::compaction::{UPDATE_OVERLAP, normalize, words};
-use crate::memory::SemanticItem;
+use crate::memory::{EpisodicItem, SemanticItem};
+
+/// Summaries of a conversation the user's store keeps as its last one (a
+/// new conversation starts with them): the latest few.
+pub const LAST_SUMMARIES: usize = 3;
+
+/// The user's most recently summarized conversation: its agent and its
+/// latest summaries, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LastConversation {
+    pub agent_id: String,
+    pub summaries: Vec<EpisodicItem>,
+}
+
+impl LastConversation {
+    /// The conversation of `agent` as its `summaries` (any order) end;
+    /// `None` without any.
+    pub fn of(agent: &str, summaries: &[EpisodicItem]) -> Option<Self> {
+        let mut latest: Vec<EpisodicItem> = summaries.to_vec();
+        latest.sort_by(|a, b| a.ts.total_cmp(&b.ts));
+        let keep = latest.len().saturating_sub(LAST_SUMMARIES);
+        latest.drain(..keep);
+        (!latest.is_empty()).then(|| Self {
+            agent_id: agent.to_owned(),
+            summaries: latest,
+        })
+    }
+}
 
 /// Where a user's fact came from: an agent's fact, and its turns.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

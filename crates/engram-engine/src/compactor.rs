@@ -139,6 +139,11 @@ impl Compactor {
         if trigger == Trigger::TurnCount && self.max_active_turns > 0 {
             policy.raw_tail_turns = policy.raw_tail_turns.min(self.max_active_turns);
         }
+        // A conversation that went quiet is summarized whole (its current
+        // turn aside): the user's next conversation starts from it.
+        if trigger == Trigger::Idle {
+            policy.raw_tail_turns = 0;
+        }
         policy
     }
 

@@ -38,6 +38,7 @@ impl Engine {
                 }
             }
         }
+        self.touch(&id);
         tracing::debug!(agent = %id, events = req.events.len(), turn = %out.current_turn_id, "ingested");
         metrics::counter!("engram_traces_ingested_total").increment(out.traces.len() as u64);
         Ok(out)

@@ -28,6 +28,7 @@ pub mod caches;
 pub mod compactor;
 pub mod error;
 mod flights;
+mod idle;
 mod ingest;
 pub mod limits;
 mod prepare;
@@ -62,6 +63,8 @@ pub struct Engine {
     compactor: Compactor,
     recall: RecallSection,
     blocks: settings::BlocksSection,
+    users: settings::UsersSection,
+    last_used: Arc<idle::LastUsed>,
     idle_evict: Option<Duration>,
 }
 
@@ -88,6 +91,8 @@ impl Engine {
             compactor,
             recall: settings.recall,
             blocks: settings.blocks,
+            users: settings.users,
+            last_used: Arc::default(),
             idle_evict: settings.idle_evict,
         }
     }
@@ -119,20 +124,36 @@ impl Engine {
     }
 
     /// Drops the prompt caches of agents idle for the store's idle-evict
-    /// time (never, without one). Runs until the task is aborted.
+    /// time (never, without one), and summarizes the users' conversations
+    /// that went quiet (`idle.rs`). Runs until the task is aborted.
     pub fn spawn_upkeep(&self) -> tokio::task::JoinHandle<()> {
-        let caches = Arc::clone(&self.caches);
-        let idle = self.idle_evict;
+        let engine = self.clone();
         tokio::spawn(async move {
-            let Some(idle) = idle else { return };
-            let mut tick = tokio::time::interval(idle.min(Duration::from_secs(60)));
-            loop {
-                tick.tick().await;
-                let n = caches.evict_idle(idle);
-                if n > 0 {
-                    tracing::debug!(evicted = n, "dropped the prompt caches of idle agents");
+            let evict = async {
+                let Some(idle) = engine.idle_evict else {
+                    return;
+                };
+                let mut tick = tokio::time::interval(idle.min(Duration::from_secs(60)));
+                loop {
+                    tick.tick().await;
+                    let n = engine.caches.evict_idle(idle);
+                    if n > 0 {
+                        tracing::debug!(evicted = n, "dropped the prompt caches of idle agents");
+                    }
                 }
-            }
+            };
+            let summarize = async {
+                let Some(every) = engine.idle_sweep_every() else {
+                    return;
+                };
+                let mut tick = tokio::time::interval(every);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    engine.summarize_idle().await;
+                }
+            };
+            tokio::join!(evict, summarize);
         })
     }
 }

@@ -64,6 +64,12 @@ impl Engine {
         // counting, deciding and rendering happen after.
         let prepared = store.prepare(&id, input).await?;
         let mut context = prepared.context;
+        if context.awaits_first_epoch && self.users.inject_last_summary {
+            context = crate::users::start_first_epoch(store, &id, context).await;
+        }
+        if context.user_id.is_some() {
+            self.touch(&id);
+        }
         // The blocks join the system message before anything is counted:
         // they are part of the prompt's size.
         let (section, max_tokens) = self.blocks_in(&id, &context, &prepared.blocks, &ask);

@@ -16,6 +16,7 @@ pub struct Settings {
     pub policy: PolicySection,
     pub recall: RecallSection,
     pub blocks: BlocksSection,
+    pub users: UsersSection,
     /// Consecutive failed compactions after which an agent's automatic
     /// compaction pauses (`llm.agent_failures`), and for how long
     /// (`llm.agent_cooldown_secs`).
@@ -33,6 +34,19 @@ pub struct RecallSection {
     pub enabled: bool,
     pub max_tokens: u32,
     pub min_score: f32,
+}
+
+/// `[users]`: memory that follows a user across conversations.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsersSection {
+    /// A user's new conversation starts with the summary of the user's
+    /// previous one (`[MEMORY:PREVIOUS CONVERSATION]`).
+    pub inject_last_summary: bool,
+    /// A user's conversation idle this long with turns not yet summarized
+    /// is summarized in the background, so that the next one has a
+    /// summary to start from (0: never).
+    pub summarize_idle_after_secs: u64,
 }
 
 /// `[blocks]`: the memory blocks in the system message.

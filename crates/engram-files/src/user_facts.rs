@@ -1,14 +1,16 @@
 //! A user's facts on files: `users/<id>/facts.jsonl`, one line per version
 //! of a fact (the last line of an id wins), appended and synced by each
 //! fold under the user's lock (the one its blocks and agent markers use,
-//! and DeleteUser holds while it removes the directory).
+//! and DeleteUser holds while it removes the directory); and its last
+//! summarized conversation, `users/<id>/last_conversation.json`, replaced
+//! whole by each fold that brings summaries.
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use async_trait::async_trait;
-use engram_core::memory::SemanticItem;
-use engram_core::users::{self, Folded, UserFact};
+use engram_core::memory::{EpisodicItem, SemanticItem};
+use engram_core::users::{self, Folded, LastConversation, UserFact};
 use engram_core::{AgentId, UserId};
 use engram_store::UserMemory;
 
@@ -16,6 +18,7 @@ use crate::jsonl::{self, append_sync};
 use crate::{FileStore, Result, StoreError};
 
 const FACTS: &str = "facts.jsonl";
+const LAST: &str = "last_conversation.json";
 
 /// The last version of each fact in `path`, in the order facts first
 /// appeared. Blocking; a torn line is repaired (and logged) by the load.
@@ -44,11 +47,25 @@ impl UserMemory for FileStore {
         engram_store::blocking(move || load_facts(&path)).await
     }
 
-    async fn fold_user_facts(
+    async fn last_conversation(&self, user: &UserId) -> Result<Option<LastConversation>> {
+        let slot = self.inner.blocks.slot(&crate::blocks::user_key(user));
+        let _held = slot.lock().await;
+        let path = self.user_dir(user).join(LAST);
+        engram_store::blocking(move || match std::fs::read(&path) {
+            // Written whole (atomically): damage means outside hands.
+            Ok(bytes) => Ok(serde_json::from_slice(&bytes).ok()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(StoreError::io("reading", &path)(e)),
+        })
+        .await
+    }
+
+    async fn fold_into_user(
         &self,
         user: &UserId,
         agent: &AgentId,
         items: &[SemanticItem],
+        summaries: &[EpisodicItem],
     ) -> Result<Folded> {
         let slot = self.inner.blocks.slot(&crate::blocks::user_key(user));
         let _held = slot.lock().await;
@@ -59,8 +76,14 @@ impl UserMemory for FileStore {
             return Err(StoreError::NotFound(agent.to_string()));
         }
         let dir = self.user_dir(user);
+        let last = LastConversation::of(agent.as_str(), summaries);
         let (agent, items) = (agent.to_string(), items.to_vec());
         engram_store::blocking(move || {
+            if let Some(last) = last {
+                std::fs::create_dir_all(&dir).map_err(StoreError::io("creating", &dir))?;
+                let json = serde_json::to_vec(&last).expect("summaries serialize");
+                jsonl::atomic_write(&dir.join(LAST), &json)?;
+            }
             let path = dir.join(FACTS);
             let known = load_facts(&path)?;
             let folded = users::fold(&known, &agent, &items, || uuid::Uuid::now_v7().to_string());
@@ -72,7 +95,6 @@ impl UserMemory for FileStore {
                 serde_json::to_writer(&mut lines, f).expect("facts serialize");
                 lines.push(b'\n');
             }
-            std::fs::create_dir_all(&dir).map_err(StoreError::io("creating", &dir))?;
             append_sync(&path, &lines)?;
             Ok(folded)
         })

@@ -120,6 +120,26 @@ impl Writes for FileStore {
             });
         }
     }
+
+    /// Stores the first epoch's snapshot and rebuilds the transcript on it.
+    async fn start_first_epoch(
+        &self,
+        id: &AgentId,
+        snapshot: Option<String>,
+    ) -> Result<Option<crate::AgentContext>> {
+        let handle = self.existing_handle(id)?;
+        let mut slot = handle.lock().await;
+        let state = self.loaded(id, &mut slot).await?;
+        if !state.exists() {
+            return Err(StoreError::NotFound(id.to_string()));
+        }
+        let Some(meta) = state.first_epoch_meta(snapshot) else {
+            return Ok(None);
+        };
+        state.save_meta(meta)?;
+        engram_store::drop_later(state.rebuild_epoch());
+        Ok(Some(state.context()))
+    }
 }
 
 impl FileStore {

@@ -22,3 +22,10 @@ CREATE TABLE user_facts (
     PRIMARY KEY (user_id, id)
 );
 CREATE INDEX user_facts_order ON user_facts (user_id, seq);
+
+-- A user's most recently summarized conversation (a LastConversation as
+-- JSON text): a new conversation of the user starts with its summaries.
+CREATE TABLE user_conversations (
+    user_id text PRIMARY KEY,
+    last text NOT NULL
+);

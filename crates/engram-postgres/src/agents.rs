@@ -153,7 +153,8 @@ impl Admin for PgStore {
     }
 
     /// One transaction: the user's agent rows (their traces, memories,
-    /// results, vectors and blocks cascade), the user's blocks and facts. An
+    /// results, vectors and blocks cascade), the user's blocks, facts and
+    /// last conversation. An
     /// agent bound meanwhile by a transaction that commits later is not
     /// seen by it, and stays: bound after.
     async fn delete_user(&self, user: &UserId) -> Result<usize> {
@@ -184,11 +185,16 @@ impl Admin for PgStore {
             .execute(&mut *tx)
             .await
             .map_err(db("deleting a user"))?;
-        sqlx::query("DELETE FROM user_facts WHERE user_id = $1")
-            .bind(user.as_str())
-            .execute(&mut *tx)
-            .await
-            .map_err(db("deleting a user"))?;
+        for sql in [
+            "DELETE FROM user_facts WHERE user_id = $1",
+            "DELETE FROM user_conversations WHERE user_id = $1",
+        ] {
+            sqlx::query(sql)
+                .bind(user.as_str())
+                .execute(&mut *tx)
+                .await
+                .map_err(db("deleting a user"))?;
+        }
         tx.commit().await.map_err(db("deleting a user"))?;
         for id in &ids {
             self.forget(id);

@@ -1,12 +1,14 @@
 //! A user's facts in the database: one `user_facts` row per fact (its last
-//! version). A fold is one transaction under the user's advisory lock (the
-//! one its blocks' writers and DeleteUser take), holding the agent's row
-//! so that an erasure of the user waits for it or comes first.
+//! version), and its last summarized conversation (`user_conversations`).
+//! A fold is one transaction under the user's advisory lock (the one its
+//! blocks' writers and DeleteUser take), holding the agent's row so that
+//! an erasure of the user waits for it or comes first. And the start of a
+//! user's new conversation, which shows that last conversation.
 
 use async_trait::async_trait;
 use engram_core::blocks::Scope;
-use engram_core::memory::SemanticItem;
-use engram_core::users::{self, Folded, UserFact};
+use engram_core::memory::{EpisodicItem, SemanticItem};
+use engram_core::users::{self, Folded, LastConversation, UserFact};
 use engram_core::{AgentId, UserId};
 use engram_store::{Result, StoreError, UserMemory};
 
@@ -39,11 +41,12 @@ impl UserMemory for PgStore {
         load(&mut conn, user).await
     }
 
-    async fn fold_user_facts(
+    async fn fold_into_user(
         &self,
         user: &UserId,
         agent: &AgentId,
         items: &[SemanticItem],
+        summaries: &[EpisodicItem],
     ) -> Result<Folded> {
         let mut tx = self.begin().await?;
         let scope = crate::blocks::key(&Scope::User(user.clone()));
@@ -82,7 +85,77 @@ impl UserMemory for PgStore {
             .await
             .map_err(db("storing a user's facts"))?;
         }
+        if let Some(last) = LastConversation::of(agent.as_str(), summaries) {
+            sqlx::query(
+                "INSERT INTO user_conversations (user_id, last) VALUES ($1, $2)
+                 ON CONFLICT (user_id) DO UPDATE SET last = excluded.last",
+            )
+            .bind(user.as_str())
+            .bind(serde_json::to_string(&last).expect("summaries serialize"))
+            .execute(&mut *tx)
+            .await
+            .map_err(db("storing a user's last conversation"))?;
+        }
         tx.commit().await.map_err(db("storing a user's facts"))?;
         Ok(folded)
+    }
+
+    async fn last_conversation(&self, user: &UserId) -> Result<Option<LastConversation>> {
+        let last: Option<String> =
+            sqlx::query_scalar("SELECT last FROM user_conversations WHERE user_id = $1")
+                .bind(user.as_str())
+                .fetch_optional(&self.inner.pool)
+                .await
+                .map_err(db("reading a user's last conversation"))?;
+        last.map(|l| {
+            serde_json::from_str(&l).map_err(|e| {
+                crate::broken(format!("a user's last conversation does not parse: {e}"))
+            })
+        })
+        .transpose()
+    }
+}
+
+impl PgStore {
+    /// The first epoch's snapshot, stored under the agent's row lock; a new
+    /// generation, so that every replica's cache rebuilds its transcript.
+    pub(crate) async fn first_epoch(
+        &self,
+        id: &AgentId,
+        snapshot: Option<String>,
+    ) -> Result<Option<engram_store::AgentContext>> {
+        let handle = self.handle(id.as_str());
+        let mut slot = handle.lock().await;
+        let mut tx = self.lock_existing(id, &mut slot).await?;
+        let cached = slot.as_mut().expect("current");
+        let Some(meta) = cached.derived.first_epoch_meta(snapshot) else {
+            return Ok(None);
+        };
+        let row: std::result::Result<(i64, i64), _> = sqlx::query_as(
+            "UPDATE agents SET meta = $2, version = version + 1, generation = generation + 1
+             WHERE id = $1 RETURNING version, generation",
+        )
+        .bind(id.as_str())
+        .bind(crate::meta_json(&meta))
+        .fetch_one(&mut *tx)
+        .await;
+        let committed = match row {
+            Ok(row) => tx.commit().await.map(|()| row),
+            Err(e) => Err(e),
+        };
+        let (version, generation) = match committed {
+            Ok(row) => row,
+            Err(e) => {
+                // Committed or not, unknown: the next call reloads.
+                *slot = None;
+                return Err(db("starting a conversation")(e));
+            }
+        };
+        let cached = slot.as_mut().expect("current");
+        cached.derived.meta = meta;
+        engram_store::drop_later(cached.derived.rebuild_epoch());
+        cached.version = version;
+        cached.generation = generation;
+        Ok(Some(crate::read::context_of(cached)))
     }
 }

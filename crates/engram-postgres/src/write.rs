@@ -79,6 +79,14 @@ impl Writes for PgStore {
         Ok(true)
     }
 
+    async fn start_first_epoch(
+        &self,
+        id: &AgentId,
+        snapshot: Option<String>,
+    ) -> Result<Option<engram_store::AgentContext>> {
+        self.first_epoch(id, snapshot).await
+    }
+
     async fn prepare(&self, id: &AgentId, input: PrepareInput<'_>) -> Result<Prepared> {
         let handle = self.handle(id.as_str());
         let mut slot = handle.lock().await;

@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 pub use crate::auth::TokenConfig;
 pub use engram_engine::settings::{
-    BlocksSection, BudgetOverride, BudgetSection, PolicySection, RecallSection,
+    BlocksSection, BudgetOverride, BudgetSection, PolicySection, RecallSection, UsersSection,
 };
 
 /// The built-in defaults, also shipped as documentation.
@@ -37,6 +37,7 @@ pub struct Config {
     pub embed: EmbedSection,
     pub recall: RecallSection,
     pub blocks: BlocksSection,
+    pub users: UsersSection,
     /// Crash tests of the binary: abort before this compaction step
     /// (`ENGRAM_TEST_CRASH_AT`; builds with `fault-injection` only).
     #[cfg(feature = "fault-injection")]

@@ -163,6 +163,7 @@ pub fn engine_settings(config: &Config) -> Settings {
         policy: config.policy.clone(),
         recall: config.recall,
         blocks: config.blocks,
+        users: config.users,
         agent_failures: config.llm.agent_failures,
         agent_cooldown: Duration::from_secs(config.llm.agent_cooldown_secs),
         idle_evict: config.idle_evict(),

@@ -28,8 +28,8 @@
 use async_trait::async_trait;
 use engram_core::blocks::{Block, Change, Scope};
 use engram_core::compaction::Summary;
-use engram_core::memory::SemanticItem;
-use engram_core::users::{Folded, UserFact};
+use engram_core::memory::{EpisodicItem, SemanticItem};
+use engram_core::users::{Folded, LastConversation, UserFact};
 use engram_core::{AgentId, NewEvent, Usage, UserId};
 
 use crate::{
@@ -99,6 +99,17 @@ pub trait Writes {
     /// agent), and returns the prompt as it then stands. NOT_FOUND for an
     /// agent that does not exist when there is no user input.
     async fn prepare(&self, id: &AgentId, input: PrepareInput<'_>) -> Result<Prepared>;
+
+    /// Starts the first epoch of a user's conversation with `snapshot`
+    /// (the summary of the user's previous conversation; none: nothing),
+    /// once: the agent's prompt as it is then, or `None` if it had started
+    /// already (or the agent is not a user's conversation in its first
+    /// epoch). NOT_FOUND for an agent that does not exist.
+    async fn start_first_epoch(
+        &self,
+        id: &AgentId,
+        snapshot: Option<String>,
+    ) -> Result<Option<AgentContext>>;
 }
 
 /// What reads an agent as it stands.
@@ -240,15 +251,20 @@ pub trait UserMemory {
 
     /// Folds `items` (agent `agent`'s facts, live and superseded) into the
     /// user's store (`engram_core::users::fold`) and stores what changed,
-    /// durably, one fold per user at a time. Idempotent. NOT_FOUND unless
-    /// the agent exists and belongs to `user`: a fold that meets the
-    /// erasure of its user never brings the user's memory back.
-    async fn fold_user_facts(
+    /// and the agent's `summaries` as the user's last conversation (none:
+    /// it stays), durably, one fold per user at a time. Idempotent.
+    /// NOT_FOUND unless the agent exists and belongs to `user`: a fold that
+    /// meets the erasure of its user never brings the user's memory back.
+    async fn fold_into_user(
         &self,
         user: &UserId,
         agent: &AgentId,
         items: &[SemanticItem],
+        summaries: &[EpisodicItem],
     ) -> Result<Folded>;
+
+    /// The user's most recently summarized conversation, if any.
+    async fn last_conversation(&self, user: &UserId) -> Result<Option<LastConversation>>;
 }
 
 /// The store as a running service: health, metrics, background work.

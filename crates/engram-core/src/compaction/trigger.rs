@@ -17,6 +17,9 @@ pub enum Trigger {
     TurnCount,
     /// A `Compact` call.
     Manual,
+    /// A user's conversation went quiet with turns not yet summarized
+    /// (`users.summarize_idle_after_secs`).
+    Idle,
 }
 
 impl Trigger {
@@ -27,6 +30,7 @@ impl Trigger {
             Self::Estimate => "estimate",
             Self::TurnCount => "turn_count",
             Self::Manual => "manual",
+            Self::Idle => "idle",
         }
     }
 

@@ -77,6 +77,11 @@ pub struct AgentMeta {
     /// Microcompact: results of turns before this one show as placeholders.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub microcompact_before: Option<u32>,
+    /// Whether the first epoch of the agent (a user's conversation) was
+    /// given its start: the summary of the user's previous conversation as
+    /// its snapshot, or nothing. Decided once, before its first prompt.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub first_epoch_started: bool,
 }
 
 /// What an agent is, derived from its records.
@@ -175,8 +180,30 @@ impl Derived {
             epoch: self.meta.epoch,
             compactions: self.meta.compactions,
             consecutive_failures: self.meta.consecutive_failures,
+            awaits_first_epoch: self.awaits_first_epoch(),
             bytes,
         }
+    }
+
+    /// A user's conversation that has not been given the start of its
+    /// first epoch yet (nothing compacted, no snapshot).
+    fn awaits_first_epoch(&self) -> bool {
+        self.meta.user_id.is_some()
+            && !self.meta.first_epoch_started
+            && self.meta.epoch == 0
+            && self.meta.compactions == 0
+            && self.meta.snapshot.is_none()
+    }
+
+    /// The settings that start the first epoch with `snapshot` (the
+    /// summary of the user's previous conversation, or none); `None` once
+    /// it has started (another request came first).
+    pub fn first_epoch_meta(&self, snapshot: Option<String>) -> Option<AgentMeta> {
+        self.awaits_first_epoch().then(|| AgentMeta {
+            first_epoch_started: true,
+            snapshot,
+            ..self.meta.clone()
+        })
     }
 
     /// Rebuilds the transcript from the active traces for

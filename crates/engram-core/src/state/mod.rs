@@ -50,6 +50,9 @@ pub struct AgentContext {
     pub epoch: u32,
     pub compactions: u32,
     pub consecutive_failures: u32,
+    /// A user's conversation whose first epoch has yet to be given its
+    /// start (the summary of the user's previous conversation).
+    pub awaits_first_epoch: bool,
     /// About how much text there is (to keep big counts off the async
     /// workers).
     pub bytes: u64,

@@ -206,3 +206,64 @@ async fn a_users_facts_follow_it_into_the_next_conversation() {
         .collect();
     assert_eq!(sources, ["talk-1", "talk-2"], "{facts}");
 }
+
+async fn first_prompt(c: &mut common::Client, agent: &str, text: &str) -> Vec<serde_json::Value> {
+    let p = c
+        .prepare_request(pb::PrepareRequestRequest {
+            agent_id: agent.into(),
+            user_id: "ana".into(),
+            system_prompt: "You are helpful.".into(),
+            user_input: Some(user(text)),
+            model: "gpt-4o".into(),
+            render_format: pb::RenderFormat::OpenaiChat.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let payload: serde_json::Value = serde_json::from_str(&p.rendered_payload_json).unwrap();
+    payload["messages"].as_array().unwrap().clone()
+}
+
+/// A user's new conversation starts with the summary of the previous one
+/// (the embedded summarizer's), and keeps that start byte for byte; with
+/// `users.inject_last_summary` off it starts plain.
+#[tokio::test]
+async fn a_new_conversation_starts_with_the_previous_ones_summary() {
+    for inject in [true, false] {
+        let server = TestServer::start_with(&[
+            ("ENGRAM__POLICY__RAW_TAIL_TURNS", "1"),
+            (
+                "ENGRAM__USERS__INJECT_LAST_SUMMARY",
+                if inject { "true" } else { "false" },
+            ),
+        ])
+        .await;
+        let mut c = server.client().await;
+        c.ingest(pb::IngestRequest {
+            user_id: "ana".into(),
+            ..ingest_req("old", vec![user("We booked the ferry to Naxos for May.")])
+        })
+        .await
+        .unwrap();
+        common::turns(&mut c, "old", 4).await;
+        assert!(common::compact_now(&mut c, "old").await.performed);
+
+        let first = first_prompt(&mut c, "new", "Where were we?").await;
+        let start = first[1]["content"].as_str().unwrap_or_default();
+        if !inject {
+            assert_eq!(first[1]["content"], "Where were we?", "{first:?}");
+            continue;
+        }
+        assert_eq!(first[0]["content"], "You are helpful.");
+        assert!(
+            start.starts_with(
+                "[MEMORY:PREVIOUS CONVERSATION]\nThe user's previous conversation (old, "
+            ),
+            "{start}"
+        );
+        assert!(start.contains("Naxos"), "{start}");
+        let next = first_prompt(&mut c, "new", "And the hotel?").await;
+        assert_eq!(next[..first.len()], first[..], "the start stays");
+    }
+}

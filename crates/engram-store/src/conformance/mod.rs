@@ -90,6 +90,7 @@ macro_rules! conformance_suite {
             an_agents_user_is_fixed_once,
             delete_user_erases_everything_it_owns,
             a_users_facts_are_folded_across_conversations,
+            a_users_new_conversation_starts_once,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

@@ -2,7 +2,8 @@
 
 use engram_core::blocks::{Change, Put, Scope};
 use engram_core::compaction::{NewFact, Summary};
-use engram_core::memory::SemanticItem;
+use engram_core::memory::{EpisodicItem, Provenance, SemanticItem};
+use engram_core::transcript::Role;
 use engram_core::{NewEvent, UserId};
 
 use super::{Harness, conversation, id, ingest, is_not_found};
@@ -64,8 +65,11 @@ async fn secret_agent(store: &dyn Store, agent: &str, user: &UserId) {
         .finish_compaction(&a, job, summary, policy)
         .await
         .unwrap();
-    let facts = store.bundle(&a, 0).await.unwrap().semantic;
-    let folded = store.fold_user_facts(user, &a, &facts).await.unwrap();
+    let bundle = store.bundle(&a, 0).await.unwrap();
+    let folded = store
+        .fold_into_user(user, &a, &bundle.semantic, &bundle.episodic)
+        .await
+        .unwrap();
     assert_eq!(folded.added + folded.merged, 1);
     ingest(store, &a, &[NewEvent::user(format!("{SECRET} again"))]).await;
     store
@@ -206,7 +210,7 @@ pub async fn a_users_facts_are_folded_across_conversations<H: Harness>(h: &H) {
         fact("a2", "The user likes green tea"),
     ];
     let folded = store
-        .fold_user_facts(&ana, &id("f-1"), &first)
+        .fold_into_user(&ana, &id("f-1"), &first, &[])
         .await
         .unwrap();
     assert_eq!((folded.added, folded.merged, folded.superseded), (2, 0, 0));
@@ -215,12 +219,12 @@ pub async fn a_users_facts_are_folded_across_conversations<H: Harness>(h: &H) {
         fact("b2", "The user lives in Porto Portugal"),
     ];
     let folded = store
-        .fold_user_facts(&ana, &id("f-2"), &second)
+        .fold_into_user(&ana, &id("f-2"), &second, &[])
         .await
         .unwrap();
     assert_eq!((folded.added, folded.merged, folded.superseded), (1, 1, 1));
     let again = store
-        .fold_user_facts(&ana, &id("f-2"), &second)
+        .fold_into_user(&ana, &id("f-2"), &second, &[])
         .await
         .unwrap();
     assert!(again.changed.is_empty(), "idempotent: {again:?}");
@@ -229,7 +233,7 @@ pub async fn a_users_facts_are_folded_across_conversations<H: Harness>(h: &H) {
         ("f-1", &user("facts-bo")),
         ("f-gone", &ana),
     ] {
-        let refused = store.fold_user_facts(owner, &id(agent), &first).await;
+        let refused = store.fold_into_user(owner, &id(agent), &first, &[]).await;
         assert!(is_not_found(refused), "{agent}");
     }
 
@@ -258,4 +262,91 @@ pub async fn a_users_facts_are_folded_across_conversations<H: Harness>(h: &H) {
         .collect();
     assert_eq!(tea, [("f-1", "a2"), ("f-2", "b1")]);
     assert!(store.user_facts(&user("nobody")).await.unwrap().is_empty());
+}
+
+fn summary(id: &str, ts: f64, text: &str) -> EpisodicItem {
+    EpisodicItem {
+        id: id.into(),
+        ts,
+        turn_ids: vec!["turn_0001".into()],
+        summary: text.into(),
+        tags: vec![],
+        salience: 0.5,
+        source: Provenance::default(),
+    }
+}
+
+/// The user's last summarized conversation is kept by the fold that
+/// brings its summaries (the latest few); a user's new conversation is
+/// started once, before its first prompt, with a snapshot that its
+/// transcript then begins with; across a restart.
+pub async fn a_users_new_conversation_starts_once<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let ana = user("start-ana");
+    for agent in ["old", "new"] {
+        store
+            .ingest(&id(agent), &[NewEvent::user("hi")], None, None, Some(&ana))
+            .await
+            .unwrap();
+    }
+    ingest(&*store, &id("plain"), &[NewEvent::user("no user")]).await;
+    assert!(store.last_conversation(&ana).await.unwrap().is_none());
+    let summaries: Vec<EpisodicItem> = (1..=5)
+        .map(|n| summary(&format!("e{n}"), f64::from(n), &format!("part {n}")))
+        .collect();
+    store
+        .fold_into_user(&ana, &id("old"), &[], &summaries)
+        .await
+        .unwrap();
+    store
+        .fold_into_user(&ana, &id("new"), &[], &[])
+        .await
+        .unwrap();
+    let last = store.last_conversation(&ana).await.unwrap().expect("kept");
+    assert_eq!(last.agent_id, "old", "a fold without summaries keeps it");
+    let kept: Vec<&str> = last.summaries.iter().map(|s| s.summary.as_str()).collect();
+    assert_eq!(kept, ["part 3", "part 4", "part 5"]);
+
+    assert!(
+        !store
+            .context(&id("plain"))
+            .await
+            .unwrap()
+            .awaits_first_epoch
+    );
+    assert!(
+        store
+            .start_first_epoch(&id("plain"), Some("x".into()))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(store.context(&id("new")).await.unwrap().awaits_first_epoch);
+    let text = "[MEMORY:PREVIOUS CONVERSATION]\nparts 3 to 5";
+    let started = store
+        .start_first_epoch(&id("new"), Some(text.into()))
+        .await
+        .unwrap()
+        .expect("started");
+    assert!(!started.awaits_first_epoch);
+    let shown: Vec<(Role, &str)> = started
+        .messages
+        .iter()
+        .map(|m| (m.role, m.content.as_str()))
+        .collect();
+    assert_eq!(shown, [(Role::System, text), (Role::User, "hi")]);
+    let again = store
+        .start_first_epoch(&id("new"), Some("other".into()))
+        .await;
+    assert!(again.unwrap().is_none(), "once");
+    assert!(is_not_found(
+        store.start_first_epoch(&id("nobody"), None).await
+    ));
+
+    let store = h.reopen(store).await;
+    let context = store.context(&id("new")).await.unwrap();
+    assert!(!context.awaits_first_epoch);
+    assert_eq!(context.messages[0].content, text);
+    assert_eq!(context.epoch, 0, "still the first epoch");
+    assert_eq!(store.last_conversation(&ana).await.unwrap(), Some(last));
 }
