@@ -224,6 +224,22 @@ impl Lexical {
         Ok(())
     }
 
+    /// Removes every item placed in `lo..=hi` (one conversation's, in an
+    /// index of several). Visible after `commit`.
+    pub fn remove_between(&mut self, lo: u64, hi: u64) -> Result<()> {
+        let field = self.fields.order;
+        let writer = self.writer()?;
+        writer.delete_query(Box::new(RangeQuery::new(
+            Bound::Included(Term::from_field_u64(field, lo)),
+            Bound::Included(Term::from_field_u64(field, hi)),
+        )))?;
+        let gone: Vec<u64> = self.traces.range(lo..=hi).map(|(o, _)| *o).collect();
+        for order in gone {
+            self.traces.remove(&order);
+        }
+        Ok(())
+    }
+
     /// Makes every upsert so far durable and searchable, with `payload`.
     pub fn commit(&mut self, payload: &str) -> Result<()> {
         let Some(writer) = self.writer.as_mut() else {
@@ -357,7 +373,12 @@ impl Lexical {
                 Bound::Included(Term::from_field_f64(f.ts, hi)),
             )));
         }
-        if let Some(end) = filter.traces_before {
+        let hidden = filter
+            .traces_before
+            .map(|end| (end, u64::MAX))
+            .into_iter()
+            .chain(filter.traces_hidden);
+        for (lo, hi) in hidden {
             let later_trace = BooleanQuery::new(vec![
                 (
                     Occur::Must,
@@ -369,8 +390,8 @@ impl Lexical {
                 (
                     Occur::Must,
                     Box::new(RangeQuery::new(
-                        Bound::Included(Term::from_field_u64(f.order, end)),
-                        Bound::Unbounded,
+                        Bound::Included(Term::from_field_u64(f.order, lo)),
+                        Bound::Included(Term::from_field_u64(f.order, hi)),
                     )),
                 ),
             ]);
@@ -529,6 +550,29 @@ mod tests {
     }
 
     const MAY_8_2023: f64 = 1_683_554_160.0;
+
+    #[test]
+    fn hidden_traces_are_left_out_memories_are_not() {
+        let mut index = Lexical::in_memory().unwrap();
+        let mut summary = trace("sum", 2, 0.0, "kayak trip summary");
+        summary.kind = Kind::Episodic;
+        index
+            .upsert(&[
+                trace("t1", 1, 0.0, "kayak trip"),
+                trace("t2", 2, 0.0, "kayak trip again"),
+                trace("t3", 3, 0.0, "kayak trip once more"),
+                summary,
+            ])
+            .unwrap();
+        index.commit("").unwrap();
+        let hidden = Filter {
+            traces_hidden: Some((crate::order(2, 0), crate::order(2, u32::MAX))),
+            ..Filter::default()
+        };
+        let mut found = keys(&mut index, "kayak", &hidden);
+        found.sort();
+        assert_eq!(found, ["sum", "t1", "t3"]);
+    }
 
     #[test]
     fn stems_rank_and_dates_match() {

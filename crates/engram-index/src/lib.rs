@@ -155,6 +155,10 @@ pub struct Filter {
     /// Only traces placed before this [`order`] (what a prompt does not
     /// show already); summaries and facts are not affected.
     pub traces_before: Option<u64>,
+    /// No trace placed in this inclusive range of [`order`]s (one
+    /// conversation's active transcript, in an index of several);
+    /// summaries and facts are not affected.
+    pub traces_hidden: Option<(u64, u64)>,
 }
 
 /// A user message of turn `turn` as a test item; its body is its key.

@@ -358,6 +358,9 @@ fn in_range(filter: &Filter, order: u64, ts: f64) -> bool {
         .is_none_or(|(lo, hi)| (lo..=hi).contains(&order))
         && filter.ts.is_none_or(|(lo, hi)| (lo..=hi).contains(&ts))
         && filter.traces_before.is_none_or(|end| order < end)
+        && filter
+            .traces_hidden
+            .is_none_or(|(lo, hi)| !(lo..=hi).contains(&order))
 }
 
 #[cfg(all(test, feature = "lexical"))]

@@ -225,6 +225,30 @@ impl Vectors {
         self.live.contains_key(key)
     }
 
+    /// The stored vector of `key` (as quantized), with what it is of.
+    pub fn get(&self, key: &str) -> Option<Embedded> {
+        let i = *self.live.get(key)?;
+        let e = &self.entries[i];
+        let values = &self.values[i * self.dim..(i + 1) * self.dim];
+        Some(Embedded {
+            key: e.key.clone(),
+            kind: e.kind,
+            trace_type: e.trace_type,
+            order: e.order,
+            ts: e.ts,
+            vector: values.iter().map(|v| f32::from(*v) * e.scale).collect(),
+        })
+    }
+
+    /// The keys of the items placed in `lo..=hi`.
+    pub fn keys_between(&self, lo: u64, hi: u64) -> Vec<String> {
+        self.live
+            .iter()
+            .filter(|(_, i)| (lo..=hi).contains(&self.entries[**i].order))
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
     /// Stores vectors (replacing any of the same key) and removals, and
     /// writes them to the file. A vector of the wrong length is skipped.
     pub fn write(&mut self, add: &[Embedded], remove: &[&str]) -> Result<()> {
@@ -314,6 +338,9 @@ fn accepts(filter: &Filter, e: &Entry) -> bool {
         && filter
             .traces_before
             .is_none_or(|end| e.kind != Kind::Trace || e.order < end)
+        && filter
+            .traces_hidden
+            .is_none_or(|(lo, hi)| e.kind != Kind::Trace || !(lo..=hi).contains(&e.order))
 }
 
 fn push_key(body: &mut Vec<u8>, key: &str) {
@@ -398,6 +425,23 @@ mod tests {
             ts: order as f64,
             vector,
         }
+    }
+
+    #[test]
+    fn a_vector_is_read_back_and_found_by_place() {
+        let mut v = Vectors::in_memory("m", 8);
+        v.write(&[item("a", 5, unit(1, 8)), item("b", 9, unit(2, 8))], &[])
+            .unwrap();
+        let got = v.get("a").unwrap();
+        assert_eq!((got.key.as_str(), got.order), ("a", 5));
+        let cos: f32 = got.vector.iter().zip(unit(1, 8)).map(|(x, y)| x * y).sum();
+        assert!(cos > 0.999, "{cos}");
+        // Copied as read, it quantizes to the same values.
+        let mut copy = Vectors::in_memory("m", 8);
+        copy.write(&[got.clone()], &[]).unwrap();
+        assert_eq!(copy.get("a").unwrap().vector, got.vector);
+        assert_eq!(v.keys_between(0, 6), ["a"]);
+        assert!(v.get("zz").is_none());
     }
 
     #[test]
