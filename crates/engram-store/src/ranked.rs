@@ -69,6 +69,7 @@ pub fn search_filter(search: &Search) -> Filter {
         }),
         ts: search.ts,
         traces_before: None,
+        traces_hidden: None,
     }
 }
 
