@@ -33,13 +33,13 @@ use crate::agent::RAW_ARCHIVE;
 use crate::{AgentHandle, FileStore, IndexState, Result, StoreError};
 
 /// The index directory inside an agent's directory.
-const INDEX_DIR: &str = ".index";
+pub(crate) const INDEX_DIR: &str = ".index";
 
 /// The vectors file inside the index directory.
-const VECTORS_FILE: &str = "vectors.bin";
+pub(crate) const VECTORS_FILE: &str = "vectors.bin";
 
 /// Archived traces held at once when catching up a large archive.
-const BATCH: usize = 4096;
+pub(crate) const BATCH: usize = 4096;
 
 /// How far the index has read the agent's files.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,7 +48,7 @@ pub(crate) struct Cursor {
     active: usize,
     episodic: usize,
     semantic: usize,
-    archive: u64,
+    pub archive: u64,
 }
 
 /// What an index commit records: how far it read, in the item format of
@@ -168,14 +168,14 @@ impl std::fmt::Debug for AgentIndex {
 pub(crate) type IndexSlot = Arc<AsyncMutex<Option<AgentIndex>>>;
 
 /// What changed in an agent since a cursor, read under its lock.
-struct Delta {
-    to: Cursor,
+pub(crate) struct Delta {
+    pub to: Cursor,
     /// The cursor's epoch is gone: every active trace is re-checked and
     /// the archive read on from the cursor.
-    full: bool,
-    traces: Vec<RawTrace>,
-    episodic: Vec<EpisodicItem>,
-    semantic: Vec<SemanticItem>,
+    pub full: bool,
+    pub traces: Vec<RawTrace>,
+    pub episodic: Vec<EpisodicItem>,
+    pub semantic: Vec<SemanticItem>,
 }
 
 /// The open index of an agent, caught up with everything acknowledged.
@@ -354,7 +354,7 @@ pub(crate) fn index_error(e: engram_index::IndexError) -> StoreError {
 }
 
 /// What the agent holds beyond `from`; `None` when the index has it all.
-fn delta(state: &crate::agent::AgentState, from: Option<Cursor>) -> Option<Delta> {
+pub(crate) fn delta(state: &crate::agent::AgentState, from: Option<Cursor>) -> Option<Delta> {
     let same = from.is_some_and(|from| {
         from.epoch == state.meta.epoch
             && from.active <= state.traces.len()
@@ -464,7 +464,7 @@ fn upsert_missing(lexical: &mut Lexical, traces: Vec<RawTrace>) -> Result<Vec<It
 }
 
 /// Calls `f` on each whole archived trace in bytes `from..to`.
-fn read_archive(
+pub(crate) fn read_archive(
     path: &Path,
     from: u64,
     to: u64,

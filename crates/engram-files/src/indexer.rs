@@ -72,6 +72,7 @@ impl FileStore {
 
     /// Asks the indexer to embed what `id` has not embedded yet.
     pub(crate) fn index_later(&self, id: &AgentId) {
+        self.note_change(id);
         if let Some(indexer) = &self.inner.indexer {
             indexer.enqueue(id);
         }
@@ -171,6 +172,8 @@ impl FileStore {
             .await?;
             let unembedded = slot.as_ref().map_or(0, AgentIndex::unembedded);
             drop(slot);
+            // Its user's index copies the new vectors at its next search.
+            self.note_change(id);
             handle.embedded.send_replace(unembedded);
             written?;
             if let Some(why) = outcome.failed {

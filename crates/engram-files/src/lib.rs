@@ -41,6 +41,8 @@ mod read;
 mod registry;
 mod search;
 mod user_facts;
+mod user_index;
+mod user_rank;
 mod users;
 pub mod wal;
 mod write;
@@ -183,6 +185,12 @@ struct Inner {
     indexer: Option<Arc<indexer::Indexer>>,
     /// The global and user scopes' memory blocks.
     blocks: blocks::ScopeCache,
+    /// Each user's search index, opened at its first use.
+    user_indexes: Mutex<HashMap<engram_core::UserId, user_index::UserSlot>>,
+    /// The user of each agent seen with one (loaded or bound).
+    agent_users: Mutex<HashMap<AgentId, engram_core::UserId>>,
+    /// Agents changed since their user's index read them, by user.
+    user_dirty: Mutex<HashMap<engram_core::UserId, std::collections::HashSet<AgentId>>>,
 }
 
 /// The file-backed store. Cheap to clone.
@@ -231,6 +239,9 @@ impl FileStore {
                 faults: faults::Faults::default(),
                 opened: Instant::now(),
                 blocks: blocks::ScopeCache::default(),
+                user_indexes: Mutex::default(),
+                agent_users: Mutex::default(),
+                user_dirty: Mutex::default(),
             }),
         };
         if let Some(queue) = queue {
@@ -313,7 +324,11 @@ impl FileStore {
             return Err(StoreError::Failed(reason));
         }
         if slot.is_none() {
-            **slot = Some(self.load(id).await?);
+            let state = self.load(id).await?;
+            if let Some(user) = &state.meta.user_id {
+                self.note_user(id, user);
+            }
+            **slot = Some(state);
         }
         let state = slot.as_mut().expect("just loaded");
         // A compaction that was interrupted (a crash, an I/O error) is

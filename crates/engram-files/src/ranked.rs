@@ -62,6 +62,15 @@ impl Ranks for FileStore {
         .await
     }
 
+    async fn rank_user_memories(
+        &self,
+        user: &engram_core::UserId,
+        query: &MemoryQuery,
+        current: Option<&AgentId>,
+    ) -> Result<RankedMemories> {
+        self.user_ranking(user, query, current).await
+    }
+
     async fn index_state(&self, id: &AgentId) -> Result<IndexState> {
         let mut current = self.caught_up(id).await?;
         Ok(current.index().state())
@@ -196,6 +205,7 @@ fn recalled(
         Kind::Semantic => (Memory::Semantic(item(&body)?), Default::default()),
     };
     Ok(Some(Recalled {
+        agent_id: None,
         memory,
         score: hit.score,
         matched_by: matched_by(hit),
@@ -234,12 +244,12 @@ fn items<T: serde::de::DeserializeOwned>(ranked: &[Ranked], lexical: &Lexical) -
 }
 
 /// A summary or fact as the index stores it (its line).
-fn item<T: serde::de::DeserializeOwned>(body: &str) -> Result<T> {
+pub(crate) fn item<T: serde::de::DeserializeOwned>(body: &str) -> Result<T> {
     serde_json::from_str(body)
         .map_err(|e| StoreError::Index(format!("search index holds an unreadable memory: {e}")))
 }
 
-fn parse(body: &str) -> Result<RawTrace> {
+pub(crate) fn parse(body: &str) -> Result<RawTrace> {
     RawTrace::from_line(body.as_bytes())
         .map_err(|e| StoreError::Index(format!("search index holds an unreadable trace: {e}")))
 }

@@ -75,8 +75,9 @@ impl Admin for FileStore {
             return Err(StoreError::AlreadyExists(target.to_string()));
         }
         // The copy belongs to the source's user: marked before it appears.
-        if let Some(user) = state.meta.user_id.clone() {
-            self.mark_user(&user, target).await?;
+        let user = state.meta.user_id.clone();
+        if let Some(user) = &user {
+            self.mark_user(user, target).await?;
         }
         let agents_dir = self.inner.agents_dir.clone();
         let staging = agents_dir.join(format!("{FORK_PREFIX}{}", uuid::Uuid::new_v4()));
@@ -100,6 +101,9 @@ impl Admin for FileStore {
         }
         crate::offload(|| crate::jsonl::sync_dir(&agents_dir))?;
         drop(slot);
+        if user.is_some() {
+            self.note_change(target);
+        }
         tracing::info!(source = %source, target = %target, "agent forked");
         Ok(())
     }
@@ -229,6 +233,8 @@ impl FileStore {
             self.unmark_user(owner, id)?;
             return Err(StoreError::NotFound(id.to_string()));
         }
+        // Read from its settings before they go (it may not be loaded).
+        let user = self.user_of(&dir).await;
         if self.inner.config.fsync == FsyncPolicy::Always {
             // Logged before the files go, so a replay never revives them.
             let ticket = self
@@ -260,6 +266,11 @@ impl FileStore {
             // waits for it, and marks the user again.
             self.unmark_user(owner, id)?;
         }
+        if let Some(user) = &user {
+            // Its user's index forgets it at its next search.
+            self.note_change_of(user, id);
+        }
+        engram_store::lock(&self.inner.agent_users).remove(id);
         let mut gone = AgentState::absent(dir.clone());
         gone.deleted = true;
         *slot = Some(gone);

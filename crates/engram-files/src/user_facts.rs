@@ -101,3 +101,25 @@ impl UserMemory for FileStore {
         .await
     }
 }
+
+impl FileStore {
+    /// The user's facts and their file's length (what the user's index
+    /// compares), read under the user's lock; `None` without any.
+    pub(crate) async fn read_user_facts(
+        &self,
+        user: &UserId,
+    ) -> Result<Option<(Vec<UserFact>, u64)>> {
+        let slot = self.inner.blocks.slot(&crate::blocks::user_key(user));
+        let _held = slot.lock().await;
+        let path = self.user_dir(user).join(FACTS);
+        engram_store::blocking(move || {
+            let len = match std::fs::metadata(&path) {
+                Ok(m) => m.len(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(StoreError::io("reading", &path)(e)),
+            };
+            Ok(Some((load_facts(&path)?, len)))
+        })
+        .await
+    }
+}

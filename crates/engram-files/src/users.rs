@@ -16,7 +16,7 @@ use engram_core::{AgentId, UserId};
 use crate::agent::{AgentMeta, STATE};
 use crate::{FileStore, Result, StoreError, TRASH_PREFIX, jsonl};
 
-const AGENTS: &str = "agents";
+pub(crate) const AGENTS: &str = "agents";
 
 /// The user a write's new settings bind the agent to, if they do.
 pub(crate) fn binds<'a>(before: &AgentMeta, after: Option<&'a AgentMeta>) -> Option<&'a str> {
@@ -29,6 +29,7 @@ impl FileStore {
     /// before its settings say so.
     pub(crate) async fn mark_user(&self, user: &str, agent: &AgentId) -> Result<()> {
         let user = UserId::parse(user)?;
+        self.note_user(agent, user.as_str());
         let slot = self.inner.blocks.slot(&crate::blocks::user_key(&user));
         let _held = slot.lock().await;
         let dir = self.user_dir(&user).join(AGENTS);
@@ -84,6 +85,16 @@ impl FileStore {
         .unwrap_or(false)
     }
 
+    /// The user the agent whose directory is `dir` belongs to, by its
+    /// settings on disk (called under the agent's lock).
+    pub(crate) async fn user_of(&self, dir: &Path) -> Option<UserId> {
+        let dir = dir.to_path_buf();
+        let owner = engram_store::blocking(move || Ok::<_, StoreError>(owner(&dir)))
+            .await
+            .ok()??;
+        UserId::parse(&owner).ok()
+    }
+
     /// Erases every agent of `user` and the user's directory (blocks,
     /// markers), then checkpoints so that no log segment keeps their text.
     /// Returns how many agents were erased; 0 for an unknown user.
@@ -118,6 +129,9 @@ impl FileStore {
         let dir = self.user_dir(user);
         let users = self.users_dir();
         let trash = users.join(format!("{TRASH_PREFIX}{}", uuid::Uuid::new_v4()));
+        // Closed before its directory goes (it is derived: a search that
+        // comes later opens a new one).
+        self.close_user_index(user).await?;
         let removed = engram_store::blocking(move || -> Result<bool> {
             if !marked(&dir.join(AGENTS))?.is_empty() {
                 return Ok(false);
@@ -139,7 +153,7 @@ impl FileStore {
 }
 
 /// The agent ids marked in `dir` (none if it does not exist).
-fn marked(dir: &Path) -> Result<Vec<AgentId>> {
+pub(crate) fn marked(dir: &Path) -> Result<Vec<AgentId>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),

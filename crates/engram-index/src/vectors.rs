@@ -438,7 +438,7 @@ mod tests {
         assert!(cos > 0.999, "{cos}");
         // Copied as read, it quantizes to the same values.
         let mut copy = Vectors::in_memory("m", 8);
-        copy.write(&[got.clone()], &[]).unwrap();
+        copy.write(std::slice::from_ref(&got), &[]).unwrap();
         assert_eq!(copy.get("a").unwrap().vector, got.vector);
         assert_eq!(v.keys_between(0, 6), ["a"]);
         assert!(v.get("zz").is_none());

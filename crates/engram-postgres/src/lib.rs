@@ -43,6 +43,7 @@ mod search;
 pub mod testing;
 mod upkeep;
 mod user_facts;
+mod user_rank;
 mod vectors;
 mod write;
 

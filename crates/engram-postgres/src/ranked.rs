@@ -102,6 +102,15 @@ impl Ranks for PgStore {
         })
     }
 
+    async fn rank_user_memories(
+        &self,
+        user: &engram_core::UserId,
+        query: &MemoryQuery,
+        current: Option<&AgentId>,
+    ) -> Result<RankedMemories> {
+        self.user_ranking(user, query, current).await
+    }
+
     async fn index_state(&self, id: &AgentId) -> Result<IndexState> {
         let mut conn = self.conn().await?;
         let (state, incarnation) = state(&mut conn, id.as_str()).await?;
@@ -548,6 +557,7 @@ async fn materialize(
             _ => Default::default(),
         };
         out.push(Recalled {
+            agent_id: None,
             memory,
             score: hit.score,
             matched_by: matched_by(hit),

@@ -215,6 +215,9 @@ pub struct Recalled {
     /// oldest first); empty for summaries and facts.
     pub before: Vec<RawTrace>,
     pub after: Vec<RawTrace>,
+    /// The conversation it is from, when ranked across a user's
+    /// conversations (`None`: the agent asked about, or the user's facts).
+    pub agent_id: Option<String>,
 }
 
 /// The best memories for a query, best first.

@@ -143,6 +143,18 @@ pub trait Ranks {
     /// [`Searches::search`].
     async fn rank_memories(&self, id: &AgentId, query: &MemoryQuery) -> Result<RankedMemories>;
 
+    /// Ranks for `query` everything `user` owns, as one search: every
+    /// conversation's traces (archived or not) and summaries, and the
+    /// user's facts; with `archived_only`, `current`'s active transcript
+    /// is left out (its prompt shows it). Each memory names the
+    /// conversation it is from. Covers every acknowledged write.
+    async fn rank_user_memories(
+        &self,
+        user: &UserId,
+        query: &MemoryQuery,
+        current: Option<&AgentId>,
+    ) -> Result<RankedMemories>;
+
     /// How far the agent's search index has read its memory (caught up
     /// first, like a search).
     async fn index_state(&self, id: &AgentId) -> Result<IndexState>;

@@ -7,6 +7,7 @@ mod latency;
 pub mod locomo;
 mod paraphrase;
 mod prompt;
+mod users;
 
 use std::path::PathBuf;
 
@@ -42,11 +43,12 @@ pub struct Args {
     pub neighbour_span: Option<usize>,
     /// Parts to run: search (evidence recall of SearchHistory and the
     /// baselines), prompt (Retrieve and the prompt at an 8k window, recall
-    /// on and off), paraphrase, latency.
+    /// on and off), users (each session a conversation of one user, each
+    /// question a new conversation's first prompt), paraphrase, latency.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "search,prompt,paraphrase,latency"
+        default_value = "search,prompt,users,paraphrase,latency"
     )]
     pub parts: Vec<String>,
 }
@@ -110,6 +112,18 @@ pub fn run(args: Args) -> Result<()> {
         println!("| prompt | category | all / any evidence in it |\n|---|---|---|");
         print!("{}", on.table("recall on"));
         print!("{}", runs[1].0.table("recall off"));
+    }
+    if part("users") {
+        let data = args.data_dir.join("users");
+        std::fs::create_dir_all(&data)?;
+        let across = rt.block_on(users::run(&args.engramd, &data, &convs))?;
+        println!(
+            "\nEvidence in a new conversation's first prompt, each session an earlier conversation of the user (8,192-token window): {} questions, a recall block in {} prompts\n",
+            across.questions(),
+            across.with_block
+        );
+        println!("| prompt | category | all / any evidence in it |\n|---|---|---|");
+        print!("{}", across.table("across conversations"));
     }
     if part("paraphrase") {
         let data = args.data_dir.join("paraphrase");

@@ -21,8 +21,8 @@ use super::locomo::{CATEGORIES, Conversation, Question, Score};
 use crate::prepare::{Server, connect};
 
 /// The model the agents are prepared for, and its window.
-const MODEL: &str = "locomo-8k";
-const WINDOW: &str =
+pub(super) const MODEL: &str = "locomo-8k";
+pub(super) const WINDOW: &str =
     "[budget.models.\"locomo-8k\"]\ncontext_tokens = 8192\nmax_output_tokens = 1024\n";
 
 /// Share of questions with all / any of their evidence in the prompt, by
@@ -37,7 +37,7 @@ pub struct Shares {
 }
 
 impl Shares {
-    fn add(&mut self, q: &Question, found: usize) {
+    pub(super) fn add(&mut self, q: &Question, found: usize) {
         let e = self.by_category.entry(q.category).or_default();
         e.0 += 1;
         e.1 += usize::from(found == q.evidence.len());
@@ -136,22 +136,7 @@ pub async fn run(
                 // Bytes / 4: a rough token count, for the report only.
                 shares.block_tokens += block / 4;
             }
-            let prompt = fold_whitespace(
-                &p.messages
-                    .iter()
-                    .map(|m| m.content.as_str())
-                    .collect::<Vec<_>>()
-                    .join("\n"),
-            );
-            let found = q
-                .evidence
-                .iter()
-                .filter(|e| {
-                    text.get(e.as_str())
-                        .is_some_and(|t| prompt.contains(t.as_str()))
-                })
-                .count();
-            shares.add(q, found);
+            shares.add(q, evidence_in(&p, q, &text));
         }
     }
     Ok((shares, retrieve))
@@ -178,4 +163,27 @@ async fn retrieved(
         .into_iter()
         .filter_map(|m| m.trace.map(|t| t.event_id))
         .collect())
+}
+
+/// How many of `q`'s evidence messages (`text`: by dia id, whitespace
+/// folded) the prompt holds verbatim.
+pub(super) fn evidence_in(
+    p: &pb::PrepareRequestResponse,
+    q: &Question,
+    text: &HashMap<&str, String>,
+) -> usize {
+    let prompt = fold_whitespace(
+        &p.messages
+            .iter()
+            .map(|m| m.content.as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+    );
+    q.evidence
+        .iter()
+        .filter(|e| {
+            text.get(e.as_str())
+                .is_some_and(|t| prompt.contains(t.as_str()))
+        })
+        .count()
 }

@@ -30,6 +30,7 @@ fn talk() -> Vec<RawTrace> {
 
 fn hit(traces: &[RawTrace], i: usize, score: f32) -> Recalled {
     Recalled {
+        agent_id: None,
         memory: Memory::Trace {
             trace: Box::new(traces[i].clone()),
             archived: true,
@@ -43,6 +44,7 @@ fn hit(traces: &[RawTrace], i: usize, score: f32) -> Recalled {
 
 fn memory(memory: Memory, score: f32) -> Recalled {
     Recalled {
+        agent_id: None,
         memory,
         score,
         matched_by: MatchedBy::Semantic,

@@ -91,6 +91,7 @@ macro_rules! conformance_suite {
             delete_user_erases_everything_it_owns,
             a_users_facts_are_folded_across_conversations,
             a_users_new_conversation_starts_once,
+            recall_spans_a_users_conversations,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

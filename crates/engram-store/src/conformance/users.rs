@@ -8,7 +8,7 @@ use engram_core::{NewEvent, UserId};
 
 use super::{Harness, conversation, id, ingest, is_not_found};
 use crate::prelude::*;
-use crate::{Policy, Store};
+use crate::{Memory, MemoryQuery, Policy, Store};
 
 /// Text only the erased user's data holds.
 const SECRET: &str = "quokkasecret";
@@ -349,4 +349,182 @@ pub async fn a_users_new_conversation_starts_once<H: Harness>(h: &H) {
     assert_eq!(context.messages[0].content, text);
     assert_eq!(context.epoch, 0, "still the first epoch");
     assert_eq!(store.last_conversation(&ana).await.unwrap(), Some(last));
+}
+
+/// Recall across a user's conversations: one ranking over every
+/// conversation of the user (archived and active traces, summaries, the
+/// user's facts), each memory naming its conversation; the current
+/// conversation's active transcript left out; nothing of another user or
+/// of an agent with none; across a restart, and forgetting a deleted
+/// conversation.
+pub async fn recall_spans_a_users_conversations<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let ana = user("recall-ana");
+    let said = |agent: &str, text: &str, user: Option<&UserId>| {
+        let store = &store;
+        let (agent, text, user) = (id(agent), text.to_owned(), user.cloned());
+        async move {
+            store
+                .ingest(&agent, &[NewEvent::user(text)], None, None, user.as_ref())
+                .await
+                .unwrap();
+        }
+    };
+    said(
+        "trip",
+        "We should plan the kayak trip to Lofoten",
+        Some(&ana),
+    )
+    .await;
+    for n in 1..=3 {
+        said("trip", &format!("filler message number {n}"), None).await;
+    }
+    let a = id("trip");
+    let policy = Policy {
+        raw_tail_turns: 1,
+        max_episodic: 3,
+        max_semantic: 20,
+    };
+    let job = store
+        .begin_compaction(&a, policy)
+        .await
+        .unwrap()
+        .job()
+        .unwrap();
+    let summary = Summary {
+        episodic_summary: "Planned the kayak trip to Lofoten.".into(),
+        tags: vec![],
+        salience: 0.5,
+        semantic_facts: vec![NewFact {
+            fact: "The user owns a red kayak".into(),
+            tags: vec![],
+            confidence: 0.9,
+            salience: 0.5,
+        }],
+    };
+    store
+        .finish_compaction(&a, job, summary, policy)
+        .await
+        .unwrap();
+    let bundle = store.bundle(&a, 0).await.unwrap();
+    store
+        .fold_into_user(&ana, &a, &bundle.semantic, &bundle.episodic)
+        .await
+        .unwrap();
+    said("trip", "The kayak ferry to Lofoten leaves at nine", None).await;
+    said("now", "Which kayak did I say I own?", Some(&ana)).await;
+    said(
+        "bo-chat",
+        "I rent a kayak in Lofoten too",
+        Some(&user("recall-bo")),
+    )
+    .await;
+    said("plain", "kayak Lofoten kayak", None).await;
+
+    let query = MemoryQuery {
+        query: "kayak Lofoten ferry".into(),
+        limit: 20,
+        neighbours: 1,
+        wait_for_index: None,
+        archived_only: true,
+        episodic: 3,
+        semantic: 3,
+    };
+    let check = |ranked: &crate::RankedMemories, now_too: bool| {
+        let mut texts = vec![];
+        for m in &ranked.memories {
+            let text = match &m.memory {
+                Memory::Trace { trace, .. } => trace.content.clone(),
+                Memory::Episodic(e) => e.summary.clone(),
+                Memory::Semantic(f) => f.fact.clone(),
+            };
+            if !matches!(m.memory, Memory::Semantic(_)) {
+                let from = if text.contains("Which kayak") {
+                    "now"
+                } else {
+                    "trip"
+                };
+                assert_eq!(m.agent_id.as_deref(), Some(from), "{text}");
+            }
+            for n in m.before.iter().chain(&m.after) {
+                assert!(
+                    !n.content.contains("Which kayak"),
+                    "a neighbour from another conversation"
+                );
+            }
+            texts.push(text);
+        }
+        for want in [
+            "We should plan the kayak trip to Lofoten",
+            "The kayak ferry to Lofoten leaves at nine",
+            "Planned the kayak trip to Lofoten.",
+            "The user owns a red kayak",
+        ] {
+            assert!(texts.iter().any(|t| t == want), "{want} not in {texts:?}");
+        }
+        assert!(
+            !texts
+                .iter()
+                .any(|t| t.contains("rent") || t.contains("kayak Lofoten kayak")),
+            "{texts:?}"
+        );
+        assert_eq!(
+            texts.iter().any(|t| t.contains("Which kayak")),
+            now_too,
+            "{texts:?}"
+        );
+        assert!(
+            ranked
+                .episodic
+                .iter()
+                .any(|e| e.summary.contains("Lofoten"))
+        );
+        assert!(ranked.semantic.iter().any(|f| f.fact.contains("red kayak")));
+    };
+    let now = id("now");
+    let ranked = store
+        .rank_user_memories(&ana, &query, Some(&now))
+        .await
+        .unwrap();
+    check(&ranked, false);
+    let everything = MemoryQuery {
+        archived_only: false,
+        ..query.clone()
+    };
+    check(
+        &store
+            .rank_user_memories(&ana, &everything, None)
+            .await
+            .unwrap(),
+        true,
+    );
+
+    let store = h.reopen(store).await;
+    check(
+        &store
+            .rank_user_memories(&ana, &query, Some(&now))
+            .await
+            .unwrap(),
+        false,
+    );
+    store.delete_agent(&a).await.unwrap();
+    let after = store
+        .rank_user_memories(&ana, &everything, None)
+        .await
+        .unwrap();
+    assert!(
+        after
+            .memories
+            .iter()
+            .all(|m| m.agent_id.as_deref() != Some("trip")),
+        "a deleted conversation is not recalled"
+    );
+    assert!(
+        store
+            .rank_user_memories(&user("recall-nobody"), &query, None)
+            .await
+            .unwrap()
+            .memories
+            .is_empty()
+    );
 }

@@ -1,0 +1,616 @@
+//! A user's search index: every conversation of the user, and the user's
+//! facts, in one index (`users/<id>/.index/`), so that a new conversation
+//! recalls from all of them in one search, however many there are.
+//!
+//! It is derived twice over: each agent's items are read from the agent's
+//! files, from where this index last read them (a [`Cursor`] per agent, as
+//! the agent's own index keeps), and their vectors are copied from the
+//! agent's own index once its indexer has embedded them (never embedded
+//! twice). Each agent has an ordinal, and its items are placed in the
+//! ordinal's range of conversation order ([`place`]), so neighbours stay
+//! within a conversation and one conversation's items can be hidden (its
+//! active transcript) or removed (a deleted agent) by range. Ordinal 0 is
+//! the user's facts.
+//!
+//! What changed is known from the writes (`FileStore::note_change`, in
+//! memory), and at open from the agents' file lengths ([`Stamp`]) against
+//! those this index recorded: an agent written while the index was not
+//! told (a crash, a restart) is read again. Lock order: an agent's index
+//! slot, then the agent, then the user's index slot; the user's blocks lock
+//! is never held with the user's index slot except by DeleteUser.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+
+use engram_core::users::UserFact;
+use engram_core::{AgentId, UserId};
+use engram_index::{Embedded, Item, Lexical, Vectors};
+use engram_store::items::{episodic_item, semantic_item, trace_item};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Mutex as AsyncMutex;
+
+use crate::agent::{EPISODIC, RAW_ARCHIVE, RAW_TRACES};
+use crate::index::{
+    BATCH, Cursor, Delta, INDEX_DIR, ModelId, VECTORS_FILE, blocking, delta, index_error,
+    read_archive,
+};
+use crate::{FileStore, Result, StoreError};
+
+/// What this version indexes; another is read again from the start.
+const FORMAT: u32 = 1;
+
+/// Ordinal of the user's facts.
+const FACTS: u32 = 0;
+
+/// Where an item of conversation `ordinal` at `order` (an agent's turn and
+/// seq) sits in the user's index: 24 bits of ordinal, 24 of turn, 16 of
+/// seq (a turn past 16 million or a seq past 65,535 shares the last place).
+pub(crate) fn place(ordinal: u32, order: u64) -> u64 {
+    let turn = (order >> 32).min(0xFF_FFFF);
+    let seq = (order & 0xFFFF_FFFF).min(0xFFFF);
+    (u64::from(ordinal.min(0xFF_FFFF)) << 40) | (turn << 16) | seq
+}
+
+/// The places of conversation `ordinal`, inclusive.
+pub(crate) fn range(ordinal: u32) -> (u64, u64) {
+    let lo = u64::from(ordinal.min(0xFF_FFFF)) << 40;
+    (lo, lo | ((1 << 40) - 1))
+}
+
+/// An agent's file lengths: what changed while nobody told the index.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Stamp {
+    raw: u64,
+    archive: u64,
+    episodic: u64,
+}
+
+impl Stamp {
+    fn of(agent_dir: &Path) -> Self {
+        let len = |name: &str| std::fs::metadata(agent_dir.join(name)).map_or(0, |m| m.len());
+        Self {
+            raw: len(RAW_TRACES),
+            archive: len(RAW_ARCHIVE),
+            episodic: len(EPISODIC),
+        }
+    }
+}
+
+/// One conversation as the index holds it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Mirrored {
+    ordinal: u32,
+    cursor: Option<Cursor>,
+    stamp: Stamp,
+}
+
+/// What each commit records.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Payload {
+    format: u32,
+    agents: BTreeMap<String, Mirrored>,
+    next_ordinal: u32,
+    /// Length of the facts file last read.
+    facts: u64,
+}
+
+/// A user's open index.
+pub(crate) struct UserIndex {
+    pub lexical: Lexical,
+    pub vectors: Option<Vectors>,
+    payload: Payload,
+    /// Items still without a vector, by the agent whose own index will
+    /// have it: (key here, key there).
+    unvectored: HashMap<String, HashSet<(String, String)>>,
+}
+
+impl std::fmt::Debug for UserIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserIndex")
+            .field("agents", &self.payload.agents.len())
+            .finish()
+    }
+}
+
+/// The slot a user's index lives in: one holder at a time.
+pub(crate) type UserSlot = Arc<AsyncMutex<Option<UserIndex>>>;
+
+/// The key of an agent's item in the user's index.
+fn key_of(agent: &str, key: &str) -> String {
+    format!("{agent}/{key}")
+}
+
+/// The agent (none: the user's facts) and the agent's key of an item.
+pub(crate) fn split_key(key: &str) -> (Option<&str>, &str) {
+    match key.split_once('/') {
+        Some(("~", key)) => (None, key),
+        Some((agent, key)) => (Some(agent), key),
+        None => (None, key),
+    }
+}
+
+impl UserIndex {
+    fn open(user_dir: &Path, model: Option<&ModelId>) -> Result<Self> {
+        let dir = user_dir.join(INDEX_DIR);
+        std::fs::create_dir_all(&dir).map_err(StoreError::io("creating", &dir))?;
+        let opened = Lexical::open(&dir).and_then(|lexical| {
+            let payload = lexical
+                .payload()?
+                .and_then(|p| serde_json::from_str::<Payload>(&p).ok())
+                .filter(|p| p.format == FORMAT);
+            Ok((lexical, payload))
+        });
+        let (lexical, payload) = match opened {
+            Ok((lexical, Some(payload))) => (lexical, payload),
+            // Derived data: an unreadable or older index starts over.
+            other => {
+                if let Err(e) = other {
+                    tracing::warn!(dir = %dir.display(), error = %e, "a user's search index is unreadable; rebuilding it");
+                }
+                std::fs::remove_dir_all(&dir).map_err(StoreError::io("removing", &dir))?;
+                let lexical = Lexical::open(&dir).map_err(index_error)?;
+                (
+                    lexical,
+                    Payload {
+                        format: FORMAT,
+                        next_ordinal: FACTS + 1,
+                        ..Payload::default()
+                    },
+                )
+            }
+        };
+        let vectors = model
+            .map(|m| Vectors::open(&dir.join(VECTORS_FILE), &m.id, m.dim))
+            .transpose()
+            .map_err(index_error)?;
+        let mut index = Self {
+            lexical,
+            vectors,
+            payload,
+            unvectored: HashMap::new(),
+        };
+        index.find_unvectored()?;
+        Ok(index)
+    }
+
+    /// After opening: the items without a vector, by the agent whose index
+    /// has it (a fact's by its first source).
+    fn find_unvectored(&mut self) -> Result<()> {
+        let Some(vectors) = &self.vectors else {
+            return Ok(());
+        };
+        let missing = self
+            .lexical
+            .items_except(|key| vectors.contains(key), usize::MAX)
+            .map_err(index_error)?;
+        for item in missing {
+            let source = match split_key(&item.key) {
+                (Some(agent), key) => Some((agent.to_owned(), key.to_owned())),
+                (None, _) => serde_json::from_str::<UserFact>(&item.body)
+                    .ok()
+                    .and_then(|f| f.sources.into_iter().next())
+                    .map(|s| (s.agent_id, s.fact_id)),
+            };
+            if let Some((agent, there)) = source {
+                self.unvectored
+                    .entry(agent)
+                    .or_default()
+                    .insert((item.key, there));
+            }
+        }
+        Ok(())
+    }
+
+    /// The conversations this index holds, with what they looked like.
+    pub fn stamps(&self) -> Vec<(String, Stamp)> {
+        let agents = self.payload.agents.iter();
+        agents.map(|(a, m)| (a.clone(), m.stamp)).collect()
+    }
+
+    /// The ordinal of `agent`, if it is here.
+    pub fn ordinal(&self, agent: &str) -> Option<u32> {
+        self.payload.agents.get(agent).map(|m| m.ordinal)
+    }
+
+    /// Each conversation by its ordinal.
+    pub fn agents_by_ordinal(&self) -> HashMap<u32, String> {
+        let agents = self.payload.agents.iter();
+        agents.map(|(a, m)| (m.ordinal, a.clone())).collect()
+    }
+
+    /// How far `agent` was read (none: from the start).
+    fn cursor(&self, agent: &str) -> Option<Cursor> {
+        self.payload.agents.get(agent).and_then(|m| m.cursor)
+    }
+
+    /// Reads `delta` of `agent` (whose directory is `agent_dir`) in, with
+    /// the vectors its own index has, and commits.
+    fn mirror(
+        &mut self,
+        agent: &str,
+        agent_dir: &Path,
+        delta: Option<Delta>,
+        own: Option<&Vectors>,
+    ) -> Result<()> {
+        let ordinal = match self.payload.agents.get(agent) {
+            Some(m) => m.ordinal,
+            None => {
+                let n = self.payload.next_ordinal.max(FACTS + 1);
+                self.payload.next_ordinal = n + 1;
+                self.payload.agents.insert(
+                    agent.to_owned(),
+                    Mirrored {
+                        ordinal: n,
+                        cursor: None,
+                        stamp: Stamp::default(),
+                    },
+                );
+                n
+            }
+        };
+        let from = self.cursor(agent).unwrap_or_default();
+        let mut to = self.cursor(agent);
+        if let Some(delta) = delta {
+            let rekey = |item: Item| Item {
+                key: key_of(agent, &item.key),
+                order: place(ordinal, item.order),
+                ..item
+            };
+            if delta.full {
+                // Traces a compaction archived before this index read them.
+                let path = agent_dir.join(RAW_ARCHIVE);
+                let mut batch = Vec::new();
+                let (lo, hi) = (from.archive.min(delta.to.archive), delta.to.archive);
+                read_archive(&path, lo, hi, |t| {
+                    batch.push(rekey(trace_item(&t)));
+                    if batch.len() == BATCH {
+                        self.add(agent, std::mem::take(&mut batch), own)?;
+                    }
+                    Ok(())
+                })?;
+                self.add(agent, batch, own)?;
+            }
+            let mut items: Vec<Item> = delta.traces.iter().map(|t| rekey(trace_item(t))).collect();
+            items.extend(delta.episodic.iter().map(|e| rekey(episodic_item(e))));
+            self.add(agent, items, own)?;
+            to = Some(delta.to);
+        }
+        self.copy_vectors(agent, own)?;
+        let stamp = Stamp::of(agent_dir);
+        if let Some(m) = self.payload.agents.get_mut(agent) {
+            m.cursor = to;
+            m.stamp = stamp;
+        }
+        self.commit()
+    }
+
+    /// Indexes `items` of `agent`, with the vectors its own index has.
+    fn add(&mut self, agent: &str, items: Vec<Item>, own: Option<&Vectors>) -> Result<()> {
+        self.lexical.upsert(&items).map_err(index_error)?;
+        if self.vectors.is_some() {
+            let pending = self.unvectored.entry(agent.to_owned()).or_default();
+            for item in items {
+                let there = split_key(&item.key).1.to_owned();
+                pending.insert((item.key, there));
+            }
+            self.copy_vectors(agent, own)?;
+        }
+        Ok(())
+    }
+
+    /// Copies the vectors `own` (the agent's index) has for items here
+    /// that lack one.
+    fn copy_vectors(&mut self, agent: &str, own: Option<&Vectors>) -> Result<()> {
+        let ordinal = self.ordinal(agent).unwrap_or(FACTS);
+        let (Some(vectors), Some(own)) = (self.vectors.as_mut(), own) else {
+            return Ok(());
+        };
+        let Some(pending) = self.unvectored.get_mut(agent) else {
+            return Ok(());
+        };
+        let mut copied = Vec::new();
+        pending.retain(|(here, there)| match own.get(there) {
+            Some(e) => {
+                copied.push((here.clone(), e));
+                false
+            }
+            None => true,
+        });
+        if pending.is_empty() {
+            self.unvectored.remove(agent);
+        }
+        if copied.is_empty() {
+            return Ok(());
+        }
+        let mut add = Vec::with_capacity(copied.len());
+        for (here, e) in copied {
+            // The place here (a fact keeps the one the index gave it).
+            let order = match split_key(&here).0 {
+                Some(_) => place(ordinal, e.order),
+                None => place(FACTS, 0),
+            };
+            add.push(Embedded {
+                key: here,
+                order,
+                ..e
+            });
+        }
+        vectors_write(vectors, &add, &[])
+    }
+
+    /// Drops `agent` (deleted, or no longer the user's): its items, its
+    /// vectors, its place.
+    fn forget(&mut self, agent: &str) -> Result<()> {
+        let Some(m) = self.payload.agents.remove(agent) else {
+            return Ok(());
+        };
+        let (lo, hi) = range(m.ordinal);
+        self.lexical.remove_between(lo, hi).map_err(index_error)?;
+        if let Some(vectors) = self.vectors.as_mut() {
+            let keys = vectors.keys_between(lo, hi);
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            vectors_write(vectors, &[], &keys)?;
+        }
+        self.unvectored.remove(agent);
+        self.commit()
+    }
+
+    /// Takes in the user's facts as `facts` (the last version of each)
+    /// holds them, read at `len` bytes of their file.
+    fn mirror_facts(&mut self, facts: &[UserFact], len: u64) -> Result<()> {
+        if len == self.payload.facts {
+            return Ok(());
+        }
+        let (live, gone): (Vec<&UserFact>, Vec<&UserFact>) =
+            facts.iter().partition(|f| f.is_live());
+        let items: Vec<Item> = live
+            .iter()
+            .map(|f| {
+                let mut item = semantic_item(&f.fact);
+                item.key = key_of("~", &f.fact.id);
+                item.order = place(FACTS, 0);
+                item.body = serde_json::to_string(f).expect("facts serialize");
+                item
+            })
+            .collect();
+        let gone: Vec<String> = gone.iter().map(|f| key_of("~", &f.fact.id)).collect();
+        let gone: Vec<&str> = gone.iter().map(String::as_str).collect();
+        self.lexical.remove(&gone).map_err(index_error)?;
+        if let Some(vectors) = self.vectors.as_mut() {
+            vectors_write(vectors, &[], &gone)?;
+            for f in &live {
+                let here = key_of("~", &f.fact.id);
+                if vectors.contains(&here) {
+                    continue;
+                }
+                if let Some(s) = f.sources.first() {
+                    let pending = self.unvectored.entry(s.agent_id.clone()).or_default();
+                    pending.insert((here, s.fact_id.clone()));
+                }
+            }
+        }
+        self.lexical.upsert(&items).map_err(index_error)?;
+        self.payload.facts = len;
+        self.commit()
+    }
+
+    fn commit(&mut self) -> Result<()> {
+        let payload = serde_json::to_string(&self.payload).expect("a payload serializes");
+        self.lexical.commit(&payload).map_err(index_error)?;
+        // As an agent's index: a writer per burst, its merges finished
+        // here, under the slot (a DeleteUser removes the directory).
+        self.lexical.release_writer().map_err(index_error)
+    }
+
+    pub fn close(self) -> Result<()> {
+        self.lexical.close().map_err(index_error)
+    }
+
+    /// Conversations with vectors still to copy, whose own index may have
+    /// them by now.
+    pub fn waiting_for_vectors(&self) -> Vec<String> {
+        self.unvectored
+            .keys()
+            .filter(|a| *a != "~")
+            .cloned()
+            .collect()
+    }
+}
+
+fn vectors_write(vectors: &mut Vectors, add: &[Embedded], remove: &[&str]) -> Result<()> {
+    vectors.write(add, remove).map_err(index_error)
+}
+
+impl FileStore {
+    /// The slot of `user`'s index (opened at its first use).
+    pub(crate) fn user_slot(&self, user: &UserId) -> UserSlot {
+        let mut slots = engram_store::lock(&self.inner.user_indexes);
+        Arc::clone(slots.entry(user.clone()).or_default())
+    }
+
+    /// Notes that agent `id` changed, for its user's index (an agent of no
+    /// user, or one not seen with its user yet, is nobody's business here:
+    /// its user's index finds it by its marker and stamp).
+    pub(crate) fn note_change(&self, id: &AgentId) {
+        let user = engram_store::lock(&self.inner.agent_users).get(id).cloned();
+        if let Some(user) = user {
+            self.note_change_of(&user, id);
+        }
+    }
+
+    /// Notes that agent `id` of `user` changed (or went).
+    pub(crate) fn note_change_of(&self, user: &UserId, id: &AgentId) {
+        let mut dirty = engram_store::lock(&self.inner.user_dirty);
+        dirty.entry(user.clone()).or_default().insert(id.clone());
+    }
+
+    /// Remembers that `id` belongs to `user` (loaded or bound).
+    pub(crate) fn note_user(&self, id: &AgentId, user: &str) {
+        if let Ok(user) = UserId::parse(user) {
+            engram_store::lock(&self.inner.agent_users).insert(id.clone(), user);
+        }
+    }
+
+    /// Brings `user`'s index up to date with every acknowledged write of
+    /// the user's agents and facts, opening it (and checking every agent
+    /// against what it recorded) at first use.
+    pub(crate) async fn user_caught_up(&self, user: &UserId) -> Result<()> {
+        let slot = self.user_slot(user);
+        let opened = slot.lock().await.is_some();
+        if !opened {
+            self.open_user_index(user, &slot).await?;
+        }
+        self.mirror_user_facts(user, &slot).await?;
+        let mut dirty: Vec<AgentId> = engram_store::lock(&self.inner.user_dirty)
+            .remove(user)
+            .map(|d| d.into_iter().collect())
+            .unwrap_or_default();
+        let waiting = match slot.lock().await.as_ref() {
+            Some(index) => index.waiting_for_vectors(),
+            None => vec![],
+        };
+        for agent in waiting {
+            if let Ok(id) = AgentId::parse(&agent)
+                && !dirty.contains(&id)
+                && engram_store::lock(&self.inner.agents).contains_key(&id)
+            {
+                // Loaded: its own index may have embedded them by now.
+                dirty.push(id);
+            }
+        }
+        dirty.sort();
+        for id in dirty {
+            if let Err(e) = self.mirror_agent(user, &id, &slot).await {
+                // Told again, so a later search tries again.
+                engram_store::lock(&self.inner.user_dirty)
+                    .entry(user.clone())
+                    .or_default()
+                    .insert(id);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Opens `user`'s index and notes as changed every agent of the user
+    /// whose files it has not read as they are.
+    async fn open_user_index(&self, user: &UserId, slot: &UserSlot) -> Result<()> {
+        let dir = self.user_dir(user);
+        let agents_dir = self.inner.agents_dir.clone();
+        let model = self.model_id();
+        let mut guard = slot.lock().await;
+        if guard.is_some() {
+            return Ok(());
+        }
+        let (index, stale) = blocking(move || {
+            let index = UserIndex::open(&dir, model.as_ref())?;
+            let mut known: HashMap<String, Stamp> = index.stamps().into_iter().collect();
+            for marked in crate::users::marked(&dir.join(crate::users::AGENTS))? {
+                known.entry(marked.to_string()).or_insert(Stamp {
+                    raw: u64::MAX,
+                    ..Stamp::default()
+                });
+            }
+            let stale: Vec<String> = known
+                .into_iter()
+                .filter(|(agent, stamp)| Stamp::of(&agents_dir.join(agent)) != *stamp)
+                .map(|(agent, _)| agent)
+                .collect();
+            Ok((index, stale))
+        })
+        .await?;
+        *guard = Some(index);
+        drop(guard);
+        let mut dirty = engram_store::lock(&self.inner.user_dirty);
+        let mine = dirty.entry(user.clone()).or_default();
+        mine.extend(stale.iter().filter_map(|a| AgentId::parse(a).ok()));
+        Ok(())
+    }
+
+    /// Reads the user's facts into its index when their file changed.
+    async fn mirror_user_facts(&self, user: &UserId, slot: &UserSlot) -> Result<()> {
+        // Read under the user's lock (a fold appends to the file), which
+        // is released before the index's is taken.
+        let Some((facts, len)) = self.read_user_facts(user).await? else {
+            return Ok(());
+        };
+        let mut guard = Arc::clone(slot).lock_owned().await;
+        if guard.is_none() {
+            return Ok(()); // erased meanwhile
+        }
+        blocking(move || {
+            let index = guard.as_mut().expect("open");
+            index.mirror_facts(&facts, len)
+        })
+        .await
+    }
+
+    /// Reads agent `id`'s changes into `user`'s index, with the vectors
+    /// its own index has; forgets it if it is gone or not the user's.
+    async fn mirror_agent(&self, user: &UserId, id: &AgentId, slot: &UserSlot) -> Result<()> {
+        let current = match self.existing_handle(id) {
+            Ok(handle) => self
+                .caught_up_with(id, Arc::clone(&handle))
+                .await
+                .map(|c| (c, handle)),
+            Err(e) => Err(e),
+        };
+        let (current, handle) = match current {
+            Ok(c) => c,
+            Err(StoreError::NotFound(_)) => return self.forget_in_user_index(id, slot).await,
+            Err(e) => return Err(e),
+        };
+        let mut guard = Arc::clone(slot).lock_owned().await;
+        let Some(index) = guard.as_ref() else {
+            return Ok(()); // erased meanwhile
+        };
+        let from = index.cursor(id.as_str());
+        let read = self
+            .read_through(id, &handle, |state| {
+                (state.meta.user_id.clone(), delta(state, from))
+            })
+            .await;
+        let (owner, delta) = match read {
+            Ok(read) => read,
+            Err(StoreError::NotFound(_)) => (None, None),
+            Err(e) => return Err(e),
+        };
+        let agent_dir = self.agent_dir(id);
+        let agent = id.to_string();
+        let mine = owner.as_deref() == Some(user.as_str());
+        blocking(move || {
+            let mut current = current;
+            let own = current.index().vectors.as_ref();
+            let index = guard.as_mut().expect("open");
+            if mine {
+                index.mirror(&agent, &agent_dir, delta, own)
+            } else {
+                index.forget(&agent)
+            }
+        })
+        .await
+    }
+
+    async fn forget_in_user_index(&self, id: &AgentId, slot: &UserSlot) -> Result<()> {
+        let mut guard = Arc::clone(slot).lock_owned().await;
+        let agent = id.to_string();
+        blocking(move || match guard.as_mut() {
+            Some(index) => index.forget(&agent),
+            None => Ok(()),
+        })
+        .await
+    }
+
+    /// Closes `user`'s index (DeleteUser: under the user's lock, before its
+    /// directory goes).
+    pub(crate) async fn close_user_index(&self, user: &UserId) -> Result<()> {
+        let slot = self.user_slot(user);
+        let mut guard = slot.lock().await;
+        if let Some(index) = guard.take() {
+            blocking(move || index.close()).await?;
+        }
+        engram_store::lock(&self.inner.user_dirty).remove(user);
+        Ok(())
+    }
+}
