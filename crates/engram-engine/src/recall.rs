@@ -21,7 +21,7 @@ use std::sync::Arc;
 use engram_core::text::{fold_whitespace, shorten};
 use engram_core::tokens::{self, Encoding};
 use engram_core::transcript::{Message, Role};
-use engram_core::{AgentId, RawTrace, TraceType};
+use engram_core::{AgentId, RawTrace, TraceType, UserId};
 use engram_store::{AgentContext, Memory, MemoryQuery, Recalled, Store};
 
 use crate::api::PrepareRequest;
@@ -76,9 +76,16 @@ pub async fn for_turn(
     context: &AgentContext,
     settings: Settings,
 ) -> Option<Arc<TurnRecall>> {
-    // Before the first compaction nothing is archived and there are no
-    // summaries or facts: nothing to recall, and no query to embed.
-    if !settings.enabled || settings.max_tokens == 0 || context.compactions == 0 {
+    // Before the first compaction an agent has nothing archived and no
+    // summaries or facts: nothing to recall, and no query to embed. A
+    // user's conversation recalls from the user's others from its first
+    // prompt on.
+    let user = context
+        .user_id
+        .as_deref()
+        .and_then(|u| UserId::parse(u).ok());
+    if !settings.enabled || settings.max_tokens == 0 || (context.compactions == 0 && user.is_none())
+    {
         return None;
     }
     let at = context
@@ -100,22 +107,31 @@ pub async fn for_turn(
     }) {
         return Some(kept);
     }
-    let ranked = store
-        .rank_memories(
-            id,
-            &MemoryQuery {
-                query: query.to_owned(),
-                limit: CANDIDATES,
-                neighbours: 1,
-                wait_for_index: None,
-                archived_only: true,
-                episodic: 0,
-                semantic: 0,
-            },
-        )
-        .await;
+    let asked = MemoryQuery {
+        query: query.to_owned(),
+        limit: CANDIDATES,
+        neighbours: 1,
+        wait_for_index: None,
+        archived_only: true,
+        episodic: 0,
+        semantic: 0,
+    };
+    let ranked = match &user {
+        Some(user) => store.rank_user_memories(user, &asked, Some(id)).await,
+        None => store.rank_memories(id, &asked).await,
+    };
     let memories = match ranked {
-        Ok(found) => found.memories,
+        // The conversation asked about is not named (it is this one).
+        Ok(found) => found
+            .memories
+            .into_iter()
+            .map(|mut m| {
+                if m.agent_id.as_deref() == Some(id.as_str()) {
+                    m.agent_id = None;
+                }
+                m
+            })
+            .collect(),
         Err(e) => {
             tracing::warn!(agent = %id, error = %e, "recall skipped: the search index did not answer");
             return None;
@@ -132,7 +148,7 @@ pub async fn for_turn(
         turn_id: context.current_turn_id.clone(),
         min_score: settings.min_score,
         at,
-        entries: entries(memories, snapshot, settings.min_score),
+        entries: entries(memories, snapshot, settings.min_score, id.as_str()),
     });
     caches::lock(&cell).recall = Some(Arc::clone(&recall));
     Some(recall)
@@ -140,19 +156,30 @@ pub async fn for_turn(
 
 /// The entries of the block, best first: below `min_score`, already in
 /// the snapshot, or already shown (a neighbour of a better hit) left out.
-pub fn entries(memories: Vec<Recalled>, snapshot: &str, min_score: f32) -> Vec<Entry> {
+/// An entry from another of the user's conversations than `current` says
+/// which.
+pub fn entries(
+    memories: Vec<Recalled>,
+    snapshot: &str,
+    min_score: f32,
+    current: &str,
+) -> Vec<Entry> {
     let mut shown: HashSet<String> = HashSet::new();
     let mut out = Vec::new();
     for r in memories {
         if r.score < min_score {
             continue;
         }
+        let whose = match r.agent_id.as_deref() {
+            Some(agent) if agent != current => format!("conversation {agent}, "),
+            _ => String::new(),
+        };
         let text = match &r.memory {
             Memory::Trace { trace, .. } => {
                 if !shown.insert(trace.id.clone()) {
                     continue;
                 }
-                let mut lines = vec![format!("- ({})", when_and_turn(trace))];
+                let mut lines = vec![format!("- ({whose}{})", when_and_turn(trace))];
                 for t in r.before.iter().filter(|t| shown.insert(t.id.clone())) {
                     lines.push(format!("  {}", line(t)));
                 }
@@ -165,13 +192,13 @@ pub fn entries(memories: Vec<Recalled>, snapshot: &str, min_score: f32) -> Vec<E
             Memory::Episodic(e) if !snapshot.contains(&fold_whitespace(&e.summary)) => {
                 let (from, to) = (e.source.from_ts, e.source.to_ts);
                 let when = span(from.unwrap_or(e.ts), to.unwrap_or(e.ts), &e.turn_ids);
-                format!("- ({when}) Summary: {}", one_line(&e.summary))
+                format!("- ({whose}{when}) Summary: {}", one_line(&e.summary))
             }
             // A fact is dated by the last message it was drawn from.
             Memory::Semantic(f) if !snapshot.contains(&fold_whitespace(&f.fact)) => {
                 let at = f.source.to_ts.unwrap_or(f.ts);
                 format!(
-                    "- ({}) Fact: {}",
+                    "- ({whose}{}) Fact: {}",
                     span(at, at, &f.turn_ids),
                     one_line(&f.fact)
                 )

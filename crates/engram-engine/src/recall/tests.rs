@@ -92,6 +92,7 @@ fn entries_show_when_and_who_with_neighbours_once() {
         ],
         "[MEMORY:SEMANTIC]\n- Caroline likes tea\n",
         0.5,
+        "agent",
     );
     let texts: Vec<&str> = entries.iter().map(|e| e.text.as_str()).collect();
     assert_eq!(
@@ -142,6 +143,7 @@ fn the_block_goes_on_the_current_user_message_and_fits_its_room() {
             ],
             "",
             0.0,
+            "agent",
         ),
     };
     let messages = vec![
@@ -173,4 +175,20 @@ fn the_block_goes_on_the_current_user_message_and_fits_its_room() {
     assert_eq!(first.recalled.len(), 1);
     assert!(first.tokens < all.tokens);
     assert!(attach(&recall, &messages, encoding, 5).is_none());
+}
+
+#[test]
+fn an_entry_from_another_conversation_says_which() {
+    let t = talk();
+    let mut other = hit(&t, 0, 1.0);
+    other.agent_id = Some("trip-2023".into());
+    let mut own = hit(&t, 2, 0.9);
+    own.agent_id = Some("agent".into());
+    let shown = entries(vec![other, own], "", 0.0, "agent");
+    assert!(
+        shown[0].text.starts_with("- (conversation trip-2023, "),
+        "{}",
+        shown[0].text
+    );
+    assert!(!shown[1].text.contains("conversation"), "{}", shown[1].text);
 }

@@ -75,6 +75,7 @@ pub fn recalled_into_pb(r: Recalled) -> pb::RecalledMemory {
         matched_by: matched_by_pb(r.matched_by),
         context_before: r.before.into_iter().map(trace_into_pb).collect(),
         context_after: r.after.into_iter().map(trace_into_pb).collect(),
+        agent_id: r.agent_id.unwrap_or_default(),
         ..Default::default()
     };
     match r.memory {

@@ -267,3 +267,58 @@ async fn a_new_conversation_starts_with_the_previous_ones_summary() {
         assert_eq!(next[..first.len()], first[..], "the start stays");
     }
 }
+
+/// A brand-new conversation of a user recalls from the user's earlier one
+/// at its first prompt: a message compacted away (archived) and one still
+/// in that conversation's transcript, each saying which conversation.
+#[tokio::test]
+async fn a_new_conversation_recalls_the_users_earlier_one() {
+    let server = TestServer::start_with(&[("ENGRAM__POLICY__RAW_TAIL_TURNS", "1")]).await;
+    let mut c = server.client().await;
+    c.ingest(pb::IngestRequest {
+        user_id: "ana".into(),
+        ..ingest_req(
+            "trip",
+            vec![user("I booked a kayak tour in Lofoten for June.")],
+        )
+    })
+    .await
+    .unwrap();
+    common::turns(&mut c, "trip", 4).await;
+    assert!(common::compact_now(&mut c, "trip").await.performed);
+    c.ingest(ingest_req(
+        "trip",
+        vec![user("The kayak ferry leaves Bodø at nine.")],
+    ))
+    .await
+    .unwrap();
+
+    let p = c
+        .prepare_request(pb::PrepareRequestRequest {
+            agent_id: "next".into(),
+            user_id: "ana".into(),
+            user_input: Some(user(
+                "When does my kayak ferry leave, and where is my kayak tour?",
+            )),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let last = p.messages.last().unwrap().content.clone();
+    let (_, block) = last
+        .split_once("[MEMORY:RECALLED]")
+        .expect("a recall block");
+    for said in ["kayak tour in Lofoten", "ferry leaves Bodø at nine"] {
+        assert!(block.contains(said), "{said}: {block}");
+    }
+    assert!(block.contains("- (conversation trip, "), "{block}");
+    assert!(
+        p.recalled
+            .iter()
+            .all(|r| r.agent_id == "trip" || r.agent_id.is_empty()),
+        "{:?}",
+        p.recalled
+    );
+    assert!(p.recalled.iter().any(|r| r.agent_id == "trip"));
+}
