@@ -256,6 +256,8 @@ export interface RetrieveOptions {
   contextMessages?: number;
   /** With a query: first wait this long (ms, at most 60000) for the indexer. */
   waitForIndexMs?: number;
+  /** With agentId "": the user's memories across all of its conversations. */
+  userId?: string;
 }
 
 export type SearchMode = "ranked" | "match-all-words";
@@ -279,6 +281,8 @@ export interface SearchOptions {
   contextMessages?: number;
   /** Ranked mode: first wait this long (ms, at most 60000) for the indexer (read-your-writes). */
   waitForIndexMs?: number;
+  /** With agentId "": every conversation of this user, ranked (each match names its agent_id). */
+  userId?: string;
 }
 
 const SEARCH_MODES: Record<SearchMode, string> = {
@@ -414,6 +418,7 @@ export class EngramClient {
   retrieve(agentId: string, opts: RetrieveOptions = {}): Promise<RetrieveResponse__Output> {
     return this.call("Retrieve", {
       agent_id: agentId,
+      user_id: opts.userId ?? "",
       query: opts.query ?? "",
       max_episodic: opts.maxEpisodic,
       max_semantic: opts.maxSemantic,
@@ -436,6 +441,7 @@ export class EngramClient {
     });
     return this.call("SearchHistory", {
       agent_id: agentId,
+      user_id: opts.userId ?? "",
       query,
       limit: opts.limit ?? 0,
       page_token: opts.pageToken ?? "",

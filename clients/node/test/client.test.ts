@@ -215,6 +215,8 @@ test("users, memory blocks and working memory reach the prompt", async () => {
     await engram.ingest("node-ana-2", [user("hello again")], { userId: "ana" });
     await engram.ingest("node-bo", [user("hi")], { userId: "bo" });
     assert.deepEqual(await engram.listAgents(0, "ana"), ["node-ana", "node-ana-2"]);
+    const found = await engram.searchHistory("", "hello again", { userId: "ana" });
+    assert.equal(found.matches[0].agent_id, "node-ana-2");
     assert.equal(await engram.deleteUser("ana"), 2);
     assert.deepEqual(await engram.listAgents(0, "ana"), []);
     assert.deepEqual(await engram.listBlocks({ userId: "ana" }), []);

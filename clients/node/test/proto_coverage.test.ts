@@ -126,11 +126,11 @@ async function callEveryHelper(engram: EngramClient) {
   await engram.compact("a", "f");
   await engram.retrieve("a", {
     query: "q", maxEpisodic: 1, maxSemantic: 2, rawTailTurns: 3, includeToolInteractions: true,
-    maxRecalled: 4, contextMessages: 5, waitForIndexMs: 6,
+    maxRecalled: 4, contextMessages: 5, waitForIndexMs: 6, userId: "u",
   });
   await engram.searchHistory("a", "q", {
     limit: 1, pageToken: "p", mode: "match-all-words", traceTypes: ["user"], fromTurnId: "turn_0001",
-    toTurnId: "turn_0002", fromTs: 1, toTs: 2, contextMessages: 3, waitForIndexMs: 4,
+    toTurnId: "turn_0002", fromTs: 1, toTs: 2, contextMessages: 3, waitForIndexMs: 4, userId: "u",
   });
   await engram.contextStats("a", "m");
   await engram.listAgents(1, "u");

@@ -282,13 +282,16 @@ class EngramClient:
     def retrieve(self, agent_id: str, query: str = "", *, max_episodic: Optional[int] = None,
                  max_semantic: Optional[int] = None, raw_tail_turns: Optional[int] = None,
                  include_tool_interactions: bool = False, max_recalled: Optional[int] = None,
-                 context_messages: int = 0, wait_for_index_ms: int = 0) -> svc.RetrieveResponse:
+                 context_messages: int = 0, wait_for_index_ms: int = 0,
+                 user_id: str = "") -> svc.RetrieveResponse:
         """Memories, the raw tail and tool interactions. With a `query`, the
         best `max_recalled` memories of every kind in `recalled`, each trace
         with `context_messages` neighbours on each side; `wait_for_index_ms`
-        first waits for the indexer to embed what was just written."""
+        first waits for the indexer to embed what was just written. With
+        `user_id` (and agent_id ""): the user's memories across all of its
+        conversations, each recalled one naming its `agent_id`."""
         return self._call("Retrieve", svc.RetrieveRequest(
-            agent_id=agent_id, query=query, max_episodic=max_episodic,
+            agent_id=agent_id, user_id=user_id, query=query, max_episodic=max_episodic,
             max_semantic=max_semantic, raw_tail_turns=raw_tail_turns,
             include_tool_interactions=include_tool_interactions, max_recalled=max_recalled,
             context_messages=context_messages, wait_for_index_ms=wait_for_index_ms))
@@ -298,11 +301,13 @@ class EngramClient:
                        trace_types: Iterable[str] = (), from_turn_id: str = "",
                        to_turn_id: str = "", from_ts: Optional[float] = None,
                        to_ts: Optional[float] = None, context_messages: int = 0,
-                       wait_for_index_ms: int = 0) -> svc.SearchHistoryResponse:
+                       wait_for_index_ms: int = 0, user_id: str = "") -> svc.SearchHistoryResponse:
         """Traces by relevance to `query` (`mode` "ranked", the default) or
         containing all its words ("match-all-words"). Filters: `trace_types`
         ("user", "assistant", "tool_call", "tool_result"), a turn range, an
-        event-time range (epoch seconds)."""
+        event-time range (epoch seconds). With `user_id` (and agent_id ""):
+        every conversation of the user, ranked; each match names its
+        `agent_id`."""
         if mode not in SEARCH_MODES:
             raise ValueError(f"mode must be one of {sorted(k for k in SEARCH_MODES if k)} or None")
         kinds = []
@@ -311,7 +316,7 @@ class EngramClient:
                 raise ValueError(f"trace_types take {sorted(TRACE_TYPES)}, not {kind!r}")
             kinds.append(TRACE_TYPES[kind])
         return self._call("SearchHistory", svc.SearchHistoryRequest(
-            agent_id=agent_id, query=query, limit=limit, page_token=page_token,
+            agent_id=agent_id, user_id=user_id, query=query, limit=limit, page_token=page_token,
             mode=SEARCH_MODES[mode], trace_types=kinds, from_turn_id=from_turn_id,
             to_turn_id=to_turn_id, from_ts=from_ts, to_ts=to_ts,
             context_messages=context_messages, wait_for_index_ms=wait_for_index_ms))

@@ -229,6 +229,8 @@ def test_users_blocks_and_working_memory_reach_the_prompt(engramd):
         engram.ingest("py-ana-2", [user("hello again")], user_id="ana")
         engram.ingest("py-bo-1", [user("hi")], user_id="bo")
         assert list(engram.list_agents(user_id="ana")) == ["py-ana-1", "py-ana-2"]
+        found = engram.search_history("", "hello again", user_id="ana").matches
+        assert found[0].agent_id == "py-ana-2" and found[0].trace.content == "hello again"
         assert engram.delete_user("ana") == 2
         assert list(engram.list_agents(user_id="ana")) == []
         assert engram.list_blocks(user_id="ana") == []

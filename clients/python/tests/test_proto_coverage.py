@@ -102,11 +102,11 @@ def call_every_helper(engram):
     engram.compact("a", focus="f")
     engram.retrieve("a", "q", max_episodic=1, max_semantic=2, raw_tail_turns=3,
                     include_tool_interactions=True, max_recalled=4, context_messages=5,
-                    wait_for_index_ms=6)
+                    wait_for_index_ms=6, user_id="u")
     engram.search_history("a", "q", limit=1, page_token="p", mode="match-all-words",
                           trace_types=["user"], from_turn_id="turn_0001",
                           to_turn_id="turn_0002", from_ts=1.0, to_ts=2.0, context_messages=3,
-                          wait_for_index_ms=4)
+                          wait_for_index_ms=4, user_id="u")
     engram.context_stats("a", model="m")
     list(engram.list_agents(page_size=1, user_id="u"))
     engram.delete_agent("a")

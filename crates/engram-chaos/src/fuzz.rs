@@ -200,7 +200,8 @@ fn request(g: &mut Gen, method: &str) -> Vec<u8> {
         }
         .encode_to_vec(),
         "Retrieve" => pb::RetrieveRequest {
-            agent_id: g.agent_id(),
+            user_id: g.user_id(),
+            agent_id: agent_unless_user(g),
             max_episodic: g.opt_u32(),
             max_semantic: g.opt_u32(),
             query: g.query(),
@@ -212,7 +213,8 @@ fn request(g: &mut Gen, method: &str) -> Vec<u8> {
         }
         .encode_to_vec(),
         "SearchHistory" => pb::SearchHistoryRequest {
-            agent_id: g.agent_id(),
+            user_id: g.user_id(),
+            agent_id: agent_unless_user(g),
             query: g.query(),
             limit: g.u32(),
             page_token: g.unicode(0..40),
@@ -257,6 +259,16 @@ fn request(g: &mut Gen, method: &str) -> Vec<u8> {
         }
         .encode_to_vec(),
         other => block_request(g, other),
+    }
+}
+
+/// An agent id, or (half the time) none, so that a request that names a
+/// user searches the user's conversations.
+fn agent_unless_user(g: &mut Gen) -> String {
+    if g.rng.random_bool(0.5) {
+        g.agent_id()
+    } else {
+        String::new()
     }
 }
 

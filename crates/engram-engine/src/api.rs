@@ -101,6 +101,8 @@ impl PromptMessages {
 #[derive(Debug, Clone, Default)]
 pub struct RetrieveRequest {
     pub agent_id: String,
+    /// In place of `agent_id`: the user's memories across conversations.
+    pub user_id: String,
     pub max_episodic: Option<u32>,
     pub max_semantic: Option<u32>,
     pub raw_tail_turns: Option<u32>,
@@ -128,6 +130,8 @@ pub struct Retrieved {
 #[derive(Debug, Clone, Default)]
 pub struct SearchRequest {
     pub agent_id: String,
+    /// In place of `agent_id`: every conversation of this user.
+    pub user_id: String,
     pub query: String,
     pub mode: SearchMode,
     pub trace_types: Vec<TraceType>,

@@ -1,6 +1,7 @@
 //! Retrieve (an agent's memories, the relevant first when there is a
 //! query) and SearchHistory.
 
+use engram_core::UserId;
 use engram_core::memory::{recent_episodic, top_semantic};
 use engram_core::retrieve::tool_interactions;
 use engram_store::SearchPage;
@@ -14,6 +15,9 @@ impl Engine {
     /// memories ranked for it come first and the usual picks (recency,
     /// salience) fill what is left.
     pub async fn retrieve(&self, req: RetrieveRequest) -> Result<Retrieved> {
+        if let Some(user) = by_user(&req.agent_id, &req.user_id)? {
+            return self.retrieve_user(&user, &req).await;
+        }
         let id = limits::agent_id("agent_id", &req.agent_id)?;
         let max_episodic = req.max_episodic.unwrap_or(limits::DEFAULT_MAX_EPISODIC) as usize;
         let max_semantic = req.max_semantic.unwrap_or(limits::DEFAULT_MAX_SEMANTIC) as usize;
@@ -61,9 +65,66 @@ impl Engine {
     /// One page of the agent's history: ranked by relevance, or every
     /// word of the query, newest first.
     pub async fn search(&self, req: SearchRequest) -> Result<SearchPage> {
-        let id = limits::agent_id("agent_id", &req.agent_id)?;
         let search = limits::search(&req)?;
+        if let Some(user) = by_user(&req.agent_id, &req.user_id)? {
+            return Ok(self.store.search_user(&user, &search).await?);
+        }
+        let id = limits::agent_id("agent_id", &req.agent_id)?;
         Ok(self.store.search(&id, &search).await?)
+    }
+
+    /// Retrieve by user: the user's facts (by salience) and its last
+    /// conversation's summaries; with a query, the memories of every
+    /// conversation ranked for it first.
+    async fn retrieve_user(&self, user: &UserId, req: &RetrieveRequest) -> Result<Retrieved> {
+        let max_episodic = req.max_episodic.unwrap_or(limits::DEFAULT_MAX_EPISODIC) as usize;
+        let max_semantic = req.max_semantic.unwrap_or(limits::DEFAULT_MAX_SEMANTIC) as usize;
+        let facts: Vec<_> = self
+            .store
+            .user_facts(user)
+            .await?
+            .into_iter()
+            .map(|f| f.fact)
+            .collect();
+        let last = self.store.last_conversation(user).await?;
+        let recent = recent_episodic(&last.map(|l| l.summaries).unwrap_or_default(), max_episodic);
+        let salient = engram_store::offload_over(facts.len() as u64 * 256, || {
+            top_semantic(&facts, max_semantic)
+        });
+        let query = req.query.trim();
+        let (episodic, semantic, recalled, index) = if query.is_empty() {
+            (recent, salient, vec![], None)
+        } else {
+            let query = limits::memory_query(req, query, max_episodic, max_semantic)?;
+            let found = self.store.rank_user_memories(user, &query, None).await?;
+            (
+                relevant_first(found.episodic, recent, max_episodic, |e| e.id.clone()),
+                relevant_first(found.semantic, salient, max_semantic, |f| f.id.clone()),
+                found.memories,
+                Some(found.index),
+            )
+        };
+        Ok(Retrieved {
+            episodic,
+            semantic,
+            tool_interactions: vec![],
+            raw_tail: vec![],
+            recalled,
+            index,
+        })
+    }
+}
+
+/// The user a request names in place of an agent (`None`: it names an
+/// agent); both or neither is INVALID_ARGUMENT (neither: the agent id's
+/// own message).
+fn by_user(agent_id: &str, user_id: &str) -> Result<Option<UserId>> {
+    match (agent_id.is_empty(), user_id.is_empty()) {
+        (_, true) => Ok(None),
+        (true, false) => Ok(Some(limits::user_id("user_id", user_id)?)),
+        (false, false) => Err(crate::error::EngineError::invalid(
+            "give agent_id (one conversation) or user_id (all of a user's), not both",
+        )),
     }
 }
 

@@ -94,6 +94,7 @@ impl FileStore {
                 };
                 if let Memory::Trace { trace, archived } = found.memory {
                     hits.push(Hit {
+                        agent_id: None,
                         trace: *trace,
                         archived,
                         score: found.score,

@@ -62,6 +62,10 @@ impl Searches for FileStore {
             SearchMode::AllWords => self.all_words(id, search).await,
         }
     }
+
+    async fn search_user(&self, user: &engram_core::UserId, search: &Search) -> Result<SearchPage> {
+        self.user_search(user, search).await
+    }
 }
 
 impl FileStore {

@@ -1,23 +1,37 @@
 //! Ranking across a user's conversations: the user's index (`user_index`),
 //! caught up with every acknowledged write of the user's agents and facts,
-//! ranks them as an agent's index ranks its own (words and meaning fused),
-//! with the current conversation's active transcript hidden.
+//! ranks them as an agent's index ranks its own (words and meaning fused):
+//! for recall and Retrieve (every kind, the current conversation's active
+//! transcript hidden) and for SearchHistory (traces, in pages).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use engram_core::users::UserFact;
 use engram_core::{AgentId, RawTrace, UserId};
-use engram_index::{Kind, Lexical, Params, Ranked, Words};
+use engram_index::{Filter, Kind, Lexical, Params, Ranked, Words};
 use engram_store::items::trace_order;
-use engram_store::ranked::{MAX_CONTEXT, MAX_RANKED, matched_by, memory_wants};
+use engram_store::ranked::{
+    MAX_CONTEXT, MAX_RANKED, Want, matched_by, memory_wants, page_bounds, page_token, search_filter,
+};
 
 use crate::index::{blocking, index_error};
 use crate::ranked::{item, parse};
-use crate::user_index::{place, range, split_key};
-use crate::{FileStore, IndexState, Memory, MemoryQuery, RankedMemories, Recalled, Result};
+use crate::user_index::{UserIndex, place, range, split_key};
+use crate::{
+    FileStore, Hit, IndexState, Memory, MemoryQuery, RankedMemories, Recalled, Result, Search,
+    SearchPage,
+};
+
+/// What ranking work gets: the hits' reader, and the rankings asked for.
+struct Ranking<'a> {
+    found: Found<'a>,
+    ranked: Vec<Vec<Ranked>>,
+    state: IndexState,
+}
 
 impl FileStore {
+    /// Recall and Retrieve across `user`'s conversations.
     pub(crate) async fn user_ranking(
         &self,
         user: &UserId,
@@ -26,11 +40,10 @@ impl FileStore {
     ) -> Result<RankedMemories> {
         if let (Some(wait), Some(id)) = (query.wait_for_index, current) {
             // The current conversation's own items are embedded first.
-            self.wait_embedded(id, std::time::Instant::now() + wait)
-                .await
-                .ok();
+            let _ = self
+                .wait_embedded(id, std::time::Instant::now() + wait)
+                .await;
         }
-        self.user_caught_up(user).await?;
         // Where the current conversation's active transcript starts.
         let first_active = match current {
             Some(id) if query.archived_only => {
@@ -42,23 +55,117 @@ impl FileStore {
             }
             _ => None,
         };
+        let asked = query.clone();
+        let own = current.map(|c| c.to_string());
+        let wants = move |index: &UserIndex| {
+            let hidden = match (&own, first_active) {
+                (Some(id), Some(first)) => index.ordinal(id).map(|o| (place(o, first), range(o).1)),
+                _ => None,
+            };
+            let mut wants = memory_wants(&asked, None);
+            wants[0].0.traces_before = None;
+            wants[0].0.traces_hidden = hidden;
+            wants
+        };
+        let context = query.neighbours.min(MAX_CONTEXT);
+        let current = current.map(|c| c.to_string());
+        self.user_ranked(user, &query.query, current, wants, move |r| {
+            let mut ranked = r.ranked.into_iter();
+            let (all, episodic, semantic) = (
+                ranked.next().unwrap_or_default(),
+                ranked.next().unwrap_or_default(),
+                ranked.next().unwrap_or_default(),
+            );
+            let mut memories = Vec::with_capacity(all.len());
+            for hit in &all {
+                memories.extend(r.found.recalled(hit, context)?);
+            }
+            let only = |hits: &[Ranked]| -> Result<Vec<Memory>> {
+                let mut out = vec![];
+                for hit in hits {
+                    out.extend(r.found.recalled(hit, 0)?.map(|r| r.memory));
+                }
+                Ok(out)
+            };
+            let episodic = only(&episodic)?.into_iter().filter_map(|m| match m {
+                Memory::Episodic(e) => Some(e),
+                _ => None,
+            });
+            let semantic = only(&semantic)?.into_iter().filter_map(|m| match m {
+                Memory::Semantic(f) => Some(f),
+                _ => None,
+            });
+            Ok(RankedMemories {
+                memories,
+                episodic: episodic.collect(),
+                semantic: semantic.collect(),
+                index: r.state,
+            })
+        })
+        .await
+    }
+
+    /// A ranked page of SearchHistory over `user`'s conversations.
+    pub(crate) async fn user_search(&self, user: &UserId, search: &Search) -> Result<SearchPage> {
+        engram_store::ranked::check_user_search(search)?;
+        let (from, end) = page_bounds(search)?;
+        let filter = Filter {
+            kinds: vec![Kind::Trace],
+            ..search_filter(search)
+        };
+        let context = search.neighbours.min(MAX_CONTEXT);
+        let wants = move |_: &UserIndex| vec![(filter, end + 1)];
+        self.user_ranked(user, &search.query, None, wants, move |r| {
+            let ranked = r.ranked.into_iter().next().unwrap_or_default();
+            let more = ranked.len() > end;
+            let mut hits = Vec::new();
+            for hit in ranked.iter().take(end).skip(from) {
+                let Some(found) = r.found.recalled(hit, context)? else {
+                    continue;
+                };
+                if let Memory::Trace { trace, archived } = found.memory {
+                    hits.push(Hit {
+                        trace: *trace,
+                        archived,
+                        score: found.score,
+                        matched_by: found.matched_by,
+                        before: found.before,
+                        after: found.after,
+                        agent_id: found.agent_id,
+                    });
+                }
+            }
+            Ok(SearchPage {
+                hits,
+                next_page_token: more.then(|| page_token(end)),
+                index: r.state,
+            })
+        })
+        .await
+    }
+
+    /// Ranks `text` over `user`'s index, caught up, for what `wants` asks
+    /// (given the index), and hands the rankings to `work`, on blocking
+    /// threads; the query is embedded while the words are ranked.
+    async fn user_ranked<T: Send + 'static>(
+        &self,
+        user: &UserId,
+        text: &str,
+        current: Option<String>,
+        wants: impl FnOnce(&UserIndex) -> Vec<Want> + Send + 'static,
+        work: impl FnOnce(Ranking<'_>) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        self.user_caught_up(user).await?;
         let slot = self.user_slot(user);
         let guard = Arc::clone(&slot).lock_owned().await;
-        let hidden = match (current, first_active, guard.as_ref()) {
-            (Some(id), Some(first), Some(index)) => index
-                .ordinal(id.as_str())
-                .map(|o| (place(o, first), range(o).1)),
-            _ => None,
-        };
-        let mut wants = memory_wants(query, None);
-        wants[0].0.traces_before = None;
-        wants[0].0.traces_hidden = hidden;
-        let text = query.query.clone();
+        let text = text.to_owned();
+        let query = text.clone();
         let words = blocking(move || {
             let mut guard = guard;
             let Some(index) = guard.as_mut() else {
                 return Ok((guard, vec![]));
             };
+            let wants = wants(index);
             let params = Params::default();
             let words = wants
                 .iter()
@@ -75,17 +182,26 @@ impl FileStore {
         });
         let query_vector = async {
             match self.inner.indexer.as_ref() {
-                Some(indexer) => crate::query_vector(indexer.embedder.as_ref(), &query.query).await,
+                Some(indexer) => crate::query_vector(indexer.embedder.as_ref(), &query).await,
                 None => None,
             }
         };
         let (query_vector, words) = tokio::join!(query_vector, words);
         let (guard, words) = words?;
-        let context = query.neighbours.min(MAX_CONTEXT);
-        let current = current.map(|c| c.to_string());
         blocking(move || {
             let Some(index) = guard.as_ref() else {
-                return Ok(RankedMemories::default());
+                // Erased meanwhile: as after the erasure, nothing.
+                let empty = Lexical::in_memory().map_err(index_error)?;
+                let by_ordinal = HashMap::new();
+                return work(Ranking {
+                    found: Found {
+                        lexical: &empty,
+                        by_ordinal: &by_ordinal,
+                        current: None,
+                    },
+                    ranked: vec![],
+                    state: IndexState::default(),
+                });
             };
             let state = IndexState {
                 items: index.lexical.len(),
@@ -98,46 +214,15 @@ impl FileStore {
                 query_vector.as_deref(),
                 &Params::default(),
             );
-            let mut ranked = ranked.into_iter();
-            let (all, episodic, semantic) = (
-                ranked.next().unwrap_or_default(),
-                ranked.next().unwrap_or_default(),
-                ranked.next().unwrap_or_default(),
-            );
             let by_ordinal = index.agents_by_ordinal();
-            let found = Found {
-                lexical: &index.lexical,
-                by_ordinal: &by_ordinal,
-                current: current.as_deref(),
-            };
-            let mut memories = Vec::with_capacity(all.len());
-            for hit in &all {
-                memories.extend(found.recalled(hit, context)?);
-            }
-            let only = |hits: &[Ranked]| -> Result<Vec<Memory>> {
-                let mut out = vec![];
-                for hit in hits {
-                    out.extend(found.recalled(hit, 0)?.map(|r| r.memory));
-                }
-                Ok(out)
-            };
-            Ok(RankedMemories {
-                memories,
-                episodic: only(&episodic)?
-                    .into_iter()
-                    .filter_map(|m| match m {
-                        Memory::Episodic(e) => Some(e),
-                        _ => None,
-                    })
-                    .collect(),
-                semantic: only(&semantic)?
-                    .into_iter()
-                    .filter_map(|m| match m {
-                        Memory::Semantic(f) => Some(f),
-                        _ => None,
-                    })
-                    .collect(),
-                index: state,
+            work(Ranking {
+                found: Found {
+                    lexical: &index.lexical,
+                    by_ordinal: &by_ordinal,
+                    current: current.as_deref(),
+                },
+                ranked,
+                state,
             })
         })
         .await
@@ -155,8 +240,7 @@ impl Found<'_> {
     /// The memory a hit of the user's index is, naming its conversation,
     /// with up to `context` neighbours each side from the same one.
     fn recalled(&self, hit: &Ranked, context: usize) -> Result<Option<Recalled>> {
-        let (lexical, current) = (self.lexical, self.current);
-        let Some(body) = hit.body(lexical).map_err(index_error)? else {
+        let Some(body) = hit.body(self.lexical).map_err(index_error)? else {
             return Ok(None);
         };
         // By its place (a hit found as a neighbour has no key at hand); the
@@ -166,19 +250,15 @@ impl Found<'_> {
             _ => self.by_ordinal.get(&((hit.order >> 40) as u32)).cloned(),
         };
         let (memory, (before, after)) = match hit.kind {
-            Kind::Trace => {
-                // Its own conversation's active traces are hidden: what is
-                // found of it was archived. Of another, it is not in this
-                // prompt either way.
-                let archived = agent.as_deref() == current;
-                (
-                    Memory::Trace {
-                        trace: Box::new(parse(&body)?),
-                        archived,
-                    },
-                    neighbours_within(lexical, hit.order, context)?,
-                )
-            }
+            Kind::Trace => (
+                Memory::Trace {
+                    trace: Box::new(parse(&body)?),
+                    // Its own conversation's active traces are hidden:
+                    // what is found of it was archived.
+                    archived: agent.as_deref() == self.current,
+                },
+                neighbours_within(self.lexical, hit.order, context)?,
+            ),
             Kind::Episodic => (Memory::Episodic(item(&body)?), Default::default()),
             Kind::Semantic => {
                 let fact: UserFact = item(&body)?;

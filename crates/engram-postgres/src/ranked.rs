@@ -146,6 +146,7 @@ impl PgStore {
             .into_iter()
             .filter_map(|r| match r.memory {
                 Memory::Trace { trace, archived } => Some(Hit {
+                    agent_id: None,
                     trace: *trace,
                     archived,
                     score: r.score,

@@ -9,7 +9,9 @@ use std::collections::HashSet;
 
 use engram_core::compaction::normalize;
 use engram_core::{AgentId, UserId};
-use engram_store::{Admin, MemoryQuery, RankedMemories, Ranks, Result, StoreError};
+use engram_store::{
+    Admin, MemoryQuery, RankedMemories, Ranks, Result, Search, SearchPage, Searches, StoreError,
+};
 
 use crate::PgStore;
 
@@ -55,5 +57,43 @@ impl PgStore {
         out.episodic.truncate(query.episodic);
         out.semantic.truncate(query.semantic);
         Ok(out)
+    }
+}
+
+impl PgStore {
+    /// A ranked page over the user's conversations: each one's best up to
+    /// the page's end, merged by score.
+    pub(crate) async fn user_search(&self, user: &UserId, search: &Search) -> Result<SearchPage> {
+        engram_store::ranked::check_user_search(search)?;
+        let (from, end) = engram_store::ranked::page_bounds(search)?;
+        let each = Search {
+            limit: end + 1,
+            page_token: None,
+            ..search.clone()
+        };
+        let mut hits = Vec::new();
+        let mut index = engram_store::IndexState::default();
+        for agent in self.user_agents(user).await? {
+            let page = match self.search(&agent, &each).await {
+                Ok(page) => page,
+                Err(StoreError::NotFound(_)) => continue,
+                Err(e) => return Err(e),
+            };
+            index.items += page.index.items;
+            index.embedded += page.index.embedded;
+            index.pending += page.index.pending;
+            hits.extend(page.hits.into_iter().map(|mut h| {
+                h.agent_id = Some(agent.to_string());
+                h
+            }));
+        }
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+        let more = hits.len() > end;
+        let hits = hits.into_iter().take(end).skip(from).collect();
+        Ok(SearchPage {
+            hits,
+            next_page_token: more.then(|| engram_store::ranked::page_token(end)),
+            index,
+        })
     }
 }

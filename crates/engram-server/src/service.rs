@@ -52,6 +52,21 @@ impl Engram {
 
 /// The handlers; the trait impl below puts each behind the request boundary.
 impl Engram {
+    /// A read of one agent, or (no agent named) of all of a user's
+    /// conversations: the token must cover the agent, or the user.
+    async fn authorize_agent_or_user<T>(
+        &self,
+        request: &Request<T>,
+        agent_id: &str,
+        user_id: &str,
+    ) -> Result<(), Status> {
+        if agent_id.is_empty() && !user_id.is_empty() {
+            auth::authorize_user(request, user_id)
+        } else {
+            auth::authorize(&self.engine, request, agent_id, "").await
+        }
+    }
+
     async fn handle_ingest(
         &self,
         request: Request<pb::IngestRequest>,
@@ -94,7 +109,9 @@ impl Engram {
         &self,
         request: Request<pb::RetrieveRequest>,
     ) -> Result<Response<pb::RetrieveResponse>, Status> {
-        auth::authorize(&self.engine, &request, &request.get_ref().agent_id, "").await?;
+        let r = request.get_ref();
+        self.authorize_agent_or_user(&request, &r.agent_id, &r.user_id)
+            .await?;
         let req = convert::retrieve_from_pb(request.into_inner());
         let retrieved = self.engine.retrieve(req).await.map_err(from_engine)?;
         self.fits(convert::retrieved_to_pb(retrieved), "answer")
@@ -104,7 +121,9 @@ impl Engram {
         &self,
         request: Request<pb::SearchHistoryRequest>,
     ) -> Result<Response<pb::SearchHistoryResponse>, Status> {
-        auth::authorize(&self.engine, &request, &request.get_ref().agent_id, "").await?;
+        let r = request.get_ref();
+        self.authorize_agent_or_user(&request, &r.agent_id, &r.user_id)
+            .await?;
         let req = convert::search_from_pb(request.into_inner()).map_err(from_engine)?;
         let page = self.engine.search(req).await.map_err(from_engine)?;
         let response = pb::SearchHistoryResponse {

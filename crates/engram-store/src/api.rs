@@ -136,6 +136,8 @@ pub struct Hit {
     pub before: Vec<RawTrace>,
     /// Up to `Search::neighbours` traces after it, oldest first.
     pub after: Vec<RawTrace>,
+    /// The conversation it is from, when searching a user's.
+    pub agent_id: Option<String>,
 }
 
 impl Hit {
@@ -148,6 +150,7 @@ impl Hit {
             matched_by: MatchedBy::AllWords,
             before: Vec::new(),
             after: Vec::new(),
+            agent_id: None,
         }
     }
 }

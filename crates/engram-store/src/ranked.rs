@@ -21,6 +21,25 @@ pub fn page_token(offset: usize) -> String {
     format!("k{offset}")
 }
 
+/// A search of a user's conversations: ranked, with a query, and no turn
+/// range (turns are numbered per conversation).
+pub fn check_user_search(search: &Search) -> std::result::Result<(), CoreError> {
+    if search.mode != crate::SearchMode::Ranked {
+        return Err(CoreError::Invalid(
+            "a search by user_id is RANKED: MATCH_ALL_WORDS searches one agent_id".into(),
+        ));
+    }
+    if search.query.trim().is_empty() {
+        return Err(CoreError::Invalid(crate::search::EMPTY_QUERY.into()));
+    }
+    if search.turns.is_some() {
+        return Err(CoreError::Invalid(
+            "from_turn_id and to_turn_id are one conversation's; with user_id, narrow by from_ts and to_ts".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Where a ranked page starts, from its token.
 pub fn offset(token: Option<&str>) -> std::result::Result<usize, CoreError> {
     let Some(token) = token else { return Ok(0) };

@@ -133,6 +133,11 @@ pub trait Searches {
     /// (the index caught up first: every acknowledged write is searchable),
     /// or every word of the query, newest first.
     async fn search(&self, id: &AgentId, search: &Search) -> Result<SearchPage>;
+
+    /// A ranked page over every conversation of `user` (traces only; each
+    /// hit names its agent). INVALID_ARGUMENT for MATCH_ALL_WORDS or a turn
+    /// range, which are one agent's.
+    async fn search_user(&self, user: &UserId, search: &Search) -> Result<SearchPage>;
 }
 
 /// Memories of every kind ranked for a text (Retrieve, recall).

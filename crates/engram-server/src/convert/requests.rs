@@ -73,6 +73,7 @@ pub fn prepared_to_pb(p: Prepared) -> pb::PrepareRequestResponse {
 pub fn retrieve_from_pb(req: pb::RetrieveRequest) -> RetrieveRequest {
     RetrieveRequest {
         agent_id: req.agent_id,
+        user_id: req.user_id,
         max_episodic: req.max_episodic,
         max_semantic: req.max_semantic,
         raw_tail_turns: req.raw_tail_turns,

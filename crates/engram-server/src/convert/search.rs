@@ -30,6 +30,7 @@ pub fn search_from_pb(req: pb::SearchHistoryRequest) -> Result<SearchRequest, En
         .collect::<Result<Vec<_>, _>>()?;
     Ok(SearchRequest {
         agent_id: req.agent_id,
+        user_id: req.user_id,
         query: req.query,
         mode,
         trace_types,
@@ -64,6 +65,7 @@ pub fn hit_into_pb(h: Hit) -> pb::SearchMatch {
         matched_by: matched_by_pb(h.matched_by),
         context_before: h.before.into_iter().map(trace_into_pb).collect(),
         context_after: h.after.into_iter().map(trace_into_pb).collect(),
+        agent_id: h.agent_id.unwrap_or_default(),
     }
 }
 

@@ -248,6 +248,18 @@ async fn tokens_scoped_by_users_cover_their_agents_only() {
     .await
     .unwrap();
 
+    // Searching a user's conversations: a covered user's only.
+    let search = |user_id: &str| pb::SearchHistoryRequest {
+        user_id: user_id.into(),
+        query: "hi".into(),
+        ..Default::default()
+    };
+    acme.search_history(search("acme-ana")).await.unwrap();
+    denied(
+        acme.search_history(search("other-bo")).await,
+        "another user's conversations",
+    );
+
     // Listing: a covered user's agents; nothing of another user's.
     let list = |user_id: &str| pb::ListAgentsRequest {
         user_id: user_id.into(),

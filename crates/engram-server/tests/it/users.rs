@@ -321,4 +321,69 @@ async fn a_new_conversation_recalls_the_users_earlier_one() {
         p.recalled
     );
     assert!(p.recalled.iter().any(|r| r.agent_id == "trip"));
+
+    // SearchHistory and Retrieve across the user's conversations.
+    let found = c
+        .search_history(pb::SearchHistoryRequest {
+            user_id: "ana".into(),
+            query: "kayak ferry".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let hits: Vec<(&str, &str)> = found
+        .matches
+        .iter()
+        .map(|m| {
+            (
+                m.agent_id.as_str(),
+                m.trace.as_ref().unwrap().content.as_str(),
+            )
+        })
+        .collect();
+    assert!(
+        hits.contains(&("trip", "The kayak ferry leaves Bodø at nine.")),
+        "{hits:?}"
+    );
+    assert!(
+        hits.iter()
+            .any(|(a, t)| *a == "next" && t.contains("When does my kayak ferry")),
+        "{hits:?}"
+    );
+    let retrieved = c
+        .retrieve(pb::RetrieveRequest {
+            user_id: "ana".into(),
+            query: "kayak tour".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        retrieved.recalled.iter().any(|r| r.agent_id == "trip"),
+        "{:?}",
+        retrieved.recalled
+    );
+    assert!(
+        !retrieved.bundle.unwrap().episodic.is_empty(),
+        "the last conversation's summary"
+    );
+    for bad in [
+        pb::SearchHistoryRequest {
+            user_id: "ana".into(),
+            query: "kayak".into(),
+            mode: pb::SearchMode::MatchAllWords.into(),
+            ..Default::default()
+        },
+        pb::SearchHistoryRequest {
+            user_id: "ana".into(),
+            agent_id: "trip".into(),
+            query: "kayak".into(),
+            ..Default::default()
+        },
+    ] {
+        let err = c.search_history(bad).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    }
 }

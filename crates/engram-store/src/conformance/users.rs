@@ -499,6 +499,34 @@ pub async fn recall_spans_a_users_conversations<H: Harness>(h: &H) {
         true,
     );
 
+    // SearchHistory across the user's conversations: traces, named.
+    let search = crate::Search {
+        query: "kayak ferry".into(),
+        limit: 10,
+        ..crate::Search::default()
+    };
+    let page = store.search_user(&ana, &search).await.unwrap();
+    let hits: Vec<(Option<&str>, &str)> = page
+        .hits
+        .iter()
+        .map(|h| (h.agent_id.as_deref(), h.trace.content.as_str()))
+        .collect();
+    assert!(
+        hits.contains(&(Some("trip"), "The kayak ferry to Lofoten leaves at nine")),
+        "{hits:?}"
+    );
+    assert!(
+        hits.iter().all(|(a, _)| matches!(a, Some("trip" | "now"))),
+        "{hits:?}"
+    );
+    let all_words = crate::Search {
+        mode: crate::SearchMode::AllWords,
+        ..search.clone()
+    };
+    assert!(super::is_invalid(
+        &store.search_user(&ana, &all_words).await
+    ));
+
     let store = h.reopen(store).await;
     check(
         &store
