@@ -14,6 +14,7 @@ mod hostile;
 mod ingest;
 mod prepare;
 mod recall;
+mod users;
 
 // The allocator engramd uses, so in-process measurements match the binary
 // (and echo gets it too: the ratio compares like with like).
@@ -41,6 +42,8 @@ enum Command {
     Hostile(hostile::Args),
     /// Evidence recall on LoCoMo: ranked search vs a plain BM25.
     Recall(recall::Args),
+    /// A new conversation's first prompt, by how many the user had before.
+    Users(users::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -50,5 +53,6 @@ fn main() -> anyhow::Result<()> {
         Command::Compact(args) => compact::run(args),
         Command::Hostile(args) => hostile::run(args),
         Command::Recall(args) => recall::run(args),
+        Command::Users(args) => users::run(args),
     }
 }

@@ -52,7 +52,7 @@ pub struct Args {
 }
 
 /// About 200 tokens of varied English-like text.
-fn text(seed: usize) -> String {
+pub(crate) fn text(seed: usize) -> String {
     const WORDS: &[&str] = &[
         "agent",
         "memory",

@@ -44,7 +44,7 @@ pub(crate) const BATCH: usize = 4096;
 /// How far the index has read the agent's files.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Cursor {
-    epoch: u32,
+    pub epoch: u32,
     active: usize,
     episodic: usize,
     semantic: usize,

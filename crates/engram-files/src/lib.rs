@@ -43,6 +43,7 @@ mod search;
 mod user_facts;
 mod user_index;
 mod user_rank;
+mod user_sync;
 mod users;
 pub mod wal;
 mod write;

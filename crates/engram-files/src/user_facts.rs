@@ -17,7 +17,7 @@ use engram_store::UserMemory;
 use crate::jsonl::{self, append_sync};
 use crate::{FileStore, Result, StoreError};
 
-const FACTS: &str = "facts.jsonl";
+pub(crate) const FACTS: &str = "facts.jsonl";
 const LAST: &str = "last_conversation.json";
 
 /// The last version of each fact in `path`, in the order facts first

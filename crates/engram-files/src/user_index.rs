@@ -24,7 +24,6 @@ use std::path::Path;
 use std::sync::Arc;
 
 use engram_core::users::UserFact;
-use engram_core::{AgentId, UserId};
 use engram_index::{Embedded, Item, Lexical, Vectors};
 use engram_store::items::{episodic_item, semantic_item, trace_item};
 use serde::{Deserialize, Serialize};
@@ -32,10 +31,9 @@ use tokio::sync::Mutex as AsyncMutex;
 
 use crate::agent::{EPISODIC, RAW_ARCHIVE, RAW_TRACES};
 use crate::index::{
-    BATCH, Cursor, Delta, INDEX_DIR, ModelId, VECTORS_FILE, blocking, delta, index_error,
-    read_archive,
+    BATCH, Cursor, Delta, INDEX_DIR, ModelId, VECTORS_FILE, index_error, read_archive,
 };
-use crate::{FileStore, Result, StoreError};
+use crate::{Result, StoreError};
 
 /// What this version indexes; another is read again from the start.
 const FORMAT: u32 = 1;
@@ -61,13 +59,13 @@ pub(crate) fn range(ordinal: u32) -> (u64, u64) {
 /// An agent's file lengths: what changed while nobody told the index.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Stamp {
-    raw: u64,
-    archive: u64,
-    episodic: u64,
+    pub raw: u64,
+    pub archive: u64,
+    pub episodic: u64,
 }
 
 impl Stamp {
-    fn of(agent_dir: &Path) -> Self {
+    pub fn of(agent_dir: &Path) -> Self {
         let len = |name: &str| std::fs::metadata(agent_dir.join(name)).map_or(0, |m| m.len());
         Self {
             raw: len(RAW_TRACES),
@@ -131,7 +129,7 @@ pub(crate) fn split_key(key: &str) -> (Option<&str>, &str) {
 }
 
 impl UserIndex {
-    fn open(user_dir: &Path, model: Option<&ModelId>) -> Result<Self> {
+    pub fn open(user_dir: &Path, model: Option<&ModelId>) -> Result<Self> {
         let dir = user_dir.join(INDEX_DIR);
         std::fs::create_dir_all(&dir).map_err(StoreError::io("creating", &dir))?;
         let opened = Lexical::open(&dir).and_then(|lexical| {
@@ -213,6 +211,11 @@ impl UserIndex {
         self.payload.agents.get(agent).map(|m| m.ordinal)
     }
 
+    /// Length of the facts file last read.
+    pub fn facts_len(&self) -> u64 {
+        self.payload.facts
+    }
+
     /// Each conversation by its ordinal.
     pub fn agents_by_ordinal(&self) -> HashMap<u32, String> {
         let agents = self.payload.agents.iter();
@@ -220,13 +223,13 @@ impl UserIndex {
     }
 
     /// How far `agent` was read (none: from the start).
-    fn cursor(&self, agent: &str) -> Option<Cursor> {
+    pub fn cursor(&self, agent: &str) -> Option<Cursor> {
         self.payload.agents.get(agent).and_then(|m| m.cursor)
     }
 
     /// Reads `delta` of `agent` (whose directory is `agent_dir`) in, with
     /// the vectors its own index has, and commits.
-    fn mirror(
+    pub fn mirror(
         &mut self,
         agent: &str,
         agent_dir: &Path,
@@ -341,7 +344,7 @@ impl UserIndex {
 
     /// Drops `agent` (deleted, or no longer the user's): its items, its
     /// vectors, its place.
-    fn forget(&mut self, agent: &str) -> Result<()> {
+    pub fn forget(&mut self, agent: &str) -> Result<()> {
         let Some(m) = self.payload.agents.remove(agent) else {
             return Ok(());
         };
@@ -358,7 +361,7 @@ impl UserIndex {
 
     /// Takes in the user's facts as `facts` (the last version of each)
     /// holds them, read at `len` bytes of their file.
-    fn mirror_facts(&mut self, facts: &[UserFact], len: u64) -> Result<()> {
+    pub fn mirror_facts(&mut self, facts: &[UserFact], len: u64) -> Result<()> {
         if len == self.payload.facts {
             return Ok(());
         }
@@ -420,197 +423,4 @@ impl UserIndex {
 
 fn vectors_write(vectors: &mut Vectors, add: &[Embedded], remove: &[&str]) -> Result<()> {
     vectors.write(add, remove).map_err(index_error)
-}
-
-impl FileStore {
-    /// The slot of `user`'s index (opened at its first use).
-    pub(crate) fn user_slot(&self, user: &UserId) -> UserSlot {
-        let mut slots = engram_store::lock(&self.inner.user_indexes);
-        Arc::clone(slots.entry(user.clone()).or_default())
-    }
-
-    /// Notes that agent `id` changed, for its user's index (an agent of no
-    /// user, or one not seen with its user yet, is nobody's business here:
-    /// its user's index finds it by its marker and stamp).
-    pub(crate) fn note_change(&self, id: &AgentId) {
-        let user = engram_store::lock(&self.inner.agent_users).get(id).cloned();
-        if let Some(user) = user {
-            self.note_change_of(&user, id);
-        }
-    }
-
-    /// Notes that agent `id` of `user` changed (or went).
-    pub(crate) fn note_change_of(&self, user: &UserId, id: &AgentId) {
-        let mut dirty = engram_store::lock(&self.inner.user_dirty);
-        dirty.entry(user.clone()).or_default().insert(id.clone());
-    }
-
-    /// Remembers that `id` belongs to `user` (loaded or bound).
-    pub(crate) fn note_user(&self, id: &AgentId, user: &str) {
-        if let Ok(user) = UserId::parse(user) {
-            engram_store::lock(&self.inner.agent_users).insert(id.clone(), user);
-        }
-    }
-
-    /// Brings `user`'s index up to date with every acknowledged write of
-    /// the user's agents and facts, opening it (and checking every agent
-    /// against what it recorded) at first use.
-    pub(crate) async fn user_caught_up(&self, user: &UserId) -> Result<()> {
-        let slot = self.user_slot(user);
-        let opened = slot.lock().await.is_some();
-        if !opened {
-            self.open_user_index(user, &slot).await?;
-        }
-        self.mirror_user_facts(user, &slot).await?;
-        let mut dirty: Vec<AgentId> = engram_store::lock(&self.inner.user_dirty)
-            .remove(user)
-            .map(|d| d.into_iter().collect())
-            .unwrap_or_default();
-        let waiting = match slot.lock().await.as_ref() {
-            Some(index) => index.waiting_for_vectors(),
-            None => vec![],
-        };
-        for agent in waiting {
-            if let Ok(id) = AgentId::parse(&agent)
-                && !dirty.contains(&id)
-                && engram_store::lock(&self.inner.agents).contains_key(&id)
-            {
-                // Loaded: its own index may have embedded them by now.
-                dirty.push(id);
-            }
-        }
-        dirty.sort();
-        for id in dirty {
-            if let Err(e) = self.mirror_agent(user, &id, &slot).await {
-                // Told again, so a later search tries again.
-                engram_store::lock(&self.inner.user_dirty)
-                    .entry(user.clone())
-                    .or_default()
-                    .insert(id);
-                return Err(e);
-            }
-        }
-        Ok(())
-    }
-
-    /// Opens `user`'s index and notes as changed every agent of the user
-    /// whose files it has not read as they are.
-    async fn open_user_index(&self, user: &UserId, slot: &UserSlot) -> Result<()> {
-        let dir = self.user_dir(user);
-        let agents_dir = self.inner.agents_dir.clone();
-        let model = self.model_id();
-        let mut guard = slot.lock().await;
-        if guard.is_some() {
-            return Ok(());
-        }
-        let (index, stale) = blocking(move || {
-            let index = UserIndex::open(&dir, model.as_ref())?;
-            let mut known: HashMap<String, Stamp> = index.stamps().into_iter().collect();
-            for marked in crate::users::marked(&dir.join(crate::users::AGENTS))? {
-                known.entry(marked.to_string()).or_insert(Stamp {
-                    raw: u64::MAX,
-                    ..Stamp::default()
-                });
-            }
-            let stale: Vec<String> = known
-                .into_iter()
-                .filter(|(agent, stamp)| Stamp::of(&agents_dir.join(agent)) != *stamp)
-                .map(|(agent, _)| agent)
-                .collect();
-            Ok((index, stale))
-        })
-        .await?;
-        *guard = Some(index);
-        drop(guard);
-        let mut dirty = engram_store::lock(&self.inner.user_dirty);
-        let mine = dirty.entry(user.clone()).or_default();
-        mine.extend(stale.iter().filter_map(|a| AgentId::parse(a).ok()));
-        Ok(())
-    }
-
-    /// Reads the user's facts into its index when their file changed.
-    async fn mirror_user_facts(&self, user: &UserId, slot: &UserSlot) -> Result<()> {
-        // Read under the user's lock (a fold appends to the file), which
-        // is released before the index's is taken.
-        let Some((facts, len)) = self.read_user_facts(user).await? else {
-            return Ok(());
-        };
-        let mut guard = Arc::clone(slot).lock_owned().await;
-        if guard.is_none() {
-            return Ok(()); // erased meanwhile
-        }
-        blocking(move || {
-            let index = guard.as_mut().expect("open");
-            index.mirror_facts(&facts, len)
-        })
-        .await
-    }
-
-    /// Reads agent `id`'s changes into `user`'s index, with the vectors
-    /// its own index has; forgets it if it is gone or not the user's.
-    async fn mirror_agent(&self, user: &UserId, id: &AgentId, slot: &UserSlot) -> Result<()> {
-        let current = match self.existing_handle(id) {
-            Ok(handle) => self
-                .caught_up_with(id, Arc::clone(&handle))
-                .await
-                .map(|c| (c, handle)),
-            Err(e) => Err(e),
-        };
-        let (current, handle) = match current {
-            Ok(c) => c,
-            Err(StoreError::NotFound(_)) => return self.forget_in_user_index(id, slot).await,
-            Err(e) => return Err(e),
-        };
-        let mut guard = Arc::clone(slot).lock_owned().await;
-        let Some(index) = guard.as_ref() else {
-            return Ok(()); // erased meanwhile
-        };
-        let from = index.cursor(id.as_str());
-        let read = self
-            .read_through(id, &handle, |state| {
-                (state.meta.user_id.clone(), delta(state, from))
-            })
-            .await;
-        let (owner, delta) = match read {
-            Ok(read) => read,
-            Err(StoreError::NotFound(_)) => (None, None),
-            Err(e) => return Err(e),
-        };
-        let agent_dir = self.agent_dir(id);
-        let agent = id.to_string();
-        let mine = owner.as_deref() == Some(user.as_str());
-        blocking(move || {
-            let mut current = current;
-            let own = current.index().vectors.as_ref();
-            let index = guard.as_mut().expect("open");
-            if mine {
-                index.mirror(&agent, &agent_dir, delta, own)
-            } else {
-                index.forget(&agent)
-            }
-        })
-        .await
-    }
-
-    async fn forget_in_user_index(&self, id: &AgentId, slot: &UserSlot) -> Result<()> {
-        let mut guard = Arc::clone(slot).lock_owned().await;
-        let agent = id.to_string();
-        blocking(move || match guard.as_mut() {
-            Some(index) => index.forget(&agent),
-            None => Ok(()),
-        })
-        .await
-    }
-
-    /// Closes `user`'s index (DeleteUser: under the user's lock, before its
-    /// directory goes).
-    pub(crate) async fn close_user_index(&self, user: &UserId) -> Result<()> {
-        let slot = self.user_slot(user);
-        let mut guard = slot.lock().await;
-        if let Some(index) = guard.take() {
-            blocking(move || index.close()).await?;
-        }
-        engram_store::lock(&self.inner.user_dirty).remove(user);
-        Ok(())
-    }
 }

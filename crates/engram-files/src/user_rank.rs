@@ -44,17 +44,20 @@ impl FileStore {
                 .wait_embedded(id, std::time::Instant::now() + wait)
                 .await;
         }
-        // Where the current conversation's active transcript starts.
-        let first_active = match current {
-            Some(id) if query.archived_only => {
-                match self.read(id, |s| s.traces.first().map(trace_order)).await {
-                    Ok(first) => first,
-                    Err(crate::StoreError::NotFound(_)) => None,
+        // Where the current conversation's active transcript starts, and
+        // its epoch.
+        let (first_active, epoch) = match current {
+            Some(id) => {
+                let read = self.read(id, |s| (s.traces.first().map(trace_order), s.meta.epoch));
+                match read.await {
+                    Ok((first, epoch)) => (first.filter(|_| query.archived_only), Some(epoch)),
+                    Err(crate::StoreError::NotFound(_)) => (None, None),
                     Err(e) => return Err(e),
                 }
             }
-            _ => None,
+            None => (None, None),
         };
+        let hidden_current = current.zip(epoch).filter(|_| query.archived_only);
         let asked = query.clone();
         let own = current.map(|c| c.to_string());
         let wants = move |index: &UserIndex| {
@@ -69,7 +72,8 @@ impl FileStore {
         };
         let context = query.neighbours.min(MAX_CONTEXT);
         let current = current.map(|c| c.to_string());
-        self.user_ranked(user, &query.query, current, wants, move |r| {
+        let caught_up = self.user_caught_up(user, hidden_current);
+        self.user_ranked(user, &query.query, caught_up, current, wants, move |r| {
             let mut ranked = r.ranked.into_iter();
             let (all, episodic, semantic) = (
                 ranked.next().unwrap_or_default(),
@@ -115,7 +119,8 @@ impl FileStore {
         };
         let context = search.neighbours.min(MAX_CONTEXT);
         let wants = move |_: &UserIndex| vec![(filter, end + 1)];
-        self.user_ranked(user, &search.query, None, wants, move |r| {
+        let caught_up = self.user_caught_up(user, None);
+        self.user_ranked(user, &search.query, caught_up, None, wants, move |r| {
             let ranked = r.ranked.into_iter().next().unwrap_or_default();
             let more = ranked.len() > end;
             let mut hits = Vec::new();
@@ -151,11 +156,12 @@ impl FileStore {
         &self,
         user: &UserId,
         text: &str,
+        caught_up: impl std::future::Future<Output = Result<()>>,
         current: Option<String>,
         wants: impl FnOnce(&UserIndex) -> Vec<Want> + Send + 'static,
         work: impl FnOnce(Ranking<'_>) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        self.user_caught_up(user).await?;
+        caught_up.await?;
         let slot = self.user_slot(user);
         let guard = Arc::clone(&slot).lock_owned().await;
         let text = text.to_owned();
