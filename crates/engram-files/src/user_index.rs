@@ -235,6 +235,7 @@ impl UserIndex {
         agent_dir: &Path,
         delta: Option<Delta>,
         own: Option<&Vectors>,
+        stamp: Stamp,
     ) -> Result<()> {
         let ordinal = match self.payload.agents.get(agent) {
             Some(m) => m.ordinal,
@@ -280,7 +281,6 @@ impl UserIndex {
             to = Some(delta.to);
         }
         self.copy_vectors(agent, own)?;
-        let stamp = Stamp::of(agent_dir);
         if let Some(m) = self.payload.agents.get_mut(agent) {
             m.cursor = to;
             m.stamp = stamp;

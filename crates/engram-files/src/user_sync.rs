@@ -113,6 +113,10 @@ impl FileStore {
     /// whose files it has not read as they are.
     async fn open_user_index(&self, user: &UserId, slot: &UserSlot) -> Result<()> {
         let dir = self.user_dir(user);
+        if !crate::offload(|| dir.is_dir()) {
+            // A user with nothing (or erased): no index is made for it.
+            return Ok(());
+        }
         let agents_dir = self.inner.agents_dir.clone();
         let model = self.model_id();
         let mut guard = slot.lock().await;
@@ -188,21 +192,28 @@ impl FileStore {
             Err(StoreError::NotFound(_)) => return self.forget_in_user_index(id, slot).await,
             Err(e) => return Err(e),
         };
-        let mut guard = Arc::clone(slot).lock_owned().await;
-        let Some(index) = guard.as_ref() else {
+        // Mirrors of one agent go one at a time: each holds the agent's
+        // index slot (`current`), so the cursor read here is still the
+        // index's when the delta read next is applied.
+        let Some(from) = slot.lock().await.as_ref().map(|i| i.cursor(id.as_str())) else {
             return Ok(()); // erased meanwhile
         };
-        let from = index.cursor(id.as_str());
+        // The delta and the files' lengths, as one state of the agent.
         let read = self
             .read_through(id, &handle, |state| {
-                (state.meta.user_id.clone(), delta(state, from))
+                let stamp = Stamp::of(&state.dir);
+                (state.meta.user_id.clone(), delta(state, from), stamp)
             })
             .await;
-        let (owner, delta) = match read {
+        let (owner, delta, stamp) = match read {
             Ok(read) => read,
-            Err(StoreError::NotFound(_)) => (None, None),
+            Err(StoreError::NotFound(_)) => (None, None, Stamp::default()),
             Err(e) => return Err(e),
         };
+        let mut guard = Arc::clone(slot).lock_owned().await;
+        if guard.is_none() {
+            return Ok(()); // erased meanwhile
+        }
         let agent_dir = self.agent_dir(id);
         let agent = id.to_string();
         let mine = owner.as_deref() == Some(user.as_str());
@@ -211,7 +222,7 @@ impl FileStore {
             let own = current.index().vectors.as_ref();
             let index = guard.as_mut().expect("open");
             if mine {
-                index.mirror(&agent, &agent_dir, delta, own)
+                index.mirror(&agent, &agent_dir, delta, own, stamp)
             } else {
                 index.forget(&agent)
             }
