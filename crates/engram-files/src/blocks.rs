@@ -190,7 +190,7 @@ impl FileStore {
                 continue;
             }
             let settings = state.settings_for(user, None)?;
-            if let Some(user) = crate::users::binds(&state.meta, settings.as_ref()) {
+            if let Some(user) = state.meta.binds(settings.as_ref()) {
                 self.mark_user(user, id).await?;
             }
             let scope = Scope::Agent(id.clone());

@@ -18,12 +18,6 @@ use crate::{FileStore, Result, StoreError, TRASH_PREFIX, jsonl};
 
 pub(crate) const AGENTS: &str = "agents";
 
-/// The user a write's new settings bind the agent to, if they do.
-pub(crate) fn binds<'a>(before: &AgentMeta, after: Option<&'a AgentMeta>) -> Option<&'a str> {
-    let user = after?.user_id.as_deref()?;
-    (before.user_id.as_deref() != Some(user)).then_some(user)
-}
-
 impl FileStore {
     /// Records that `agent` is about to be bound to `user` (durably),
     /// before its settings say so.

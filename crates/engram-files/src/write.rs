@@ -32,7 +32,7 @@ impl Writes for FileStore {
                 continue; // deleted while we waited: start over on a fresh agent
             }
             let settings = state.settings_for(user, None)?;
-            if let Some(user) = crate::users::binds(&state.meta, settings.as_ref()) {
+            if let Some(user) = state.meta.binds(settings.as_ref()) {
                 self.mark_user(user, id).await?;
             }
             let traces = with_settings(state, id, settings, |state| {
@@ -93,7 +93,7 @@ impl Writes for FileStore {
             }
             input.check_model(state.tracker.last_model())?;
             let settings = state.settings_for(input.user, input.system_prompt)?;
-            if let Some(user) = crate::users::binds(&state.meta, settings.as_ref()) {
+            if let Some(user) = state.meta.binds(settings.as_ref()) {
                 self.mark_user(user, id).await?;
             }
             let user_trace = with_settings(state, id, settings, |state| match &input.user_input {

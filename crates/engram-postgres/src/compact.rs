@@ -156,31 +156,7 @@ impl Compacts for PgStore {
         let Some((meta, hidden)) = cached.derived.microcompact_meta(keep_turns) else {
             return Ok(None);
         };
-        let row: std::result::Result<(i64, i64), _> = sqlx::query_as(
-            "UPDATE agents SET meta = $2, version = version + 1, generation = generation + 1
-             WHERE id = $1 RETURNING version, generation",
-        )
-        .bind(id.as_str())
-        .bind(crate::meta_json(&meta))
-        .fetch_one(&mut *tx)
-        .await;
-        let committed = match row {
-            Ok(row) => tx.commit().await.map(|()| row),
-            Err(e) => Err(e),
-        };
-        let (version, generation) = match committed {
-            Ok(row) => row,
-            Err(e) => {
-                // Committed or not, unknown: the next call reloads.
-                *slot = None;
-                return Err(db("microcompacting")(e));
-            }
-        };
-        let cached = slot.as_mut().expect("current");
-        cached.derived.meta = meta;
-        engram_store::drop_later(cached.derived.rebuild_epoch());
-        cached.version = version;
-        cached.generation = generation;
+        let cached = new_epoch(tx, id, &mut slot, meta, "microcompacting").await?;
         tracing::info!(agent = %id, hidden, "microcompacted old tool results");
         Ok(Some(Microcompacted {
             hidden,
@@ -321,4 +297,42 @@ async fn upsert_memory(
     .await
     .map_err(db("storing a memory"))?;
     Ok(())
+}
+
+/// Stores `meta`, which starts a new transcript (microcompact, the first
+/// epoch's start), in `tx` as a new generation (every replica's cache
+/// rebuilds its transcript), commits, and adopts it in `slot`. An error
+/// leaves the cache to be reloaded (committed or not, unknown).
+pub(crate) async fn new_epoch<'s>(
+    mut tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    id: &AgentId,
+    slot: &'s mut crate::cache::Slot<'_>,
+    meta: engram_store::AgentMeta,
+    what: &'static str,
+) -> Result<&'s mut crate::cache::Cached> {
+    let row: std::result::Result<(i64, i64), _> = sqlx::query_as(
+        "UPDATE agents SET meta = $2, version = version + 1, generation = generation + 1
+         WHERE id = $1 RETURNING version, generation",
+    )
+    .bind(id.as_str())
+    .bind(crate::meta_json(&meta))
+    .fetch_one(&mut *tx)
+    .await;
+    let committed = match row {
+        Ok(row) => tx.commit().await.map(|()| row),
+        Err(e) => Err(e),
+    };
+    let (version, generation) = match committed {
+        Ok(row) => row,
+        Err(e) => {
+            **slot = None;
+            return Err(db(what)(e));
+        }
+    };
+    let cached = slot.as_mut().expect("current");
+    cached.derived.meta = meta;
+    engram_store::drop_later(cached.derived.rebuild_epoch());
+    cached.version = version;
+    cached.generation = generation;
+    Ok(cached)
 }

@@ -126,36 +126,13 @@ impl PgStore {
     ) -> Result<Option<engram_store::AgentContext>> {
         let handle = self.handle(id.as_str());
         let mut slot = handle.lock().await;
-        let mut tx = self.lock_existing(id, &mut slot).await?;
+        let tx = self.lock_existing(id, &mut slot).await?;
         let cached = slot.as_mut().expect("current");
         let Some(meta) = cached.derived.first_epoch_meta(snapshot) else {
             return Ok(None);
         };
-        let row: std::result::Result<(i64, i64), _> = sqlx::query_as(
-            "UPDATE agents SET meta = $2, version = version + 1, generation = generation + 1
-             WHERE id = $1 RETURNING version, generation",
-        )
-        .bind(id.as_str())
-        .bind(crate::meta_json(&meta))
-        .fetch_one(&mut *tx)
-        .await;
-        let committed = match row {
-            Ok(row) => tx.commit().await.map(|()| row),
-            Err(e) => Err(e),
-        };
-        let (version, generation) = match committed {
-            Ok(row) => row,
-            Err(e) => {
-                // Committed or not, unknown: the next call reloads.
-                *slot = None;
-                return Err(db("starting a conversation")(e));
-            }
-        };
-        let cached = slot.as_mut().expect("current");
-        cached.derived.meta = meta;
-        engram_store::drop_later(cached.derived.rebuild_epoch());
-        cached.version = version;
-        cached.generation = generation;
+        let cached =
+            crate::compact::new_epoch(tx, id, &mut slot, meta, "starting a conversation").await?;
         Ok(Some(crate::read::context_of(cached)))
     }
 }

@@ -84,6 +84,15 @@ pub struct AgentMeta {
     pub first_epoch_started: bool,
 }
 
+impl AgentMeta {
+    /// The user that `after` (a write's new settings) binds the agent to,
+    /// if it does: a store marks the binding before it stores them.
+    pub fn binds<'a>(&self, after: Option<&'a AgentMeta>) -> Option<&'a str> {
+        let user = after?.user_id.as_deref()?;
+        (self.user_id.as_deref() != Some(user)).then_some(user)
+    }
+}
+
 /// What an agent is, derived from its records.
 #[derive(Debug)]
 pub struct Derived {
