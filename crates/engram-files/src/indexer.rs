@@ -89,7 +89,11 @@ impl FileStore {
                 if let Some(indexer) = &store.inner.indexer {
                     engram_store::lock(&indexer.queued).remove(&id);
                 }
-                if let Err(e) = store.embed_pending(&id).await {
+                let embedded = store.embed_pending(&id).await;
+                // Its user's index reads it in now, not at the user's next
+                // prompt (which would pay for it).
+                store.user_catch_up_later(&id).await;
+                if let Err(e) = embedded {
                     tracing::warn!(agent = %id, error = %e, "embedding failed; retrying later");
                     let store = store.clone();
                     tokio::spawn(async move {

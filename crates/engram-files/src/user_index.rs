@@ -15,9 +15,10 @@
 //! What changed is known from the writes (`FileStore::note_change`, in
 //! memory), and at open from the agents' file lengths ([`Stamp`]) against
 //! those this index recorded: an agent written while the index was not
-//! told (a crash, a restart) is read again. Lock order: an agent's index
-//! slot, then the agent, then the user's index slot; the user's blocks lock
-//! is never held with the user's index slot except by DeleteUser.
+//! told (a crash, a restart) is read again. Lock order: the user's index
+//! slot, an agent's index slot (only tried, never waited for), the agent;
+//! the user's blocks lock is never held with the user's index slot except
+//! by DeleteUser, which takes it first.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;

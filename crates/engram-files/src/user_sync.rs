@@ -1,7 +1,7 @@
 //! Keeping a user's index current (`user_index`): which agents changed
-//! (noted by the writes, and at open by the agents' file lengths), and
-//! reading each into the index under the lock order an agent's index slot,
-//! the agent, the user's index slot.
+//! (noted by the writes and the indexer, and at open by the agents' file
+//! lengths), and reading each into the index under the lock order the
+//! user's index slot, an agent's index slot (never waited for), the agent.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,6 +33,17 @@ impl FileStore {
     pub(crate) fn note_change_of(&self, user: &UserId, id: &AgentId) {
         let mut dirty = engram_store::lock(&self.inner.user_dirty);
         dirty.entry(user.clone()).or_default().insert(id.clone());
+    }
+
+    /// Brings the index of `id`'s user (if it has one) up to date, in the
+    /// background work that calls it (the indexer, after embedding).
+    pub(crate) async fn user_catch_up_later(&self, id: &AgentId) {
+        let user = engram_store::lock(&self.inner.agent_users).get(id).cloned();
+        if let Some(user) = user
+            && let Err(e) = self.user_caught_up(&user, None).await
+        {
+            tracing::debug!(user = %user, error = %e, "a user's index was not caught up; its next search does it");
+        }
     }
 
     /// Remembers that `id` belongs to `user` (loaded or bound).
@@ -177,27 +188,24 @@ impl FileStore {
         .await
     }
 
-    /// Reads agent `id`'s changes into `user`'s index, with the vectors
-    /// its own index has; forgets it if it is gone or not the user's.
+    /// Reads agent `id`'s changes into `user`'s index, from its files as
+    /// loaded, with the vectors its own index has if that is open and free
+    /// (never opened or caught up here: that costs commits, and is the
+    /// agent's search's or indexer's work, after which the agent is noted
+    /// again); forgets it if it is gone or not the user's. Mirrors of a
+    /// user go one at a time, under its index's slot.
     async fn mirror_agent(&self, user: &UserId, id: &AgentId, slot: &UserSlot) -> Result<()> {
-        let current = match self.existing_handle(id) {
-            Ok(handle) => self
-                .caught_up_with(id, Arc::clone(&handle))
-                .await
-                .map(|c| (c, handle)),
-            Err(e) => Err(e),
-        };
-        let (current, handle) = match current {
-            Ok(c) => c,
+        let handle = match self.existing_handle(id) {
+            Ok(handle) => handle,
             Err(StoreError::NotFound(_)) => return self.forget_in_user_index(id, slot).await,
             Err(e) => return Err(e),
         };
-        // Mirrors of one agent go one at a time: each holds the agent's
-        // index slot (`current`), so the cursor read here is still the
-        // index's when the delta read next is applied.
-        let Some(from) = slot.lock().await.as_ref().map(|i| i.cursor(id.as_str())) else {
+        let mut guard = Arc::clone(slot).lock_owned().await;
+        let Some(from) = guard.as_ref().map(|i| i.cursor(id.as_str())) else {
             return Ok(()); // erased meanwhile
         };
+        // Not waited for: whoever holds it may be waiting for this agent.
+        let own = Arc::clone(&handle.index).try_lock_owned().ok();
         // The delta and the files' lengths, as one state of the agent.
         let read = self
             .read_through(id, &handle, |state| {
@@ -210,19 +218,17 @@ impl FileStore {
             Err(StoreError::NotFound(_)) => (None, None, Stamp::default()),
             Err(e) => return Err(e),
         };
-        let mut guard = Arc::clone(slot).lock_owned().await;
-        if guard.is_none() {
-            return Ok(()); // erased meanwhile
-        }
         let agent_dir = self.agent_dir(id);
         let agent = id.to_string();
         let mine = owner.as_deref() == Some(user.as_str());
         blocking(move || {
-            let mut current = current;
-            let own = current.index().vectors.as_ref();
+            let vectors = own
+                .as_ref()
+                .and_then(|o| o.as_ref())
+                .and_then(|i| i.vectors.as_ref());
             let index = guard.as_mut().expect("open");
             if mine {
-                index.mirror(&agent, &agent_dir, delta, own, stamp)
+                index.mirror(&agent, &agent_dir, delta, vectors, stamp)
             } else {
                 index.forget(&agent)
             }
