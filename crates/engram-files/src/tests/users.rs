@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use engram_core::blocks::{Change, Put, Scope};
 use engram_core::{NewEvent, UserId};
+use engram_store::Ranks;
 use engram_store::prelude::*;
 
 use super::{id, open};
@@ -106,4 +107,77 @@ async fn agents_bound_while_a_user_is_erased_are_erased_or_listed() {
             .is_none()
     );
     assert!(!dir.path().join("users/ana").exists());
+}
+
+/// A model for the indexer that needs no weights: a unit vector from the
+/// text's length.
+#[derive(Debug)]
+struct Lengths;
+
+impl engram_core::embed::Embedder for Lengths {
+    fn model(&self) -> &str {
+        "lengths"
+    }
+
+    fn dim(&self) -> usize {
+        2
+    }
+
+    fn embed<'a>(&'a self, texts: &'a [String]) -> engram_core::embed::EmbedFuture<'a> {
+        Box::pin(async move {
+            Ok(texts
+                .iter()
+                .map(|t| {
+                    let mut v = vec![1.0, t.len() as f32];
+                    engram_core::embed::normalize(&mut v);
+                    v
+                })
+                .collect())
+        })
+    }
+}
+
+/// What a conversation's own index embedded is copied into its user's
+/// index (not embedded again): once the indexer is done, the user's index
+/// holds a vector for every item, and across a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_index_copies_the_conversations_vectors() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = || crate::StoreConfig {
+        embedder: Some(Arc::new(Lengths)),
+        ..crate::StoreConfig::new(dir.path())
+    };
+    let store = crate::FileStore::open(config()).await.unwrap();
+    let ana = UserId::parse("ana").unwrap();
+    let a = id("vec-a");
+    for text in ["kayak trip", "ferry at nine", "red kayak"] {
+        store
+            .ingest(&a, &[NewEvent::user(text)], None, None, Some(&ana))
+            .await
+            .unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    store.wait_embedded(&a, deadline).await.unwrap();
+    let query = crate::MemoryQuery {
+        query: "kayak".into(),
+        limit: 10,
+        neighbours: 0,
+        wait_for_index: None,
+        archived_only: false,
+        episodic: 0,
+        semantic: 0,
+    };
+    let ranked = store.rank_user_memories(&ana, &query, None).await.unwrap();
+    assert_eq!((ranked.index.items, ranked.index.embedded), (3, 3));
+    assert!(
+        ranked
+            .memories
+            .iter()
+            .any(|m| m.matched_by == engram_store::MatchedBy::Both)
+    );
+    store.close().await;
+    drop(store);
+    let store = crate::FileStore::open(config()).await.unwrap();
+    let ranked = store.rank_user_memories(&ana, &query, None).await.unwrap();
+    assert_eq!((ranked.index.items, ranked.index.embedded), (3, 3));
 }
