@@ -401,10 +401,11 @@ impl UserIndex {
 
     fn commit(&mut self) -> Result<()> {
         let payload = serde_json::to_string(&self.payload).expect("a payload serializes");
-        self.lexical.commit(&payload).map_err(index_error)?;
-        // As an agent's index: a writer per burst, its merges finished
-        // here, under the slot (a DeleteUser removes the directory).
-        self.lexical.release_writer().map_err(index_error)
+        // The writer stays open, its merges running in the background:
+        // a prompt that reads a conversation in must not wait for them (a
+        // user's index is one per user, not per conversation). `close`,
+        // which DeleteUser calls before the directory goes, waits.
+        self.lexical.commit(&payload).map_err(index_error)
     }
 
     pub fn close(self) -> Result<()> {
