@@ -30,15 +30,23 @@ pub async fn add_known_facts(store: &dyn Store, agent: &AgentId, job: &mut Job) 
         }
     };
     let mut seen: HashSet<String> = job.known_facts.iter().map(|f| normalize(&f.fact)).collect();
-    for f in facts.into_iter().filter(|f| f.is_live()) {
-        if f.sources.iter().any(|s| s.agent_id == agent.as_str()) {
-            continue;
-        }
+    // The latest few: the summarizer's request must not grow with every
+    // conversation the user ever had (the rest are found by recall).
+    let mut others: Vec<_> = facts
+        .into_iter()
+        .filter(|f| f.is_live() && !f.sources.iter().any(|s| s.agent_id == agent.as_str()))
+        .collect();
+    others.sort_by(|a, b| b.fact.ts.total_cmp(&a.fact.ts));
+    for f in others.into_iter().take(MAX_KNOWN_FROM_USER) {
         if seen.insert(normalize(&f.fact.fact)) {
             job.known_facts.push(f.fact);
         }
     }
 }
+
+/// The user's facts from other conversations a summarizer is shown, at
+/// most (the most recent).
+const MAX_KNOWN_FROM_USER: usize = 50;
 
 /// Folds the agent's facts into its user's store. The agent keeps them in
 /// any case: a failure is logged and made good by its next compaction

@@ -292,9 +292,10 @@ impl UserIndex {
     /// Indexes `items` of `agent`, with the vectors its own index has.
     fn add(&mut self, agent: &str, items: Vec<Item>, own: Option<&Vectors>) -> Result<()> {
         self.lexical.upsert(&items).map_err(index_error)?;
-        if self.vectors.is_some() {
+        if let Some(vectors) = &self.vectors {
             let pending = self.unvectored.entry(agent.to_owned()).or_default();
-            for item in items {
+            // Read in again (after a compaction), an item keeps its vector.
+            for item in items.into_iter().filter(|i| !vectors.contains(&i.key)) {
                 let there = split_key(&item.key).1.to_owned();
                 pending.insert((item.key, there));
             }
