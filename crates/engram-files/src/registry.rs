@@ -172,6 +172,7 @@ impl Runtime for FileStore {
                         tracing::debug!(evicted = n, "unloaded idle agents");
                     }
                 }
+                store.catch_up_user_indexes().await;
             }
         })
     }

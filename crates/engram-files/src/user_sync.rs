@@ -46,6 +46,25 @@ impl FileStore {
         }
     }
 
+    /// Brings every open user index with changed agents up to date (the
+    /// upkeep's tick), so that a user's next prompt finds them read in
+    /// (without a model there is no indexer to do it after embedding).
+    pub(crate) async fn catch_up_user_indexes(&self) {
+        let users: Vec<UserId> = engram_store::lock(&self.inner.user_dirty)
+            .iter()
+            .filter(|(_, agents)| !agents.is_empty())
+            .map(|(user, _)| user.clone())
+            .collect();
+        for user in users {
+            let open = engram_store::lock(&self.inner.user_indexes)
+                .get(&user)
+                .is_some_and(|slot| slot.try_lock().is_ok_and(|s| s.is_some()));
+            if open && let Err(e) = self.user_caught_up(&user, None).await {
+                tracing::debug!(user = %user, error = %e, "a user's index was not caught up; its next search does it");
+            }
+        }
+    }
+
     /// Remembers that `id` belongs to `user` (loaded or bound).
     pub(crate) fn note_user(&self, id: &AgentId, user: &str) {
         if let Ok(user) = UserId::parse(user) {
