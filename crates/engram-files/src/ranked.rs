@@ -89,20 +89,8 @@ impl FileStore {
             let more = ranked.len() > end;
             let mut hits = Vec::new();
             for hit in ranked.iter().take(end).skip(from) {
-                let Some(found) = recalled(hit, lexical, r.first_active, context)? else {
-                    continue;
-                };
-                if let Memory::Trace { trace, archived } = found.memory {
-                    hits.push(Hit {
-                        agent_id: None,
-                        trace: *trace,
-                        archived,
-                        score: found.score,
-                        matched_by: found.matched_by,
-                        before: found.before,
-                        after: found.after,
-                    });
-                }
+                let found = recalled(hit, lexical, r.first_active, context)?;
+                hits.extend(found.and_then(Hit::of));
             }
             Ok(SearchPage {
                 hits,

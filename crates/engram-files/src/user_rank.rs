@@ -125,20 +125,7 @@ impl FileStore {
             let more = ranked.len() > end;
             let mut hits = Vec::new();
             for hit in ranked.iter().take(end).skip(from) {
-                let Some(found) = r.found.recalled(hit, context)? else {
-                    continue;
-                };
-                if let Memory::Trace { trace, archived } = found.memory {
-                    hits.push(Hit {
-                        trace: *trace,
-                        archived,
-                        score: found.score,
-                        matched_by: found.matched_by,
-                        before: found.before,
-                        after: found.after,
-                        agent_id: found.agent_id,
-                    });
-                }
+                hits.extend(r.found.recalled(hit, context)?.and_then(Hit::of));
             }
             Ok(SearchPage {
                 hits,

@@ -142,21 +142,7 @@ impl PgStore {
         let more = ranked.len() > end;
         let page: Vec<Ranked> = ranked.into_iter().take(end).skip(from).collect();
         let recalled = materialize(&mut conn, id.as_str(), &page, search.neighbours).await?;
-        let hits = recalled
-            .into_iter()
-            .filter_map(|r| match r.memory {
-                Memory::Trace { trace, archived } => Some(Hit {
-                    agent_id: None,
-                    trace: *trace,
-                    archived,
-                    score: r.score,
-                    matched_by: r.matched_by,
-                    before: r.before,
-                    after: r.after,
-                }),
-                _ => None,
-            })
-            .collect();
+        let hits = recalled.into_iter().filter_map(Hit::of).collect();
         Ok(SearchPage {
             hits,
             next_page_token: more.then(|| engram_store::ranked::page_token(end)),

@@ -141,6 +141,22 @@ pub struct Hit {
 }
 
 impl Hit {
+    /// A ranked trace as SearchHistory returns it (`None`: not a trace).
+    pub fn of(r: Recalled) -> Option<Self> {
+        match r.memory {
+            Memory::Trace { trace, archived } => Some(Self {
+                trace: *trace,
+                archived,
+                score: r.score,
+                matched_by: r.matched_by,
+                before: r.before,
+                after: r.after,
+                agent_id: r.agent_id,
+            }),
+            _ => None,
+        }
+    }
+
     /// A MATCH_ALL_WORDS match.
     pub fn all_words(trace: RawTrace, archived: bool) -> Self {
         Self {

@@ -24,6 +24,49 @@ fn put(value: &str) -> Change {
     })
 }
 
+/// Compacts `agent` (all but its last turn) into a summary of `summary`
+/// and the fact `fact`, and folds them into `user`'s memory, as the engine
+/// does after a compaction. Returns the fold.
+async fn compact_and_fold(
+    store: &dyn Store,
+    agent: &engram_core::AgentId,
+    user: &UserId,
+    summary: &str,
+    fact: &str,
+) -> engram_core::users::Folded {
+    let policy = Policy {
+        raw_tail_turns: 1,
+        max_episodic: 3,
+        max_semantic: 20,
+    };
+    let job = store
+        .begin_compaction(agent, policy)
+        .await
+        .unwrap()
+        .job()
+        .unwrap();
+    let summary = Summary {
+        episodic_summary: summary.into(),
+        tags: vec![],
+        salience: 0.5,
+        semantic_facts: vec![NewFact {
+            fact: fact.into(),
+            tags: vec![],
+            confidence: 0.9,
+            salience: 0.5,
+        }],
+    };
+    store
+        .finish_compaction(agent, job, summary, policy)
+        .await
+        .unwrap();
+    let bundle = store.bundle(agent, 0).await.unwrap();
+    store
+        .fold_into_user(user, agent, &bundle.semantic, &bundle.episodic)
+        .await
+        .unwrap()
+}
+
 /// An agent of `user` holding the secret in every kind of record: traces
 /// (active and archived), a summary and a fact, a block.
 async fn secret_agent(store: &dyn Store, agent: &str, user: &UserId) {
@@ -39,37 +82,14 @@ async fn secret_agent(store: &dyn Store, agent: &str, user: &UserId) {
         .await
         .unwrap();
     conversation(store, &a, 4).await;
-    let policy = Policy {
-        raw_tail_turns: 1,
-        max_episodic: 3,
-        max_semantic: 20,
-    };
-    let job = store
-        .begin_compaction(&a, policy)
-        .await
-        .unwrap()
-        .job()
-        .unwrap();
-    let summary = Summary {
-        episodic_summary: format!("Talked about the {SECRET}."),
-        tags: vec![],
-        salience: 0.5,
-        semantic_facts: vec![NewFact {
-            fact: format!("The user keeps a {SECRET}"),
-            tags: vec![],
-            confidence: 0.9,
-            salience: 0.5,
-        }],
-    };
-    store
-        .finish_compaction(&a, job, summary, policy)
-        .await
-        .unwrap();
-    let bundle = store.bundle(&a, 0).await.unwrap();
-    let folded = store
-        .fold_into_user(user, &a, &bundle.semantic, &bundle.episodic)
-        .await
-        .unwrap();
+    let folded = compact_and_fold(
+        store,
+        &a,
+        user,
+        &format!("Talked about the {SECRET}."),
+        &format!("The user keeps a {SECRET}"),
+    )
+    .await;
     assert_eq!(folded.added + folded.merged, 1);
     ingest(store, &a, &[NewEvent::user(format!("{SECRET} again"))]).await;
     store
@@ -380,37 +400,14 @@ pub async fn recall_spans_a_users_conversations<H: Harness>(h: &H) {
         said("trip", &format!("filler message number {n}"), None).await;
     }
     let a = id("trip");
-    let policy = Policy {
-        raw_tail_turns: 1,
-        max_episodic: 3,
-        max_semantic: 20,
-    };
-    let job = store
-        .begin_compaction(&a, policy)
-        .await
-        .unwrap()
-        .job()
-        .unwrap();
-    let summary = Summary {
-        episodic_summary: "Planned the kayak trip to Lofoten.".into(),
-        tags: vec![],
-        salience: 0.5,
-        semantic_facts: vec![NewFact {
-            fact: "The user owns a red kayak".into(),
-            tags: vec![],
-            confidence: 0.9,
-            salience: 0.5,
-        }],
-    };
-    store
-        .finish_compaction(&a, job, summary, policy)
-        .await
-        .unwrap();
-    let bundle = store.bundle(&a, 0).await.unwrap();
-    store
-        .fold_into_user(&ana, &a, &bundle.semantic, &bundle.episodic)
-        .await
-        .unwrap();
+    compact_and_fold(
+        &*store,
+        &a,
+        &ana,
+        "Planned the kayak trip to Lofoten.",
+        "The user owns a red kayak",
+    )
+    .await;
     said("trip", "The kayak ferry to Lofoten leaves at nine", None).await;
     said("now", "Which kayak did I say I own?", Some(&ana)).await;
     said(
