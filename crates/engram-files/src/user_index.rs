@@ -102,6 +102,8 @@ pub(crate) struct UserIndex {
     /// Items still without a vector, by the agent whose own index will
     /// have it: (key here, key there).
     unvectored: HashMap<String, HashSet<(String, String)>>,
+    /// Items were written since the last commit.
+    written: bool,
 }
 
 impl std::fmt::Debug for UserIndex {
@@ -168,6 +170,7 @@ impl UserIndex {
             vectors,
             payload,
             unvectored: HashMap::new(),
+            written: false,
         };
         index.find_unvectored()?;
         Ok(index)
@@ -292,6 +295,7 @@ impl UserIndex {
     /// Indexes `items` of `agent`, with the vectors its own index has.
     fn add(&mut self, agent: &str, items: Vec<Item>, own: Option<&Vectors>) -> Result<()> {
         self.lexical.upsert(&items).map_err(index_error)?;
+        self.written = true;
         if let Some(vectors) = &self.vectors {
             let pending = self.unvectored.entry(agent.to_owned()).or_default();
             // Read in again (after a compaction), an item keeps its vector.
@@ -352,6 +356,7 @@ impl UserIndex {
         };
         let (lo, hi) = range(m.ordinal);
         self.lexical.remove_between(lo, hi).map_err(index_error)?;
+        self.written = true;
         if let Some(vectors) = self.vectors.as_mut() {
             let keys = vectors.keys_between(lo, hi);
             let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
@@ -382,6 +387,7 @@ impl UserIndex {
         let gone: Vec<String> = gone.iter().map(|f| key_of("~", &f.fact.id)).collect();
         let gone: Vec<&str> = gone.iter().map(String::as_str).collect();
         self.lexical.remove(&gone).map_err(index_error)?;
+        self.written = true;
         if let Some(vectors) = self.vectors.as_mut() {
             vectors_write(vectors, &[], &gone)?;
             for f in &live {
@@ -396,17 +402,26 @@ impl UserIndex {
             }
         }
         self.lexical.upsert(&items).map_err(index_error)?;
+        self.written = true;
         self.payload.facts = len;
         self.commit()
     }
 
+    /// Commits what was written, with the payload. Nothing written, no
+    /// commit (the writer stays open, so a commit would always cost its
+    /// fsyncs): a cursor or stamp moved alone is recorded by the next one.
     fn commit(&mut self) -> Result<()> {
+        if !self.written {
+            return Ok(());
+        }
         let payload = serde_json::to_string(&self.payload).expect("a payload serializes");
         // The writer stays open, its merges running in the background:
         // a prompt that reads a conversation in must not wait for them (a
         // user's index is one per user, not per conversation). `close`,
         // which DeleteUser calls before the directory goes, waits.
-        self.lexical.commit(&payload).map_err(index_error)
+        self.lexical.commit(&payload).map_err(index_error)?;
+        self.written = false;
+        Ok(())
     }
 
     pub fn close(self) -> Result<()> {
