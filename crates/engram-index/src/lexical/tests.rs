@@ -1,0 +1,65 @@
+use super::*;
+use crate::Filter;
+use crate::test_trace as trace;
+
+/// The keys of the matches (each test item's body is its key).
+fn keys(index: &mut Lexical, query: &str, filter: &Filter) -> Vec<String> {
+    let terms = index.query_terms(query, 64);
+    index
+        .search(&terms, filter, 10)
+        .unwrap()
+        .iter()
+        .map(|c| index.body(c).unwrap())
+        .collect()
+}
+
+const MAY_8_2023: f64 = 1_683_554_160.0;
+
+#[test]
+fn hidden_traces_are_left_out_memories_are_not() {
+    let mut index = Lexical::in_memory().unwrap();
+    let mut summary = trace("sum", 2, 0.0, "kayak trip summary");
+    summary.kind = Kind::Episodic;
+    index
+        .upsert(&[
+            trace("t1", 1, 0.0, "kayak trip"),
+            trace("t2", 2, 0.0, "kayak trip again"),
+            trace("t3", 3, 0.0, "kayak trip once more"),
+            summary,
+        ])
+        .unwrap();
+    index.commit("").unwrap();
+    let hidden = Filter {
+        traces_hidden: Some((crate::order(2, 0), crate::order(2, u32::MAX))),
+        ..Filter::default()
+    };
+    let mut found = keys(&mut index, "kayak", &hidden);
+    found.sort();
+    assert_eq!(found, ["sum", "t1", "t3"]);
+}
+
+#[test]
+fn stems_rank_and_dates_match() {
+    let mut index = Lexical::in_memory().unwrap();
+    index
+        .upsert(&[
+            trace("a", 1, MAY_8_2023, "I went to the support groups"),
+            trace("b", 2, MAY_8_2023 + 40.0 * 86_400.0, "painting a sunset"),
+        ])
+        .unwrap();
+    assert!(
+        keys(&mut index, "support group", &Filter::default()).is_empty(),
+        "not committed"
+    );
+    index.commit("p1").unwrap();
+    assert_eq!(
+        keys(&mut index, "a support group?", &Filter::default()),
+        ["a"]
+    );
+    assert_eq!(
+        keys(&mut index, "what happened in June", &Filter::default()),
+        ["b"]
+    );
+    assert_eq!(keys(&mut index, "on 8 May", &Filter::default()), ["a"]);
+    assert_eq!(index.payload().unwrap().as_deref(), Some("p1"));
+}
