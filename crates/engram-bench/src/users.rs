@@ -41,6 +41,10 @@ pub struct Args {
     /// timing (what is left unembedded is reported).
     #[arg(long, default_value_t = 600)]
     embed_wait_secs: u64,
+    /// Words of each new conversation's first message (the query the
+    /// model embeds: its cost grows with the message, not the history).
+    #[arg(long, default_value_t = 180)]
+    first_words: usize,
 }
 
 const USER: &str = "bench-user";
@@ -122,7 +126,7 @@ async fn case(addr: &str, n: usize, args: &Args) -> anyhow::Result<()> {
             agent_id: format!("new-{round}"),
             user_id: USER.into(),
             user_input: Some(pb::TraceEvent {
-                content: text(1_000_000 + round),
+                content: first_message(1_000_000 + round, args.first_words),
                 ..Default::default()
             }),
             model: "gpt-4o".into(),
@@ -152,4 +156,17 @@ async fn case(addr: &str, n: usize, args: &Args) -> anyhow::Result<()> {
         us(first.value_at_quantile(0.99)) / 1000.0,
     );
     Ok(())
+}
+
+/// The first `words` words of the bench's text for `seed`, repeated as
+/// needed.
+fn first_message(seed: usize, words: usize) -> String {
+    let mut out = Vec::with_capacity(words);
+    let mut k = 0;
+    while out.len() < words {
+        let more = text(seed + k);
+        out.extend(more.split(' ').take(words - out.len()).map(str::to_owned));
+        k += 1_000_000;
+    }
+    out.join(" ")
 }

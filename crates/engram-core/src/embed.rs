@@ -33,6 +33,12 @@ pub trait Embedder: Send + Sync + std::fmt::Debug {
     /// computes on the CPU does so off the async workers.
     fn embed<'a>(&'a self, texts: &'a [String]) -> EmbedFuture<'a>;
 
+    /// Whether this embedder remembers recent vectors already (see
+    /// `engram_store::Remembering`), so that it is not wrapped twice.
+    fn remembers(&self) -> bool {
+        false
+    }
+
     /// A search's query: one vector. A remote model answers it with less
     /// patience than the indexer's batches (a search is waiting).
     fn embed_query<'a>(&'a self, text: &'a str) -> EmbedFuture<'a> {

@@ -27,6 +27,7 @@ pub mod budget;
 pub mod compaction;
 pub mod embed;
 pub mod error;
+pub mod facts;
 pub mod memory;
 pub mod render;
 pub mod retrieve;

@@ -2,6 +2,7 @@
 //! `episodic.jsonl` and `semantic.jsonl`, and how they are picked.
 
 use std::cmp::Ordering;
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -70,6 +71,55 @@ pub struct SemanticItem {
     pub turn_ids: Vec<String>,
     #[serde(flatten)]
     pub source: Provenance,
+    /// Who wrote it, its version, pin, expiry and the client's metadata
+    /// (absent from lines written by compaction before facts were managed:
+    /// their defaults).
+    #[serde(flatten)]
+    pub managed: Managed,
+}
+
+/// Who wrote a fact.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// Drawn from the conversation by a compaction.
+    #[default]
+    Compaction,
+    /// Written by a client (AddMemories, UpdateMemory).
+    Client,
+}
+
+impl Origin {
+    fn is_compaction(&self) -> bool {
+        *self == Origin::Compaction
+    }
+}
+
+/// What managing a fact adds to it; every field is left out of its line
+/// when it has its default, so a compaction's lines read as they did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Managed {
+    #[serde(default, skip_serializing_if = "Origin::is_compaction")]
+    pub origin: Origin,
+    /// Always shown in the scope's prompts; never expires.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pinned: bool,
+    /// Epoch seconds; past it the fact is neither searched nor shown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<f64>,
+    /// 1 for the first version, +1 for each change; 0 (left out) on lines
+    /// written before versions were kept, read as 1.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub version: u64,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+    /// Set on the version that deleted the fact (which keeps no text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleted_at: Option<f64>,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl SemanticItem {
@@ -85,12 +135,27 @@ impl SemanticItem {
             superseded_by: None,
             turn_ids: vec![],
             source: Provenance::default(),
+            managed: Managed::default(),
         }
     }
 
-    /// Not superseded: the fact as it stands now.
+    /// Neither superseded nor deleted: the fact as it stands now.
     pub fn is_live(&self) -> bool {
-        self.superseded_by.is_none()
+        self.superseded_by.is_none() && self.managed.deleted_at.is_none()
+    }
+
+    /// Past its expiry at `now` (a pinned fact never is).
+    pub fn is_expired(&self, now: f64) -> bool {
+        !self.managed.pinned && self.managed.expires_at.is_some_and(|at| at <= now)
+    }
+
+    /// Live and not expired at `now`: what search and prompts show.
+    pub fn is_shown(&self, now: f64) -> bool {
+        self.is_live() && !self.is_expired(now)
+    }
+
+    pub fn version(&self) -> u64 {
+        self.managed.version.max(1)
     }
 }
 

@@ -70,6 +70,13 @@ impl ContextCaches {
         Arc::clone(&entry.caches)
     }
 
+    /// Whether `agent`'s last prompt recalled (its next one will, most
+    /// likely); asks without making caches.
+    pub fn recalled_last(&self, agent: &AgentId) -> bool {
+        let caches = self.lock().get(agent).map(|e| Arc::clone(&e.caches));
+        caches.is_some_and(|c| lock(&c).recall.is_some())
+    }
+
     /// Drops the caches of agents unused for longer than `max_idle`;
     /// returns how many.
     pub fn evict_idle(&self, max_idle: Duration) -> usize {

@@ -34,6 +34,9 @@ pub enum EngineError {
     /// the same call may succeed later without an operator.
     #[error("{message}")]
     Unavailable { message: String, retry: bool },
+    /// In the contract, not built (on this backend) yet.
+    #[error("{0}")]
+    Unimplemented(String),
 }
 
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
@@ -90,6 +93,7 @@ impl From<StoreError> for EngineError {
                     retry: true,
                 }
             }
+            StoreError::Unimplemented(m) => Self::Unimplemented(m),
         }
     }
 }

@@ -60,6 +60,15 @@ impl Engine {
             needs_model: matches!(ask.format, Some(f) if f != Format::Gemini),
         };
         let (store, caches, budgets) = (self.store.as_ref(), &*self.caches, &*self.budgets);
+        // A prompt that will recall (a user's conversation; an agent whose
+        // last prompt did) embeds its new message while storing it.
+        if let Some(event) = &input.user_input
+            && recall.enabled
+            && recall.max_tokens > 0
+            && (input.user.is_some() || caches.recalled_last(&id))
+        {
+            store.expect_query(event.content.trim());
+        }
         // The agent is locked only to store the input and take its prompt;
         // counting, deciding and rendering happen after.
         let prepared = store.prepare(&id, input).await?;

@@ -37,6 +37,11 @@ pub(crate) struct AgentState {
     pub last_ticket: Option<Ticket>,
     /// The agent's memory blocks (`blocks.jsonl`).
     pub blocks: crate::blocks::ScopeBlocks,
+    /// Lines of `semantic.jsonl` (fact versions) when loaded, plus those a
+    /// client's change appended since: it changes with every such change,
+    /// which is what the index looks for (a compaction's lines start a new
+    /// epoch, which the index reads again whole).
+    pub fact_lines: usize,
     pub derived: Derived,
 }
 
@@ -79,9 +84,24 @@ impl AgentState {
         let (episodic, recovery) = jsonl::load(&state.dir.join(EPISODIC))?;
         report(&state.dir, EPISODIC, &recovery);
         state.episodic = episodic;
-        let (semantic, recovery) = jsonl::load::<SemanticItem>(&state.dir.join(SEMANTIC))?;
+        let (mut semantic, recovery) = jsonl::load::<SemanticItem>(&state.dir.join(SEMANTIC))?;
         report(&state.dir, SEMANTIC, &recovery);
+        if crate::facts::needs_scrub(&semantic) {
+            // A delete that a crash cut short: its text goes now.
+            semantic = crate::facts::scrub(&state.dir.join(SEMANTIC))?;
+        }
+        state.fact_lines = semantic.len();
         state.semantic = latest_by_id(semantic);
+        let now = engram_store::unix_now();
+        state.facts_changed(now);
+        if let Some(meta) = state.facts_meta(None, now) {
+            // A change or an expiry the snapshot does not show yet (a
+            // crash came between the facts and the settings).
+            let json = serde_json::to_vec_pretty(&meta).expect("AgentMeta serializes");
+            jsonl::atomic_write(&state.dir.join(STATE), &json)?;
+            state.meta = meta;
+            engram_store::drop_later(state.rebuild_epoch());
+        }
         state.blocks = crate::blocks::ScopeBlocks::load(&state.dir.join(crate::blocks::BLOCKS))?;
         state.raw = Some(Arc::new(DurableFile::open(
             &state.dir.join(RAW_TRACES),
@@ -98,6 +118,7 @@ impl AgentState {
             deleted: false,
             last_ticket: None,
             blocks: crate::blocks::ScopeBlocks::default(),
+            fact_lines: 0,
             derived: Derived::default(),
         }
     }

@@ -49,6 +49,11 @@ pub(crate) struct Cursor {
     episodic: usize,
     semantic: usize,
     pub archive: u64,
+    /// The agent's fact lines when read (`AgentState::fact_lines`): a
+    /// client's change within an epoch replaces facts in place, so their
+    /// number alone does not show it. Absent in older commits.
+    #[serde(default)]
+    facts: usize,
 }
 
 /// What an index commit records: how far it read, in the item format of
@@ -365,7 +370,14 @@ pub(crate) fn delta(state: &crate::agent::AgentState, from: Option<Cursor>) -> O
     // Within an epoch the files only grow and the archive stays as it is;
     // a new epoch (a compaction) may have archived what was not read.
     let (a, e, s, archive) = if same {
-        (from.active, from.episodic, from.semantic, from.archive)
+        // Facts changed in place: all of them read again (a few hundred
+        // at most, and rarely).
+        let s = if from.facts == state.fact_lines {
+            from.semantic
+        } else {
+            0
+        };
+        (from.active, from.episodic, s, from.archive)
     } else {
         let len = std::fs::metadata(state.dir.join(RAW_ARCHIVE)).map_or(0, |m| m.len());
         (0, 0, 0, len)
@@ -376,6 +388,7 @@ pub(crate) fn delta(state: &crate::agent::AgentState, from: Option<Cursor>) -> O
         episodic: state.episodic.len(),
         semantic: state.semantic.len(),
         archive,
+        facts: state.fact_lines,
     };
     (!same || to != from).then(|| Delta {
         to,

@@ -31,6 +31,7 @@ mod agent;
 mod blocks;
 mod compact;
 pub mod durable;
+mod facts;
 mod faults;
 mod fork;
 mod index;
@@ -223,6 +224,8 @@ impl FileStore {
         .await?;
         let (indexer, queue) = match config.embedder.clone() {
             Some(embedder) => {
+                // A prompt's query and the same message's item embedded once.
+                let embedder = engram_store::Remembering::wrap(embedder);
                 let (indexer, queue) = indexer::Indexer::new(embedder);
                 (Some(Arc::new(indexer)), Some(queue))
             }

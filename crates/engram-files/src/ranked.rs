@@ -3,6 +3,7 @@
 //! Retrieve, its summaries and facts too) for the query — by their words,
 //! and by meaning over what the indexer has embedded so far.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -69,6 +70,12 @@ impl Ranks for FileStore {
         current: Option<&AgentId>,
     ) -> Result<RankedMemories> {
         self.user_ranking(user, query, current).await
+    }
+
+    fn expect_query(&self, text: &str) {
+        if let Some(indexer) = &self.inner.indexer {
+            engram_store::expect_query(Arc::clone(&indexer.embedder), text);
+        }
     }
 
     async fn index_state(&self, id: &AgentId) -> Result<IndexState> {
@@ -191,7 +198,14 @@ fn recalled(
             neighbours(lexical, hit.order, context)?,
         ),
         Kind::Episodic => (Memory::Episodic(item(&body)?), Default::default()),
-        Kind::Semantic => (Memory::Semantic(item(&body)?), Default::default()),
+        Kind::Semantic => {
+            let fact: engram_core::memory::SemanticItem = item(&body)?;
+            // Expired: gone from search at once (upkeep purges it).
+            if fact.is_expired(engram_store::unix_now()) {
+                return Ok(None);
+            }
+            (Memory::Semantic(fact), Default::default())
+        }
     };
     Ok(Some(Recalled {
         agent_id: None,

@@ -255,6 +255,9 @@ impl Found<'_> {
             Kind::Episodic => (Memory::Episodic(item(&body)?), Default::default()),
             Kind::Semantic => {
                 let fact: UserFact = item(&body)?;
+                if fact.fact.is_expired(engram_store::unix_now()) {
+                    return Ok(None);
+                }
                 (Memory::Semantic(fact.fact), Default::default())
             }
         };

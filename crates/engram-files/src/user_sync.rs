@@ -78,7 +78,8 @@ impl FileStore {
     /// its epoch now) is the conversation whose prompt asks: its active
     /// transcript is hidden from the search, so it is read in only when a
     /// compaction has archived something since (a prompt does not pay for
-    /// reading in its own new message).
+    /// reading in its own new message), and vectors still to be copied
+    /// from loaded agents are left to the background.
     pub(crate) async fn user_caught_up(
         &self,
         user: &UserId,
@@ -101,10 +102,14 @@ impl FileStore {
                         .cursor(id.as_str())
                         .map_or(*epoch == 0, |c| c.epoch == *epoch)
                 });
-                (
-                    index.waiting_for_vectors(),
-                    unchanged.map(|(id, _)| id.clone()),
-                )
+                // A prompt leaves vectors to the background (the indexer
+                // mirrors an agent after embedding it; until then its items
+                // are found by their words): a search copies them.
+                let waiting = match current {
+                    Some(_) => vec![],
+                    None => index.waiting_for_vectors(),
+                };
+                (waiting, unchanged.map(|(id, _)| id.clone()))
             }
             None => (vec![], None),
         };

@@ -35,6 +35,7 @@ mod agents;
 mod blocks;
 mod cache;
 mod compact;
+mod facts;
 mod ranked;
 mod read;
 mod rows;
@@ -139,7 +140,9 @@ struct Inner {
 impl PgStore {
     /// Connects (the pool opens its connections lazily, the first one now,
     /// so a wrong URL fails here) and, when configured, migrates.
-    pub async fn open(config: PgConfig) -> Result<Self> {
+    pub async fn open(mut config: PgConfig) -> Result<Self> {
+        // A prompt's query and the same message's item embedded once.
+        config.embedder = config.embedder.map(engram_store::Remembering::wrap);
         let options = connect_options(&config)?;
         let pool = PgPoolOptions::new()
             .max_connections(config.pool_size.max(1))

@@ -111,6 +111,12 @@ impl Ranks for PgStore {
         self.user_ranking(user, query, current).await
     }
 
+    fn expect_query(&self, text: &str) {
+        if let Some(embedder) = self.embedder() {
+            engram_store::expect_query(std::sync::Arc::clone(embedder), text);
+        }
+    }
+
     async fn index_state(&self, id: &AgentId) -> Result<IndexState> {
         let mut conn = self.conn().await?;
         let (state, incarnation) = state(&mut conn, id.as_str()).await?;
@@ -534,7 +540,14 @@ async fn materialize(
                 Some(body) if kind == Kind::Episodic => {
                     Memory::Episodic(parse(id, "summary", &body)?)
                 }
-                Some(body) => Memory::Semantic(parse(id, "fact", &body)?),
+                Some(body) => {
+                    let fact: engram_core::memory::SemanticItem = parse(id, "fact", &body)?;
+                    // Expired: gone from search at once (upkeep purges it).
+                    if fact.is_expired(engram_store::unix_now()) {
+                        continue;
+                    }
+                    Memory::Semantic(fact)
+                }
                 None => continue,
             },
         };

@@ -14,6 +14,7 @@ pub fn from_engine(e: EngineError) -> Status {
         EngineError::Conflict(m) => Status::aborted(m),
         EngineError::Precondition(m) => Status::failed_precondition(m),
         EngineError::Unavailable { message, .. } => Status::unavailable(message),
+        EngineError::Unimplemented(m) => Status::unimplemented(m),
     }
 }
 

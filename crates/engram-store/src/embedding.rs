@@ -94,6 +94,20 @@ pub async fn query_vector(embedder: &dyn Embedder, query: &str) -> Option<Vec<f3
     }
 }
 
+/// Starts embedding `query` as [`query_vector`] would, in the background:
+/// with a [`crate::Remembering`] embedder, the search that asks for it
+/// next takes the vector (or waits for this run) instead of starting its
+/// own. Errors are the search's to report, when it tries again.
+pub fn expect_query(embedder: std::sync::Arc<dyn Embedder>, query: &str) {
+    if query.trim().is_empty() || !embedder.remembers() {
+        return;
+    }
+    let text = engram_core::text::cut(query.to_owned(), crate::MAX_EMBEDDED_CHARS);
+    tokio::spawn(async move {
+        let _ = embedder.embed_query(&text).await;
+    });
+}
+
 fn embedded((item, vector): (Item, Vec<f32>)) -> Embedded {
     Embedded {
         key: item.key,

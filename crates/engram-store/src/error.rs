@@ -49,6 +49,10 @@ pub enum StoreError {
     /// intact, and it can be rebuilt from it).
     #[error("{0}")]
     Index(String),
+    /// This backend does not do this yet (the contract has it): what, and
+    /// what to do meanwhile.
+    #[error("{0}")]
+    Unimplemented(String),
 }
 
 /// What a client is told for errors whose details (paths, OS errors) are
@@ -85,9 +89,11 @@ impl StoreError {
     /// nothing of the server's, else a fixed one (the log has the details).
     pub fn client_message(&self) -> String {
         match self {
-            Self::Core(_) | Self::AlreadyExists(_) | Self::NotFound(_) | Self::Conflict(_) => {
-                self.to_string()
-            }
+            Self::Core(_)
+            | Self::AlreadyExists(_)
+            | Self::NotFound(_)
+            | Self::Conflict(_)
+            | Self::Unimplemented(_) => self.to_string(),
             Self::Full(_) => DISK_FULL.to_owned(),
             Self::ReadOnly { .. } | Self::Failed(_) => STORAGE_FAILED.to_owned(),
             Self::Unavailable { retry: false, .. } => STORAGE_BROKEN.to_owned(),

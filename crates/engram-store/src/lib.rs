@@ -23,6 +23,7 @@ pub mod embedding;
 pub mod error;
 pub mod intent;
 pub mod items;
+mod memo;
 pub mod ranked;
 pub mod search;
 mod traits;
@@ -36,7 +37,7 @@ pub use api::{
     Search, SearchMode, SearchPage, SeenBlocks, Visible,
 };
 pub use traits::{
-    Admin, Blocks, Compacts, Ranks, Reads, Runtime, Searches, Store, UserMemory, Writes,
+    Admin, Blocks, Compacts, Facts, Ranks, Reads, Runtime, Searches, Store, UserMemory, Writes,
 };
 
 /// The storage traits, for `use engram_store::prelude::*`: on a concrete
@@ -45,13 +46,14 @@ pub use traits::{
 /// they are callable as they are).
 pub mod prelude {
     pub use crate::traits::{
-        Admin, Blocks, Compacts, Ranks, Reads, Runtime, Searches, Store, UserMemory, Writes,
+        Admin, Blocks, Compacts, Facts, Ranks, Reads, Runtime, Searches, Store, UserMemory, Writes,
     };
 }
 pub use derived::AgentMeta;
-pub use embedding::{Outcome as Embedding, embed_batch, query_vector};
+pub use embedding::{Outcome as Embedding, embed_batch, expect_query, query_vector};
 pub use error::{Result, StoreError};
 pub use items::{MAX_EMBEDDED_CHARS, episodic_item, for_embedding, semantic_item, trace_item};
+pub use memo::Remembering;
 
 /// Work over more bytes than this (an agent's active traces and prompt, a
 /// request's events) runs off the async workers: below it, handing the

@@ -13,6 +13,7 @@
 //! | [`Compacts`] | begin, abort, finish, microcompact | `compact.rs` | `compact.rs` |
 //! | [`Admin`] | list, delete, fork | `registry.rs` | `agents.rs` |
 //! | [`Blocks`] | memory blocks of every scope | `blocks.rs` | `blocks.rs` |
+//! | [`Facts`] | facts clients manage, an agent's or a user's | `facts.rs` | `facts.rs` |
 //! | [`Runtime`] | health, metrics, upkeep, close | `registry.rs` | `upkeep.rs` |
 //!
 //! Callers `use engram_store::prelude::*` so that every part's methods are
@@ -28,6 +29,7 @@
 use async_trait::async_trait;
 use engram_core::blocks::{Block, Change, Scope};
 use engram_core::compaction::Summary;
+use engram_core::facts::{Applied, Op};
 use engram_core::memory::{EpisodicItem, SemanticItem};
 use engram_core::users::{Folded, LastConversation, UserFact};
 use engram_core::{AgentId, NewEvent, Usage, UserId};
@@ -48,6 +50,7 @@ pub trait Store:
     + Compacts
     + Admin
     + Blocks
+    + Facts
     + UserMemory
     + Runtime
     + Send
@@ -64,6 +67,7 @@ impl<T> Store for T where
         + Compacts
         + Admin
         + Blocks
+        + Facts
         + UserMemory
         + Runtime
         + Send
@@ -160,6 +164,12 @@ pub trait Ranks {
         current: Option<&AgentId>,
     ) -> Result<RankedMemories>;
 
+    /// Starts embedding `text`, which a search is about to ask for (a
+    /// prompt's recall of the message it is storing), so that the model
+    /// runs while the message is written; the search then takes the
+    /// vector or waits for the run. Nothing without a model.
+    fn expect_query(&self, _text: &str) {}
+
     /// How far the agent's search index has read its memory (caught up
     /// first, like a search).
     async fn index_state(&self, id: &AgentId) -> Result<IndexState>;
@@ -255,6 +265,29 @@ pub trait Blocks {
         expected_version: Option<u64>,
         user: Option<&UserId>,
     ) -> Result<Block>;
+}
+
+/// Facts that clients manage (DESIGN §12) in an agent's or a user's
+/// scope, every version kept: `engram_core::facts` decides, the store
+/// keeps.
+#[async_trait]
+pub trait Facts {
+    /// The scope's facts, the last version of each, oldest first (deleted
+    /// ones left out; superseded and expired ones in, for the caller to
+    /// show or not). Empty for a scope that does not exist.
+    async fn facts(&self, scope: &Scope) -> Result<Vec<SemanticItem>>;
+
+    /// Every stored version of fact `id`, oldest first (a deletion last,
+    /// and no version of a deleted fact with text); empty if it never was.
+    async fn fact_history(&self, scope: &Scope, id: &str) -> Result<Vec<SemanticItem>>;
+
+    /// Works `op` out over the scope's facts (`engram_core::facts::apply`)
+    /// and stores it durably, one change per scope at a time: the new
+    /// versions appended; for a delete, the text of every earlier version
+    /// erased from the files (or rows) and the index. For an agent, the
+    /// snapshot's facts section then shows `limit` facts besides the
+    /// pinned ones, and an add creates the agent when it does not exist.
+    async fn change_facts(&self, scope: &Scope, op: Op, limit: u32) -> Result<Applied>;
 }
 
 /// A user's long-term memory: one fact store per user, fed by the

@@ -128,6 +128,56 @@ pub fn render_snapshot(
     out
 }
 
+/// `snapshot` with its facts section showing `facts` now (a client
+/// changed one, or one expired): the section's lines replaced, or a
+/// section added at the end when the snapshot has none (a conversation
+/// that has not compacted yet has a snapshot of its facts only). Nothing
+/// else changes, so the rest of the prompt's prefix stays as it was.
+pub fn with_facts(snapshot: Option<&str>, facts: &[SemanticItem]) -> Option<String> {
+    const HEADER: &str = "[MEMORY:SEMANTIC]";
+    let lines: String = facts
+        .iter()
+        .map(|f| format!("- {}\n", fold_whitespace(&f.fact)))
+        .collect();
+    let Some(snapshot) = snapshot else {
+        return (!facts.is_empty()).then(|| format!("{HEADER}\n{lines}"));
+    };
+    // The header is a line of its own; the section's lines all start with
+    // "- " (a fact is folded onto one line), so it ends at the first line
+    // that does not.
+    let mut at = 0;
+    let start = loop {
+        let Some(found) = snapshot[at..].find(HEADER) else {
+            break None;
+        };
+        let i = at + found;
+        let whole_line = (i == 0 || snapshot.as_bytes()[i - 1] == b'\n')
+            && snapshot[i + HEADER.len()..].starts_with('\n');
+        if whole_line {
+            break Some(i + HEADER.len() + 1);
+        }
+        at = i + HEADER.len();
+    };
+    let Some(start) = start else {
+        if facts.is_empty() {
+            return Some(snapshot.to_owned());
+        }
+        let sep = if snapshot.is_empty() || snapshot.ends_with('\n') {
+            ""
+        } else {
+            "\n"
+        };
+        return Some(format!("{snapshot}{sep}{HEADER}\n{lines}"));
+    };
+    let mut end = start;
+    while snapshot[end..].starts_with("- ") {
+        end += snapshot[end..]
+            .find('\n')
+            .map_or(snapshot.len() - end, |n| n + 1);
+    }
+    Some(format!("{}{lines}{}", &snapshot[..start], &snapshot[end..]))
+}
+
 /// Turns as text, one line per event under `Turn N:` (the snapshot's raw
 /// tail, and what a summarizer is shown), in turn and seq order.
 pub fn render_turns(traces: &[RawTrace]) -> String {
@@ -228,6 +278,11 @@ pub fn merge_facts(
         .filter(|k| k.is_live())
         .map(|k| (k.id.clone(), k.fact.clone()))
         .collect();
+    let pinned: HashSet<String> = known
+        .iter()
+        .filter(|k| k.is_live() && k.managed.pinned)
+        .map(|k| k.id.clone())
+        .collect();
     for p in proposed {
         let norm = normalize(&p.fact);
         if norm.is_empty() {
@@ -247,9 +302,13 @@ pub fn merge_facts(
             superseded_by: None,
             turn_ids: vec![],
             source: Provenance::default(),
+            managed: Default::default(),
         };
+        // A pinned fact is the client's to change: a compaction adds
+        // beside it, never replaces it.
         let replaced = live
             .iter()
+            .filter(|(id, _)| !pinned.contains(id))
             .map(|(id, f)| (id.clone(), overlap(f, &p.fact)))
             .filter(|(_, o)| *o >= UPDATE_OVERLAP)
             .max_by(|a, b| a.1.total_cmp(&b.1))
@@ -365,6 +424,34 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshots_facts_are_replaced_in_place() {
+        let facts = |texts: &[&str]| -> Vec<SemanticItem> {
+            texts.iter().map(|t| SemanticItem::new("f", *t)).collect()
+        };
+        let snapshot = render_snapshot(&[], &facts(&["Lives in Oslo", "Likes tea"]), &[]);
+        let now = with_facts(Some(&snapshot), &facts(&["Lives in\nBerlin"])).unwrap();
+        assert_eq!(
+            now,
+            "[MEMORY:EPISODIC]\n[MEMORY:SEMANTIC]\n- Lives in Berlin\n[RECENT TURNS]\n"
+        );
+        // The same facts give the same bytes.
+        let same = facts(&["Lives in Oslo", "Likes tea"]);
+        assert_eq!(with_facts(Some(&snapshot), &same).unwrap(), snapshot);
+        // No snapshot: the facts alone; none, nothing.
+        assert_eq!(
+            with_facts(None, &facts(&["Likes tea"])).unwrap(),
+            "[MEMORY:SEMANTIC]\n- Likes tea\n"
+        );
+        assert_eq!(with_facts(None, &[]), None);
+        // A summary that quotes the header is not the section.
+        let quoting = "[MEMORY:PREVIOUS CONVERSATION]\nsaid [MEMORY:SEMANTIC]\nhi";
+        assert_eq!(
+            with_facts(Some(quoting), &facts(&["Likes tea"])).unwrap(),
+            format!("{quoting}\n[MEMORY:SEMANTIC]\n- Likes tea\n")
+        );
+    }
+
+    #[test]
     fn turns_name_who_spoke_where_the_client_said() {
         let mut t = assign_all([
             NewEvent::user("hi"),
@@ -415,6 +502,29 @@ mod tests {
         );
         assert_eq!(merge.superseded, [("old".to_string(), "new1".to_string())]);
         assert_eq!(merge.new_items[0].confidence, 1.0, "clamped");
+    }
+
+    #[test]
+    fn a_compaction_adds_beside_a_pinned_fact_never_over_it() {
+        let mut pinned = SemanticItem::new("pin", "The user lives in Oslo, Norway");
+        pinned.managed.pinned = true;
+        let proposed = |f: &str| NewFact {
+            fact: f.into(),
+            tags: vec![],
+            confidence: 1.0,
+            salience: 0.5,
+        };
+        let merge = merge_facts(
+            &[pinned],
+            &[
+                proposed("The user lives in Bergen, Norway"),
+                proposed("the user lives in oslo, norway"),
+            ],
+            5.0,
+            || "new".to_string(),
+        );
+        assert!(merge.superseded.is_empty());
+        assert_eq!((merge.new_items.len(), merge.duplicates), (1, 1));
     }
 
     proptest! {

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 
 use super::{FactMerge, Summary, merge_facts, render_snapshot};
 use crate::RawTrace;
-use crate::memory::{EpisodicItem, Provenance, SemanticItem, recent_episodic, top_semantic};
+use crate::memory::{EpisodicItem, Provenance, SemanticItem, recent_episodic};
 use crate::turns::turn_number;
 
 /// How much memory the snapshot shows.
@@ -106,7 +106,7 @@ pub fn plan(
         .collect();
     let snapshot = render_snapshot(
         &recent_episodic(&all_episodic, limits.max_episodic),
-        &top_semantic(&live, limits.max_semantic),
+        &crate::facts::shown(&live, limits.max_semantic, now),
         &tail,
     );
     Plan {

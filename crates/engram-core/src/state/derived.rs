@@ -82,6 +82,12 @@ pub struct AgentMeta {
     /// its snapshot, or nothing. Decided once, before its first prompt.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub first_epoch_started: bool,
+    /// How many facts besides the pinned ones the snapshot's facts section
+    /// shows (`engram_core::facts::shown`): set when a compaction or a
+    /// client's change last rendered it, which keeps it current with the
+    /// facts from then on (a change, an expiry).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub facts_limit: Option<u32>,
 }
 
 impl AgentMeta {
@@ -114,6 +120,9 @@ pub struct Derived {
     pub compacting: bool,
     /// Replay has passed `meta.epoch_start_trace`.
     in_epoch: bool,
+    /// When the next fact the snapshot may show expires (see
+    /// [`Self::facts_changed`]).
+    next_expiry: Option<f64>,
 }
 
 impl Derived {
@@ -132,6 +141,7 @@ impl Derived {
             report: None,
             active_turns: BTreeSet::new(),
             compacting: false,
+            next_expiry: None,
         }
     }
 
@@ -197,22 +207,55 @@ impl Derived {
     /// A user's conversation that has not been given the start of its
     /// first epoch yet (nothing compacted, no snapshot).
     fn awaits_first_epoch(&self) -> bool {
+        // A snapshot before any compaction holds a client's facts only.
         self.meta.user_id.is_some()
             && !self.meta.first_epoch_started
             && self.meta.epoch == 0
             && self.meta.compactions == 0
-            && self.meta.snapshot.is_none()
     }
 
     /// The settings that start the first epoch with `snapshot` (the
     /// summary of the user's previous conversation, or none); `None` once
     /// it has started (another request came first).
     pub fn first_epoch_meta(&self, snapshot: Option<String>) -> Option<AgentMeta> {
+        // The facts a client gave before it stay after the summary.
+        let snapshot = match (snapshot, &self.meta.snapshot) {
+            (Some(previous), Some(facts)) => Some(format!("{previous}{facts}")),
+            (previous, facts) => previous.or_else(|| facts.clone()),
+        };
         self.awaits_first_epoch().then(|| AgentMeta {
             first_epoch_started: true,
             snapshot,
             ..self.meta.clone()
         })
+    }
+
+    /// The settings whose snapshot shows the facts as they stand at `now`
+    /// (`limit` of them besides the pinned ones; `None`: as many as last
+    /// time), or `None` when it shows them already or never showed any.
+    pub fn facts_meta(&self, limit: Option<u32>, now: f64) -> Option<AgentMeta> {
+        let limit = limit.or(self.meta.facts_limit)?;
+        let shown = crate::facts::shown(&self.semantic, limit as usize, now);
+        let snapshot = crate::compaction::with_facts(self.meta.snapshot.as_deref(), &shown);
+        (snapshot != self.meta.snapshot || self.meta.facts_limit != Some(limit)).then(|| {
+            AgentMeta {
+                snapshot,
+                facts_limit: Some(limit),
+                ..self.meta.clone()
+            }
+        })
+    }
+
+    /// Notes that the facts changed (or were loaded) at `now`: when the
+    /// next of them expires.
+    pub fn facts_changed(&mut self, now: f64) {
+        self.next_expiry = crate::facts::next_expiry(&self.semantic, now);
+    }
+
+    /// Whether a fact expired since the facts section was last rendered
+    /// (then [`Self::facts_meta`] renders it again).
+    pub fn facts_due(&self, now: f64) -> bool {
+        self.next_expiry.is_some_and(|at| at <= now)
     }
 
     /// Rebuilds the transcript from the active traces for
@@ -377,6 +420,7 @@ impl Derived {
             superseded: planned.facts.superseded,
             snapshot: planned.snapshot,
             snapshot_trace_ids: planned.snapshot_trace_ids,
+            facts_limit: u32::try_from(policy.max_semantic).ok(),
         };
         (intent, added, updated)
     }
@@ -399,6 +443,7 @@ impl Derived {
             consecutive_failures: 0,
             snapshot: Some(intent.snapshot.clone()),
             snapshot_trace_ids: intent.snapshot_trace_ids.clone(),
+            facts_limit: intent.facts_limit.or(self.meta.facts_limit),
             ..self.meta.clone()
         }
     }

@@ -23,4 +23,8 @@ pub struct Intent {
     pub superseded: Vec<(String, String)>,
     pub snapshot: String,
     pub snapshot_trace_ids: Vec<String>,
+    /// The facts the snapshot shows besides pinned ones (absent in intents
+    /// written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub facts_limit: Option<u32>,
 }

@@ -1,0 +1,169 @@
+//! Facts that clients manage (`Facts`), on files. An agent's are lines of
+//! its `semantic.jsonl`, compaction's and clients' alike: every version a
+//! line, the last line of an id the fact as it stands. A delete appends
+//! the deleting version, then rewrites the file with no text left in the
+//! fact's earlier versions; a crash between the two is finished at the
+//! next load (a deleted fact's text is never read back in).
+
+use async_trait::async_trait;
+use engram_core::blocks::Scope;
+use engram_core::facts::{self, Applied, Op};
+use engram_core::memory::SemanticItem;
+use engram_core::{AgentId, CoreError};
+use engram_store::{Facts, new_id, unix_now};
+
+use crate::agent::{AgentState, SEMANTIC};
+use crate::jsonl::{append_sync, atomic_write};
+use crate::{FileStore, Result, StoreError};
+
+#[async_trait]
+impl Facts for FileStore {
+    async fn facts(&self, scope: &Scope) -> Result<Vec<SemanticItem>> {
+        let id = agent_scope(scope)?;
+        let read = self.read(id, |s| {
+            s.semantic
+                .iter()
+                .filter(|f| f.managed.deleted_at.is_none())
+                .cloned()
+                .collect()
+        });
+        match read.await {
+            Err(StoreError::NotFound(_)) => Ok(vec![]),
+            read => read,
+        }
+    }
+
+    async fn fact_history(&self, scope: &Scope, id: &str) -> Result<Vec<SemanticItem>> {
+        let agent = agent_scope(scope)?;
+        // Read under the agent's lock: a delete rewrites the file.
+        let handle = match self.existing_handle(agent) {
+            Ok(h) => h,
+            Err(StoreError::NotFound(_)) => return Ok(vec![]),
+            Err(e) => return Err(e),
+        };
+        let _slot = handle.lock().await;
+        if handle.is_retired() {
+            return Ok(vec![]);
+        }
+        let path = self.agent_dir(agent).join(SEMANTIC);
+        let id = id.to_owned();
+        engram_store::blocking(move || {
+            let (lines, _) = crate::jsonl::load::<SemanticItem>(&path)?;
+            Ok(lines.into_iter().filter(|f| f.id == id).collect())
+        })
+        .await
+    }
+
+    async fn change_facts(&self, scope: &Scope, op: Op, limit: u32) -> Result<Applied> {
+        let id = agent_scope(scope)?;
+        loop {
+            let handle = match op {
+                // An add may start the agent; other changes need its facts.
+                Op::Add(_) => self.handle(id),
+                _ => self.existing_handle(id)?,
+            };
+            let mut slot = handle.lock().await;
+            let state = self.loaded(id, &mut slot).await?;
+            if state.deleted {
+                continue;
+            }
+            if !state.exists() && !matches!(op, Op::Add(_)) {
+                return Err(StoreError::NotFound(id.to_string()));
+            }
+            let now = unix_now();
+            let applied = facts::apply(&state.semantic, op.clone(), now, new_id)?;
+            if !state.exists() {
+                state.create(&self.inner.health)?;
+            }
+            store_change(state, &applied)?;
+            state.facts_changed(now);
+            if let Some(meta) = state.facts_meta(Some(limit), now) {
+                state.save_meta(meta)?;
+                engram_store::drop_later(state.rebuild_epoch());
+            }
+            self.index_later(id);
+            return Ok(applied);
+        }
+    }
+}
+
+/// The agent a scope names: facts are an agent's or a user's.
+fn agent_scope(scope: &Scope) -> Result<&AgentId> {
+    match scope {
+        Scope::Agent(id) => Ok(id),
+        Scope::User(_) => Err(StoreError::Core(CoreError::Invalid(
+            "facts of a user scope are not stored on files yet".into(),
+        ))),
+        Scope::Global => Err(StoreError::Core(CoreError::Invalid(
+            "facts belong to an agent or a user, not the global scope".into(),
+        ))),
+    }
+}
+
+/// Appends `applied`'s versions to the agent's facts (and erases the text
+/// of a deleted fact's earlier versions), then folds them into its state.
+fn store_change(state: &mut AgentState, applied: &Applied) -> Result<()> {
+    let path = state.dir.join(SEMANTIC);
+    let mut bytes = Vec::new();
+    for line in &applied.lines {
+        serde_json::to_writer(&mut bytes, line).expect("a fact serializes");
+        bytes.push(b'\n');
+    }
+    crate::offload(|| append_sync(&path, &bytes))?;
+    state.fact_lines += applied.lines.len();
+    if applied.erase.is_some() {
+        let path = path.clone();
+        crate::offload(move || scrub(&path).map(drop))?;
+    }
+    for line in &applied.lines {
+        match state.semantic.iter_mut().find(|f| f.id == line.id) {
+            Some(old) => *old = line.clone(),
+            None => state.semantic.push(line.clone()),
+        }
+    }
+    Ok(())
+}
+
+/// Whether `lines` hold text of a fact that was deleted since.
+pub(crate) fn needs_scrub(lines: &[SemanticItem]) -> bool {
+    let deleted: std::collections::HashSet<&str> = lines
+        .iter()
+        .filter(|f| f.managed.deleted_at.is_some())
+        .map(|f| f.id.as_str())
+        .collect();
+    !deleted.is_empty()
+        && lines
+            .iter()
+            .any(|f| deleted.contains(f.id.as_str()) && *f != facts::scrubbed(f))
+}
+
+/// Rewrites the facts file at `path` (atomically) with every version of a
+/// deleted fact scrubbed of its text; returns the lines as they now are.
+pub(crate) fn scrub(path: &std::path::Path) -> Result<Vec<SemanticItem>> {
+    let (lines, _) = crate::jsonl::load::<SemanticItem>(path)?;
+    if !needs_scrub(&lines) {
+        return Ok(lines);
+    }
+    let deleted: std::collections::HashSet<String> = lines
+        .iter()
+        .filter(|f| f.managed.deleted_at.is_some())
+        .map(|f| f.id.clone())
+        .collect();
+    let lines: Vec<SemanticItem> = lines
+        .into_iter()
+        .map(|f| {
+            if deleted.contains(&f.id) {
+                facts::scrubbed(&f)
+            } else {
+                f
+            }
+        })
+        .collect();
+    let mut bytes = Vec::new();
+    for line in &lines {
+        serde_json::to_writer(&mut bytes, line).expect("a fact serializes");
+        bytes.push(b'\n');
+    }
+    atomic_write(path, &bytes)?;
+    Ok(lines)
+}
