@@ -3,11 +3,13 @@
 //! compacted in the background, so that the user's next conversation has
 //! a summary to start from (`users.rs`).
 //!
-//! The engine notes when it last served each agent (in memory: an agent
-//! last used before a restart is noted again at its next use). The sweep
-//! takes the agents idle long enough off the list and summarizes those of
-//! a user with finished turns in their transcript; the last turn stays
-//! raw, as after any compaction.
+//! The engine notes when it last served each agent, in memory, and hands
+//! those notes to the store every few seconds (`UserMemory::note_used`),
+//! and at shutdown: a conversation last used before a restart, or on
+//! another replica, is still summarized once quiet. The sweep takes the
+//! agents quiet long enough off the store's list (each to one replica) and
+//! summarizes those of a user with finished turns in their transcript; the
+//! last turn stays raw, as after any compaction.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -19,30 +21,54 @@ use tokio::time::Instant;
 
 use crate::Engine;
 
-/// When the engine last served each agent.
-#[derive(Debug, Default)]
+/// How often the engine's notes reach the store: what a crash can lose of
+/// them (a conversation used only in that window is summarized after its
+/// next use instead).
+pub(crate) const NOTE_EVERY: Duration = Duration::from_secs(5);
+
+/// When the engine last served each agent, since its last note to the
+/// store.
+#[derive(Debug)]
 pub struct LastUsed {
-    agents: Mutex<HashMap<AgentId, Instant>>,
+    /// The wall clock when the engine started, in whole seconds, and the
+    /// runtime's clock then: times are counted on the runtime's clock (a
+    /// test may pause it) from that start. Whole seconds keep a time plus
+    /// and minus a whole idle period exact.
+    base: (f64, Instant),
+    agents: Mutex<HashMap<AgentId, f64>>,
+}
+
+impl Default for LastUsed {
+    fn default() -> Self {
+        Self {
+            base: (engram_store::unix_now().floor(), Instant::now()),
+            agents: Mutex::default(),
+        }
+    }
 }
 
 impl LastUsed {
-    pub fn touch(&self, agent: &AgentId) {
-        engram_store::lock(&self.agents).insert(agent.clone(), Instant::now());
+    /// Unix seconds now, on the runtime's clock.
+    fn now(&self) -> f64 {
+        self.base.0 + self.base.1.elapsed().as_secs_f64()
     }
 
-    /// Takes the agents unused for at least `idle` off the list.
-    fn take_idle(&self, idle: Duration) -> Vec<AgentId> {
-        let now = Instant::now();
+    pub fn touch(&self, agent: &AgentId) {
+        let now = self.now();
+        engram_store::lock(&self.agents).insert(agent.clone(), now);
+    }
+
+    fn drain(&self) -> Vec<(AgentId, f64)> {
+        engram_store::lock(&self.agents).drain().collect()
+    }
+
+    /// Puts back notes the store refused (a later touch stays).
+    fn restore(&self, notes: Vec<(AgentId, f64)>) {
         let mut agents = engram_store::lock(&self.agents);
-        let quiet: Vec<AgentId> = agents
-            .iter()
-            .filter(|(_, used)| now.duration_since(**used) >= idle)
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in &quiet {
-            agents.remove(id);
+        for (id, t) in notes {
+            let at = agents.entry(id).or_insert(t);
+            *at = at.max(t);
         }
-        quiet
     }
 }
 
@@ -55,6 +81,21 @@ impl Engine {
         }
     }
 
+    /// Hands the agents served since the last call to the store's list of
+    /// conversations to summarize once quiet (kept for the next call if
+    /// the store refuses). The upkeep calls it every few seconds, and the
+    /// server at shutdown.
+    pub async fn note_used(&self) {
+        let notes = self.last_used.drain();
+        if notes.is_empty() {
+            return;
+        }
+        if let Err(e) = self.store.note_used(&notes).await {
+            tracing::warn!(agents = notes.len(), error = %e, "could not note the agents served; trying again");
+            self.last_used.restore(notes);
+        }
+    }
+
     /// Summarizes the users' conversations idle for the configured time
     /// that have finished turns not yet summarized; returns how many were
     /// compacted. The background upkeep calls it; a test may too.
@@ -63,8 +104,17 @@ impl Engine {
         if secs == 0 {
             return 0;
         }
+        self.note_used().await;
+        let before = self.last_used.now() - secs as f64;
+        let quiet = match self.store.take_quiet(before).await {
+            Ok(quiet) => quiet,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the conversations gone quiet");
+                return 0;
+            }
+        };
         let mut compacted = 0;
-        for id in self.last_used.take_idle(Duration::from_secs(secs)) {
+        for id in quiet {
             let Ok(context) = self.store.context(&id).await else {
                 continue; // deleted meanwhile
             };

@@ -124,8 +124,9 @@ impl Engine {
     }
 
     /// Drops the prompt caches of agents idle for the store's idle-evict
-    /// time (never, without one), and summarizes the users' conversations
-    /// that went quiet (`idle.rs`). Runs until the task is aborted.
+    /// time (never, without one), notes the agents served in the store,
+    /// and summarizes the users' conversations that went quiet
+    /// (`idle.rs`). Runs until the task is aborted.
     pub fn spawn_upkeep(&self) -> tokio::task::JoinHandle<()> {
         let engine = self.clone();
         tokio::spawn(async move {
@@ -153,7 +154,18 @@ impl Engine {
                     engine.summarize_idle().await;
                 }
             };
-            tokio::join!(evict, summarize);
+            let note = async {
+                if engine.idle_sweep_every().is_none() {
+                    return;
+                }
+                let mut tick = tokio::time::interval(idle::NOTE_EVERY);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    engine.note_used().await;
+                }
+            };
+            tokio::join!(evict, summarize, note);
         })
     }
 }

@@ -37,6 +37,7 @@ mod fork;
 mod index;
 mod indexer;
 pub mod jsonl;
+mod quiet;
 mod ranked;
 mod read;
 mod registry;
@@ -193,6 +194,8 @@ struct Inner {
     agent_users: Mutex<HashMap<AgentId, engram_core::UserId>>,
     /// Agents changed since their user's index read them, by user.
     user_dirty: Mutex<HashMap<engram_core::UserId, std::collections::HashSet<AgentId>>>,
+    /// The conversations to summarize once quiet (`quiet.rs`).
+    quiet: quiet::QuietList,
 }
 
 /// The file-backed store. Cheap to clone.
@@ -212,6 +215,7 @@ impl FileStore {
         let wal_dir = config.data_dir.join("wal");
         let dir = agents_dir.clone();
         let users_dir = config.data_dir.join("users");
+        let quiet_path = config.data_dir.join(quiet::QUIET);
         let health = durable::StorageHealth::new();
         let wal_health = Arc::clone(&health);
         // Replays what a crash left in the log (whatever the policy is now)
@@ -246,6 +250,7 @@ impl FileStore {
                 user_indexes: Mutex::default(),
                 agent_users: Mutex::default(),
                 user_dirty: Mutex::default(),
+                quiet: quiet::QuietList::new(quiet_path),
             }),
         };
         if let Some(queue) = queue {

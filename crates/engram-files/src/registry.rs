@@ -272,6 +272,11 @@ impl FileStore {
             self.note_change_of(user, id);
         }
         engram_store::lock(&self.inner.agent_users).remove(id);
+        // Gone for good (renamed away): a failure here leaves only its id,
+        // which the engine's sweep drops as not found.
+        if let Err(e) = self.inner.quiet.forget(id).await {
+            tracing::warn!(agent = %id, error = %e, "dropping a deleted agent from the quiet list failed");
+        }
         let mut gone = AgentState::absent(dir.clone());
         gone.deleted = true;
         *slot = Some(gone);

@@ -60,6 +60,14 @@ impl UserMemory for FileStore {
         .await
     }
 
+    async fn note_used(&self, used: &[(AgentId, f64)]) -> Result<()> {
+        self.inner.quiet.note(used).await
+    }
+
+    async fn take_quiet(&self, before: f64) -> Result<Vec<AgentId>> {
+        self.inner.quiet.take(before).await
+    }
+
     async fn fold_into_user(
         &self,
         user: &UserId,

@@ -67,6 +67,11 @@ impl Admin for PgStore {
                 .map_err(db("deleting an agent"))?;
         let deleted = if found.is_some() {
             crate::vectors::lock_vector_writes(&mut tx, vec![id.as_str()]).await?;
+            sqlx::query("DELETE FROM quiet_agents WHERE agent_id = $1")
+                .bind(id.as_str())
+                .execute(&mut *tx)
+                .await
+                .map_err(db("deleting an agent"))?;
             sqlx::query("DELETE FROM agents WHERE id = $1")
                 .bind(id.as_str())
                 .execute(&mut *tx)
@@ -168,11 +173,16 @@ impl Admin for PgStore {
         // The agents' rows, then their vectors' lock, as delete_agent.
         crate::vectors::lock_vector_writes(&mut tx, ids.iter().map(String::as_str).collect())
             .await?;
-        sqlx::query("DELETE FROM agents WHERE id = ANY($1)")
-            .bind(&ids)
-            .execute(&mut *tx)
-            .await
-            .map_err(db("deleting a user"))?;
+        for sql in [
+            "DELETE FROM quiet_agents WHERE agent_id = ANY($1)",
+            "DELETE FROM agents WHERE id = ANY($1)",
+        ] {
+            sqlx::query(sql)
+                .bind(&ids)
+                .execute(&mut *tx)
+                .await
+                .map_err(db("deleting a user"))?;
+        }
         let scope = crate::blocks::key(&engram_core::blocks::Scope::User(user.clone()));
         // Writers of the user's blocks hold this lock (blocks.rs).
         sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")

@@ -41,6 +41,49 @@ impl UserMemory for PgStore {
         load(&mut conn, user).await
     }
 
+    async fn note_used(&self, used: &[(AgentId, f64)]) -> Result<()> {
+        let mut used: Vec<(&str, f64)> = used
+            .iter()
+            .filter(|(_, t)| t.is_finite())
+            .map(|(id, t)| (id.as_str(), *t))
+            .collect();
+        if used.is_empty() {
+            return Ok(());
+        }
+        // One row per agent in one statement (ON CONFLICT may not touch a
+        // row twice), in id order so that two replicas' notes never wait
+        // on each other in a circle.
+        used.sort_by(|a, b| a.0.cmp(b.0).then(b.1.total_cmp(&a.1)));
+        used.dedup_by(|a, b| a.0 == b.0);
+        let (ids, times): (Vec<&str>, Vec<f64>) = used.into_iter().unzip();
+        sqlx::query(
+            "INSERT INTO quiet_agents (agent_id, used_at)
+             SELECT * FROM unnest($1::text[], $2::float8[])
+             ON CONFLICT (agent_id) DO UPDATE
+                 SET used_at = greatest(quiet_agents.used_at, EXCLUDED.used_at)",
+        )
+        .bind(&ids)
+        .bind(&times)
+        .execute(&self.inner.pool)
+        .await
+        .map_err(db("noting agents used"))?;
+        Ok(())
+    }
+
+    async fn take_quiet(&self, before: f64) -> Result<Vec<AgentId>> {
+        // DELETE … RETURNING: a row goes to one replica only.
+        let ids: Vec<String> =
+            sqlx::query_scalar("DELETE FROM quiet_agents WHERE used_at <= $1 RETURNING agent_id")
+                .bind(before)
+                .fetch_all(&self.inner.pool)
+                .await
+                .map_err(db("taking quiet agents"))?;
+        Ok(ids
+            .iter()
+            .filter_map(|id| AgentId::parse(id).ok())
+            .collect())
+    }
+
     async fn fold_into_user(
         &self,
         user: &UserId,

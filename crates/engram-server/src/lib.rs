@@ -180,7 +180,7 @@ pub async fn serve(
         metrics: metrics.map(|(listener, handle)| MetricsTask::spawn(listener, handle, &engine)),
     };
     let limit = config.server.max_message_bytes;
-    let memory = MemoryServiceServer::new(Engram::new(engine, limit))
+    let memory = MemoryServiceServer::new(Engram::new(engine.clone(), limit))
         .max_decoding_message_size(limit)
         .max_encoding_message_size(limit);
     let (signal, draining) = drain_on(shutdown, reporter);
@@ -207,6 +207,9 @@ pub async fn serve(
         }
     };
     background.stop().await;
+    // The conversations served since the last note, so that those that go
+    // quiet now are summarized after the restart.
+    engine.note_used().await;
     store.close().await;
     tracing::info!("stopped");
     result

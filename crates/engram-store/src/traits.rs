@@ -315,6 +315,17 @@ pub trait UserMemory {
 
     /// The user's most recently summarized conversation, if any.
     async fn last_conversation(&self, user: &UserId) -> Result<Option<LastConversation>>;
+
+    /// Notes that these agents served requests at these times (Unix
+    /// seconds; of two times for an agent the later stays), so that a
+    /// conversation that goes quiet is summarized even when the server
+    /// that served it restarts meanwhile. Durable when it returns.
+    async fn note_used(&self, used: &[(AgentId, f64)]) -> Result<()>;
+
+    /// Takes the agents last used at or before `before` off that list and
+    /// returns them: each is taken by one caller only (replicas share the
+    /// list). A deleted agent leaves the list with it.
+    async fn take_quiet(&self, before: f64) -> Result<Vec<AgentId>>;
 }
 
 /// The store as a running service: health, metrics, background work.

@@ -113,3 +113,40 @@ async fn a_quiet_conversation_is_summarized_and_starts_the_next() {
     assert!(start.contains("Kyoto"), "{start}");
     assert_eq!(messages[1].content, "Where were we?");
 }
+
+/// A conversation served by an engine that stopped before it went quiet
+/// is summarized by the next engine on the same store: the notes reach
+/// the store's list, which outlives the engine.
+#[tokio::test(start_paused = true)]
+async fn a_conversation_quiet_across_a_restart_is_summarized() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = || async {
+        let store = FileStore::open(StoreConfig::new(dir.path())).await.unwrap();
+        let store: Arc<dyn engram_store::Store> = Arc::new(store);
+        let engine = Engine::new(
+            Arc::clone(&store),
+            Arc::new(engram_llm::Extractive),
+            &settings(),
+        );
+        (store, engine)
+    };
+    let (store, engine) = open().await;
+    talk(&engine, "before-restart", 4).await;
+    // What the server does at shutdown.
+    engine.note_used().await;
+    store.close().await;
+    drop((store, engine));
+
+    let (store, engine) = open().await;
+    tokio::time::advance(Duration::from_secs(IDLE - 1)).await;
+    assert_eq!(engine.summarize_idle().await, 0, "not quiet yet");
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(
+        engine.summarize_idle().await,
+        1,
+        "the new engine sums it up"
+    );
+    let id = engram_core::AgentId::parse("before-restart").unwrap();
+    assert_eq!(store.bundle(&id, 0).await.unwrap().episodic.len(), 1);
+    assert_eq!(engine.summarize_idle().await, 0, "once");
+}

@@ -15,6 +15,7 @@
 mod agents;
 mod blocks;
 mod compaction;
+mod quiet;
 mod search;
 mod users;
 mod writes;
@@ -30,6 +31,7 @@ use crate::{Ingested, Search, SearchMode, Store, StoreError};
 pub use agents::*;
 pub use blocks::*;
 pub use compaction::*;
+pub use quiet::*;
 pub use search::*;
 pub use users::*;
 pub use writes::*;
@@ -92,6 +94,7 @@ macro_rules! conformance_suite {
             a_users_facts_are_folded_across_conversations,
             a_users_new_conversation_starts_once,
             recall_spans_a_users_conversations,
+            quiet_conversations_are_noted_and_taken_once,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
