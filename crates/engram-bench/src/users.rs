@@ -45,6 +45,19 @@ pub struct Args {
     /// model embeds: its cost grows with the message, not the history).
     #[arg(long, default_value_t = 180)]
     first_words: usize,
+    /// Distinct words of the messages, drawn by Zipf's law as in real
+    /// text (a few words in most messages, most words in few); 0: the
+    /// other benches' 25 words, each in nearly every message (the worst
+    /// case for word search: every query word's postings are walked).
+    #[arg(long, default_value_t = 5000)]
+    vocabulary: usize,
+    /// store.backend: files or postgres (a fresh schema of --pg-url per
+    /// case).
+    #[arg(long, default_value = "files")]
+    backend: String,
+    /// The database for --backend postgres (default as for `ingest`).
+    #[arg(long)]
+    pg_url: Option<String>,
 }
 
 const USER: &str = "bench-user";
@@ -58,7 +71,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let data = args.data_dir.join(format!("users-{n}"));
         let _ = std::fs::remove_dir_all(&data);
         std::fs::create_dir_all(&data)?;
-        let extra = format!("[embed]\nprovider = \"{}\"\n", args.embed);
+        let mut extra = format!("[embed]\nprovider = \"{}\"\n", args.embed);
+        if args.backend == "postgres" {
+            let url = crate::ingest::pg_url(args.pg_url.as_deref())?;
+            let schema = rt.block_on(crate::ingest::fresh_schema(&url))?;
+            extra.push_str(&format!(
+                "[store]\nbackend = \"postgres\"\n[store.postgres]\nurl = {url:?}\nschema = {schema:?}\n"
+            ));
+        }
         let server = Server::start_with(&args.engramd, &data, &extra)?;
         rt.block_on(case(&server.addr, n, &args))?;
     }
@@ -67,6 +87,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 async fn case(addr: &str, n: usize, args: &Args) -> anyhow::Result<()> {
     let mut c = connect(addr).await?;
+    let words = Words::new(args.vocabulary);
     for k in 0..n {
         let events = (0..args.messages)
             .map(|m| pb::TraceEvent {
@@ -76,7 +97,7 @@ async fn case(addr: &str, n: usize, args: &Args) -> anyhow::Result<()> {
                     pb::TraceType::Assistant
                 }
                 .into(),
-                content: text(k * args.messages + m),
+                content: words.text(k * args.messages + m, 180),
                 ..Default::default()
             })
             .collect();
@@ -126,7 +147,7 @@ async fn case(addr: &str, n: usize, args: &Args) -> anyhow::Result<()> {
             agent_id: format!("new-{round}"),
             user_id: USER.into(),
             user_input: Some(pb::TraceEvent {
-                content: first_message(1_000_000 + round, args.first_words),
+                content: words.text(1_000_000 + round, args.first_words),
                 ..Default::default()
             }),
             model: "gpt-4o".into(),
@@ -156,6 +177,65 @@ async fn case(addr: &str, n: usize, args: &Args) -> anyhow::Result<()> {
         us(first.value_at_quantile(0.99)) / 1000.0,
     );
     Ok(())
+}
+
+/// The bench's messages: `text` (25 words), or pseudo-words drawn by
+/// Zipf's law from a vocabulary.
+struct Words {
+    /// Cumulative weights of ranks 1..=n (1/rank each); empty: `text`.
+    cumulative: Vec<f64>,
+}
+
+impl Words {
+    fn new(vocabulary: usize) -> Self {
+        let mut total = 0.0;
+        let cumulative = (1..=vocabulary)
+            .map(|rank| {
+                total += 1.0 / rank as f64;
+                total
+            })
+            .collect();
+        Self { cumulative }
+    }
+
+    /// `n` words for `seed`, a sentence every 15.
+    fn text(&self, seed: usize, n: usize) -> String {
+        if self.cumulative.is_empty() {
+            return first_message(seed, n);
+        }
+        let total = self.cumulative.last().copied().unwrap_or(1.0);
+        let mut x = seed as u64 * 2_654_435_761 + 1;
+        let mut out = String::with_capacity(n * 8);
+        for i in 0..n {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let u = (x >> 11) as f64 / (1u64 << 53) as f64 * total;
+            let rank = self.cumulative.partition_point(|&c| c < u);
+            out.push_str(&word(rank));
+            out.push(if i % 15 == 14 { '.' } else { ' ' });
+        }
+        out
+    }
+}
+
+/// The pseudo-word of `rank`: syllables spelling the number, so each rank
+/// has its own word (and no stemmer makes two of them one).
+fn word(rank: usize) -> String {
+    const SYLLABLES: [&str; 16] = [
+        "ka", "lo", "mi", "nu", "pe", "ra", "si", "to", "vu", "be", "do", "fi", "gu", "ha", "jo", "ze",
+    ];
+    let mut n = rank;
+    let mut out = String::new();
+    loop {
+        out.push_str(SYLLABLES[n % 16]);
+        n /= 16;
+        if n == 0 {
+            break;
+        }
+    }
+    out.push('n');
+    out
 }
 
 /// The first `words` words of the bench's text for `seed`, repeated as

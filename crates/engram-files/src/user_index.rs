@@ -27,6 +27,7 @@ use std::sync::Arc;
 use engram_core::users::UserFact;
 use engram_index::{Embedded, Item, Lexical, Vectors};
 use engram_store::items::{episodic_item, semantic_item, trace_item};
+use engram_store::ranked::{key_of, place, range, split_key};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex as AsyncMutex;
 
@@ -41,21 +42,6 @@ const FORMAT: u32 = 1;
 
 /// Ordinal of the user's facts.
 const FACTS: u32 = 0;
-
-/// Where an item of conversation `ordinal` at `order` (an agent's turn and
-/// seq) sits in the user's index: 24 bits of ordinal, 24 of turn, 16 of
-/// seq (a turn past 16 million or a seq past 65,535 shares the last place).
-pub(crate) fn place(ordinal: u32, order: u64) -> u64 {
-    let turn = (order >> 32).min(0xFF_FFFF);
-    let seq = (order & 0xFFFF_FFFF).min(0xFFFF);
-    (u64::from(ordinal.min(0xFF_FFFF)) << 40) | (turn << 16) | seq
-}
-
-/// The places of conversation `ordinal`, inclusive.
-pub(crate) fn range(ordinal: u32) -> (u64, u64) {
-    let lo = u64::from(ordinal.min(0xFF_FFFF)) << 40;
-    (lo, lo | ((1 << 40) - 1))
-}
 
 /// An agent's file lengths: what changed while nobody told the index.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -116,20 +102,6 @@ impl std::fmt::Debug for UserIndex {
 
 /// The slot a user's index lives in: one holder at a time.
 pub(crate) type UserSlot = Arc<AsyncMutex<Option<UserIndex>>>;
-
-/// The key of an agent's item in the user's index.
-fn key_of(agent: &str, key: &str) -> String {
-    format!("{agent}/{key}")
-}
-
-/// The agent (none: the user's facts) and the agent's key of an item.
-pub(crate) fn split_key(key: &str) -> (Option<&str>, &str) {
-    match key.split_once('/') {
-        Some(("~", key)) => (None, key),
-        Some((agent, key)) => (Some(agent), key),
-        None => (None, key),
-    }
-}
 
 impl UserIndex {
     pub fn open(user_dir: &Path, model: Option<&ModelId>) -> Result<Self> {

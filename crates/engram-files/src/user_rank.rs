@@ -12,12 +12,13 @@ use engram_core::{AgentId, RawTrace, UserId};
 use engram_index::{Filter, Kind, Lexical, Params, Ranked, Words};
 use engram_store::items::trace_order;
 use engram_store::ranked::{
-    MAX_CONTEXT, MAX_RANKED, Want, matched_by, memory_wants, page_bounds, page_token, search_filter,
+    MAX_CONTEXT, MAX_RANKED, Want, matched_by, memory_wants, page_bounds, page_token, place, range,
+    search_filter, split_key,
 };
 
 use crate::index::{blocking, index_error};
 use crate::ranked::{item, parse};
-use crate::user_index::{UserIndex, place, range, split_key};
+use crate::user_index::UserIndex;
 use crate::{
     FileStore, Hit, IndexState, Memory, MemoryQuery, RankedMemories, Recalled, Result, Search,
     SearchPage,

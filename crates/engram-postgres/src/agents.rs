@@ -209,6 +209,7 @@ impl Admin for PgStore {
         for id in &ids {
             self.forget(id);
         }
+        self.forget_user(user);
         Ok(ids.len())
     }
 }

@@ -38,6 +38,7 @@ mod compact;
 mod facts;
 mod ranked;
 mod read;
+mod recalled;
 mod rows;
 mod search;
 #[cfg(feature = "testing")]
@@ -45,7 +46,10 @@ pub mod testing;
 mod upkeep;
 mod user_facts;
 mod user_rank;
+mod user_vectors;
 mod vectors;
+mod who;
+mod words;
 mod write;
 
 use std::collections::HashMap;
@@ -130,6 +134,9 @@ struct Inner {
     config: PgConfig,
     /// This replica's cached agents.
     agents: Mutex<HashMap<String, Arc<Handle>>>,
+    /// This replica's copies of users' vectors, for searches across a
+    /// user's conversations.
+    users: Mutex<HashMap<String, Arc<user_vectors::UserSlot>>>,
     failure: tokio::sync::watch::Sender<Option<String>>,
     faults: Faults,
     opened: std::time::Instant,
@@ -171,6 +178,7 @@ impl PgStore {
                 pool,
                 config,
                 agents: Mutex::new(HashMap::new()),
+                users: Mutex::new(HashMap::new()),
                 failure: tokio::sync::watch::channel(None).0,
                 faults: Faults::default(),
                 opened: std::time::Instant::now(),

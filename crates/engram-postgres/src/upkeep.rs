@@ -63,6 +63,7 @@ impl Runtime for PgStore {
                 store.count_unembedded().await;
                 if let Some(idle) = store.inner.config.idle_evict {
                     store.evict_idle(idle);
+                    store.evict_idle_users(idle);
                 }
             }
         })

@@ -1,99 +1,176 @@
-//! Ranking across a user's conversations on the database: each of the
-//! user's agents ranked in turn (its traces, summaries and facts, as
-//! Retrieve(query) ranks them), the current conversation's active
-//! transcript left out, and the results merged by score. Correct for any
-//! number of conversations; its cost grows with them (one search over all
-//! of a user's rows is the next step).
+//! Ranking across a user's conversations on the database: one search over
+//! the rows of all of the user's agents (`Who::User`: BM25 with the term
+//! rarity of all of them, each agent's places in a range of its own),
+//! fused with this replica's copy of the user's vectors
+//! (`user_vectors.rs`), the current conversation's active transcript left
+//! out; each memory names its conversation. Its cost grows with the rows
+//! that match, not with the number of conversations.
 
 use std::collections::HashSet;
 
 use engram_core::compaction::normalize;
 use engram_core::{AgentId, UserId};
+use engram_index::{Filter, Kind, Ranked};
+use engram_store::ranked::{MAX_RANKED, Want, memory_wants, place, range};
 use engram_store::{
-    Admin, MemoryQuery, RankedMemories, Ranks, Result, Search, SearchPage, Searches, StoreError,
+    Admin, Hit, IndexState, MemoryQuery, RankedMemories, Result, Search, SearchPage,
 };
+use sqlx::PgConnection;
 
-use crate::PgStore;
+use crate::ranked::recalled_memories;
+use crate::recalled::materialize;
+use crate::user_vectors::UserCopy;
+use crate::who::{Places, Who};
+use crate::words::Hidden;
+use crate::{PgStore, db};
+
+/// What a ranking over a user gives back: the rankings, where their places
+/// lie, and the index state.
+type UserRanked<'a> = (Vec<Vec<Ranked>>, Places<'a>, IndexState);
 
 impl PgStore {
+    /// Recall and Retrieve across `user`'s conversations.
     pub(crate) async fn user_ranking(
         &self,
         user: &UserId,
         query: &MemoryQuery,
         current: Option<&AgentId>,
     ) -> Result<RankedMemories> {
-        let mut out = RankedMemories::default();
-        let mut facts_seen = HashSet::new();
-        for agent in self.user_agents(user).await? {
-            let own = current == Some(&agent);
-            let asked = MemoryQuery {
-                archived_only: query.archived_only && own,
-                wait_for_index: if own { query.wait_for_index } else { None },
-                ..query.clone()
-            };
-            let ranked = match self.rank_memories(&agent, &asked).await {
-                Ok(ranked) => ranked,
-                // Deleted meanwhile: answers as after the delete.
-                Err(StoreError::NotFound(_)) => continue,
-                Err(e) => return Err(e),
-            };
-            out.index.items += ranked.index.items;
-            out.index.embedded += ranked.index.embedded;
-            out.index.pending += ranked.index.pending;
-            out.memories
-                .extend(ranked.memories.into_iter().map(|mut m| {
-                    m.agent_id = Some(agent.to_string());
-                    m
-                }));
-            out.episodic.extend(ranked.episodic);
-            for fact in ranked.semantic {
-                if facts_seen.insert(normalize(&fact.fact)) {
-                    out.semantic.push(fact);
-                }
-            }
+        if let (Some(wait), Some(id)) = (query.wait_for_index, current) {
+            // The current conversation's own items are embedded first.
+            self.wait_embedded(id.as_str(), std::time::Instant::now() + wait)
+                .await?;
         }
-        out.memories.sort_by(|a, b| b.score.total_cmp(&a.score));
-        out.memories.truncate(query.limit);
-        out.episodic.truncate(query.episodic);
-        out.semantic.truncate(query.semantic);
-        Ok(out)
+        let agents = self.agents_of(user).await?;
+        let mut conn = self.conn().await?;
+        // Where the current conversation's active transcript starts: what
+        // the prompt shows already.
+        let hidden: Option<(&str, i64)> = match current.filter(|_| query.archived_only) {
+            Some(id) => sqlx::query_scalar::<_, Option<i64>>(
+                "SELECT min(ord) FROM traces WHERE agent_id = $1 AND NOT archived",
+            )
+            .bind(id.as_str())
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(db("reading an agent"))?
+            .map(|first| (id.as_str(), first)),
+            None => None,
+        };
+        let slot = self.user_slot(user);
+        let mut copy = slot.copy.lock().await;
+        self.catch_up_user(&mut conn, &mut copy, agents).await?;
+        let hide = hidden.and_then(|(id, first)| {
+            let ordinal = copy.placing.ordinal(id)?;
+            Some((place(ordinal, first as u64), range(ordinal).1))
+        });
+        let mut wants = memory_wants(query, None);
+        wants[0].0.traces_before = None;
+        wants[0].0.traces_hidden = hide;
+        for want in &mut wants {
+            want.1 = want.1.min(MAX_RANKED);
+        }
+        let (ranked, places, state) = self
+            .rank_user(&mut conn, &copy, &query.query, wants, hidden)
+            .await?;
+        let who = Who::User(&copy.placing);
+        let (memories, episodic, semantic) =
+            recalled_memories(&mut conn, &who, &places, ranked, query.neighbours).await?;
+        // The user's facts are folded from each conversation's: the same
+        // fact found in several is shown once.
+        let mut seen = HashSet::new();
+        let semantic = semantic
+            .into_iter()
+            .filter(|f| seen.insert(normalize(&f.fact)))
+            .collect();
+        Ok(RankedMemories {
+            memories,
+            episodic,
+            semantic,
+            index: state,
+        })
     }
-}
 
-impl PgStore {
-    /// A ranked page over the user's conversations: each one's best up to
-    /// the page's end, merged by score.
+    /// A ranked page over the user's conversations.
     pub(crate) async fn user_search(&self, user: &UserId, search: &Search) -> Result<SearchPage> {
         engram_store::ranked::check_user_search(search)?;
         let (from, end) = engram_store::ranked::page_bounds(search)?;
-        let each = Search {
-            limit: end + 1,
-            page_token: None,
-            ..search.clone()
+        let filter = Filter {
+            kinds: vec![Kind::Trace],
+            ..engram_store::ranked::search_filter(search)
         };
-        let mut hits = Vec::new();
-        let mut index = engram_store::IndexState::default();
-        for agent in self.user_agents(user).await? {
-            let page = match self.search(&agent, &each).await {
-                Ok(page) => page,
-                Err(StoreError::NotFound(_)) => continue,
-                Err(e) => return Err(e),
-            };
-            index.items += page.index.items;
-            index.embedded += page.index.embedded;
-            index.pending += page.index.pending;
-            hits.extend(page.hits.into_iter().map(|mut h| {
-                h.agent_id = Some(agent.to_string());
-                h
-            }));
-        }
-        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
-        let more = hits.len() > end;
-        let hits = hits.into_iter().take(end).skip(from).collect();
+        let agents = self.agents_of(user).await?;
+        let mut conn = self.conn().await?;
+        let slot = self.user_slot(user);
+        let mut copy = slot.copy.lock().await;
+        self.catch_up_user(&mut conn, &mut copy, agents).await?;
+        let (mut ranked, places, state) = self
+            .rank_user(&mut conn, &copy, &search.query, vec![(filter, end + 1)], None)
+            .await?;
+        let ranked = ranked.pop().unwrap_or_default();
+        let more = ranked.len() > end;
+        let page: Vec<Ranked> = ranked.into_iter().take(end).skip(from).collect();
+        let who = Who::User(&copy.placing);
+        let recalled = materialize(&mut conn, &who, &places, &page, search.neighbours).await?;
         Ok(SearchPage {
-            hits,
+            hits: recalled.into_iter().filter_map(Hit::of).collect(),
             next_page_token: more.then(|| engram_store::ranked::page_token(end)),
-            index,
+            index: state,
         })
+    }
+
+    /// The user's agents, by id.
+    async fn agents_of(&self, user: &UserId) -> Result<Vec<String>> {
+        Ok(self
+            .user_agents(user)
+            .await?
+            .into_iter()
+            .map(|a| a.to_string())
+            .collect())
+    }
+
+    /// The rankings `wants` asks for over the user's rows as `copy` places
+    /// them, and the index state of all of them.
+    async fn rank_user<'a>(
+        &self,
+        conn: &mut PgConnection,
+        copy: &'a UserCopy,
+        query: &str,
+        wants: Vec<Want>,
+        hidden: Hidden<'_>,
+    ) -> Result<UserRanked<'a>> {
+        let who = Who::User(&copy.placing);
+        let (items, pending): (i64, i64) = sqlx::query_as(
+            "SELECT coalesce((SELECT sum(next_seq) FROM agents WHERE id = ANY($1)), 0)::bigint
+                  + (SELECT count(*) FROM memories WHERE agent_id = ANY($1) AND live),
+                    (SELECT count(*) FROM traces WHERE agent_id = ANY($1) AND vector IS NULL)
+                  + (SELECT count(*) FROM memories WHERE agent_id = ANY($1) AND vector IS NULL AND live)",
+        )
+        .bind(&copy.placing.agents)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(db("counting a user's items"))?;
+        let docs = u64::try_from(items).unwrap_or(0);
+        let (ranked, places) = self
+            .rank_among(
+                conn,
+                &who,
+                query,
+                wants,
+                docs,
+                hidden,
+                copy.vectors.as_ref(),
+                Places::besides(&copy.places),
+            )
+            .await?;
+        let mut state = IndexState {
+            items: docs,
+            ..IndexState::default()
+        };
+        if let Some(embedder) = self.embedder() {
+            state.embedded = copy.vectors.as_ref().map_or(0, |v| v.len() as u64);
+            state.pending = u64::try_from(pending).unwrap_or(0);
+            state.model = embedder.model().to_owned();
+        }
+        Ok((ranked, places, state))
     }
 }

@@ -47,7 +47,7 @@ fn encode(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-fn decode(bytes: &[u8], dim: usize) -> Option<Vec<f32>> {
+pub(crate) fn decode(bytes: &[u8], dim: usize) -> Option<Vec<f32>> {
     (bytes.len() == dim * 4).then(|| {
         bytes
             .chunks_exact(4)

@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use engram_postgres::{PgConfig, PgStore};
 use engram_store::conformance::Harness;
 use engram_store::prelude::*;
+use engram_store::{Memory, MemoryQuery};
 
 struct Postgres {
     config: PgConfig,
@@ -166,4 +167,123 @@ async fn vector_writes_wait_for_the_agents_lock() {
         1,
         "written once the lock was free"
     );
+}
+
+/// A model for the indexer that knows three topics: a text's vector says
+/// which of them its words belong to, so a query can match a message by
+/// meaning alone ("umbrella" finds "rain").
+#[derive(Debug)]
+struct Topics;
+
+impl engram_core::embed::Embedder for Topics {
+    fn model(&self) -> &str {
+        "topics"
+    }
+
+    fn dim(&self) -> usize {
+        3
+    }
+
+    fn embed<'a>(&'a self, texts: &'a [String]) -> engram_core::embed::EmbedFuture<'a> {
+        const TOPICS: [&[&str]; 3] = [
+            &["rain", "umbrella", "storm"],
+            &["pasta", "cooked", "dinner"],
+            &["guitar", "song", "concert"],
+        ];
+        Box::pin(async move {
+            Ok(texts
+                .iter()
+                .map(|t| {
+                    let t = t.to_lowercase();
+                    let mut v: Vec<f32> = TOPICS
+                        .iter()
+                        .map(|words| words.iter().filter(|w| t.contains(**w)).count() as f32)
+                        .collect();
+                    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+                    v.iter_mut().for_each(|x| *x /= norm);
+                    v
+                })
+                .collect())
+        })
+    }
+}
+
+/// One search across a user's conversations ranks each one's vectors too:
+/// a message of another conversation found by meaning alone, naming its
+/// conversation; an agent made again under the same id shows none of the
+/// old one's vectors; SearchHistory by user finds the same.
+#[tokio::test]
+async fn a_users_conversations_are_ranked_by_meaning_together() {
+    let pg = Postgres::new().await;
+    let mut config = pg.config.clone();
+    config.embedder = Some(Arc::new(Topics));
+    let store = PgStore::open(config).await.expect("the store opens");
+    let ana = engram_core::UserId::parse("ana").unwrap();
+    let (a, b) = (
+        engram_core::AgentId::parse("ana-1").unwrap(),
+        engram_core::AgentId::parse("ana-2").unwrap(),
+    );
+    let wait = Some(std::time::Duration::from_secs(60));
+    let say = async |id: &engram_core::AgentId, text: &str| {
+        store
+            .ingest(id, &[engram_core::NewEvent::user(text)], None, None, Some(&ana))
+            .await
+            .expect("ingest accepted");
+        let embedded = engram_store::Search {
+            query: "x".into(),
+            limit: 1,
+            wait_for_index: wait,
+            ..Default::default()
+        };
+        store.search(id, &embedded).await.expect("searches");
+    };
+    say(&a, "It will pour with rain all day tomorrow").await;
+    say(&b, "I cooked pasta for dinner").await;
+    let query = MemoryQuery {
+        query: "umbrella".into(),
+        limit: 3,
+        ..Default::default()
+    };
+    let ranked = store
+        .rank_user_memories(&ana, &query, Some(&b))
+        .await
+        .expect("ranks");
+    let first = &ranked.memories[0];
+    assert_eq!(first.agent_id.as_deref(), Some("ana-1"));
+    assert_eq!(first.matched_by, engram_store::MatchedBy::Semantic);
+    assert!(
+        matches!(&first.memory, Memory::Trace { trace, .. } if trace.content.contains("rain")),
+        "{first:?}"
+    );
+    assert_eq!(ranked.index.embedded, 2);
+
+    // The same id made again: the old conversation's vectors are gone.
+    store.delete_agent(&a).await.expect("deleted");
+    say(&a, "We went to a guitar concert").await;
+    let ranked = store
+        .rank_user_memories(&ana, &query, None)
+        .await
+        .expect("ranks");
+    assert!(
+        ranked.memories.iter().all(|m| !matches!(
+            &m.memory,
+            Memory::Trace { trace, .. } if trace.content.contains("rain")
+        )),
+        "{:?}",
+        ranked.memories
+    );
+    assert_eq!(ranked.index.embedded, 2);
+    let page = store
+        .search_user(
+            &ana,
+            &engram_store::Search {
+                query: "song".into(),
+                limit: 5,
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("searches");
+    assert_eq!(page.hits[0].agent_id.as_deref(), Some("ana-1"));
+    assert!(page.hits[0].trace.content.contains("guitar"));
 }

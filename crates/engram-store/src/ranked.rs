@@ -123,3 +123,34 @@ pub fn matched_by(r: &Ranked) -> MatchedBy {
         Matched::Context => MatchedBy::Context,
     }
 }
+
+/// Where an item of conversation `ordinal` at `order` (an agent's turn and
+/// seq) sits in a ranking of a user's conversations: 24 bits of ordinal,
+/// 24 of turn, 16 of seq (a turn past 16 million or a seq past 65,535
+/// shares the last place).
+pub fn place(ordinal: u32, order: u64) -> u64 {
+    let turn = (order >> 32).min(0xFF_FFFF);
+    let seq = (order & 0xFFFF_FFFF).min(0xFFFF);
+    (u64::from(ordinal.min(0xFF_FFFF)) << 40) | (turn << 16) | seq
+}
+
+/// The places of conversation `ordinal`, inclusive.
+pub fn range(ordinal: u32) -> (u64, u64) {
+    let lo = u64::from(ordinal.min(0xFF_FFFF)) << 40;
+    (lo, lo | ((1 << 40) - 1))
+}
+
+/// The key of an agent's item in a ranking of a user's conversations.
+pub fn key_of(agent: &str, key: &str) -> String {
+    format!("{agent}/{key}")
+}
+
+/// The agent (none: the user's own facts, `~/`) and the agent's key of an
+/// item of a ranking of a user's conversations.
+pub fn split_key(key: &str) -> (Option<&str>, &str) {
+    match key.split_once('/') {
+        Some(("~", key)) => (None, key),
+        Some((agent, key)) => (Some(agent), key),
+        None => (None, key),
+    }
+}

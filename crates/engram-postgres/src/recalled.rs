@@ -1,0 +1,172 @@
+//! What a ranking found, read back from the rows: each ranked trace,
+//! summary and fact (of the agent, or of whichever of the user's agents
+//! holds it), a trace with its neighbours, an expired fact left out.
+
+use std::collections::HashMap;
+
+use engram_core::RawTrace;
+use engram_core::memory::SemanticItem;
+use engram_index::{Kind, Ranked};
+use engram_store::ranked::{MAX_CONTEXT, matched_by, split_key};
+use engram_store::{Memory, Recalled, Result};
+use sqlx::PgConnection;
+
+use crate::who::{Places, Who};
+use crate::{db, parse, parse_trace};
+
+/// The memories `ranked` names, in order, each trace with up to `context`
+/// neighbours each side (oldest first); each names its agent when `who`
+/// is a user.
+pub(crate) async fn materialize(
+    conn: &mut PgConnection,
+    who: &Who<'_>,
+    places: &Places<'_>,
+    ranked: &[Ranked],
+    context: usize,
+) -> Result<Vec<Recalled>> {
+    let context = context.min(MAX_CONTEXT);
+    // Where each hit is: (agent, ord) for traces, (agent, id) for memories.
+    let mut at: Vec<Option<Spot>> = Vec::with_capacity(ranked.len());
+    let (mut trace_agents, mut trace_ords) = (Vec::new(), Vec::new());
+    let (mut memory_agents, mut memory_ids) = (Vec::new(), Vec::new());
+    for hit in ranked {
+        let spot = match hit.kind {
+            Kind::Trace => places.locate(who, hit.order).map(|(agent, ord)| {
+                trace_agents.push(agent.clone());
+                trace_ords.push(ord);
+                Spot::Trace(agent, ord)
+            }),
+            _ => hit
+                .key()
+                .and_then(|k| match who {
+                    Who::Agent(id) => Some(((*id).to_owned(), k.to_owned())),
+                    Who::User(_) => match split_key(k) {
+                        (Some(agent), key) => Some((agent.to_owned(), key.to_owned())),
+                        (None, _) => None,
+                    },
+                })
+                .map(|(agent, id)| {
+                    memory_agents.push(agent.clone());
+                    memory_ids.push(id.clone());
+                    Spot::Memory(agent, id)
+                }),
+        };
+        at.push(spot);
+    }
+    let traces: Vec<(String, i64, bool, String)> = sqlx::query_as(
+        "SELECT t.agent_id, t.ord, t.archived, t.body
+         FROM unnest($1::text[], $2::bigint[]) AS k(a, o)
+         JOIN traces t ON t.agent_id = k.a AND t.ord = k.o",
+    )
+    .bind(&trace_agents)
+    .bind(&trace_ords)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(db("reading traces"))?;
+    let mut traces: HashMap<(String, i64), (bool, String)> = traces
+        .into_iter()
+        .map(|(a, o, archived, body)| ((a, o), (archived, body)))
+        .collect();
+    let memories: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT m.agent_id, m.id, m.body
+         FROM unnest($1::text[], $2::text[]) AS k(a, id)
+         JOIN memories m ON m.agent_id = k.a AND m.id = k.id",
+    )
+    .bind(&memory_agents)
+    .bind(&memory_ids)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(db("reading memories"))?;
+    let mut memories: HashMap<(String, String), String> = memories
+        .into_iter()
+        .map(|(a, id, body)| ((a, id), body))
+        .collect();
+    let mut around = around(conn, &trace_agents, &trace_ords, context).await?;
+    let mut out = Vec::with_capacity(ranked.len());
+    for (hit, spot) in ranked.iter().zip(at) {
+        let (agent, memory, sides) = match spot {
+            None => continue,
+            Some(Spot::Trace(agent, ord)) => {
+                let spot = (agent, ord);
+                let Some((archived, body)) = traces.remove(&spot) else {
+                    continue;
+                };
+                let trace = Box::new(parse_trace(&spot.0, &body)?);
+                // A trace's place is its own; a memory's may equal one.
+                let sides = around.remove(&spot).unwrap_or_default();
+                (spot.0, Memory::Trace { trace, archived }, sides)
+            }
+            Some(Spot::Memory(agent, id)) => {
+                let Some(body) = memories.remove(&(agent.clone(), id)) else {
+                    continue;
+                };
+                let memory = if hit.kind == Kind::Episodic {
+                    Memory::Episodic(parse(&agent, "summary", &body)?)
+                } else {
+                    let fact: SemanticItem = parse(&agent, "fact", &body)?;
+                    // Expired: gone from search at once (upkeep purges it).
+                    if fact.is_expired(engram_store::unix_now()) {
+                        continue;
+                    }
+                    Memory::Semantic(fact)
+                };
+                (agent, memory, Default::default())
+            }
+        };
+        out.push(Recalled {
+            agent_id: who.agent().is_none().then_some(agent),
+            memory,
+            score: hit.score,
+            matched_by: matched_by(hit),
+            before: sides.0,
+            after: sides.1,
+        });
+    }
+    Ok(out)
+}
+
+type Sides = (Vec<RawTrace>, Vec<RawTrace>);
+
+/// Where a hit's row is.
+enum Spot {
+    Trace(String, i64),
+    Memory(String, String),
+}
+
+/// Up to `n` traces each side of each trace (`agents[i]`, `ords[i]`),
+/// oldest first.
+async fn around(
+    conn: &mut PgConnection,
+    agents: &[String],
+    ords: &[i64],
+    n: usize,
+) -> Result<HashMap<(String, i64), Sides>> {
+    let mut out: HashMap<(String, i64), Sides> = HashMap::new();
+    if ords.is_empty() || n == 0 {
+        return Ok(out);
+    }
+    let rows: Vec<(String, i64, bool, String)> = sqlx::query_as(
+        "SELECT c.a, c.o, n.after, n.body FROM unnest($1::text[], $2::bigint[]) AS c(a, o)
+         CROSS JOIN LATERAL (
+           (SELECT * FROM (SELECT false AS after, ord, body FROM traces WHERE agent_id = c.a AND ord < c.o
+                           ORDER BY ord DESC LIMIT $3) b ORDER BY ord)
+           UNION ALL
+           (SELECT true, ord, body FROM traces WHERE agent_id = c.a AND ord > c.o ORDER BY ord LIMIT $3)) n",
+    )
+    .bind(agents)
+    .bind(ords)
+    .bind(n as i64)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(db("reading neighbours"))?;
+    for (agent, of, after, body) in rows {
+        let t = parse_trace(&agent, &body)?;
+        let sides = out.entry((agent, of)).or_default();
+        if after {
+            sides.1.push(t);
+        } else {
+            sides.0.push(t);
+        }
+    }
+    Ok(out)
+}

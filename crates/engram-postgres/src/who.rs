@@ -1,0 +1,142 @@
+//! Whose rows a ranking reads: one agent's, places and keys as stored; or
+//! every conversation of a user, each agent's places moved into a range of
+//! its own (by a stable ordinal, `engram_store::ranked::place`) and its
+//! keys prefixed with its id, so that one search ranks them all together
+//! as the file store's user index does. The statements read `agent_id =
+//! $1` for one agent (its indexes as ever) and `agent_id = ANY($1)` for a
+//! user's.
+
+use std::collections::HashMap;
+
+use engram_store::ranked::{key_of, place};
+
+/// The agents a ranking covers.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Who<'a> {
+    Agent(&'a str),
+    User(&'a Placing),
+}
+
+/// A user's agents and the ordinal each one's places are moved by.
+#[derive(Debug, Default)]
+pub(crate) struct Placing {
+    /// The user's agents now, sorted.
+    pub agents: Vec<String>,
+    /// Every agent's ordinal, kept while the agent is the user's so that
+    /// places (and a copy of vectors made with them) stay valid.
+    ordinals: HashMap<String, u32>,
+    next: u32,
+}
+
+impl Placing {
+    /// Takes the user's agents as they are now; returns the ordinals of
+    /// the agents that left (their places are void).
+    pub(crate) fn update(&mut self, agents: Vec<String>) -> Vec<u32> {
+        for a in &agents {
+            if !self.ordinals.contains_key(a) {
+                self.ordinals.insert(a.clone(), self.next);
+                self.next += 1;
+            }
+        }
+        let mut gone = vec![];
+        self.ordinals.retain(|a, o| {
+            let kept = agents.binary_search(a).is_ok();
+            if !kept {
+                gone.push(*o);
+            }
+            kept
+        });
+        self.agents = agents;
+        gone
+    }
+
+    pub(crate) fn ordinal(&self, agent: &str) -> Option<u32> {
+        self.ordinals.get(agent).copied()
+    }
+}
+
+impl Who<'_> {
+    /// The condition on `agent_id` (of `table.`, when given) against `$n`.
+    pub(crate) fn clause(&self, column: &str, n: usize) -> String {
+        match self {
+            Who::Agent(_) => format!("{column} = ${n}"),
+            Who::User(_) => format!("{column} = ANY(${n})"),
+        }
+    }
+
+    /// Where the agent's item at `ord` is placed.
+    pub(crate) fn place(&self, agent: &str, ord: i64) -> u64 {
+        let ord = u64::try_from(ord).unwrap_or(0);
+        match self {
+            Who::Agent(_) => ord,
+            Who::User(p) => place(p.ordinal(agent).unwrap_or(u32::MAX), ord),
+        }
+    }
+
+    /// The key of the agent's item `key`.
+    pub(crate) fn key(&self, agent: &str, key: String) -> String {
+        match self {
+            Who::Agent(_) => key,
+            Who::User(_) => key_of(agent, &key),
+        }
+    }
+
+    /// The one agent, if it is one.
+    pub(crate) fn agent(&self) -> Option<&str> {
+        match self {
+            Who::Agent(id) => Some(id),
+            Who::User(_) => None,
+        }
+    }
+}
+
+/// Binds a [`Who`] to a statement: one id, or the user's ids.
+macro_rules! bind_who {
+    ($query:expr, $who:expr) => {
+        match $who {
+            $crate::who::Who::Agent(id) => $query.bind(*id),
+            $crate::who::Who::User(p) => $query.bind(&p.agents),
+        }
+    };
+}
+pub(crate) use bind_who;
+
+/// Where each place found so far came from (agent, `ord`): a user's
+/// places squeeze an agent's turn and seq, so they are looked up, not
+/// undone; `known` holds those of a copy of the user's vectors.
+#[derive(Debug, Default)]
+pub(crate) struct Places<'a> {
+    of: HashMap<u64, (String, i64)>,
+    known: Option<&'a HashMap<u64, (String, i64)>>,
+}
+
+impl<'a> Places<'a> {
+    /// Places found by a search, besides those in `known`.
+    pub(crate) fn besides(known: &'a HashMap<u64, (String, i64)>) -> Self {
+        Self {
+            of: HashMap::new(),
+            known: Some(known),
+        }
+    }
+
+    pub(crate) fn note(&mut self, place: u64, agent: &str, ord: i64) {
+        if self.known.is_some_and(|k| k.contains_key(&place)) {
+            return;
+        }
+        self.of
+            .entry(place)
+            .or_insert_with(|| (agent.to_owned(), ord));
+    }
+
+    /// The agent and `ord` of `place` (for one agent: itself).
+    pub(crate) fn locate(&self, who: &Who<'_>, place: u64) -> Option<(String, i64)> {
+        match who {
+            Who::Agent(id) => Some(((*id).to_owned(), i64::try_from(place).ok()?)),
+            Who::User(_) => self
+                .of
+                .get(&place)
+                .or_else(|| self.known?.get(&place))
+                .cloned(),
+        }
+    }
+}

@@ -1,0 +1,344 @@
+//! The lexical half of a ranking on the database: PostgreSQL's full-text
+//! search (`english` configuration: Snowball stemming and stop words) over
+//! the GIN index of an agent's rows, or of a user's agents' rows, scored
+//! with BM25 in the statement itself (term rarity counted in the rows
+//! searched, document length from their lexeme totals); then the file
+//! store's own steps on the candidates (`engram_index::from_candidates`).
+
+use std::collections::HashMap;
+
+use engram_index::{Candidate, Filter, Kind, Params, Placed, Words};
+use engram_store::ranked::Want;
+use engram_store::{Result, StoreError};
+use sqlx::PgConnection;
+
+use crate::db;
+use crate::who::{Places, Who, bind_who};
+
+/// BM25's parameters (tantivy's, as the file store's index uses).
+const K1: f64 = 1.2;
+const B: f64 = 0.75;
+
+/// Characters of a query that are analyzed; a longer one is cut (its
+/// first terms count, as `max_terms` does in the file store).
+const MAX_QUERY_CHARS: usize = 4096;
+
+/// The query's terms and their statistics over the rows searched.
+struct Terms {
+    /// `'lexeme'` quoted for tsquery input, and each one's IDF.
+    quoted: Vec<String>,
+    lexemes: Vec<String>,
+    idf: Vec<f64>,
+    avgdl: f64,
+}
+
+impl Terms {
+    /// Any of the terms, as a tsquery.
+    fn any(&self) -> String {
+        self.quoted.join(" | ")
+    }
+}
+
+/// A tsquery lexeme in quotes (quotes and backslashes escaped).
+fn quote(lexeme: &str) -> String {
+    format!("'{}'", lexeme.replace('\\', "\\\\").replace('\'', "''"))
+}
+
+/// A trace `who` holds that no search of theirs returns: the current
+/// conversation's active transcript, from `ord` on (a user's search).
+pub(crate) type Hidden<'a> = Option<(&'a str, i64)>;
+
+/// The lexical half of each ranking `wants` asks for (`None` for a limit
+/// of 0) over `docs` items; where each place found lies goes to `places`.
+pub(crate) async fn by_words(
+    conn: &mut PgConnection,
+    who: &Who<'_>,
+    query: &str,
+    wants: Vec<Want>,
+    docs: u64,
+    hidden: Hidden<'_>,
+    places: &mut Places<'_>,
+) -> Result<Vec<Option<Words>>> {
+    let params = Params::default();
+    let terms = terms(conn, who, query, params.max_terms, docs).await?;
+    let mut out = Vec::with_capacity(wants.len());
+    for (filter, limit) in wants {
+        if limit == 0 {
+            out.push(None);
+            continue;
+        }
+        let Some(terms) = &terms else {
+            // No word to look for: meaning alone ranks.
+            out.push(Some(engram_index::from_candidates(
+                Vec::new(),
+                &|_, _| Default::default(),
+                &filter,
+                limit,
+                &params,
+            )));
+            continue;
+        };
+        let want = params.candidates.max(limit);
+        let candidates = candidates(conn, who, terms, &filter, want, hidden, places).await?;
+        let placed = neighbours(conn, who, &candidates, params.neighbour_span, places).await?;
+        let around = |order: u64, n: usize| {
+            placed.get(&order).map_or_else(Default::default, |(b, a)| {
+                (
+                    b.iter().take(n).copied().collect(),
+                    a.iter().take(n).copied().collect(),
+                )
+            })
+        };
+        out.push(Some(engram_index::from_candidates(
+            candidates, &around, &filter, limit, &params,
+        )));
+    }
+    Ok(out)
+}
+
+/// The query's terms (the database's analysis), each one's rarity in the
+/// `docs` items searched, and their average length; `None` when no term
+/// is left.
+async fn terms(
+    conn: &mut PgConnection,
+    who: &Who<'_>,
+    query: &str,
+    max: usize,
+    docs: u64,
+) -> Result<Option<Terms>> {
+    let query: String = query
+        .chars()
+        .take(MAX_QUERY_CHARS)
+        .map(|c| if c == '\0' { ' ' } else { c })
+        .collect();
+    let lexemes: Vec<String> =
+        sqlx::query_scalar("SELECT lexeme FROM unnest(to_tsvector('english', $1)) LIMIT $2")
+            .bind(&query)
+            .bind(max as i64)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(db("analyzing a query"))?;
+    if lexemes.is_empty() {
+        return Ok(None);
+    }
+    let quoted: Vec<String> = lexemes.iter().map(|l| quote(l)).collect();
+    let sql = format!(
+        "SELECT (SELECT sum(a.words_total)::bigint FROM agents a WHERE {agents}),
+                ARRAY(SELECT (SELECT count(*) FROM traces t WHERE {traces} AND t.words @@ q.t::tsquery)
+                           + (SELECT count(*) FROM memories m WHERE {memories} AND m.live AND m.words @@ q.t::tsquery)
+                      FROM unnest($2::text[]) WITH ORDINALITY AS q(t, i) ORDER BY q.i)",
+        agents = who.clause("a.id", 1),
+        traces = who.clause("t.agent_id", 1),
+        memories = who.clause("m.agent_id", 1),
+    );
+    let (total, counts): (Option<i64>, Vec<i64>) = bind_who!(sqlx::query_as(&sql), who)
+        .bind(&quoted)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(db("counting terms"))?;
+    let total = match (total, who.agent()) {
+        (Some(total), _) => total,
+        // No row: the agent was deleted since the search began (no lock is
+        // held across a search's statements); it answers as after it.
+        (None, Some(id)) => return Err(StoreError::NotFound(id.to_owned())),
+        (None, None) => 0,
+    };
+    let n = docs.max(1) as f64;
+    let idf = counts
+        .iter()
+        .map(|&df| (1.0 + (n - df as f64 + 0.5) / (df as f64 + 0.5)).ln())
+        .collect();
+    Ok(Some(Terms {
+        quoted,
+        lexemes,
+        idf,
+        avgdl: (total as f64 / n).max(1.0),
+    }))
+}
+
+/// The best `limit` items matching any term within `filter`, by BM25.
+async fn candidates(
+    conn: &mut PgConnection,
+    who: &Who<'_>,
+    terms: &Terms,
+    filter: &Filter,
+    limit: usize,
+    hidden: Hidden<'_>,
+    places: &mut Places<'_>,
+) -> Result<Vec<Candidate>> {
+    let kinds = |k: Kind| filter.kinds.is_empty() || filter.kinds.contains(&k);
+    let memory_kinds: Vec<i8> = [(Kind::Episodic, b'e'), (Kind::Semantic, b's')]
+        .into_iter()
+        .filter(|(k, _)| kinds(*k))
+        .map(|(_, c)| c as i8)
+        .collect();
+    let mut found: Vec<Candidate> = Vec::new();
+    if kinds(Kind::Trace) {
+        found = trace_candidates(conn, who, terms, filter, limit, hidden, places).await?;
+    }
+    if !memory_kinds.is_empty() {
+        found.extend(memory_candidates(conn, who, terms, &memory_kinds, limit).await?);
+        found.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.order.cmp(&a.order)));
+        found.truncate(limit);
+    }
+    Ok(found)
+}
+
+/// BM25 of a matching row's `words` (`h`) for the query's `terms`, with
+/// the average length bound as `$4`.
+fn bm25_sql() -> String {
+    format!(
+        "sum(terms.idf * cardinality(w.positions) * {k1p} / (cardinality(w.positions) + {K1} * ({one_b} + {B} * length(h.words) / $4::float8)))",
+        k1p = K1 + 1.0,
+        one_b = 1.0 - B,
+    )
+}
+
+/// The best `limit` traces for `terms` that pass `filter`.
+async fn trace_candidates(
+    conn: &mut PgConnection,
+    who: &Who<'_>,
+    terms: &Terms,
+    filter: &Filter,
+    limit: usize,
+    hidden: Hidden<'_>,
+    places: &mut Places<'_>,
+) -> Result<Vec<Candidate>> {
+    let types: Option<Vec<i16>> = (!filter.trace_types.is_empty())
+        .then(|| filter.trace_types.iter().map(|&t| i16::from(t)).collect());
+    let (lo, hi) = filter
+        .order
+        .map_or((None, None), |(lo, hi)| (Some(lo as i64), Some(hi as i64)));
+    let (from, to) = filter.ts.map_or((None, None), |(a, b)| (Some(a), Some(b)));
+    let sql = format!(
+        "WITH terms(lexeme, idf) AS (SELECT * FROM unnest($2::text[], $3::float8[]))
+         SELECT h.agent_id, h.trace_id, h.ord, h.ts, {score}::float4
+         FROM (SELECT agent_id, trace_id, ord, ts, words FROM traces
+               WHERE {who} AND words @@ $5::tsquery
+                 AND ($6::smallint[] IS NULL OR trace_type = ANY($6))
+                 AND ($7::bigint IS NULL OR ord >= $7) AND ($8::bigint IS NULL OR ord <= $8)
+                 AND ($9::float8 IS NULL OR ts >= $9) AND ($10::float8 IS NULL OR ts <= $10)
+                 AND ($11::bigint IS NULL OR ord < $11)
+                 AND ($13::text IS NULL OR agent_id <> $13 OR ord < $14)) h
+         CROSS JOIN LATERAL unnest(h.words) w
+         JOIN terms ON terms.lexeme = w.lexeme
+         GROUP BY h.agent_id, h.trace_id, h.ord, h.ts
+         ORDER BY 5 DESC, h.ord DESC LIMIT $12",
+        score = bm25_sql(),
+        who = who.clause("agent_id", 1),
+    );
+    let rows: Vec<(String, String, i64, f64, f32)> = bind_who!(sqlx::query_as(&sql), who)
+        .bind(&terms.lexemes)
+        .bind(&terms.idf)
+        .bind(terms.avgdl)
+        .bind(terms.any())
+        .bind(types)
+        .bind(lo)
+        .bind(hi)
+        .bind(from)
+        .bind(to)
+        .bind(filter.traces_before.map(|o| o.min(i64::MAX as u64) as i64))
+        .bind(limit as i64)
+        .bind(hidden.map(|h| h.0))
+        .bind(hidden.map(|h| h.1))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db("ranking traces"))?;
+    Ok(rows
+        .into_iter()
+        .map(|(agent, key, ord, ts, s)| {
+            let place = who.place(&agent, ord);
+            places.note(place, &agent, ord);
+            Candidate::new(who.key(&agent, key), Kind::Trace, place, ts, s)
+        })
+        .collect())
+}
+
+/// The best `limit` live summaries and facts (of `kinds`) for `terms`.
+async fn memory_candidates(
+    conn: &mut PgConnection,
+    who: &Who<'_>,
+    terms: &Terms,
+    kinds: &[i8],
+    limit: usize,
+) -> Result<Vec<Candidate>> {
+    let sql = format!(
+        "WITH terms(lexeme, idf) AS (SELECT * FROM unnest($2::text[], $3::float8[]))
+         SELECT h.agent_id, h.id, h.kind, h.ord, h.ts, {score}::float4
+         FROM (SELECT agent_id, id, kind, ord, ts, words FROM memories
+               WHERE {who} AND live AND words @@ $5::tsquery AND kind = ANY($6)) h
+         CROSS JOIN LATERAL unnest(h.words) w
+         JOIN terms ON terms.lexeme = w.lexeme
+         GROUP BY h.agent_id, h.id, h.kind, h.ord, h.ts
+         ORDER BY 6 DESC, h.ord DESC LIMIT $7",
+        score = bm25_sql(),
+        who = who.clause("agent_id", 1),
+    );
+    let rows: Vec<(String, String, i8, i64, f64, f32)> = bind_who!(sqlx::query_as(&sql), who)
+        .bind(&terms.lexemes)
+        .bind(&terms.idf)
+        .bind(terms.avgdl)
+        .bind(terms.any())
+        .bind(kinds)
+        .bind(limit as i64)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db("ranking memories"))?;
+    Ok(rows
+        .into_iter()
+        .map(|(agent, key, kind, ord, ts, s)| {
+            let kind = if kind as u8 == b'e' {
+                Kind::Episodic
+            } else {
+                Kind::Semantic
+            };
+            let place = who.place(&agent, ord);
+            Candidate::new(who.key(&agent, key), kind, place, ts, s)
+        })
+        .collect())
+}
+
+/// Up to `span` traces each side of every trace among `candidates`, nearest
+/// first, by place (each in its own agent).
+async fn neighbours(
+    conn: &mut PgConnection,
+    who: &Who<'_>,
+    candidates: &[Candidate],
+    span: usize,
+    places: &mut Places<'_>,
+) -> Result<HashMap<u64, (Vec<Placed>, Vec<Placed>)>> {
+    let (mut agents, mut orders, mut of) = (Vec::new(), Vec::new(), Vec::new());
+    for c in candidates.iter().filter(|c| c.kind == Kind::Trace) {
+        if let Some((agent, ord)) = places.locate(who, c.order) {
+            agents.push(agent);
+            orders.push(ord);
+            of.push(c.order as i64);
+        }
+    }
+    let mut out: HashMap<u64, (Vec<Placed>, Vec<Placed>)> = HashMap::new();
+    if orders.is_empty() || span == 0 {
+        return Ok(out);
+    }
+    let rows: Vec<(i64, String, bool, i64, f64)> = sqlx::query_as(
+        "SELECT c.p, c.a, n.after, n.ord, n.ts FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS c(a, o, p)
+         CROSS JOIN LATERAL (
+           (SELECT false AS after, ord, ts FROM traces WHERE agent_id = c.a AND ord < c.o ORDER BY ord DESC LIMIT $4)
+           UNION ALL
+           (SELECT true, ord, ts FROM traces WHERE agent_id = c.a AND ord > c.o ORDER BY ord LIMIT $4)) n",
+    )
+    .bind(&agents)
+    .bind(&orders)
+    .bind(&of)
+    .bind(span as i64)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(db("reading neighbours"))?;
+    for (of, agent, after, ord, ts) in rows {
+        let place = who.place(&agent, ord);
+        places.note(place, &agent, ord);
+        let sides = out.entry(of as u64).or_default();
+        let side = if after { &mut sides.1 } else { &mut sides.0 };
+        side.push((place, ts));
+    }
+    Ok(out)
+}
