@@ -223,7 +223,8 @@ impl Words {
 /// has its own word (and no stemmer makes two of them one).
 fn word(rank: usize) -> String {
     const SYLLABLES: [&str; 16] = [
-        "ka", "lo", "mi", "nu", "pe", "ra", "si", "to", "vu", "be", "do", "fi", "gu", "ha", "jo", "ze",
+        "ka", "lo", "mi", "nu", "pe", "ra", "si", "to", "vu", "be", "do", "fi", "gu", "ha", "jo",
+        "ze",
     ];
     let mut n = rank;
     let mut out = String::new();

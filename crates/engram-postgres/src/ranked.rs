@@ -36,7 +36,13 @@ impl Ranks for PgStore {
         }
         let who = Who::Agent(id.as_str());
         let (ranked, places, state) = self
-            .ranking(&mut conn, id.as_str(), &query.query, wants, query.wait_for_index)
+            .ranking(
+                &mut conn,
+                id.as_str(),
+                &query.query,
+                wants,
+                query.wait_for_index,
+            )
             .await?;
         let (memories, episodic, semantic) =
             recalled_memories(&mut conn, &who, &places, ranked, query.neighbours).await?;
@@ -123,7 +129,16 @@ impl PgStore {
         let held = self.vectors(conn, id, incarnation, &handle.vectors).await?;
         let copy = held.as_deref().and_then(|v| v.as_ref()).map(|c| &c.vectors);
         let (ranked, places) = self
-            .rank_among(conn, &who, query, wants, state.items, None, copy, Places::default())
+            .rank_among(
+                conn,
+                &who,
+                query,
+                wants,
+                state.items,
+                None,
+                copy,
+                Places::default(),
+            )
             .await?;
         let embedded = copy.map_or(0, Vectors::len);
         drop(held);
@@ -150,12 +165,8 @@ impl PgStore {
             self.query_vector(query),
             by_words(conn, who, query, wants, docs, hidden, &mut places)
         );
-        let ranked = engram_index::fuse_each(
-            words?,
-            vectors,
-            query_vector.as_deref(),
-            &Params::default(),
-        );
+        let ranked =
+            engram_index::fuse_each(words?, vectors, query_vector.as_deref(), &Params::default());
         Ok((ranked, places))
     }
 

@@ -104,7 +104,13 @@ impl PgStore {
         let mut copy = slot.copy.lock().await;
         self.catch_up_user(&mut conn, &mut copy, agents).await?;
         let (mut ranked, places, state) = self
-            .rank_user(&mut conn, &copy, &search.query, vec![(filter, end + 1)], None)
+            .rank_user(
+                &mut conn,
+                &copy,
+                &search.query,
+                vec![(filter, end + 1)],
+                None,
+            )
             .await?;
         let ranked = ranked.pop().unwrap_or_default();
         let more = ranked.len() > end;

@@ -167,10 +167,8 @@ impl PgStore {
         if !add.is_empty() || !gone.is_empty() {
             let gone: Vec<&str> = gone.iter().map(String::as_str).collect();
             let vectors = copy.vectors.as_mut().expect("made above");
-            engram_store::offload_over((add.len() * dim * 4) as u64, || {
-                vectors.write(&add, &gone)
-            })
-            .map_err(|e| StoreError::Index(e.to_string()))?;
+            engram_store::offload_over((add.len() * dim * 4) as u64, || vectors.write(&add, &gone))
+                .map_err(|e| StoreError::Index(e.to_string()))?;
         }
         Ok(())
     }

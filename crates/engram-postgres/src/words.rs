@@ -23,19 +23,45 @@ const B: f64 = 0.75;
 /// first terms count, as `max_terms` does in the file store).
 const MAX_QUERY_CHARS: usize = 4096;
 
+/// Rows a term's rarity is counted to: a term in more is common (its
+/// weight near nothing; counted further, a word in every message costs a
+/// pass over all of them, per search).
+const DF_CAP: i64 = 1000;
+
+/// Rows scored at most per search (the most recent that match): BM25 is
+/// summed over every word of every row scored, so this bounds a search's
+/// work however many rows a query's words are in.
+const MAX_SCORED: i64 = 5000;
+
 /// The query's terms and their statistics over the rows searched.
 struct Terms {
     /// `'lexeme'` quoted for tsquery input, and each one's IDF.
     quoted: Vec<String>,
     lexemes: Vec<String>,
     idf: Vec<f64>,
+    /// Whether the term is in fewer than [`DF_CAP`] rows.
+    rare: Vec<bool>,
     avgdl: f64,
 }
 
 impl Terms {
-    /// Any of the terms, as a tsquery.
+    /// The rows to score, as a tsquery: those with any of the rare terms
+    /// when there are some (a row with common words alone scores next to
+    /// nothing, and selecting by them would take nearly every row), else
+    /// with any term.
     fn any(&self) -> String {
-        self.quoted.join(" | ")
+        let rare: Vec<&str> = self
+            .quoted
+            .iter()
+            .zip(&self.rare)
+            .filter(|(_, r)| **r)
+            .map(|(q, _)| q.as_str())
+            .collect();
+        if rare.is_empty() {
+            self.quoted.join(" | ")
+        } else {
+            rare.join(" | ")
+        }
     }
 }
 
@@ -124,8 +150,8 @@ async fn terms(
     let quoted: Vec<String> = lexemes.iter().map(|l| quote(l)).collect();
     let sql = format!(
         "SELECT (SELECT sum(a.words_total)::bigint FROM agents a WHERE {agents}),
-                ARRAY(SELECT (SELECT count(*) FROM traces t WHERE {traces} AND t.words @@ q.t::tsquery)
-                           + (SELECT count(*) FROM memories m WHERE {memories} AND m.live AND m.words @@ q.t::tsquery)
+                ARRAY(SELECT (SELECT count(*) FROM (SELECT FROM traces t WHERE {traces} AND t.words @@ q.t::tsquery LIMIT $3) c)
+                           + (SELECT count(*) FROM (SELECT FROM memories m WHERE {memories} AND m.live AND m.words @@ q.t::tsquery LIMIT $3) c)
                       FROM unnest($2::text[]) WITH ORDINALITY AS q(t, i) ORDER BY q.i)",
         agents = who.clause("a.id", 1),
         traces = who.clause("t.agent_id", 1),
@@ -133,6 +159,7 @@ async fn terms(
     );
     let (total, counts): (Option<i64>, Vec<i64>) = bind_who!(sqlx::query_as(&sql), who)
         .bind(&quoted)
+        .bind(DF_CAP)
         .fetch_one(&mut *conn)
         .await
         .map_err(db("counting terms"))?;
@@ -152,6 +179,7 @@ async fn terms(
         quoted,
         lexemes,
         idf,
+        rare: counts.iter().map(|&df| df < DF_CAP).collect(),
         avgdl: (total as f64 / n).max(1.0),
     }))
 }
@@ -219,7 +247,8 @@ async fn trace_candidates(
                  AND ($7::bigint IS NULL OR ord >= $7) AND ($8::bigint IS NULL OR ord <= $8)
                  AND ($9::float8 IS NULL OR ts >= $9) AND ($10::float8 IS NULL OR ts <= $10)
                  AND ($11::bigint IS NULL OR ord < $11)
-                 AND ($13::text IS NULL OR agent_id <> $13 OR ord < $14)) h
+                 AND ($13::text IS NULL OR agent_id <> $13 OR ord < $14)
+               ORDER BY ts DESC LIMIT $15) h
          CROSS JOIN LATERAL unnest(h.words) w
          JOIN terms ON terms.lexeme = w.lexeme
          GROUP BY h.agent_id, h.trace_id, h.ord, h.ts
@@ -241,6 +270,7 @@ async fn trace_candidates(
         .bind(limit as i64)
         .bind(hidden.map(|h| h.0))
         .bind(hidden.map(|h| h.1))
+        .bind(MAX_SCORED)
         .fetch_all(&mut *conn)
         .await
         .map_err(db("ranking traces"))?;
@@ -266,7 +296,8 @@ async fn memory_candidates(
         "WITH terms(lexeme, idf) AS (SELECT * FROM unnest($2::text[], $3::float8[]))
          SELECT h.agent_id, h.id, h.kind, h.ord, h.ts, {score}::float4
          FROM (SELECT agent_id, id, kind, ord, ts, words FROM memories
-               WHERE {who} AND live AND words @@ $5::tsquery AND kind = ANY($6)) h
+               WHERE {who} AND live AND words @@ $5::tsquery AND kind = ANY($6)
+               ORDER BY ts DESC LIMIT $8) h
          CROSS JOIN LATERAL unnest(h.words) w
          JOIN terms ON terms.lexeme = w.lexeme
          GROUP BY h.agent_id, h.id, h.kind, h.ord, h.ts
@@ -281,6 +312,7 @@ async fn memory_candidates(
         .bind(terms.any())
         .bind(kinds)
         .bind(limit as i64)
+        .bind(MAX_SCORED)
         .fetch_all(&mut *conn)
         .await
         .map_err(db("ranking memories"))?;

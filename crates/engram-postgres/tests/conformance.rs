@@ -226,7 +226,13 @@ async fn a_users_conversations_are_ranked_by_meaning_together() {
     let wait = Some(std::time::Duration::from_secs(60));
     let say = async |id: &engram_core::AgentId, text: &str| {
         store
-            .ingest(id, &[engram_core::NewEvent::user(text)], None, None, Some(&ana))
+            .ingest(
+                id,
+                &[engram_core::NewEvent::user(text)],
+                None,
+                None,
+                Some(&ana),
+            )
             .await
             .expect("ingest accepted");
         let embedded = engram_store::Search {
