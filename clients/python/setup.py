@@ -10,7 +10,8 @@ import os
 from setuptools import setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PROTOS = ["engram/v1/types.proto", "engram/v1/memory.proto", "engram/v1/service.proto"]
+PROTOS = ["engram/v1/types.proto", "engram/v1/memory.proto",
+          "engram/v1/facts.proto", "engram/v1/service.proto"]
 
 
 def generate(out_dir):

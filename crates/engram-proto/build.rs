@@ -9,6 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = [
         proto_root.join("engram/v1/types.proto"),
         proto_root.join("engram/v1/memory.proto"),
+        proto_root.join("engram/v1/facts.proto"),
         proto_root.join("engram/v1/service.proto"),
     ];
 

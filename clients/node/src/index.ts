@@ -24,6 +24,8 @@ import type { IngestResponse__Output } from "./generated/engram/v1/IngestRespons
 import type { PrepareRequestResponse__Output } from "./generated/engram/v1/PrepareRequestResponse";
 import type { RetrieveResponse__Output } from "./generated/engram/v1/RetrieveResponse";
 import type { SearchHistoryResponse__Output } from "./generated/engram/v1/SearchHistoryResponse";
+import type { AddedMemory__Output } from "./generated/engram/v1/AddedMemory";
+import type { SemanticItem__Output } from "./generated/engram/v1/SemanticItem";
 
 export { status } from "@grpc/grpc-js";
 
@@ -225,6 +227,42 @@ export type BlockEdit =
   | { replace: { old: string; new: string } }
   | { insert: { line: number; text: string } }
   | { jsonMergePatch: Json | string };
+
+/** A fact to add: its text, or the text with tags, pinned, expiry (epoch
+ * seconds) and the client's own metadata. */
+export type NewMemory = string | {
+  text: string;
+  tags?: string[];
+  pinned?: boolean;
+  expiresAt?: number;
+  metadata?: Record<string, string>;
+};
+
+/** Who a fact belongs to: an agent (one conversation) or a user. */
+export type FactScope = { agentId: string } | { userId: string };
+
+export interface ListMemoriesOptions {
+  /** Only facts containing every word of it (case aside). */
+  query?: string;
+  /** Only facts with every one of these tags. */
+  tags?: string[];
+  includeSuperseded?: boolean;
+  includeExpired?: boolean;
+  pageSize?: number;
+}
+
+export interface UpdateMemoryOptions {
+  /** What is left unset stays. */
+  text?: string;
+  tags?: string[];
+  pinned?: boolean;
+  /** Epoch seconds; 0: never expires. */
+  expiresAt?: number;
+  /** Replaces the whole map. */
+  metadata?: Record<string, string>;
+  /** The version the update expects (a fact changed meanwhile: ABORTED). */
+  expectedVersion?: number;
+}
 
 function scopeOf(scope: Scope): object {
   const keys = Object.keys(scope);
@@ -531,6 +569,63 @@ export class EngramClient {
   async deleteBlock(scope: Scope, label: string, expectedVersion?: number): Promise<number> {
     return (await this.call("DeleteMemoryBlock", {
       scope: scopeOf(scope), label, expected_version: expectedVersion,
+    })).version;
+  }
+
+  /** Adds facts; one result each (`id`, `outcome` ADD_OUTCOME_ADDED, or
+   * ADD_OUTCOME_MERGED when the same fact was there and was updated, `version`). */
+  async addMemories(scope: FactScope, memories: NewMemory[]): Promise<AddedMemory__Output[]> {
+    const items = memories.map((m) => {
+      const fact = typeof m === "string" ? { text: m } : m;
+      return {
+        text: fact.text, tags: fact.tags ?? [], pinned: fact.pinned ?? false,
+        expires_at: fact.expiresAt, metadata: fact.metadata ?? {},
+      };
+    });
+    return (await this.call("AddMemories", { scope: scopeOf(scope), memories: items })).results;
+  }
+
+  /** Every fact of the scope the options select: pinned first, then newest
+   * first (following pages). */
+  async listMemories(scope: FactScope, opts: ListMemoriesOptions = {}): Promise<SemanticItem__Output[]> {
+    const out: SemanticItem__Output[] = [];
+    let token = "";
+    do {
+      const page = await this.call("ListMemories", {
+        scope: scopeOf(scope), query: opts.query ?? "", tags: opts.tags ?? [],
+        include_superseded: opts.includeSuperseded ?? false, include_expired: opts.includeExpired ?? false,
+        page_size: opts.pageSize ?? 0, page_token: token,
+      });
+      out.push(...page.memories);
+      token = page.next_page_token;
+    } while (token);
+    return out;
+  }
+
+  async getMemory(scope: FactScope, id: string): Promise<SemanticItem__Output> {
+    return (await this.call("GetMemory", { scope: scopeOf(scope), id })).memory;
+  }
+
+  /** Every version of a fact, oldest first (a deletion last, with no text). */
+  async memoryHistory(scope: FactScope, id: string): Promise<SemanticItem__Output[]> {
+    return (await this.call("GetMemoryHistory", { scope: scopeOf(scope), id })).versions;
+  }
+
+  /** A new version of a fact. */
+  async updateMemory(scope: FactScope, id: string, opts: UpdateMemoryOptions): Promise<SemanticItem__Output> {
+    return (await this.call("UpdateMemory", {
+      scope: scopeOf(scope), id, text: opts.text,
+      tags: opts.tags === undefined ? undefined : { values: opts.tags },
+      pinned: opts.pinned, expires_at: opts.expiresAt,
+      metadata: opts.metadata === undefined ? undefined : { entries: opts.metadata },
+      expected_version: opts.expectedVersion ?? 0,
+    })).memory;
+  }
+
+  /** Deletes a fact (no text of it is left); the version that deleted it. */
+  async deleteMemory(scope: FactScope, id: string, expectedVersion = 0): Promise<number> {
+    return (await this.call("DeleteMemory", {
+      scope: scopeOf(scope), id, expected_version: expectedVersion,
     })).version;
   }
 }

@@ -227,3 +227,37 @@ test("users, memory blocks and working memory reach the prompt", async () => {
     await server.stop();
   }
 });
+
+test("facts are added, corrected, pinned and forgotten", async () => {
+  const server = await startEngramd();
+  const engram = new EngramClient(server.addr);
+  try {
+    const scope = { agentId: "node-facts" };
+    const added = await engram.addMemories(scope, [
+      "Lives in Oslo", { text: "Allergic to peanuts", pinned: true }, { text: "lives in OSLO", metadata: { from: "form" } },
+    ]);
+    assert.deepEqual(added.map((a) => a.outcome), ["ADD_OUTCOME_ADDED", "ADD_OUTCOME_ADDED", "ADD_OUTCOME_MERGED"]);
+    const oslo = added[0].id;
+    assert.equal(added[2].id, oslo);
+    const listed = await engram.listMemories(scope);
+    assert.deepEqual(listed.map((m) => m.fact), ["Allergic to peanuts", "Lives in Oslo"]);
+    assert.equal(listed[1].origin, "MEMORY_ORIGIN_CLIENT");
+    assert.deepEqual(listed[1].metadata, { from: "form" });
+    const updated = await engram.updateMemory(scope, oslo, { text: "Lives in Berlin", expectedVersion: 2 });
+    assert.equal(updated.version, 3);
+    await assert.rejects(engram.updateMemory(scope, oslo, { text: "Lives in Rome", expectedVersion: 2 }),
+      (e: any) => e.code === status.ABORTED);
+    const prompt = JSON.stringify((await engram.prepareRequest("node-facts", { userInput: "Where?", model: "gpt-4o" })).payload);
+    assert.ok(prompt.includes("Lives in Berlin") && prompt.includes("Allergic to peanuts"), prompt);
+    assert.ok(!prompt.includes("Oslo"), prompt);
+    assert.equal(await engram.deleteMemory(scope, oslo), 4);
+    const history = await engram.memoryHistory(scope, oslo);
+    assert.ok(history.every((h) => h.fact === ""));
+    await assert.rejects(engram.getMemory(scope, oslo), (e: any) => e.code === status.NOT_FOUND);
+    const after = JSON.stringify((await engram.prepareRequest("node-facts", { model: "gpt-4o" })).payload);
+    assert.ok(!after.includes("Berlin"), after);
+  } finally {
+    engram.close();
+    await server.stop();
+  }
+});

@@ -18,6 +18,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 import grpc
 from google.protobuf import struct_pb2
 
+from engram.v1 import facts_pb2 as facts
 from engram.v1 import memory_pb2 as memory
 from engram.v1 import service_pb2 as svc
 from engram.v1 import service_pb2_grpc
@@ -419,6 +420,77 @@ class EngramClient:
         with no text)."""
         return self._call("DeleteMemoryBlock", memory.DeleteMemoryBlockRequest(
             scope=_scope(agent_id, user_id, global_scope), label=label,
+            expected_version=expected_version)).version
+
+    # Facts a client manages (corrected, pinned, expiring, forgotten). Each
+    # helper takes the scope as exactly one of `agent_id=` or `user_id=`.
+
+    def add_memories(self, memories: Iterable[Union[str, Mapping[str, Any]]], *,
+                     agent_id: Optional[str] = None,
+                     user_id: Optional[str] = None) -> list:
+        """Adds facts: each a text, or a dict with `text` and any of `tags`,
+        `pinned`, `expires_at` (epoch seconds) and `metadata` (str -> str).
+        One result per fact (`id`, `outcome` ADDED or MERGED: the same fact
+        was there and was updated, `version`)."""
+        items = []
+        for m in memories:
+            m = {"text": m} if isinstance(m, str) else dict(m)
+            items.append(facts.NewMemory(
+                text=m.get("text", ""), tags=m.get("tags", []), pinned=m.get("pinned", False),
+                expires_at=m.get("expires_at"), metadata=m.get("metadata", {})))
+        return list(self._call("AddMemories", facts.AddMemoriesRequest(
+            scope=_scope(agent_id, user_id, False), memories=items)).results)
+
+    def list_memories(self, *, agent_id: Optional[str] = None, user_id: Optional[str] = None,
+                      query: str = "", tags: Sequence[str] = (),
+                      include_superseded: bool = False, include_expired: bool = False,
+                      page_size: int = 0) -> Iterator[types.SemanticItem]:
+        """Every fact of the scope that contains each word of `query` and has
+        every one of `tags`: pinned first, then newest first (follows the
+        pages)."""
+        token = ""
+        while True:
+            page = self._call("ListMemories", facts.ListMemoriesRequest(
+                scope=_scope(agent_id, user_id, False), query=query, tags=list(tags),
+                include_superseded=include_superseded, include_expired=include_expired,
+                page_size=page_size, page_token=token))
+            yield from page.memories
+            token = page.next_page_token
+            if not token:
+                return
+
+    def get_memory(self, memory_id: str, *, agent_id: Optional[str] = None,
+                   user_id: Optional[str] = None) -> types.SemanticItem:
+        return self._call("GetMemory", facts.GetMemoryRequest(
+            scope=_scope(agent_id, user_id, False), id=memory_id)).memory
+
+    def memory_history(self, memory_id: str, *, agent_id: Optional[str] = None,
+                       user_id: Optional[str] = None) -> list:
+        """Every version of a fact, oldest first (a deletion last, no text)."""
+        return list(self._call("GetMemoryHistory", facts.GetMemoryHistoryRequest(
+            scope=_scope(agent_id, user_id, False), id=memory_id)).versions)
+
+    def update_memory(self, memory_id: str, *, agent_id: Optional[str] = None,
+                      user_id: Optional[str] = None, text: Optional[str] = None,
+                      tags: Optional[Sequence[str]] = None, pinned: Optional[bool] = None,
+                      expires_at: Optional[float] = None,
+                      metadata: Optional[Mapping[str, str]] = None,
+                      expected_version: int = 0) -> types.SemanticItem:
+        """A new version of a fact (what is left None stays; `expires_at=0`:
+        never expires). With `expected_version`, a fact changed meanwhile is
+        ABORTED and nothing changes."""
+        return self._call("UpdateMemory", facts.UpdateMemoryRequest(
+            scope=_scope(agent_id, user_id, False), id=memory_id, text=text,
+            tags=None if tags is None else facts.StringList(values=list(tags)),
+            pinned=pinned, expires_at=expires_at,
+            metadata=None if metadata is None else facts.Metadata(entries=dict(metadata)),
+            expected_version=expected_version)).memory
+
+    def delete_memory(self, memory_id: str, *, agent_id: Optional[str] = None,
+                      user_id: Optional[str] = None, expected_version: int = 0) -> int:
+        """Deletes a fact (no text of it is left); the version that deleted it."""
+        return self._call("DeleteMemory", facts.DeleteMemoryRequest(
+            scope=_scope(agent_id, user_id, False), id=memory_id,
             expected_version=expected_version)).version
 
 

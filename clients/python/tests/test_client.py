@@ -1,12 +1,14 @@
 """EngramClient and the example agent loop against the real engramd."""
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
 
 import grpc
 import pytest
+from engram.v1 import facts_pb2 as facts
 from engram.v1 import memory_pb2 as memory
 from engram.v1 import service_pb2 as svc
 from engram.v1 import types_pb2 as types
@@ -236,3 +238,48 @@ def test_users_blocks_and_working_memory_reach_the_prompt(engramd):
         assert engram.list_blocks(user_id="ana") == []
         assert engram.delete_user("ana") == 0
         assert list(engram.list_agents()) == ["py-bo-1"]
+
+
+def test_facts_are_added_corrected_pinned_and_forgotten(engramd):
+    with EngramClient(engramd) as engram:
+        added = engram.add_memories(
+            ["Lives in Oslo", {"text": "Allergic to peanuts", "pinned": True, "tags": ["health"]},
+             {"text": "lives in  OSLO", "metadata": {"source": "form"}}],
+            agent_id="py-facts")
+        assert [a.outcome for a in added] == [
+            facts.ADD_OUTCOME_ADDED, facts.ADD_OUTCOME_ADDED, facts.ADD_OUTCOME_MERGED]
+        oslo = added[0].id
+        assert added[2].id == oslo and added[2].version == 2
+        listed = list(engram.list_memories(agent_id="py-facts"))
+        assert [m.fact for m in listed] == ["Allergic to peanuts", "Lives in Oslo"], "pinned first"
+        assert listed[0].pinned and listed[1].origin == types.MEMORY_ORIGIN_CLIENT
+        assert dict(listed[1].metadata) == {"source": "form"}
+        assert [m.fact for m in engram.list_memories(agent_id="py-facts", tags=["health"])] == [
+            "Allergic to peanuts"]
+
+        # The prompt shows them at once; a correction replaces the old text.
+        engram.update_memory(oslo, agent_id="py-facts", text="Lives in Berlin", expected_version=2)
+        with pytest.raises(grpc.RpcError) as err:
+            engram.update_memory(oslo, agent_id="py-facts", text="Lives in Rome", expected_version=2)
+        assert err.value.code() == grpc.StatusCode.ABORTED
+        prompt = json.dumps(engram.prepare_request("py-facts", user_input="Where do I live?",
+                                                   model="gpt-4o").payload)
+        assert "Lives in Berlin" in prompt and "Allergic to peanuts" in prompt
+        assert "Oslo" not in prompt
+        history = engram.memory_history(oslo, agent_id="py-facts")
+        assert [(h.version, h.fact) for h in history] == [
+            (1, "Lives in Oslo"), (2, "Lives in Oslo"), (3, "Lives in Berlin")]
+
+        # A delete leaves the id and the time, no text; search finds nothing.
+        assert engram.delete_memory(oslo, agent_id="py-facts") == 4
+        with pytest.raises(grpc.RpcError) as err:
+            engram.get_memory(oslo, agent_id="py-facts")
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+        history = engram.memory_history(oslo, agent_id="py-facts")
+        assert all(h.fact == "" for h in history) and history[-1].HasField("deleted_at")
+        prompt = json.dumps(engram.prepare_request("py-facts", model="gpt-4o").payload)
+        assert "Berlin" not in prompt
+        assert "Berlin" not in str(engram.retrieve("py-facts", "Berlin"))
+        with pytest.raises(grpc.RpcError) as err:
+            engram.add_memories(["   "], agent_id="py-facts")
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT

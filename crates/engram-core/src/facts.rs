@@ -362,6 +362,47 @@ pub fn apply(
     Ok(applied)
 }
 
+/// What ListMemories selects.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Listing {
+    /// Every word of it in the fact (case aside); empty: any.
+    pub query: String,
+    /// Every one of them among the fact's tags.
+    pub tags: Vec<String>,
+    pub include_superseded: bool,
+    pub include_expired: bool,
+}
+
+/// The facts `listing` selects at `now`: pinned first, then the most
+/// recently written first (ties by id), deleted ones never.
+pub fn listed(facts: &[SemanticItem], listing: &Listing, now: f64) -> Vec<SemanticItem> {
+    let words: Vec<String> = listing
+        .query
+        .split_whitespace()
+        .map(str::to_lowercase)
+        .collect();
+    let mut out: Vec<SemanticItem> = facts
+        .iter()
+        .filter(|f| f.managed.deleted_at.is_none())
+        .filter(|f| listing.include_superseded || f.superseded_by.is_none())
+        .filter(|f| listing.include_expired || !f.is_expired(now))
+        .filter(|f| listing.tags.iter().all(|t| f.tags.contains(t)))
+        .filter(|f| {
+            let text = f.fact.to_lowercase();
+            words.iter().all(|w| text.contains(w.as_str()))
+        })
+        .cloned()
+        .collect();
+    out.sort_by(|a, b| {
+        b.managed
+            .pinned
+            .cmp(&a.managed.pinned)
+            .then(b.ts.total_cmp(&a.ts))
+            .then(b.id.cmp(&a.id))
+    });
+    out
+}
+
 /// When the next of `facts` expires after `now` (what a prompt shows
 /// changes then).
 pub fn next_expiry(facts: &[SemanticItem], now: f64) -> Option<f64> {

@@ -27,6 +27,7 @@ pub mod budget;
 pub mod caches;
 pub mod compactor;
 pub mod error;
+mod facts;
 mod flights;
 mod idle;
 mod ingest;
@@ -64,6 +65,9 @@ pub struct Engine {
     recall: RecallSection,
     blocks: settings::BlocksSection,
     users: settings::UsersSection,
+    /// How many facts besides the pinned ones an agent's snapshot shows
+    /// (`policy.max_semantic_items`), kept current as clients change them.
+    facts_limit: u32,
     last_used: Arc<idle::LastUsed>,
     idle_evict: Option<Duration>,
 }
@@ -92,6 +96,7 @@ impl Engine {
             recall: settings.recall,
             blocks: settings.blocks,
             users: settings.users,
+            facts_limit: u32::try_from(settings.policy.max_semantic_items).unwrap_or(u32::MAX),
             last_used: Arc::default(),
             idle_evict: settings.idle_evict,
         }

@@ -52,6 +52,21 @@ pub fn optional_user(raw: Option<&str>) -> Result<Option<UserId>> {
         .transpose()
 }
 
+/// Longest fact id a request may name (the server's are 36 characters).
+pub const MAX_FACT_ID_CHARS: usize = 128;
+
+/// A fact id as a request names it: 1 to 128 characters, none of them a
+/// control character (no store is asked about anything else).
+pub fn fact_id(raw: &str) -> Result<&str> {
+    let chars = raw.chars().count();
+    if chars == 0 || chars > MAX_FACT_ID_CHARS || raw.chars().any(char::is_control) {
+        return Err(EngineError::Invalid(format!(
+            "id is a fact's id: 1 to {MAX_FACT_ID_CHARS} characters, no control characters"
+        )));
+    }
+    Ok(raw)
+}
+
 /// A memory block's scope, checked.
 pub fn scope(req: &ScopeRequest) -> Result<Scope> {
     Ok(match req {

@@ -9,7 +9,6 @@ use async_trait::async_trait;
 use engram_core::blocks::Scope;
 use engram_core::facts::{self, Applied, Op};
 use engram_core::memory::SemanticItem;
-use engram_core::{AgentId, CoreError};
 use engram_store::{Facts, new_id, unix_now};
 
 use crate::agent::{AgentState, SEMANTIC};
@@ -19,7 +18,7 @@ use crate::{FileStore, Result, StoreError};
 #[async_trait]
 impl Facts for FileStore {
     async fn facts(&self, scope: &Scope) -> Result<Vec<SemanticItem>> {
-        let id = agent_scope(scope)?;
+        let id = engram_store::fact_agent(scope)?;
         let read = self.read(id, |s| {
             s.semantic
                 .iter()
@@ -34,7 +33,7 @@ impl Facts for FileStore {
     }
 
     async fn fact_history(&self, scope: &Scope, id: &str) -> Result<Vec<SemanticItem>> {
-        let agent = agent_scope(scope)?;
+        let agent = engram_store::fact_agent(scope)?;
         // Read under the agent's lock: a delete rewrites the file.
         let handle = match self.existing_handle(agent) {
             Ok(h) => h,
@@ -55,7 +54,7 @@ impl Facts for FileStore {
     }
 
     async fn change_facts(&self, scope: &Scope, op: Op, limit: u32) -> Result<Applied> {
-        let id = agent_scope(scope)?;
+        let id = engram_store::fact_agent(scope)?;
         loop {
             let handle = match op {
                 // An add may start the agent; other changes need its facts.
@@ -84,19 +83,6 @@ impl Facts for FileStore {
             self.index_later(id);
             return Ok(applied);
         }
-    }
-}
-
-/// The agent a scope names: facts are an agent's or a user's.
-fn agent_scope(scope: &Scope) -> Result<&AgentId> {
-    match scope {
-        Scope::Agent(id) => Ok(id),
-        Scope::User(_) => Err(StoreError::Core(CoreError::Invalid(
-            "facts of a user scope are not stored on files yet".into(),
-        ))),
-        Scope::Global => Err(StoreError::Core(CoreError::Invalid(
-            "facts belong to an agent or a user, not the global scope".into(),
-        ))),
     }
 }
 
@@ -166,4 +152,19 @@ pub(crate) fn scrub(path: &std::path::Path) -> Result<Vec<SemanticItem>> {
     }
     atomic_write(path, &bytes)?;
     Ok(lines)
+}
+
+/// Renders the snapshot's facts again when one expired since (a prompt
+/// shows an expired fact no more, from the first request after it).
+pub(crate) fn expire_facts(state: &mut AgentState) -> Result<()> {
+    let now = unix_now();
+    if !state.facts_due(now) {
+        return Ok(());
+    }
+    state.facts_changed(now);
+    if let Some(meta) = state.facts_meta(None, now) {
+        state.save_meta(meta)?;
+        engram_store::drop_later(state.rebuild_epoch());
+    }
+    Ok(())
 }

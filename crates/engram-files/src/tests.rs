@@ -359,6 +359,7 @@ mod compaction;
 mod conformance;
 mod deletes;
 mod embedding;
+mod facts;
 mod index;
 mod registry;
 mod users;

@@ -102,6 +102,7 @@ impl Writes for FileStore {
                     .pop()),
                 None => Ok(None),
             })?;
+            crate::facts::expire_facts(state)?;
             let context = state.context();
             let agent_blocks = Arc::clone(state.blocks.live());
             let ticket = state.last_ticket.clone();

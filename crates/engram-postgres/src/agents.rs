@@ -133,6 +133,8 @@ impl Admin for PgStore {
              SELECT $2, kind, id, body, ord, ts, live, words, vector, vector_model, vector_seq
              FROM memories WHERE agent_id = $1 ORDER BY seq",
             "INSERT INTO spills (agent_id, path, body) SELECT $2, path, body FROM spills WHERE agent_id = $1",
+            "INSERT INTO fact_versions (agent_id, id, version, body)
+             SELECT $2, id, version, body FROM fact_versions WHERE agent_id = $1",
             "INSERT INTO blocks (scope, label, version, agent_id, body)
              SELECT 'agent/' || $2, label, version, $2, body FROM blocks WHERE agent_id = $1",
         ] {

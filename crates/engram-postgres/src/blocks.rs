@@ -163,7 +163,7 @@ impl Blocks for PgStore {
 impl PgStore {
     /// Locks agent `id`'s row in `tx`, creating the agent when new, and
     /// binds `user` to it as an Ingest would.
-    async fn bind_agent(
+    pub(crate) async fn bind_agent(
         &self,
         tx: &mut PgConnection,
         id: &AgentId,

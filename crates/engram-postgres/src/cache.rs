@@ -244,6 +244,7 @@ async fn load(conn: &mut PgConnection, id: &str, now: Row0, meta: AgentMeta) -> 
         derived.traces = traces;
         derived.episodic = episodic;
         derived.semantic = semantic;
+        derived.facts_changed(engram_store::unix_now());
         derived
     });
     Ok(Cached {

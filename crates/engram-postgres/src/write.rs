@@ -132,6 +132,10 @@ impl Writes for PgStore {
                 Ok(None) => Ok(()),
                 Err(e) => Err(e.into()),
             };
+            let saved = match saved {
+                Ok(()) => crate::facts::expire_facts(&mut tx, id.as_str(), cached).await,
+                e => e,
+            };
             if let Err(e) = saved {
                 // The cache holds the user input, which is not stored.
                 *slot = None;

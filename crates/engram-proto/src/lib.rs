@@ -17,7 +17,7 @@ pub mod pb {
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("engram_descriptor");
 
 /// The methods of `engram.v1.MemoryService`, in the order of the proto.
-pub const METHODS: [&str; 15] = [
+pub const METHODS: [&str; 21] = [
     "Ingest",
     "PrepareRequest",
     "Compact",
@@ -33,6 +33,12 @@ pub const METHODS: [&str; 15] = [
     "PutMemoryBlock",
     "EditMemoryBlock",
     "DeleteMemoryBlock",
+    "AddMemories",
+    "ListMemories",
+    "GetMemory",
+    "GetMemoryHistory",
+    "UpdateMemory",
+    "DeleteMemory",
 ];
 
 #[cfg(test)]

@@ -13,8 +13,9 @@ use crate::status::from_engine;
 /// user) for an agent's blocks; a token covering the user for a user's
 /// (every agent of the user sees them, and the token covers all of
 /// those); the global scope is shown to every agent, so anyone reads it
-/// and only an admin token changes it.
-async fn authorize<T>(
+/// and only an admin token changes it. Facts (`facts.rs`) are authorized
+/// the same way.
+pub(crate) async fn authorize<T>(
     service: &Engram,
     request: &Request<T>,
     scope: &Option<pb::MemoryScope>,

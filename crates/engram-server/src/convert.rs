@@ -15,6 +15,7 @@ use prost_types::value::Kind;
 use serde_json::{Map, Number, Value};
 
 mod blocks;
+pub mod facts;
 mod requests;
 mod search;
 
@@ -221,6 +222,17 @@ pub fn semantic_to_pb(s: &SemanticItem) -> pb::SemanticItem {
         trace_ids: s.source.trace_ids.clone(),
         from_ts: s.source.from_ts,
         to_ts: s.source.to_ts,
+        origin: facts::origin_to_pb(s.managed.origin).into(),
+        pinned: s.managed.pinned,
+        expires_at: s.managed.expires_at,
+        version: s.version(),
+        metadata: s
+            .managed
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        deleted_at: s.managed.deleted_at,
     }
 }
 

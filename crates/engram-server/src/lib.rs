@@ -23,6 +23,7 @@ mod blocks;
 pub mod boundary;
 pub mod config;
 pub mod convert;
+mod facts;
 pub mod health;
 pub mod layers;
 pub mod observe;

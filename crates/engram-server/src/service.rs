@@ -360,4 +360,51 @@ impl MemoryService for Engram {
         )
         .await
     }
+
+    async fn add_memories(
+        &self,
+        request: Request<pb::AddMemoriesRequest>,
+    ) -> Result<Response<pb::AddMemoriesResponse>, Status> {
+        catch_panics("AddMemories", "", self.handle_add_memories(request)).await
+    }
+
+    async fn list_memories(
+        &self,
+        request: Request<pb::ListMemoriesRequest>,
+    ) -> Result<Response<pb::ListMemoriesResponse>, Status> {
+        catch_panics("ListMemories", "", self.handle_list_memories(request)).await
+    }
+
+    async fn get_memory(
+        &self,
+        request: Request<pb::GetMemoryRequest>,
+    ) -> Result<Response<pb::GetMemoryResponse>, Status> {
+        catch_panics("GetMemory", "", self.handle_get_memory(request)).await
+    }
+
+    async fn get_memory_history(
+        &self,
+        request: Request<pb::GetMemoryHistoryRequest>,
+    ) -> Result<Response<pb::GetMemoryHistoryResponse>, Status> {
+        catch_panics(
+            "GetMemoryHistory",
+            "",
+            self.handle_get_memory_history(request),
+        )
+        .await
+    }
+
+    async fn update_memory(
+        &self,
+        request: Request<pb::UpdateMemoryRequest>,
+    ) -> Result<Response<pb::UpdateMemoryResponse>, Status> {
+        catch_panics("UpdateMemory", "", self.handle_update_memory(request)).await
+    }
+
+    async fn delete_memory(
+        &self,
+        request: Request<pb::DeleteMemoryRequest>,
+    ) -> Result<Response<pb::DeleteMemoryResponse>, Status> {
+        catch_panics("DeleteMemory", "", self.handle_delete_memory(request)).await
+    }
 }

@@ -93,6 +93,22 @@ pub fn new_id() -> String {
     uuid::Uuid::now_v7().to_string()
 }
 
+/// The agent whose facts a scope names. A user's facts are managed by
+/// their own part of the issue still being built (UNIMPLEMENTED); the
+/// global scope has none (INVALID_ARGUMENT).
+pub fn fact_agent(scope: &engram_core::blocks::Scope) -> Result<&engram_core::AgentId> {
+    use engram_core::blocks::Scope;
+    match scope {
+        Scope::Agent(id) => Ok(id),
+        Scope::User(_) => Err(StoreError::Unimplemented(
+            "facts of a user_id scope are not managed yet; manage the facts of each of the user's agent_id scopes meanwhile".into(),
+        )),
+        Scope::Global => Err(StoreError::Core(engram_core::CoreError::Invalid(
+            "facts belong to an agent_id or a user_id, not the global scope".into(),
+        ))),
+    }
+}
+
 /// Frees `value` on the blocking pool. Dropping a compacted window (thousands
 /// of traces, the old transcript and its caches, the replaced file) is
 /// milliseconds of `free` and block freeing that need not happen while the

@@ -116,4 +116,40 @@ impl MemoryService for Echo {
     ) -> Result<Response<pb::DeleteMemoryBlockResponse>, Status> {
         Err(Status::unimplemented("echo"))
     }
+    async fn add_memories(
+        &self,
+        _: Request<pb::AddMemoriesRequest>,
+    ) -> Result<Response<pb::AddMemoriesResponse>, Status> {
+        Err(Status::unimplemented("echo"))
+    }
+    async fn list_memories(
+        &self,
+        _: Request<pb::ListMemoriesRequest>,
+    ) -> Result<Response<pb::ListMemoriesResponse>, Status> {
+        Err(Status::unimplemented("echo"))
+    }
+    async fn get_memory(
+        &self,
+        _: Request<pb::GetMemoryRequest>,
+    ) -> Result<Response<pb::GetMemoryResponse>, Status> {
+        Err(Status::unimplemented("echo"))
+    }
+    async fn get_memory_history(
+        &self,
+        _: Request<pb::GetMemoryHistoryRequest>,
+    ) -> Result<Response<pb::GetMemoryHistoryResponse>, Status> {
+        Err(Status::unimplemented("echo"))
+    }
+    async fn update_memory(
+        &self,
+        _: Request<pb::UpdateMemoryRequest>,
+    ) -> Result<Response<pb::UpdateMemoryResponse>, Status> {
+        Err(Status::unimplemented("echo"))
+    }
+    async fn delete_memory(
+        &self,
+        _: Request<pb::DeleteMemoryRequest>,
+    ) -> Result<Response<pb::DeleteMemoryResponse>, Status> {
+        Err(Status::unimplemented("echo"))
+    }
 }

@@ -15,6 +15,7 @@
 mod agents;
 mod blocks;
 mod compaction;
+mod facts;
 mod quiet;
 mod search;
 mod users;
@@ -31,6 +32,7 @@ use crate::{Ingested, Search, SearchMode, Store, StoreError};
 pub use agents::*;
 pub use blocks::*;
 pub use compaction::*;
+pub use facts::*;
 pub use quiet::*;
 pub use search::*;
 pub use users::*;
@@ -95,6 +97,7 @@ macro_rules! conformance_suite {
             a_users_new_conversation_starts_once,
             recall_spans_a_users_conversations,
             quiet_conversations_are_noted_and_taken_once,
+            facts_are_added_corrected_and_forgotten,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

@@ -1,0 +1,177 @@
+//! Facts that clients manage (DESIGN §12): add, list, read, update and
+//! delete them in an agent's or a user's scope. `engram_core::facts`
+//! decides; the store keeps every version; an agent's prompt shows the
+//! change at its next request (the snapshot's facts section).
+
+use engram_core::blocks::Scope;
+use engram_core::facts::{self, Added, Change, Listing, NewFact, Op, Outcome};
+use engram_core::memory::SemanticItem;
+
+use crate::api::ScopeRequest;
+use crate::error::{EngineError, Result};
+use crate::{Engine, limits};
+
+/// One fact's outcome in AddMemories.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AddedFact {
+    pub id: String,
+    pub merged: bool,
+    pub version: u64,
+}
+
+/// A page of ListMemories.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FactPage {
+    pub facts: Vec<SemanticItem>,
+    /// Empty on the last page.
+    pub next_page_token: String,
+}
+
+impl Engine {
+    /// Adds facts (each merged into the same fact when it is there).
+    pub async fn add_memories(
+        &self,
+        scope: &ScopeRequest,
+        new: Vec<NewFact>,
+    ) -> Result<Vec<AddedFact>> {
+        let scope = fact_scope(scope)?;
+        let applied = self.change(&scope, Op::Add(new)).await?;
+        Ok(applied
+            .outcomes
+            .into_iter()
+            .filter_map(|o| match o {
+                Outcome::Added(f, how) => Some(AddedFact {
+                    version: f.version(),
+                    id: f.id,
+                    merged: how == Added::Merged,
+                }),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// A page of the scope's facts as `listing` selects them.
+    pub async fn list_memories(
+        &self,
+        scope: &ScopeRequest,
+        listing: &Listing,
+        page_size: u32,
+        page_token: &str,
+    ) -> Result<FactPage> {
+        let scope = fact_scope(scope)?;
+        let from = match page_token {
+            "" => 0,
+            t => t
+                .strip_prefix('m')
+                .and_then(|n| n.parse::<usize>().ok())
+                .ok_or_else(|| {
+                    EngineError::invalid(
+                        "page_token is not one this server issued; pass next_page_token unchanged",
+                    )
+                })?,
+        };
+        let size = limits::page_size(page_size);
+        let all = self.store.facts(&scope).await?;
+        let listed = facts::listed(&all, listing, engram_store::unix_now());
+        let end = from.saturating_add(size).min(listed.len());
+        let page = listed.get(from..end).unwrap_or_default().to_vec();
+        Ok(FactPage {
+            facts: page,
+            next_page_token: if end < listed.len() {
+                format!("m{end}")
+            } else {
+                String::new()
+            },
+        })
+    }
+
+    /// One fact as it stands (superseded or expired ones too; NOT_FOUND
+    /// once deleted).
+    pub async fn get_memory(&self, scope: &ScopeRequest, id: &str) -> Result<SemanticItem> {
+        let scope = fact_scope(scope)?;
+        let id = limits::fact_id(id)?;
+        self.store
+            .facts(&scope)
+            .await?
+            .into_iter()
+            .find(|f| f.id == id)
+            .ok_or_else(|| not_found(id))
+    }
+
+    /// Every version of a fact, oldest first.
+    pub async fn memory_history(
+        &self,
+        scope: &ScopeRequest,
+        id: &str,
+    ) -> Result<Vec<SemanticItem>> {
+        let scope = fact_scope(scope)?;
+        let id = limits::fact_id(id)?;
+        let versions = self.store.fact_history(&scope, id).await?;
+        if versions.is_empty() {
+            return Err(not_found(id));
+        }
+        Ok(versions)
+    }
+
+    /// A new version of a fact.
+    pub async fn update_memory(
+        &self,
+        scope: &ScopeRequest,
+        id: &str,
+        change: Change,
+    ) -> Result<SemanticItem> {
+        let scope = fact_scope(scope)?;
+        let id = limits::fact_id(id)?;
+        let op = Op::Update {
+            id: id.to_owned(),
+            change,
+        };
+        let applied = self.change(&scope, op).await?;
+        match applied.outcomes.into_iter().next() {
+            Some(Outcome::Updated(fact)) => Ok(fact),
+            _ => Err(not_found(id)),
+        }
+    }
+
+    /// Deletes a fact; returns the deleting version.
+    pub async fn delete_memory(
+        &self,
+        scope: &ScopeRequest,
+        id: &str,
+        expected_version: u64,
+    ) -> Result<u64> {
+        let scope = fact_scope(scope)?;
+        let id = limits::fact_id(id)?;
+        let op = Op::Delete {
+            id: id.to_owned(),
+            expected_version,
+        };
+        let applied = self.change(&scope, op).await?;
+        match applied.outcomes.into_iter().next() {
+            Some(Outcome::Deleted(version)) => Ok(version),
+            _ => Err(not_found(id)),
+        }
+    }
+
+    async fn change(&self, scope: &Scope, op: Op) -> Result<facts::Applied> {
+        let applied = self.store.change_facts(scope, op, self.facts_limit).await?;
+        for line in &applied.lines {
+            tracing::info!(scope = scope.kind(), id = scope.id(), fact = %line.id, version = line.version(), deleted = line.managed.deleted_at.is_some(), "fact written");
+        }
+        Ok(applied)
+    }
+}
+
+/// An agent or a user: facts have no global scope.
+fn fact_scope(scope: &ScopeRequest) -> Result<Scope> {
+    match limits::scope(scope)? {
+        Scope::Global => Err(EngineError::invalid(
+            "facts belong to an agent_id or a user_id scope, not the global one",
+        )),
+        scope => Ok(scope),
+    }
+}
+
+fn not_found(id: &str) -> EngineError {
+    EngineError::NotFound(format!("fact {id:?} not found"))
+}

@@ -1,0 +1,12 @@
+-- Every version of a fact that a client changed (AddMemories merging,
+-- UpdateMemory, DeleteMemory), and the version before the first change;
+-- `memories` keeps the latest. A deletion scrubs the text from all of
+-- them (the id, versions and times stay).
+CREATE TABLE fact_versions (
+    agent_id text NOT NULL REFERENCES agents (id) ON DELETE CASCADE,
+    id text NOT NULL,
+    version bigint NOT NULL,
+    -- The SemanticItem as JSON text.
+    body text NOT NULL,
+    PRIMARY KEY (agent_id, id, version)
+);

@@ -1,0 +1,69 @@
+//! Managed facts between protobuf and the engine.
+
+use std::collections::BTreeMap;
+
+use engram_core::facts::{Change, Listing, NewFact};
+use engram_core::memory::Origin;
+use engram_engine::EngineError;
+use engram_proto::pb;
+
+fn invalid(message: &str) -> EngineError {
+    EngineError::Invalid(message.to_owned())
+}
+
+fn map(entries: std::collections::HashMap<String, String>) -> BTreeMap<String, String> {
+    entries.into_iter().collect()
+}
+
+pub fn new_fact_from_pb(m: pb::NewMemory) -> NewFact {
+    NewFact {
+        text: m.text,
+        tags: m.tags,
+        pinned: m.pinned,
+        expires_at: m.expires_at,
+        metadata: map(m.metadata),
+    }
+}
+
+pub fn listing_from_pb(r: &pb::ListMemoriesRequest) -> Listing {
+    Listing {
+        query: r.query.clone(),
+        tags: r.tags.clone(),
+        include_superseded: r.include_superseded,
+        include_expired: r.include_expired,
+    }
+}
+
+pub fn change_from_pb(r: pb::UpdateMemoryRequest) -> Result<Change, EngineError> {
+    let expires_at = match r.expires_at {
+        None => None,
+        Some(0.0) => Some(None),
+        Some(at) => Some(Some(at)),
+    };
+    let change = Change {
+        text: r.text,
+        tags: r.tags.map(|t| t.values),
+        pinned: r.pinned,
+        expires_at,
+        metadata: r.metadata.map(|m| map(m.entries)),
+        expected_version: r.expected_version,
+    };
+    if change.text.is_none()
+        && change.tags.is_none()
+        && change.pinned.is_none()
+        && change.expires_at.is_none()
+        && change.metadata.is_none()
+    {
+        return Err(invalid(
+            "the update changes nothing: set text, tags, pinned, expires_at or metadata",
+        ));
+    }
+    Ok(change)
+}
+
+pub fn origin_to_pb(origin: Origin) -> pb::MemoryOrigin {
+    match origin {
+        Origin::Compaction => pb::MemoryOrigin::Compaction,
+        Origin::Client => pb::MemoryOrigin::Client,
+    }
+}

@@ -1,0 +1,199 @@
+//! Facts that clients manage: added (merged when repeated), updated as
+//! versions, deleted with no text left, pinned and expiring; in the
+//! prompt at the next request; across a restart.
+
+use engram_core::blocks::Scope;
+use engram_core::facts::{Change, NewFact, Op, Outcome};
+use engram_core::{CoreError, NewEvent};
+
+use super::{Harness, id};
+use crate::prelude::*;
+use crate::{Store, StoreError, unix_now};
+
+fn fact(text: &str) -> NewFact {
+    NewFact {
+        text: text.into(),
+        ..NewFact::default()
+    }
+}
+
+/// The text of the agent's prompt's first message (its snapshot).
+async fn snapshot<S: Store + ?Sized>(store: &S, agent: &engram_core::AgentId) -> String {
+    let context = store.context(agent).await.unwrap();
+    context
+        .messages
+        .first()
+        .map(|m| m.content.clone())
+        .unwrap_or_default()
+}
+
+pub async fn facts_are_added_corrected_and_forgotten<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let a = id("facts-a");
+    let scope = Scope::Agent(a.clone());
+    // An add starts the agent.
+    let added = store
+        .change_facts(
+            &scope,
+            Op::Add(vec![
+                fact("Lives in Oslo"),
+                fact("Code word zebra-7731"),
+                fact("lives in   OSLO"),
+            ]),
+            20,
+        )
+        .await
+        .unwrap();
+    let ids: Vec<(String, u64)> = added
+        .outcomes
+        .iter()
+        .map(|o| match o {
+            Outcome::Added(f, _) => (f.id.clone(), f.version()),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        ids[2],
+        (ids[0].0.clone(), 2),
+        "the same fact merged: {ids:?}"
+    );
+    let (oslo, code) = (ids[0].0.clone(), ids[1].0.clone());
+    assert!(snapshot(&*store, &a).await.contains("- Lives in Oslo\n"));
+    store
+        .ingest(&a, &[NewEvent::user("hello")], None, None, None)
+        .await
+        .unwrap();
+
+    // An update is a new version; a stale one changes nothing.
+    let update = |text: &str, expected| Op::Update {
+        id: oslo.clone(),
+        change: Change {
+            text: Some(text.into()),
+            expected_version: expected,
+            ..Change::default()
+        },
+    };
+    store
+        .change_facts(&scope, update("Lives in Berlin", 2), 20)
+        .await
+        .unwrap();
+    let stale = store
+        .change_facts(&scope, update("Lives in Rome", 2), 20)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(stale, StoreError::Core(CoreError::Stale(_))),
+        "{stale}"
+    );
+    let shown = snapshot(&*store, &a).await;
+    assert!(
+        shown.contains("- Lives in Berlin\n") && !shown.contains("Oslo"),
+        "{shown}"
+    );
+    let history = store.fact_history(&scope, &oslo).await.unwrap();
+    let texts: Vec<&str> = history.iter().map(|f| f.fact.as_str()).collect();
+    assert_eq!(texts, ["Lives in Oslo", "Lives in Oslo", "Lives in Berlin"]);
+
+    // A delete leaves the id, the versions and the time; no text anywhere.
+    let delete = Op::Delete {
+        id: code.clone(),
+        expected_version: 0,
+    };
+    store.change_facts(&scope, delete, 20).await.unwrap();
+    assert!(!snapshot(&*store, &a).await.contains("zebra-7731"));
+    let left: Vec<String> = store
+        .facts(&scope)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|f| f.id)
+        .collect();
+    assert_eq!(left, std::slice::from_ref(&oslo));
+    let gone = store.fact_history(&scope, &code).await.unwrap();
+    assert_eq!(gone.len(), 2);
+    assert!(gone.iter().all(|f| f.fact.is_empty() && f.tags.is_empty()));
+    assert!(gone[1].managed.deleted_at.is_some());
+    let again = Op::Delete {
+        id: code.clone(),
+        expected_version: 0,
+    };
+    let twice = store.change_facts(&scope, again, 20).await.unwrap_err();
+    assert!(
+        matches!(twice, StoreError::Core(CoreError::Absent(_))),
+        "{twice}"
+    );
+
+    // Pinned: shown whatever the limit; expired: shown no more.
+    let pinned = NewFact {
+        pinned: true,
+        ..fact("Allergic to peanuts")
+    };
+    let expired = NewFact {
+        expires_at: Some(unix_now() - 1.0),
+        ..fact("Is in a meeting")
+    };
+    store
+        .change_facts(&scope, Op::Add(vec![pinned, expired]), 0)
+        .await
+        .unwrap();
+    let shown = snapshot(&*store, &a).await;
+    assert!(shown.contains("- Allergic to peanuts\n"), "{shown}");
+    assert!(!shown.contains("Berlin"), "limit 0 shows the pinned only");
+    assert!(!shown.contains("meeting"), "an expired fact is not shown");
+
+    let store = h.reopen(store).await;
+    let shown = snapshot(&*store, &a).await;
+    assert!(shown.contains("- Allergic to peanuts\n"), "{shown}");
+    let history = store.fact_history(&scope, &oslo).await.unwrap();
+    assert_eq!(history.len(), 3);
+    assert!(
+        h.holding(&store, "zebra-7731").await.is_empty(),
+        "a deleted fact's text is nowhere"
+    );
+    // Refused: an unknown fact, a fact with no words, the global scope.
+    let unknown = Op::Update {
+        id: "nope".into(),
+        change: Change {
+            pinned: Some(true),
+            ..Change::default()
+        },
+    };
+    let refused = store.change_facts(&scope, unknown, 20).await.unwrap_err();
+    assert!(matches!(refused, StoreError::Core(CoreError::Absent(_))));
+    let refused = store
+        .change_facts(&scope, Op::Add(vec![fact(" ... ")]), 20)
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, StoreError::Core(CoreError::Invalid(_))));
+    assert_eq!(store.fact_history(&scope, &oslo).await.unwrap().len(), 3);
+
+    // A fact that expires while shown: the first prompt after its time
+    // shows it no more (nothing else changed meanwhile).
+    let at = unix_now() + 0.5;
+    let soon = NewFact {
+        expires_at: Some(at),
+        ..fact("Is on the train to Bergen")
+    };
+    store
+        .change_facts(&scope, Op::Add(vec![soon]), 20)
+        .await
+        .unwrap();
+    let prompt = |text: &str| crate::PrepareInput {
+        user_input: Some(NewEvent::user(text)),
+        ..crate::PrepareInput::default()
+    };
+    let shown = store.prepare(&a, prompt("where am I?")).await.unwrap();
+    assert!(
+        shown.context.messages[0]
+            .content
+            .contains("train to Bergen")
+    );
+    // Waiting for the wall clock to pass the fact's time, not for a result.
+    while unix_now() <= at {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let after = store.prepare(&a, prompt("and now?")).await.unwrap();
+    let first = &after.context.messages[0].content;
+    assert!(!first.contains("Bergen"), "{first}");
+    assert!(first.contains("- Allergic to peanuts\n"), "{first}");
+}
