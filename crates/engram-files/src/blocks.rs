@@ -226,19 +226,14 @@ impl Blocks for FileStore {
     async fn block_history(&self, scope: &Scope, label: &str) -> Result<Vec<Block>> {
         let path = match scope {
             Scope::Agent(id) => {
-                // Read under the agent's lock: a delete removes the file.
-                let handle = match self.existing_handle(id) {
-                    Ok(h) => h,
-                    Err(StoreError::NotFound(_)) => return Ok(vec![]),
-                    Err(e) => return Err(e),
-                };
-                let _slot = handle.lock().await;
-                if handle.is_retired() {
-                    return Ok(vec![]);
-                }
-                let path = self.agent_dir(id).join(BLOCKS);
-                let versions = engram_store::blocking(move || load_versions(&path)).await?;
-                return Ok(versions.into_iter().filter(|b| b.label == label).collect());
+                // A delete removes the file.
+                let label = label.to_owned();
+                return self
+                    .read_locked(id, BLOCKS, move |path| {
+                        let versions = load_versions(&path)?;
+                        Ok(versions.into_iter().filter(|b| b.label == label).collect())
+                    })
+                    .await;
             }
             shared => self.shared_path(shared),
         };

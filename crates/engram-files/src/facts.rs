@@ -34,19 +34,9 @@ impl Facts for FileStore {
 
     async fn fact_history(&self, scope: &Scope, id: &str) -> Result<Vec<SemanticItem>> {
         let agent = engram_store::fact_agent(scope)?;
-        // Read under the agent's lock: a delete rewrites the file.
-        let handle = match self.existing_handle(agent) {
-            Ok(h) => h,
-            Err(StoreError::NotFound(_)) => return Ok(vec![]),
-            Err(e) => return Err(e),
-        };
-        let _slot = handle.lock().await;
-        if handle.is_retired() {
-            return Ok(vec![]);
-        }
-        let path = self.agent_dir(agent).join(SEMANTIC);
+        // A delete rewrites the file.
         let id = id.to_owned();
-        engram_store::blocking(move || {
+        self.read_locked(agent, SEMANTIC, move |path| {
             let (lines, _) = crate::jsonl::load::<SemanticItem>(&path)?;
             Ok(lines.into_iter().filter(|f| f.id == id).collect())
         })

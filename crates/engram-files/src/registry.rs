@@ -186,6 +186,28 @@ impl Runtime for FileStore {
 }
 
 impl FileStore {
+    /// Reads the agent's file `name` on a blocking thread, under the
+    /// agent's lock (a delete or a rewrite of it waits, and is not seen
+    /// half-done); nothing (the default) when there is no agent.
+    pub(crate) async fn read_locked<T: Default + Send + 'static>(
+        &self,
+        id: &AgentId,
+        name: &str,
+        read: impl FnOnce(std::path::PathBuf) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let handle = match self.existing_handle(id) {
+            Ok(h) => h,
+            Err(StoreError::NotFound(_)) => return Ok(T::default()),
+            Err(e) => return Err(e),
+        };
+        let _slot = handle.lock().await;
+        if handle.is_retired() {
+            return Ok(T::default());
+        }
+        let path = self.agent_dir(id).join(name);
+        engram_store::blocking(move || read(path)).await
+    }
+
     pub(crate) async fn delete_through(
         &self,
         id: &AgentId,

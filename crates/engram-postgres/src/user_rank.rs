@@ -145,13 +145,18 @@ impl PgStore {
         hidden: Hidden<'_>,
     ) -> Result<UserRanked<'a>> {
         let who = Who::User(&copy.placing);
+        // What waits for the model is counted only where there is one
+        // (without, every row waits: a count of all of them per search).
         let (items, pending): (i64, i64) = sqlx::query_as(
             "SELECT coalesce((SELECT sum(next_seq) FROM agents WHERE id = ANY($1)), 0)::bigint
                   + (SELECT count(*) FROM memories WHERE agent_id = ANY($1) AND live),
-                    (SELECT count(*) FROM traces WHERE agent_id = ANY($1) AND vector IS NULL)
-                  + (SELECT count(*) FROM memories WHERE agent_id = ANY($1) AND vector IS NULL AND live)",
+                    CASE WHEN $2 THEN
+                      (SELECT count(*) FROM traces WHERE agent_id = ANY($1) AND vector IS NULL)
+                    + (SELECT count(*) FROM memories WHERE agent_id = ANY($1) AND vector IS NULL AND live)
+                    ELSE 0 END",
         )
         .bind(&copy.placing.agents)
+        .bind(self.embedder().is_some())
         .fetch_one(&mut *conn)
         .await
         .map_err(db("counting a user's items"))?;

@@ -4,6 +4,11 @@
 //! with BM25 in the statement itself (term rarity counted in the rows
 //! searched, document length from their lexeme totals); then the file
 //! store's own steps on the candidates (`engram_index::from_candidates`).
+//! The database keeps no count of the rows a word is in, and the statement
+//! sums over every word of every row it scores, so a search bounds both:
+//! rarity is counted up to a cap (past it, the planner's statistics
+//! estimate it), and only the rows the query's rarest words find, the
+//! most recent of them, are scored.
 
 use std::collections::HashMap;
 
@@ -23,15 +28,27 @@ const B: f64 = 0.75;
 /// first terms count, as `max_terms` does in the file store).
 const MAX_QUERY_CHARS: usize = 4096;
 
-/// Rows a term's rarity is counted to: a term in more is common (its
-/// weight near nothing; counted further, a word in every message costs a
-/// pass over all of them, per search).
+/// Rows a term's rarity is counted to in one agent's rows: a term in
+/// more is common (its weight near nothing; counted further, a word in
+/// every message costs a pass over all of them, per search).
 const DF_CAP: i64 = 1000;
+
+/// The same across a user's conversations, where counting reads rows of
+/// every conversation (the word index is not narrowed by agent): a term
+/// in more is weighed by the planner's estimate of its rows, or as if in
+/// this many.
+const USER_DF_CAP: i64 = 100;
 
 /// Rows scored at most per search (the most recent that match): BM25 is
 /// summed over every word of every row scored, so this bounds a search's
 /// work however many rows a query's words are in.
-const MAX_SCORED: i64 = 5000;
+const MAX_SCORED: i64 = 500;
+
+/// Rows a search picks its candidates from, as the rarest of the query's
+/// terms find them: terms are taken rarest first while the rows they are
+/// in add up to at most this (the rarest always). A row with none of them
+/// has only commoner words of the query, each worth less.
+const PICKED_ROWS: i64 = 200;
 
 /// The query's terms and their statistics over the rows searched.
 struct Terms {
@@ -39,30 +56,42 @@ struct Terms {
     quoted: Vec<String>,
     lexemes: Vec<String>,
     idf: Vec<f64>,
-    /// Whether the term is in fewer than [`DF_CAP`] rows.
-    rare: Vec<bool>,
+    /// Whether the term picks the rows to score ([`PICKED_ROWS`]).
+    picks: Vec<bool>,
     avgdl: f64,
 }
 
 impl Terms {
-    /// The rows to score, as a tsquery: those with any of the rare terms
-    /// when there are some (a row with common words alone scores next to
-    /// nothing, and selecting by them would take nearly every row), else
-    /// with any term.
+    /// The rows to score, as a tsquery: those with any of the terms that
+    /// pick them (selecting by every term of a long query would take
+    /// nearly every row, for words worth next to nothing).
     fn any(&self) -> String {
-        let rare: Vec<&str> = self
+        let picks: Vec<&str> = self
             .quoted
             .iter()
-            .zip(&self.rare)
-            .filter(|(_, r)| **r)
+            .zip(&self.picks)
+            .filter(|(_, p)| **p)
             .map(|(q, _)| q.as_str())
             .collect();
-        if rare.is_empty() {
-            self.quoted.join(" | ")
-        } else {
-            rare.join(" | ")
-        }
+        picks.join(" | ")
     }
+}
+
+/// Which terms pick the rows to score: the rarest first, while the rows
+/// they are in add up to at most [`PICKED_ROWS`], and the rarest always.
+fn picks(counts: &[i64]) -> Vec<bool> {
+    let mut order: Vec<usize> = (0..counts.len()).collect();
+    order.sort_by_key(|&i| counts[i]);
+    let mut picks = vec![false; counts.len()];
+    let mut rows = 0;
+    for (n, i) in order.into_iter().enumerate() {
+        rows += counts[i];
+        if n > 0 && rows > PICKED_ROWS {
+            break;
+        }
+        picks[i] = true;
+    }
+    picks
 }
 
 /// A tsquery lexeme in quotes (quotes and backslashes escaped).
@@ -148,6 +177,24 @@ async fn terms(
         return Ok(None);
     }
     let quoted: Vec<String> = lexemes.iter().map(|l| quote(l)).collect();
+    // A word the planner's statistics say is in at least `cap` of these
+    // rows is common: its rarity is that estimate, not counted (counting
+    // a word in most of a user's 100,000 messages took most of a search).
+    let cap = match who {
+        Who::Agent(_) => DF_CAP,
+        Who::User(_) => USER_DF_CAP,
+    };
+    let estimated: Vec<Option<i64>> = common_words(conn, &lexemes, docs)
+        .await?
+        .into_iter()
+        .map(|e| e.filter(|&e| e >= cap))
+        .collect();
+    let counted: Vec<String> = quoted
+        .iter()
+        .zip(&estimated)
+        .filter(|(_, e)| e.is_none())
+        .map(|(q, _)| q.clone())
+        .collect();
     let sql = format!(
         "SELECT (SELECT sum(a.words_total)::bigint FROM agents a WHERE {agents}),
                 ARRAY(SELECT (SELECT count(*) FROM (SELECT FROM traces t WHERE {traces} AND t.words @@ q.t::tsquery LIMIT $3) c)
@@ -157,9 +204,9 @@ async fn terms(
         traces = who.clause("t.agent_id", 1),
         memories = who.clause("m.agent_id", 1),
     );
-    let (total, counts): (Option<i64>, Vec<i64>) = bind_who!(sqlx::query_as(&sql), who)
-        .bind(&quoted)
-        .bind(DF_CAP)
+    let (total, counted): (Option<i64>, Vec<i64>) = bind_who!(sqlx::query_as(&sql), who)
+        .bind(&counted)
+        .bind(cap)
         .fetch_one(&mut *conn)
         .await
         .map_err(db("counting terms"))?;
@@ -170,6 +217,11 @@ async fn terms(
         (None, Some(id)) => return Err(StoreError::NotFound(id.to_owned())),
         (None, None) => 0,
     };
+    let mut counted = counted.into_iter();
+    let counts: Vec<i64> = estimated
+        .iter()
+        .map(|e| e.or_else(|| counted.next()).unwrap_or(0))
+        .collect();
     let n = docs.max(1) as f64;
     let idf = counts
         .iter()
@@ -179,9 +231,37 @@ async fn terms(
         quoted,
         lexemes,
         idf,
-        rare: counts.iter().map(|&df| df < DF_CAP).collect(),
+        picks: picks(&counts),
         avgdl: (total as f64 / n).max(1.0),
     }))
+}
+
+/// For each of `lexemes`, its number of rows among `docs` as the planner's
+/// statistics of the `words` column estimate it (`ANALYZE`'s most common
+/// elements, over the whole table); `None` for a word they do not know
+/// (rarer, or no statistics yet).
+async fn common_words(
+    conn: &mut PgConnection,
+    lexemes: &[String],
+    docs: u64,
+) -> Result<Vec<Option<i64>>> {
+    let stats: Option<(Vec<String>, Vec<f32>)> = sqlx::query_as(
+        "SELECT most_common_elems::text::text[], most_common_elem_freqs FROM pg_stats
+         WHERE schemaname = current_schema() AND tablename = 'traces' AND attname = 'words'
+           AND most_common_elems IS NOT NULL",
+    )
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(db("reading the words' statistics"))?;
+    let Some((elems, freqs)) = stats else {
+        return Ok(vec![None; lexemes.len()]);
+    };
+    let freq: std::collections::HashMap<&str, f32> =
+        elems.iter().map(String::as_str).zip(freqs).collect();
+    Ok(lexemes
+        .iter()
+        .map(|l| Some((f64::from(*freq.get(l.as_str())?) * docs as f64) as i64))
+        .collect())
 }
 
 /// The best `limit` items matching any term within `filter`, by BM25.
@@ -373,4 +453,22 @@ async fn neighbours(
         side.push((place, ts));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::picks;
+
+    #[test]
+    fn the_rarest_terms_pick_the_rows_up_to_the_budget() {
+        // Rarest first: 5, 10, 60 (75 rows); 170 more would pass 200.
+        assert_eq!(
+            picks(&[5, 2000, 10, 60, 170]),
+            [true, false, true, true, false]
+        );
+        // The rarest always, however common.
+        assert_eq!(picks(&[5000, 3000]), [false, true]);
+        // Few rows: every term, as before there was a budget.
+        assert_eq!(picks(&[3, 0, 9]), [true, true, true]);
+    }
 }
