@@ -64,16 +64,22 @@ struct Terms {
 impl Terms {
     /// The rows to score, as a tsquery: those with any of the terms that
     /// pick them (selecting by every term of a long query would take
-    /// nearly every row, for words worth next to nothing).
-    fn any(&self) -> String {
+    /// nearly every row, for words worth next to nothing), or with any
+    /// term at all (`wide`).
+    fn any(&self, wide: bool) -> String {
         let picks: Vec<&str> = self
             .quoted
             .iter()
             .zip(&self.picks)
-            .filter(|(_, p)| **p)
+            .filter(|(_, p)| wide || **p)
             .map(|(q, _)| q.as_str())
             .collect();
         picks.join(" | ")
+    }
+
+    /// Whether every term picks rows already.
+    fn all_pick(&self) -> bool {
+        self.picks.iter().all(|p| *p)
     }
 }
 
@@ -281,13 +287,24 @@ async fn candidates(
         .map(|(_, c)| c as i8)
         .collect();
     let mut found: Vec<Candidate> = Vec::new();
-    if kinds(Kind::Trace) {
-        found = trace_candidates(conn, who, terms, filter, limit, hidden, places).await?;
-    }
-    if !memory_kinds.is_empty() {
-        found.extend(memory_candidates(conn, who, terms, &memory_kinds, limit).await?);
-        found.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.order.cmp(&a.order)));
-        found.truncate(limit);
+    // The rows the rarest words find; all the query's words only when
+    // those are fewer than asked for (a page of a search is filled).
+    for wide in [false, true] {
+        if wide && (terms.all_pick() || found.len() >= limit) {
+            break;
+        }
+        let query = terms.any(wide);
+        found.clear();
+        if kinds(Kind::Trace) {
+            let picked = (query.as_str(), hidden);
+            found = trace_candidates(conn, who, terms, picked, filter, limit, places).await?;
+        }
+        if !memory_kinds.is_empty() {
+            let memories = memory_candidates(conn, who, terms, &query, &memory_kinds, limit);
+            found.extend(memories.await?);
+            found.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.order.cmp(&a.order)));
+            found.truncate(limit);
+        }
     }
     Ok(found)
 }
@@ -307,9 +324,9 @@ async fn trace_candidates(
     conn: &mut PgConnection,
     who: &Who<'_>,
     terms: &Terms,
+    (query, hidden): (&str, Hidden<'_>),
     filter: &Filter,
     limit: usize,
-    hidden: Hidden<'_>,
     places: &mut Places<'_>,
 ) -> Result<Vec<Candidate>> {
     let types: Option<Vec<i16>> = (!filter.trace_types.is_empty())
@@ -340,7 +357,7 @@ async fn trace_candidates(
         .bind(&terms.lexemes)
         .bind(&terms.idf)
         .bind(terms.avgdl)
-        .bind(terms.any())
+        .bind(query)
         .bind(types)
         .bind(lo)
         .bind(hi)
@@ -350,7 +367,7 @@ async fn trace_candidates(
         .bind(limit as i64)
         .bind(hidden.map(|h| h.0))
         .bind(hidden.map(|h| h.1))
-        .bind(MAX_SCORED)
+        .bind(MAX_SCORED.max(limit as i64))
         .fetch_all(&mut *conn)
         .await
         .map_err(db("ranking traces"))?;
@@ -369,6 +386,7 @@ async fn memory_candidates(
     conn: &mut PgConnection,
     who: &Who<'_>,
     terms: &Terms,
+    query: &str,
     kinds: &[i8],
     limit: usize,
 ) -> Result<Vec<Candidate>> {
@@ -389,10 +407,10 @@ async fn memory_candidates(
         .bind(&terms.lexemes)
         .bind(&terms.idf)
         .bind(terms.avgdl)
-        .bind(terms.any())
+        .bind(query)
         .bind(kinds)
         .bind(limit as i64)
-        .bind(MAX_SCORED)
+        .bind(MAX_SCORED.max(limit as i64))
         .fetch_all(&mut *conn)
         .await
         .map_err(db("ranking memories"))?;

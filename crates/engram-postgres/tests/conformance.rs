@@ -293,3 +293,39 @@ async fn a_users_conversations_are_ranked_by_meaning_together() {
     assert_eq!(page.hits[0].agent_id.as_deref(), Some("ana-1"));
     assert!(page.hits[0].trace.content.contains("guitar"));
 }
+
+/// The rarest words of a query pick the rows a search scores; when they
+/// find fewer than a page, every word does: a page of "weather Paris" is
+/// full of weather though Paris is in one message.
+#[tokio::test]
+async fn a_page_is_filled_by_the_commoner_words_when_the_rare_ones_find_few() {
+    let pg = Postgres::new().await;
+    let store = PgStore::open(pg.config.clone())
+        .await
+        .expect("the store opens");
+    let id = engram_core::AgentId::parse("weather-log").unwrap();
+    let mut events: Vec<engram_core::NewEvent> = (0..300)
+        .map(|n| engram_core::NewEvent::user(format!("the weather report number {n}")))
+        .collect();
+    events.push(engram_core::NewEvent::user("a sunny weekend in Paris"));
+    for chunk in events.chunks(100) {
+        store
+            .ingest(&id, chunk, None, None, None)
+            .await
+            .expect("ingest accepted");
+    }
+    let page = store
+        .search(
+            &id,
+            &engram_store::Search {
+                query: "weather Paris".into(),
+                limit: 20,
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("searches");
+    assert_eq!(page.hits.len(), 20, "a full page");
+    assert!(page.hits[0].trace.content.contains("Paris"));
+    assert!(page.hits[1].trace.content.contains("weather"));
+}
