@@ -86,9 +86,9 @@ impl AgentState {
         state.episodic = episodic;
         let (mut semantic, recovery) = jsonl::load::<SemanticItem>(&state.dir.join(SEMANTIC))?;
         report(&state.dir, SEMANTIC, &recovery);
-        if crate::facts::needs_scrub(&semantic) {
+        if crate::fact_file::needs_scrub(&semantic) {
             // A delete that a crash cut short: its text goes now.
-            semantic = crate::facts::scrub(&state.dir.join(SEMANTIC))?;
+            semantic = crate::fact_file::scrub(&state.dir.join(SEMANTIC))?;
         }
         state.fact_lines = semantic.len();
         state.semantic = latest_by_id(semantic);

@@ -12,7 +12,7 @@ use engram_core::memory::SemanticItem;
 use engram_store::{Facts, new_id, unix_now};
 
 use crate::agent::{AgentState, SEMANTIC};
-use crate::jsonl::{append_sync, atomic_write};
+use crate::jsonl::append_sync;
 use crate::{FileStore, Result, StoreError};
 
 #[async_trait]
@@ -89,7 +89,7 @@ fn store_change(state: &mut AgentState, applied: &Applied) -> Result<()> {
     state.fact_lines += applied.lines.len();
     if applied.erase.is_some() {
         let path = path.clone();
-        crate::offload(move || scrub(&path).map(drop))?;
+        crate::offload(move || crate::fact_file::scrub(&path).map(drop))?;
     }
     for line in &applied.lines {
         match state.semantic.iter_mut().find(|f| f.id == line.id) {
@@ -98,50 +98,6 @@ fn store_change(state: &mut AgentState, applied: &Applied) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Whether `lines` hold text of a fact that was deleted since.
-pub(crate) fn needs_scrub(lines: &[SemanticItem]) -> bool {
-    let deleted: std::collections::HashSet<&str> = lines
-        .iter()
-        .filter(|f| f.managed.deleted_at.is_some())
-        .map(|f| f.id.as_str())
-        .collect();
-    !deleted.is_empty()
-        && lines
-            .iter()
-            .any(|f| deleted.contains(f.id.as_str()) && *f != facts::scrubbed(f))
-}
-
-/// Rewrites the facts file at `path` (atomically) with every version of a
-/// deleted fact scrubbed of its text; returns the lines as they now are.
-pub(crate) fn scrub(path: &std::path::Path) -> Result<Vec<SemanticItem>> {
-    let (lines, _) = crate::jsonl::load::<SemanticItem>(path)?;
-    if !needs_scrub(&lines) {
-        return Ok(lines);
-    }
-    let deleted: std::collections::HashSet<String> = lines
-        .iter()
-        .filter(|f| f.managed.deleted_at.is_some())
-        .map(|f| f.id.clone())
-        .collect();
-    let lines: Vec<SemanticItem> = lines
-        .into_iter()
-        .map(|f| {
-            if deleted.contains(&f.id) {
-                facts::scrubbed(&f)
-            } else {
-                f
-            }
-        })
-        .collect();
-    let mut bytes = Vec::new();
-    for line in &lines {
-        serde_json::to_writer(&mut bytes, line).expect("a fact serializes");
-        bytes.push(b'\n');
-    }
-    atomic_write(path, &bytes)?;
-    Ok(lines)
 }
 
 /// Renders the snapshot's facts again when one expired since (a prompt

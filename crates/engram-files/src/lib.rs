@@ -31,6 +31,7 @@ mod agent;
 mod blocks;
 mod compact;
 pub mod durable;
+mod fact_file;
 mod facts;
 mod faults;
 mod fork;
