@@ -283,3 +283,13 @@ def test_facts_are_added_corrected_pinned_and_forgotten(engramd):
         with pytest.raises(grpc.RpcError) as err:
             engram.add_memories(["   "], agent_id="py-facts")
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+        # Expired: in no prompt, no Retrieve, no listing (unless asked for).
+        engram.add_memories([{"text": "Is in a meeting", "expires_at": 1.0}], agent_id="py-facts")
+        assert "meeting" not in str(engram.retrieve("py-facts"))
+        assert "meeting" not in str(engram.retrieve("py-facts", "meeting"))
+        prompt = json.dumps(engram.prepare_request("py-facts", model="gpt-4o").payload)
+        assert "meeting" not in prompt
+        assert [m.fact for m in engram.list_memories(agent_id="py-facts")] == ["Allergic to peanuts"]
+        expired = engram.list_memories(agent_id="py-facts", include_expired=True)
+        assert "Is in a meeting" in [m.fact for m in expired]

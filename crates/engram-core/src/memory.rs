@@ -165,6 +165,13 @@ pub fn recent_episodic(items: &[EpisodicItem], n: usize) -> Vec<EpisodicItem> {
     items[items.len().saturating_sub(n)..].to_vec()
 }
 
+/// [`top_semantic`] of the facts shown at `now` (none expired): what
+/// Retrieve returns.
+pub fn top_shown(items: &[SemanticItem], n: usize, now: f64) -> Vec<SemanticItem> {
+    let shown: Vec<SemanticItem> = items.iter().filter(|f| f.is_shown(now)).cloned().collect();
+    top_semantic(&shown, n)
+}
+
 /// The `n` live semantic items with the highest salience, most recent first
 /// among equals.
 pub fn top_semantic(items: &[SemanticItem], n: usize) -> Vec<SemanticItem> {

@@ -2,7 +2,7 @@
 //! query) and SearchHistory.
 
 use engram_core::UserId;
-use engram_core::memory::{recent_episodic, top_semantic};
+use engram_core::memory::{recent_episodic, top_shown};
 use engram_core::retrieve::tool_interactions;
 use engram_store::SearchPage;
 
@@ -36,7 +36,7 @@ impl Engine {
         let (recent, salient) = engram_store::offload_over(memories, || {
             (
                 recent_episodic(&bundle.episodic, max_episodic),
-                top_semantic(&bundle.semantic, max_semantic),
+                top_shown(&bundle.semantic, max_semantic, engram_store::unix_now()),
             )
         });
         let (episodic, semantic, recalled, index) = match found {
@@ -89,7 +89,7 @@ impl Engine {
         let last = self.store.last_conversation(user).await?;
         let recent = recent_episodic(&last.map(|l| l.summaries).unwrap_or_default(), max_episodic);
         let salient = engram_store::offload_over(facts.len() as u64 * 256, || {
-            top_semantic(&facts, max_semantic)
+            top_shown(&facts, max_semantic, engram_store::unix_now())
         });
         let query = req.query.trim();
         let (episodic, semantic, recalled, index) = if query.is_empty() {

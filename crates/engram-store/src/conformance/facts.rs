@@ -196,4 +196,40 @@ pub async fn facts_are_added_corrected_and_forgotten<H: Harness>(h: &H) {
     let first = &after.context.messages[0].content;
     assert!(!first.contains("Bergen"), "{first}");
     assert!(first.contains("- Allergic to peanuts\n"), "{first}");
+
+    // Eight updates of one version at once: exactly one wins, the others
+    // change nothing.
+    let version = store
+        .facts(&scope)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|f| f.id == oslo)
+        .unwrap()
+        .version();
+    let racing: Vec<_> = (0..8)
+        .map(|n| {
+            let (store, scope) = (std::sync::Arc::clone(&store), scope.clone());
+            let change = Op::Update {
+                id: oslo.clone(),
+                change: Change {
+                    text: Some(format!("Lives in city {n}")),
+                    expected_version: version,
+                    ..Change::default()
+                },
+            };
+            tokio::spawn(async move { store.change_facts(&scope, change, 20).await })
+        })
+        .collect();
+    let mut won = 0;
+    for handle in racing {
+        match handle.await.unwrap() {
+            Ok(_) => won += 1,
+            Err(StoreError::Core(CoreError::Stale(_))) => {}
+            Err(e) => panic!("a race answered {e}"),
+        }
+    }
+    assert_eq!(won, 1);
+    let history = store.fact_history(&scope, &oslo).await.unwrap();
+    assert_eq!(history.len() as u64, version + 1);
 }
