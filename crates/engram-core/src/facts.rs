@@ -1,4 +1,4 @@
-//! Facts that clients manage (DESIGN §12): an add that finds the same fact
+//! Facts that clients manage (docs/DESIGN.md §9a): an add that finds the same fact
 //! merges into it instead of duplicating it; an update is a new version
 //! of the same id (the old one stays in the history); a delete is a last
 //! version with no text, and every earlier version loses its text too; a

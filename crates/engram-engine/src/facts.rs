@@ -1,4 +1,4 @@
-//! Facts that clients manage (DESIGN §12): add, list, read, update and
+//! Facts that clients manage (docs/DESIGN.md §9a): add, list, read, update and
 //! delete them in an agent's or a user's scope. `engram_core::facts`
 //! decides; the store keeps every version; an agent's prompt shows the
 //! change at its next request (the snapshot's facts section).

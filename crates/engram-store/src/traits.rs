@@ -267,7 +267,7 @@ pub trait Blocks {
     ) -> Result<Block>;
 }
 
-/// Facts that clients manage (DESIGN §12) in an agent's or a user's
+/// Facts that clients manage (docs/DESIGN.md §9a) in an agent's or a user's
 /// scope, every version kept: `engram_core::facts` decides, the store
 /// keeps.
 #[async_trait]
