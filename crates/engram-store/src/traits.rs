@@ -14,6 +14,7 @@
 //! | [`Admin`] | list, delete, fork | `registry.rs` | `agents.rs` |
 //! | [`Blocks`] | memory blocks of every scope | `blocks.rs` | `blocks.rs` |
 //! | [`Facts`] | facts clients manage, an agent's or a user's | `facts.rs` | `facts.rs` |
+//! | [`UserMemory`] | a user's facts and last conversation; the conversations to summarize once quiet | `user_facts.rs`, `quiet.rs` | `user_facts.rs` |
 //! | [`Runtime`] | health, metrics, upkeep, close | `registry.rs` | `upkeep.rs` |
 //!
 //! Callers `use engram_store::prelude::*` so that every part's methods are
