@@ -6,6 +6,7 @@
 //! next load (a deleted fact's text is never read back in).
 
 use async_trait::async_trait;
+use engram_core::AgentId;
 use engram_core::blocks::Scope;
 use engram_core::facts::{self, Applied, Op};
 use engram_core::memory::SemanticItem;
@@ -45,6 +46,50 @@ impl Facts for FileStore {
 
     async fn change_facts(&self, scope: &Scope, op: Op, limit: u32) -> Result<Applied> {
         let id = engram_store::fact_agent(scope)?;
+        let applied = self.change_facts_of(id, op, limit).await?;
+        if applied.erase.is_some() {
+            // The search index drops the deleted fact's text from its files
+            // before the delete answers.
+            self.purge_index(id).await?;
+        }
+        Ok(applied)
+    }
+
+    async fn purge_expired(&self) -> Result<usize> {
+        let now = unix_now();
+        let loaded: Vec<_> = engram_store::lock(&self.inner.agents)
+            .iter()
+            .map(|(id, h)| (id.clone(), std::sync::Arc::clone(h)))
+            .collect();
+        let mut purged = 0;
+        for (agent, handle) in loaded {
+            // A busy agent is looked at next time.
+            let expired = match handle.state.try_lock() {
+                Ok(slot) => slot.as_ref().and_then(|s| {
+                    let ids: Vec<String> = s
+                        .semantic
+                        .iter()
+                        .filter(|f| f.is_live() && f.is_expired(now))
+                        .map(|f| f.id.clone())
+                        .collect();
+                    Some((ids, s.meta.facts_limit?))
+                }),
+                Err(_) => None,
+            };
+            let Some((ids, limit)) = expired else {
+                continue;
+            };
+            for id in ids {
+                purged += usize::from(engram_store::purge_fact(self, &agent, id, limit).await?);
+            }
+        }
+        Ok(purged)
+    }
+}
+
+impl FileStore {
+    /// The change itself, under the agent's lock.
+    async fn change_facts_of(&self, id: &AgentId, op: Op, limit: u32) -> Result<Applied> {
         loop {
             let handle = match op {
                 // An add may start the agent; other changes need its facts.
@@ -73,6 +118,30 @@ impl Facts for FileStore {
             self.index_later(id);
             return Ok(applied);
         }
+    }
+}
+
+impl FileStore {
+    /// Rewrites the agent's search index without the items it removed (a
+    /// deleted fact's text), when it has one on disk.
+    async fn purge_index(&self, id: &AgentId) -> Result<()> {
+        if !self.agent_dir(id).join(crate::index::INDEX_DIR).exists() {
+            return Ok(());
+        }
+        let current = match self.caught_up(id).await {
+            Ok(current) => current,
+            Err(StoreError::NotFound(_)) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        engram_store::blocking(move || {
+            let mut current = current;
+            current
+                .index()
+                .lexical
+                .purge_removed()
+                .map_err(crate::index::index_error)
+        })
+        .await
     }
 }
 

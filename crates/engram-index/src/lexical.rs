@@ -252,6 +252,28 @@ impl Lexical {
         Ok(())
     }
 
+    /// Rewrites the committed segments that hold removed items without
+    /// them, and deletes the files they leave: an erased item's text is
+    /// then in no file of the index (a removal alone only marks it).
+    pub fn purge_removed(&mut self) -> Result<()> {
+        let with_removed: Vec<tantivy::index::SegmentId> = self
+            .index
+            .searchable_segment_metas()?
+            .iter()
+            .filter(|m| m.has_deletes())
+            .map(|m| m.id())
+            .collect();
+        if with_removed.is_empty() {
+            return Ok(());
+        }
+        let writer = self.writer()?;
+        writer.merge(&with_removed).wait()?;
+        self.reader.reload()?;
+        let writer = self.writer()?;
+        writer.garbage_collect_files().wait()?;
+        self.release_writer()
+    }
+
     /// Closes the writer (its threads and memory) until the next upsert,
     /// once the merges it started are finished. (Dropping a writer does
     /// not wait for them: a merge would go on writing segment files into

@@ -10,3 +10,8 @@ CREATE TABLE fact_versions (
     body text NOT NULL,
     PRIMARY KEY (agent_id, id, version)
 );
+
+-- When a fact expires (epoch seconds; none for most): the upkeep deletes
+-- the expired ones, as a client's delete would.
+ALTER TABLE memories ADD COLUMN expires_at float8;
+CREATE INDEX memories_expiring ON memories (expires_at) WHERE expires_at IS NOT NULL AND live;

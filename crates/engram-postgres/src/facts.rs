@@ -104,6 +104,32 @@ impl Facts for PgStore {
         tx.commit().await.map_err(db("committing facts"))?;
         Ok(applied)
     }
+
+    async fn purge_expired(&self) -> Result<usize> {
+        let expired: Vec<(String, String)> = sqlx::query_as(
+            "SELECT agent_id, id FROM memories
+             WHERE expires_at <= $1 AND live AND kind = 's' ORDER BY expires_at LIMIT 1000",
+        )
+        .bind(unix_now())
+        .fetch_all(&self.inner.pool)
+        .await
+        .map_err(db("finding expired facts"))?;
+        let mut purged = 0;
+        for (agent, id) in expired {
+            let Ok(agent) = engram_core::AgentId::parse(&agent) else {
+                continue;
+            };
+            // The snapshot shows as many facts as before.
+            let limit = self
+                .read(&agent, |c| c.derived.meta.facts_limit)
+                .await
+                .ok()
+                .flatten();
+            let Some(limit) = limit else { continue };
+            purged += usize::from(engram_store::purge_fact(self, &agent, id, limit).await?);
+        }
+        Ok(purged)
+    }
 }
 
 /// Every stored version of fact `id`, oldest first.
@@ -146,11 +172,11 @@ async fn store_version(
     let item = engram_store::semantic_item(line);
     let reembed = before.is_none_or(|b| b.fact != line.fact);
     sqlx::query(
-        "INSERT INTO memories (agent_id, kind, id, body, ord, ts, live, words)
-         VALUES ($1, 's', $2, $3, $4, $5, $6, to_tsvector('english', $7))
+        "INSERT INTO memories (agent_id, kind, id, body, ord, ts, live, words, expires_at)
+         VALUES ($1, 's', $2, $3, $4, $5, $6, to_tsvector('english', $7), $9)
          ON CONFLICT (agent_id, kind, id) DO UPDATE
          SET body = excluded.body, ord = excluded.ord, ts = excluded.ts, live = excluded.live,
-             words = excluded.words,
+             words = excluded.words, expires_at = excluded.expires_at,
              -- New words: embedded again; deleted: no vector (replicas'
              -- copies drop the old one either way).
              vector = CASE WHEN $8 OR NOT excluded.live THEN NULL ELSE memories.vector END,
@@ -169,6 +195,7 @@ async fn store_version(
         String::new()
     })
     .bind(reembed)
+    .bind(line.managed.expires_at.filter(|_| !line.managed.pinned))
     .execute(&mut *tx)
     .await
     .map_err(db("storing a fact"))?;

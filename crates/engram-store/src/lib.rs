@@ -93,6 +93,33 @@ pub fn new_id() -> String {
     uuid::Uuid::now_v7().to_string()
 }
 
+/// Deletes the expired fact `id` of `agent` (its snapshot showing `limit`
+/// facts besides the pinned ones, as before); `false` when it went
+/// meanwhile (deleted, changed to last longer, or its agent deleted: a
+/// race with a client or another replica's upkeep answers as if that came
+/// first).
+pub async fn purge_fact<S: Facts + ?Sized>(
+    store: &S,
+    agent: &engram_core::AgentId,
+    id: String,
+    limit: u32,
+) -> Result<bool> {
+    let scope = engram_core::blocks::Scope::Agent(agent.clone());
+    let fact = store.facts(&scope).await?.into_iter().find(|f| f.id == id);
+    let Some(fact) = fact.filter(|f| f.is_live() && f.is_expired(unix_now())) else {
+        return Ok(false);
+    };
+    let op = engram_core::facts::Op::Delete {
+        id,
+        expected_version: fact.version(),
+    };
+    match store.change_facts(&scope, op, limit).await {
+        Ok(_) => Ok(true),
+        Err(StoreError::Core(_) | StoreError::NotFound(_)) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// The agent whose facts a scope names. A user's facts are managed by
 /// their own part of the issue still being built (UNIMPLEMENTED); the
 /// global scope has none (INVALID_ARGUMENT).

@@ -289,6 +289,13 @@ pub trait Facts {
     /// snapshot's facts section then shows `limit` facts besides the
     /// pinned ones, and an add creates the agent when it does not exist.
     async fn change_facts(&self, scope: &Scope, op: Op, limit: u32) -> Result<Applied>;
+
+    /// Deletes the facts past their `expires_at` (as a delete does: no
+    /// text left), of the agents the backend can find them in cheaply (the
+    /// files backend: the agents it has loaded; PostgreSQL: all). Returns
+    /// how many went. The backend's upkeep calls it; a fact that expired
+    /// is out of search and prompts before this runs.
+    async fn purge_expired(&self) -> Result<usize>;
 }
 
 /// A user's long-term memory: one fact store per user, fed by the

@@ -94,7 +94,15 @@ pub async fn facts_are_added_corrected_and_forgotten<H: Harness>(h: &H) {
     let texts: Vec<&str> = history.iter().map(|f| f.fact.as_str()).collect();
     assert_eq!(texts, ["Lives in Oslo", "Lives in Oslo", "Lives in Berlin"]);
 
-    // A delete leaves the id, the versions and the time; no text anywhere.
+    // A delete leaves the id, the versions and the time; no text anywhere
+    // (the search index had it).
+    let search = crate::Search {
+        query: "zebra-7731".into(),
+        limit: 5,
+        ..crate::Search::default()
+    };
+    let found = store.search(&a, &search).await.unwrap();
+    assert!(found.index.items > 0, "the index holds the agent's items");
     let delete = Op::Delete {
         id: code.clone(),
         expected_version: 0,
@@ -174,10 +182,11 @@ pub async fn facts_are_added_corrected_and_forgotten<H: Harness>(h: &H) {
         expires_at: Some(at),
         ..fact("Is on the train to Bergen")
     };
-    store
+    let added = store
         .change_facts(&scope, Op::Add(vec![soon]), 20)
         .await
         .unwrap();
+    let bergen = added.lines[0].id.clone();
     let prompt = |text: &str| crate::PrepareInput {
         user_input: Some(NewEvent::user(text)),
         ..crate::PrepareInput::default()
@@ -196,6 +205,16 @@ pub async fn facts_are_added_corrected_and_forgotten<H: Harness>(h: &H) {
     let first = &after.context.messages[0].content;
     assert!(!first.contains("Bergen"), "{first}");
     assert!(first.contains("- Allergic to peanuts\n"), "{first}");
+
+    // The upkeep's purge deletes it: its history keeps the deletion, and
+    // no byte of it is left; the earlier expired fact went with it.
+    assert!(store.purge_expired().await.unwrap() >= 1);
+    let gone = store.fact_history(&scope, &bergen).await.unwrap();
+    assert!(gone.last().unwrap().managed.deleted_at.is_some());
+    assert!(gone.iter().all(|f| f.fact.is_empty()));
+    assert!(h.holding(&store, "Bergen").await.is_empty());
+    assert!(h.holding(&store, "Is in a meeting").await.is_empty());
+    assert_eq!(store.purge_expired().await.unwrap(), 0, "once");
 
     // Eight updates of one version at once: exactly one wins, the others
     // change nothing.
