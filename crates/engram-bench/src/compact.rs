@@ -34,6 +34,7 @@ const POLICY: Policy = Policy {
     raw_tail_turns: 4,
     max_episodic: 3,
     max_semantic: 20,
+    fact_ttl: None,
 };
 
 /// Four traces a turn: question, tool call, result, answer (~200 tokens of text).

@@ -17,6 +17,7 @@ pub struct Settings {
     pub recall: RecallSection,
     pub blocks: BlocksSection,
     pub users: UsersSection,
+    pub memory: MemorySection,
     /// Consecutive failed compactions after which an agent's automatic
     /// compaction pauses (`llm.agent_failures`), and for how long
     /// (`llm.agent_cooldown_secs`).
@@ -25,6 +26,16 @@ pub struct Settings {
     /// Prompt caches of agents idle this long are dropped (the store's
     /// `idle_evict_secs`); `None`: kept.
     pub idle_evict: Option<Duration>,
+}
+
+/// `[memory]`: how long what compaction learns is kept.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemorySection {
+    /// The facts a compaction writes expire this long (seconds) after it:
+    /// they leave search and prompts then, and the upkeep deletes them.
+    /// 0: never (a client's facts expire only as the client says).
+    pub default_ttl_secs: u64,
 }
 
 /// `[recall]`: memories PrepareRequest adds to the current user message.

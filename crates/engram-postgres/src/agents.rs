@@ -129,8 +129,8 @@ impl Admin for PgStore {
             "INSERT INTO traces (agent_id, seq, ord, trace_type, trace_id, event_id, ts, archived, body, words, vector, vector_model, vector_seq)
              SELECT $2, seq, ord, trace_type, trace_id, event_id, ts, archived, body, words, vector, vector_model, vector_seq
              FROM traces WHERE agent_id = $1",
-            "INSERT INTO memories (agent_id, kind, id, body, ord, ts, live, words, vector, vector_model, vector_seq)
-             SELECT $2, kind, id, body, ord, ts, live, words, vector, vector_model, vector_seq
+            "INSERT INTO memories (agent_id, kind, id, body, ord, ts, live, words, vector, vector_model, vector_seq, expires_at)
+             SELECT $2, kind, id, body, ord, ts, live, words, vector, vector_model, vector_seq, expires_at
              FROM memories WHERE agent_id = $1 ORDER BY seq",
             "INSERT INTO spills (agent_id, path, body) SELECT $2, path, body FROM spills WHERE agent_id = $1",
             "INSERT INTO fact_versions (agent_id, id, version, body)

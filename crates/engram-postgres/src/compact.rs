@@ -258,11 +258,19 @@ async fn set_lease(tx: &mut PgConnection, id: &str, lease: Option<Duration>) -> 
 }
 
 async fn insert_episodic(tx: &mut PgConnection, id: &str, e: &EpisodicItem) -> Result<()> {
-    upsert_memory(tx, id, engram_store::episodic_item(e), true).await
+    upsert_memory(tx, id, engram_store::episodic_item(e), true, None).await
 }
 
 async fn upsert_semantic(tx: &mut PgConnection, id: &str, f: &SemanticItem) -> Result<()> {
-    upsert_memory(tx, id, engram_store::semantic_item(f), f.is_live()).await
+    let expires_at = f.managed.expires_at.filter(|_| !f.managed.pinned);
+    upsert_memory(
+        tx,
+        id,
+        engram_store::semantic_item(f),
+        f.is_live(),
+        expires_at,
+    )
+    .await
 }
 
 /// Stores a summary or fact (a later version of a fact replaces the
@@ -272,16 +280,18 @@ async fn upsert_memory(
     id: &str,
     item: engram_index::Item,
     live: bool,
+    expires_at: Option<f64>,
 ) -> Result<()> {
     let kind = match item.kind {
         engram_index::Kind::Episodic => b'e',
         _ => b's',
     };
     sqlx::query(
-        "INSERT INTO memories (agent_id, kind, id, body, ord, ts, live, words)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, to_tsvector('english', $8))
+        "INSERT INTO memories (agent_id, kind, id, body, ord, ts, live, words, expires_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, to_tsvector('english', $8), $9)
          ON CONFLICT (agent_id, kind, id) DO UPDATE
          SET body = excluded.body, ord = excluded.ord, ts = excluded.ts, live = excluded.live, words = excluded.words,
+             expires_at = excluded.expires_at,
              -- A fact superseded leaves the replicas' vectors too.
              vector_seq = CASE WHEN excluded.live THEN memories.vector_seq ELSE nextval('vector_seq') END",
     )
@@ -293,6 +303,7 @@ async fn upsert_memory(
     .bind(item.ts)
     .bind(live)
     .bind(crate::rows::item_words(&item))
+    .bind(expires_at)
     .execute(&mut *tx)
     .await
     .map_err(db("storing a memory"))?;

@@ -13,7 +13,8 @@ use serde::Deserialize;
 
 pub use crate::auth::TokenConfig;
 pub use engram_engine::settings::{
-    BlocksSection, BudgetOverride, BudgetSection, PolicySection, RecallSection, UsersSection,
+    BlocksSection, BudgetOverride, BudgetSection, MemorySection, PolicySection, RecallSection,
+    UsersSection,
 };
 
 /// The built-in defaults, also shipped as documentation.
@@ -38,6 +39,7 @@ pub struct Config {
     pub recall: RecallSection,
     pub blocks: BlocksSection,
     pub users: UsersSection,
+    pub memory: MemorySection,
     /// Crash tests of the binary: abort before this compaction step
     /// (`ENGRAM_TEST_CRASH_AT`; builds with `fault-injection` only).
     #[cfg(feature = "fault-injection")]

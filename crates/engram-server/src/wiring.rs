@@ -164,6 +164,7 @@ pub fn engine_settings(config: &Config) -> Settings {
         recall: config.recall,
         blocks: config.blocks,
         users: config.users,
+        memory: config.memory,
         agent_failures: config.llm.agent_failures,
         agent_cooldown: Duration::from_secs(config.llm.agent_cooldown_secs),
         idle_evict: config.idle_evict(),

@@ -15,6 +15,8 @@ use crate::turns::turn_number;
 pub struct SnapshotLimits {
     pub max_episodic: usize,
     pub max_semantic: usize,
+    /// The new facts expire this long (seconds) after the compaction.
+    pub fact_ttl: Option<f64>,
 }
 
 /// The agent as the compaction found it.
@@ -82,6 +84,7 @@ pub fn plan(
     for fact in &mut facts.new_items {
         fact.turn_ids = turn_ids.to_vec();
         fact.source = source.clone();
+        fact.managed.expires_at = limits.fact_ttl.map(|ttl| now + ttl);
     }
     let mut all_episodic = before.episodic.to_vec();
     all_episodic.push(episodic.clone());
@@ -173,6 +176,7 @@ mod tests {
             SnapshotLimits {
                 max_episodic: 3,
                 max_semantic: 20,
+                fact_ttl: Some(60.0),
             },
             2.0,
             || ids.next().unwrap(),
@@ -193,6 +197,8 @@ mod tests {
                 (&f.turn_ids, &f.source),
                 (&planned.episodic.turn_ids, source)
             );
+            // memory.default_ttl_secs: expires that long after the compaction.
+            assert_eq!(f.managed.expires_at, Some(62.0));
         }
         assert_eq!(
             planned.snapshot_trace_ids,

@@ -406,6 +406,7 @@ impl Derived {
         let limits = SnapshotLimits {
             max_episodic: policy.max_episodic,
             max_semantic: policy.max_semantic,
+            fact_ttl: policy.fact_ttl,
         };
         let planned = plan(before, &job.turn_ids, &window, summary, limits, now, new_id);
         let (added, updated) = planned.fact_counts();

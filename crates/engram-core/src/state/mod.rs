@@ -76,6 +76,9 @@ pub struct Policy {
     pub raw_tail_turns: usize,
     pub max_episodic: usize,
     pub max_semantic: usize,
+    /// The facts a compaction writes expire this long (seconds) after it
+    /// (`memory.default_ttl_secs`); `None`: never.
+    pub fact_ttl: Option<f64>,
 }
 
 /// A compaction in progress: what the summarizer gets, and what the commit

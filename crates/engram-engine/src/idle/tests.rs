@@ -13,7 +13,8 @@ use engram_files::{FileStore, StoreConfig};
 use crate::Engine;
 use crate::api::{IngestRequest, PrepareRequest};
 use crate::settings::{
-    BlocksSection, BudgetSection, PolicySection, RecallSection, Settings, UsersSection,
+    BlocksSection, BudgetSection, MemorySection, PolicySection, RecallSection, Settings,
+    UsersSection,
 };
 use crate::users::PREVIOUS_HEADING;
 
@@ -42,6 +43,9 @@ fn settings() -> Settings {
             min_score: 0.0,
         },
         blocks: BlocksSection { max_share: 0.25 },
+        memory: MemorySection {
+            default_ttl_secs: 0,
+        },
         users: UsersSection {
             inject_last_summary: true,
             summarize_idle_after_secs: IDLE,

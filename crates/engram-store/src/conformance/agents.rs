@@ -12,6 +12,7 @@ const POLICY: Policy = Policy {
     raw_tail_turns: 1,
     max_episodic: 3,
     max_semantic: 20,
+    fact_ttl: None,
 };
 
 pub(super) fn summary() -> engram_core::compaction::Summary {

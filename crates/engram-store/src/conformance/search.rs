@@ -11,6 +11,7 @@ const POLICY: Policy = Policy {
     raw_tail_turns: 1,
     max_episodic: 3,
     max_semantic: 20,
+    fact_ttl: None,
 };
 
 fn said(name: &str, text: &str) -> NewEvent {

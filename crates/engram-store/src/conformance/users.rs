@@ -38,6 +38,7 @@ async fn compact_and_fold(
         raw_tail_turns: 1,
         max_episodic: 3,
         max_semantic: 20,
+        fact_ttl: None,
     };
     let job = store
         .begin_compaction(agent, policy)
