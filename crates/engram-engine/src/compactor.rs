@@ -116,7 +116,7 @@ impl Compactor {
                 max_episodic: policy.max_episodic_items,
                 max_semantic: policy.max_semantic_items,
                 fact_ttl: (settings.memory.default_ttl_secs > 0)
-                    .then(|| settings.memory.default_ttl_secs as f64),
+                    .then_some(settings.memory.default_ttl_secs as f64),
             },
             max_active_turns: policy.max_active_turns,
             flights: Arc::default(),
