@@ -8,8 +8,11 @@
 //!   latency while a compaction waits for its summary.
 //! - `hostile`: token counting of 1M characters without whitespace, and
 //!   small-Ingest latency while other clients prepare 1M-character prompts.
+//! - `facts`: AddMemories throughput and ListMemories/GetMemory latency by
+//!   how many facts an agent has.
 
 mod compact;
+mod facts;
 mod hostile;
 mod ingest;
 mod prepare;
@@ -44,6 +47,8 @@ enum Command {
     Recall(recall::Args),
     /// A new conversation's first prompt, by how many the user had before.
     Users(users::Args),
+    /// AddMemories throughput and ListMemories/GetMemory latency by facts.
+    Facts(facts::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -54,5 +59,6 @@ fn main() -> anyhow::Result<()> {
         Command::Hostile(args) => hostile::run(args),
         Command::Recall(args) => recall::run(args),
         Command::Users(args) => users::run(args),
+        Command::Facts(args) => facts::run(args),
     }
 }

@@ -6,7 +6,7 @@
 //! neither searched nor shown. Pure steps over a scope's facts (the
 //! latest version of each id); the stores keep the versions.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::CoreError;
 use crate::compaction::normalize;
@@ -115,11 +115,21 @@ pub fn add(
     now: f64,
     new_id: impl FnOnce() -> String,
 ) -> Result<(SemanticItem, Added), CoreError> {
-    check(&new.text, &new.tags, new.expires_at, &new.metadata)?;
     let words = normalize(&new.text);
     let same = facts
         .iter()
         .find(|f| f.is_live() && normalize(&f.fact) == words);
+    add_beside(same, new, now, new_id)
+}
+
+/// [`add`] with the live fact of the same words, if any, already found.
+fn add_beside(
+    same: Option<&SemanticItem>,
+    new: NewFact,
+    now: f64,
+    new_id: impl FnOnce() -> String,
+) -> Result<(SemanticItem, Added), CoreError> {
+    check(&new.text, &new.tags, new.expires_at, &new.metadata)?;
     if let Some(old) = same {
         let mut tags = old.tags.clone();
         for t in new.tags {
@@ -319,16 +329,28 @@ pub fn apply(
                     new.len()
                 )));
             }
-            // Later items see earlier ones: the same fact twice merges.
+            // Later items see earlier ones: the same fact twice merges. The
+            // live facts by their words, once: a scope of 10,000 facts is
+            // not read again for each one added.
             let mut working = facts.to_vec();
+            let mut by_words: HashMap<String, usize> = HashMap::new();
+            for (at, f) in working.iter().enumerate().filter(|(_, f)| f.is_live()) {
+                by_words.entry(normalize(&f.fact)).or_insert(at);
+            }
             for (i, nf) in new.into_iter().enumerate() {
-                let (line, how) = add(&working, nf, now, &mut new_id).map_err(|e| match e {
+                let words = normalize(&nf.text);
+                let at = by_words.get(&words).copied();
+                let same = at.map(|at| &working[at]);
+                let (line, how) = add_beside(same, nf, now, &mut new_id).map_err(|e| match e {
                     CoreError::Invalid(why) => CoreError::Invalid(format!("memories[{i}]: {why}")),
                     other => other,
                 })?;
-                match working.iter_mut().find(|f| f.id == line.id) {
-                    Some(old) => *old = line.clone(),
-                    None => working.push(line.clone()),
+                match at {
+                    Some(at) => working[at] = line.clone(),
+                    None => {
+                        by_words.insert(words, working.len());
+                        working.push(line.clone());
+                    }
                 }
                 applied.outcomes.push(Outcome::Added(line.clone(), how));
                 applied.lines.push(line);
