@@ -21,6 +21,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+mod facts;
 mod storm;
 
 use storm::{delete_storm, ghosts};
@@ -258,6 +259,8 @@ fn request(g: &mut Gen, method: &str) -> Vec<u8> {
             user_id: g.user_id(),
         }
         .encode_to_vec(),
+        "AddMemories" | "ListMemories" | "GetMemory" | "GetMemoryHistory" | "UpdateMemory"
+        | "DeleteMemory" => facts::request(g, method),
         other => block_request(g, other),
     }
 }

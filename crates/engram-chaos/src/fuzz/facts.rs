@@ -1,0 +1,112 @@
+//! Requests of the managed-fact RPCs: agent scopes mostly (the agents the
+//! other calls use), a user's or the global scope sometimes (refused by
+//! name), texts, tags and metadata of every kind, expiries past, future
+//! and absurd, and ids that are real-looking, empty or hostile.
+
+use engram_proto::pb;
+use prost::Message;
+use rand::Rng;
+
+use crate::hostile::Gen;
+
+fn scope(g: &mut Gen) -> Option<pb::MemoryScope> {
+    use pb::memory_scope::Scope;
+    Some(pb::MemoryScope {
+        scope: match g.rng.random_range(0..8) {
+            0 => Some(Scope::Global(true)),
+            1 => Some(Scope::UserId(g.user_id())),
+            2 => None,
+            _ => Some(Scope::AgentId(g.agent_id())),
+        },
+    })
+}
+
+fn id(g: &mut Gen) -> String {
+    if g.wild {
+        g.unicode(0..200)
+    } else {
+        format!(
+            "0190{:04x}-0000-7000-8000-{:012x}",
+            g.u32() % 0x1_0000,
+            g.u32()
+        )
+    }
+}
+
+fn expires_at(g: &mut Gen) -> Option<f64> {
+    match g.rng.random_range(0..6) {
+        0 => Some(1.0),
+        1 => Some(4.0e9),
+        2 if g.wild => Some([f64::NAN, f64::INFINITY, -1.0, 0.0][g.rng.random_range(0..4)]),
+        _ => None,
+    }
+}
+
+fn tags(g: &mut Gen) -> Vec<String> {
+    (0..g.rng.random_range(0..4))
+        .map(|_| g.unicode(0..20))
+        .collect()
+}
+
+fn metadata(g: &mut Gen) -> std::collections::HashMap<String, String> {
+    (0..g.rng.random_range(0..3))
+        .map(|_| (g.unicode(0..20), g.unicode(0..40)))
+        .collect()
+}
+
+pub(super) fn request(g: &mut Gen, method: &str) -> Vec<u8> {
+    let scope = scope(g);
+    match method {
+        "AddMemories" => pb::AddMemoriesRequest {
+            scope,
+            memories: (0..g.rng.random_range(0..6))
+                .map(|_| pb::NewMemory {
+                    text: g.text(),
+                    tags: tags(g),
+                    pinned: g.rng.random_bool(0.2),
+                    expires_at: expires_at(g),
+                    metadata: metadata(g),
+                })
+                .collect(),
+        }
+        .encode_to_vec(),
+        "ListMemories" => pb::ListMemoriesRequest {
+            scope,
+            query: g.unicode(0..30),
+            tags: tags(g),
+            include_superseded: g.rng.random_bool(0.5),
+            include_expired: g.rng.random_bool(0.5),
+            page_size: g.u32() % 2000,
+            page_token: if g.rng.random_bool(0.8) {
+                String::new()
+            } else {
+                g.unicode(0..20)
+            },
+        }
+        .encode_to_vec(),
+        "GetMemory" => pb::GetMemoryRequest { scope, id: id(g) }.encode_to_vec(),
+        "GetMemoryHistory" => pb::GetMemoryHistoryRequest { scope, id: id(g) }.encode_to_vec(),
+        "UpdateMemory" => pb::UpdateMemoryRequest {
+            scope,
+            id: id(g),
+            text: g.rng.random_bool(0.5).then(|| g.text()),
+            tags: g
+                .rng
+                .random_bool(0.3)
+                .then(|| pb::StringList { values: tags(g) }),
+            pinned: g.rng.random_bool(0.3).then(|| g.rng.random_bool(0.5)),
+            expires_at: expires_at(g),
+            metadata: g.rng.random_bool(0.3).then(|| pb::Metadata {
+                entries: metadata(g),
+            }),
+            expected_version: u64::from(g.u32() % 4),
+        }
+        .encode_to_vec(),
+        _ => pb::DeleteMemoryRequest {
+            scope,
+            id: id(g),
+            expected_version: u64::from(g.u32() % 4),
+        }
+        .encode_to_vec(),
+    }
+}
