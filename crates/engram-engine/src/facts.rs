@@ -154,7 +154,10 @@ impl Engine {
     }
 
     async fn change(&self, scope: &Scope, op: Op) -> Result<facts::Applied> {
-        let applied = self.store.change_facts(scope, op, self.facts_limit).await?;
+        let applied = self
+            .store
+            .change_facts(scope, op, Some(self.facts_limit))
+            .await?;
         for line in &applied.lines {
             tracing::info!(scope = scope.kind(), id = scope.id(), fact = %line.id, version = line.version(), deleted = line.managed.deleted_at.is_some(), "fact written");
         }

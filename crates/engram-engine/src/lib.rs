@@ -55,6 +55,9 @@ use caches::ContextCaches;
 use compactor::Compactor;
 use settings::RecallSection;
 
+/// How often the upkeep has the store delete the facts that expired.
+const PURGE_EVERY: Duration = Duration::from_secs(30);
+
 /// Engram over one store. Cheap to clone: every clone is the same engine.
 #[derive(Debug, Clone)]
 pub struct Engine {
@@ -130,8 +133,8 @@ impl Engine {
 
     /// Drops the prompt caches of agents idle for the store's idle-evict
     /// time (never, without one), notes the agents served in the store,
-    /// and summarizes the users' conversations that went quiet
-    /// (`idle.rs`). Runs until the task is aborted.
+    /// summarizes the users' conversations that went quiet (`idle.rs`),
+    /// and has the store delete the facts that expired. Runs until the task is aborted.
     pub fn spawn_upkeep(&self) -> tokio::task::JoinHandle<()> {
         let engine = self.clone();
         tokio::spawn(async move {
@@ -170,7 +173,23 @@ impl Engine {
                     engine.note_used().await;
                 }
             };
-            tokio::join!(evict, summarize, note);
+            // The facts that expired lose their text (they left search and
+            // prompts at their time already).
+            let purge = async {
+                let mut tick = tokio::time::interval(PURGE_EVERY);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    match engine.store.purge_expired().await {
+                        Ok(0) => {}
+                        Ok(n) => tracing::info!(facts = n, "deleted expired facts"),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "deleting expired facts failed; trying again later");
+                        }
+                    }
+                }
+            };
+            tokio::join!(evict, summarize, note, purge);
         })
     }
 }

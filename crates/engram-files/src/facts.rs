@@ -44,7 +44,7 @@ impl Facts for FileStore {
         .await
     }
 
-    async fn change_facts(&self, scope: &Scope, op: Op, limit: u32) -> Result<Applied> {
+    async fn change_facts(&self, scope: &Scope, op: Op, limit: Option<u32>) -> Result<Applied> {
         let id = engram_store::fact_agent(scope)?;
         let applied = self.change_facts_of(id, op, limit).await?;
         if applied.erase.is_some() {
@@ -64,23 +64,18 @@ impl Facts for FileStore {
         let mut purged = 0;
         for (agent, handle) in loaded {
             // A busy agent is looked at next time.
-            let expired = match handle.state.try_lock() {
-                Ok(slot) => slot.as_ref().and_then(|s| {
-                    let ids: Vec<String> = s
-                        .semantic
+            let expired: Vec<String> = match handle.state.try_lock() {
+                Ok(slot) => slot.as_ref().map_or_else(Vec::new, |s| {
+                    s.semantic
                         .iter()
                         .filter(|f| f.is_live() && f.is_expired(now))
                         .map(|f| f.id.clone())
-                        .collect();
-                    Some((ids, s.meta.facts_limit?))
+                        .collect()
                 }),
-                Err(_) => None,
+                Err(_) => continue,
             };
-            let Some((ids, limit)) = expired else {
-                continue;
-            };
-            for id in ids {
-                purged += usize::from(engram_store::purge_fact(self, &agent, id, limit).await?);
+            for id in expired {
+                purged += usize::from(engram_store::purge_fact(self, &agent, id).await?);
             }
         }
         Ok(purged)
@@ -89,7 +84,7 @@ impl Facts for FileStore {
 
 impl FileStore {
     /// The change itself, under the agent's lock.
-    async fn change_facts_of(&self, id: &AgentId, op: Op, limit: u32) -> Result<Applied> {
+    async fn change_facts_of(&self, id: &AgentId, op: Op, limit: Option<u32>) -> Result<Applied> {
         loop {
             let handle = match op {
                 // An add may start the agent; other changes need its facts.
@@ -111,7 +106,7 @@ impl FileStore {
             }
             store_change(state, &applied)?;
             state.facts_changed(now);
-            if let Some(meta) = state.facts_meta(Some(limit), now) {
+            if let Some(meta) = state.facts_meta(limit, now) {
                 state.save_meta(meta)?;
                 engram_store::drop_later(state.rebuild_epoch());
             }
@@ -119,9 +114,7 @@ impl FileStore {
             return Ok(applied);
         }
     }
-}
 
-impl FileStore {
     /// Rewrites the agent's search index without the items it removed (a
     /// deleted fact's text), when it has one on disk.
     async fn purge_index(&self, id: &AgentId) -> Result<()> {

@@ -19,10 +19,6 @@ use crate::{
     jsonl, offload, wal,
 };
 
-/// How often the upkeep deletes the facts that expired (they are out of
-/// search and prompts from their time on; this removes their text).
-const PURGE_EVERY: Duration = Duration::from_secs(30);
-
 #[async_trait]
 impl Admin for FileStore {
     /// Agent ids after `page_token`, sorted, at most `page_size`; the token
@@ -160,19 +156,8 @@ impl Runtime for FileStore {
             }
             let mut interval = tokio::time::interval(tick);
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut last_purge = tokio::time::Instant::now();
             loop {
                 interval.tick().await;
-                if last_purge.elapsed() >= PURGE_EVERY {
-                    last_purge = tokio::time::Instant::now();
-                    match engram_store::Facts::purge_expired(&store).await {
-                        Ok(0) => {}
-                        Ok(n) => tracing::info!(facts = n, "deleted expired facts"),
-                        Err(e) => {
-                            tracing::warn!(error = %e, "deleting expired facts failed; trying again later")
-                        }
-                    }
-                }
                 if config.fsync == FsyncPolicy::Interval {
                     store.flush_all().await;
                 }

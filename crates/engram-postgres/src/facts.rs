@@ -58,7 +58,7 @@ impl Facts for PgStore {
         Ok(versions)
     }
 
-    async fn change_facts(&self, scope: &Scope, op: Op, limit: u32) -> Result<Applied> {
+    async fn change_facts(&self, scope: &Scope, op: Op, limit: Option<u32>) -> Result<Applied> {
         let id = engram_store::fact_agent(scope)?;
         let handle = self.handle(id.as_str());
         let mut slot = handle.lock().await;
@@ -88,7 +88,7 @@ impl Facts for PgStore {
         cached.derived.facts_changed(now);
         let meta = cached
             .derived
-            .facts_meta(Some(limit), now)
+            .facts_meta(limit, now)
             .unwrap_or_else(|| cached.derived.meta.clone());
         // A new generation: every replica's cache reloads the facts (a
         // catch-up folds in traces only); this one is dropped and reloads.
@@ -119,14 +119,7 @@ impl Facts for PgStore {
             let Ok(agent) = engram_core::AgentId::parse(&agent) else {
                 continue;
             };
-            // The snapshot shows as many facts as before.
-            let limit = self
-                .read(&agent, |c| c.derived.meta.facts_limit)
-                .await
-                .ok()
-                .flatten();
-            let Some(limit) = limit else { continue };
-            purged += usize::from(engram_store::purge_fact(self, &agent, id, limit).await?);
+            purged += usize::from(engram_store::purge_fact(self, &agent, id).await?);
         }
         Ok(purged)
     }

@@ -24,12 +24,7 @@ use crate::{PgStore, db};
 impl Ranks for PgStore {
     async fn rank_memories(&self, id: &AgentId, query: &MemoryQuery) -> Result<RankedMemories> {
         let mut conn = self.conn().await?;
-        let first_active: Option<i64> =
-            sqlx::query_scalar("SELECT min(ord) FROM traces WHERE agent_id = $1 AND NOT archived")
-                .bind(id.as_str())
-                .fetch_one(&mut *conn)
-                .await
-                .map_err(db("reading an agent"))?;
+        let first_active = first_active(&mut conn, id.as_str()).await?;
         let mut wants = memory_wants(query, first_active.map(|o| o as u64));
         for want in &mut wants {
             want.1 = want.1.min(MAX_RANKED);
@@ -175,6 +170,15 @@ impl PgStore {
     async fn query_vector(&self, query: &str) -> Option<Vec<f32>> {
         engram_store::query_vector(self.embedder()?.as_ref(), query).await
     }
+}
+
+/// Where the agent's active transcript starts (what its prompt shows).
+pub(crate) async fn first_active(conn: &mut PgConnection, id: &str) -> Result<Option<i64>> {
+    sqlx::query_scalar("SELECT min(ord) FROM traces WHERE agent_id = $1 AND NOT archived")
+        .bind(id)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(db("reading an agent"))
 }
 
 /// What the agent's search covers by words: every trace and live memory

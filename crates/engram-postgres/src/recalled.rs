@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use engram_core::RawTrace;
 use engram_core::memory::SemanticItem;
 use engram_index::{Kind, Ranked};
-use engram_store::ranked::{MAX_CONTEXT, matched_by, split_key};
+use engram_store::ranked::{MAX_CONTEXT, matched_by};
 use engram_store::{Memory, Recalled, Result};
 use sqlx::PgConnection;
 
@@ -36,47 +36,48 @@ pub(crate) async fn materialize(
                 trace_ords.push(ord);
                 Spot::Trace(agent, ord)
             }),
-            _ => hit
-                .key()
-                .and_then(|k| match who {
-                    Who::Agent(id) => Some(((*id).to_owned(), k.to_owned())),
-                    Who::User(_) => match split_key(k) {
-                        (Some(agent), key) => Some((agent.to_owned(), key.to_owned())),
-                        (None, _) => None,
-                    },
-                })
-                .map(|(agent, id)| {
-                    memory_agents.push(agent.clone());
-                    memory_ids.push(id.clone());
-                    Spot::Memory(agent, id)
-                }),
+            _ => hit.key().and_then(|k| who.unkey(k)).map(|(agent, id)| {
+                memory_agents.push(agent.clone());
+                memory_ids.push(id.clone());
+                Spot::Memory(agent, id)
+            }),
         };
         at.push(spot);
     }
-    let traces: Vec<(String, i64, bool, String)> = sqlx::query_as(
-        "SELECT t.agent_id, t.ord, t.archived, t.body
-         FROM unnest($1::text[], $2::bigint[]) AS k(a, o)
-         JOIN traces t ON t.agent_id = k.a AND t.ord = k.o",
-    )
-    .bind(&trace_agents)
-    .bind(&trace_ords)
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(db("reading traces"))?;
+    // Nothing to read, no round trip (Retrieve's summaries and facts
+    // alone name no trace).
+    let traces: Vec<(String, i64, bool, String)> = if trace_ords.is_empty() {
+        vec![]
+    } else {
+        sqlx::query_as(
+            "SELECT t.agent_id, t.ord, t.archived, t.body
+             FROM unnest($1::text[], $2::bigint[]) AS k(a, o)
+             JOIN traces t ON t.agent_id = k.a AND t.ord = k.o",
+        )
+        .bind(&trace_agents)
+        .bind(&trace_ords)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db("reading traces"))?
+    };
     let mut traces: HashMap<(String, i64), (bool, String)> = traces
         .into_iter()
         .map(|(a, o, archived, body)| ((a, o), (archived, body)))
         .collect();
-    let memories: Vec<(String, String, String)> = sqlx::query_as(
-        "SELECT m.agent_id, m.id, m.body
-         FROM unnest($1::text[], $2::text[]) AS k(a, id)
-         JOIN memories m ON m.agent_id = k.a AND m.id = k.id",
-    )
-    .bind(&memory_agents)
-    .bind(&memory_ids)
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(db("reading memories"))?;
+    let memories: Vec<(String, String, String)> = if memory_ids.is_empty() {
+        vec![]
+    } else {
+        sqlx::query_as(
+            "SELECT m.agent_id, m.id, m.body
+             FROM unnest($1::text[], $2::text[]) AS k(a, id)
+             JOIN memories m ON m.agent_id = k.a AND m.id = k.id",
+        )
+        .bind(&memory_agents)
+        .bind(&memory_ids)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db("reading memories"))?
+    };
     let mut memories: HashMap<(String, String), String> = memories
         .into_iter()
         .map(|(a, id, body)| ((a, id), body))

@@ -57,21 +57,9 @@ impl Runtime for PgStore {
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(PING_EVERY);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut rounds: u64 = 0;
             loop {
                 tick.tick().await;
                 store.ping().await;
-                rounds += 1;
-                // Every 30 s: the facts that expired lose their text.
-                if rounds.is_multiple_of(6) {
-                    match engram_store::Facts::purge_expired(&store).await {
-                        Ok(0) => {}
-                        Ok(n) => tracing::info!(facts = n, "deleted expired facts"),
-                        Err(e) => {
-                            tracing::warn!(error = %e, "deleting expired facts failed; trying again later")
-                        }
-                    }
-                }
                 store.count_unembedded().await;
                 if let Some(idle) = store.inner.config.idle_evict {
                     store.evict_idle(idle);

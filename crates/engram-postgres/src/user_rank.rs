@@ -12,12 +12,10 @@ use engram_core::compaction::normalize;
 use engram_core::{AgentId, UserId};
 use engram_index::{Filter, Kind, Ranked};
 use engram_store::ranked::{MAX_RANKED, Want, memory_wants, place, range};
-use engram_store::{
-    Admin, Hit, IndexState, MemoryQuery, RankedMemories, Result, Search, SearchPage,
-};
+use engram_store::{Hit, IndexState, MemoryQuery, RankedMemories, Result, Search, SearchPage};
 use sqlx::PgConnection;
 
-use crate::ranked::recalled_memories;
+use crate::ranked::{first_active, recalled_memories};
 use crate::recalled::materialize;
 use crate::user_vectors::UserCopy;
 use crate::who::{Places, Who};
@@ -41,24 +39,17 @@ impl PgStore {
             self.wait_embedded(id.as_str(), std::time::Instant::now() + wait)
                 .await?;
         }
-        let agents = self.agents_of(user).await?;
         let mut conn = self.conn().await?;
         // Where the current conversation's active transcript starts: what
         // the prompt shows already.
         let hidden: Option<(&str, i64)> = match current.filter(|_| query.archived_only) {
-            Some(id) => sqlx::query_scalar::<_, Option<i64>>(
-                "SELECT min(ord) FROM traces WHERE agent_id = $1 AND NOT archived",
-            )
-            .bind(id.as_str())
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(db("reading an agent"))?
-            .map(|first| (id.as_str(), first)),
+            Some(id) => first_active(&mut conn, id.as_str())
+                .await?
+                .map(|first| (id.as_str(), first)),
             None => None,
         };
         let slot = self.user_slot(user);
-        let mut copy = slot.copy.lock().await;
-        self.catch_up_user(&mut conn, &mut copy, agents).await?;
+        let (copy, traces) = self.caught_up_user(&mut conn, &slot, user).await?;
         let hide = hidden.and_then(|(id, first)| {
             let ordinal = copy.placing.ordinal(id)?;
             Some((place(ordinal, first as u64), range(ordinal).1))
@@ -70,7 +61,7 @@ impl PgStore {
             want.1 = want.1.min(MAX_RANKED);
         }
         let (ranked, places, state) = self
-            .rank_user(&mut conn, &copy, &query.query, wants, hidden)
+            .rank_user(&mut conn, (&copy, traces), &query.query, wants, hidden)
             .await?;
         let who = Who::User(&copy.placing);
         let (memories, episodic, semantic) =
@@ -98,15 +89,13 @@ impl PgStore {
             kinds: vec![Kind::Trace],
             ..engram_store::ranked::search_filter(search)
         };
-        let agents = self.agents_of(user).await?;
         let mut conn = self.conn().await?;
         let slot = self.user_slot(user);
-        let mut copy = slot.copy.lock().await;
-        self.catch_up_user(&mut conn, &mut copy, agents).await?;
+        let (copy, traces) = self.caught_up_user(&mut conn, &slot, user).await?;
         let (mut ranked, places, state) = self
             .rank_user(
                 &mut conn,
-                &copy,
+                (&copy, traces),
                 &search.query,
                 vec![(filter, end + 1)],
                 None,
@@ -124,22 +113,13 @@ impl PgStore {
         })
     }
 
-    /// The user's agents, by id.
-    async fn agents_of(&self, user: &UserId) -> Result<Vec<String>> {
-        Ok(self
-            .user_agents(user)
-            .await?
-            .into_iter()
-            .map(|a| a.to_string())
-            .collect())
-    }
-
     /// The rankings `wants` asks for over the user's rows as `copy` places
-    /// them, and the index state of all of them.
+    /// them (their agents holding `traces` traces), and the index state of
+    /// all of them.
     async fn rank_user<'a>(
         &self,
         conn: &mut PgConnection,
-        copy: &'a UserCopy,
+        (copy, traces): (&'a UserCopy, u64),
         query: &str,
         wants: Vec<Want>,
         hidden: Hidden<'_>,
@@ -147,9 +127,8 @@ impl PgStore {
         let who = Who::User(&copy.placing);
         // What waits for the model is counted only where there is one
         // (without, every row waits: a count of all of them per search).
-        let (items, pending): (i64, i64) = sqlx::query_as(
-            "SELECT coalesce((SELECT sum(next_seq) FROM agents WHERE id = ANY($1)), 0)::bigint
-                  + (SELECT count(*) FROM memories WHERE agent_id = ANY($1) AND live),
+        let (memories, pending): (i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM memories WHERE agent_id = ANY($1) AND live),
                     CASE WHEN $2 THEN
                       (SELECT count(*) FROM traces WHERE agent_id = ANY($1) AND vector IS NULL)
                     + (SELECT count(*) FROM memories WHERE agent_id = ANY($1) AND vector IS NULL AND live)
@@ -160,7 +139,7 @@ impl PgStore {
         .fetch_one(&mut *conn)
         .await
         .map_err(db("counting a user's items"))?;
-        let docs = u64::try_from(items).unwrap_or(0);
+        let docs = traces + memories.unsigned_abs();
         let (ranked, places) = self
             .rank_among(
                 conn,

@@ -70,15 +70,39 @@ impl PgStore {
         engram_store::lock(&self.inner.users).remove(user.as_str());
     }
 
-    /// Brings `copy` to the user's agents as they are now (`agents`,
-    /// sorted) and their vectors as stored.
-    pub(crate) async fn catch_up_user(
+    /// `user`'s copy in `slot`, locked and caught up with the user's agents
+    /// as they are now (one statement reads them, their incarnations and
+    /// how many traces each holds) and their vectors as stored; and how
+    /// many traces the user's agents hold.
+    pub(crate) async fn caught_up_user<'s>(
+        &self,
+        conn: &mut PgConnection,
+        slot: &'s UserSlot,
+        user: &UserId,
+    ) -> Result<(tokio::sync::MutexGuard<'s, UserCopy>, u64)> {
+        let agents: Vec<(String, Uuid, i64)> = sqlx::query_as(
+            "SELECT id, incarnation, next_seq FROM agents WHERE user_id = $1 ORDER BY id",
+        )
+        .bind(user.as_str())
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db("reading a user's agents"))?;
+        let traces = agents.iter().map(|a| a.2.max(0).unsigned_abs()).sum();
+        let mut copy = slot.copy.lock().await;
+        self.catch_up(conn, &mut copy, agents).await?;
+        Ok((copy, traces))
+    }
+
+    /// Brings `copy` to the user's `agents` (id, incarnation; sorted) and
+    /// their vectors as stored.
+    async fn catch_up(
         &self,
         conn: &mut PgConnection,
         copy: &mut UserCopy,
-        agents: Vec<String>,
+        agents: Vec<(String, Uuid, i64)>,
     ) -> Result<()> {
-        for ordinal in copy.placing.update(agents) {
+        let ids = agents.iter().map(|a| a.0.clone()).collect();
+        for ordinal in copy.placing.update(ids) {
             forget_range(copy, ordinal)?;
         }
         let placing = &copy.placing;
@@ -86,21 +110,10 @@ impl PgStore {
         let Some(embedder) = self.embedder() else {
             return Ok(());
         };
-        let vectors = copy
-            .vectors
+        // The store's model is fixed: a copy is made with it once.
+        copy.vectors
             .get_or_insert_with(|| Vectors::in_memory(embedder.model(), embedder.dim()));
-        if vectors.model() != embedder.model() {
-            *vectors = Vectors::in_memory(embedder.model(), embedder.dim());
-            copy.seen.clear();
-            copy.places.clear();
-        }
-        let incarnations: Vec<(String, Uuid)> =
-            sqlx::query_as("SELECT id, incarnation FROM agents WHERE id = ANY($1)")
-                .bind(&copy.placing.agents)
-                .fetch_all(&mut *conn)
-                .await
-                .map_err(db("reading a user's agents"))?;
-        for (agent, incarnation) in incarnations {
+        for (agent, incarnation, _) in agents {
             let known = copy.seen.get(&agent).map(|(was, _)| *was);
             if known == Some(incarnation) {
                 continue;

@@ -3,12 +3,12 @@
 //! its own (by a stable ordinal, `engram_store::ranked::place`) and its
 //! keys prefixed with its id, so that one search ranks them all together
 //! as the file store's user index does. The statements read `agent_id =
-//! $1` for one agent (its indexes as ever) and `agent_id = ANY($1)` for a
-//! user's.
+//! $1` for one agent (its indexes as ever) and the user's agents as a
+//! filter of what the words find ([`Who::clause`]).
 
 use std::collections::HashMap;
 
-use engram_store::ranked::{key_of, place};
+use engram_store::ranked::{key_of, place, split_key};
 
 /// The agents a ranking covers.
 #[derive(Debug, Clone, Copy)]
@@ -81,6 +81,17 @@ impl Who<'_> {
         match self {
             Who::Agent(_) => key,
             Who::User(_) => key_of(agent, &key),
+        }
+    }
+
+    /// The agent and its own key of an item's `key` ([`Self::key`] undone).
+    pub(crate) fn unkey(&self, key: &str) -> Option<(String, String)> {
+        match self {
+            Who::Agent(id) => Some(((*id).to_owned(), key.to_owned())),
+            Who::User(_) => match split_key(key) {
+                (Some(agent), key) => Some((agent.to_owned(), key.to_owned())),
+                (None, _) => None,
+            },
         }
     }
 

@@ -190,11 +190,17 @@ async fn terms(
         Who::Agent(_) => DF_CAP,
         Who::User(_) => USER_DF_CAP,
     };
-    let estimated: Vec<Option<i64>> = common_words(conn, &lexemes, docs)
-        .await?
-        .into_iter()
-        .map(|e| e.filter(|&e| e >= cap))
-        .collect();
+    // An estimate is a share of `docs`: below the cap, none can reach it
+    // (most agents), and the statistics are not read.
+    let estimated: Vec<Option<i64>> = if docs < cap.unsigned_abs() {
+        vec![None; lexemes.len()]
+    } else {
+        common_words(conn, &lexemes, docs)
+            .await?
+            .into_iter()
+            .map(|e| e.filter(|&e| e >= cap))
+            .collect()
+    };
     let counted: Vec<String> = quoted
         .iter()
         .zip(&estimated)

@@ -93,8 +93,8 @@ pub fn new_id() -> String {
     uuid::Uuid::now_v7().to_string()
 }
 
-/// Deletes the expired fact `id` of `agent` (its snapshot showing `limit`
-/// facts besides the pinned ones, as before); `false` when it went
+/// Deletes the expired fact `id` of `agent` (its snapshot showing as many
+/// facts as before); `false` when it went
 /// meanwhile (deleted, changed to last longer, or its agent deleted: a
 /// race with a client or another replica's upkeep answers as if that came
 /// first).
@@ -102,7 +102,6 @@ pub async fn purge_fact<S: Facts + ?Sized>(
     store: &S,
     agent: &engram_core::AgentId,
     id: String,
-    limit: u32,
 ) -> Result<bool> {
     let scope = engram_core::blocks::Scope::Agent(agent.clone());
     let fact = store.facts(&scope).await?.into_iter().find(|f| f.id == id);
@@ -113,7 +112,7 @@ pub async fn purge_fact<S: Facts + ?Sized>(
         id,
         expected_version: fact.version(),
     };
-    match store.change_facts(&scope, op, limit).await {
+    match store.change_facts(&scope, op, None).await {
         Ok(_) => Ok(true),
         Err(StoreError::Core(_) | StoreError::NotFound(_)) => Ok(false),
         Err(e) => Err(e),

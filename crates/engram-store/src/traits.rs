@@ -287,14 +287,15 @@ pub trait Facts {
     /// versions appended; for a delete, the text of every earlier version
     /// erased from the files (or rows) and the index. For an agent, the
     /// snapshot's facts section then shows `limit` facts besides the
-    /// pinned ones, and an add creates the agent when it does not exist.
-    async fn change_facts(&self, scope: &Scope, op: Op, limit: u32) -> Result<Applied>;
+    /// pinned ones (`None`: as many as it showed), and an add creates the
+    /// agent when it does not exist.
+    async fn change_facts(&self, scope: &Scope, op: Op, limit: Option<u32>) -> Result<Applied>;
 
     /// Deletes the facts past their `expires_at` (as a delete does: no
     /// text left), of the agents the backend can find them in cheaply (the
     /// files backend: the agents it has loaded; PostgreSQL: all). Returns
-    /// how many went. The backend's upkeep calls it; a fact that expired
-    /// is out of search and prompts before this runs.
+    /// how many went. The engine's upkeep calls it every 30 s; a fact that
+    /// expired is out of search and prompts before this runs.
     async fn purge_expired(&self) -> Result<usize>;
 }
 

@@ -73,16 +73,22 @@ async fn talk(engine: &Engine, agent: &str, turns: usize) {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_quiet_conversation_is_summarized_and_starts_the_next() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = FileStore::open(StoreConfig::new(dir.path())).await.unwrap();
+/// A file store on `dir` and an engine over it.
+async fn open(dir: &std::path::Path) -> (Arc<dyn engram_store::Store>, Engine) {
+    let store = FileStore::open(StoreConfig::new(dir)).await.unwrap();
     let store: Arc<dyn engram_store::Store> = Arc::new(store);
     let engine = Engine::new(
         Arc::clone(&store),
         Arc::new(engram_llm::Extractive),
         &settings(),
     );
+    (store, engine)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quiet_conversation_is_summarized_and_starts_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, engine) = open(dir.path()).await;
     talk(&engine, "talk-1", 4).await;
     assert_eq!(engine.summarize_idle().await, 0, "not quiet yet");
     tokio::time::advance(Duration::from_secs(IDLE - 1)).await;
@@ -124,24 +130,14 @@ async fn a_quiet_conversation_is_summarized_and_starts_the_next() {
 #[tokio::test(start_paused = true)]
 async fn a_conversation_quiet_across_a_restart_is_summarized() {
     let dir = tempfile::tempdir().unwrap();
-    let open = || async {
-        let store = FileStore::open(StoreConfig::new(dir.path())).await.unwrap();
-        let store: Arc<dyn engram_store::Store> = Arc::new(store);
-        let engine = Engine::new(
-            Arc::clone(&store),
-            Arc::new(engram_llm::Extractive),
-            &settings(),
-        );
-        (store, engine)
-    };
-    let (store, engine) = open().await;
+    let (store, engine) = open(dir.path()).await;
     talk(&engine, "before-restart", 4).await;
     // What the server does at shutdown.
     engine.note_used().await;
     store.close().await;
     drop((store, engine));
 
-    let (store, engine) = open().await;
+    let (store, engine) = open(dir.path()).await;
     tokio::time::advance(Duration::from_secs(IDLE - 1)).await;
     assert_eq!(engine.summarize_idle().await, 0, "not quiet yet");
     tokio::time::advance(Duration::from_secs(1)).await;

@@ -21,7 +21,7 @@ async fn a_delete_cut_short_by_a_crash_is_finished_at_load() {
         ..NewFact::default()
     };
     let added = store
-        .change_facts(&scope, Op::Add(vec![new]), 20)
+        .change_facts(&scope, Op::Add(vec![new]), Some(20))
         .await
         .unwrap();
     let Outcome::Added(fact, _) = &added.outcomes[0] else {

@@ -40,7 +40,7 @@ pub async fn facts_are_added_corrected_and_forgotten<H: Harness>(h: &H) {
                 fact("Code word zebra-7731"),
                 fact("lives in   OSLO"),
             ]),
-            20,
+            Some(20),
         )
         .await
         .unwrap();
@@ -74,11 +74,11 @@ pub async fn facts_are_added_corrected_and_forgotten<H: Harness>(h: &H) {
         },
     };
     store
-        .change_facts(&scope, update("Lives in Berlin", 2), 20)
+        .change_facts(&scope, update("Lives in Berlin", 2), Some(20))
         .await
         .unwrap();
     let stale = store
-        .change_facts(&scope, update("Lives in Rome", 2), 20)
+        .change_facts(&scope, update("Lives in Rome", 2), Some(20))
         .await
         .unwrap_err();
     assert!(
@@ -107,7 +107,7 @@ pub async fn facts_are_added_corrected_and_forgotten<H: Harness>(h: &H) {
         id: code.clone(),
         expected_version: 0,
     };
-    store.change_facts(&scope, delete, 20).await.unwrap();
+    store.change_facts(&scope, delete, Some(20)).await.unwrap();
     assert!(!snapshot(&*store, &a).await.contains("zebra-7731"));
     let left: Vec<String> = store
         .facts(&scope)
@@ -125,7 +125,10 @@ pub async fn facts_are_added_corrected_and_forgotten<H: Harness>(h: &H) {
         id: code.clone(),
         expected_version: 0,
     };
-    let twice = store.change_facts(&scope, again, 20).await.unwrap_err();
+    let twice = store
+        .change_facts(&scope, again, Some(20))
+        .await
+        .unwrap_err();
     assert!(
         matches!(twice, StoreError::Core(CoreError::Absent(_))),
         "{twice}"
@@ -141,7 +144,7 @@ pub async fn facts_are_added_corrected_and_forgotten<H: Harness>(h: &H) {
         ..fact("Is in a meeting")
     };
     store
-        .change_facts(&scope, Op::Add(vec![pinned, expired]), 0)
+        .change_facts(&scope, Op::Add(vec![pinned, expired]), Some(0))
         .await
         .unwrap();
     let shown = snapshot(&*store, &a).await;
@@ -166,10 +169,13 @@ pub async fn facts_are_added_corrected_and_forgotten<H: Harness>(h: &H) {
             ..Change::default()
         },
     };
-    let refused = store.change_facts(&scope, unknown, 20).await.unwrap_err();
+    let refused = store
+        .change_facts(&scope, unknown, Some(20))
+        .await
+        .unwrap_err();
     assert!(matches!(refused, StoreError::Core(CoreError::Absent(_))));
     let refused = store
-        .change_facts(&scope, Op::Add(vec![fact(" ... ")]), 20)
+        .change_facts(&scope, Op::Add(vec![fact(" ... ")]), Some(20))
         .await
         .unwrap_err();
     assert!(matches!(refused, StoreError::Core(CoreError::Invalid(_))));
@@ -183,7 +189,7 @@ pub async fn facts_are_added_corrected_and_forgotten<H: Harness>(h: &H) {
         ..fact("Is on the train to Bergen")
     };
     let added = store
-        .change_facts(&scope, Op::Add(vec![soon]), 20)
+        .change_facts(&scope, Op::Add(vec![soon]), Some(20))
         .await
         .unwrap();
     let bergen = added.lines[0].id.clone();
@@ -237,7 +243,7 @@ pub async fn facts_are_added_corrected_and_forgotten<H: Harness>(h: &H) {
                     ..Change::default()
                 },
             };
-            tokio::spawn(async move { store.change_facts(&scope, change, 20).await })
+            tokio::spawn(async move { store.change_facts(&scope, change, Some(20)).await })
         })
         .collect();
     let mut won = 0;
