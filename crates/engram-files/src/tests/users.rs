@@ -167,7 +167,16 @@ async fn a_users_index_copies_the_conversations_vectors() {
         episodic: 0,
         semantic: 0,
     };
-    let ranked = store.rank_user_memories(&ana, &query, None).await.unwrap();
+    // The copy is background work: the indexer, done embedding, may
+    // still hold the agent's index when a search comes (which then leaves
+    // it to the indexer's catch-up that follows). Asked until it is there.
+    let ranked = loop {
+        let ranked = store.rank_user_memories(&ana, &query, None).await.unwrap();
+        if ranked.index.embedded == 3 || std::time::Instant::now() > deadline {
+            break ranked;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
     assert_eq!((ranked.index.items, ranked.index.embedded), (3, 3));
     assert!(
         ranked
