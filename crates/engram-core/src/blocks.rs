@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::memory::SemanticItem;
 use crate::tokens::{Encoding, count_text};
 use crate::{AgentId, CoreError, UserId};
 
@@ -363,12 +364,52 @@ pub struct Section {
     pub shown: Vec<Shown>,
 }
 
+/// The heading of the user's pinned facts in the blocks section (a space:
+/// never a block's label).
+pub const PINNED_FACTS: &str = "pinned facts";
+
+/// The user's pinned facts as the blocks section shows them: a part of
+/// its own after the user's blocks, one fact a line.
+fn pinned_part(pinned: &[SemanticItem]) -> Option<Block> {
+    (!pinned.is_empty()).then(|| Block {
+        label: PINNED_FACTS.into(),
+        value: pinned
+            .iter()
+            .map(|f| format!("- {}", crate::text::fold_whitespace(&f.fact)))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        format: Format::Text,
+        description: "what the user asked to be always remembered".into(),
+        limit_chars: 0,
+        read_only: true,
+        version: 0,
+        updated_at: 0.0,
+        deleted: false,
+    })
+}
+
 /// The blocks an agent sees (`blocks`: global, then user, then agent, each
-/// by label; tombstones left out) as one section of at most `max_tokens`:
-/// past it, each value is cut by the same share, with a marker saying how
-/// much is left out. Empty for no blocks.
-pub fn section(blocks: &[(&'static str, &Block)], encoding: Encoding, max_tokens: u32) -> Section {
-    let live: Vec<&(&str, &Block)> = blocks.iter().filter(|(_, b)| !b.deleted).collect();
+/// by label; tombstones left out), with its user's `pinned` facts after
+/// the user's blocks, as one section of at most `max_tokens`: past it,
+/// each value is cut by the same share, with a marker saying how much is
+/// left out. Empty for no blocks and no pinned facts.
+pub fn section(
+    blocks: &[(&'static str, &Block)],
+    pinned: &[SemanticItem],
+    encoding: Encoding,
+    max_tokens: u32,
+) -> Section {
+    let facts = pinned_part(pinned);
+    let mut live: Vec<(&'static str, &Block)> =
+        blocks.iter().filter(|(_, b)| !b.deleted).copied().collect();
+    if let Some(facts) = &facts {
+        let at = live
+            .iter()
+            .position(|(s, _)| *s == "agent")
+            .unwrap_or(live.len());
+        live.insert(at, ("user", facts));
+    }
+    let live: Vec<&(&str, &Block)> = live.iter().collect();
     if live.is_empty() {
         return Section::default();
     }
@@ -397,6 +438,7 @@ pub fn section(blocks: &[(&'static str, &Block)], encoding: Encoding, max_tokens
 
 fn shown(live: &[&(&'static str, &Block)], cut: bool) -> Vec<Shown> {
     live.iter()
+        .filter(|(_, b)| b.label != PINNED_FACTS)
         .map(|(scope, b)| Shown {
             scope,
             label: b.label.clone(),

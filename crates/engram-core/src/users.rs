@@ -13,7 +13,9 @@ use std::collections::{HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::CoreError;
 use crate::compaction::{UPDATE_OVERLAP, normalize, words};
+use crate::facts::{self, Applied, Op};
 use crate::memory::{EpisodicItem, SemanticItem};
 
 /// Summaries of a conversation the user's store keeps as its last one (a
@@ -128,16 +130,22 @@ pub fn fold(
             continue;
         }
         // The agent's own update of a fact folded before, else the live
-        // user fact it mostly repeats.
+        // user fact it mostly repeats; never one a client pinned (a
+        // compaction adds beside it, as in an agent's own facts).
         let replaced = items
             .iter()
             .filter(|old| old.superseded_by.as_deref() == Some(item.id.as_str()))
             .find_map(|old| home.get(&old.id).copied())
             .filter(|&i| facts[i].is_live())
-            .or_else(|| live.closest(&item.fact));
+            .or_else(|| live.closest(&item.fact))
+            .filter(|&i| !facts[i].fact.managed.pinned);
         let mut fact = item.clone();
         fact.id = new_id();
         fact.superseded_by = None;
+        // A fact of the user's own, at its first version; pinned in one
+        // conversation is not pinned in all of them.
+        fact.managed.version = 1;
+        fact.managed.pinned = false;
         let at = facts.len();
         if let Some(old) = replaced {
             facts[old].fact.superseded_by = Some(fact.id.clone());
@@ -158,6 +166,47 @@ pub fn fold(
     changed.dedup();
     out.changed = changed.into_iter().map(|i| facts[i].clone()).collect();
     out
+}
+
+/// A client's change of the user's facts (`known`: the last version of
+/// each): [`facts::apply`] over them, each version it makes carrying its
+/// fact's sources (a new fact has none; a deleted one keeps them, ids and
+/// turns only, so that a later fold never brings it back).
+pub fn change(
+    known: &[UserFact],
+    op: Op,
+    now: f64,
+    new_id: impl FnMut() -> String,
+) -> Result<(Applied, Vec<UserFact>), CoreError> {
+    let current: Vec<SemanticItem> = known.iter().map(|f| f.fact.clone()).collect();
+    let applied = facts::apply(&current, op, now, new_id)?;
+    let sources: HashMap<&str, &Vec<FactSource>> = known
+        .iter()
+        .map(|f| (f.fact.id.as_str(), &f.sources))
+        .collect();
+    let lines = applied
+        .lines
+        .iter()
+        .map(|line| UserFact {
+            fact: line.clone(),
+            sources: sources
+                .get(line.id.as_str())
+                .map(|s| (*s).clone())
+                .unwrap_or_default(),
+        })
+        .collect();
+    Ok((applied, lines))
+}
+
+/// Every version of a user's fact as its store's lines hold them (a fold
+/// writes a version again when it adds a source): the last line of each
+/// version, oldest version first.
+pub fn history(lines: impl IntoIterator<Item = UserFact>, id: &str) -> Vec<SemanticItem> {
+    let mut by_version: std::collections::BTreeMap<u64, SemanticItem> = Default::default();
+    for line in lines.into_iter().filter(|l| l.fact.id == id) {
+        by_version.insert(line.fact.version(), line.fact);
+    }
+    by_version.into_values().collect()
 }
 
 /// The live user facts by their normalized text and by word (for the
@@ -343,6 +392,108 @@ mod tests {
             (1, 0, 0)
         );
         assert_eq!(unrelated.changed.len(), 1);
+    }
+
+    #[test]
+    fn a_fold_never_supersedes_a_fact_a_client_pinned() {
+        let mut next = ids();
+        let store = apply(
+            &[],
+            "chat-1",
+            &[item("a1", "The user lives in Lisbon Portugal")],
+            &mut next,
+        );
+        let (_, lines) = change(
+            &store,
+            Op::Update {
+                id: store[0].fact.id.clone(),
+                change: facts::Change {
+                    pinned: Some(true),
+                    ..Default::default()
+                },
+            },
+            5.0,
+            &mut next,
+        )
+        .unwrap();
+        let store = vec![lines[0].clone()];
+        let folded = fold(
+            &store,
+            "chat-2",
+            &[item("b1", "The user lives in Porto Portugal")],
+            &mut next,
+        );
+        assert_eq!(folded.superseded, 0);
+        assert_eq!(folded.added, 1);
+        assert!(folded.changed.iter().all(|f| f.is_live()));
+    }
+
+    #[test]
+    fn a_clients_change_keeps_the_sources_and_a_delete_is_never_folded_again() {
+        let mut next = ids();
+        let store = apply(
+            &[],
+            "chat-1",
+            &[item("a1", "The user likes tea")],
+            &mut next,
+        );
+        let id = store[0].fact.id.clone();
+        let (applied, lines) = change(
+            &store,
+            Op::Delete {
+                id: id.clone(),
+                expected_version: 0,
+            },
+            9.0,
+            &mut next,
+        )
+        .unwrap();
+        assert_eq!(applied.erase.as_deref(), Some(id.as_str()));
+        assert_eq!(lines[0].fact.fact, "");
+        assert_eq!(lines[0].sources, store[0].sources);
+        let again = fold(
+            &lines,
+            "chat-1",
+            &[item("a1", "The user likes tea")],
+            &mut next,
+        );
+        assert_eq!(again, Folded::default());
+        let (added, lines) = change(
+            &lines,
+            Op::Add(vec![facts::NewFact {
+                text: "Works at a bakery".into(),
+                ..Default::default()
+            }]),
+            10.0,
+            &mut next,
+        )
+        .unwrap();
+        assert!(lines[0].sources.is_empty());
+        assert_eq!(added.lines[0].managed.origin, crate::memory::Origin::Client);
+    }
+
+    #[test]
+    fn history_keeps_the_last_line_of_each_version() {
+        let mut one = item("u1", "Likes tea");
+        one.managed.version = 1;
+        let with_source = UserFact {
+            fact: one.clone(),
+            sources: vec![],
+        };
+        let mut two = one.clone();
+        two.managed.version = 2;
+        two.fact = "Likes green tea".into();
+        let mut later = with_source.clone();
+        later.fact.tags = vec!["drinks".into()];
+        let lines = vec![
+            with_source,
+            later.clone(),
+            UserFact {
+                fact: two.clone(),
+                sources: vec![],
+            },
+        ];
+        assert_eq!(history(lines, "u1"), vec![later.fact, two]);
     }
 
     proptest::proptest! {

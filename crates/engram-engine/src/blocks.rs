@@ -84,13 +84,17 @@ pub fn section_for(
     max_tokens: u32,
 ) -> Option<Arc<Section>> {
     let in_order = seen.in_order();
-    if in_order.is_empty() {
+    let pinned = &seen.user_pinned;
+    if in_order.is_empty() && pinned.is_empty() {
         return None;
     }
     let mut h = std::collections::hash_map::DefaultHasher::new();
     transcript.hash(&mut h);
     for (scope, block) in &in_order {
         (scope, &block.label, block.version).hash(&mut h);
+    }
+    for fact in pinned.iter() {
+        (&fact.id, fact.version()).hash(&mut h);
     }
     (encoding, max_tokens).hash(&mut h);
     let key = h.finish();
@@ -100,9 +104,10 @@ pub fn section_for(
     {
         return Some(Arc::clone(section));
     }
-    let bytes: usize = in_order.iter().map(|(_, b)| b.value.len()).sum();
+    let bytes: usize = in_order.iter().map(|(_, b)| b.value.len()).sum::<usize>()
+        + pinned.iter().map(|f| f.fact.len()).sum::<usize>();
     let section = Arc::new(engram_store::offload_over(bytes as u64, || {
-        blocks::section(&in_order, encoding, max_tokens)
+        blocks::section(&in_order, pinned, encoding, max_tokens)
     }));
     caches::lock(&cell).blocks = Some((key, Arc::clone(&section)));
     Some(section)

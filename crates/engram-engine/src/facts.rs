@@ -6,6 +6,8 @@
 use engram_core::blocks::Scope;
 use engram_core::facts::{self, Added, Change, Listing, NewFact, Op, Outcome};
 use engram_core::memory::SemanticItem;
+use engram_core::users::FactSource;
+use engram_core::{AgentId, UserId};
 
 use crate::api::ScopeRequest;
 use crate::error::{EngineError, Result};
@@ -124,13 +126,16 @@ impl Engine {
         let id = limits::fact_id(id)?;
         let op = Op::Update {
             id: id.to_owned(),
-            change,
+            change: change.clone(),
         };
         let applied = self.change(&scope, op).await?;
-        match applied.outcomes.into_iter().next() {
-            Some(Outcome::Updated(fact)) => Ok(fact),
-            _ => Err(not_found(id)),
+        let Some(Outcome::Updated(fact)) = applied.outcomes.into_iter().next() else {
+            return Err(not_found(id));
+        };
+        if let Scope::User(user) = &scope {
+            self.update_sources(user, id, change).await;
         }
+        Ok(fact)
     }
 
     /// Deletes a fact; returns the deleting version.
@@ -142,6 +147,13 @@ impl Engine {
     ) -> Result<u64> {
         let scope = fact_scope(scope)?;
         let id = limits::fact_id(id)?;
+        match &scope {
+            // Its conversations' copies go first: a delete cut short is
+            // done again by its retry, which still finds the user's fact.
+            Scope::User(user) => self.delete_sources(user, id, expected_version).await?,
+            Scope::Agent(agent) => self.delete_in_user(agent, id, expected_version).await?,
+            Scope::Global => {}
+        }
         let op = Op::Delete {
             id: id.to_owned(),
             expected_version,
@@ -162,6 +174,115 @@ impl Engine {
             tracing::info!(scope = scope.kind(), id = scope.id(), fact = %line.id, version = line.version(), deleted = line.managed.deleted_at.is_some(), "fact written");
         }
         Ok(applied)
+    }
+}
+
+impl Engine {
+    /// The conversations' facts the user's fact `id` was folded from.
+    async fn sources(&self, user: &UserId, id: &str) -> Result<Vec<FactSource>> {
+        let facts = self.store.user_facts(user).await?;
+        Ok(facts
+            .into_iter()
+            .find(|f| f.fact.id == id)
+            .map(|f| f.sources)
+            .unwrap_or_default())
+    }
+
+    /// Deletes the conversations' facts the user's fact `id` came from,
+    /// once it is known to be deletable at `expected` (their prompts show
+    /// them no more).
+    async fn delete_sources(&self, user: &UserId, id: &str, expected: u64) -> Result<()> {
+        let current = self.store.facts(&Scope::User(user.clone())).await?;
+        match facts::changeable(&current, id, expected) {
+            // A superseded fact is deleted too.
+            Ok(_) | Err(engram_core::CoreError::Precondition(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        for source in self.sources(user, id).await? {
+            let Ok(agent) = AgentId::parse(&source.agent_id) else {
+                continue;
+            };
+            let op = Op::Delete {
+                id: source.fact_id,
+                expected_version: 0,
+            };
+            ignore_gone(self.change(&Scope::Agent(agent), op).await)?;
+        }
+        Ok(())
+    }
+
+    /// Deleting agent `agent`'s fact `id`: the user's fact that only it
+    /// said goes too (one that other conversations said stays theirs).
+    async fn delete_in_user(&self, agent: &AgentId, id: &str, expected: u64) -> Result<()> {
+        let current = self.store.facts(&Scope::Agent(agent.clone())).await?;
+        if facts::changeable(&current, id, expected).is_err_and(|e| {
+            matches!(
+                e,
+                engram_core::CoreError::Absent(_) | engram_core::CoreError::Stale(_)
+            )
+        }) {
+            return Ok(()); // refused below, with nothing changed
+        }
+        let Some(user) = self.store.context(agent).await?.user_id else {
+            return Ok(());
+        };
+        let user = limits::user_id("user_id", &user)?;
+        let facts = self.store.user_facts(&user).await?;
+        let only_here = facts.into_iter().filter(|f| {
+            f.fact.managed.deleted_at.is_none()
+                && !f.sources.is_empty()
+                && f.sources
+                    .iter()
+                    .all(|s| s.agent_id == agent.as_str() && s.fact_id == id)
+        });
+        for fact in only_here {
+            let op = Op::Delete {
+                id: fact.fact.id,
+                expected_version: 0,
+            };
+            ignore_gone(self.change(&Scope::User(user.clone()), op).await)?;
+        }
+        Ok(())
+    }
+
+    /// The user's change of fact `id` in the conversations it came from
+    /// (its words, tags, expiry and metadata; a pin is the user's, shown in
+    /// every conversation already). A failure is logged: the user's fact
+    /// is changed, and what the conversation shows is its own copy.
+    async fn update_sources(&self, user: &UserId, id: &str, change: Change) {
+        let sources = match self.sources(user, id).await {
+            Ok(sources) => sources,
+            Err(e) => {
+                tracing::warn!(user = %user, fact = %id, error = %e, "a user's fact's conversations were not updated");
+                return;
+            }
+        };
+        let change = Change {
+            pinned: None,
+            expected_version: 0,
+            ..change
+        };
+        for source in sources {
+            let Ok(agent) = AgentId::parse(&source.agent_id) else {
+                continue;
+            };
+            let op = Op::Update {
+                id: source.fact_id,
+                change: change.clone(),
+            };
+            if let Err(e) = ignore_gone(self.change(&Scope::Agent(agent), op).await) {
+                tracing::warn!(user = %user, fact = %id, error = %e, "a user's fact's conversation was not updated");
+            }
+        }
+    }
+}
+
+/// A change of a fact that went meanwhile (its agent deleted, the fact
+/// deleted or replaced) is nothing to do.
+fn ignore_gone(changed: Result<facts::Applied>) -> Result<()> {
+    match changed {
+        Ok(_) | Err(EngineError::NotFound(_) | EngineError::Precondition(_)) => Ok(()),
+        Err(e) => Err(e),
     }
 }
 

@@ -19,8 +19,15 @@ use crate::{FileStore, Result, SeenBlocks, StoreError, unix_now};
 
 pub(crate) const BLOCKS: &str = "blocks.jsonl";
 
-/// One shared scope: its blocks once loaded, behind its writers' lock.
-type ScopeSlot = Arc<AsyncMutex<Option<ScopeBlocks>>>;
+/// One shared scope, behind its writers' lock: its blocks once loaded,
+/// and for a user its facts once loaded (`user_facts.rs`).
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    pub blocks: Option<ScopeBlocks>,
+    pub facts: Option<crate::user_facts::UserFacts>,
+}
+
+type ScopeSlot = Arc<AsyncMutex<Shared>>;
 
 /// A scope's blocks as its file holds them: the last version of each
 /// label (a deletion's tombstone included, so that versions go on from
@@ -76,6 +83,15 @@ impl ScopeCache {
         let mut scopes = engram_store::lock(&self.scopes);
         Arc::clone(scopes.entry(key.to_owned()).or_default())
     }
+
+    /// Every scope seen so far, with its slot.
+    pub(crate) fn slots(&self) -> Vec<(String, ScopeSlot)> {
+        let scopes = engram_store::lock(&self.scopes);
+        scopes
+            .iter()
+            .map(|(k, s)| (k.clone(), Arc::clone(s)))
+            .collect()
+    }
 }
 
 /// Every version stored in `path`, oldest first. Blocking.
@@ -85,11 +101,11 @@ pub(crate) fn load_versions(path: &Path) -> Result<Vec<Block>> {
 }
 
 /// The scope's blocks, loaded from `path` at first use.
-async fn loaded(cached: &mut Option<ScopeBlocks>, path: PathBuf) -> Result<&mut ScopeBlocks> {
-    if cached.is_none() {
-        *cached = Some(engram_store::blocking(move || ScopeBlocks::load(&path)).await?);
+async fn loaded(cached: &mut Shared, path: PathBuf) -> Result<&mut ScopeBlocks> {
+    if cached.blocks.is_none() {
+        cached.blocks = Some(engram_store::blocking(move || ScopeBlocks::load(&path)).await?);
     }
-    Ok(cached.as_mut().expect("loaded"))
+    Ok(cached.blocks.as_mut().expect("loaded"))
 }
 
 /// The cache key of a user's scope (its lock is the user's).
@@ -139,14 +155,18 @@ impl FileStore {
         agent: Arc<Vec<Block>>,
     ) -> Result<SeenBlocks> {
         let global = self.shared_blocks(&Scope::Global).await?;
-        let user = match user.map(UserId::parse).transpose()? {
-            Some(u) => self.shared_blocks(&Scope::User(u)).await?,
-            None => Arc::default(),
+        let (user, user_pinned) = match user.map(UserId::parse).transpose()? {
+            Some(u) => (
+                self.shared_blocks(&Scope::User(u.clone())).await?,
+                self.user_pinned(&u).await?,
+            ),
+            None => Default::default(),
         };
         Ok(SeenBlocks {
             global,
             user,
             agent,
+            user_pinned,
         })
     }
 

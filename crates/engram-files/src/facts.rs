@@ -19,6 +19,14 @@ use crate::{FileStore, Result, StoreError};
 #[async_trait]
 impl Facts for FileStore {
     async fn facts(&self, scope: &Scope) -> Result<Vec<SemanticItem>> {
+        if let Scope::User(user) = scope {
+            let (facts, _) = self.read_user_facts(user).await?;
+            return Ok(facts
+                .iter()
+                .filter(|f| f.fact.managed.deleted_at.is_none())
+                .map(|f| f.fact.clone())
+                .collect());
+        }
         let id = engram_store::fact_agent(scope)?;
         let read = self.read(id, |s| {
             s.semantic
@@ -34,6 +42,9 @@ impl Facts for FileStore {
     }
 
     async fn fact_history(&self, scope: &Scope, id: &str) -> Result<Vec<SemanticItem>> {
+        if let Scope::User(user) = scope {
+            return self.user_fact_history(user, id).await;
+        }
         let agent = engram_store::fact_agent(scope)?;
         // A delete rewrites the file.
         let id = id.to_owned();
@@ -45,6 +56,18 @@ impl Facts for FileStore {
     }
 
     async fn change_facts(&self, scope: &Scope, op: Op, limit: Option<u32>) -> Result<Applied> {
+        if let Scope::User(user) = scope {
+            let applied = self.change_user_facts(user, op).await?;
+            if applied.erase.is_some() {
+                // The user's index drops the deleted fact's text from its
+                // files before the delete answers.
+                self.purge_user_index(user).await?;
+            }
+            // Read into the user's index, and embedded, in the background.
+            let (store, user) = (self.clone(), user.clone());
+            tokio::spawn(async move { store.user_facts_later(&user).await });
+            return Ok(applied);
+        }
         let id = engram_store::fact_agent(scope)?;
         let applied = self.change_facts_of(id, op, limit).await?;
         if applied.erase.is_some() {
@@ -61,22 +84,29 @@ impl Facts for FileStore {
             .iter()
             .map(|(id, h)| (id.clone(), std::sync::Arc::clone(h)))
             .collect();
-        let mut purged = 0;
+        let mut expired: Vec<(Scope, String)> = vec![];
         for (agent, handle) in loaded {
             // A busy agent is looked at next time.
-            let expired: Vec<String> = match handle.state.try_lock() {
-                Ok(slot) => slot.as_ref().map_or_else(Vec::new, |s| {
-                    s.semantic
-                        .iter()
-                        .filter(|f| f.is_live() && f.is_expired(now))
-                        .map(|f| f.id.clone())
-                        .collect()
-                }),
-                Err(_) => continue,
-            };
-            for id in expired {
-                purged += usize::from(engram_store::purge_fact(self, &agent, id).await?);
+            if let Ok(slot) = handle.state.try_lock()
+                && let Some(state) = slot.as_ref()
+            {
+                let of_agent = state
+                    .semantic
+                    .iter()
+                    .filter(|f| f.is_live() && f.is_expired(now));
+                expired.extend(of_agent.map(|f| (Scope::Agent(agent.clone()), f.id.clone())));
             }
+        }
+        for (user, facts) in self.expired_user_facts() {
+            expired.extend(
+                facts
+                    .into_iter()
+                    .map(|(id, _)| (Scope::User(user.clone()), id)),
+            );
+        }
+        let mut purged = 0;
+        for (scope, id) in expired {
+            purged += usize::from(engram_store::purge_fact(self, &scope, id).await?);
         }
         Ok(purged)
     }
@@ -151,7 +181,7 @@ fn store_change(state: &mut AgentState, applied: &Applied) -> Result<()> {
     state.fact_lines += applied.lines.len();
     if applied.erase.is_some() {
         let path = path.clone();
-        crate::offload(move || crate::fact_file::scrub(&path).map(drop))?;
+        crate::offload(move || crate::fact_file::scrub::<SemanticItem>(&path).map(drop))?;
     }
     for line in &applied.lines {
         match state.semantic.iter_mut().find(|f| f.id == line.id) {

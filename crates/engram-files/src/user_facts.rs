@@ -1,50 +1,132 @@
 //! A user's facts on files: `users/<id>/facts.jsonl`, one line per version
 //! of a fact (the last line of an id wins), appended and synced by each
-//! fold under the user's lock (the one its blocks and agent markers use,
-//! and DeleteUser holds while it removes the directory); and its last
-//! summarized conversation, `users/<id>/last_conversation.json`, replaced
-//! whole by each fold that brings summaries.
+//! fold and each client's change under the user's lock (the one its
+//! blocks and agent markers use, and DeleteUser holds while it removes the
+//! directory), and kept in memory beside the user's blocks once read; and
+//! its last summarized conversation, `users/<id>/last_conversation.json`,
+//! replaced whole by each fold that brings summaries.
+//!
+//! A client's delete appends the deleting version, then rewrites the file
+//! with no text left in the fact's earlier versions; a crash between the
+//! two is finished at the next load.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use async_trait::async_trait;
+use engram_core::facts::{Applied, Op};
 use engram_core::memory::{EpisodicItem, SemanticItem};
 use engram_core::users::{self, Folded, LastConversation, UserFact};
 use engram_core::{AgentId, UserId};
-use engram_store::UserMemory;
+use engram_store::{UserMemory, new_id, unix_now};
 
+use crate::blocks::Shared;
 use crate::jsonl::{self, append_sync};
 use crate::{FileStore, Result, StoreError};
 
 pub(crate) const FACTS: &str = "facts.jsonl";
 const LAST: &str = "last_conversation.json";
 
-/// The last version of each fact in `path`, in the order facts first
-/// appeared. Blocking; a torn line is repaired (and logged) by the load.
-fn load_facts(path: &Path) -> Result<Vec<UserFact>> {
-    let (versions, _) = jsonl::load::<UserFact>(path)?;
-    let mut at: HashMap<String, usize> = HashMap::new();
-    let mut facts: Vec<UserFact> = vec![];
-    for v in versions {
-        match at.get(&v.fact.id) {
-            Some(&i) => facts[i] = v,
-            None => {
-                at.insert(v.fact.id.clone(), facts.len());
-                facts.push(v);
+/// A user's facts as its file holds them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct UserFacts {
+    /// The last version of each, in the order facts first appeared.
+    all: Arc<Vec<UserFact>>,
+    at: HashMap<String, usize>,
+    /// The live pinned ones, oldest first: every prompt of the user's
+    /// conversations shows them.
+    pinned: Arc<Vec<SemanticItem>>,
+    /// The file's length (what the user's index compares).
+    len: u64,
+    /// When the next unpinned live fact expires.
+    next_expiry: Option<f64>,
+}
+
+impl UserFacts {
+    /// Reads the file at `path` (a delete a crash cut short is finished
+    /// first). Blocking; a torn line is repaired (and logged) by the load.
+    fn load(path: &Path) -> Result<Self> {
+        let (mut versions, _) = jsonl::load::<UserFact>(path)?;
+        if crate::fact_file::needs_scrub(&versions) {
+            versions = crate::fact_file::scrub(path)?;
+        }
+        let mut facts = Self::default();
+        facts.record(versions);
+        facts.len = file_len(path)?;
+        Ok(facts)
+    }
+
+    /// Takes in versions just stored.
+    fn record(&mut self, versions: impl IntoIterator<Item = UserFact>) {
+        let all = Arc::make_mut(&mut self.all);
+        for v in versions {
+            match self.at.get(&v.fact.id) {
+                Some(&i) => all[i] = v,
+                None => {
+                    self.at.insert(v.fact.id.clone(), all.len());
+                    all.push(v);
+                }
             }
         }
+        let mut pinned: Vec<SemanticItem> = all
+            .iter()
+            .filter(|f| f.is_live() && f.fact.managed.pinned)
+            .map(|f| f.fact.clone())
+            .collect();
+        pinned.sort_by(|a, b| a.ts.total_cmp(&b.ts));
+        self.pinned = Arc::new(pinned);
+        let current: Vec<&SemanticItem> = all.iter().map(|f| &f.fact).collect();
+        self.next_expiry = current
+            .iter()
+            .filter(|f| f.is_live() && !f.managed.pinned)
+            .filter_map(|f| f.managed.expires_at)
+            .min_by(f64::total_cmp);
     }
-    Ok(facts)
+
+    /// The live facts past their expiry at `now`.
+    fn expired(&self, now: f64) -> Vec<(String, u64)> {
+        if self.next_expiry.is_none_or(|at| at > now) {
+            return vec![];
+        }
+        self.all
+            .iter()
+            .filter(|f| f.is_live() && f.fact.is_expired(now))
+            .map(|f| (f.fact.id.clone(), f.fact.version()))
+            .collect()
+    }
+}
+
+fn file_len(path: &Path) -> Result<u64> {
+    match std::fs::metadata(path) {
+        Ok(m) => Ok(m.len()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(StoreError::io("reading", path)(e)),
+    }
+}
+
+fn lines_of(facts: &[UserFact]) -> Vec<u8> {
+    let mut lines = vec![];
+    for f in facts {
+        serde_json::to_writer(&mut lines, f).expect("facts serialize");
+        lines.push(b'\n');
+    }
+    lines
+}
+
+/// The user's facts, read at first use (`shared` is the user's slot,
+/// held).
+async fn loaded(shared: &mut Shared, path: PathBuf) -> Result<&mut UserFacts> {
+    if shared.facts.is_none() {
+        shared.facts = Some(engram_store::blocking(move || UserFacts::load(&path)).await?);
+    }
+    Ok(shared.facts.as_mut().expect("loaded"))
 }
 
 #[async_trait]
 impl UserMemory for FileStore {
     async fn user_facts(&self, user: &UserId) -> Result<Vec<UserFact>> {
-        let slot = self.inner.blocks.slot(&crate::blocks::user_key(user));
-        let _held = slot.lock().await;
-        let path = self.user_dir(user).join(FACTS);
-        engram_store::blocking(move || load_facts(&path)).await
+        Ok(self.read_user_facts(user).await?.0.to_vec())
     }
 
     async fn last_conversation(&self, user: &UserId) -> Result<Option<LastConversation>> {
@@ -76,7 +158,7 @@ impl UserMemory for FileStore {
         summaries: &[EpisodicItem],
     ) -> Result<Folded> {
         let slot = self.inner.blocks.slot(&crate::blocks::user_key(user));
-        let _held = slot.lock().await;
+        let mut shared = slot.lock().await;
         // Under the user's lock: an erasure removes the directory under it
         // after the agents, so an agent found here is erased after this
         // fold, with what it wrote.
@@ -85,49 +167,114 @@ impl UserMemory for FileStore {
         }
         let dir = self.user_dir(user);
         let last = LastConversation::of(agent.as_str(), summaries);
-        let (agent, items) = (agent.to_string(), items.to_vec());
-        engram_store::blocking(move || {
-            if let Some(last) = last {
+        if let Some(last) = last {
+            let dir = dir.clone();
+            engram_store::blocking(move || {
                 std::fs::create_dir_all(&dir).map_err(StoreError::io("creating", &dir))?;
                 let json = serde_json::to_vec(&last).expect("summaries serialize");
-                jsonl::atomic_write(&dir.join(LAST), &json)?;
+                jsonl::atomic_write(&dir.join(LAST), &json)
+            })
+            .await?;
+        }
+        let path = dir.join(FACTS);
+        let facts = loaded(&mut shared, path.clone()).await?;
+        let known = Arc::clone(&facts.all);
+        let (agent, items) = (agent.to_string(), items.to_vec());
+        let folded = engram_store::blocking(move || {
+            let folded = users::fold(&known, &agent, &items, new_id);
+            if !folded.changed.is_empty() {
+                append_sync(&path, &lines_of(&folded.changed))?;
             }
-            let path = dir.join(FACTS);
-            let known = load_facts(&path)?;
-            let folded = users::fold(&known, &agent, &items, || uuid::Uuid::now_v7().to_string());
-            if folded.changed.is_empty() {
-                return Ok(folded);
-            }
-            let mut lines = vec![];
-            for f in &folded.changed {
-                serde_json::to_writer(&mut lines, f).expect("facts serialize");
-                lines.push(b'\n');
-            }
-            append_sync(&path, &lines)?;
-            Ok(folded)
+            Ok::<_, StoreError>(folded)
         })
-        .await
+        .await?;
+        if !folded.changed.is_empty() {
+            facts.len += lines_of(&folded.changed).len() as u64;
+            facts.record(folded.changed.iter().cloned());
+        }
+        Ok(folded)
     }
 }
 
 impl FileStore {
-    /// The user's facts and their file's length (what the user's index
-    /// compares), read under the user's lock; `None` without any.
-    pub(crate) async fn read_user_facts(
+    /// The user's facts (the last version of each) and their file's
+    /// length (what the user's index compares; 0 without a file).
+    pub(crate) async fn read_user_facts(&self, user: &UserId) -> Result<(Arc<Vec<UserFact>>, u64)> {
+        let slot = self.inner.blocks.slot(&crate::blocks::user_key(user));
+        let mut shared = slot.lock().await;
+        let facts = loaded(&mut shared, self.user_dir(user).join(FACTS)).await?;
+        Ok((Arc::clone(&facts.all), facts.len))
+    }
+
+    /// The live pinned facts of `user`, oldest first.
+    pub(crate) async fn user_pinned(&self, user: &UserId) -> Result<Arc<Vec<SemanticItem>>> {
+        let slot = self.inner.blocks.slot(&crate::blocks::user_key(user));
+        let mut shared = slot.lock().await;
+        let facts = loaded(&mut shared, self.user_dir(user).join(FACTS)).await?;
+        Ok(Arc::clone(&facts.pinned))
+    }
+
+    /// Every stored version of the user's fact `id`, oldest first.
+    pub(crate) async fn user_fact_history(
         &self,
         user: &UserId,
-    ) -> Result<Option<(Vec<UserFact>, u64)>> {
+        id: &str,
+    ) -> Result<Vec<SemanticItem>> {
         let slot = self.inner.blocks.slot(&crate::blocks::user_key(user));
         let _held = slot.lock().await;
         let path = self.user_dir(user).join(FACTS);
+        let id = id.to_owned();
         engram_store::blocking(move || {
-            let len = match std::fs::metadata(&path) {
-                Ok(m) => m.len(),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-                Err(e) => return Err(StoreError::io("reading", &path)(e)),
-            };
-            Ok(Some((load_facts(&path)?, len)))
+            let (lines, _) = jsonl::load::<UserFact>(&path)?;
+            Ok(users::history(lines, &id))
         })
         .await
+    }
+
+    /// A client's change of the user's facts, stored durably (a delete's
+    /// text erased from the file before it answers; the index's copy is
+    /// the caller's to purge).
+    pub(crate) async fn change_user_facts(&self, user: &UserId, op: Op) -> Result<Applied> {
+        let slot = self.inner.blocks.slot(&crate::blocks::user_key(user));
+        let mut shared = slot.lock().await;
+        let dir = self.user_dir(user);
+        let path = dir.join(FACTS);
+        let facts = loaded(&mut shared, path.clone()).await?;
+        let known = Arc::clone(&facts.all);
+        let bytes: usize = known.iter().map(|f| f.fact.fact.len()).sum();
+        let (applied, lines) = engram_store::offload_over(bytes as u64, || {
+            users::change(&known, op, unix_now(), new_id)
+        })?;
+        let erase = applied.erase.is_some();
+        let bytes = lines_of(&lines);
+        let len = engram_store::blocking(move || {
+            std::fs::create_dir_all(&dir).map_err(StoreError::io("creating", &dir))?;
+            append_sync(&path, &bytes)?;
+            if erase {
+                crate::fact_file::scrub::<UserFact>(&path)?;
+            }
+            file_len(&path)
+        })
+        .await?;
+        facts.record(lines);
+        facts.len = len;
+        Ok(applied)
+    }
+
+    /// The expired facts of the users whose facts are in memory (a busy
+    /// user is looked at next time), by user: id and version.
+    pub(crate) fn expired_user_facts(&self) -> Vec<(UserId, Vec<(String, u64)>)> {
+        let now = unix_now();
+        self.inner
+            .blocks
+            .slots()
+            .into_iter()
+            .filter_map(|(key, slot)| {
+                let user = UserId::parse(key.strip_prefix("user/")?).ok()?;
+                let shared = slot.try_lock().ok()?;
+                let expired = shared.facts.as_ref()?.expired(now);
+                (!expired.is_empty()).then_some((user, expired))
+            })
+            .collect()
     }
 }

@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
+use engram_core::memory::Origin;
 use engram_core::users::UserFact;
 use engram_index::{Embedded, Item, Lexical, Vectors};
 use engram_store::items::{episodic_item, semantic_item, trace_item};
@@ -88,6 +89,12 @@ pub(crate) struct UserIndex {
     /// Items still without a vector, by the agent whose own index will
     /// have it: (key here, key there).
     unvectored: HashMap<String, HashSet<(String, String)>>,
+    /// The user's facts that are embedded here (a client wrote them: no
+    /// conversation's index has their words), by key: their items.
+    to_embed: HashMap<String, Item>,
+    /// Each user fact as last read in (a hash of its line), by id: what
+    /// the next read compares (empty after opening: all read once).
+    seen_facts: HashMap<String, u64>,
     /// Items were written since the last commit.
     written: bool,
 }
@@ -142,6 +149,8 @@ impl UserIndex {
             vectors,
             payload,
             unvectored: HashMap::new(),
+            to_embed: HashMap::new(),
+            seen_facts: HashMap::new(),
             written: false,
         };
         index.find_unvectored()?;
@@ -159,21 +168,42 @@ impl UserIndex {
             .items_except(|key| vectors.contains(key), usize::MAX)
             .map_err(index_error)?;
         for item in missing {
-            let source = match split_key(&item.key) {
-                (Some(agent), key) => Some((agent.to_owned(), key.to_owned())),
-                (None, _) => serde_json::from_str::<UserFact>(&item.body)
-                    .ok()
-                    .and_then(|f| f.sources.into_iter().next())
-                    .map(|s| (s.agent_id, s.fact_id)),
-            };
-            if let Some((agent, there)) = source {
-                self.unvectored
-                    .entry(agent)
-                    .or_default()
-                    .insert((item.key, there));
+            match split_key(&item.key) {
+                (Some(agent), key) => {
+                    let there = key.to_owned();
+                    self.unvectored
+                        .entry(agent.to_owned())
+                        .or_default()
+                        .insert((item.key, there));
+                }
+                (None, _) => {
+                    if let Ok(fact) = serde_json::from_str::<UserFact>(&item.body) {
+                        self.await_vector(&fact, item);
+                    }
+                }
             }
         }
         Ok(())
+    }
+
+    /// Notes where the vector of the user's fact `fact` (indexed as
+    /// `item`) comes from: its first conversation's index for a fact a
+    /// compaction wrote, or its own embedding for one a client wrote
+    /// (whose words no conversation's index holds).
+    fn await_vector(&mut self, fact: &UserFact, item: Item) {
+        let source = fact
+            .sources
+            .first()
+            .filter(|_| fact.fact.managed.origin == Origin::Compaction);
+        match source {
+            Some(s) => {
+                let pending = self.unvectored.entry(s.agent_id.clone()).or_default();
+                pending.insert((item.key, s.fact_id.clone()));
+            }
+            None => {
+                self.to_embed.insert(item.key.clone(), item);
+            }
+        }
     }
 
     /// The conversations this index holds, with what they looked like.
@@ -339,44 +369,93 @@ impl UserIndex {
     }
 
     /// Takes in the user's facts as `facts` (the last version of each)
-    /// holds them, read at `len` bytes of their file.
+    /// holds them, read at `len` bytes of their file: those whose line
+    /// changed since the last read (all, the first time after opening).
     pub fn mirror_facts(&mut self, facts: &[UserFact], len: u64) -> Result<()> {
         if len == self.payload.facts {
             return Ok(());
         }
-        let (live, gone): (Vec<&UserFact>, Vec<&UserFact>) =
-            facts.iter().partition(|f| f.is_live());
-        let items: Vec<Item> = live
-            .iter()
-            .map(|f| {
-                let mut item = semantic_item(&f.fact);
-                item.key = key_of("~", &f.fact.id);
-                item.order = place(FACTS, 0);
-                item.body = serde_json::to_string(f).expect("facts serialize");
-                item
-            })
-            .collect();
-        let gone: Vec<String> = gone.iter().map(|f| key_of("~", &f.fact.id)).collect();
+        let mut live = vec![];
+        let mut gone = vec![];
+        let mut reworded = vec![];
+        for f in facts {
+            let line = serde_json::to_string(f).expect("facts serialize");
+            let hash = hash_of(&line);
+            let key = key_of("~", &f.fact.id);
+            let before = self.seen_facts.insert(f.fact.id.clone(), hash);
+            if before == Some(hash) {
+                continue;
+            }
+            if !f.is_live() {
+                gone.push(key);
+                continue;
+            }
+            // Its words changed (or it is read for the first time since
+            // opening, when a vector it has is kept): its vector goes.
+            if before.is_some() {
+                reworded.push(key.clone());
+            }
+            let mut item = semantic_item(&f.fact);
+            item.key = key;
+            item.order = place(FACTS, 0);
+            item.body = line;
+            live.push((f, item));
+        }
         let gone: Vec<&str> = gone.iter().map(String::as_str).collect();
         self.lexical.remove(&gone).map_err(index_error)?;
+        for key in &gone {
+            self.to_embed.remove(*key);
+        }
+        let items: Vec<Item> = live.iter().map(|(_, item)| item.clone()).collect();
+        self.lexical.upsert(&items).map_err(index_error)?;
         self.written = true;
         if let Some(vectors) = self.vectors.as_mut() {
-            vectors_write(vectors, &[], &gone)?;
-            for f in &live {
-                let here = key_of("~", &f.fact.id);
-                if vectors.contains(&here) {
-                    continue;
-                }
-                if let Some(s) = f.sources.first() {
-                    let pending = self.unvectored.entry(s.agent_id.clone()).or_default();
-                    pending.insert((here, s.fact_id.clone()));
+            let reworded: Vec<&str> = reworded
+                .iter()
+                .map(String::as_str)
+                .filter(|k| vectors.contains(k))
+                .collect();
+            let mut remove = gone.clone();
+            remove.extend(reworded);
+            vectors_write(vectors, &[], &remove)?;
+            for (f, item) in live {
+                if !self.vectors.as_ref().is_some_and(|v| v.contains(&item.key)) {
+                    self.await_vector(f, item);
                 }
             }
         }
-        self.lexical.upsert(&items).map_err(index_error)?;
-        self.written = true;
         self.payload.facts = len;
         self.commit()
+    }
+
+    /// Up to `n` of the user's facts this index embeds itself, for the
+    /// embedding model (their keys stay pending until [`Self::embedded`]).
+    pub fn to_embed(&self, n: usize) -> Vec<Item> {
+        self.to_embed
+            .values()
+            .take(n)
+            .map(|i| engram_store::for_embedding(i.clone()))
+            .collect()
+    }
+
+    /// Stores the vectors of facts this index embeds, those still waiting
+    /// with the same words (one changed or deleted meanwhile waits for
+    /// its next embedding, or for none).
+    pub fn embedded(&mut self, embedded: Vec<Embedded>) -> Result<()> {
+        let Some(vectors) = self.vectors.as_mut() else {
+            return Ok(());
+        };
+        let fresh: Vec<Embedded> = embedded
+            .into_iter()
+            .filter(|e| self.to_embed.remove(&e.key).is_some())
+            .collect();
+        vectors_write(vectors, &fresh, &[])
+    }
+
+    /// Rewrites the segments that still hold removed items' text (a
+    /// deleted fact's).
+    pub fn purge_removed(&mut self) -> Result<()> {
+        self.lexical.purge_removed().map_err(index_error)
     }
 
     /// Commits what was written, with the payload. Nothing written, no
@@ -409,6 +488,13 @@ impl UserIndex {
             .cloned()
             .collect()
     }
+}
+
+fn hash_of(line: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    line.hash(&mut h);
+    h.finish()
 }
 
 fn vectors_write(vectors: &mut Vectors, add: &[Embedded], remove: &[&str]) -> Result<()> {

@@ -63,6 +63,67 @@ impl FileStore {
                 tracing::debug!(user = %user, error = %e, "a user's index was not caught up; its next search does it");
             }
         }
+        // Facts a client wrote that an earlier try could not embed.
+        let waiting: Vec<UserId> = engram_store::lock(&self.inner.user_indexes)
+            .iter()
+            .filter(|(_, slot)| {
+                slot.try_lock()
+                    .is_ok_and(|s| s.as_ref().is_some_and(|i| !i.to_embed(1).is_empty()))
+            })
+            .map(|(user, _)| user.clone())
+            .collect();
+        for user in waiting {
+            self.embed_user_facts(&user).await;
+        }
+    }
+
+    /// Reads the user's facts into its index and embeds those a client
+    /// wrote: the background work after a client's change. A failure is
+    /// logged; the upkeep's tick or the next search tries again.
+    pub(crate) async fn user_facts_later(&self, user: &UserId) {
+        if let Err(e) = self.user_caught_up(user, None).await {
+            tracing::debug!(user = %user, error = %e, "a user's index was not caught up; its next search does it");
+            return;
+        }
+        self.embed_user_facts(user).await;
+    }
+
+    /// Embeds the user's facts its index embeds itself, a batch at a time
+    /// (with the model, off the index's lock).
+    async fn embed_user_facts(&self, user: &UserId) {
+        let Some(indexer) = self.inner.indexer.clone() else {
+            return;
+        };
+        let slot = self.user_slot(user);
+        loop {
+            let batch = match slot.lock().await.as_ref() {
+                Some(index) => index.to_embed(crate::indexer::BATCH),
+                None => return,
+            };
+            if batch.is_empty() {
+                return;
+            }
+            let outcome = engram_store::embed_batch(indexer.embedder.as_ref(), batch).await;
+            let embedded = outcome.embedded;
+            let done = embedded.is_empty();
+            let mut guard = Arc::clone(&slot).lock_owned().await;
+            let written = blocking(move || match guard.as_mut() {
+                Some(index) => index.embedded(embedded),
+                None => Ok(()),
+            })
+            .await;
+            if let Err(e) = written {
+                tracing::warn!(user = %user, error = %e, "a user's facts' vectors were not stored");
+                return;
+            }
+            if let Some(why) = outcome.failed {
+                tracing::warn!(user = %user, error = %why, "a user's facts were not embedded; retrying later");
+                return;
+            }
+            if done {
+                return;
+            }
+        }
     }
 
     /// Remembers that `id` belongs to `user` (loaded or bound).
@@ -185,9 +246,10 @@ impl FileStore {
 
     /// Reads the user's facts into its index when their file changed.
     async fn mirror_user_facts(&self, user: &UserId, slot: &UserSlot) -> Result<()> {
-        // Unchanged (its length): not read, not parsed.
-        let path = self.user_dir(user).join(crate::user_facts::FACTS);
-        let len = crate::offload(|| std::fs::metadata(&path).map_or(0, |m| m.len()));
+        // Read under the user's lock (a fold appends to the file), which
+        // is released before the index's is taken; unchanged (its length):
+        // nothing to do.
+        let (facts, len) = self.read_user_facts(user).await?;
         if slot
             .lock()
             .await
@@ -196,11 +258,6 @@ impl FileStore {
         {
             return Ok(());
         }
-        // Read under the user's lock (a fold appends to the file), which
-        // is released before the index's is taken.
-        let Some((facts, len)) = self.read_user_facts(user).await? else {
-            return Ok(());
-        };
         let mut guard = Arc::clone(slot).lock_owned().await;
         if guard.is_none() {
             return Ok(()); // erased meanwhile
@@ -208,6 +265,21 @@ impl FileStore {
         blocking(move || {
             let index = guard.as_mut().expect("open");
             index.mirror_facts(&facts, len)
+        })
+        .await
+    }
+
+    /// Rewrites the segments of `user`'s index that still hold the text of
+    /// a fact deleted since (after reading the deletion in).
+    pub(crate) async fn purge_user_index(&self, user: &UserId) -> Result<()> {
+        if !self.user_dir(user).join(crate::index::INDEX_DIR).exists() {
+            return Ok(());
+        }
+        self.user_caught_up(user, None).await?;
+        let mut guard = self.user_slot(user).lock_owned().await;
+        blocking(move || match guard.as_mut() {
+            Some(index) => index.purge_removed(),
+            None => Ok(()),
         })
         .await
     }

@@ -140,7 +140,7 @@ impl FileStore {
         })
         .await?;
         if removed {
-            *cached = None;
+            *cached = crate::blocks::Shared::default();
         }
         Ok(removed)
     }

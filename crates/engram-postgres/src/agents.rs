@@ -199,6 +199,7 @@ impl Admin for PgStore {
             .map_err(db("deleting a user"))?;
         for sql in [
             "DELETE FROM user_facts WHERE user_id = $1",
+            "DELETE FROM user_fact_versions WHERE user_id = $1",
             "DELETE FROM user_conversations WHERE user_id = $1",
         ] {
             sqlx::query(sql)

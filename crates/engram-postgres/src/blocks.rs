@@ -53,6 +53,10 @@ impl PgStore {
         scopes.extend(user_key.clone());
         let mut conn = self.conn().await?;
         let rows = latest(&mut conn, &scopes).await?;
+        let user_pinned = match user {
+            Some(user) => self.user_pinned(&mut conn, user).await?,
+            None => vec![],
+        };
         let of = |want: &str| {
             std::sync::Arc::new(
                 rows.iter()
@@ -65,6 +69,7 @@ impl PgStore {
             global: of(&global),
             user: user_key.as_deref().map(of).unwrap_or_default(),
             agent: of(&agent),
+            user_pinned: std::sync::Arc::new(user_pinned),
         })
     }
 }

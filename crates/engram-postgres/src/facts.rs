@@ -22,6 +22,15 @@ use crate::{PgStore, db};
 #[async_trait]
 impl Facts for PgStore {
     async fn facts(&self, scope: &Scope) -> Result<Vec<SemanticItem>> {
+        if let Scope::User(user) = scope {
+            let mut conn = self.conn().await?;
+            let facts = crate::user_facts::load(&mut conn, user).await?;
+            return Ok(facts
+                .into_iter()
+                .filter(|f| f.fact.managed.deleted_at.is_none())
+                .map(|f| f.fact)
+                .collect());
+        }
         let id = engram_store::fact_agent(scope)?;
         let live = |c: &crate::cache::Cached| {
             c.derived
@@ -38,6 +47,9 @@ impl Facts for PgStore {
     }
 
     async fn fact_history(&self, scope: &Scope, id: &str) -> Result<Vec<SemanticItem>> {
+        if let Scope::User(user) = scope {
+            return self.user_fact_history(user, id).await;
+        }
         let agent = engram_store::fact_agent(scope)?;
         let mut conn = self.conn().await?;
         let mut versions = versions(&mut conn, agent.as_str(), id).await?;
@@ -59,6 +71,9 @@ impl Facts for PgStore {
     }
 
     async fn change_facts(&self, scope: &Scope, op: Op, limit: Option<u32>) -> Result<Applied> {
+        if let Scope::User(user) = scope {
+            return self.change_user_facts(user, op).await;
+        }
         let id = engram_store::fact_agent(scope)?;
         let handle = self.handle(id.as_str());
         let mut slot = handle.lock().await;
@@ -114,12 +129,17 @@ impl Facts for PgStore {
         .fetch_all(&self.inner.pool)
         .await
         .map_err(db("finding expired facts"))?;
+        let mut expired: Vec<(Scope, String)> = expired
+            .into_iter()
+            .filter_map(|(agent, id)| {
+                Some((Scope::Agent(engram_core::AgentId::parse(&agent).ok()?), id))
+            })
+            .collect();
+        let of_users = self.expired_user_facts().await?;
+        expired.extend(of_users.into_iter().map(|(u, id)| (Scope::User(u), id)));
         let mut purged = 0;
-        for (agent, id) in expired {
-            let Ok(agent) = engram_core::AgentId::parse(&agent) else {
-                continue;
-            };
-            purged += usize::from(engram_store::purge_fact(self, &agent, id).await?);
+        for (scope, id) in expired {
+            purged += usize::from(engram_store::purge_fact(self, &scope, id).await?);
         }
         Ok(purged)
     }

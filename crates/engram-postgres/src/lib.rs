@@ -45,6 +45,7 @@ mod search;
 pub mod testing;
 mod upkeep;
 mod user_facts;
+mod user_managed;
 mod user_rank;
 mod user_vectors;
 mod vectors;

@@ -14,12 +14,38 @@ use engram_store::{Result, StoreError, UserMemory};
 
 use crate::{PgStore, db};
 
-fn parse(body: &str) -> Result<UserFact> {
+pub(crate) fn parse(body: &str) -> Result<UserFact> {
     serde_json::from_str(body)
         .map_err(|e| crate::broken(format!("a stored user fact does not parse: {e}")))
 }
 
-async fn load(conn: &mut sqlx::PgConnection, user: &UserId) -> Result<Vec<UserFact>> {
+/// Stores `fact` as the user's fact's row (its latest version), with
+/// what prompts and the upkeep look it up by.
+pub(crate) async fn store_row(
+    conn: &mut sqlx::PgConnection,
+    user: &UserId,
+    fact: &UserFact,
+) -> Result<()> {
+    let f = &fact.fact;
+    let pinned = f.is_live() && f.managed.pinned;
+    let expires_at = f.managed.expires_at.filter(|_| f.is_live() && !pinned);
+    sqlx::query(
+        "INSERT INTO user_facts (user_id, id, body, pinned, expires_at) VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (user_id, id) DO UPDATE
+         SET body = excluded.body, pinned = excluded.pinned, expires_at = excluded.expires_at",
+    )
+    .bind(user.as_str())
+    .bind(&f.id)
+    .bind(serde_json::to_string(fact).expect("facts serialize"))
+    .bind(pinned)
+    .bind(expires_at)
+    .execute(&mut *conn)
+    .await
+    .map_err(db("storing a user's facts"))?;
+    Ok(())
+}
+
+pub(crate) async fn load(conn: &mut sqlx::PgConnection, user: &UserId) -> Result<Vec<UserFact>> {
     let bodies: Vec<String> =
         sqlx::query_scalar("SELECT body FROM user_facts WHERE user_id = $1 ORDER BY seq")
             .bind(user.as_str())
@@ -116,17 +142,7 @@ impl UserMemory for PgStore {
             })
         });
         for fact in &folded.changed {
-            let body = serde_json::to_string(fact).expect("facts serialize");
-            sqlx::query(
-                "INSERT INTO user_facts (user_id, id, body) VALUES ($1, $2, $3)
-                 ON CONFLICT (user_id, id) DO UPDATE SET body = excluded.body",
-            )
-            .bind(user.as_str())
-            .bind(&fact.fact.id)
-            .bind(body)
-            .execute(&mut *tx)
-            .await
-            .map_err(db("storing a user's facts"))?;
+            store_row(&mut tx, user, fact).await?;
         }
         if let Some(last) = LastConversation::of(agent.as_str(), summaries) {
             sqlx::query(

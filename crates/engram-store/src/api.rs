@@ -53,13 +53,15 @@ pub struct Prepared {
     pub blocks: SeenBlocks,
 }
 
-/// The live memory blocks an agent sees, each scope's by label: shared,
-/// since every prompt of every agent of a scope shows the same ones.
+/// The live memory blocks an agent sees, each scope's by label, and its
+/// user's pinned facts (oldest first): shared, since every prompt of every
+/// agent of a scope shows the same ones.
 #[derive(Debug, Clone, Default)]
 pub struct SeenBlocks {
     pub global: Arc<Vec<Block>>,
     pub user: Arc<Vec<Block>>,
     pub agent: Arc<Vec<Block>>,
+    pub user_pinned: Arc<Vec<SemanticItem>>,
 }
 
 impl SeenBlocks {

@@ -93,18 +93,16 @@ pub fn new_id() -> String {
     uuid::Uuid::now_v7().to_string()
 }
 
-/// Deletes the expired fact `id` of `agent` (its snapshot showing as many
-/// facts as before); `false` when it went
-/// meanwhile (deleted, changed to last longer, or its agent deleted: a
-/// race with a client or another replica's upkeep answers as if that came
-/// first).
+/// Deletes the expired fact `id` of `scope` (an agent's snapshot showing
+/// as many facts as before); `false` when it went meanwhile (deleted,
+/// changed to last longer, or its agent or user deleted: a race with a
+/// client or another replica's upkeep answers as if that came first).
 pub async fn purge_fact<S: Facts + ?Sized>(
     store: &S,
-    agent: &engram_core::AgentId,
+    scope: &engram_core::blocks::Scope,
     id: String,
 ) -> Result<bool> {
-    let scope = engram_core::blocks::Scope::Agent(agent.clone());
-    let fact = store.facts(&scope).await?.into_iter().find(|f| f.id == id);
+    let fact = store.facts(scope).await?.into_iter().find(|f| f.id == id);
     let Some(fact) = fact.filter(|f| f.is_live() && f.is_expired(unix_now())) else {
         return Ok(false);
     };
@@ -112,22 +110,22 @@ pub async fn purge_fact<S: Facts + ?Sized>(
         id,
         expected_version: fact.version(),
     };
-    match store.change_facts(&scope, op, None).await {
+    match store.change_facts(scope, op, None).await {
         Ok(_) => Ok(true),
         Err(StoreError::Core(_) | StoreError::NotFound(_)) => Ok(false),
         Err(e) => Err(e),
     }
 }
 
-/// The agent whose facts a scope names. A user's facts are managed by
-/// their own part of the issue still being built (UNIMPLEMENTED); the
+/// The agent whose facts a scope names, for a backend's agent branch (a
+/// user's scope is its own branch: INTERNAL here would be a bug); the
 /// global scope has none (INVALID_ARGUMENT).
 pub fn fact_agent(scope: &engram_core::blocks::Scope) -> Result<&engram_core::AgentId> {
     use engram_core::blocks::Scope;
     match scope {
         Scope::Agent(id) => Ok(id),
         Scope::User(_) => Err(StoreError::Unimplemented(
-            "facts of a user_id scope are not managed yet; manage the facts of each of the user's agent_id scopes meanwhile".into(),
+            "a user's facts are not an agent's (a store's bug)".into(),
         )),
         Scope::Global => Err(StoreError::Core(engram_core::CoreError::Invalid(
             "facts belong to an agent_id or a user_id, not the global scope".into(),

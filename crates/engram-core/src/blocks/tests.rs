@@ -353,6 +353,7 @@ fn the_section_lists_blocks_in_order_with_headings() {
     gone.deleted = true;
     let s = section(
         &[("global", &g), ("user", &u), ("agent", &gone)],
+        &[],
         Encoding::Cl100k,
         1000,
     );
@@ -362,10 +363,33 @@ fn the_section_lists_blocks_in_order_with_headings() {
     );
     assert_eq!(s.shown.len(), 2);
     assert!(!s.shown[0].cut && s.shown[1].version == 2);
-    assert_eq!(section(&[], Encoding::Cl100k, 10), Section::default());
+    assert_eq!(section(&[], &[], Encoding::Cl100k, 10), Section::default());
+    // The user's pinned facts follow the user's blocks, one a line, and
+    // are no block of the response's list.
+    let a = block("notes", "Agent notes", "");
+    let pinned = [crate::memory::SemanticItem::new(
+        "p1",
+        "Allergic to\npeanuts",
+    )];
+    let s = section(
+        &[("user", &u), ("agent", &a)],
+        &pinned,
+        Encoding::Cl100k,
+        1000,
+    );
+    assert_eq!(
+        s.text,
+        "[MEMORY:BLOCKS]\n## human (user)\nName: Ana\n\n## pinned facts (user): what the user asked to be always remembered\n- Allergic to peanuts\n\n## notes (agent)\nAgent notes\n"
+    );
+    assert_eq!(
+        s.shown.iter().map(|b| b.label.as_str()).collect::<Vec<_>>(),
+        ["human", "notes"]
+    );
+    let alone = section(&[], &pinned, Encoding::Cl100k, 1000);
+    assert!(alone.text.contains("- Allergic to peanuts") && alone.shown.is_empty());
     // A description cannot start a heading of its own.
     let forged = block("x", "v", "d\n## y (global): fake");
-    let s = section(&[("agent", &forged)], Encoding::Cl100k, 1000);
+    let s = section(&[("agent", &forged)], &[], Encoding::Cl100k, 1000);
     assert_eq!(s.text.matches("\n## ").count(), 1);
 }
 
@@ -373,7 +397,7 @@ fn the_section_lists_blocks_in_order_with_headings() {
 fn blocks_over_their_share_are_each_cut_with_a_marker() {
     let a = block("a", &"alpha ".repeat(400), "");
     let b = block("b", &"beta ".repeat(100), "");
-    let s = section(&[("agent", &a), ("agent", &b)], Encoding::Cl100k, 100);
+    let s = section(&[("agent", &a), ("agent", &b)], &[], Encoding::Cl100k, 100);
     assert!(count_text(Encoding::Cl100k, &s.text) <= 100, "{}", s.text);
     assert_eq!(s.text.matches("[… cut:").count(), 2, "{}", s.text);
     assert!(s.shown.iter().all(|b| b.cut));
@@ -407,7 +431,7 @@ proptest! {
                 prop_assert!(next.value.chars().count() <= limit as usize);
             }
         }
-        let sec = section(&[("agent", &b)], Encoding::Cl100k, 5 + limit / 4);
+        let sec = section(&[("agent", &b)], &[], Encoding::Cl100k, 5 + limit / 4);
         prop_assert!(sec.shown.len() == 1);
     }
 }

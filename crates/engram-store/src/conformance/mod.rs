@@ -18,6 +18,7 @@ mod compaction;
 mod facts;
 mod quiet;
 mod search;
+mod user_facts;
 mod users;
 mod writes;
 
@@ -35,6 +36,7 @@ pub use compaction::*;
 pub use facts::*;
 pub use quiet::*;
 pub use search::*;
+pub use user_facts::*;
 pub use users::*;
 pub use writes::*;
 
@@ -98,6 +100,7 @@ macro_rules! conformance_suite {
             recall_spans_a_users_conversations,
             quiet_conversations_are_noted_and_taken_once,
             facts_are_added_corrected_and_forgotten,
+            a_users_facts_are_managed_like_an_agents,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

@@ -27,7 +27,7 @@ fn put(value: &str) -> Change {
 /// Compacts `agent` (all but its last turn) into a summary of `summary`
 /// and the fact `fact`, and folds them into `user`'s memory, as the engine
 /// does after a compaction. Returns the fold.
-async fn compact_and_fold(
+pub(crate) async fn compact_and_fold(
     store: &dyn Store,
     agent: &engram_core::AgentId,
     user: &UserId,

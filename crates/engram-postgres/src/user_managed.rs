@@ -1,0 +1,160 @@
+//! A user's facts as clients manage them (`Facts` in a user_id scope):
+//! each fact's row in `user_facts` is its latest version, and
+//! `user_fact_versions` keeps every version a client's change made (with
+//! the version before it, for a fact a fold wrote). One change is one
+//! transaction under the user's advisory lock (the one folds, block
+//! writers and DeleteUser take). A delete leaves the id, the versions, the
+//! time and the sources, and no text in any row.
+
+use engram_core::UserId;
+use engram_core::blocks::Scope;
+use engram_core::facts::{Applied, Op, scrubbed};
+use engram_core::memory::SemanticItem;
+use engram_core::users::{self, UserFact};
+use engram_store::{Result, new_id, unix_now};
+use sqlx::PgConnection;
+
+use crate::user_facts::{load, parse, store_row};
+use crate::{PgStore, db};
+
+impl PgStore {
+    /// Every stored version of the user's fact `id`, oldest first.
+    pub(crate) async fn user_fact_history(
+        &self,
+        user: &UserId,
+        id: &str,
+    ) -> Result<Vec<SemanticItem>> {
+        let mut conn = self.conn().await?;
+        let mut versions = versions(&mut conn, user, id).await?;
+        if versions.is_empty() {
+            // Never changed by a client: its one version is its row.
+            let body: Option<String> =
+                sqlx::query_scalar("SELECT body FROM user_facts WHERE user_id = $1 AND id = $2")
+                    .bind(user.as_str())
+                    .bind(id)
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .map_err(db("reading a user's fact"))?;
+            if let Some(body) = body {
+                versions.push(parse(&body)?);
+            }
+        }
+        Ok(users::history(versions, id))
+    }
+
+    /// A client's change of the user's facts, in one transaction.
+    pub(crate) async fn change_user_facts(&self, user: &UserId, op: Op) -> Result<Applied> {
+        let mut tx = self.begin().await?;
+        let scope = crate::blocks::key(&Scope::User(user.clone()));
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+            .bind(&scope)
+            .execute(&mut *tx)
+            .await
+            .map_err(db("locking a user"))?;
+        let known = load(&mut tx, user).await?;
+        let bytes: usize = known.iter().map(|f| f.fact.fact.len()).sum();
+        let (applied, lines) = engram_store::offload_over(bytes as u64, || {
+            users::change(&known, op, unix_now(), new_id)
+        })?;
+        for line in &lines {
+            // The version a fold wrote has no row of its own yet.
+            let before = known.iter().find(|f| f.fact.id == line.fact.id);
+            for v in before.into_iter().chain([line]) {
+                store_version(&mut tx, user, v).await?;
+            }
+            store_row(&mut tx, user, line).await?;
+        }
+        if let Some(gone) = &applied.erase {
+            for v in versions(&mut tx, user, gone).await? {
+                let scrubbed = UserFact {
+                    fact: scrubbed(&v.fact),
+                    sources: v.sources,
+                };
+                sqlx::query(
+                    "UPDATE user_fact_versions SET body = $4
+                     WHERE user_id = $1 AND id = $2 AND version = $3",
+                )
+                .bind(user.as_str())
+                .bind(gone)
+                .bind(version_of(&scrubbed))
+                .bind(serde_json::to_string(&scrubbed).expect("facts serialize"))
+                .execute(&mut *tx)
+                .await
+                .map_err(db("erasing a fact's text"))?;
+            }
+        }
+        tx.commit().await.map_err(db("committing a user's facts"))?;
+        Ok(applied)
+    }
+
+    /// The live pinned facts of `user`, oldest first (every prompt of the
+    /// user's conversations shows them).
+    pub(crate) async fn user_pinned(
+        &self,
+        conn: &mut PgConnection,
+        user: &str,
+    ) -> Result<Vec<SemanticItem>> {
+        let bodies: Vec<String> =
+            sqlx::query_scalar("SELECT body FROM user_facts WHERE user_id = $1 AND pinned")
+                .bind(user)
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(db("reading a user's pinned facts"))?;
+        let mut pinned = bodies
+            .iter()
+            .map(|b| parse(b).map(|f| f.fact))
+            .collect::<Result<Vec<_>>>()?;
+        pinned.sort_by(|a, b| a.ts.total_cmp(&b.ts).then(a.id.cmp(&b.id)));
+        Ok(pinned)
+    }
+
+    /// Some of the users' live facts past their expiry: (user, fact id).
+    pub(crate) async fn expired_user_facts(&self) -> Result<Vec<(UserId, String)>> {
+        let expired: Vec<(String, String)> = sqlx::query_as(
+            "SELECT user_id, id FROM user_facts WHERE expires_at <= $1
+             ORDER BY expires_at LIMIT 1000",
+        )
+        .bind(unix_now())
+        .fetch_all(&self.inner.pool)
+        .await
+        .map_err(db("finding expired facts"))?;
+        Ok(expired
+            .into_iter()
+            .filter_map(|(user, id)| Some((UserId::parse(&user).ok()?, id)))
+            .collect())
+    }
+}
+
+fn version_of(f: &UserFact) -> i64 {
+    i64::try_from(f.fact.version()).unwrap_or(i64::MAX)
+}
+
+/// Every version of the user's fact `id` a client's change stored.
+async fn versions(conn: &mut PgConnection, user: &UserId, id: &str) -> Result<Vec<UserFact>> {
+    let bodies: Vec<String> = sqlx::query_scalar(
+        "SELECT body FROM user_fact_versions WHERE user_id = $1 AND id = $2 ORDER BY version",
+    )
+    .bind(user.as_str())
+    .bind(id)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(db("reading a fact's versions"))?;
+    bodies.iter().map(|b| parse(b)).collect()
+}
+
+/// Stores `v` as a version of its fact (a version stored before stays:
+/// the one a fold wrote keeps its first state).
+async fn store_version(conn: &mut PgConnection, user: &UserId, v: &UserFact) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO user_fact_versions (user_id, id, version, body) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (user_id, id, version) DO NOTHING",
+    )
+    .bind(user.as_str())
+    .bind(&v.fact.id)
+    .bind(version_of(v))
+    .bind(serde_json::to_string(v).expect("facts serialize"))
+    .execute(&mut *conn)
+    .await
+    .map_err(db("storing a fact's version"))?;
+    Ok(())
+}
