@@ -15,6 +15,7 @@ mod context;
 mod crash;
 mod grpc;
 mod hostile;
+mod memories;
 mod metrics;
 mod recall;
 mod replicas;
