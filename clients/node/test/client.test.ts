@@ -256,6 +256,14 @@ test("facts are added, corrected, pinned and forgotten", async () => {
     await assert.rejects(engram.getMemory(scope, oslo), (e: any) => e.code === status.NOT_FOUND);
     const after = JSON.stringify((await engram.prepareRequest("node-facts", { model: "gpt-4o" })).payload);
     assert.ok(!after.includes("Berlin"), after);
+    // A user's facts: pinned ones in every conversation of the user.
+    const rui = { userId: "node-rui" };
+    const [pin] = await engram.addMemories(rui, [{ text: "Speaks Portuguese", pinned: true }]);
+    const first = await engram.prepareRequest("node-rui-1", { userId: "node-rui", userInput: "hi", model: "gpt-4o" });
+    const system = JSON.stringify(first.payload);
+    assert.ok(system.includes("## pinned facts (user)") && system.includes("- Speaks Portuguese"), system);
+    await engram.deleteMemory(rui, pin.id);
+    assert.deepEqual(await engram.listMemories(rui), []);
   } finally {
     engram.close();
     await server.stop();
