@@ -19,3 +19,10 @@ ALTER TABLE user_facts ADD COLUMN pinned boolean NOT NULL DEFAULT false;
 ALTER TABLE user_facts ADD COLUMN expires_at float8;
 CREATE INDEX user_facts_pinned ON user_facts (user_id) WHERE pinned;
 CREATE INDEX user_facts_expiring ON user_facts (expires_at) WHERE expires_at IS NOT NULL;
+
+-- The words of the facts a client wrote in a user's scope (no
+-- conversation's rows hold them; a fact a compaction folded in is found
+-- by its conversations' copies): what a search across the user's
+-- conversations ranks them by. NULL for every other fact.
+ALTER TABLE user_facts ADD COLUMN words tsvector;
+CREATE INDEX user_facts_words ON user_facts USING gin (words) WHERE words IS NOT NULL;

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use engram_core::RawTrace;
 use engram_core::memory::SemanticItem;
 use engram_index::{Kind, Ranked};
-use engram_store::ranked::{MAX_CONTEXT, matched_by};
+use engram_store::ranked::{MAX_CONTEXT, matched_by, split_key};
 use engram_store::{Memory, Recalled, Result};
 use sqlx::PgConnection;
 
@@ -29,6 +29,7 @@ pub(crate) async fn materialize(
     let mut at: Vec<Option<Spot>> = Vec::with_capacity(ranked.len());
     let (mut trace_agents, mut trace_ords) = (Vec::new(), Vec::new());
     let (mut memory_agents, mut memory_ids) = (Vec::new(), Vec::new());
+    let mut own_ids: Vec<String> = Vec::new();
     for hit in ranked {
         let spot = match hit.kind {
             Kind::Trace => places.locate(who, hit.order).map(|(agent, ord)| {
@@ -36,11 +37,18 @@ pub(crate) async fn materialize(
                 trace_ords.push(ord);
                 Spot::Trace(agent, ord)
             }),
-            _ => hit.key().and_then(|k| who.unkey(k)).map(|(agent, id)| {
-                memory_agents.push(agent.clone());
-                memory_ids.push(id.clone());
-                Spot::Memory(agent, id)
-            }),
+            _ => match (hit.key().map(split_key), who) {
+                // The user's own fact (a client wrote it).
+                (Some((None, id)), Who::User(_)) => {
+                    own_ids.push(id.to_owned());
+                    Some(Spot::Own(id.to_owned()))
+                }
+                _ => hit.key().and_then(|k| who.unkey(k)).map(|(agent, id)| {
+                    memory_agents.push(agent.clone());
+                    memory_ids.push(id.clone());
+                    Spot::Memory(agent, id)
+                }),
+            },
         };
         at.push(spot);
     }
@@ -82,6 +90,12 @@ pub(crate) async fn materialize(
         .into_iter()
         .map(|(a, id, body)| ((a, id), body))
         .collect();
+    let mut own = match who {
+        Who::User(placing) if !own_ids.is_empty() => {
+            own_facts(conn, &placing.user, &own_ids).await?
+        }
+        _ => HashMap::new(),
+    };
     let mut around = around(conn, &trace_agents, &trace_ords, context).await?;
     let mut out = Vec::with_capacity(ranked.len());
     for (hit, spot) in ranked.iter().zip(at) {
@@ -96,6 +110,20 @@ pub(crate) async fn materialize(
                 // A trace's place is its own; a memory's may equal one.
                 let sides = around.remove(&spot).unwrap_or_default();
                 (spot.0, Memory::Trace { trace, archived }, sides)
+            }
+            Some(Spot::Own(id)) => {
+                let Some(fact) = own.remove(&id) else {
+                    continue;
+                };
+                out.push(Recalled {
+                    agent_id: None,
+                    memory: Memory::Semantic(fact),
+                    score: hit.score,
+                    matched_by: matched_by(hit),
+                    before: vec![],
+                    after: vec![],
+                });
+                continue;
             }
             Some(Spot::Memory(agent, id)) => {
                 let Some(body) = memories.remove(&(agent.clone(), id)) else {
@@ -132,6 +160,32 @@ type Sides = (Vec<RawTrace>, Vec<RawTrace>);
 enum Spot {
     Trace(String, i64),
     Memory(String, String),
+    /// A fact of the user's own, by id.
+    Own(String),
+}
+
+/// The user's own facts `ids` that are shown now (live, not expired), by id.
+async fn own_facts(
+    conn: &mut PgConnection,
+    user: &str,
+    ids: &[String],
+) -> Result<HashMap<String, SemanticItem>> {
+    let bodies: Vec<String> =
+        sqlx::query_scalar("SELECT body FROM user_facts WHERE user_id = $1 AND id = ANY($2)")
+            .bind(user)
+            .bind(ids)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(db("reading a user's facts"))?;
+    let now = engram_store::unix_now();
+    let mut out = HashMap::new();
+    for body in bodies {
+        let fact = crate::user_facts::parse(&body)?.fact;
+        if fact.is_shown(now) {
+            out.insert(fact.id.clone(), fact);
+        }
+    }
+    Ok(out)
 }
 
 /// Up to `n` traces each side of each trace (`agents[i]`, `ords[i]`),

@@ -7,7 +7,7 @@
 
 use async_trait::async_trait;
 use engram_core::blocks::Scope;
-use engram_core::memory::{EpisodicItem, SemanticItem};
+use engram_core::memory::{EpisodicItem, Origin, SemanticItem};
 use engram_core::users::{self, Folded, LastConversation, UserFact};
 use engram_core::{AgentId, UserId};
 use engram_store::{Result, StoreError, UserMemory};
@@ -29,16 +29,23 @@ pub(crate) async fn store_row(
     let f = &fact.fact;
     let pinned = f.is_live() && f.managed.pinned;
     let expires_at = f.managed.expires_at.filter(|_| f.is_live() && !pinned);
+    // A client's live fact is searched by its own words; any other is
+    // found by its conversations' copies (or not at all).
+    let words = (f.is_live() && f.managed.origin == Origin::Client)
+        .then(|| crate::rows::item_words(&engram_store::items::semantic_item(f)));
     sqlx::query(
-        "INSERT INTO user_facts (user_id, id, body, pinned, expires_at) VALUES ($1, $2, $3, $4, $5)
+        "INSERT INTO user_facts (user_id, id, body, pinned, expires_at, words)
+         VALUES ($1, $2, $3, $4, $5, to_tsvector('english', $6))
          ON CONFLICT (user_id, id) DO UPDATE
-         SET body = excluded.body, pinned = excluded.pinned, expires_at = excluded.expires_at",
+         SET body = excluded.body, pinned = excluded.pinned, expires_at = excluded.expires_at,
+             words = excluded.words",
     )
     .bind(user.as_str())
     .bind(&f.id)
     .bind(serde_json::to_string(fact).expect("facts serialize"))
     .bind(pinned)
     .bind(expires_at)
+    .bind(words)
     .execute(&mut *conn)
     .await
     .map_err(db("storing a user's facts"))?;

@@ -89,6 +89,7 @@ impl PgStore {
         .map_err(db("reading a user's agents"))?;
         let traces = agents.iter().map(|a| a.2.max(0).unsigned_abs()).sum();
         let mut copy = slot.copy.lock().await;
+        copy.placing.user = user.to_string();
         self.catch_up(conn, &mut copy, agents).await?;
         Ok((copy, traces))
     }

@@ -20,6 +20,8 @@ pub(crate) enum Who<'a> {
 /// A user's agents and the ordinal each one's places are moved by.
 #[derive(Debug, Default)]
 pub(crate) struct Placing {
+    /// The user.
+    pub user: String,
     /// The user's agents now, sorted.
     pub agents: Vec<String>,
     /// Every agent's ordinal, kept while the agent is the user's so that

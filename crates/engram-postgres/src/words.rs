@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 
 use engram_index::{Candidate, Filter, Kind, Params, Placed, Words};
-use engram_store::ranked::Want;
+use engram_store::ranked::{Want, key_of};
 use engram_store::{Result, StoreError};
 use sqlx::PgConnection;
 
@@ -308,6 +308,12 @@ async fn candidates(
         if !memory_kinds.is_empty() {
             let memories = memory_candidates(conn, who, terms, &query, &memory_kinds, limit);
             found.extend(memories.await?);
+            if let Who::User(placing) = who
+                && kinds(Kind::Semantic)
+            {
+                let own = user_fact_candidates(conn, &placing.user, terms, &query, limit);
+                found.extend(own.await?);
+            }
             found.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.order.cmp(&a.order)));
             found.truncate(limit);
         }
@@ -431,6 +437,46 @@ async fn memory_candidates(
             let place = who.place(&agent, ord);
             Candidate::new(who.key(&agent, key), kind, place, ts, s)
         })
+        .collect())
+}
+
+/// The best `limit` live facts a client wrote in `user`'s scope for
+/// `terms`, keyed as the user's own (`~/<id>`), placed after every
+/// conversation.
+async fn user_fact_candidates(
+    conn: &mut PgConnection,
+    user: &str,
+    terms: &Terms,
+    query: &str,
+    limit: usize,
+) -> Result<Vec<Candidate>> {
+    let sql = format!(
+        "WITH terms(lexeme, idf) AS (SELECT * FROM unnest($2::text[], $3::float8[]))
+         SELECT h.id, {score}::float4
+         FROM (SELECT id, seq, words FROM user_facts
+               WHERE user_id = $1 AND words @@ $5::tsquery
+               ORDER BY seq DESC LIMIT $7) h
+         CROSS JOIN LATERAL unnest(h.words) w
+         JOIN terms ON terms.lexeme = w.lexeme
+         GROUP BY h.id, h.seq
+         ORDER BY 2 DESC, h.seq DESC LIMIT $6",
+        score = bm25_sql(),
+    );
+    let rows: Vec<(String, f32)> = sqlx::query_as(&sql)
+        .bind(user)
+        .bind(&terms.lexemes)
+        .bind(&terms.idf)
+        .bind(terms.avgdl)
+        .bind(query)
+        .bind(limit as i64)
+        .bind(MAX_SCORED.max(limit as i64))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db("ranking a user's facts"))?;
+    let place = engram_store::ranked::place(u32::MAX, 0);
+    Ok(rows
+        .into_iter()
+        .map(|(id, s)| Candidate::new(key_of("~", &id), Kind::Semantic, place, 0.0, s))
         .collect())
 }
 

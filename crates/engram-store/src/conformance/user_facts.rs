@@ -29,6 +29,21 @@ fn added_ids(outcomes: &[Outcome]) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// The facts a ranking across `user`'s conversations finds for `query`.
+async fn recalled(store: &dyn crate::Store, user: &UserId, query: &str) -> Vec<String> {
+    let query = crate::MemoryQuery {
+        query: query.into(),
+        limit: 10,
+        neighbours: 0,
+        wait_for_index: None,
+        archived_only: false,
+        episodic: 0,
+        semantic: 5,
+    };
+    let ranked = store.rank_user_memories(user, &query, None).await.unwrap();
+    ranked.semantic.into_iter().map(|f| f.fact).collect()
+}
+
 pub async fn a_users_facts_are_managed_like_an_agents<H: Harness>(h: &H) {
     let store = h.open().await;
     let ana = UserId::parse("uf-ana").unwrap();
@@ -73,6 +88,11 @@ pub async fn a_users_facts_are_managed_like_an_agents<H: Harness>(h: &H) {
         .map(|f| f.id)
         .collect();
     assert_eq!(listed, [cello.clone(), metric.clone(), code.clone()]);
+    // A client's fact is found across the user's conversations.
+    assert_eq!(
+        recalled(&*store, &ana, "okapi-4417").await,
+        ["Code word okapi-4417"]
+    );
 
     // The pinned fact reaches every conversation of the user.
     let b = id("uf-chat-2");
@@ -135,6 +155,7 @@ pub async fn a_users_facts_are_managed_like_an_agents<H: Harness>(h: &H) {
     assert!(gone.iter().all(|f| f.fact.is_empty()));
     assert!(gone[1].managed.deleted_at.is_some());
     assert!(h.holding(&store, "okapi-4417").await.is_empty());
+    assert!(recalled(&*store, &ana, "okapi-4417").await.is_empty());
     assert!(
         !store
             .facts(&scope)
