@@ -1,8 +1,9 @@
 //! `engram-bench facts`: facts that clients manage, at scale, against the
-//! real `engramd`. One agent gets N facts through AddMemories (100 a call,
-//! each its own words, so none merges): facts added per second. Then, at
-//! N facts: the p50 and p99 of ListMemories (the first page of 100), of
-//! ListMemories with a query that few facts match, and of GetMemory.
+//! real `engramd`. One agent (or, with `--scope user`, one user) gets N
+//! facts through AddMemories (100 a call, each its own words, so none
+//! merges): facts added per second. Then, at N facts: the p50 and p99 of
+//! ListMemories (the first page of 100), of ListMemories with a query that
+//! few facts match, and of GetMemory.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -27,6 +28,9 @@ pub struct Args {
     /// The server binary.
     #[arg(long, default_value = "target/release/engramd")]
     engramd: PathBuf,
+    /// Whose facts: `agent` (one conversation's) or `user` (a user's own).
+    #[arg(long, default_value = "agent")]
+    scope: String,
 }
 
 /// Facts per AddMemories (the most a call takes).
@@ -34,6 +38,12 @@ const BATCH: usize = 100;
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
+    anyhow::ensure!(
+        ["agent", "user"].contains(&args.scope.as_str()),
+        "--scope is agent or user, not {:?}",
+        args.scope
+    );
+    println!("scope: {}", args.scope);
     println!(
         "| facts | AddMemories (facts/s) | ListMemories p50 / p99 | with a query p50 / p99 | GetMemory p50 / p99 |\n|---|---|---|---|---|"
     );
@@ -47,13 +57,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn scope() -> Option<pb::MemoryScope> {
-    Some(pb::MemoryScope {
-        scope: Some(pb::memory_scope::Scope::AgentId("facts-bench".into())),
-    })
-}
-
 async fn case(addr: &str, n: usize, args: &Args) -> anyhow::Result<()> {
+    let whose = match args.scope.as_str() {
+        "user" => pb::memory_scope::Scope::UserId("facts-bench".into()),
+        _ => pb::memory_scope::Scope::AgentId("facts-bench".into()),
+    };
+    let scope = || {
+        Some(pb::MemoryScope {
+            scope: Some(whose.clone()),
+        })
+    };
     let mut c = connect(addr).await?;
     let started = Instant::now();
     let mut ids = Vec::with_capacity(n);
