@@ -24,7 +24,7 @@ pub(crate) const BLOCKS: &str = "blocks.jsonl";
 #[derive(Debug, Default)]
 pub(crate) struct Shared {
     pub blocks: Option<ScopeBlocks>,
-    pub facts: Option<crate::user_facts::UserFacts>,
+    pub facts: Option<crate::fact_file::UserFacts>,
 }
 
 type ScopeSlot = Arc<AsyncMutex<Shared>>;

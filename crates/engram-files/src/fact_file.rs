@@ -1,9 +1,11 @@
 //! A facts file (an agent's `semantic.jsonl`, a user's `facts.jsonl`) as a
 //! delete leaves it: every version of a deleted fact without its text.
 //! Used by a delete, and by a load, which finishes a delete a crash cut
-//! short.
+//! short; and a user's facts as read from their file.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
 
 use engram_core::facts;
 use engram_core::memory::SemanticItem;
@@ -11,8 +13,8 @@ use engram_core::users::UserFact;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::Result;
 use crate::jsonl::atomic_write;
+use crate::{Result, StoreError};
 
 /// A line of a facts file: a version of a fact.
 pub(crate) trait FactLine: Serialize + DeserializeOwned + PartialEq + Sized {
@@ -88,4 +90,82 @@ pub(crate) fn scrub<T: FactLine>(path: &std::path::Path) -> Result<Vec<T>> {
     }
     atomic_write(path, &bytes)?;
     Ok(lines)
+}
+
+/// A user's facts as its file (`users/<id>/facts.jsonl`) holds them, kept
+/// in memory beside the user's blocks.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct UserFacts {
+    /// The last version of each, in the order facts first appeared.
+    pub all: Arc<Vec<UserFact>>,
+    at: HashMap<String, usize>,
+    /// The live pinned ones, oldest first: every prompt of the user's
+    /// conversations shows them.
+    pub pinned: Arc<Vec<SemanticItem>>,
+    /// The file's length (what the user's index compares).
+    pub len: u64,
+    /// When the next unpinned live fact expires.
+    next_expiry: Option<f64>,
+}
+
+impl UserFacts {
+    /// Reads the file at `path` (a delete a crash cut short is finished
+    /// first). Blocking; a torn line is repaired (and logged) by the load.
+    pub fn load(path: &Path) -> Result<Self> {
+        let (mut versions, _) = crate::jsonl::load::<UserFact>(path)?;
+        if needs_scrub(&versions) {
+            versions = scrub::<UserFact>(path)?;
+        }
+        let mut facts = Self::default();
+        facts.record(versions);
+        facts.len = file_len(path)?;
+        Ok(facts)
+    }
+
+    /// Takes in versions just stored.
+    pub fn record(&mut self, versions: impl IntoIterator<Item = UserFact>) {
+        let all = Arc::make_mut(&mut self.all);
+        for v in versions {
+            match self.at.get(&v.fact.id) {
+                Some(&i) => all[i] = v,
+                None => {
+                    self.at.insert(v.fact.id.clone(), all.len());
+                    all.push(v);
+                }
+            }
+        }
+        let mut pinned: Vec<SemanticItem> = all
+            .iter()
+            .filter(|f| f.is_live() && f.fact.managed.pinned)
+            .map(|f| f.fact.clone())
+            .collect();
+        pinned.sort_by(|a, b| a.ts.total_cmp(&b.ts));
+        self.pinned = Arc::new(pinned);
+        let current: Vec<&SemanticItem> = all.iter().map(|f| &f.fact).collect();
+        self.next_expiry = current
+            .iter()
+            .filter(|f| f.is_live() && !f.managed.pinned)
+            .filter_map(|f| f.managed.expires_at)
+            .min_by(f64::total_cmp);
+    }
+
+    /// The live facts past their expiry at `now`.
+    pub fn expired(&self, now: f64) -> Vec<(String, u64)> {
+        if self.next_expiry.is_none_or(|at| at > now) {
+            return vec![];
+        }
+        self.all
+            .iter()
+            .filter(|f| f.is_live() && f.fact.is_expired(now))
+            .map(|f| (f.fact.id.clone(), f.fact.version()))
+            .collect()
+    }
+}
+
+pub(crate) fn file_len(path: &Path) -> Result<u64> {
+    match std::fs::metadata(path) {
+        Ok(m) => Ok(m.len()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(StoreError::io("reading", path)(e)),
+    }
 }

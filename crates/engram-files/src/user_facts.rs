@@ -10,8 +10,7 @@
 //! with no text left in the fact's earlier versions; a crash between the
 //! two is finished at the next load.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -22,88 +21,12 @@ use engram_core::{AgentId, UserId};
 use engram_store::{UserMemory, new_id, unix_now};
 
 use crate::blocks::Shared;
+use crate::fact_file::{UserFacts, file_len};
 use crate::jsonl::{self, append_sync};
 use crate::{FileStore, Result, StoreError};
 
 pub(crate) const FACTS: &str = "facts.jsonl";
 const LAST: &str = "last_conversation.json";
-
-/// A user's facts as its file holds them.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct UserFacts {
-    /// The last version of each, in the order facts first appeared.
-    all: Arc<Vec<UserFact>>,
-    at: HashMap<String, usize>,
-    /// The live pinned ones, oldest first: every prompt of the user's
-    /// conversations shows them.
-    pinned: Arc<Vec<SemanticItem>>,
-    /// The file's length (what the user's index compares).
-    len: u64,
-    /// When the next unpinned live fact expires.
-    next_expiry: Option<f64>,
-}
-
-impl UserFacts {
-    /// Reads the file at `path` (a delete a crash cut short is finished
-    /// first). Blocking; a torn line is repaired (and logged) by the load.
-    fn load(path: &Path) -> Result<Self> {
-        let (mut versions, _) = jsonl::load::<UserFact>(path)?;
-        if crate::fact_file::needs_scrub(&versions) {
-            versions = crate::fact_file::scrub(path)?;
-        }
-        let mut facts = Self::default();
-        facts.record(versions);
-        facts.len = file_len(path)?;
-        Ok(facts)
-    }
-
-    /// Takes in versions just stored.
-    fn record(&mut self, versions: impl IntoIterator<Item = UserFact>) {
-        let all = Arc::make_mut(&mut self.all);
-        for v in versions {
-            match self.at.get(&v.fact.id) {
-                Some(&i) => all[i] = v,
-                None => {
-                    self.at.insert(v.fact.id.clone(), all.len());
-                    all.push(v);
-                }
-            }
-        }
-        let mut pinned: Vec<SemanticItem> = all
-            .iter()
-            .filter(|f| f.is_live() && f.fact.managed.pinned)
-            .map(|f| f.fact.clone())
-            .collect();
-        pinned.sort_by(|a, b| a.ts.total_cmp(&b.ts));
-        self.pinned = Arc::new(pinned);
-        let current: Vec<&SemanticItem> = all.iter().map(|f| &f.fact).collect();
-        self.next_expiry = current
-            .iter()
-            .filter(|f| f.is_live() && !f.managed.pinned)
-            .filter_map(|f| f.managed.expires_at)
-            .min_by(f64::total_cmp);
-    }
-
-    /// The live facts past their expiry at `now`.
-    fn expired(&self, now: f64) -> Vec<(String, u64)> {
-        if self.next_expiry.is_none_or(|at| at > now) {
-            return vec![];
-        }
-        self.all
-            .iter()
-            .filter(|f| f.is_live() && f.fact.is_expired(now))
-            .map(|f| (f.fact.id.clone(), f.fact.version()))
-            .collect()
-    }
-}
-
-fn file_len(path: &Path) -> Result<u64> {
-    match std::fs::metadata(path) {
-        Ok(m) => Ok(m.len()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
-        Err(e) => Err(StoreError::io("reading", path)(e)),
-    }
-}
 
 fn lines_of(facts: &[UserFact]) -> Vec<u8> {
     let mut lines = vec![];

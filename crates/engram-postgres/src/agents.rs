@@ -185,7 +185,7 @@ impl Admin for PgStore {
                 .await
                 .map_err(db("deleting a user"))?;
         }
-        let scope = crate::blocks::key(&engram_core::blocks::Scope::User(user.clone()));
+        let scope = crate::scope_key(&engram_core::blocks::Scope::User(user.clone()));
         // Writers of the user's blocks hold this lock (blocks.rs).
         sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
             .bind(&scope)

@@ -11,13 +11,7 @@ use sqlx::PgConnection;
 use crate::{PgStore, db};
 
 /// The scope's key in `blocks.scope`.
-pub(crate) fn key(scope: &Scope) -> String {
-    match scope {
-        Scope::Global => "global".into(),
-        Scope::User(u) => format!("user/{u}"),
-        Scope::Agent(a) => format!("agent/{a}"),
-    }
-}
+pub(crate) use crate::scope_key as key;
 
 fn parse(body: &str) -> Result<Block> {
     serde_json::from_str(body)

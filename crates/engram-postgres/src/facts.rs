@@ -24,7 +24,7 @@ impl Facts for PgStore {
     async fn facts(&self, scope: &Scope) -> Result<Vec<SemanticItem>> {
         if let Scope::User(user) = scope {
             let mut conn = self.conn().await?;
-            let facts = crate::user_facts::load(&mut conn, user).await?;
+            let facts = crate::user_managed::load(&mut conn, user).await?;
             return Ok(facts
                 .into_iter()
                 .filter(|f| f.fact.managed.deleted_at.is_none())

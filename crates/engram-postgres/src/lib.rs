@@ -65,6 +65,17 @@ use sqlx::{ConnectOptions, PgPool};
 
 use cache::Handle;
 
+/// The key of a memory scope: its blocks' rows, and the advisory lock its
+/// writers (blocks, a user's facts, DeleteUser) take.
+pub(crate) fn scope_key(scope: &engram_core::blocks::Scope) -> String {
+    use engram_core::blocks::Scope;
+    match scope {
+        Scope::Global => "global".into(),
+        Scope::User(u) => format!("user/{u}"),
+        Scope::Agent(a) => format!("agent/{a}"),
+    }
+}
+
 /// The embedded schema migrations (`migrations/*.sql`).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 

@@ -180,7 +180,7 @@ async fn own_facts(
     let now = engram_store::unix_now();
     let mut out = HashMap::new();
     for body in bodies {
-        let fact = crate::user_facts::parse(&body)?.fact;
+        let fact = crate::user_managed::parse(&body)?.fact;
         if fact.is_shown(now) {
             out.insert(fact.id.clone(), fact);
         }

@@ -7,60 +7,13 @@
 
 use async_trait::async_trait;
 use engram_core::blocks::Scope;
-use engram_core::memory::{EpisodicItem, Origin, SemanticItem};
+use engram_core::memory::{EpisodicItem, SemanticItem};
 use engram_core::users::{self, Folded, LastConversation, UserFact};
 use engram_core::{AgentId, UserId};
 use engram_store::{Result, StoreError, UserMemory};
 
+use crate::user_managed::{load, store_row};
 use crate::{PgStore, db};
-
-pub(crate) fn parse(body: &str) -> Result<UserFact> {
-    serde_json::from_str(body)
-        .map_err(|e| crate::broken(format!("a stored user fact does not parse: {e}")))
-}
-
-/// Stores `fact` as the user's fact's row (its latest version), with
-/// what prompts and the upkeep look it up by.
-pub(crate) async fn store_row(
-    conn: &mut sqlx::PgConnection,
-    user: &UserId,
-    fact: &UserFact,
-) -> Result<()> {
-    let f = &fact.fact;
-    let pinned = f.is_live() && f.managed.pinned;
-    let expires_at = f.managed.expires_at.filter(|_| f.is_live() && !pinned);
-    // A client's live fact is searched by its own words; any other is
-    // found by its conversations' copies (or not at all).
-    let words = (f.is_live() && f.managed.origin == Origin::Client)
-        .then(|| crate::rows::item_words(&engram_store::items::semantic_item(f)));
-    sqlx::query(
-        "INSERT INTO user_facts (user_id, id, body, pinned, expires_at, words)
-         VALUES ($1, $2, $3, $4, $5, to_tsvector('english', $6))
-         ON CONFLICT (user_id, id) DO UPDATE
-         SET body = excluded.body, pinned = excluded.pinned, expires_at = excluded.expires_at,
-             words = excluded.words",
-    )
-    .bind(user.as_str())
-    .bind(&f.id)
-    .bind(serde_json::to_string(fact).expect("facts serialize"))
-    .bind(pinned)
-    .bind(expires_at)
-    .bind(words)
-    .execute(&mut *conn)
-    .await
-    .map_err(db("storing a user's facts"))?;
-    Ok(())
-}
-
-pub(crate) async fn load(conn: &mut sqlx::PgConnection, user: &UserId) -> Result<Vec<UserFact>> {
-    let bodies: Vec<String> =
-        sqlx::query_scalar("SELECT body FROM user_facts WHERE user_id = $1 ORDER BY seq")
-            .bind(user.as_str())
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(db("reading a user's facts"))?;
-    bodies.iter().map(|b| parse(b)).collect()
-}
 
 #[async_trait]
 impl UserMemory for PgStore {
@@ -125,7 +78,7 @@ impl UserMemory for PgStore {
         summaries: &[EpisodicItem],
     ) -> Result<Folded> {
         let mut tx = self.begin().await?;
-        let scope = crate::blocks::key(&Scope::User(user.clone()));
+        let scope = crate::scope_key(&Scope::User(user.clone()));
         sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
             .bind(&scope)
             .execute(&mut *tx)

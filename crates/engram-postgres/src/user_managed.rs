@@ -9,13 +9,60 @@
 use engram_core::UserId;
 use engram_core::blocks::Scope;
 use engram_core::facts::{Applied, Op, scrubbed};
-use engram_core::memory::SemanticItem;
+use engram_core::memory::{Origin, SemanticItem};
 use engram_core::users::{self, UserFact};
 use engram_store::{Result, new_id, unix_now};
 use sqlx::PgConnection;
 
-use crate::user_facts::{load, parse, store_row};
 use crate::{PgStore, db};
+
+pub(crate) fn parse(body: &str) -> Result<UserFact> {
+    serde_json::from_str(body)
+        .map_err(|e| crate::broken(format!("a stored user fact does not parse: {e}")))
+}
+
+/// Stores `fact` as the user's fact's row (its latest version), with
+/// what prompts and the upkeep look it up by.
+pub(crate) async fn store_row(
+    conn: &mut sqlx::PgConnection,
+    user: &UserId,
+    fact: &UserFact,
+) -> Result<()> {
+    let f = &fact.fact;
+    let pinned = f.is_live() && f.managed.pinned;
+    let expires_at = f.managed.expires_at.filter(|_| f.is_live() && !pinned);
+    // A client's live fact is searched by its own words; any other is
+    // found by its conversations' copies (or not at all).
+    let words = (f.is_live() && f.managed.origin == Origin::Client)
+        .then(|| crate::rows::item_words(&engram_store::items::semantic_item(f)));
+    sqlx::query(
+        "INSERT INTO user_facts (user_id, id, body, pinned, expires_at, words)
+         VALUES ($1, $2, $3, $4, $5, to_tsvector('english', $6))
+         ON CONFLICT (user_id, id) DO UPDATE
+         SET body = excluded.body, pinned = excluded.pinned, expires_at = excluded.expires_at,
+             words = excluded.words",
+    )
+    .bind(user.as_str())
+    .bind(&f.id)
+    .bind(serde_json::to_string(fact).expect("facts serialize"))
+    .bind(pinned)
+    .bind(expires_at)
+    .bind(words)
+    .execute(&mut *conn)
+    .await
+    .map_err(db("storing a user's facts"))?;
+    Ok(())
+}
+
+pub(crate) async fn load(conn: &mut sqlx::PgConnection, user: &UserId) -> Result<Vec<UserFact>> {
+    let bodies: Vec<String> =
+        sqlx::query_scalar("SELECT body FROM user_facts WHERE user_id = $1 ORDER BY seq")
+            .bind(user.as_str())
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(db("reading a user's facts"))?;
+    bodies.iter().map(|b| parse(b)).collect()
+}
 
 impl PgStore {
     /// Every stored version of the user's fact `id`, oldest first.
@@ -45,7 +92,7 @@ impl PgStore {
     /// A client's change of the user's facts, in one transaction.
     pub(crate) async fn change_user_facts(&self, user: &UserId, op: Op) -> Result<Applied> {
         let mut tx = self.begin().await?;
-        let scope = crate::blocks::key(&Scope::User(user.clone()));
+        let scope = crate::scope_key(&Scope::User(user.clone()));
         sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
             .bind(&scope)
             .execute(&mut *tx)
