@@ -17,24 +17,6 @@ fn ana() -> Option<pb::MemoryScope> {
     scope(S::UserId("ana".into()))
 }
 
-/// Every file under `dir` whose bytes hold `needle`.
-fn files_holding(dir: &std::path::Path, needle: &[u8]) -> Vec<String> {
-    let mut found = vec![];
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            found.extend(files_holding(&path, needle));
-        } else if std::fs::read(&path)
-            .unwrap_or_default()
-            .windows(needle.len())
-            .any(|w| w == needle)
-        {
-            found.push(path.display().to_string());
-        }
-    }
-    found
-}
-
 async fn facts_of(c: &mut common::Client, scope: Option<pb::MemoryScope>) -> Vec<pb::SemanticItem> {
     c.list_memories(pb::ListMemoriesRequest {
         scope,
@@ -191,7 +173,7 @@ async fn a_users_fact_corrected_pinned_or_deleted_reaches_every_conversation() {
     assert_eq!(history.len(), 3);
     assert!(history.iter().all(|v| v.fact.is_empty()));
     for word in ["Berlin", "Lisbon"] {
-        let left = files_holding(server.data_dir.path(), word.as_bytes());
+        let left = common::files_holding(server.data_dir.path(), word.as_bytes());
         assert!(left.is_empty(), "{word} is still in {left:?}");
     }
 
@@ -221,5 +203,5 @@ async fn a_users_fact_corrected_pinned_or_deleted_reaches_every_conversation() {
     .unwrap();
     let left = of_user(facts_of(&mut c, ana()).await);
     assert!(!left.iter().any(|f| f.contains("stamps")), "{left:?}");
-    assert!(files_holding(server.data_dir.path(), b"stamps").is_empty());
+    assert!(common::files_holding(server.data_dir.path(), b"stamps").is_empty());
 }

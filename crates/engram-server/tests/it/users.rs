@@ -23,24 +23,6 @@ fn list(user_id: &str, page_size: u32, page_token: &str) -> pb::ListAgentsReques
     }
 }
 
-/// Every file under `dir` whose bytes hold `needle`.
-fn files_holding(dir: &std::path::Path, needle: &[u8]) -> Vec<String> {
-    let mut found = vec![];
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            found.extend(files_holding(&path, needle));
-        } else if std::fs::read(&path)
-            .unwrap_or_default()
-            .windows(needle.len())
-            .any(|w| w == needle)
-        {
-            found.push(path.display().to_string());
-        }
-    }
-    found
-}
-
 #[tokio::test]
 async fn a_users_agents_are_listed_and_erased_whole() {
     let server = TestServer::start().await;
@@ -104,14 +86,14 @@ async fn a_users_agents_are_listed_and_erased_whole() {
     );
     let err = c.list_agents(list("no/such", 0, "")).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
-    assert!(!files_holding(server.data_dir.path(), SECRET.as_bytes()).is_empty());
+    assert!(!common::files_holding(server.data_dir.path(), SECRET.as_bytes()).is_empty());
 
     let erase = |user_id: &str| pb::DeleteUserRequest {
         user_id: user_id.into(),
     };
     let erased = c.delete_user(erase("ana")).await.unwrap().into_inner();
     assert_eq!(erased.agents_deleted, 4);
-    let left = files_holding(server.data_dir.path(), SECRET.as_bytes());
+    let left = common::files_holding(server.data_dir.path(), SECRET.as_bytes());
     assert!(left.is_empty(), "the user's text is still in {left:?}");
     assert!(
         c.list_agents(list("ana", 0, ""))

@@ -395,3 +395,21 @@ pub fn compact(agent: &str) -> pb::CompactRequest {
 
 #[allow(unused_imports)]
 pub use engram_chaos::raw::call_raw;
+
+/// Every file under `dir` whose bytes hold `needle`.
+pub fn files_holding(dir: &std::path::Path, needle: &[u8]) -> Vec<String> {
+    let mut found = vec![];
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(files_holding(&path, needle));
+        } else if std::fs::read(&path)
+            .unwrap_or_default()
+            .windows(needle.len())
+            .any(|w| w == needle)
+        {
+            found.push(path.display().to_string());
+        }
+    }
+    found
+}
