@@ -14,7 +14,8 @@ use engram_core::{AgentId, UserId};
 use engram_store::Blocks;
 use tokio::sync::Mutex as AsyncMutex;
 
-use crate::jsonl::{self, append_sync};
+use crate::fact_file::UserFacts;
+use crate::jsonl::{self, append_sync, line};
 use crate::{FileStore, Result, SeenBlocks, StoreError, unix_now};
 
 pub(crate) const BLOCKS: &str = "blocks.jsonl";
@@ -23,8 +24,31 @@ pub(crate) const BLOCKS: &str = "blocks.jsonl";
 /// and for a user its facts once loaded (`user_facts.rs`).
 #[derive(Debug, Default)]
 pub(crate) struct Shared {
-    pub blocks: Option<ScopeBlocks>,
-    pub facts: Option<crate::fact_file::UserFacts>,
+    blocks: Option<ScopeBlocks>,
+    facts: Option<UserFacts>,
+}
+
+impl Shared {
+    /// The scope's blocks, loaded from `path` at first use.
+    async fn blocks(&mut self, path: PathBuf) -> Result<&mut ScopeBlocks> {
+        if self.blocks.is_none() {
+            self.blocks = Some(engram_store::blocking(move || ScopeBlocks::load(&path)).await?);
+        }
+        Ok(self.blocks.as_mut().expect("loaded"))
+    }
+
+    /// The user's facts, loaded from `path` at first use.
+    pub(crate) async fn facts(&mut self, path: PathBuf) -> Result<&mut UserFacts> {
+        if self.facts.is_none() {
+            self.facts = Some(engram_store::blocking(move || UserFacts::load(&path)).await?);
+        }
+        Ok(self.facts.as_mut().expect("loaded"))
+    }
+
+    /// The user's facts if they are loaded (nothing is read).
+    pub(crate) fn loaded_facts(&self) -> Option<&UserFacts> {
+        self.facts.as_ref()
+    }
 }
 
 type ScopeSlot = Arc<AsyncMutex<Shared>>;
@@ -100,23 +124,9 @@ pub(crate) fn load_versions(path: &Path) -> Result<Vec<Block>> {
     jsonl::load::<Block>(path).map(|(versions, _)| versions)
 }
 
-/// The scope's blocks, loaded from `path` at first use.
-async fn loaded(cached: &mut Shared, path: PathBuf) -> Result<&mut ScopeBlocks> {
-    if cached.blocks.is_none() {
-        cached.blocks = Some(engram_store::blocking(move || ScopeBlocks::load(&path)).await?);
-    }
-    Ok(cached.blocks.as_mut().expect("loaded"))
-}
-
 /// The cache key of a user's scope (its lock is the user's).
 pub(crate) fn user_key(user: &UserId) -> String {
     format!("user/{user}")
-}
-
-fn line(block: &Block) -> Vec<u8> {
-    let mut l = serde_json::to_vec(block).expect("blocks serialize");
-    l.push(b'\n');
-    l
 }
 
 impl FileStore {
@@ -144,7 +154,7 @@ impl FileStore {
         let (path, key) = self.shared_path(scope);
         let slot = self.inner.blocks.slot(&key);
         let mut cached = slot.lock().await;
-        let blocks = loaded(&mut cached, path).await?;
+        let blocks = cached.blocks(path).await?;
         Ok(Arc::clone(blocks.live()))
     }
 
@@ -156,10 +166,15 @@ impl FileStore {
     ) -> Result<SeenBlocks> {
         let global = self.shared_blocks(&Scope::Global).await?;
         let (user, user_pinned) = match user.map(UserId::parse).transpose()? {
-            Some(u) => (
-                self.shared_blocks(&Scope::User(u.clone())).await?,
-                self.user_pinned(&u).await?,
-            ),
+            // The user's blocks and pinned facts, under one hold of its lock.
+            Some(u) => {
+                let (path, key) = self.shared_path(&Scope::User(u.clone()));
+                let slot = self.inner.blocks.slot(&key);
+                let mut cached = slot.lock().await;
+                let blocks = Arc::clone(cached.blocks(path).await?.live());
+                let facts = cached.facts(self.user_dir(&u).join(crate::fact_file::FACTS));
+                (blocks, Arc::clone(&facts.await?.pinned))
+            }
             None => Default::default(),
         };
         Ok(SeenBlocks {
@@ -180,7 +195,7 @@ impl FileStore {
         let (path, key) = self.shared_path(scope);
         let slot = self.inner.blocks.slot(&key);
         let mut cached = slot.lock().await;
-        let blocks = loaded(&mut cached, path.clone()).await?;
+        let blocks = cached.blocks(path.clone()).await?;
         let last = blocks.last(label);
         let next = blocks::apply(scope, label, last, change, expected, unix_now())?;
         let bytes = line(&next);

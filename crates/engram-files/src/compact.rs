@@ -27,13 +27,12 @@ use engram_core::compaction::Summary;
 use engram_core::memory::SemanticItem;
 use engram_core::{AgentId, RawTrace};
 use engram_store::Compacts;
-use serde::Serialize;
 
 pub use crate::intent::Intent;
 
 use crate::agent::{AgentMeta, AgentState, EPISODIC, RAW_ARCHIVE, RAW_TRACES, SEMANTIC};
 use crate::durable::DurableFile;
-use crate::jsonl::{append_sync, atomic_write};
+use crate::jsonl::{append_sync, atomic_write, line};
 use crate::{
     Begun, CommitStep, Committed, FileStore, FsyncPolicy, Job, Microcompacted, Policy, Result,
     StoreError, wal,
@@ -55,12 +54,6 @@ fn waiting_for_space(dir: &Path) -> StoreError {
         "an earlier compaction in {} waits for space to finish",
         dir.display()
     ))
-}
-
-fn line<T: Serialize>(item: &T) -> Vec<u8> {
-    let mut l = serde_json::to_vec(item).expect("items serialize");
-    l.push(b'\n');
-    l
 }
 
 /// Plans the commit of `job` with `summary` and writes it down as the

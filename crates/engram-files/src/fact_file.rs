@@ -14,6 +14,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::jsonl::atomic_write;
+
+/// A user's facts file, in the user's directory.
+pub(crate) const FACTS: &str = "facts.jsonl";
 use crate::{Result, StoreError};
 
 /// A line of a facts file: a version of a fact.
@@ -83,12 +86,7 @@ pub(crate) fn scrub<T: FactLine>(path: &std::path::Path) -> Result<Vec<T>> {
             }
         })
         .collect();
-    let mut bytes = Vec::new();
-    for line in &lines {
-        serde_json::to_writer(&mut bytes, line).expect("a fact serializes");
-        bytes.push(b'\n');
-    }
-    atomic_write(path, &bytes)?;
+    atomic_write(path, &crate::jsonl::lines(&lines))?;
     Ok(lines)
 }
 
@@ -104,8 +102,6 @@ pub(crate) struct UserFacts {
     pub pinned: Arc<Vec<SemanticItem>>,
     /// The file's length (what the user's index compares).
     pub len: u64,
-    /// When the next unpinned live fact expires.
-    next_expiry: Option<f64>,
 }
 
 impl UserFacts {
@@ -141,19 +137,10 @@ impl UserFacts {
             .collect();
         pinned.sort_by(|a, b| a.ts.total_cmp(&b.ts));
         self.pinned = Arc::new(pinned);
-        let current: Vec<&SemanticItem> = all.iter().map(|f| &f.fact).collect();
-        self.next_expiry = current
-            .iter()
-            .filter(|f| f.is_live() && !f.managed.pinned)
-            .filter_map(|f| f.managed.expires_at)
-            .min_by(f64::total_cmp);
     }
 
-    /// The live facts past their expiry at `now`.
+    /// The live facts past their expiry at `now`: id and version.
     pub fn expired(&self, now: f64) -> Vec<(String, u64)> {
-        if self.next_expiry.is_none_or(|at| at > now) {
-            return vec![];
-        }
         self.all
             .iter()
             .filter(|f| f.is_live() && f.fact.is_expired(now))

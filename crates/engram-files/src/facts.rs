@@ -172,11 +172,7 @@ impl FileStore {
 /// of a deleted fact's earlier versions), then folds them into its state.
 fn store_change(state: &mut AgentState, applied: &Applied) -> Result<()> {
     let path = state.dir.join(SEMANTIC);
-    let mut bytes = Vec::new();
-    for line in &applied.lines {
-        serde_json::to_writer(&mut bytes, line).expect("a fact serializes");
-        bytes.push(b'\n');
-    }
+    let bytes = crate::jsonl::lines(&applied.lines);
     crate::offload(|| append_sync(&path, &bytes))?;
     state.fact_lines += applied.lines.len();
     if applied.erase.is_some() {

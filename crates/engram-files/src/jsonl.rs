@@ -148,6 +148,23 @@ pub fn tmp_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
+/// `item` as a line of a JSONL file.
+pub(crate) fn line<T: serde::Serialize>(item: &T) -> Vec<u8> {
+    let mut l = serde_json::to_vec(item).expect("records serialize");
+    l.push(b'\n');
+    l
+}
+
+/// `items` as lines of a JSONL file.
+pub(crate) fn lines<T: serde::Serialize>(items: &[T]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for item in items {
+        serde_json::to_writer(&mut bytes, item).expect("records serialize");
+        bytes.push(b'\n');
+    }
+    bytes
+}
+
 /// Makes entries created, renamed or removed in `dir` durable.
 pub fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)

@@ -10,7 +10,6 @@
 //! with no text left in the fact's earlier versions; a crash between the
 //! two is finished at the next load.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -20,31 +19,11 @@ use engram_core::users::{self, Folded, LastConversation, UserFact};
 use engram_core::{AgentId, UserId};
 use engram_store::{UserMemory, new_id, unix_now};
 
-use crate::blocks::Shared;
-use crate::fact_file::{UserFacts, file_len};
+use crate::fact_file::{FACTS, file_len};
 use crate::jsonl::{self, append_sync};
 use crate::{FileStore, Result, StoreError};
 
-pub(crate) const FACTS: &str = "facts.jsonl";
 const LAST: &str = "last_conversation.json";
-
-fn lines_of(facts: &[UserFact]) -> Vec<u8> {
-    let mut lines = vec![];
-    for f in facts {
-        serde_json::to_writer(&mut lines, f).expect("facts serialize");
-        lines.push(b'\n');
-    }
-    lines
-}
-
-/// The user's facts, read at first use (`shared` is the user's slot,
-/// held).
-async fn loaded(shared: &mut Shared, path: PathBuf) -> Result<&mut UserFacts> {
-    if shared.facts.is_none() {
-        shared.facts = Some(engram_store::blocking(move || UserFacts::load(&path)).await?);
-    }
-    Ok(shared.facts.as_mut().expect("loaded"))
-}
 
 #[async_trait]
 impl UserMemory for FileStore {
@@ -100,21 +79,20 @@ impl UserMemory for FileStore {
             .await?;
         }
         let path = dir.join(FACTS);
-        let facts = loaded(&mut shared, path.clone()).await?;
+        let facts = shared.facts(path.clone()).await?;
         let known = Arc::clone(&facts.all);
         let (agent, items) = (agent.to_string(), items.to_vec());
-        let folded = engram_store::blocking(move || {
+        let (folded, appended) = engram_store::blocking(move || {
             let folded = users::fold(&known, &agent, &items, new_id);
-            if !folded.changed.is_empty() {
-                append_sync(&path, &lines_of(&folded.changed))?;
+            let bytes = jsonl::lines(&folded.changed);
+            if !bytes.is_empty() {
+                append_sync(&path, &bytes)?;
             }
-            Ok::<_, StoreError>(folded)
+            Ok::<_, StoreError>((folded, bytes.len() as u64))
         })
         .await?;
-        if !folded.changed.is_empty() {
-            facts.len += lines_of(&folded.changed).len() as u64;
-            facts.record(folded.changed.iter().cloned());
-        }
+        facts.len += appended;
+        facts.record(folded.changed.iter().cloned());
         Ok(folded)
     }
 }
@@ -125,16 +103,8 @@ impl FileStore {
     pub(crate) async fn read_user_facts(&self, user: &UserId) -> Result<(Arc<Vec<UserFact>>, u64)> {
         let slot = self.inner.blocks.slot(&crate::blocks::user_key(user));
         let mut shared = slot.lock().await;
-        let facts = loaded(&mut shared, self.user_dir(user).join(FACTS)).await?;
+        let facts = shared.facts(self.user_dir(user).join(FACTS)).await?;
         Ok((Arc::clone(&facts.all), facts.len))
-    }
-
-    /// The live pinned facts of `user`, oldest first.
-    pub(crate) async fn user_pinned(&self, user: &UserId) -> Result<Arc<Vec<SemanticItem>>> {
-        let slot = self.inner.blocks.slot(&crate::blocks::user_key(user));
-        let mut shared = slot.lock().await;
-        let facts = loaded(&mut shared, self.user_dir(user).join(FACTS)).await?;
-        Ok(Arc::clone(&facts.pinned))
     }
 
     /// Every stored version of the user's fact `id`, oldest first.
@@ -162,14 +132,14 @@ impl FileStore {
         let mut shared = slot.lock().await;
         let dir = self.user_dir(user);
         let path = dir.join(FACTS);
-        let facts = loaded(&mut shared, path.clone()).await?;
+        let facts = shared.facts(path.clone()).await?;
         let known = Arc::clone(&facts.all);
         let bytes: usize = known.iter().map(|f| f.fact.fact.len()).sum();
         let (applied, lines) = engram_store::offload_over(bytes as u64, || {
             users::change(&known, op, unix_now(), new_id)
         })?;
         let erase = applied.erase.is_some();
-        let bytes = lines_of(&lines);
+        let bytes = jsonl::lines(&lines);
         let len = engram_store::blocking(move || {
             std::fs::create_dir_all(&dir).map_err(StoreError::io("creating", &dir))?;
             append_sync(&path, &bytes)?;
@@ -195,7 +165,7 @@ impl FileStore {
             .filter_map(|(key, slot)| {
                 let user = UserId::parse(key.strip_prefix("user/")?).ok()?;
                 let shared = slot.try_lock().ok()?;
-                let expired = shared.facts.as_ref()?.expired(now);
+                let expired = shared.loaded_facts()?.expired(now);
                 (!expired.is_empty()).then_some((user, expired))
             })
             .collect()

@@ -428,6 +428,11 @@ impl UserIndex {
         self.commit()
     }
 
+    /// Whether facts this index embeds itself wait for the model.
+    pub fn awaits_embedding(&self) -> bool {
+        !self.to_embed.is_empty()
+    }
+
     /// Up to `n` of the user's facts this index embeds itself, for the
     /// embedding model (their keys stay pending until [`Self::embedded`]).
     pub fn to_embed(&self, n: usize) -> Vec<Item> {

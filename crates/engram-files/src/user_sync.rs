@@ -68,7 +68,7 @@ impl FileStore {
             .iter()
             .filter(|(_, slot)| {
                 slot.try_lock()
-                    .is_ok_and(|s| s.as_ref().is_some_and(|i| !i.to_embed(1).is_empty()))
+                    .is_ok_and(|s| s.as_ref().is_some_and(UserIndex::awaits_embedding))
             })
             .map(|(user, _)| user.clone())
             .collect();
