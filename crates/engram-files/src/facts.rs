@@ -10,7 +10,7 @@ use engram_core::AgentId;
 use engram_core::blocks::Scope;
 use engram_core::facts::{self, Applied, Op};
 use engram_core::memory::SemanticItem;
-use engram_store::{Facts, new_id, unix_now};
+use engram_store::{FactOwner, Facts, fact_owner, new_id, unix_now};
 
 use crate::agent::{AgentState, SEMANTIC};
 use crate::jsonl::append_sync;
@@ -19,33 +19,34 @@ use crate::{FileStore, Result, StoreError};
 #[async_trait]
 impl Facts for FileStore {
     async fn facts(&self, scope: &Scope) -> Result<Vec<SemanticItem>> {
-        if let Scope::User(user) = scope {
-            let (facts, _) = self.read_user_facts(user).await?;
-            return Ok(facts
-                .iter()
-                .filter(|f| f.fact.managed.deleted_at.is_none())
-                .map(|f| f.fact.clone())
-                .collect());
-        }
-        let id = engram_store::fact_agent(scope)?;
-        let read = self.read(id, |s| {
-            s.semantic
-                .iter()
-                .filter(|f| f.managed.deleted_at.is_none())
-                .cloned()
-                .collect()
-        });
-        match read.await {
-            Err(StoreError::NotFound(_)) => Ok(vec![]),
-            read => read,
+        let live = |f: &&SemanticItem| f.managed.deleted_at.is_none();
+        match fact_owner(scope)? {
+            FactOwner::User(user) => {
+                let (facts, _) = self.read_user_facts(user).await?;
+                Ok(facts
+                    .iter()
+                    .map(|f| &f.fact)
+                    .filter(live)
+                    .cloned()
+                    .collect())
+            }
+            FactOwner::Agent(id) => {
+                match self
+                    .read(id, |s| s.semantic.iter().filter(live).cloned().collect())
+                    .await
+                {
+                    Err(StoreError::NotFound(_)) => Ok(vec![]),
+                    read => read,
+                }
+            }
         }
     }
 
     async fn fact_history(&self, scope: &Scope, id: &str) -> Result<Vec<SemanticItem>> {
-        if let Scope::User(user) = scope {
-            return self.user_fact_history(user, id).await;
-        }
-        let agent = engram_store::fact_agent(scope)?;
+        let agent = match fact_owner(scope)? {
+            FactOwner::User(user) => return self.user_fact_history(user, id).await,
+            FactOwner::Agent(agent) => agent,
+        };
         // A delete rewrites the file.
         let id = id.to_owned();
         self.read_locked(agent, SEMANTIC, move |path| {
@@ -56,26 +57,30 @@ impl Facts for FileStore {
     }
 
     async fn change_facts(&self, scope: &Scope, op: Op, limit: Option<u32>) -> Result<Applied> {
-        if let Scope::User(user) = scope {
-            let applied = self.change_user_facts(user, op).await?;
-            if applied.erase.is_some() {
-                // The user's index drops the deleted fact's text from its
-                // files before the delete answers.
-                self.purge_user_index(user).await?;
+        match fact_owner(scope)? {
+            FactOwner::User(user) => {
+                let applied = self.change_user_facts(user, op).await?;
+                if applied.erase.is_some() {
+                    // The user's index drops the deleted fact's text from
+                    // its files before the delete answers.
+                    self.purge_user_index(user).await?;
+                }
+                // Read into the user's index, and embedded, in the
+                // background.
+                let (store, user) = (self.clone(), user.clone());
+                tokio::spawn(async move { store.user_facts_later(&user).await });
+                Ok(applied)
             }
-            // Read into the user's index, and embedded, in the background.
-            let (store, user) = (self.clone(), user.clone());
-            tokio::spawn(async move { store.user_facts_later(&user).await });
-            return Ok(applied);
+            FactOwner::Agent(id) => {
+                let applied = self.change_facts_of(id, op, limit).await?;
+                if applied.erase.is_some() {
+                    // The search index drops the deleted fact's text from
+                    // its files before the delete answers.
+                    self.purge_index(id).await?;
+                }
+                Ok(applied)
+            }
         }
-        let id = engram_store::fact_agent(scope)?;
-        let applied = self.change_facts_of(id, op, limit).await?;
-        if applied.erase.is_some() {
-            // The search index drops the deleted fact's text from its files
-            // before the delete answers.
-            self.purge_index(id).await?;
-        }
-        Ok(applied)
     }
 
     async fn purge_expired(&self) -> Result<usize> {
@@ -84,7 +89,7 @@ impl Facts for FileStore {
             .iter()
             .map(|(id, h)| (id.clone(), std::sync::Arc::clone(h)))
             .collect();
-        let mut expired: Vec<(Scope, String)> = vec![];
+        let mut expired: Vec<(Scope, String, u64)> = vec![];
         for (agent, handle) in loaded {
             // A busy agent is looked at next time.
             if let Ok(slot) = handle.state.try_lock()
@@ -94,19 +99,17 @@ impl Facts for FileStore {
                     .semantic
                     .iter()
                     .filter(|f| f.is_live() && f.is_expired(now));
-                expired.extend(of_agent.map(|f| (Scope::Agent(agent.clone()), f.id.clone())));
+                let scope = Scope::Agent(agent);
+                expired.extend(of_agent.map(|f| (scope.clone(), f.id.clone(), f.version())));
             }
         }
         for (user, facts) in self.expired_user_facts() {
-            expired.extend(
-                facts
-                    .into_iter()
-                    .map(|(id, _)| (Scope::User(user.clone()), id)),
-            );
+            let scope = Scope::User(user);
+            expired.extend(facts.into_iter().map(|(id, v)| (scope.clone(), id, v)));
         }
         let mut purged = 0;
-        for (scope, id) in expired {
-            purged += usize::from(engram_store::purge_fact(self, &scope, id).await?);
+        for (scope, id, version) in expired {
+            purged += usize::from(engram_store::purge_fact(self, &scope, id, version).await?);
         }
         Ok(purged)
     }

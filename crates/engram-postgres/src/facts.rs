@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use engram_core::blocks::Scope;
 use engram_core::facts::{self, Applied, Op};
 use engram_core::memory::SemanticItem;
-use engram_store::{Facts, Result, StoreError, new_id, unix_now};
+use engram_store::{FactOwner, Facts, Result, StoreError, fact_owner, new_id, unix_now};
 use sqlx::PgConnection;
 
 use crate::cache::{Lock, refresh};
@@ -22,16 +22,15 @@ use crate::{PgStore, db};
 #[async_trait]
 impl Facts for PgStore {
     async fn facts(&self, scope: &Scope) -> Result<Vec<SemanticItem>> {
-        if let Scope::User(user) = scope {
-            let mut conn = self.conn().await?;
-            let facts = crate::user_managed::load(&mut conn, user).await?;
-            return Ok(facts
-                .into_iter()
-                .filter(|f| f.fact.managed.deleted_at.is_none())
-                .map(|f| f.fact)
-                .collect());
-        }
-        let id = engram_store::fact_agent(scope)?;
+        let id = match fact_owner(scope)? {
+            FactOwner::User(user) => {
+                let mut conn = self.conn().await?;
+                let facts = crate::user_managed::load(&mut conn, user).await?;
+                let facts = facts.into_iter().map(|f| f.fact);
+                return Ok(facts.filter(|f| f.managed.deleted_at.is_none()).collect());
+            }
+            FactOwner::Agent(id) => id,
+        };
         let live = |c: &crate::cache::Cached| {
             c.derived
                 .semantic
@@ -47,10 +46,10 @@ impl Facts for PgStore {
     }
 
     async fn fact_history(&self, scope: &Scope, id: &str) -> Result<Vec<SemanticItem>> {
-        if let Scope::User(user) = scope {
-            return self.user_fact_history(user, id).await;
-        }
-        let agent = engram_store::fact_agent(scope)?;
+        let agent = match fact_owner(scope)? {
+            FactOwner::User(user) => return self.user_fact_history(user, id).await,
+            FactOwner::Agent(agent) => agent,
+        };
         let mut conn = self.conn().await?;
         let mut versions = versions(&mut conn, agent.as_str(), id).await?;
         if versions.is_empty() {
@@ -71,10 +70,10 @@ impl Facts for PgStore {
     }
 
     async fn change_facts(&self, scope: &Scope, op: Op, limit: Option<u32>) -> Result<Applied> {
-        if let Scope::User(user) = scope {
-            return self.change_user_facts(user, op).await;
-        }
-        let id = engram_store::fact_agent(scope)?;
+        let id = match fact_owner(scope)? {
+            FactOwner::User(user) => return self.change_user_facts(user, op).await,
+            FactOwner::Agent(id) => id,
+        };
         let handle = self.handle(id.as_str());
         let mut slot = handle.lock().await;
         let mut tx = self.begin().await?;
@@ -121,25 +120,31 @@ impl Facts for PgStore {
     }
 
     async fn purge_expired(&self) -> Result<usize> {
-        let expired: Vec<(String, String)> = sqlx::query_as(
-            "SELECT agent_id, id FROM memories
+        let expired: Vec<(String, String, String)> = sqlx::query_as(
+            "SELECT agent_id, id, body FROM memories
              WHERE expires_at <= $1 AND live AND kind = 's' ORDER BY expires_at LIMIT 1000",
         )
         .bind(unix_now())
         .fetch_all(&self.inner.pool)
         .await
         .map_err(db("finding expired facts"))?;
-        let mut expired: Vec<(Scope, String)> = expired
-            .into_iter()
-            .filter_map(|(agent, id)| {
-                Some((Scope::Agent(engram_core::AgentId::parse(&agent).ok()?), id))
-            })
-            .collect();
+        let mut found: Vec<(Scope, String, u64)> = vec![];
+        for (agent, id, body) in expired {
+            let Ok(agent) = engram_core::AgentId::parse(&agent) else {
+                continue;
+            };
+            let version = crate::parse::<SemanticItem>(agent.as_str(), "fact", &body)?.version();
+            found.push((Scope::Agent(agent), id, version));
+        }
         let of_users = self.expired_user_facts().await?;
-        expired.extend(of_users.into_iter().map(|(u, id)| (Scope::User(u), id)));
+        found.extend(
+            of_users
+                .into_iter()
+                .map(|(u, id, v)| (Scope::User(u), id, v)),
+        );
         let mut purged = 0;
-        for (scope, id) in expired {
-            purged += usize::from(engram_store::purge_fact(self, &scope, id).await?);
+        for (scope, id, version) in found {
+            purged += usize::from(engram_store::purge_fact(self, &scope, id, version).await?);
         }
         Ok(purged)
     }

@@ -155,20 +155,24 @@ impl PgStore {
         Ok(pinned)
     }
 
-    /// Some of the users' live facts past their expiry: (user, fact id).
-    pub(crate) async fn expired_user_facts(&self) -> Result<Vec<(UserId, String)>> {
-        let expired: Vec<(String, String)> = sqlx::query_as(
-            "SELECT user_id, id FROM user_facts WHERE expires_at <= $1
+    /// Some of the users' live facts past their expiry: (user, fact id,
+    /// version).
+    pub(crate) async fn expired_user_facts(&self) -> Result<Vec<(UserId, String, u64)>> {
+        let expired: Vec<(String, String, String)> = sqlx::query_as(
+            "SELECT user_id, id, body FROM user_facts WHERE expires_at <= $1
              ORDER BY expires_at LIMIT 1000",
         )
         .bind(unix_now())
         .fetch_all(&self.inner.pool)
         .await
         .map_err(db("finding expired facts"))?;
-        Ok(expired
-            .into_iter()
-            .filter_map(|(user, id)| Some((UserId::parse(&user).ok()?, id)))
-            .collect())
+        let mut found = Vec::with_capacity(expired.len());
+        for (user, id, body) in expired {
+            if let Ok(user) = UserId::parse(&user) {
+                found.push((user, id, parse(&body)?.fact.version()));
+            }
+        }
+        Ok(found)
     }
 }
 

@@ -93,22 +93,20 @@ pub fn new_id() -> String {
     uuid::Uuid::now_v7().to_string()
 }
 
-/// Deletes the expired fact `id` of `scope` (an agent's snapshot showing
-/// as many facts as before); `false` when it went meanwhile (deleted,
-/// changed to last longer, or its agent or user deleted: a race with a
-/// client or another replica's upkeep answers as if that came first).
+/// Deletes the expired fact `id` of `scope`, found at `version` (an
+/// agent's snapshot showing as many facts as before); `false` when it
+/// changed or went meanwhile (deleted, changed to last longer, or its
+/// agent or user deleted: a race with a client or another replica's
+/// upkeep answers as if that came first).
 pub async fn purge_fact<S: Facts + ?Sized>(
     store: &S,
     scope: &engram_core::blocks::Scope,
     id: String,
+    version: u64,
 ) -> Result<bool> {
-    let fact = store.facts(scope).await?.into_iter().find(|f| f.id == id);
-    let Some(fact) = fact.filter(|f| f.is_live() && f.is_expired(unix_now())) else {
-        return Ok(false);
-    };
     let op = engram_core::facts::Op::Delete {
         id,
-        expected_version: fact.version(),
+        expected_version: version,
     };
     match store.change_facts(scope, op, None).await {
         Ok(_) => Ok(true),
@@ -117,16 +115,20 @@ pub async fn purge_fact<S: Facts + ?Sized>(
     }
 }
 
-/// The agent whose facts a scope names, for a backend's agent branch (a
-/// user's scope is its own branch: INTERNAL here would be a bug); the
-/// global scope has none (INVALID_ARGUMENT).
-pub fn fact_agent(scope: &engram_core::blocks::Scope) -> Result<&engram_core::AgentId> {
+/// Whose facts a scope names (a backend's two branches).
+#[derive(Debug, Clone, Copy)]
+pub enum FactOwner<'a> {
+    Agent(&'a engram_core::AgentId),
+    User(&'a engram_core::UserId),
+}
+
+/// The owner of a scope's facts; the global scope has none
+/// (INVALID_ARGUMENT).
+pub fn fact_owner(scope: &engram_core::blocks::Scope) -> Result<FactOwner<'_>> {
     use engram_core::blocks::Scope;
     match scope {
-        Scope::Agent(id) => Ok(id),
-        Scope::User(_) => Err(StoreError::Unimplemented(
-            "a user's facts are not an agent's (a store's bug)".into(),
-        )),
+        Scope::Agent(id) => Ok(FactOwner::Agent(id)),
+        Scope::User(user) => Ok(FactOwner::User(user)),
         Scope::Global => Err(StoreError::Core(engram_core::CoreError::Invalid(
             "facts belong to an agent_id or a user_id, not the global scope".into(),
         ))),

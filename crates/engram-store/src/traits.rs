@@ -292,8 +292,9 @@ pub trait Facts {
     async fn change_facts(&self, scope: &Scope, op: Op, limit: Option<u32>) -> Result<Applied>;
 
     /// Deletes the facts past their `expires_at` (as a delete does: no
-    /// text left), of the agents the backend can find them in cheaply (the
-    /// files backend: the agents it has loaded; PostgreSQL: all). Returns
+    /// text left), of the agents and users the backend can find them in
+    /// cheaply (the files backend: the agents it has loaded and the users
+    /// whose facts it holds in memory; PostgreSQL: all). Returns
     /// how many went. The engine's upkeep calls it every 30 s; a fact that
     /// expired is out of search and prompts before this runs.
     async fn purge_expired(&self) -> Result<usize>;
