@@ -192,13 +192,15 @@ impl Engine {
     /// once it is known to be deletable at `expected` (their prompts show
     /// them no more).
     async fn delete_sources(&self, user: &UserId, id: &str, expected: u64) -> Result<()> {
-        let current = self.store.facts(&Scope::User(user.clone())).await?;
+        let facts = self.store.user_facts(user).await?;
+        let current: Vec<SemanticItem> = facts.iter().map(|f| f.fact.clone()).collect();
         match facts::changeable(&current, id, expected) {
             // A superseded fact is deleted too.
             Ok(_) | Err(engram_core::CoreError::Precondition(_)) => {}
             Err(e) => return Err(e.into()),
         }
-        for source in self.sources(user, id).await? {
+        let sources = facts.into_iter().find(|f| f.fact.id == id);
+        for source in sources.map(|f| f.sources).unwrap_or_default() {
             let Ok(agent) = AgentId::parse(&source.agent_id) else {
                 continue;
             };

@@ -43,9 +43,7 @@ impl Engine {
             None => (recent, salient, vec![], None),
             Some(found) => (
                 relevant_first(found.episodic, recent, max_episodic, |e| e.id.clone()),
-                relevant_first(shown(found.semantic), salient, max_semantic, |f| {
-                    f.id.clone()
-                }),
+                relevant_first(found.semantic, salient, max_semantic, |f| f.id.clone()),
                 found.memories,
                 Some(found.index),
             ),
@@ -101,9 +99,7 @@ impl Engine {
             let found = self.store.rank_user_memories(user, &query, None).await?;
             (
                 relevant_first(found.episodic, recent, max_episodic, |e| e.id.clone()),
-                relevant_first(shown(found.semantic), salient, max_semantic, |f| {
-                    f.id.clone()
-                }),
+                relevant_first(found.semantic, salient, max_semantic, |f| f.id.clone()),
                 found.memories,
                 Some(found.index),
             )
@@ -130,13 +126,6 @@ fn by_user(agent_id: &str, user_id: &str) -> Result<Option<UserId>> {
             "give agent_id (one conversation) or user_id (all of a user's), not both",
         )),
     }
-}
-
-/// The facts of a ranking that are shown now (an expired one is gone from
-/// Retrieve at once, whatever the index still holds).
-fn shown(facts: Vec<engram_core::memory::SemanticItem>) -> Vec<engram_core::memory::SemanticItem> {
-    let now = engram_store::unix_now();
-    facts.into_iter().filter(|f| f.is_shown(now)).collect()
 }
 
 /// `relevant`, then the `usual` picks not among them: `n` in all.
