@@ -185,13 +185,10 @@ impl Admin for PgStore {
                 .await
                 .map_err(db("deleting a user"))?;
         }
-        let scope = crate::scope_key(&engram_core::blocks::Scope::User(user.clone()));
-        // Writers of the user's blocks hold this lock (blocks.rs).
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-            .bind(&scope)
-            .execute(&mut *tx)
-            .await
-            .map_err(db("deleting a user"))?;
+        let user_scope = engram_core::blocks::Scope::User(user.clone());
+        // Writers of the user's blocks and facts hold this lock.
+        crate::lock_scope(&mut tx, &user_scope).await?;
+        let scope = crate::scope_key(&user_scope);
         sqlx::query("DELETE FROM blocks WHERE scope = $1")
             .bind(&scope)
             .execute(&mut *tx)

@@ -35,8 +35,9 @@ async fn latest(conn: &mut PgConnection, scopes: &[String]) -> Result<Vec<(Strin
 }
 
 impl PgStore {
-    /// The blocks an agent of `user` sees (read after its prompt's
-    /// transaction: a block is a document of its own, not part of it).
+    /// The blocks an agent of `user` sees, and the user's pinned facts, in
+    /// one statement (read after its prompt's transaction: a block is a
+    /// document of its own, not part of it).
     pub(crate) async fn seen_blocks(&self, id: &AgentId, user: Option<&str>) -> Result<SeenBlocks> {
         let (global, user_key, agent) = (
             "global".to_owned(),
@@ -45,12 +46,24 @@ impl PgStore {
         );
         let mut scopes = vec![global.clone(), agent.clone()];
         scopes.extend(user_key.clone());
-        let mut conn = self.conn().await?;
-        let rows = latest(&mut conn, &scopes).await?;
-        let user_pinned = match user {
-            Some(user) => self.user_pinned(&mut conn, user).await?,
-            None => vec![],
-        };
+        // The pinned facts' rows have an empty scope (no scope's key is).
+        let found: Vec<(String, String)> = sqlx::query_as(
+            "SELECT * FROM (SELECT DISTINCT ON (scope, label) scope, body FROM blocks
+                            WHERE scope = ANY($1) ORDER BY scope, label, version DESC) b
+             UNION ALL
+             SELECT '', body FROM user_facts WHERE user_id = $2 AND pinned",
+        )
+        .bind(&scopes)
+        .bind(user)
+        .fetch_all(&self.inner.pool)
+        .await
+        .map_err(db("reading memory blocks"))?;
+        let (pinned, blocks): (Vec<_>, Vec<_>) = found.into_iter().partition(|(s, _)| s.is_empty());
+        let user_pinned = crate::user_managed::pinned(pinned.iter().map(|(_, b)| b.as_str()))?;
+        let rows = blocks
+            .into_iter()
+            .map(|(scope, body)| Ok((scope, parse(&body)?)))
+            .collect::<Result<Vec<_>>>()?;
         let of = |want: &str| {
             std::sync::Arc::new(
                 rows.iter()
@@ -117,11 +130,7 @@ impl Blocks for PgStore {
         if let (Some(id), Some(slot)) = (agent, slot.as_mut()) {
             self.bind_agent(&mut tx, id, slot, user).await?;
         } else {
-            sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-                .bind(&scope_key)
-                .execute(&mut *tx)
-                .await
-                .map_err(db("locking a block scope"))?;
+            crate::lock_scope(&mut tx, scope).await?;
         }
         let body: Option<String> = sqlx::query_scalar(
             "SELECT body FROM blocks WHERE scope = $1 AND label = $2 ORDER BY version DESC LIMIT 1",

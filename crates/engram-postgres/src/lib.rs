@@ -76,6 +76,21 @@ pub(crate) fn scope_key(scope: &engram_core::blocks::Scope) -> String {
     }
 }
 
+/// Takes the transaction's lock on a shared scope (global, a user's): the
+/// writers of its blocks, of a user's facts and DeleteUser go one at a
+/// time, across replicas.
+pub(crate) async fn lock_scope(
+    tx: &mut sqlx::PgConnection,
+    scope: &engram_core::blocks::Scope,
+) -> Result<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+        .bind(scope_key(scope))
+        .execute(&mut *tx)
+        .await
+        .map_err(db("locking a memory scope"))?;
+    Ok(())
+}
+
 /// The embedded schema migrations (`migrations/*.sql`).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 

@@ -109,22 +109,13 @@ pub(crate) async fn materialize(
                 let trace = Box::new(parse_trace(&spot.0, &body)?);
                 // A trace's place is its own; a memory's may equal one.
                 let sides = around.remove(&spot).unwrap_or_default();
-                (spot.0, Memory::Trace { trace, archived }, sides)
+                (Some(spot.0), Memory::Trace { trace, archived }, sides)
             }
-            Some(Spot::Own(id)) => {
-                let Some(fact) = own.remove(&id) else {
-                    continue;
-                };
-                out.push(Recalled {
-                    agent_id: None,
-                    memory: Memory::Semantic(fact),
-                    score: hit.score,
-                    matched_by: matched_by(hit),
-                    before: vec![],
-                    after: vec![],
-                });
-                continue;
-            }
+            // The user's own: of no conversation.
+            Some(Spot::Own(id)) => match own.remove(&id) {
+                Some(fact) => (None, Memory::Semantic(fact), Default::default()),
+                None => continue,
+            },
             Some(Spot::Memory(agent, id)) => {
                 let Some(body) = memories.remove(&(agent.clone(), id)) else {
                     continue;
@@ -139,11 +130,11 @@ pub(crate) async fn materialize(
                     }
                     Memory::Semantic(fact)
                 };
-                (agent, memory, Default::default())
+                (Some(agent), memory, Default::default())
             }
         };
         out.push(Recalled {
-            agent_id: who.agent().is_none().then_some(agent),
+            agent_id: agent.filter(|_| who.agent().is_none()),
             memory,
             score: hit.score,
             matched_by: matched_by(hit),

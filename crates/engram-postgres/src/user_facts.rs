@@ -78,12 +78,7 @@ impl UserMemory for PgStore {
         summaries: &[EpisodicItem],
     ) -> Result<Folded> {
         let mut tx = self.begin().await?;
-        let scope = crate::scope_key(&Scope::User(user.clone()));
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-            .bind(&scope)
-            .execute(&mut *tx)
-            .await
-            .map_err(db("locking a user"))?;
+        crate::lock_scope(&mut tx, &Scope::User(user.clone())).await?;
         let owned: Option<i32> =
             sqlx::query_scalar("SELECT 1 FROM agents WHERE id = $1 AND user_id = $2 FOR SHARE")
                 .bind(agent.as_str())
@@ -97,9 +92,7 @@ impl UserMemory for PgStore {
         let known = load(&mut tx, user).await?;
         let bytes: usize = known.iter().map(|f| f.fact.fact.len()).sum();
         let folded = engram_store::offload_over(bytes as u64, || {
-            users::fold(&known, agent.as_str(), items, || {
-                uuid::Uuid::now_v7().to_string()
-            })
+            users::fold(&known, agent.as_str(), items, engram_store::new_id)
         });
         for fact in &folded.changed {
             store_row(&mut tx, user, fact).await?;

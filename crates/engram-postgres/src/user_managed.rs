@@ -92,12 +92,7 @@ impl PgStore {
     /// A client's change of the user's facts, in one transaction.
     pub(crate) async fn change_user_facts(&self, user: &UserId, op: Op) -> Result<Applied> {
         let mut tx = self.begin().await?;
-        let scope = crate::scope_key(&Scope::User(user.clone()));
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-            .bind(&scope)
-            .execute(&mut *tx)
-            .await
-            .map_err(db("locking a user"))?;
+        crate::lock_scope(&mut tx, &Scope::User(user.clone())).await?;
         let known = load(&mut tx, user).await?;
         let bytes: usize = known.iter().map(|f| f.fact.fact.len()).sum();
         let (applied, lines) = engram_store::offload_over(bytes as u64, || {
@@ -134,27 +129,6 @@ impl PgStore {
         Ok(applied)
     }
 
-    /// The live pinned facts of `user`, oldest first (every prompt of the
-    /// user's conversations shows them).
-    pub(crate) async fn user_pinned(
-        &self,
-        conn: &mut PgConnection,
-        user: &str,
-    ) -> Result<Vec<SemanticItem>> {
-        let bodies: Vec<String> =
-            sqlx::query_scalar("SELECT body FROM user_facts WHERE user_id = $1 AND pinned")
-                .bind(user)
-                .fetch_all(&mut *conn)
-                .await
-                .map_err(db("reading a user's pinned facts"))?;
-        let mut pinned = bodies
-            .iter()
-            .map(|b| parse(b).map(|f| f.fact))
-            .collect::<Result<Vec<_>>>()?;
-        pinned.sort_by(|a, b| a.ts.total_cmp(&b.ts).then(a.id.cmp(&b.id)));
-        Ok(pinned)
-    }
-
     /// Some of the users' live facts past their expiry: (user, fact id,
     /// version).
     pub(crate) async fn expired_user_facts(&self) -> Result<Vec<(UserId, String, u64)>> {
@@ -174,6 +148,16 @@ impl PgStore {
         }
         Ok(found)
     }
+}
+
+/// The user's facts of the rows `bodies` (its pinned ones), oldest first
+/// (every prompt of the user's conversations shows them).
+pub(crate) fn pinned<'a>(bodies: impl Iterator<Item = &'a str>) -> Result<Vec<SemanticItem>> {
+    let mut pinned = bodies
+        .map(|b| parse(b).map(|f| f.fact))
+        .collect::<Result<Vec<_>>>()?;
+    pinned.sort_by(|a, b| a.ts.total_cmp(&b.ts).then(a.id.cmp(&b.id)));
+    Ok(pinned)
 }
 
 fn version_of(f: &UserFact) -> i64 {
