@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use common::{TestServer, ingest_req, user};
+use common::{TestServer, user};
 use engram_proto::pb;
 use engram_proto::pb::memory_scope::Scope as S;
 
@@ -50,11 +50,7 @@ fn all_text(p: &pb::PrepareRequestResponse) -> String {
 
 #[tokio::test]
 async fn a_users_fact_corrected_pinned_or_deleted_reaches_every_conversation() {
-    let answer = |fact: &str| {
-        common::completion(&format!(
-            r#"{{"episodic_summary": "Talked.", "semantic_facts": [{{"fact": "{fact}", "confidence": 0.9, "salience": 0.5}}]}}"#
-        ))
-    };
+    let answer = common::summary_with_fact;
     let (base, _) = common::fake_llm(vec![
         (200, answer("The user lives in Lisbon")),
         (200, answer("The user collects stamps")),
@@ -67,14 +63,7 @@ async fn a_users_fact_corrected_pinned_or_deleted_reaches_every_conversation() {
     ])
     .await;
     let mut c = server.client().await;
-    c.ingest(pb::IngestRequest {
-        user_id: "ana".into(),
-        ..ingest_req("talk-1", vec![user("hello")])
-    })
-    .await
-    .unwrap();
-    common::turns(&mut c, "talk-1", 4).await;
-    assert!(common::compact_now(&mut c, "talk-1").await.performed);
+    common::compacted_conversation(&mut c, "ana", "talk-1", "hello").await;
     let folded = facts_of(&mut c, ana()).await;
     assert_eq!(folded.len(), 1, "{folded:?}");
     assert_eq!(folded[0].origin(), pb::MemoryOrigin::Compaction);
@@ -179,14 +168,7 @@ async fn a_users_fact_corrected_pinned_or_deleted_reaches_every_conversation() {
 
     // Deleting a conversation's own copy of a fact only it said deletes
     // the user's fact too.
-    c.ingest(pb::IngestRequest {
-        user_id: "ana".into(),
-        ..ingest_req("talk-3", vec![user("hello")])
-    })
-    .await
-    .unwrap();
-    common::turns(&mut c, "talk-3", 4).await;
-    assert!(common::compact_now(&mut c, "talk-3").await.performed);
+    common::compacted_conversation(&mut c, "ana", "talk-3", "hello").await;
     let of_user = |facts: Vec<pb::SemanticItem>| -> Vec<String> {
         facts.into_iter().map(|f| f.fact).collect()
     };

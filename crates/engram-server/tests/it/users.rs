@@ -138,11 +138,7 @@ async fn a_users_agents_are_listed_and_erased_whole() {
 /// holds each fact once, with the agents it came from.
 #[tokio::test]
 async fn a_users_facts_follow_it_into_the_next_conversation() {
-    let answer = |fact: &str| {
-        common::completion(&format!(
-            r#"{{"episodic_summary": "Talked.", "semantic_facts": [{{"fact": "{fact}", "confidence": 0.9, "salience": 0.5}}]}}"#
-        ))
-    };
+    let answer = common::summary_with_fact;
     let open = std::sync::Arc::new(tokio::sync::Semaphore::new(1 << 20));
     let (base, _, bodies, _) = common::fake_llm_recording(
         vec![
@@ -160,15 +156,7 @@ async fn a_users_facts_follow_it_into_the_next_conversation() {
     .await;
     let mut c = server.client().await;
     for agent in ["talk-1", "talk-2"] {
-        c.ingest(pb::IngestRequest {
-            user_id: "ana".into(),
-            ..ingest_req(agent, vec![user("hello")])
-        })
-        .await
-        .unwrap();
-        common::turns(&mut c, agent, 4).await;
-        let report = common::compact_now(&mut c, agent).await;
-        assert!(report.performed, "{report:?}");
+        common::compacted_conversation(&mut c, "ana", agent, "hello").await;
     }
     let asked = bodies.lock().unwrap().clone();
     let second: serde_json::Value = serde_json::from_str(&asked[1]).unwrap();
@@ -222,14 +210,8 @@ async fn a_new_conversation_starts_with_the_previous_ones_summary() {
         ])
         .await;
         let mut c = server.client().await;
-        c.ingest(pb::IngestRequest {
-            user_id: "ana".into(),
-            ..ingest_req("old", vec![user("We booked the ferry to Naxos for May.")])
-        })
-        .await
-        .unwrap();
-        common::turns(&mut c, "old", 4).await;
-        assert!(common::compact_now(&mut c, "old").await.performed);
+        let said = "We booked the ferry to Naxos for May.";
+        common::compacted_conversation(&mut c, "ana", "old", said).await;
 
         let first = first_prompt(&mut c, "new", "Where were we?").await;
         let start = first[1]["content"].as_str().unwrap_or_default();

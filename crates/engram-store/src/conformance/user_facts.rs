@@ -7,6 +7,7 @@ use engram_core::blocks::Scope;
 use engram_core::facts::{Change, NewFact, Op, Outcome};
 use engram_core::{CoreError, NewEvent, UserId};
 
+use super::facts::racing_updates;
 use super::users::compact_and_fold;
 use super::{Harness, conversation, id};
 use crate::prelude::*;
@@ -192,29 +193,7 @@ pub async fn a_users_facts_are_managed_like_an_agents<H: Harness>(h: &H) {
     );
 
     // Eight updates of one version at once: exactly one wins.
-    let racing: Vec<_> = (0..8)
-        .map(|n| {
-            let (store, scope) = (std::sync::Arc::clone(&store), scope.clone());
-            let change = Op::Update {
-                id: metric.clone(),
-                change: Change {
-                    text: Some(format!("Prefers unit system {n}")),
-                    expected_version: 2,
-                    ..Change::default()
-                },
-            };
-            tokio::spawn(async move { store.change_facts(&scope, change, None).await })
-        })
-        .collect();
-    let mut won = 0;
-    for handle in racing {
-        match handle.await.unwrap() {
-            Ok(_) => won += 1,
-            Err(StoreError::Core(CoreError::Stale(_))) => {}
-            Err(e) => panic!("a race answered {e}"),
-        }
-    }
-    assert_eq!(won, 1);
+    assert_eq!(racing_updates(&store, &scope, &metric, 2, None).await, 1);
     assert_eq!(store.fact_history(&scope, &metric).await.unwrap().len(), 3);
 
     // Erasing the user erases its facts and their versions.

@@ -413,3 +413,24 @@ pub fn files_holding(dir: &std::path::Path, needle: &[u8]) -> Vec<String> {
     }
     found
 }
+
+/// A summarizer's answer (for a fake LLM) with a summary and one fact.
+pub fn summary_with_fact(fact: &str) -> String {
+    completion(&format!(
+        r#"{{"episodic_summary": "Talked.", "semantic_facts": [{{"fact": "{fact}", "confidence": 0.9, "salience": 0.5}}]}}"#
+    ))
+}
+
+/// A conversation of `user` that says `first`, then four turns, compacted
+/// (all but its last turn).
+pub async fn compacted_conversation(c: &mut Client, user_id: &str, agent: &str, first: &str) {
+    c.ingest(pb::IngestRequest {
+        user_id: user_id.into(),
+        ..ingest_req(agent, vec![user(first)])
+    })
+    .await
+    .unwrap();
+    turns(c, agent, 4).await;
+    let report = compact_now(c, agent).await;
+    assert!(report.performed, "{report:?}");
+}
