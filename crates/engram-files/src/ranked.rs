@@ -53,10 +53,17 @@ impl Ranks for FileStore {
             for hit in &all {
                 memories.extend(recalled(hit, lexical, r.first_active, context)?);
             }
+            // Expired: gone from search at once (upkeep purges it), as
+            // every other ranking of facts drops it.
+            let now = engram_store::unix_now();
+            let semantic: Vec<engram_core::memory::SemanticItem> = items(&semantic, lexical)?;
             Ok(RankedMemories {
                 memories,
                 episodic: items(&episodic, lexical)?,
-                semantic: items(&semantic, lexical)?,
+                semantic: semantic
+                    .into_iter()
+                    .filter(|f| !f.is_expired(now))
+                    .collect(),
                 index: r.state,
             })
         })

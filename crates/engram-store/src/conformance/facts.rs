@@ -151,6 +151,21 @@ pub async fn facts_are_added_corrected_and_forgotten<H: Harness>(h: &H) {
     assert!(shown.contains("- Allergic to peanuts\n"), "{shown}");
     assert!(!shown.contains("Berlin"), "limit 0 shows the pinned only");
     assert!(!shown.contains("meeting"), "an expired fact is not shown");
+    let query = crate::MemoryQuery {
+        query: "meeting".into(),
+        limit: 10,
+        neighbours: 0,
+        wait_for_index: None,
+        archived_only: false,
+        episodic: 0,
+        semantic: 5,
+    };
+    let ranked = store.rank_memories(&a, &query).await.unwrap();
+    assert!(
+        !ranked.semantic.iter().any(|f| f.fact.contains("meeting")),
+        "an expired fact is not ranked: {:?}",
+        ranked.semantic
+    );
 
     let store = h.reopen(store).await;
     let shown = snapshot(&*store, &a).await;
