@@ -11,6 +11,7 @@
 //! - [`compaction`]: when to compact (triggers, tiers, the prompt's size),
 //!   window selection, the commit plan (summary, facts, snapshot), the
 //!   report.
+//! - [`forget`]: what forgetting a turn or events erases.
 //! - [`render`]: provider request bodies (OpenAI, Anthropic, Gemini).
 //! - [`retrieve`]: the raw tail and tool interactions of an agent.
 //! - [`spill`]: the tool-result budget (large results stored aside).
@@ -28,6 +29,7 @@ pub mod compaction;
 pub mod embed;
 pub mod error;
 pub mod facts;
+pub mod forget;
 pub mod memory;
 pub mod render;
 pub mod retrieve;

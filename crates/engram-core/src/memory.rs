@@ -47,6 +47,17 @@ pub struct EpisodicItem {
     pub salience: f32,
     #[serde(flatten)]
     pub source: Provenance,
+    /// A trace it summarized was forgotten: it has no text until the
+    /// summarizer rewrites it from the others, and is shown nowhere.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rewriting: bool,
+}
+
+impl EpisodicItem {
+    /// Whether prompts, search and Retrieve show it.
+    pub fn is_shown(&self) -> bool {
+        !self.rewriting
+    }
 }
 
 /// A stable fact, preference, constraint or decision.
@@ -162,7 +173,11 @@ impl SemanticItem {
 /// The `n` most recent episodic items, oldest first (file order is
 /// append order, so the tail of the file is the most recent).
 pub fn recent_episodic(items: &[EpisodicItem], n: usize) -> Vec<EpisodicItem> {
-    items[items.len().saturating_sub(n)..].to_vec()
+    let shown: Vec<&EpisodicItem> = items.iter().filter(|e| e.is_shown()).collect();
+    shown[shown.len().saturating_sub(n)..]
+        .iter()
+        .map(|e| (*e).clone())
+        .collect()
 }
 
 /// [`top_semantic`] of the facts shown at `now` (none expired): what
@@ -258,6 +273,7 @@ mod tests {
             tags: vec![],
             salience: 0.5,
             source: Provenance::default(),
+            rewriting: false,
         };
         let items = vec![item("1"), item("2"), item("3")];
         let ids: Vec<_> = recent_episodic(&items, 2)

@@ -181,6 +181,9 @@ pub(crate) struct Delta {
     pub traces: Vec<RawTrace>,
     pub episodic: Vec<EpisodicItem>,
     pub semantic: Vec<SemanticItem>,
+    /// Keys a forget erased: removed, and the segments that held them
+    /// rewritten (`AgentMeta::unpurged`).
+    pub removed: Vec<String>,
 }
 
 /// The open index of an agent, caught up with everything acknowledged.
@@ -396,6 +399,7 @@ pub(crate) fn delta(state: &crate::agent::AgentState, from: Option<Cursor>) -> O
         traces: state.traces[a..].to_vec(),
         episodic: state.episodic[e..].to_vec(),
         semantic: state.semantic[s..].to_vec(),
+        removed: state.meta.unpurged.clone(),
     })
 }
 
@@ -436,14 +440,21 @@ fn apply(index: &mut AgentIndex, agent_dir: &Path, delta: Delta) -> Result<()> {
         lexical.upsert(&items).map_err(index_error)?;
         queue(&items);
     }
-    let memories: Vec<Item> = delta.episodic.iter().map(episodic_item).collect();
+    // A summary a forget hid is not searched until it is rewritten.
+    let (shown, hidden): (Vec<_>, Vec<_>) = delta.episodic.iter().partition(|e| e.is_shown());
+    let memories: Vec<Item> = shown.into_iter().map(episodic_item).collect();
     lexical.upsert(&memories).map_err(index_error)?;
     queue(&memories);
     let (live, gone): (Vec<_>, Vec<_>) = delta.semantic.iter().partition(|f| f.is_live());
     let facts: Vec<Item> = live.into_iter().map(semantic_item).collect();
     lexical.upsert(&facts).map_err(index_error)?;
     queue(&facts);
-    let gone: Vec<&str> = gone.iter().map(|f| f.id.as_str()).collect();
+    let gone: Vec<&str> = gone
+        .iter()
+        .map(|f| f.id.as_str())
+        .chain(hidden.iter().map(|e| e.id.as_str()))
+        .chain(delta.removed.iter().map(String::as_str))
+        .collect();
     lexical.remove(&gone).map_err(index_error)?;
     if let Some(vectors) = &mut index.vectors {
         vectors.write(&[], &gone).map_err(index_error)?;
@@ -456,6 +467,10 @@ fn apply(index: &mut AgentIndex, agent_dir: &Path, delta: Delta) -> Result<()> {
     .expect("a cursor serializes");
     lexical.commit(&payload).map_err(index_error)?;
     index.cursor = Some(delta.to);
+    if !delta.removed.is_empty() {
+        // Removed items stay in their segments until these are rewritten.
+        index.lexical.purge_removed().map_err(index_error)?;
+    }
     // A writer holds threads and a memory arena; agents are many and
     // their writes come in bursts, so it is opened per catch-up. Its
     // merges are finished here, under the index slot: left running, they

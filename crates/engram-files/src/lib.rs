@@ -34,6 +34,7 @@ pub mod durable;
 mod fact_file;
 mod facts;
 mod faults;
+mod forget;
 mod fork;
 mod index;
 mod indexer;
@@ -338,6 +339,10 @@ impl FileStore {
             if let Some(user) = &state.meta.user_id {
                 self.note_user(id, user);
             }
+            if !state.meta.unpurged.is_empty() {
+                // A forget a crash cut short after its files.
+                self.purge_forgotten_later(id);
+            }
             **slot = Some(state);
         }
         let state = slot.as_mut().expect("just loaded");
@@ -357,7 +362,28 @@ impl FileStore {
                 **slot = Some(self.load(id).await?);
             }
         }
+        let state = slot.as_mut().expect("loaded");
+        if let Some(intent) = state.meta.forgetting.clone() {
+            tracing::warn!(agent = %id, "finishing an interrupted forget");
+            let done = self.complete_forget(id, state, &intent).await;
+            // The files are the truth: read them again.
+            **slot = None;
+            done?;
+            **slot = Some(self.load(id).await?);
+            self.purge_forgotten_later(id);
+        }
         Ok(slot.as_mut().expect("loaded"))
+    }
+
+    /// [`purge_forgotten`](Self::purge_forgotten) once the caller has let
+    /// go of the agent.
+    fn purge_forgotten_later(&self, id: &AgentId) {
+        let (store, id) = (self.clone(), id.clone());
+        tokio::spawn(async move {
+            if let Err(e) = store.purge_forgotten(&id).await {
+                tracing::warn!(agent = %id, error = %e, "purging what a forget erased failed; its next load tries again");
+            }
+        });
     }
 
     /// The agent's state from its files. Blocking work, off the workers.

@@ -23,7 +23,7 @@ use crate::fact_file::{FACTS, file_len};
 use crate::jsonl::{self, append_sync};
 use crate::{FileStore, Result, StoreError};
 
-const LAST: &str = "last_conversation.json";
+pub(crate) const LAST: &str = "last_conversation.json";
 
 #[async_trait]
 impl UserMemory for FileStore {

@@ -332,7 +332,7 @@ impl FileStore {
         .await
     }
 
-    async fn forget_in_user_index(&self, id: &AgentId, slot: &UserSlot) -> Result<()> {
+    pub(crate) async fn forget_in_user_index(&self, id: &AgentId, slot: &UserSlot) -> Result<()> {
         let mut guard = Arc::clone(slot).lock_owned().await;
         let agent = id.to_string();
         blocking(move || match guard.as_mut() {

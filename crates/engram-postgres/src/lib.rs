@@ -36,6 +36,7 @@ mod blocks;
 mod cache;
 mod compact;
 mod facts;
+mod forget;
 mod ranked;
 mod read;
 mod recalled;

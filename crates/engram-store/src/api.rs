@@ -369,3 +369,29 @@ pub struct Microcompacted {
 
 /// Which agent ids a listing shows (an auth scope).
 pub type Visible<'a> = &'a (dyn Fn(&str) -> bool + Send + Sync);
+
+/// What a forget erased (ForgetTurn, ForgetEvents).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Forgotten {
+    /// Traces erased (0 when repeated: nothing was left).
+    pub traces_erased: u32,
+    /// Facts deleted (live ones counted) and their ids (every version
+    /// erased), for their copies in the user's store.
+    pub facts_deleted: u32,
+    pub fact_ids: Vec<String>,
+    /// Summaries that covered the traces: hidden until rewritten, or
+    /// removed when they covered nothing else.
+    pub summaries_rewritten: u32,
+    /// The agent's user.
+    pub user_id: Option<String>,
+}
+
+/// A summary a forget hid, to be written again from its remaining traces
+/// (`engram_core::forget::remaining`), with the facts the agent knows.
+#[derive(Debug, Clone)]
+pub struct RewriteJob {
+    pub item: engram_core::memory::EpisodicItem,
+    pub traces: Vec<engram_core::RawTrace>,
+    pub known_facts: Vec<engram_core::memory::SemanticItem>,
+    pub user_id: Option<String>,
+}

@@ -32,12 +32,12 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use api::{
-    AgentContext, Begun, Bundle, CommitStep, Committed, Hit, IndexState, Ingested, Job, MatchedBy,
+    AgentContext, Begun, Bundle, CommitStep, Committed, Forgotten, Hit, IndexState, Ingested, Job, MatchedBy,
     Memory, MemoryQuery, Microcompacted, Policy, PrepareInput, Prepared, RankedMemories, Recalled,
-    Search, SearchMode, SearchPage, SeenBlocks, Visible,
+    RewriteJob, Search, SearchMode, SearchPage, SeenBlocks, Visible,
 };
 pub use traits::{
-    Admin, Blocks, Compacts, Facts, Ranks, Reads, Runtime, Searches, Store, UserMemory, Writes,
+    Admin, Blocks, Compacts, Facts, Forgets, Ranks, Reads, Runtime, Searches, Store, UserMemory, Writes,
 };
 
 /// The storage traits, for `use engram_store::prelude::*`: on a concrete
@@ -46,7 +46,7 @@ pub use traits::{
 /// they are callable as they are).
 pub mod prelude {
     pub use crate::traits::{
-        Admin, Blocks, Compacts, Facts, Ranks, Reads, Runtime, Searches, Store, UserMemory, Writes,
+        Admin, Blocks, Compacts, Facts, Forgets, Ranks, Reads, Runtime, Searches, Store, UserMemory, Writes,
     };
 }
 pub use derived::AgentMeta;

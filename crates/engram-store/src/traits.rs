@@ -14,6 +14,7 @@
 //! | [`Admin`] | list, delete, fork | `registry.rs` | `agents.rs` |
 //! | [`Blocks`] | memory blocks of every scope | `blocks.rs` | `blocks.rs` |
 //! | [`Facts`] | facts clients manage, an agent's or a user's | `facts.rs` | `facts.rs` |
+//! | [`Forgets`] | erase a turn or events; rewrite the summaries that covered them | `forget.rs` | `forget.rs` |
 //! | [`UserMemory`] | a user's facts and last conversation; the conversations to summarize once quiet | `user_facts.rs`, `quiet.rs` | `user_facts.rs` |
 //! | [`Runtime`] | health, metrics, upkeep, close | `registry.rs` | `upkeep.rs` |
 //!
@@ -31,13 +32,14 @@ use async_trait::async_trait;
 use engram_core::blocks::{Block, Change, Scope};
 use engram_core::compaction::Summary;
 use engram_core::facts::{Applied, Op};
+use engram_core::forget::Forget;
 use engram_core::memory::{EpisodicItem, SemanticItem};
 use engram_core::users::{Folded, LastConversation, UserFact};
 use engram_core::{AgentId, NewEvent, Usage, UserId};
 
 use crate::{
-    AgentContext, Begun, Bundle, Committed, IndexState, Ingested, Job, MemoryQuery, Microcompacted,
-    Policy, PrepareInput, Prepared, RankedMemories, Result, Search, SearchPage, Visible,
+    AgentContext, Begun, Bundle, Committed, Forgotten, IndexState, Ingested, Job, MemoryQuery, Microcompacted,
+    Policy, PrepareInput, Prepared, RankedMemories, Result, RewriteJob, Search, SearchPage, Visible,
 };
 
 /// Engram's storage. Every write that returns `Ok` is durable (per the
@@ -52,6 +54,7 @@ pub trait Store:
     + Admin
     + Blocks
     + Facts
+    + Forgets
     + UserMemory
     + Runtime
     + Send
@@ -69,6 +72,7 @@ impl<T> Store for T where
         + Admin
         + Blocks
         + Facts
+        + Forgets
         + UserMemory
         + Runtime
         + Send
@@ -298,6 +302,41 @@ pub trait Facts {
     /// how many went. The engine's upkeep calls it every 30 s; a fact that
     /// expired is out of search and prompts before this runs.
     async fn purge_expired(&self) -> Result<usize>;
+}
+
+/// Forgetting a turn or events (docs/DESIGN.md §9a): every byte of them
+/// erased, and what was drawn from them (`engram_core::forget`).
+#[async_trait]
+pub trait Forgets {
+    /// Erases the traces `what` names, with the pair partner of a tool
+    /// call or result, from the active transcript, the archive, stored
+    /// tool results, the log once checkpointed and the search index (and
+    /// the user's); deletes the facts drawn from a window that held one;
+    /// hides the summaries that covered one (no text) until
+    /// [`Forgets::finish_rewrite`], or removes those that covered nothing
+    /// else; renders the snapshot again and starts a new epoch. Durable
+    /// and crash-safe: an interrupted forget is finished at the agent's
+    /// next use. A repeated forget erases nothing (and finishes what a
+    /// crash left). NOT_FOUND for an agent that does not exist.
+    async fn forget(&self, id: &AgentId, what: &Forget, policy: Policy) -> Result<Forgotten>;
+
+    /// The agent's hidden summaries, each with its remaining traces.
+    async fn rewrite_jobs(&self, id: &AgentId) -> Result<Vec<RewriteJob>>;
+
+    /// Writes `job`'s summary again with `summary` (and its facts, merged
+    /// as a compaction's), shown again, the snapshot rendered again; false
+    /// (nothing written) if the summary no longer awaits that rewrite.
+    async fn finish_rewrite(
+        &self,
+        id: &AgentId,
+        job: &RewriteJob,
+        summary: Summary,
+        policy: Policy,
+    ) -> Result<bool>;
+
+    /// Agents with hidden summaries, as far as the backend finds them
+    /// cheaply (files: loaded agents; PostgreSQL: all).
+    async fn awaiting_rewrite(&self) -> Result<Vec<AgentId>>;
 }
 
 /// A user's long-term memory: one fact store per user, fed by the

@@ -415,6 +415,7 @@ mod tests {
             tags: vec![],
             salience: 0.5,
             source: Provenance::default(),
+            rewriting: false,
         }];
         let semantic = [SemanticItem::new("f", "Lives in Oslo")];
         assert_eq!(

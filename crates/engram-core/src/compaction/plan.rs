@@ -77,6 +77,7 @@ pub fn plan(
         tags: summary.tags,
         salience: summary.salience.clamp(0.0, 1.0),
         source: source.clone(),
+        rewriting: false,
     };
     let mut facts = merge_facts(before.semantic, &summary.semantic_facts, now, new_id);
     // A summarizer does not say which message a fact came from: its

@@ -88,6 +88,14 @@ pub struct AgentMeta {
     /// facts from then on (a change, an expiry).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub facts_limit: Option<u32>,
+    /// A forget written down but not finished: finished before the agent
+    /// is used again (ids only: no text of what it erases).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forgetting: Option<crate::forget::ForgetIntent>,
+    /// Keys a forget erased that the search indexes may still hold: they
+    /// are removed (and their segments rewritten) at the next catch-up.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unpurged: Vec<String>,
 }
 
 impl AgentMeta {

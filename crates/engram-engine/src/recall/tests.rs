@@ -66,6 +66,7 @@ fn summary(text: &str) -> EpisodicItem {
             from_ts: Some(MAY_8_2023),
             to_ts: Some(MAY_8_2023 + 86_400.0 * 12.0),
         },
+        rewriting: false,
     }
 }
 

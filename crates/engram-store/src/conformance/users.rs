@@ -294,6 +294,7 @@ fn summary(id: &str, ts: f64, text: &str) -> EpisodicItem {
         tags: vec![],
         salience: 0.5,
         source: Provenance::default(),
+        rewriting: false,
     }
 }
 
