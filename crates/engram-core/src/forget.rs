@@ -78,7 +78,10 @@ impl Erasure {
 
 /// The traces `what` names among `traces` (active and archived, in any
 /// order), with their pair partners.
-pub fn select<'a>(what: &Forget, traces: impl Iterator<Item = &'a RawTrace> + Clone) -> Vec<&'a RawTrace> {
+pub fn select<'a>(
+    what: &Forget,
+    traces: impl Iterator<Item = &'a RawTrace> + Clone,
+) -> Vec<&'a RawTrace> {
     let named: Vec<&RawTrace> = match what {
         Forget::Turn(turn) => return traces.filter(|t| t.turn_id == *turn).collect(),
         Forget::Events(ids) => {
@@ -104,8 +107,7 @@ pub fn select<'a>(what: &Forget, traces: impl Iterator<Item = &'a RawTrace> + Cl
         .filter(|t| {
             ids.contains(t.id.as_str())
                 || matches!(t.trace_type, TraceType::ToolCall | TraceType::ToolResult)
-                    && t
-                        .tool_call_id
+                    && t.tool_call_id
                         .as_deref()
                         .is_some_and(|c| pairs.contains(&(t.turn_id.as_str(), c)))
         })
@@ -227,13 +229,22 @@ pub fn apply_to_summaries(episodic: &[EpisodicItem], erasure: &Erasure) -> Vec<E
 }
 
 /// The traces a hidden summary is rewritten from, among `traces`.
-pub fn remaining<'a>(item: &EpisodicItem, traces: impl Iterator<Item = &'a RawTrace>) -> Vec<RawTrace> {
+pub fn remaining<'a>(
+    item: &EpisodicItem,
+    traces: impl Iterator<Item = &'a RawTrace>,
+) -> Vec<RawTrace> {
     if item.source.trace_ids.is_empty() {
         let turns: HashSet<&str> = item.turn_ids.iter().map(String::as_str).collect();
-        return traces.filter(|t| turns.contains(t.turn_id.as_str())).cloned().collect();
+        return traces
+            .filter(|t| turns.contains(t.turn_id.as_str()))
+            .cloned()
+            .collect();
     }
     let ids: HashSet<&str> = item.source.trace_ids.iter().map(String::as_str).collect();
-    traces.filter(|t| ids.contains(t.id.as_str())).cloned().collect()
+    traces
+        .filter(|t| ids.contains(t.id.as_str()))
+        .cloned()
+        .collect()
 }
 
 /// A forget written down before any file changes: the erasure and the
@@ -365,9 +376,7 @@ pub fn meta_after(
     policy: Policy,
     now: f64,
 ) -> AgentMeta {
-    let limit = meta
-        .facts_limit
-        .map_or(policy.max_semantic, |l| l as usize);
+    let limit = meta.facts_limit.map_or(policy.max_semantic, |l| l as usize);
     let facts = crate::facts::shown(semantic, limit, now);
     let tail: Vec<RawTrace> = active
         .iter()

@@ -77,6 +77,12 @@ impl ContextCaches {
         caches.is_some_and(|c| lock(&c).recall.is_some())
     }
 
+    /// Drops `agent`'s caches: what they hold (a turn's recall, rendered
+    /// messages) may quote what was just forgotten.
+    pub fn drop_agent(&self, agent: &AgentId) {
+        self.lock().remove(agent);
+    }
+
     /// Drops the caches of agents unused for longer than `max_idle`;
     /// returns how many.
     pub fn evict_idle(&self, max_idle: Duration) -> usize {

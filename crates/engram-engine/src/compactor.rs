@@ -13,7 +13,7 @@ use engram_core::AgentId;
 use engram_core::blocks::{Scope, WORKING_MEMORY};
 use engram_core::compaction::{CompactionError, CompactionReport, Tier, Trigger};
 use engram_llm::{SummarizeError, Summarizer, SummaryRequest};
-use engram_store::{AgentContext, Begun, Job, Policy, Store, StoreError};
+use engram_store::{AgentContext, Begun, Job, Policy, RewriteJob, Store, StoreError};
 use tokio::time::Instant;
 
 use crate::budget::Budgets;
@@ -136,6 +136,36 @@ impl Compactor {
     /// The policy a summary for `trigger` follows: a turn-count compaction
     /// keeps no more raw turns than the trigger allows, or the very next
     /// prompt would trigger it again with nothing left to do.
+    /// The compaction settings with no trigger's adjustments (a forget's
+    /// snapshot is rendered as a compaction renders it).
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// Writes a summary a forget hid again from its remaining traces, as a
+    /// compaction would summarize them; false if it no longer awaits that.
+    pub async fn rewrite(&self, agent: &AgentId, job: &RewriteJob) -> Result<bool, String> {
+        let working_memory = self.working_memory(agent).await;
+        let window = Job {
+            epoch: 0,
+            next_epoch: 0,
+            turn_ids: job.item.turn_ids.clone(),
+            traces: job.traces.clone(),
+            known_facts: job.known_facts.clone(),
+            current_turn: 0,
+            user_id: job.user_id.clone(),
+        };
+        let (summary, window) = self
+            .summarize(window, None, working_memory)
+            .await
+            .map_err(|e| e.to_string())?;
+        engram_store::drop_later(window);
+        self.store
+            .finish_rewrite(agent, job, summary, self.policy)
+            .await
+            .map_err(|e| e.client_message())
+    }
+
     fn policy_for(&self, trigger: Trigger) -> Policy {
         let mut policy = self.policy;
         if trigger == Trigger::TurnCount && self.max_active_turns > 0 {

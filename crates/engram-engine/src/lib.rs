@@ -29,6 +29,7 @@ pub mod compactor;
 pub mod error;
 mod facts;
 mod flights;
+mod forget;
 mod idle;
 mod ingest;
 pub mod limits;
@@ -73,6 +74,7 @@ pub struct Engine {
     facts_limit: u32,
     last_used: Arc<idle::LastUsed>,
     idle_evict: Option<Duration>,
+    rewriting: Arc<forget::Rewriting>,
 }
 
 impl Engine {
@@ -102,6 +104,7 @@ impl Engine {
             facts_limit: u32::try_from(settings.policy.max_semantic_items).unwrap_or(u32::MAX),
             last_used: Arc::default(),
             idle_evict: settings.idle_evict,
+            rewriting: Arc::default(),
         }
     }
 
@@ -189,7 +192,17 @@ impl Engine {
                     }
                 }
             };
-            tokio::join!(evict, summarize, note, purge);
+            // Summaries a forget hid and no rewrite has shown again yet (the
+            // summarizer failed, or the server stopped first).
+            let rewrite = async {
+                let mut tick = tokio::time::interval(PURGE_EVERY);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    engine.rewrite_awaiting().await;
+                }
+            };
+            tokio::join!(evict, summarize, note, purge, rewrite);
         })
     }
 }

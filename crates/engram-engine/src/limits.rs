@@ -178,6 +178,36 @@ fn turn_range(from: &str, to: &str) -> Result<Option<(u32, u32)>> {
     Ok(Some((lo, hi)))
 }
 
+/// ForgetEvents names this many ids at most.
+pub const MAX_FORGET_IDS: usize = 1000;
+
+/// ForgetTurn's turn: `turn_` and a number, as Ingest answers them.
+pub fn forget_turn(turn_id: &str) -> Result<engram_core::forget::Forget> {
+    if engram_core::turns::turn_number(turn_id).is_none() {
+        return Err(EngineError::Invalid(
+            "turn_id is a turn's id as Ingest answers it (turn_0007)".into(),
+        ));
+    }
+    Ok(engram_core::forget::Forget::Turn(turn_id.to_owned()))
+}
+
+/// ForgetEvents' ids: trace ids or the clients' event ids.
+pub fn forget_events(ids: &[String]) -> Result<engram_core::forget::Forget> {
+    if ids.is_empty() || ids.len() > MAX_FORGET_IDS {
+        return Err(EngineError::Invalid(format!(
+            "ids: 1 to {MAX_FORGET_IDS} trace ids or event ids"
+        )));
+    }
+    for id in ids {
+        fact_id(id).map_err(|_| {
+            EngineError::Invalid(format!(
+                "ids: each is 1 to {MAX_FACT_ID_CHARS} characters, no control characters"
+            ))
+        })?;
+    }
+    Ok(engram_core::forget::Forget::Events(ids.to_vec()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -98,8 +98,12 @@ impl Forgets for FileStore {
     async fn rewrite_jobs(&self, id: &AgentId) -> Result<Vec<RewriteJob>> {
         let hidden = self
             .read(id, |s| {
-                let hidden: Vec<EpisodicItem> =
-                    s.episodic.iter().filter(|e| !e.is_shown()).cloned().collect();
+                let hidden: Vec<EpisodicItem> = s
+                    .episodic
+                    .iter()
+                    .filter(|e| !e.is_shown())
+                    .cloned()
+                    .collect();
                 let known: Vec<SemanticItem> =
                     s.semantic.iter().filter(|f| f.is_live()).cloned().collect();
                 (hidden, known, s.traces.clone(), s.meta.user_id.clone())
@@ -136,7 +140,7 @@ impl Forgets for FileStore {
             return Err(StoreError::NotFound(id.to_string()));
         }
         // Still hidden, and from the same traces (no forget since).
-        if !state.episodic.iter().any(|e| *e == job.item) {
+        if !state.episodic.contains(&job.item) {
             return Ok(false);
         }
         let now = engram_store::unix_now();
@@ -152,7 +156,13 @@ impl Forgets for FileStore {
         let episodic: Vec<EpisodicItem> = state
             .episodic
             .iter()
-            .map(|e| if e.id == job.item.id { rewrite.episodic.clone() } else { e.clone() })
+            .map(|e| {
+                if e.id == job.item.id {
+                    rewrite.episodic.clone()
+                } else {
+                    e.clone()
+                }
+            })
             .collect();
         let mut semantic = state.semantic.clone();
         let mut lines = rewrite.facts.new_items.clone();
@@ -170,7 +180,14 @@ impl Forgets for FileStore {
                 None => semantic.push(line.clone()),
             }
         }
-        let meta = forget::meta_after(&state.meta, &state.traces, &episodic, &semantic, policy, now);
+        let meta = forget::meta_after(
+            &state.meta,
+            &state.traces,
+            &episodic,
+            &semantic,
+            policy,
+            now,
+        );
         let dir = state.dir.clone();
         let written = crate::offload(|| {
             atomic_write(&dir.join(EPISODIC), &crate::jsonl::lines(&episodic))?;
@@ -311,8 +328,11 @@ impl FileStore {
             if last.agent_id != agent || !last.summaries.iter().any(|s| gone.contains(&s.id)) {
                 return Ok(());
             }
-            let kept: Vec<EpisodicItem> =
-                last.summaries.into_iter().filter(|s| !gone.contains(&s.id)).collect();
+            let kept: Vec<EpisodicItem> = last
+                .summaries
+                .into_iter()
+                .filter(|s| !gone.contains(&s.id))
+                .collect();
             match LastConversation::of(&agent, &kept) {
                 Some(last) => {
                     let json = serde_json::to_vec(&last).expect("summaries serialize");

@@ -282,7 +282,13 @@ impl UserIndex {
                 self.add(agent, batch, own)?;
             }
             let mut items: Vec<Item> = delta.traces.iter().map(|t| rekey(trace_item(t))).collect();
-            items.extend(delta.episodic.iter().map(|e| rekey(episodic_item(e))));
+            items.extend(
+                delta
+                    .episodic
+                    .iter()
+                    .filter(|e| e.is_shown())
+                    .map(|e| rekey(episodic_item(e))),
+            );
             self.add(agent, items, own)?;
             to = Some(delta.to);
         }

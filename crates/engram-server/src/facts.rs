@@ -1,11 +1,15 @@
 //! The managed-fact handlers of `MemoryService` (auth → convert → engine →
 //! convert): AddMemories, ListMemories, GetMemory, GetMemoryHistory,
 //! UpdateMemory and DeleteMemory, authorized as memory blocks are (a
-//! token covering the agent, or the user).
+//! token covering the agent, or the user); ForgetTurn and ForgetEvents, by
+//! a token covering the agent.
 
 use engram_proto::pb;
 use tonic::{Request, Response, Status};
 
+use engram_engine::limits;
+
+use crate::auth;
 use crate::blocks::authorize;
 use crate::convert;
 use crate::convert::facts::{change_from_pb, listing_from_pb, new_fact_from_pb};
@@ -134,5 +138,42 @@ impl Engram {
             .await
             .map_err(from_engine)?;
         Ok(Response::new(pb::DeleteMemoryResponse { version }))
+    }
+
+    pub(crate) async fn handle_forget_turn(
+        &self,
+        request: Request<pb::ForgetTurnRequest>,
+    ) -> Result<Response<pb::ForgetResponse>, Status> {
+        let agent = request.get_ref().agent_id.clone();
+        auth::authorize(self.engine(), &request, &agent, "").await?;
+        let what = limits::forget_turn(&request.get_ref().turn_id).map_err(from_engine)?;
+        self.forget(&agent, what).await
+    }
+
+    pub(crate) async fn handle_forget_events(
+        &self,
+        request: Request<pb::ForgetEventsRequest>,
+    ) -> Result<Response<pb::ForgetResponse>, Status> {
+        let agent = request.get_ref().agent_id.clone();
+        auth::authorize(self.engine(), &request, &agent, "").await?;
+        let what = limits::forget_events(&request.get_ref().ids).map_err(from_engine)?;
+        self.forget(&agent, what).await
+    }
+
+    async fn forget(
+        &self,
+        agent: &str,
+        what: engram_core::forget::Forget,
+    ) -> Result<Response<pb::ForgetResponse>, Status> {
+        let forgotten = self
+            .engine()
+            .forget(agent, what)
+            .await
+            .map_err(from_engine)?;
+        Ok(Response::new(pb::ForgetResponse {
+            traces_erased: forgotten.traces_erased,
+            facts_deleted: forgotten.facts_deleted,
+            summaries_rewritten: forgotten.summaries_rewritten,
+        }))
     }
 }

@@ -407,4 +407,20 @@ impl MemoryService for Engram {
     ) -> Result<Response<pb::DeleteMemoryResponse>, Status> {
         catch_panics("DeleteMemory", "", self.handle_delete_memory(request)).await
     }
+
+    async fn forget_turn(
+        &self,
+        request: Request<pb::ForgetTurnRequest>,
+    ) -> Result<Response<pb::ForgetResponse>, Status> {
+        let agent = request.get_ref().agent_id.clone();
+        catch_panics("ForgetTurn", &agent, self.handle_forget_turn(request)).await
+    }
+
+    async fn forget_events(
+        &self,
+        request: Request<pb::ForgetEventsRequest>,
+    ) -> Result<Response<pb::ForgetResponse>, Status> {
+        let agent = request.get_ref().agent_id.clone();
+        catch_panics("ForgetEvents", &agent, self.handle_forget_events(request)).await
+    }
 }

@@ -38,8 +38,9 @@ use engram_core::users::{Folded, LastConversation, UserFact};
 use engram_core::{AgentId, NewEvent, Usage, UserId};
 
 use crate::{
-    AgentContext, Begun, Bundle, Committed, Forgotten, IndexState, Ingested, Job, MemoryQuery, Microcompacted,
-    Policy, PrepareInput, Prepared, RankedMemories, Result, RewriteJob, Search, SearchPage, Visible,
+    AgentContext, Begun, Bundle, Committed, Forgotten, IndexState, Ingested, Job, MemoryQuery,
+    Microcompacted, Policy, PrepareInput, Prepared, RankedMemories, Result, RewriteJob, Search,
+    SearchPage, Visible,
 };
 
 /// Engram's storage. Every write that returns `Ok` is durable (per the

@@ -152,4 +152,16 @@ impl MemoryService for Echo {
     ) -> Result<Response<pb::DeleteMemoryResponse>, Status> {
         Err(Status::unimplemented("echo"))
     }
+    async fn forget_turn(
+        &self,
+        _: Request<pb::ForgetTurnRequest>,
+    ) -> Result<Response<pb::ForgetResponse>, Status> {
+        Err(Status::unimplemented("echo"))
+    }
+    async fn forget_events(
+        &self,
+        _: Request<pb::ForgetEventsRequest>,
+    ) -> Result<Response<pb::ForgetResponse>, Status> {
+        Err(Status::unimplemented("echo"))
+    }
 }

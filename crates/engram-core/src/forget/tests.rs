@@ -63,7 +63,10 @@ fn a_turn_takes_its_summaries_and_facts_with_it() {
 #[test]
 fn events_take_their_pair_partner() {
     let t = talk();
-    let selected = select(&Forget::Events(vec![t[2].id.clone(), "ev-answer".into()]), t.iter());
+    let selected = select(
+        &Forget::Events(vec![t[2].id.clone(), "ev-answer".into()]),
+        t.iter(),
+    );
     let ids: Vec<&str> = selected.iter().map(|s| s.id.as_str()).collect();
     assert_eq!(ids, [t[1].id.as_str(), t[2].id.as_str(), t[3].id.as_str()]);
     let legacy = EpisodicItem {
@@ -71,7 +74,10 @@ fn events_take_their_pair_partner() {
         ..summary("e1", &["turn_0001"], &[])
     };
     let e = erasure(&selected, t.iter(), &[legacy], &[]);
-    assert!(e.hidden.is_empty() && e.dropped.is_empty(), "turn_0001 keeps its user message");
+    assert!(
+        e.hidden.is_empty() && e.dropped.is_empty(),
+        "turn_0001 keeps its user message"
+    );
     assert!(select(&Forget::Events(vec!["nothing".into()]), t.iter()).is_empty());
 }
 
@@ -89,5 +95,9 @@ fn applied_summaries_keep_order_and_drop_the_dropped() {
     let after = apply_to_summaries(&items, &e);
     let ids: Vec<(&str, bool)> = after.iter().map(|i| (i.id.as_str(), i.rewriting)).collect();
     assert_eq!(ids, [("e2", true), ("e3", false)]);
-    assert_eq!(crate::memory::recent_episodic(&after, 3).len(), 1, "hidden is not shown");
+    assert_eq!(
+        crate::memory::recent_episodic(&after, 3).len(),
+        1,
+        "hidden is not shown"
+    );
 }

@@ -366,7 +366,13 @@ impl Derived {
     /// copied out.
     pub fn bundle(&self, raw_tail_turns: usize) -> super::Bundle {
         super::Bundle {
-            episodic: self.episodic.clone(),
+            // A summary a forget hid has no text until it is rewritten.
+            episodic: self
+                .episodic
+                .iter()
+                .filter(|e| e.is_shown())
+                .cloned()
+                .collect(),
             semantic: self.semantic.clone(),
             raw_tail: crate::retrieve::raw_tail(&self.traces, raw_tail_turns)
                 .into_iter()

@@ -16,6 +16,7 @@ mod agents;
 mod blocks;
 mod compaction;
 mod facts;
+mod forget;
 mod quiet;
 mod search;
 mod user_facts;
@@ -34,6 +35,7 @@ pub use agents::*;
 pub use blocks::*;
 pub use compaction::*;
 pub use facts::*;
+pub use forget::*;
 pub use quiet::*;
 pub use search::*;
 pub use user_facts::*;
@@ -101,6 +103,7 @@ macro_rules! conformance_suite {
             quiet_conversations_are_noted_and_taken_once,
             facts_are_added_corrected_and_forgotten,
             a_users_facts_are_managed_like_an_agents,
+            forgetting_a_turn_erases_every_byte_of_it,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
