@@ -27,7 +27,7 @@ impl Engine {
             .await?;
         self.caches.drop_agent(&id);
         if let Some(user) = &forgotten.user_id {
-            self.forget_in_user(&id, user, &forgotten.fact_ids).await?;
+            self.forget_in_user(&id, user).await?;
         }
         tracing::info!(agent = %id, traces = forgotten.traces_erased, facts = forgotten.facts_deleted, summaries = forgotten.summaries_rewritten, "forget done");
         // Also after a repeated forget: a rewrite a crash interrupted.
@@ -35,22 +35,27 @@ impl Engine {
         Ok(forgotten)
     }
 
-    /// The user's facts whose only sources were `facts` of `agent`.
-    async fn forget_in_user(&self, agent: &AgentId, user: &str, facts: &[String]) -> Result<()> {
-        if facts.is_empty() {
-            return Ok(());
-        }
+    /// The user's facts whose only sources were facts of `agent` that are
+    /// gone (those the forget deleted, or an earlier forget that a crash
+    /// cut short before this step: its retry finds them here).
+    async fn forget_in_user(&self, agent: &AgentId, user: &str) -> Result<()> {
         let user = limits::user_id("user_id", user)?;
-        let gone: HashSet<&str> = facts.iter().map(String::as_str).collect();
+        let kept: HashSet<String> = self
+            .store
+            .facts(&Scope::Agent(agent.clone()))
+            .await?
+            .into_iter()
+            .map(|f| f.id)
+            .collect();
         let user_facts = self.store.user_facts(&user).await?;
-        let only_these = user_facts.into_iter().filter(|f| {
+        let orphans = user_facts.into_iter().filter(|f| {
             f.fact.managed.deleted_at.is_none()
                 && !f.sources.is_empty()
                 && f.sources
                     .iter()
-                    .all(|s| s.agent_id == agent.as_str() && gone.contains(s.fact_id.as_str()))
+                    .all(|s| s.agent_id == agent.as_str() && !kept.contains(&s.fact_id))
         });
-        for fact in only_these {
+        for fact in orphans {
             let op = Op::Delete {
                 id: fact.fact.id,
                 expected_version: 0,

@@ -15,6 +15,8 @@ mod on {
     pub struct Faults {
         fail_at: Mutex<Option<CommitStep>>,
         crash_at: Mutex<Option<CommitStep>>,
+        /// A step of a forget (`FORGET_STEPS`) to abort before.
+        crash_forget: Mutex<Option<String>>,
     }
 
     impl Faults {
@@ -33,9 +35,25 @@ mod on {
             }
             Ok(())
         }
+
+        /// Before step `name` of a forget: abort if asked.
+        pub fn check_forget(&self, name: &str) {
+            if engram_store::lock(&self.crash_forget).as_deref() == Some(name) {
+                tracing::error!(step = name, "crashing on purpose (fault injection)");
+                std::process::abort();
+            }
+        }
     }
 
     impl FileStore {
+        /// The process aborts before step `name` of a forget (one of
+        /// [`crate::FORGET_STEPS`]); other names are ignored.
+        pub fn inject_forget_crash(&self, name: Option<&str>) {
+            *engram_store::lock(&self.inner.faults.crash_forget) = name
+                .filter(|n| crate::FORGET_STEPS.contains(n))
+                .map(str::to_owned);
+        }
+
         /// `step` of this store's compaction commits fails until cleared
         /// with `None`.
         pub fn inject_compaction_fault(&self, step: Option<CommitStep>) {
@@ -72,4 +90,7 @@ impl Faults {
     pub(crate) fn check(&self, _step: crate::CommitStep) -> crate::Result<()> {
         Ok(())
     }
+
+    #[inline]
+    pub(crate) fn check_forget(&self, _name: &str) {}
 }

@@ -83,6 +83,7 @@ impl Forgets for FileStore {
                 ..state.meta.clone()
             };
             state.save_meta(meta)?;
+            self.inner.faults.check_forget("forget-active");
             let done = self.complete_forget(id, state, &intent).await;
             // Memory is behind the files now: the next use loads them.
             *slot = None;
@@ -259,9 +260,11 @@ impl FileStore {
             let path = state.dir.join(RAW_TRACES);
             crate::offload(|| atomic_write(&path, &kept))?;
         }
+        self.inner.faults.check_forget("forget-files");
         let dir = state.dir.clone();
         let now = engram_store::unix_now();
         crate::offload(|| erase_files(&dir, erasure, now))?;
+        self.inner.faults.check_forget("forget-finalize");
         state.save_meta(intent.finished(&state.meta))
     }
 
@@ -281,6 +284,7 @@ impl FileStore {
         if unpurged.is_empty() {
             return Ok(());
         }
+        self.inner.faults.check_forget("forget-purge");
         self.checkpoint().await?;
         if self.agent_dir(id).join(crate::index::INDEX_DIR).exists() {
             // The catch-up removes the keys and rewrites their segments.

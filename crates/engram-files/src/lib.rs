@@ -35,6 +35,16 @@ mod fact_file;
 mod facts;
 mod faults;
 mod forget;
+
+/// The steps of a forget a crash test may abort before
+/// (`ENGRAM_TEST_CRASH_AT`): the active file, the other files, the
+/// settings, the purge of the log and indexes.
+pub const FORGET_STEPS: [&str; 4] = [
+    "forget-active",
+    "forget-files",
+    "forget-finalize",
+    "forget-purge",
+];
 mod fork;
 mod index;
 mod indexer;

@@ -28,6 +28,8 @@ pub async fn open_store(config: &Config) -> Result<Arc<dyn Store>, ServerError> 
                     .as_deref()
                     .and_then(engram_store::CommitStep::parse),
             );
+            #[cfg(feature = "fault-injection")]
+            store.inject_forget_crash(config.crash_at.as_deref());
             Ok(Arc::new(store))
         }
         config::BackendSetting::Postgres => {

@@ -13,6 +13,7 @@ mod compaction_binary;
 mod compaction_races;
 mod context;
 mod crash;
+mod forget;
 mod grpc;
 mod hostile;
 mod memories;
