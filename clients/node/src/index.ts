@@ -26,6 +26,7 @@ import type { RetrieveResponse__Output } from "./generated/engram/v1/RetrieveRes
 import type { SearchHistoryResponse__Output } from "./generated/engram/v1/SearchHistoryResponse";
 import type { AddedMemory__Output } from "./generated/engram/v1/AddedMemory";
 import type { SemanticItem__Output } from "./generated/engram/v1/SemanticItem";
+import type { ForgetResponse__Output } from "./generated/engram/v1/ForgetResponse";
 
 export { status } from "@grpc/grpc-js";
 
@@ -627,5 +628,18 @@ export class EngramClient {
     return (await this.call("DeleteMemory", {
       scope: scopeOf(scope), id, expected_version: expectedVersion,
     })).version;
+  }
+
+  /** Forgets a turn: its traces erased everywhere Engram keeps them, the
+   * facts drawn from them deleted, the summaries that covered them
+   * rewritten from their other turns (hidden until then). */
+  async forgetTurn(agentId: string, turnId: string): Promise<ForgetResponse__Output> {
+    return this.call("ForgetTurn", { agent_id: agentId, turn_id: turnId });
+  }
+
+  /** As forgetTurn, for some traces: trace ids or your event ids (a tool
+   * call and its result go together). */
+  async forgetEvents(agentId: string, ids: string[]): Promise<ForgetResponse__Output> {
+    return this.call("ForgetEvents", { agent_id: agentId, ids });
   }
 }

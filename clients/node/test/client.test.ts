@@ -264,6 +264,15 @@ test("facts are added, corrected, pinned and forgotten", async () => {
     assert.ok(system.includes("## pinned facts (user)") && system.includes("- Speaks Portuguese"), system);
     await engram.deleteMemory(rui, pin.id);
     assert.deepEqual(await engram.listMemories(rui), []);
+    // A turn forgotten: its words are found nowhere, the rest stays.
+    await engram.ingest("node-forget", [user("My pin is 4417-zz"), assistant("Noted 4417-zz")]);
+    await engram.ingest("node-forget", [user("I like tea"), assistant("Tea it is")]);
+    assert.equal((await engram.forgetTurn("node-forget", "turn_0001")).traces_erased, 2);
+    const found = await engram.searchHistory("node-forget", "4417-zz");
+    assert.ok(!JSON.stringify(found).includes("4417-zz"));
+    const kept = JSON.stringify((await engram.prepareRequest("node-forget", { model: "gpt-4o" })).payload);
+    assert.ok(!kept.includes("4417-zz") && kept.includes("I like tea"), kept);
+    assert.equal((await engram.forgetEvents("node-forget", ["nothing"])).traces_erased, 0);
   } finally {
     engram.close();
     await server.stop();

@@ -166,6 +166,8 @@ async function callEveryHelper(engram: EngramClient) {
     });
     await engram.deleteMemory(scope, "m", 3);
   }
+  await engram.forgetTurn("a", "turn_0001");
+  await engram.forgetEvents("a", ["e1"]);
 }
 
 const EVERY = { eventId: "e1", ts: 1683532800, turnId: "turn_0001", sourceEvent: "cli", correlationId: "c1", tags: ["t"] };

@@ -493,6 +493,19 @@ class EngramClient:
             scope=_scope(agent_id, user_id, False), id=memory_id,
             expected_version=expected_version)).version
 
+    def forget_turn(self, agent_id: str, turn_id: str) -> facts.ForgetResponse:
+        """Forgets a turn: its traces erased everywhere Engram keeps them,
+        the facts drawn from them deleted, the summaries that covered them
+        rewritten from their other turns (hidden until then)."""
+        return self._call("ForgetTurn", facts.ForgetTurnRequest(agent_id=agent_id,
+                                                                turn_id=turn_id))
+
+    def forget_events(self, agent_id: str, ids: Iterable[str]) -> facts.ForgetResponse:
+        """As forget_turn, for some traces: trace ids or your event ids (a
+        tool call and its result go together)."""
+        return self._call("ForgetEvents", facts.ForgetEventsRequest(agent_id=agent_id,
+                                                                    ids=list(ids)))
+
 
 def _pem(value) -> Optional[bytes]:
     if value is None or isinstance(value, bytes):

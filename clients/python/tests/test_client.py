@@ -302,3 +302,13 @@ def test_facts_are_added_corrected_pinned_and_forgotten(engramd):
         assert engram.get_memory(pinned[0].id, user_id="py-rui").pinned
         engram.delete_memory(pinned[0].id, user_id="py-rui")
         assert list(engram.list_memories(user_id="py-rui")) == []
+
+        # A turn forgotten: its words are found nowhere, the rest stays.
+        engram.ingest("py-forget", [user("My pin is 4417-zz"), assistant("Noted 4417-zz")])
+        engram.ingest("py-forget", [user("I like tea"), assistant("Tea it is")])
+        forgotten = engram.forget_turn("py-forget", "turn_0001")
+        assert forgotten.traces_erased == 2
+        assert "4417-zz" not in str(engram.search_history("py-forget", "4417-zz"))
+        prompt = json.dumps(engram.prepare_request("py-forget", model="gpt-4o").payload)
+        assert "4417-zz" not in prompt and "I like tea" in prompt
+        assert engram.forget_events("py-forget", ["nothing"]).traces_erased == 0

@@ -89,7 +89,10 @@ class Recorder:
     def __getattr__(self, method):
         def call(request, **_):
             self.requests[method].append(request)
-            name = f"{method}Response"
+            # Named by the service, not always after the method (ForgetTurn
+            # and ForgetEvents answer a ForgetResponse).
+            service = svc.DESCRIPTOR.services_by_name["MemoryService"]
+            name = service.methods_by_name[method].output_type.name
             response = (getattr(svc, name, None) or getattr(memory, name, None)
                         or getattr(facts, name))()
             if method in ("ListAgents", "ListMemories") and len(self.requests[method]) == 1:
@@ -142,6 +145,8 @@ def call_every_helper(engram):
         engram.update_memory("m", text="t", tags=["x"], pinned=True, expires_at=9.0,
                              metadata={"k": "v"}, expected_version=2, **scope)
         engram.delete_memory("m", expected_version=3, **scope)
+    engram.forget_turn("a", "turn_0001")
+    engram.forget_events("a", ["e1"])
 
 
 EVERY = dict(event_id="e1", ts=1683532800.0, turn_id="turn_0001", source_event="cli",
