@@ -3,6 +3,7 @@
 
 use async_trait::async_trait;
 use engram_core::AgentId;
+use engram_core::memory::EpisodicItem;
 use engram_store::{AgentContext, Bundle, Reads, Result, StoreError};
 
 use crate::cache::{Cached, Lock, Slot, refresh};
@@ -15,7 +16,10 @@ impl Reads for PgStore {
     }
 
     async fn bundle(&self, id: &AgentId, raw_tail_turns: usize) -> Result<Bundle> {
-        self.read(id, |c| c.derived.bundle(raw_tail_turns)).await
+        let mut bundle = self.read(id, |c| c.derived.bundle(raw_tail_turns)).await?;
+        // A summary a forget hid is shown nowhere until it is rewritten.
+        bundle.episodic.retain(EpisodicItem::is_shown);
+        Ok(bundle)
     }
 
     /// What the agent occupies, by table (rows' stored size), sorted.

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use engram_core::RawTrace;
-use engram_core::memory::SemanticItem;
+use engram_core::memory::{EpisodicItem, SemanticItem};
 use engram_index::{Kind, Ranked};
 use engram_store::ranked::{MAX_CONTEXT, matched_by, split_key};
 use engram_store::{Memory, Recalled, Result};
@@ -121,7 +121,12 @@ pub(crate) async fn materialize(
                     continue;
                 };
                 let memory = if hit.kind == Kind::Episodic {
-                    Memory::Episodic(parse(&agent, "summary", &body)?)
+                    let summary: EpisodicItem = parse(&agent, "summary", &body)?;
+                    // Hidden by a forget since it was ranked.
+                    if !summary.is_shown() {
+                        continue;
+                    }
+                    Memory::Episodic(summary)
                 } else {
                     let fact: SemanticItem = parse(&agent, "fact", &body)?;
                     // Expired: gone from search at once (upkeep purges it).

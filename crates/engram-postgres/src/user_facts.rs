@@ -5,6 +5,8 @@
 //! an erasure of the user waits for it or comes first. And the start of a
 //! user's new conversation, which shows that last conversation.
 
+use std::collections::{HashMap, HashSet};
+
 use async_trait::async_trait;
 use engram_core::blocks::Scope;
 use engram_core::memory::{EpisodicItem, SemanticItem};
@@ -89,6 +91,8 @@ impl UserMemory for PgStore {
         if owned.is_none() {
             return Err(StoreError::NotFound(agent.to_string()));
         }
+        let (items, summaries) = as_stored(&mut tx, agent.as_str(), items, summaries).await?;
+        let (items, summaries) = (items.as_slice(), summaries.as_slice());
         let known = load(&mut tx, user).await?;
         let bytes: usize = known.iter().map(|f| f.fact.fact.len()).sum();
         let folded = engram_store::offload_over(bytes as u64, || {
@@ -147,4 +151,64 @@ impl PgStore {
             crate::compact::new_epoch(tx, id, &mut slot, meta, "starting a conversation").await?;
         Ok(Some(crate::read::context_of(cached)))
     }
+}
+
+/// Of `items` and `summaries` (the agent's, as its caller read them), what
+/// the agent's rows still hold, read under the agent's row (held by the
+/// fold): a fold that read them before a forget must not bring back what
+/// it erased. Left out: a live fact whose row is deleted; a summary that
+/// is hidden, whose row is hidden or says something else, or that names
+/// traces and has no row (a summary of nothing stored is the caller's
+/// own and kept, as a fact without a row).
+async fn as_stored(
+    tx: &mut sqlx::PgConnection,
+    agent: &str,
+    items: &[SemanticItem],
+    summaries: &[EpisodicItem],
+) -> Result<(Vec<SemanticItem>, Vec<EpisodicItem>)> {
+    let ids: Vec<&str> = items
+        .iter()
+        .filter(|f| f.is_live())
+        .map(|f| f.id.as_str())
+        .chain(summaries.iter().map(|e| e.id.as_str()))
+        .collect();
+    let rows: Vec<(i8, String, String)> = if ids.is_empty() {
+        vec![]
+    } else {
+        sqlx::query_as("SELECT kind, id, body FROM memories WHERE agent_id = $1 AND id = ANY($2)")
+            .bind(agent)
+            .bind(&ids)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db("reading an agent's memories"))?
+    };
+    let mut deleted: HashSet<String> = HashSet::new();
+    let mut stored: HashMap<String, EpisodicItem> = HashMap::new();
+    for (kind, id, body) in rows {
+        if kind as u8 == b'e' {
+            stored.insert(id, crate::parse(agent, "summary", &body)?);
+        } else if crate::parse::<SemanticItem>(agent, "fact", &body)?
+            .managed
+            .deleted_at
+            .is_some()
+        {
+            deleted.insert(id);
+        }
+    }
+    let items = items
+        .iter()
+        .filter(|f| !f.is_live() || !deleted.contains(&f.id))
+        .cloned()
+        .collect();
+    let summaries = summaries
+        .iter()
+        .filter(|e| e.is_shown())
+        .filter(|e| match stored.get(&e.id) {
+            // Hidden or rewritten since the caller read it.
+            Some(row) => row.is_shown() && row.summary == e.summary && row.tags == e.tags,
+            None => e.source.trace_ids.is_empty(),
+        })
+        .cloned()
+        .collect();
+    Ok((items, summaries))
 }

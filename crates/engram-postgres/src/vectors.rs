@@ -355,7 +355,10 @@ pub(crate) async fn lock_vector_writes(tx: &mut PgConnection, mut agents: Vec<&s
     Ok(())
 }
 
-/// Stores a batch's vectors for the rows of `table`, in one statement.
+/// Stores a batch's vectors for the rows of `table`, in one statement;
+/// only on rows still claimed: a writer that changes a row's text voids
+/// its claim (a forget hiding a summary), and a vector of the old text is
+/// not stored over it.
 async fn store_vectors<'a>(
     tx: &mut PgConnection,
     table: &str,
@@ -375,7 +378,7 @@ async fn store_vectors<'a>(
     let sql = format!(
         "UPDATE {table} t SET vector = v.vector, vector_model = $4, vector_seq = nextval('vector_seq'), embed_claimed = NULL
          FROM unnest($1::text[], $2::text[], $3::bytea[]) AS v(agent_id, key, vector)
-         WHERE t.agent_id = v.agent_id AND t.{column} = v.key"
+         WHERE t.agent_id = v.agent_id AND t.{column} = v.key AND t.embed_claimed IS NOT NULL"
     );
     sqlx::query(&sql)
         .bind(&agents)
