@@ -261,7 +261,11 @@ async fn insert_episodic(tx: &mut PgConnection, id: &str, e: &EpisodicItem) -> R
     upsert_memory(tx, id, engram_store::episodic_item(e), true, None).await
 }
 
-async fn upsert_semantic(tx: &mut PgConnection, id: &str, f: &SemanticItem) -> Result<()> {
+pub(crate) async fn upsert_semantic(
+    tx: &mut PgConnection,
+    id: &str,
+    f: &SemanticItem,
+) -> Result<()> {
     let expires_at = f.managed.expires_at.filter(|_| !f.managed.pinned);
     upsert_memory(
         tx,

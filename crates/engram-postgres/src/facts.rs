@@ -168,7 +168,7 @@ async fn versions(conn: &mut PgConnection, agent: &str, id: &str) -> Result<Vec<
 
 /// Stores `line` (the version a change made of the fact `before` was, if
 /// any) as a version and as the fact's row.
-async fn store_version(
+pub(crate) async fn store_version(
     tx: &mut PgConnection,
     agent: &str,
     before: Option<&SemanticItem>,
@@ -221,7 +221,7 @@ async fn store_version(
 }
 
 /// Every version of the deleted fact `id` loses its text.
-async fn scrub(tx: &mut PgConnection, agent: &str, id: &str) -> Result<()> {
+pub(crate) async fn scrub(tx: &mut PgConnection, agent: &str, id: &str) -> Result<()> {
     for v in versions(tx, agent, id).await? {
         sqlx::query(
             "UPDATE fact_versions SET body = $4 WHERE agent_id = $1 AND id = $2 AND version = $3",

@@ -28,13 +28,14 @@
 //! replica's copies), `upkeep` (health, metrics, eviction). Each part of
 //! the `Store` trait is implemented in the module of its I/O: `write`
 //! (`Writes`), `read` (`Reads`), `search` (`Searches`), `ranked`
-//! (`Ranks`), `compact` (`Compacts`), `agents` (`Admin`), `upkeep`
-//! (`Runtime`).
+//! (`Ranks`), `compact` (`Compacts`), `agents` (`Admin`), `forget` and
+//! `erase` (`Forgets`), `upkeep` (`Runtime`).
 
 mod agents;
 mod blocks;
 mod cache;
 mod compact;
+mod erase;
 mod facts;
 mod forget;
 mod ranked;
