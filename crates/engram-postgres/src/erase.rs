@@ -39,8 +39,9 @@ pub(crate) async fn erase(
     .execute(&mut *tx)
     .await
     .map_err(db("erasing traces"))?;
-    // Any erased trace's stored result (a retried event's included), not
-    // only those the erasure saw referenced.
+    // By the path every erased trace's whole result would be stored at
+    // (`spill_path`): the spilled ones are among them, and a row of
+    // another is not left behind whatever its trace says.
     let spilled: Vec<String> = erasure.trace_ids.iter().map(|t| spill_path(t)).collect();
     sqlx::query("DELETE FROM spills WHERE agent_id = $1 AND path = ANY($2)")
         .bind(id)
