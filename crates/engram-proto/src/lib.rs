@@ -17,7 +17,7 @@ pub mod pb {
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("engram_descriptor");
 
 /// The methods of `engram.v1.MemoryService`, in the order of the proto.
-pub const METHODS: [&str; 21] = [
+pub const METHODS: [&str; 23] = [
     "Ingest",
     "PrepareRequest",
     "Compact",
@@ -39,6 +39,8 @@ pub const METHODS: [&str; 21] = [
     "GetMemoryHistory",
     "UpdateMemory",
     "DeleteMemory",
+    "ForgetTurn",
+    "ForgetEvents",
 ];
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! Requests of the managed-fact RPCs: agent scopes mostly (the agents the
+//! Requests of the managed-fact RPCs (and ForgetTurn, ForgetEvents): agent scopes mostly (the agents the
 //! other calls use), a user's or the global scope sometimes (refused by
 //! name), texts, tags and metadata of every kind, expiries past, future
 //! and absurd, and ids that are real-looking, empty or hostile.
@@ -54,9 +54,28 @@ fn metadata(g: &mut Gen) -> std::collections::HashMap<String, String> {
         .collect()
 }
 
+/// A turn id: mostly one the fuzzed agents have, else anything.
+fn turn_id(g: &mut Gen) -> String {
+    if g.wild {
+        g.unicode(0..30)
+    } else {
+        format!("turn_{:04}", g.u32() % 12)
+    }
+}
+
 pub(super) fn request(g: &mut Gen, method: &str) -> Vec<u8> {
     let scope = scope(g);
     match method {
+        "ForgetTurn" => pb::ForgetTurnRequest {
+            agent_id: g.agent_id(),
+            turn_id: turn_id(g),
+        }
+        .encode_to_vec(),
+        "ForgetEvents" => pb::ForgetEventsRequest {
+            agent_id: g.agent_id(),
+            ids: (0..g.rng.random_range(0..4)).map(|_| id(g)).collect(),
+        }
+        .encode_to_vec(),
         "AddMemories" => pb::AddMemoriesRequest {
             scope,
             memories: (0..g.rng.random_range(0..6))

@@ -15,6 +15,8 @@ use engram_postgres::{PgConfig, PgStore};
 use engram_store::prelude::*;
 use engram_store::{Begun, MemoryQuery, Policy, RankedMemories};
 
+use super::Topics;
+
 /// Said in the forgotten turn only (and in what is drawn from it).
 const SECRET: &str = "zebra-77";
 
@@ -24,44 +26,6 @@ const POLICY: Policy = Policy {
     max_semantic: 20,
     fact_ttl: None,
 };
-
-/// A model for the indexer with three topics: a text's vector says which
-/// of them its words belong to, so "umbrella" finds "rain" by meaning.
-#[derive(Debug)]
-struct Topics;
-
-impl engram_core::embed::Embedder for Topics {
-    fn model(&self) -> &str {
-        "topics"
-    }
-
-    fn dim(&self) -> usize {
-        3
-    }
-
-    fn embed<'a>(&'a self, texts: &'a [String]) -> engram_core::embed::EmbedFuture<'a> {
-        const TOPICS: [&[&str]; 3] = [
-            &["rain", "umbrella", "storm"],
-            &["pasta", "cooked", "dinner"],
-            &["guitar", "song", "concert"],
-        ];
-        Box::pin(async move {
-            Ok(texts
-                .iter()
-                .map(|t| {
-                    let t = t.to_lowercase();
-                    let mut v: Vec<f32> = TOPICS
-                        .iter()
-                        .map(|words| words.iter().filter(|w| t.contains(**w)).count() as f32)
-                        .collect();
-                    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
-                    v.iter_mut().for_each(|x| *x /= norm);
-                    v
-                })
-                .collect())
-        })
-    }
-}
 
 async fn config() -> PgConfig {
     let checkout = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
