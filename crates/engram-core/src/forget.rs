@@ -14,9 +14,8 @@ use std::collections::{BTreeSet, HashSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::compaction::{FactMerge, Summary, merge_facts, render_snapshot, with_facts};
-use crate::memory::{EpisodicItem, Provenance, SemanticItem, recent_episodic};
-use crate::state::{AgentMeta, Policy};
+use crate::compaction::{FactMerge, Summary, merge_facts};
+use crate::memory::{EpisodicItem, Provenance, SemanticItem};
 use crate::{RawTrace, TraceType};
 
 /// What to forget.
@@ -249,7 +248,8 @@ pub fn remaining<'a>(
 
 /// A forget written down before any file changes: the erasure and the
 /// settings it ends with (computed first, so that finishing it after a
-/// crash needs nothing else).
+/// crash needs nothing else; `Derived::forget_intent` makes it,
+/// `AgentMeta::after_forget` applies it).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ForgetIntent {
     pub erasure: Erasure,
@@ -261,64 +261,6 @@ pub struct ForgetIntent {
     pub epoch: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch_start_trace: Option<String>,
-}
-
-impl ForgetIntent {
-    /// The intent of `erasure` for an agent with `meta` whose traces,
-    /// summaries and facts are `active`, `episodic` and `semantic` (before
-    /// it), at `now`.
-    pub fn new(
-        erasure: Erasure,
-        meta: &AgentMeta,
-        active: &[RawTrace],
-        episodic: &[EpisodicItem],
-        semantic: &[SemanticItem],
-        policy: Policy,
-        now: f64,
-    ) -> Self {
-        let active: Vec<RawTrace> = active
-            .iter()
-            .filter(|t| !erasure.trace_ids.contains(&t.id))
-            .cloned()
-            .collect();
-        let episodic = apply_to_summaries(episodic, &erasure);
-        let gone: HashSet<&str> = erasure.facts.iter().map(String::as_str).collect();
-        let semantic: Vec<SemanticItem> = semantic
-            .iter()
-            .filter(|f| !gone.contains(f.id.as_str()))
-            .cloned()
-            .collect();
-        let after = meta_after(meta, &active, &episodic, &semantic, policy, now);
-        Self {
-            erasure,
-            snapshot: after.snapshot,
-            snapshot_trace_ids: after.snapshot_trace_ids,
-            epoch: after.epoch,
-            epoch_start_trace: after.epoch_start_trace,
-        }
-    }
-
-    /// The settings once it is carried out: its epoch started, the keys it
-    /// erased left for the indexes to purge.
-    pub fn finished(&self, meta: &AgentMeta) -> AgentMeta {
-        let e = &self.erasure;
-        let mut unpurged = meta.unpurged.clone();
-        unpurged.extend(e.trace_ids.iter().cloned());
-        unpurged.extend(e.hidden.iter().map(|h| h.id.clone()));
-        unpurged.extend(e.dropped.iter().cloned());
-        unpurged.extend(e.facts.iter().cloned());
-        unpurged.sort();
-        unpurged.dedup();
-        AgentMeta {
-            snapshot: self.snapshot.clone(),
-            snapshot_trace_ids: self.snapshot_trace_ids.clone(),
-            epoch: self.epoch,
-            epoch_start_trace: self.epoch_start_trace.clone(),
-            forgetting: None,
-            unpurged,
-            ..meta.clone()
-        }
-    }
 }
 
 /// What the rewrite of a hidden summary commits: the summary shown again,
@@ -359,46 +301,6 @@ pub fn rewrite(
         ..item.clone()
     };
     Rewrite { episodic, facts }
-}
-
-/// The settings once a forget (or a rewrite) changed what the snapshot
-/// shows: a new epoch (the prompt's prefix changed; usage reported before
-/// measured another prompt) whose snapshot is rendered again from what is
-/// left: the `active` traces, `episodic` and `semantic` after the change.
-/// A snapshot before any compaction (a client's facts, the summary of the
-/// user's previous conversation) holds nothing of this agent's turns: only
-/// its facts are rendered again.
-pub fn meta_after(
-    meta: &AgentMeta,
-    active: &[RawTrace],
-    episodic: &[EpisodicItem],
-    semantic: &[SemanticItem],
-    policy: Policy,
-    now: f64,
-) -> AgentMeta {
-    let limit = meta.facts_limit.map_or(policy.max_semantic, |l| l as usize);
-    let facts = crate::facts::shown(semantic, limit, now);
-    let tail: Vec<RawTrace> = active
-        .iter()
-        .filter(|t| meta.snapshot_trace_ids.contains(&t.id))
-        .cloned()
-        .collect();
-    let snapshot = match &meta.snapshot {
-        None => None,
-        Some(_) if meta.compactions == 0 => with_facts(meta.snapshot.as_deref(), &facts),
-        Some(_) => Some(render_snapshot(
-            &recent_episodic(episodic, policy.max_episodic),
-            &facts,
-            &tail,
-        )),
-    };
-    AgentMeta {
-        snapshot,
-        snapshot_trace_ids: tail.into_iter().map(|t| t.id).collect(),
-        epoch: meta.epoch + 1,
-        epoch_start_trace: active.last().map(|t| t.id.clone()),
-        ..meta.clone()
-    }
 }
 
 #[cfg(test)]

@@ -165,7 +165,7 @@ impl Engine {
         }
     }
 
-    async fn change(&self, scope: &Scope, op: Op) -> Result<facts::Applied> {
+    pub(crate) async fn change(&self, scope: &Scope, op: Op) -> Result<facts::Applied> {
         let applied = self
             .store
             .change_facts(scope, op, Some(self.facts_limit))
@@ -281,7 +281,7 @@ impl Engine {
 
 /// A change of a fact that went meanwhile (its agent deleted, the fact
 /// deleted or replaced) is nothing to do.
-fn ignore_gone(changed: Result<facts::Applied>) -> Result<()> {
+pub(crate) fn ignore_gone(changed: Result<facts::Applied>) -> Result<()> {
     match changed {
         Ok(_) | Err(EngineError::NotFound(_) | EngineError::Precondition(_)) => Ok(()),
         Err(e) => Err(e),

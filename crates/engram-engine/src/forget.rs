@@ -60,14 +60,7 @@ impl Engine {
                 id: fact.fact.id,
                 expected_version: 0,
             };
-            match self
-                .store
-                .change_facts(&Scope::User(user.clone()), op, None)
-                .await
-            {
-                Ok(_) | Err(StoreError::NotFound(_)) => {}
-                Err(e) => return Err(e.into()),
-            }
+            crate::facts::ignore_gone(self.change(&Scope::User(user.clone()), op).await)?;
         }
         Ok(())
     }
@@ -96,10 +89,11 @@ impl Engine {
                 return;
             }
         };
-        let mut folded = false;
+        // The agent's user, once a rewrite wrote facts to fold into it.
+        let mut fold_into: Option<String> = None;
         for job in jobs {
             match self.compactor.rewrite(agent, &job).await {
-                Ok(true) => folded |= job.user_id.is_some(),
+                Ok(true) => fold_into = job.user_id.clone(),
                 Ok(false) => {}
                 Err(e) => {
                     tracing::warn!(agent = %agent, summary = %job.item.id, error = %e, "rewriting a summary after a forget failed; the upkeep tries again");
@@ -108,10 +102,7 @@ impl Engine {
             }
             self.caches.drop_agent(agent);
         }
-        if folded
-            && let Ok(context) = self.store.context(agent).await
-            && let Some(user) = context.user_id
-        {
+        if let Some(user) = fold_into {
             crate::users::fold_facts(self.store.as_ref(), agent, &user).await;
         }
     }

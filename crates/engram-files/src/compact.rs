@@ -49,7 +49,7 @@ fn lines_of<'a>(traces: impl Iterator<Item = &'a RawTrace>) -> Vec<u8> {
 
 /// An earlier compaction is written down but could not be finished for
 /// lack of space (see `FileStore::loaded`): no other may start meanwhile.
-fn waiting_for_space(dir: &Path) -> StoreError {
+pub(crate) fn waiting_for_space(dir: &Path) -> StoreError {
     StoreError::Full(format!(
         "an earlier compaction in {} waits for space to finish",
         dir.display()
@@ -206,22 +206,34 @@ impl FileStore {
         let window: HashSet<&str> = intent.trace_ids.iter().map(String::as_str).collect();
         let kept = crate::offload(|| self.store_memories_and_archive(state, intent, &window))?;
         if let Some(kept) = &kept {
-            if let Some(raw) = state.raw.clone() {
-                raw.sync_all().await?;
-            }
-            if self.inner.config.fsync == FsyncPolicy::Always {
-                // Earlier log records of this file must not be replayed
-                // into the rewritten one.
-                let ticket = self.inner.wal.append(&wal::Record::Reset {
-                    agent: id.as_str(),
-                    file: RAW_TRACES,
-                })?;
-                ticket.wait().await?;
-            }
-            let raw_path = state.dir.join(RAW_TRACES);
-            crate::offload(|| atomic_write(&raw_path, kept))?;
+            self.replace_active(id, state, kept).await?;
         }
         crate::offload(|| self.start_epoch(id, state, intent, kept.is_some()))
+    }
+
+    /// Replaces the agent's active file with `kept` (atomically), after
+    /// flushing what was appended to it and telling the log that its
+    /// earlier records of the file no longer apply (a replay must not
+    /// write them into the new one). The caller opens the new file for
+    /// appends, or drops the state to load it again.
+    pub(crate) async fn replace_active(
+        &self,
+        id: &AgentId,
+        state: &AgentState,
+        kept: &[u8],
+    ) -> Result<()> {
+        if let Some(raw) = state.raw.clone() {
+            raw.sync_all().await?;
+        }
+        if self.inner.config.fsync == FsyncPolicy::Always {
+            let ticket = self.inner.wal.append(&wal::Record::Reset {
+                agent: id.as_str(),
+                file: RAW_TRACES,
+            })?;
+            ticket.wait().await?;
+        }
+        let raw_path = state.dir.join(RAW_TRACES);
+        crate::offload(|| atomic_write(&raw_path, kept))
     }
 
     /// The episodic and semantic lines of `intent` and the window's traces

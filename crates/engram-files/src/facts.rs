@@ -85,24 +85,20 @@ impl Facts for FileStore {
 
     async fn purge_expired(&self) -> Result<usize> {
         let now = unix_now();
-        let loaded: Vec<_> = engram_store::lock(&self.inner.agents)
-            .iter()
-            .map(|(id, h)| (id.clone(), std::sync::Arc::clone(h)))
-            .collect();
-        let mut expired: Vec<(Scope, String, u64)> = vec![];
-        for (agent, handle) in loaded {
-            // A busy agent is looked at next time.
-            if let Ok(slot) = handle.state.try_lock()
-                && let Some(state) = slot.as_ref()
-            {
-                let of_agent = state
+        let mut expired: Vec<(Scope, String, u64)> = self
+            .scan_loaded(|agent, state| {
+                let scope = Scope::Agent(agent.clone());
+                let of_agent: Vec<_> = state
                     .semantic
                     .iter()
-                    .filter(|f| f.is_live() && f.is_expired(now));
-                let scope = Scope::Agent(agent);
-                expired.extend(of_agent.map(|f| (scope.clone(), f.id.clone(), f.version())));
-            }
-        }
+                    .filter(|f| f.is_live() && f.is_expired(now))
+                    .map(|f| (scope.clone(), f.id.clone(), f.version()))
+                    .collect();
+                Some(of_agent)
+            })
+            .into_iter()
+            .flatten()
+            .collect();
         for (user, facts) in self.expired_user_facts() {
             let scope = Scope::User(user);
             expired.extend(facts.into_iter().map(|(id, v)| (scope.clone(), id, v)));

@@ -27,9 +27,9 @@ use engram_core::users::LastConversation;
 use engram_core::{AgentId, RawTrace, UserId};
 use engram_store::{Forgets, Forgotten, RewriteJob};
 
-use crate::agent::{AgentMeta, AgentState, EPISODIC, RAW_ARCHIVE, RAW_TRACES, SEMANTIC, TURNS};
+use crate::agent::{AgentMeta, AgentState, EPISODIC, RAW_ARCHIVE, SEMANTIC, TURNS};
 use crate::jsonl::{append_sync, atomic_write};
-use crate::{FileStore, FsyncPolicy, Policy, Result, StoreError, wal};
+use crate::{FileStore, Policy, Result, StoreError};
 
 #[async_trait]
 impl Forgets for FileStore {
@@ -41,57 +41,35 @@ impl Forgets for FileStore {
             return Err(StoreError::NotFound(id.to_string()));
         }
         if state.meta.pending.is_some() {
-            return Err(StoreError::Full(
-                "an earlier compaction waits for space to finish".into(),
-            ));
+            return Err(crate::compact::waiting_for_space(&state.dir));
         }
         let archive = crate::offload(|| read_archive(&state.dir))?;
         let now = engram_store::unix_now();
-        let intent = crate::offload(|| {
-            let all = archive.iter().chain(state.traces.iter());
-            let selected = forget::select(what, all.clone());
-            let erasure = forget::erasure(&selected, all, &state.episodic, &state.semantic);
-            (!erasure.is_empty()).then(|| {
-                ForgetIntent::new(
-                    erasure,
-                    &state.meta,
-                    &state.traces,
-                    &state.episodic,
-                    &state.semantic,
-                    policy,
-                    now,
-                )
-            })
-        });
+        let intent = crate::offload(|| state.forget_intent(what, &archive, policy, now));
         drop(archive);
-        let user = state.meta.user_id.clone();
-        let mut out = Forgotten {
-            user_id: user.clone(),
-            ..Forgotten::default()
+        let Some(intent) = intent else {
+            // Done before (or named nothing): nothing is written.
+            let user_id = state.meta.user_id.clone();
+            drop(slot);
+            // A repeated forget finishes what a crash left undone.
+            self.purge_forgotten(id).await?;
+            return Ok(Forgotten {
+                user_id,
+                ..Forgotten::default()
+            });
         };
-        if let Some(intent) = intent {
-            let (traces, facts, summaries) = intent.erasure.counts(&state.semantic);
-            out = Forgotten {
-                traces_erased: traces,
-                facts_deleted: facts,
-                fact_ids: intent.erasure.facts.clone(),
-                summaries_rewritten: summaries,
-                user_id: user.clone(),
-            };
-            let meta = AgentMeta {
-                forgetting: Some(intent.clone()),
-                ..state.meta.clone()
-            };
-            state.save_meta(meta)?;
-            self.inner.faults.check_forget("forget-active");
-            let done = self.complete_forget(id, state, &intent).await;
-            // Memory is behind the files now: the next use loads them.
-            *slot = None;
-            done?;
-            tracing::info!(agent = %id, traces, facts, summaries, "forgot");
-        }
+        let out = Forgotten::of(&intent.erasure, &state.semantic, state.meta.user_id.clone());
+        let meta = AgentMeta {
+            forgetting: Some(intent.clone()),
+            ..state.meta.clone()
+        };
+        state.save_meta(meta)?;
+        self.inner.faults.check_forget("forget-active");
+        let done = self.complete_forget(id, state, &intent).await;
+        // Memory is behind the files now: the next use loads them.
+        *slot = None;
+        done?;
         drop(slot);
-        // A repeated forget finishes what a crash left undone here too.
         self.purge_forgotten(id).await?;
         Ok(out)
     }
@@ -141,63 +119,26 @@ impl Forgets for FileStore {
             return Err(StoreError::NotFound(id.to_string()));
         }
         // Still hidden, and from the same traces (no forget since).
-        if !state.episodic.contains(&job.item) {
-            return Ok(false);
-        }
         let now = engram_store::unix_now();
-        let rewrite = forget::rewrite(
+        let Some(commit) = state.rewrite_commit(
             &job.item,
             summary,
             &job.traces,
-            &state.semantic,
-            policy.fact_ttl,
-            now,
-            engram_store::new_id,
-        );
-        let episodic: Vec<EpisodicItem> = state
-            .episodic
-            .iter()
-            .map(|e| {
-                if e.id == job.item.id {
-                    rewrite.episodic.clone()
-                } else {
-                    e.clone()
-                }
-            })
-            .collect();
-        let mut semantic = state.semantic.clone();
-        let mut lines = rewrite.facts.new_items.clone();
-        for (old, new) in &rewrite.facts.superseded {
-            if let Some(item) = semantic.iter().find(|s| s.id == *old) {
-                lines.push(SemanticItem {
-                    superseded_by: Some(new.clone()),
-                    ..item.clone()
-                });
-            }
-        }
-        for line in &lines {
-            match semantic.iter_mut().find(|f| f.id == line.id) {
-                Some(old) => *old = line.clone(),
-                None => semantic.push(line.clone()),
-            }
-        }
-        let meta = forget::meta_after(
-            &state.meta,
-            &state.traces,
-            &episodic,
-            &semantic,
             policy,
             now,
-        );
+            engram_store::new_id,
+        ) else {
+            return Ok(false);
+        };
         let dir = state.dir.clone();
         let written = crate::offload(|| {
-            atomic_write(&dir.join(EPISODIC), &crate::jsonl::lines(&episodic))?;
-            if !lines.is_empty() {
-                append_sync(&dir.join(SEMANTIC), &crate::jsonl::lines(&lines))?;
+            atomic_write(&dir.join(EPISODIC), &crate::jsonl::lines(&commit.summaries))?;
+            if !commit.lines.is_empty() {
+                append_sync(&dir.join(SEMANTIC), &crate::jsonl::lines(&commit.lines))?;
             }
             Ok::<_, StoreError>(())
         })
-        .and_then(|()| state.save_meta(meta));
+        .and_then(|()| state.save_meta(commit.meta));
         // The rewritten files are read again at the next use.
         *slot = None;
         written?;
@@ -208,21 +149,13 @@ impl Forgets for FileStore {
     }
 
     async fn awaiting_rewrite(&self) -> Result<Vec<AgentId>> {
-        let loaded: Vec<_> = engram_store::lock(&self.inner.agents)
-            .iter()
-            .map(|(id, h)| (id.clone(), std::sync::Arc::clone(h)))
-            .collect();
-        let mut out = vec![];
-        for (id, handle) in loaded {
-            // A busy agent is looked at next time.
-            if let Ok(slot) = handle.state.try_lock()
-                && let Some(state) = slot.as_ref()
-                && state.episodic.iter().any(|e| !e.is_shown())
-            {
-                out.push(id);
-            }
-        }
-        Ok(out)
+        Ok(self.scan_loaded(|id, state| {
+            state
+                .episodic
+                .iter()
+                .any(|e| !e.is_shown())
+                .then(|| id.clone())
+        }))
     }
 }
 
@@ -239,33 +172,20 @@ impl FileStore {
         let erasure = &intent.erasure;
         let erased = |t: &RawTrace| erasure.trace_ids.contains(&t.id);
         if state.traces.iter().any(erased) {
-            if let Some(raw) = state.raw.clone() {
-                raw.sync_all().await?;
-            }
-            if self.inner.config.fsync == FsyncPolicy::Always {
-                // Earlier log records of this file must not be replayed
-                // into the rewritten one.
-                let ticket = self.inner.wal.append(&wal::Record::Reset {
-                    agent: id.as_str(),
-                    file: RAW_TRACES,
-                })?;
-                ticket.wait().await?;
-            }
             let kept: Vec<u8> = state
                 .traces
                 .iter()
                 .filter(|t| !erased(t))
                 .flat_map(RawTrace::to_line)
                 .collect();
-            let path = state.dir.join(RAW_TRACES);
-            crate::offload(|| atomic_write(&path, &kept))?;
+            self.replace_active(id, state, &kept).await?;
         }
         self.inner.faults.check_forget("forget-files");
         let dir = state.dir.clone();
         let now = engram_store::unix_now();
         crate::offload(|| erase_files(&dir, erasure, now))?;
         self.inner.faults.check_forget("forget-finalize");
-        state.save_meta(intent.finished(&state.meta))
+        state.save_meta(state.meta.after_forget(intent))
     }
 
     /// What a forget leaves for after the agent's lock: the log's old

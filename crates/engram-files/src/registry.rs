@@ -315,6 +315,26 @@ impl FileStore {
         Ok(())
     }
 
+    /// What `look` finds in each loaded agent that no call holds at the
+    /// moment (a busy one is looked at by the next pass): the upkeep's
+    /// passes over what is in memory.
+    pub(crate) fn scan_loaded<T>(
+        &self,
+        mut look: impl FnMut(&AgentId, &AgentState) -> Option<T>,
+    ) -> Vec<T> {
+        let loaded: Vec<(AgentId, Arc<AgentHandle>)> = engram_store::lock(&self.inner.agents)
+            .iter()
+            .map(|(id, h)| (id.clone(), Arc::clone(h)))
+            .collect();
+        loaded
+            .into_iter()
+            .filter_map(|(id, handle)| {
+                let slot = handle.state.try_lock().ok()?;
+                look(&id, slot.as_ref()?)
+            })
+            .collect()
+    }
+
     /// Unloads agents idle for longer than `max_idle` that nobody is using,
     /// flushing their files first (while still registered, so a checkpoint
     /// never misses them), and closing their search index. Returns how many

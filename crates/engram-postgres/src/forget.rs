@@ -75,11 +75,11 @@ impl Forgets for PgStore {
                 ..Forgotten::default()
             });
         };
-        let (traces, facts, summaries) = intent.erasure.counts(&derived.semantic);
+        let out = Forgotten::of(&intent.erasure, &derived.semantic, user_id);
         // Nothing to purge later: the rows were the index.
         let meta = AgentMeta {
             unpurged: vec![],
-            ..intent.finished(&derived.meta)
+            ..derived.meta.after_forget(&intent)
         };
         let who = (id.as_str(), user.as_ref());
         let erased = erase(&mut tx, who, &intent.erasure, &derived.semantic, now).await;
@@ -94,14 +94,7 @@ impl Forgets for PgStore {
         // Every replica (this one too) loads the agent again.
         *slot = None;
         committed?;
-        tracing::info!(agent = %id, traces, facts, summaries, "forgot");
-        Ok(Forgotten {
-            traces_erased: traces,
-            facts_deleted: facts,
-            fact_ids: intent.erasure.facts,
-            summaries_rewritten: summaries,
-            user_id,
-        })
+        Ok(out)
     }
 
     async fn rewrite_jobs(&self, id: &AgentId) -> Result<Vec<RewriteJob>> {
@@ -160,57 +153,19 @@ impl Forgets for PgStore {
         let cached = slot.as_ref().expect("current");
         let derived = &cached.derived;
         // Still hidden, and from the same traces (no forget since).
-        if !derived.episodic.contains(&job.item) {
+        let Some(commit) =
+            derived.rewrite_commit(&job.item, summary, &job.traces, policy, unix_now(), new_id)
+        else {
             return Ok(false);
-        }
-        let now = unix_now();
-        let rewrite = forget::rewrite(
-            &job.item,
-            summary,
-            &job.traces,
-            &derived.semantic,
-            policy.fact_ttl,
-            now,
-            new_id,
-        );
-        let episodic: Vec<EpisodicItem> = derived
-            .episodic
-            .iter()
-            .map(|e| {
-                if e.id == job.item.id {
-                    rewrite.episodic.clone()
-                } else {
-                    e.clone()
-                }
-            })
-            .collect();
-        // The facts merged as a compaction's: new ones, and the ones they
-        // supersede marked so.
-        let mut lines = rewrite.facts.new_items.clone();
-        for (old, new) in &rewrite.facts.superseded {
-            if let Some(item) = derived.semantic.iter().find(|s| s.id == *old) {
-                lines.push(SemanticItem {
-                    superseded_by: Some(new.clone()),
-                    ..item.clone()
-                });
-            }
-        }
-        let mut semantic = derived.semantic.clone();
-        for line in &lines {
-            match semantic.iter_mut().find(|f| f.id == line.id) {
-                Some(old) => *old = line.clone(),
-                None => semantic.push(line.clone()),
-            }
-        }
-        let meta = forget::meta_after(
-            &derived.meta,
-            &derived.traces,
-            &episodic,
-            &semantic,
-            policy,
-            now,
-        );
-        let written = rewritten(&mut tx, id.as_str(), &rewrite.episodic, &lines, &meta).await;
+        };
+        let written = rewritten(
+            &mut tx,
+            id.as_str(),
+            &commit.episodic,
+            &commit.lines,
+            &commit.meta,
+        )
+        .await;
         let committed = match written {
             Ok(()) => tx.commit().await.map_err(db("committing a rewrite")),
             Err(e) => Err(e),
@@ -298,27 +253,13 @@ fn plan(
     policy: Policy,
     now: f64,
 ) -> Option<(ForgetIntent, TurnTracker)> {
-    let all = archive.iter().chain(derived.traces.iter());
-    let selected = forget::select(what, all.clone());
-    let erasure = forget::erasure(&selected, all, &derived.episodic, &derived.semantic);
-    if erasure.is_empty() {
-        return None;
-    }
+    let intent = derived.forget_intent(what, archive, policy, now)?;
     let mut tracker = TurnTracker::default();
     for trace in archive {
-        if !erasure.trace_ids.contains(&trace.id) {
+        if !intent.erasure.trace_ids.contains(&trace.id) {
             tracker.apply(trace);
         }
     }
-    let intent = ForgetIntent::new(
-        erasure,
-        &derived.meta,
-        &derived.traces,
-        &derived.episodic,
-        &derived.semantic,
-        policy,
-        now,
-    );
     Some((intent, tracker))
 }
 

@@ -375,15 +375,31 @@ pub type Visible<'a> = &'a (dyn Fn(&str) -> bool + Send + Sync);
 pub struct Forgotten {
     /// Traces erased (0 when repeated: nothing was left).
     pub traces_erased: u32,
-    /// Facts deleted (live ones counted) and their ids (every version
-    /// erased), for their copies in the user's store.
+    /// Live facts deleted (every version of each erased).
     pub facts_deleted: u32,
-    pub fact_ids: Vec<String>,
     /// Summaries that covered the traces: hidden until rewritten, or
     /// removed when they covered nothing else.
     pub summaries_rewritten: u32,
     /// The agent's user.
     pub user_id: Option<String>,
+}
+
+impl Forgotten {
+    /// What `erasure` erases from an agent with facts `semantic` and user
+    /// `user_id`.
+    pub fn of(
+        erasure: &engram_core::forget::Erasure,
+        semantic: &[engram_core::memory::SemanticItem],
+        user_id: Option<String>,
+    ) -> Self {
+        let (traces_erased, facts_deleted, summaries_rewritten) = erasure.counts(semantic);
+        Self {
+            traces_erased,
+            facts_deleted,
+            summaries_rewritten,
+            user_id,
+        }
+    }
 }
 
 /// A summary a forget hid, to be written again from its remaining traces

@@ -6,6 +6,8 @@
 //!   transcript, and the steps that change them (a compaction's job, its
 //!   commit plan and adoption, microcompact).
 //! - [`intent`]: a compaction's commit as written down before any change.
+//! - `forgotten.rs`: a forget's intent and its settings, a rewrite's
+//!   commit.
 //!
 //! The values here cross the store's interface (`engram_store` re-exports
 //! them): the prompt as it stands ([`AgentContext`]), a compaction's
@@ -13,6 +15,7 @@
 //! Retrieve's [`Bundle`], each built by one method of [`Derived`].
 
 pub mod derived;
+mod forgotten;
 pub mod intent;
 
 use std::sync::Arc;
@@ -22,6 +25,7 @@ use crate::transcript::Message;
 use crate::{RawTrace, Usage};
 
 pub use derived::{AgentMeta, Derived, Discarded, Stale, microcompacted};
+pub use forgotten::RewriteCommit;
 pub use intent::Intent;
 
 /// An agent's prompt as it stands, owned and cheap to take (the messages
