@@ -166,6 +166,10 @@ impl Admin for PgStore {
     /// seen by it, and stays: bound after.
     async fn delete_user(&self, user: &UserId) -> Result<usize> {
         let mut tx = self.begin().await?;
+        let user_scope = engram_core::blocks::Scope::User(user.clone());
+        // The user's lock before its agents' rows, the order a fold and a
+        // forget take them in (the other order deadlocks against them).
+        crate::lock_scope(&mut tx, &user_scope).await?;
         let ids: Vec<String> =
             sqlx::query_scalar("SELECT id FROM agents WHERE user_id = $1 ORDER BY id FOR UPDATE")
                 .bind(user.as_str())
@@ -185,9 +189,6 @@ impl Admin for PgStore {
                 .await
                 .map_err(db("deleting a user"))?;
         }
-        let user_scope = engram_core::blocks::Scope::User(user.clone());
-        // Writers of the user's blocks and facts hold this lock.
-        crate::lock_scope(&mut tx, &user_scope).await?;
         let scope = crate::scope_key(&user_scope);
         sqlx::query("DELETE FROM blocks WHERE scope = $1")
             .bind(&scope)

@@ -20,6 +20,9 @@
 //!   summarized twice. A lease in the agent row keeps two replicas from
 //!   summarizing the same agent at once; a replica that dies holds it only
 //!   until it expires.
+//! - Locks are taken in one order, so no two writers deadlock: a user's
+//!   scope lock (`lock_scope`), then agent rows, then the agents' vector
+//!   locks (`vectors::lock_vector_writes`).
 //!
 //! Modules: `cache` (the per-agent cache and how it is brought current),
 //! `write` (Ingest, PrepareRequest, the compaction mark), `read`, `rows`

@@ -88,3 +88,30 @@ pub async fn tables_holding(
     pool.close().await;
     Ok(holding)
 }
+
+/// Takes, until `tx` ends, a user's scope lock: what a fold into the
+/// user, a forget in one of its agents or a change of its facts holds.
+pub async fn lock_user_scope(
+    tx: &mut sqlx::PgConnection,
+    user: &engram_core::UserId,
+) -> Result<(), crate::StoreError> {
+    crate::lock_scope(tx, &engram_core::blocks::Scope::User(user.clone())).await
+}
+
+/// Whether a transaction is waiting for a user's scope lock.
+pub async fn waits_for_user_scope(
+    conn: &mut sqlx::PgConnection,
+    user: &engram_core::UserId,
+) -> Result<bool, sqlx::Error> {
+    // A one-key advisory lock: the key's high half in classid, low in objid.
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+             AND objsubid = 1
+             AND objid = (hashtext($1)::bigint & 4294967295)::oid)",
+    )
+    .bind(crate::scope_key(&engram_core::blocks::Scope::User(
+        user.clone(),
+    )))
+    .fetch_one(conn)
+    .await
+}
