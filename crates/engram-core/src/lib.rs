@@ -12,6 +12,7 @@
 //!   window selection, the commit plan (summary, facts, snapshot), the
 //!   report.
 //! - [`forget`]: what forgetting a turn or events erases.
+//! - [`bundle`]: the portable bundle of ExportMemory / ImportMemory.
 //! - [`render`]: provider request bodies (OpenAI, Anthropic, Gemini).
 //! - [`retrieve`]: the raw tail and tool interactions of an agent.
 //! - [`spill`]: the tool-result budget (large results stored aside).
@@ -25,6 +26,7 @@
 pub mod agent_id;
 pub mod blocks;
 pub mod budget;
+pub mod bundle;
 pub mod compaction;
 pub mod embed;
 pub mod error;

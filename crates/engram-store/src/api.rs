@@ -411,3 +411,37 @@ pub struct RewriteJob {
     pub known_facts: Vec<engram_core::memory::SemanticItem>,
     pub user_id: Option<String>,
 }
+
+/// What an import recreated (ImportMemory).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Imported {
+    pub agents: u32,
+    /// Facts (an agent's or the user's), each counted once however many
+    /// versions it has.
+    pub facts: u32,
+    /// Blocks, each counted once.
+    pub blocks: u32,
+}
+
+impl Imported {
+    /// What `bundle` holds.
+    pub fn of(bundle: &engram_core::bundle::MemoryBundle) -> Self {
+        use std::collections::HashSet;
+        let mut facts = 0;
+        let mut blocks = 0;
+        let count = |ids: &mut dyn Iterator<Item = &str>| ids.collect::<HashSet<_>>().len() as u32;
+        for a in &bundle.agents {
+            facts += count(&mut a.facts.iter().map(|f| f.id.as_str()));
+            blocks += count(&mut a.blocks.iter().map(|b| b.label.as_str()));
+        }
+        if let Some(u) = &bundle.user {
+            facts += count(&mut u.facts.iter().map(|f| f.fact.id.as_str()));
+            blocks += count(&mut u.blocks.iter().map(|b| b.label.as_str()));
+        }
+        Self {
+            agents: bundle.agents.len() as u32,
+            facts,
+            blocks,
+        }
+    }
+}

@@ -32,13 +32,13 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use api::{
-    AgentContext, Begun, Bundle, CommitStep, Committed, Forgotten, Hit, IndexState, Ingested, Job,
-    MatchedBy, Memory, MemoryQuery, Microcompacted, Policy, PrepareInput, Prepared, RankedMemories,
-    Recalled, RewriteJob, Search, SearchMode, SearchPage, SeenBlocks, Visible,
+    AgentContext, Begun, Bundle, CommitStep, Committed, Forgotten, Hit, Imported, IndexState,
+    Ingested, Job, MatchedBy, Memory, MemoryQuery, Microcompacted, Policy, PrepareInput, Prepared,
+    RankedMemories, Recalled, RewriteJob, Search, SearchMode, SearchPage, SeenBlocks, Visible,
 };
 pub use traits::{
-    Admin, Blocks, Compacts, Facts, Forgets, Ranks, Reads, Runtime, Searches, Store, UserMemory,
-    Writes,
+    Admin, Blocks, Compacts, Facts, Forgets, Portable, Ranks, Reads, Runtime, Searches, Store,
+    UserMemory, Writes,
 };
 
 /// The storage traits, for `use engram_store::prelude::*`: on a concrete
@@ -47,7 +47,7 @@ pub use traits::{
 /// they are callable as they are).
 pub mod prelude {
     pub use crate::traits::{
-        Admin, Blocks, Compacts, Facts, Forgets, Ranks, Reads, Runtime, Searches, Store,
+        Admin, Blocks, Compacts, Facts, Forgets, Portable, Ranks, Reads, Runtime, Searches, Store,
         UserMemory, Writes,
     };
 }

@@ -15,6 +15,7 @@
 //! | [`Blocks`] | memory blocks of every scope | `blocks.rs` | `blocks.rs` |
 //! | [`Facts`] | facts clients manage, an agent's or a user's | `facts.rs` | `facts.rs` |
 //! | [`Forgets`] | erase a turn or events; rewrite the summaries that covered them | `forget.rs` | `forget.rs` |
+//! | [`Portable`] | export and import records (ExportMemory, ImportMemory) | `portable.rs` | `portable.rs` |
 //! | [`UserMemory`] | a user's facts and last conversation; the conversations to summarize once quiet | `user_facts.rs`, `quiet.rs` | `user_facts.rs` |
 //! | [`Runtime`] | health, metrics, upkeep, close | `registry.rs` | `upkeep.rs` |
 //!
@@ -30,6 +31,7 @@
 
 use async_trait::async_trait;
 use engram_core::blocks::{Block, Change, Scope};
+use engram_core::bundle::{AgentRecords, MemoryBundle, UserRecords};
 use engram_core::compaction::Summary;
 use engram_core::facts::{Applied, Op};
 use engram_core::forget::Forget;
@@ -38,9 +40,9 @@ use engram_core::users::{Folded, LastConversation, UserFact};
 use engram_core::{AgentId, NewEvent, Usage, UserId};
 
 use crate::{
-    AgentContext, Begun, Bundle, Committed, Forgotten, IndexState, Ingested, Job, MemoryQuery,
-    Microcompacted, Policy, PrepareInput, Prepared, RankedMemories, Result, RewriteJob, Search,
-    SearchPage, Visible,
+    AgentContext, Begun, Bundle, Committed, Forgotten, Imported, IndexState, Ingested, Job,
+    MemoryQuery, Microcompacted, Policy, PrepareInput, Prepared, RankedMemories, Result,
+    RewriteJob, Search, SearchPage, Visible,
 };
 
 /// Engram's storage. Every write that returns `Ok` is durable (per the
@@ -56,6 +58,7 @@ pub trait Store:
     + Blocks
     + Facts
     + Forgets
+    + Portable
     + UserMemory
     + Runtime
     + Send
@@ -74,6 +77,7 @@ impl<T> Store for T where
         + Blocks
         + Facts
         + Forgets
+        + Portable
         + UserMemory
         + Runtime
         + Send
@@ -338,6 +342,30 @@ pub trait Forgets {
     /// Agents with hidden summaries, as far as the backend finds them
     /// cheaply (files: loaded agents; PostgreSQL: all).
     async fn awaiting_rewrite(&self) -> Result<Vec<AgentId>>;
+}
+
+/// Memory moved between stores (ExportMemory / ImportMemory): records as
+/// stored, the same whichever backend holds them (`engram_core::bundle`).
+#[async_trait]
+pub trait Portable {
+    /// Every record of the agent, one consistent state of it (an
+    /// interrupted compaction or forget finished first). NOT_FOUND for an
+    /// agent that does not exist.
+    async fn export_agent(&self, id: &AgentId) -> Result<AgentRecords>;
+
+    /// The user's own records (every version of its facts and blocks, its
+    /// last conversation); empty for a user with none. Its agents are
+    /// exported one by one.
+    async fn export_user(&self, user: &UserId) -> Result<UserRecords>;
+
+    /// Recreates what `bundle` holds (checked), ids and times kept, and
+    /// indexes its agents again. ALREADY_EXISTS, with nothing written, if
+    /// one of its agents exists, or (a user's bundle) the user has facts
+    /// or blocks; with `replace` those agents are replaced whole, and the
+    /// user's facts, blocks and last conversation by the bundle's (the
+    /// user's other agents stay). Durable when it returns; each agent
+    /// appears whole or not at all.
+    async fn import(&self, bundle: &MemoryBundle, replace: bool) -> Result<Imported>;
 }
 
 /// A user's long-term memory: one fact store per user, fed by the

@@ -17,6 +17,7 @@ mod blocks;
 mod compaction;
 mod facts;
 mod forget;
+mod portable;
 mod quiet;
 mod search;
 mod user_facts;
@@ -36,6 +37,7 @@ pub use blocks::*;
 pub use compaction::*;
 pub use facts::*;
 pub use forget::*;
+pub use portable::*;
 pub use quiet::*;
 pub use search::*;
 pub use user_facts::*;
@@ -104,6 +106,7 @@ macro_rules! conformance_suite {
             facts_are_added_corrected_and_forgotten,
             a_users_facts_are_managed_like_an_agents,
             forgetting_a_turn_erases_every_byte_of_it,
+            export_then_import_gives_the_same_memory,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
