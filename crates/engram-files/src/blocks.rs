@@ -45,6 +45,12 @@ impl Shared {
         Ok(self.facts.as_mut().expect("loaded"))
     }
 
+    /// Drops what is loaded: the files were replaced (an import).
+    pub(crate) fn forget_loaded(&mut self) {
+        self.blocks = None;
+        self.facts = None;
+    }
+
     /// The user's facts if they are loaded (nothing is read).
     pub(crate) fn loaded_facts(&self) -> Option<&UserFacts> {
         self.facts.as_ref()

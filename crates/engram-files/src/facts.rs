@@ -50,8 +50,11 @@ impl Facts for FileStore {
         // A delete rewrites the file.
         let id = id.to_owned();
         self.read_locked(agent, SEMANTIC, move |path| {
-            let (lines, _) = crate::jsonl::load::<SemanticItem>(&path)?;
-            Ok(lines.into_iter().filter(|f| f.id == id).collect())
+            let (mut lines, _) = crate::jsonl::load::<SemanticItem>(&path)?;
+            lines.retain(|f| f.id == id);
+            // One line per version: a compaction that superseded the fact
+            // stored its version again.
+            Ok(engram_core::bundle::fact_versions(&lines, |f| f))
         })
         .await
     }

@@ -50,6 +50,7 @@ mod index;
 mod indexer;
 pub mod jsonl;
 mod quiet;
+mod portable;
 mod ranked;
 mod read;
 mod registry;

@@ -271,6 +271,25 @@ impl FileStore {
 
     /// Rewrites the segments of `user`'s index that still hold the text of
     /// a fact deleted since (after reading the deletion in).
+    /// Closes and removes the user's index, to be made again from the
+    /// files at its next use (they were replaced: an import).
+    pub(crate) async fn drop_user_index(&self, user: &UserId) -> Result<()> {
+        let mut guard = self.user_slot(user).lock_owned().await;
+        let dir = self.user_dir(user).join(crate::index::INDEX_DIR);
+        blocking(move || {
+            if let Some(open) = guard.take() {
+                open.close()?;
+            }
+            match std::fs::remove_dir_all(&dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(StoreError::io("removing", &dir)(e))
+                }
+                _ => Ok(()),
+            }
+        })
+        .await
+    }
+
     pub(crate) async fn purge_user_index(&self, user: &UserId) -> Result<()> {
         if !self.user_dir(user).join(crate::index::INDEX_DIR).exists() {
             return Ok(());

@@ -129,7 +129,9 @@ impl AgentRecords {
         let mut expected = HashSet::new();
         for t in traces() {
             if let Some(path) = &t.tool_result_ref {
-                if *path != spill_path(&t.id) {
+                // The trace's id names a file: nothing that leaves its folder.
+                let plain = |c: char| c.is_ascii_alphanumeric() || "-_.".contains(c);
+                if *path != spill_path(&t.id) || t.id.starts_with('.') || !t.id.chars().all(plain) {
                     return Err(invalid(
                         &whose,
                         format!("trace {:?} names a stored result {path:?}", t.id),

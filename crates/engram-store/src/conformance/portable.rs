@@ -51,7 +51,11 @@ async fn converse<S: Store + ?Sized>(store: &S, a: &AgentId, user: &UserId, topi
         NewEvent::assistant(format!("Found {topic}")),
     ])
     .await;
-    say(vec![NewEvent::user("And then?"), NewEvent::assistant("Then more")]).await;
+    say(vec![
+        NewEvent::user("And then?"),
+        NewEvent::assistant("Then more"),
+    ])
+    .await;
     let Begun::Job(job) = store.begin_compaction(a, POLICY).await.unwrap() else {
         panic!("a window to compact");
     };
@@ -61,7 +65,10 @@ async fn converse<S: Store + ?Sized>(store: &S, a: &AgentId, user: &UserId, topi
         salience: 0.5,
         semantic_facts: vec![fact(&format!("Likes {topic}")), fact("Uses tools")],
     };
-    store.finish_compaction(a, job, summary, POLICY).await.unwrap();
+    store
+        .finish_compaction(a, job, summary, POLICY)
+        .await
+        .unwrap();
     let snapshot = store.bundle(a, 10).await.unwrap();
     store
         .fold_into_user(user, a, &snapshot.semantic, &snapshot.episodic)
@@ -159,7 +166,10 @@ async fn reads<S: Store + ?Sized>(store: &S, user: &UserId) -> Vec<String> {
             "context {a}: {:?} {:?} {:?} {} {} {} {}",
             c.messages, c.tail, c.system, c.turns, c.current_turn_id, c.epoch, c.compactions
         ));
-        out.push(format!("retrieve {a}: {:?}", store.bundle(&a, 10).await.unwrap()));
+        out.push(format!(
+            "retrieve {a}: {:?}",
+            store.bundle(&a, 10).await.unwrap()
+        ));
         let scope = Scope::Agent(a.clone());
         let facts = store.facts(&scope).await.unwrap();
         for f in &facts {
@@ -167,7 +177,10 @@ async fn reads<S: Store + ?Sized>(store: &S, user: &UserId) -> Vec<String> {
             out.push(format!("history {a} {}: {history:?}", f.id));
         }
         out.push(format!("facts {a}: {facts:?}"));
-        out.push(format!("blocks {a}: {:?}", store.list_blocks(&scope).await.unwrap()));
+        out.push(format!(
+            "blocks {a}: {:?}",
+            store.list_blocks(&scope).await.unwrap()
+        ));
         out.push(format!(
             "block history {a}: {:?}",
             store.block_history(&scope, "persona").await.unwrap()
@@ -193,11 +206,21 @@ async fn reads<S: Store + ?Sized>(store: &S, user: &UserId) -> Vec<String> {
             semantic: 5,
         };
         let r = store.rank_memories(&a, &query).await.unwrap();
-        out.push(format!("ranked {a}: {:?}", (r.memories, r.episodic, r.semantic)));
+        out.push(format!(
+            "ranked {a}: {:?}",
+            (r.memories, r.episodic, r.semantic)
+        ));
     }
-    let page = store.search_user(user, &words("chess", 50, None)).await.unwrap();
+    let search = crate::Search {
+        wait_for_index: Some(std::time::Duration::from_secs(60)),
+        ..ranked("chess", 20)
+    };
+    let page = store.search_user(user, &search).await.unwrap();
     out.push(format!("user search: {:?}", page.hits));
-    out.push(format!("user facts: {:?}", store.user_facts(user).await.unwrap()));
+    out.push(format!(
+        "user facts: {:?}",
+        store.user_facts(user).await.unwrap()
+    ));
     out.push(format!(
         "user blocks: {:?}",
         store.list_blocks(&user_scope).await.unwrap()
@@ -264,7 +287,13 @@ pub async fn export_then_import_gives_the_same_memory<H: Harness>(h: &H) {
 
     // Replaced over what is there (after a change): the bundle's again.
     store
-        .ingest(&a1, &[NewEvent::user("a later word")], None, None, Some(&user))
+        .ingest(
+            &a1,
+            &[NewEvent::user("a later word")],
+            None,
+            None,
+            Some(&user),
+        )
         .await
         .unwrap();
     store.import(&bundle, true).await.unwrap();
