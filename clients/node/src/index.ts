@@ -27,6 +27,7 @@ import type { SearchHistoryResponse__Output } from "./generated/engram/v1/Search
 import type { AddedMemory__Output } from "./generated/engram/v1/AddedMemory";
 import type { SemanticItem__Output } from "./generated/engram/v1/SemanticItem";
 import type { ForgetResponse__Output } from "./generated/engram/v1/ForgetResponse";
+import type { ImportMemoryResponse__Output } from "./generated/engram/v1/ImportMemoryResponse";
 
 export { status } from "@grpc/grpc-js";
 
@@ -641,5 +642,35 @@ export class EngramClient {
    * call and its result go together). */
   async forgetEvents(agentId: string, ids: string[]): Promise<ForgetResponse__Output> {
     return this.call("ForgetEvents", { agent_id: agentId, ids });
+  }
+
+  /** An agent's or a user's memory as a bundle of JSON lines (docs/EXPORT.md):
+   * every trace, summary, fact version and block version, ids and times kept. */
+  exportMemory(scope: FactScope): Promise<Buffer> {
+    return new Promise((resolve, reject) => {
+      const deadline = new Date(Date.now() + this.timeoutMs);
+      const pieces: Buffer[] = [];
+      const call = this.stub.ExportMemory({ scope: scopeOf(scope) }, { deadline });
+      call.on("data", (piece: { lines: Buffer }) => pieces.push(Buffer.from(piece.lines)));
+      call.on("error", reject);
+      call.on("end", () => resolve(Buffer.concat(pieces)));
+    });
+  }
+
+  /** Recreates an exported bundle; all of it is checked before anything is
+   * written. ALREADY_EXISTS for an agent (or a user's memory) that exists,
+   * unless `replace`. Sent in pieces of at most 1 MiB. */
+  importMemory(bundle: Uint8Array, opts: { replace?: boolean } = {}): Promise<ImportMemoryResponse__Output> {
+    return new Promise((resolve, reject) => {
+      const deadline = new Date(Date.now() + this.timeoutMs);
+      const call = this.stub.ImportMemory({ deadline }, (err: grpc.ServiceError | null, res: ImportMemoryResponse__Output) =>
+        err ? reject(err) : resolve(res));
+      const piece = 1 << 20;
+      for (let at = 0; at === 0 || at < bundle.length; at += piece) {
+        // `replace` is read from the first message.
+        call.write({ lines: Buffer.from(bundle.subarray(at, at + piece)), replace: at === 0 && (opts.replace ?? false) });
+      }
+      call.end();
+    });
   }
 }

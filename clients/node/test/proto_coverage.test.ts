@@ -30,7 +30,7 @@ export function parseProtos(dir = PROTO_DIR): { messages: Messages; rpcs: Map<st
   assert.ok(files.length > 0, `no .proto files under ${v1}`);
   for (const file of files) {
     const text = fs.readFileSync(path.join(v1, file), "utf8").replace(/\/\/[^\n]*/g, "");
-    for (const m of text.matchAll(/\brpc\s+(\w+)\s*\(\s*([\w.]+)\s*\)/g)) rpcs.set(m[1], m[2]);
+    for (const m of text.matchAll(/\brpc\s+(\w+)\s*\(\s*(?:stream\s+)?([\w.]+)\s*\)/g)) rpcs.set(m[1], m[2]);
     for (const m of text.matchAll(/^(message|enum|service)\s+(\w+)\s*\{/gm)) {
       let depth = 1;
       let i = m.index! + m[0].length;
@@ -104,8 +104,23 @@ function recorder(service: grpc.ServiceDefinition) {
   const stub = new Proxy({}, {
     get: (_target, method: string) => (request: object, ...rest: any[]) => {
       const sent = requests.get(method) ?? [];
-      sent.push(service[method].requestSerialize(request));
       requests.set(method, sent);
+      if (method === "ExportMemory") {
+        // A stream of answers: none, then its end.
+        sent.push(service[method].requestSerialize(request));
+        const handlers: Record<string, (...a: any[]) => void> = {};
+        setImmediate(() => handlers.end?.());
+        return { on: (event: string, f: (...a: any[]) => void) => { handlers[event] = f; } };
+      }
+      if (method === "ImportMemory") {
+        // A stream of requests, answered once it ends.
+        const done = rest[rest.length - 1];
+        return {
+          write: (message: object) => sent.push(service[method].requestSerialize(message)),
+          end: () => done(null, { agents: 0, facts: 0, blocks: 0 }),
+        };
+      }
+      sent.push(service[method].requestSerialize(request));
       rest[rest.length - 1](null, {
         report: {}, agent_id: "b", agent_ids: [], rendered_payload_json: "", warnings: [], recalled: [],
         blocks: [], block: {}, agents_deleted: 0, version: 0, results: [], memories: [], memory: {}, versions: [],
@@ -118,7 +133,7 @@ function recorder(service: grpc.ServiceDefinition) {
 
 /** Facts belong to an agent or a user: the server refuses the global scope
  * for them, so their helpers have no way to ask for it. */
-const NOT_ASKABLE = new Set(["AddMemories", "ListMemories", "GetMemory", "GetMemoryHistory", "UpdateMemory", "DeleteMemory"]
+const NOT_ASKABLE = new Set(["AddMemories", "ListMemories", "GetMemory", "GetMemoryHistory", "UpdateMemory", "DeleteMemory", "ExportMemory"]
   .map((rpc) => `${rpc}:MemoryScope.global`));
 
 /** Each RPC's helper with every option set (none to its default). */
@@ -168,6 +183,8 @@ async function callEveryHelper(engram: EngramClient) {
   }
   await engram.forgetTurn("a", "turn_0001");
   await engram.forgetEvents("a", ["e1"]);
+  for (const scope of [{ agentId: "a" }, { userId: "u" }]) await engram.exportMemory(scope);
+  await engram.importMemory(Buffer.from("{}\n"), { replace: true });
 }
 
 const EVERY = { eventId: "e1", ts: 1683532800, turnId: "turn_0001", sourceEvent: "cli", correlationId: "c1", tags: ["t"] };

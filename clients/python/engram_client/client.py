@@ -506,6 +506,31 @@ class EngramClient:
         return self._call("ForgetEvents", facts.ForgetEventsRequest(agent_id=agent_id,
                                                                     ids=list(ids)))
 
+    def export_memory(self, *, agent_id: Optional[str] = None,
+                      user_id: Optional[str] = None) -> Iterator[bytes]:
+        """An agent's or a user's memory as a bundle of JSON lines
+        (docs/EXPORT.md), in pieces of at most 1 MiB: write them, in order,
+        to a file. Every trace, summary, fact version and block version,
+        ids and times kept."""
+        request = facts.ExportMemoryRequest(scope=_scope(agent_id, user_id, False))
+        for piece in self.stub.ExportMemory(request, timeout=self.timeout):
+            yield piece.lines
+
+    def import_memory(self, bundle: Union[bytes, Iterable[bytes]], *,
+                      replace: bool = False) -> facts.ImportMemoryResponse:
+        """Recreates an exported bundle (bytes, or pieces of it in order):
+        all of it is checked before anything is written. ALREADY_EXISTS for
+        an agent (or a user's memory) that exists, unless `replace`."""
+        pieces = [bundle] if isinstance(bundle, (bytes, bytearray)) else bundle
+
+        def requests():
+            first = True
+            for piece in pieces:
+                # `replace` is read from the first message.
+                yield facts.ImportMemoryRequest(lines=bytes(piece), replace=replace and first)
+                first = False
+        return self.stub.ImportMemory(requests(), timeout=self.timeout)
+
 
 def _pem(value) -> Optional[bytes]:
     if value is None or isinstance(value, bytes):

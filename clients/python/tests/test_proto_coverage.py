@@ -23,7 +23,8 @@ PROTO_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "..", "proto")
 # Facts belong to an agent or a user: the server refuses the global scope
 # for them, so their helpers have no way to ask for it.
 NOT_ASKABLE = {rpc: {"MemoryScope.global"} for rpc in (
-    "AddMemories", "ListMemories", "GetMemory", "GetMemoryHistory", "UpdateMemory", "DeleteMemory")}
+    "AddMemories", "ListMemories", "GetMemory", "GetMemoryHistory", "UpdateMemory", "DeleteMemory",
+    "ExportMemory")}
 
 # Message types a helper covers on its own (TraceEvent: the event helpers
 # below), so a request carrying one is not asked to set all of its fields.
@@ -38,7 +39,7 @@ def parse_protos(proto_dir=PROTO_DIR):
     for path in paths:
         with open(path, encoding="utf-8") as f:
             text = re.sub(r"//[^\n]*", "", f.read())
-        for rpc, request in re.findall(r"\brpc\s+(\w+)\s*\(\s*([\w.]+)\s*\)", text):
+        for rpc, request in re.findall(r"\brpc\s+(\w+)\s*\(\s*(?:stream\s+)?([\w.]+)\s*\)", text):
             rpcs[rpc] = request
         for name, body in top_level_messages(text):
             fields = re.findall(
@@ -88,7 +89,11 @@ class Recorder:
 
     def __getattr__(self, method):
         def call(request, **_):
-            self.requests[method].append(request)
+            if hasattr(request, "ListFields"):
+                self.requests[method].append(request)
+            else:
+                # A stream of requests (ImportMemory).
+                self.requests[method].extend(request)
             # Named by the service, not always after the method (ForgetTurn
             # and ForgetEvents answer a ForgetResponse).
             service = svc.DESCRIPTOR.services_by_name["MemoryService"]
@@ -97,6 +102,8 @@ class Recorder:
                         or getattr(facts, name))()
             if method in ("ListAgents", "ListMemories") and len(self.requests[method]) == 1:
                 response.next_page_token = "page-2"
+            if method == "ExportMemory":
+                return iter([response])  # a stream of answers
             return response
         return call
 
@@ -147,6 +154,9 @@ def call_every_helper(engram):
         engram.delete_memory("m", expected_version=3, **scope)
     engram.forget_turn("a", "turn_0001")
     engram.forget_events("a", ["e1"])
+    for scope in (dict(agent_id="a"), dict(user_id="u")):
+        list(engram.export_memory(**scope))
+    engram.import_memory([b"{}\n", b"{}\n"], replace=True)
 
 
 EVERY = dict(event_id="e1", ts=1683532800.0, turn_id="turn_0001", source_event="cli",

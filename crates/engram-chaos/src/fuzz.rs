@@ -260,7 +260,9 @@ fn request(g: &mut Gen, method: &str) -> Vec<u8> {
         }
         .encode_to_vec(),
         "AddMemories" | "ListMemories" | "GetMemory" | "GetMemoryHistory" | "UpdateMemory"
-        | "DeleteMemory" | "ForgetTurn" | "ForgetEvents" => facts::request(g, method),
+        | "DeleteMemory" | "ForgetTurn" | "ForgetEvents" | "ExportMemory" | "ImportMemory" => {
+            facts::request(g, method)
+        }
         other => block_request(g, other),
     }
 }

@@ -13,6 +13,16 @@ pub async fn call_raw(channel: Channel, method: &str, body: Vec<u8>) -> Result<(
     let path = format!("/engram.v1.MemoryService/{method}")
         .parse()
         .map_err(|_| tonic::Status::invalid_argument("bad method name"))?;
+    if method == "ExportMemory" {
+        // A stream of answers, each read to the end.
+        let mut answers = grpc
+            .server_streaming(tonic::Request::new(body), path, RawCodec)
+            .await?
+            .into_inner();
+        while answers.message().await?.is_some() {}
+        return Ok(());
+    }
+    // ImportMemory's stream of requests is this one message.
     grpc.unary(tonic::Request::new(body), path, RawCodec)
         .await
         .map(|_| ())

@@ -266,6 +266,11 @@ impl Decoder {
         Ok(())
     }
 
+    /// The bundle's scope, once its header was read.
+    pub fn scope(&self) -> Option<&BundleScope> {
+        self.header.as_ref().map(|h| &h.scope)
+    }
+
     /// The bundle, once every chunk was pushed.
     pub fn finish(mut self) -> Result<MemoryBundle, CoreError> {
         if !self.partial.iter().all(u8::is_ascii_whitespace) {

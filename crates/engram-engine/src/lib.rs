@@ -16,6 +16,8 @@
 //!   messages and the turn's recall.
 //! - [`compactor`]: the tier ladder of a compaction, the per-agent pause;
 //!   `flights.rs`: one compaction per agent at a time.
+//! - `portable.rs`: ExportMemory and ImportMemory (the bundle streamed out
+//!   and read in).
 //! - `recall.rs`: the `[MEMORY:RECALLED]` block attached to the current
 //!   user message.
 //! - [`settings`]: what the engine is configured with.
@@ -33,6 +35,7 @@ mod forget;
 mod idle;
 mod ingest;
 pub mod limits;
+pub mod portable;
 mod prepare;
 mod recall;
 mod retrieve;
@@ -49,6 +52,7 @@ use engram_store::Store;
 
 pub use api::*;
 pub use error::EngineError;
+pub use portable::{Export, Import};
 pub use settings::Settings;
 
 use budget::Budgets;
@@ -75,6 +79,8 @@ pub struct Engine {
     last_used: Arc<idle::LastUsed>,
     idle_evict: Option<Duration>,
     rewriting: Arc<forget::Rewriting>,
+    /// The largest bundle ImportMemory takes (`memory.import_max_mb`).
+    import_max_bytes: u64,
 }
 
 impl Engine {
@@ -105,6 +111,7 @@ impl Engine {
             last_used: Arc::default(),
             idle_evict: settings.idle_evict,
             rewriting: Arc::default(),
+            import_max_bytes: settings.memory.import_max_mb.saturating_mul(1 << 20),
         }
     }
 

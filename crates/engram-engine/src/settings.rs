@@ -36,6 +36,9 @@ pub struct MemorySection {
     /// they leave search and prompts then, and the upkeep deletes them.
     /// 0: never (a client's facts expire only as the client says).
     pub default_ttl_secs: u64,
+    /// The largest bundle ImportMemory takes, in MiB (it is held in memory
+    /// whole and checked before anything is written).
+    pub import_max_mb: u64,
 }
 
 /// `[recall]`: memories PrepareRequest adds to the current user message.

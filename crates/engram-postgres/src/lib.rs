@@ -28,11 +28,12 @@
 //! `write` (Ingest, PrepareRequest, the compaction mark), `read`, `rows`
 //! (how traces become rows), `compact`, `agents` (list, delete, fork),
 //! `search` (MATCH_ALL_WORDS) and `ranked`, `vectors` (the indexer and the
-//! replica's copies), `upkeep` (health, metrics, eviction). Each part of
+//! replica's copies), `portable` (export and import; `imported` the rows
+//! an import writes), `upkeep` (health, metrics, eviction). Each part of
 //! the `Store` trait is implemented in the module of its I/O: `write`
 //! (`Writes`), `read` (`Reads`), `search` (`Searches`), `ranked`
 //! (`Ranks`), `compact` (`Compacts`), `agents` (`Admin`), `forget` and
-//! `erase` (`Forgets`), `upkeep` (`Runtime`).
+//! `erase` (`Forgets`), `portable` (`Portable`), `upkeep` (`Runtime`).
 
 mod agents;
 mod blocks;
@@ -41,6 +42,8 @@ mod compact;
 mod erase;
 mod facts;
 mod forget;
+mod imported;
+mod portable;
 mod ranked;
 mod read;
 mod recalled;

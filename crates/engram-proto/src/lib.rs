@@ -17,7 +17,7 @@ pub mod pb {
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("engram_descriptor");
 
 /// The methods of `engram.v1.MemoryService`, in the order of the proto.
-pub const METHODS: [&str; 23] = [
+pub const METHODS: [&str; 25] = [
     "Ingest",
     "PrepareRequest",
     "Compact",
@@ -41,6 +41,8 @@ pub const METHODS: [&str; 23] = [
     "DeleteMemory",
     "ForgetTurn",
     "ForgetEvents",
+    "ExportMemory",
+    "ImportMemory",
 ];
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ pub mod health;
 pub mod layers;
 pub mod observe;
 pub mod oversize;
+mod portable;
 pub mod probe;
 pub mod service;
 pub mod status;

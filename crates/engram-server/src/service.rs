@@ -423,4 +423,20 @@ impl MemoryService for Engram {
         let agent = request.get_ref().agent_id.clone();
         catch_panics("ForgetEvents", &agent, self.handle_forget_events(request)).await
     }
+
+    type ExportMemoryStream = crate::portable::ExportStream;
+
+    async fn export_memory(
+        &self,
+        request: Request<pb::ExportMemoryRequest>,
+    ) -> Result<Response<Self::ExportMemoryStream>, Status> {
+        catch_panics("ExportMemory", "", self.handle_export_memory(request)).await
+    }
+
+    async fn import_memory(
+        &self,
+        request: Request<tonic::Streaming<pb::ImportMemoryRequest>>,
+    ) -> Result<Response<pb::ImportMemoryResponse>, Status> {
+        catch_panics("ImportMemory", "", self.handle_import_memory(request)).await
+    }
 }

@@ -164,4 +164,17 @@ impl MemoryService for Echo {
     ) -> Result<Response<pb::ForgetResponse>, Status> {
         Err(Status::unimplemented("echo"))
     }
+    type ExportMemoryStream = tokio_stream::Empty<Result<pb::MemoryBundleChunk, Status>>;
+    async fn export_memory(
+        &self,
+        _: Request<pb::ExportMemoryRequest>,
+    ) -> Result<Response<Self::ExportMemoryStream>, Status> {
+        Err(Status::unimplemented("echo"))
+    }
+    async fn import_memory(
+        &self,
+        _: Request<tonic::Streaming<pb::ImportMemoryRequest>>,
+    ) -> Result<Response<pb::ImportMemoryResponse>, Status> {
+        Err(Status::unimplemented("echo"))
+    }
 }

@@ -1,5 +1,6 @@
-//! Requests of the managed-fact RPCs (and ForgetTurn, ForgetEvents): agent scopes mostly (the agents the
-//! other calls use), a user's or the global scope sometimes (refused by
+//! Requests of the managed-fact RPCs (and ForgetTurn, ForgetEvents,
+//! ExportMemory, ImportMemory): agent scopes mostly (the agents the other
+//! calls use), a user's or the global scope sometimes (refused by
 //! name), texts, tags and metadata of every kind, expiries past, future
 //! and absurd, and ids that are real-looking, empty or hostile.
 
@@ -63,6 +64,69 @@ fn turn_id(g: &mut Gen) -> String {
     }
 }
 
+/// A bundle for ImportMemory: mostly one that reads (one of the fuzzed
+/// agents, with a trace, a fact and a block; a user's with that user),
+/// with a line cut, repeated or made wild now and then.
+fn bundle(g: &mut Gen) -> Vec<u8> {
+    let agent = g.agent_id();
+    let user = g.user_id();
+    let own = g.rng.random_bool(0.5);
+    let scope = if own {
+        format!(r#""user":{}"#, json_str(&user))
+    } else {
+        format!(r#""agent":{}"#, json_str(&agent))
+    };
+    let bound = if own {
+        format!(r#""user_id":{},"#, json_str(&user))
+    } else {
+        String::new()
+    };
+    let a = json_str(&agent);
+    let text = json_str(&g.text());
+    let mut lines = vec![
+        format!(r#"{{"engram_bundle":1,{scope},"exported_at":1.5}}"#),
+        format!(r#"{{"agent_id":{a},"agent":{{{bound}"epoch":0}}}}"#),
+        format!(
+            r#"{{"agent_id":{a},"trace":{{"id":"t1","ts":1.0,"turn_id":"turn_0001","seq":0,"trace_type":"user","content":{text}}}}}"#
+        ),
+        format!(r#"{{"agent_id":{a},"fact":{{"id":"f1","ts":2.0,"fact":{text}}}}}"#),
+        format!(
+            r#"{{"agent_id":{a},"block":{{"label":"human","value":{text},"limit_chars":5000,"version":1,"updated_at":3.0}}}}"#
+        ),
+    ];
+    if own {
+        lines.push(format!(
+            r#"{{"user_id":{},"user_fact":{{"id":"u1","ts":2.0,"fact":{text}}}}}"#,
+            json_str(&user)
+        ));
+    }
+    if g.wild {
+        match g.rng.random_range(0..4) {
+            0 => {
+                let at = g.rng.random_range(0..lines.len());
+                lines[at] = g.unicode(0..200);
+            }
+            1 => {
+                let at = g.rng.random_range(0..lines.len());
+                let line = lines[at].clone();
+                lines.insert(at, line);
+            }
+            2 => {
+                let at = g.rng.random_range(0..lines.len());
+                lines.truncate(at);
+            }
+            _ => {}
+        }
+    }
+    let n = lines.len();
+    lines.push(format!(r#"{{"end":{{"lines":{n}}}}}"#));
+    (lines.join("\n") + "\n").into_bytes()
+}
+
+fn json_str(s: &str) -> String {
+    serde_json::to_string(s).expect("a string serializes")
+}
+
 pub(super) fn request(g: &mut Gen, method: &str) -> Vec<u8> {
     let scope = scope(g);
     match method {
@@ -74,6 +138,12 @@ pub(super) fn request(g: &mut Gen, method: &str) -> Vec<u8> {
         "ForgetEvents" => pb::ForgetEventsRequest {
             agent_id: g.agent_id(),
             ids: (0..g.rng.random_range(0..4)).map(|_| id(g)).collect(),
+        }
+        .encode_to_vec(),
+        "ExportMemory" => pb::ExportMemoryRequest { scope }.encode_to_vec(),
+        "ImportMemory" => pb::ImportMemoryRequest {
+            lines: bundle(g),
+            replace: g.rng.random_bool(0.3),
         }
         .encode_to_vec(),
         "AddMemories" => pb::AddMemoriesRequest {

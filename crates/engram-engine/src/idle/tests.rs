@@ -45,6 +45,7 @@ fn settings() -> Settings {
         blocks: BlocksSection { max_share: 0.25 },
         memory: MemorySection {
             default_ttl_secs: 0,
+            import_max_mb: 256,
         },
         users: UsersSection {
             inject_last_summary: true,

@@ -156,6 +156,20 @@ async fn export<S: Store + ?Sized>(store: &S, user: &UserId) -> MemoryBundle {
     }
 }
 
+/// What [`reads`] finds once the indexes are caught up (two reads in a
+/// row agree: the background indexers work while a read waits for them).
+async fn settled<S: Store + ?Sized>(store: &S, user: &UserId) -> Vec<String> {
+    let mut last = reads(store, user).await;
+    for _ in 0..50 {
+        let next = reads(store, user).await;
+        if next == last {
+            return next;
+        }
+        last = next;
+    }
+    last
+}
+
 /// Everything a client reads of the user's memory, as text.
 async fn reads<S: Store + ?Sized>(store: &S, user: &UserId) -> Vec<String> {
     let mut out = vec![];
@@ -255,7 +269,7 @@ pub async fn export_then_import_gives_the_same_memory<H: Harness>(h: &H) {
         .change_facts(&user_scope, Op::Add(vec![user_fact]), None)
         .await
         .unwrap();
-    let before = reads(store.as_ref(), &user).await;
+    let before = settled(store.as_ref(), &user).await;
     let exported = export(store.as_ref(), &user).await;
     assert_eq!(exported.agents.len(), 2);
     assert!(!exported.agents[0].archived.is_empty() && !exported.agents[0].active.is_empty());
@@ -274,7 +288,7 @@ pub async fn export_then_import_gives_the_same_memory<H: Harness>(h: &H) {
         matches!(refused, Err(StoreError::AlreadyExists(_))),
         "{refused:?}"
     );
-    assert_eq!(reads(store.as_ref(), &user).await, before);
+    assert_eq!(settled(store.as_ref(), &user).await, before);
 
     // Erased, then imported: the same.
     store.delete_user(&user).await.unwrap();
@@ -282,7 +296,7 @@ pub async fn export_then_import_gives_the_same_memory<H: Harness>(h: &H) {
     let imported = store.import(&bundle, false).await.unwrap();
     assert_eq!(imported.agents, 2);
     assert_eq!(imported.blocks, 3, "two agents' personas and the user's");
-    assert_eq!(reads(store.as_ref(), &user).await, before);
+    assert_eq!(settled(store.as_ref(), &user).await, before);
     assert_eq!(bundle::encode(&export(store.as_ref(), &user).await), bytes);
 
     // Replaced over what is there (after a change): the bundle's again.
@@ -297,11 +311,11 @@ pub async fn export_then_import_gives_the_same_memory<H: Harness>(h: &H) {
         .await
         .unwrap();
     store.import(&bundle, true).await.unwrap();
-    assert_eq!(reads(store.as_ref(), &user).await, before);
+    assert_eq!(settled(store.as_ref(), &user).await, before);
 
     // And after a restart.
     let store = h.reopen(store).await;
-    assert_eq!(reads(store.as_ref(), &user).await, before);
+    assert_eq!(settled(store.as_ref(), &user).await, before);
     assert_eq!(bundle::encode(&export(store.as_ref(), &user).await), bytes);
 
     // One agent's bundle, into a store where the agent is gone.
@@ -313,7 +327,7 @@ pub async fn export_then_import_gives_the_same_memory<H: Harness>(h: &H) {
     };
     store.delete_agent(&a2).await.unwrap();
     assert_eq!(store.import(&agent, false).await.unwrap().agents, 1);
-    assert_eq!(reads(store.as_ref(), &user).await, before);
+    assert_eq!(settled(store.as_ref(), &user).await, before);
     assert!(matches!(
         store.export_agent(&id("portable-none")).await,
         Err(StoreError::NotFound(_))
