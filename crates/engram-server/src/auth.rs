@@ -13,7 +13,7 @@ use tonic::codegen::http;
 
 mod grpc;
 
-pub use grpc::{Auth, authorize, authorize_user, require_admin, scope};
+pub use grpc::{Auth, authorize, authorize_scope, authorize_user, require_admin, scope};
 
 /// One `[[auth.tokens]]` table. Its Debug output hides the secret.
 #[derive(Clone, serde::Deserialize)]

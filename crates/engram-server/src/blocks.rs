@@ -9,34 +9,12 @@ use crate::convert;
 use crate::service::Engram;
 use crate::status::from_engine;
 
-/// Who may act on a scope: a token covering the agent (by id or by its
-/// user) for an agent's blocks; a token covering the user for a user's
-/// (every agent of the user sees them, and the token covers all of
-/// those); the global scope is shown to every agent, so anyone reads it
-/// and only an admin token changes it. Facts (`facts.rs`) are authorized
-/// the same way.
-pub(crate) async fn authorize<T>(
-    service: &Engram,
-    request: &Request<T>,
-    scope: &Option<pb::MemoryScope>,
-    user: &str,
-    write: bool,
-) -> Result<(), Status> {
-    use pb::memory_scope::Scope as S;
-    match scope.as_ref().and_then(|s| s.scope.as_ref()) {
-        Some(S::AgentId(agent)) => auth::authorize(service.engine(), request, agent, user).await,
-        Some(S::UserId(user)) => auth::authorize_user(request, user),
-        Some(S::Global(_)) if !write => Ok(()),
-        _ => auth::require_admin(request, "the global memory blocks"),
-    }
-}
-
 impl Engram {
     pub(crate) async fn handle_list_memory_blocks(
         &self,
         request: Request<pb::ListMemoryBlocksRequest>,
     ) -> Result<Response<pb::ListMemoryBlocksResponse>, Status> {
-        authorize(self, &request, &request.get_ref().scope, "", false).await?;
+        auth::authorize_scope(self.engine(), &request, &request.get_ref().scope, "", false).await?;
         let scope = convert::scope_from_pb(request.into_inner().scope).map_err(from_engine)?;
         let blocks = self
             .engine()
@@ -55,7 +33,7 @@ impl Engram {
         &self,
         request: Request<pb::GetMemoryBlockRequest>,
     ) -> Result<Response<pb::GetMemoryBlockResponse>, Status> {
-        authorize(self, &request, &request.get_ref().scope, "", false).await?;
+        auth::authorize_scope(self.engine(), &request, &request.get_ref().scope, "", false).await?;
         let req = request.into_inner();
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let (block, history) = self
@@ -77,7 +55,7 @@ impl Engram {
         request: Request<pb::PutMemoryBlockRequest>,
     ) -> Result<Response<pb::PutMemoryBlockResponse>, Status> {
         let r = request.get_ref();
-        authorize(self, &request, &r.scope, &r.user_id, true).await?;
+        auth::authorize_scope(self.engine(), &request, &r.scope, &r.user_id, true).await?;
         let write = convert::put_from_pb(request.into_inner()).map_err(from_engine)?;
         let block = self
             .engine()
@@ -94,7 +72,7 @@ impl Engram {
         request: Request<pb::EditMemoryBlockRequest>,
     ) -> Result<Response<pb::EditMemoryBlockResponse>, Status> {
         let r = request.get_ref();
-        authorize(self, &request, &r.scope, &r.user_id, true).await?;
+        auth::authorize_scope(self.engine(), &request, &r.scope, &r.user_id, true).await?;
         let write = convert::edit_from_pb(request.into_inner()).map_err(from_engine)?;
         let block = self
             .engine()
@@ -110,7 +88,7 @@ impl Engram {
         &self,
         request: Request<pb::DeleteMemoryBlockRequest>,
     ) -> Result<Response<pb::DeleteMemoryBlockResponse>, Status> {
-        authorize(self, &request, &request.get_ref().scope, "", true).await?;
+        auth::authorize_scope(self.engine(), &request, &request.get_ref().scope, "", true).await?;
         let write = convert::delete_from_pb(request.into_inner()).map_err(from_engine)?;
         let block = self
             .engine()

@@ -10,7 +10,6 @@ use tonic::{Request, Response, Status};
 use engram_engine::limits;
 
 use crate::auth;
-use crate::blocks::authorize;
 use crate::convert;
 use crate::convert::facts::{change_from_pb, listing_from_pb, new_fact_from_pb};
 use crate::convert::semantic_to_pb as fact_to_pb;
@@ -22,7 +21,7 @@ impl Engram {
         &self,
         request: Request<pb::AddMemoriesRequest>,
     ) -> Result<Response<pb::AddMemoriesResponse>, Status> {
-        authorize(self, &request, &request.get_ref().scope, "", true).await?;
+        auth::authorize_scope(self.engine(), &request, &request.get_ref().scope, "", true).await?;
         let req = request.into_inner();
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let new = req.memories.into_iter().map(new_fact_from_pb).collect();
@@ -51,7 +50,7 @@ impl Engram {
         &self,
         request: Request<pb::ListMemoriesRequest>,
     ) -> Result<Response<pb::ListMemoriesResponse>, Status> {
-        authorize(self, &request, &request.get_ref().scope, "", false).await?;
+        auth::authorize_scope(self.engine(), &request, &request.get_ref().scope, "", false).await?;
         let req = request.into_inner();
         let listing = listing_from_pb(&req);
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
@@ -73,7 +72,7 @@ impl Engram {
         &self,
         request: Request<pb::GetMemoryRequest>,
     ) -> Result<Response<pb::GetMemoryResponse>, Status> {
-        authorize(self, &request, &request.get_ref().scope, "", false).await?;
+        auth::authorize_scope(self.engine(), &request, &request.get_ref().scope, "", false).await?;
         let req = request.into_inner();
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let fact = self
@@ -90,7 +89,7 @@ impl Engram {
         &self,
         request: Request<pb::GetMemoryHistoryRequest>,
     ) -> Result<Response<pb::GetMemoryHistoryResponse>, Status> {
-        authorize(self, &request, &request.get_ref().scope, "", false).await?;
+        auth::authorize_scope(self.engine(), &request, &request.get_ref().scope, "", false).await?;
         let req = request.into_inner();
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let versions = self
@@ -110,7 +109,7 @@ impl Engram {
         &self,
         request: Request<pb::UpdateMemoryRequest>,
     ) -> Result<Response<pb::UpdateMemoryResponse>, Status> {
-        authorize(self, &request, &request.get_ref().scope, "", true).await?;
+        auth::authorize_scope(self.engine(), &request, &request.get_ref().scope, "", true).await?;
         let mut req = request.into_inner();
         let scope = convert::scope_from_pb(req.scope.take()).map_err(from_engine)?;
         let id = std::mem::take(&mut req.id);
@@ -129,7 +128,7 @@ impl Engram {
         &self,
         request: Request<pb::DeleteMemoryRequest>,
     ) -> Result<Response<pb::DeleteMemoryResponse>, Status> {
-        authorize(self, &request, &request.get_ref().scope, "", true).await?;
+        auth::authorize_scope(self.engine(), &request, &request.get_ref().scope, "", true).await?;
         let req = request.into_inner();
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let version = self

@@ -5,29 +5,23 @@
 //! names and, for one that exists, by its stored user), before anything
 //! is written.
 
-use std::pin::Pin;
 use std::sync::Arc;
 
 use engram_core::bundle::BundleScope;
 use engram_proto::pb;
-use futures_util::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::auth;
-use crate::blocks::authorize;
 use crate::convert;
-use crate::service::Engram;
+use crate::service::{Engram, ExportStream};
 use crate::status::from_engine;
-
-/// ExportMemory's answer.
-pub type ExportStream = Pin<Box<dyn Stream<Item = Result<pb::MemoryBundleChunk, Status>> + Send>>;
 
 impl Engram {
     pub(crate) async fn handle_export_memory(
         &self,
         request: Request<pb::ExportMemoryRequest>,
     ) -> Result<Response<ExportStream>, Status> {
-        authorize(self, &request, &request.get_ref().scope, "", false).await?;
+        auth::authorize_scope(self.engine(), &request, &request.get_ref().scope, "", false).await?;
         let scope = convert::scope_from_pb(request.into_inner().scope).map_err(from_engine)?;
         let export = self
             .engine()

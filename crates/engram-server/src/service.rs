@@ -11,6 +11,11 @@ use crate::boundary::catch_panics;
 use crate::convert;
 use crate::status::from_engine;
 
+/// ExportMemory's answer: the bundle's pieces.
+pub type ExportStream = std::pin::Pin<
+    Box<dyn futures_util::Stream<Item = Result<pb::MemoryBundleChunk, Status>> + Send>,
+>;
+
 /// The gRPC service over one engine.
 #[derive(Debug, Clone)]
 pub struct Engram {
@@ -424,7 +429,7 @@ impl MemoryService for Engram {
         catch_panics("ForgetEvents", &agent, self.handle_forget_events(request)).await
     }
 
-    type ExportMemoryStream = crate::portable::ExportStream;
+    type ExportMemoryStream = ExportStream;
 
     async fn export_memory(
         &self,

@@ -41,6 +41,27 @@ pub async fn authorize<T>(
     check_agent(Some(scope), agent, owner.as_deref()).map_err(status::from_refusal)
 }
 
+/// Who may act on a memory scope: a token covering the agent (by id or by
+/// its user) for an agent's blocks and facts; a token covering the user
+/// for a user's (every agent of the user sees them, and the token covers
+/// all of those); the global scope is shown to every agent, so anyone
+/// reads it and only an admin token changes it.
+pub async fn authorize_scope<T>(
+    engine: &Engine,
+    request: &tonic::Request<T>,
+    scope: &Option<engram_proto::pb::MemoryScope>,
+    user: &str,
+    write: bool,
+) -> Result<(), Status> {
+    use engram_proto::pb::memory_scope::Scope as S;
+    match scope.as_ref().and_then(|s| s.scope.as_ref()) {
+        Some(S::AgentId(agent)) => authorize(engine, request, agent, user).await,
+        Some(S::UserId(user)) => authorize_user(request, user),
+        Some(S::Global(_)) if !write => Ok(()),
+        _ => require_admin(request, "the global memory blocks"),
+    }
+}
+
 /// PERMISSION_DENIED unless the caller's scope covers `user`.
 pub fn authorize_user<T>(request: &tonic::Request<T>, user: &str) -> Result<(), Status> {
     let scope = request.extensions().get::<Arc<Scope>>();
