@@ -273,10 +273,9 @@ impl Decoder {
 
     /// The bundle, once every chunk was pushed.
     pub fn finish(mut self) -> Result<MemoryBundle, CoreError> {
-        if !self.partial.iter().all(u8::is_ascii_whitespace) {
-            let partial = std::mem::take(&mut self.partial);
-            self.line(&partial)?;
-        }
+        // A last line without its newline (`line` skips whitespace).
+        let partial = std::mem::take(&mut self.partial);
+        self.line(&partial)?;
         let Some(header) = self.header else {
             return Err(CoreError::Invalid("the bundle is empty".into()));
         };
@@ -327,7 +326,7 @@ impl Decoder {
             self.header = Some(header);
             return Ok(());
         };
-        let scope = header.scope.clone();
+        let scope = &header.scope;
         let line: Line = serde_json::from_slice(bytes).map_err(|e| invalid(n, e))?;
         match (line.agent_id, line.user_id, line.record) {
             (None, None, Record::End { lines }) => {
@@ -344,10 +343,7 @@ impl Decoder {
             }
             (Some(agent), None, Record::Agent(meta)) => {
                 let id = AgentId::parse(&agent).map_err(|e| invalid(n, e))?;
-                if self.agents.iter().any(|a| a.id == id) {
-                    return Err(invalid(n, format!("agent {agent:?} appears twice")));
-                }
-                if matches!(&scope, BundleScope::Agent(a) if *a != agent || !self.agents.is_empty())
+                if matches!(scope, BundleScope::Agent(a) if *a != agent || !self.agents.is_empty())
                 {
                     return Err(invalid(n, "an agent's bundle holds that agent only"));
                 }

@@ -6,9 +6,9 @@
 
 use std::collections::VecDeque;
 
+use engram_core::AgentId;
 use engram_core::blocks::Scope;
-use engram_core::bundle::{BundleScope, Decoder, Encoder, MemoryBundle};
-use engram_core::{AgentId, UserId};
+use engram_core::bundle::{BundleScope, Decoder, Encoder, MemoryBundle, UserRecords};
 use engram_store::{Imported, StoreError};
 
 use crate::error::{EngineError, Result};
@@ -24,9 +24,12 @@ pub struct Export {
     engine: Engine,
     encoder: Encoder,
     agents: VecDeque<AgentId>,
-    /// For a user's bundle, written after its agents.
-    user: Option<UserId>,
+    /// A user's own records, read when the export began, written after
+    /// its agents.
+    user: Option<UserRecords>,
+    /// Encoded lines, sent from `sent` on.
     ready: Vec<u8>,
+    sent: usize,
     ended: bool,
 }
 
@@ -34,12 +37,16 @@ impl Engine {
     /// Starts exporting `scope` (an agent or a user); NOT_FOUND for an
     /// agent that does not exist or a user with nothing.
     pub async fn export_memory(&self, scope: &ScopeRequest) -> Result<Export> {
-        let (bundle_scope, agents, user) = match limits::scope(scope)? {
+        let mut encoder = Encoder::default();
+        let now = engram_store::unix_now();
+        let (ready, agents, user) = match limits::scope(scope)? {
             Scope::Agent(a) => {
-                // Checked now, so a missing agent is a status, not a
-                // stream cut short.
-                self.store.context(&a).await?;
-                (BundleScope::Agent(a.to_string()), vec![a], None)
+                // Read now, so a missing agent is a status, not a stream
+                // cut short.
+                let records = self.store.export_agent(&a).await?;
+                let mut ready = encoder.header(&BundleScope::Agent(a.to_string()), now);
+                ready.extend(encoder.agent(&records));
+                (ready, vec![], None)
             }
             Scope::User(u) => {
                 let agents = self.store.user_agents(&u).await?;
@@ -47,7 +54,8 @@ impl Engine {
                 if agents.is_empty() && own.facts.is_empty() && own.blocks.is_empty() {
                     return Err(StoreError::NotFound(format!("user {u}")).into());
                 }
-                (BundleScope::User(u.to_string()), agents, Some(u))
+                let ready = encoder.header(&BundleScope::User(u.to_string()), now);
+                (ready, agents, Some(own))
             }
             Scope::Global => {
                 return Err(EngineError::Invalid(
@@ -56,14 +64,13 @@ impl Engine {
                 ));
             }
         };
-        let mut encoder = Encoder::default();
-        let ready = encoder.header(&bundle_scope, engram_store::unix_now());
         Ok(Export {
             engine: self.clone(),
             encoder,
             agents: agents.into(),
             user,
             ready,
+            sent: 0,
             ended: false,
         })
     }
@@ -99,31 +106,32 @@ impl Engine {
 impl Export {
     /// The next piece of the bundle; `None` after its last line.
     pub async fn next(&mut self) -> Option<Result<Vec<u8>>> {
-        while self.ready.len() < EXPORT_CHUNK_BYTES && !self.ended {
+        while self.ready.len() - self.sent < EXPORT_CHUNK_BYTES && !self.ended {
+            // What was sent goes before more is read in.
+            self.ready.drain(..self.sent);
+            self.sent = 0;
             if let Some(agent) = self.agents.pop_front() {
                 match self.engine.store.export_agent(&agent).await {
                     Ok(records) => self.ready.extend(self.encoder.agent(&records)),
                     // Deleted since it was listed: not part of the bundle.
-                    Err(StoreError::NotFound(_)) if self.user.is_some() => {}
+                    Err(StoreError::NotFound(_)) => {}
                     Err(e) => return Some(Err(e.into())),
                 }
             } else {
-                if let Some(user) = self.user.take() {
-                    match self.engine.store.export_user(&user).await {
-                        Ok(records) => self.ready.extend(self.encoder.user(&records)),
-                        Err(e) => return Some(Err(e.into())),
-                    }
+                if let Some(own) = self.user.take() {
+                    self.ready.extend(self.encoder.user(&own));
                 }
                 self.ready.extend(self.encoder.end());
                 self.ended = true;
             }
         }
-        if self.ready.is_empty() {
+        let rest = &self.ready[self.sent..];
+        if rest.is_empty() {
             return None;
         }
-        let take = self.ready.len().min(EXPORT_CHUNK_BYTES);
-        let rest = self.ready.split_off(take);
-        Some(Ok(std::mem::replace(&mut self.ready, rest)))
+        let piece = rest[..rest.len().min(EXPORT_CHUNK_BYTES)].to_vec();
+        self.sent += piece.len();
+        Some(Ok(piece))
     }
 }
 

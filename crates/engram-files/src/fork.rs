@@ -40,6 +40,37 @@ impl FileStore {
     }
 }
 
+impl FileStore {
+    /// A new place to assemble an agent directory in (removed at start if
+    /// a crash leaves it).
+    pub(crate) fn staging_dir(&self) -> std::path::PathBuf {
+        let name = format!("{}{}", crate::FORK_PREFIX, uuid::Uuid::new_v4());
+        self.inner.agents_dir.join(name)
+    }
+
+    /// Renames the agent directory assembled in `staging` to `id`'s, in
+    /// one step (a fork's copy, an import); ALREADY_EXISTS, with the
+    /// staging directory removed, if `id` appeared meanwhile.
+    pub(crate) async fn put_in_place(&self, staging: &Path, id: &AgentId) -> Result<()> {
+        let target = self.agent_dir(id);
+        self.forget_absent(id).await;
+        let renamed = crate::offload(|| fs::rename(staging, &target));
+        if renamed.is_err() || !target.exists() {
+            let _ = fs::remove_dir_all(staging);
+            return match renamed {
+                // Created meanwhile (an Ingest or another fork won the race).
+                Err(e) if target.exists() || e.kind() == std::io::ErrorKind::DirectoryNotEmpty => {
+                    Err(StoreError::AlreadyExists(id.to_string()))
+                }
+                Err(e) => Err(StoreError::io("renaming", staging)(e)),
+                Ok(()) => Err(StoreError::AlreadyExists(id.to_string())),
+            };
+        }
+        let agents_dir = self.inner.agents_dir.clone();
+        crate::offload(|| sync_dir(&agents_dir))
+    }
+}
+
 /// Copies the agent's regular files (not temp files) and flushes them.
 pub(crate) fn copy_agent(from: &Path, to: &Path) -> Result<()> {
     fs::create_dir(to).map_err(StoreError::io("creating", to))?;

@@ -25,7 +25,7 @@ use crate::blocks::BLOCKS;
 use crate::fact_file::FACTS;
 use crate::jsonl::{self, atomic_write, sync_dir};
 use crate::user_facts::LAST;
-use crate::{FORK_PREFIX, FileStore, Result, StoreError};
+use crate::{FileStore, Result, StoreError};
 
 #[async_trait]
 impl Portable for FileStore {
@@ -127,22 +127,19 @@ impl FileStore {
                 return Err(StoreError::AlreadyExists(agent.id.to_string()));
             }
         }
-        if let Some(user) = &bundle.user {
-            let dir = self.user_dir(&user.id);
-            let holds = |name: &str| std::fs::metadata(dir.join(name)).is_ok_and(|m| m.len() > 0);
-            if holds(FACTS) || holds(BLOCKS) {
-                return Err(StoreError::AlreadyExists(format!(
-                    "user {} has memory",
-                    user.id
-                )));
-            }
+        if let Some(user) = &bundle.user
+            && has_memory(&self.user_dir(&user.id))
+        {
+            return Err(StoreError::AlreadyExists(format!(
+                "user {} has memory",
+                user.id
+            )));
         }
         Ok(())
     }
 
     async fn import_agent(&self, agent: &AgentRecords, replace: bool) -> Result<()> {
         let id = &agent.id;
-        let target = self.agent_dir(id);
         if replace {
             match engram_store::Admin::delete_agent(self, id).await {
                 Ok(()) | Err(StoreError::NotFound(_)) => {}
@@ -153,24 +150,10 @@ impl FileStore {
             // Marked before the agent appears, as a fork's copy is.
             self.mark_user(user, id).await?;
         }
-        let agents_dir = self.inner.agents_dir.clone();
-        let staging = agents_dir.join(format!("{FORK_PREFIX}{}", uuid::Uuid::new_v4()));
+        let staging = self.staging_dir();
         let (records, to) = (agent.clone(), staging.clone());
         engram_store::blocking(move || write_agent(&records, &to)).await?;
-        self.forget_absent(id).await;
-        let renamed = crate::offload(|| std::fs::rename(&staging, &target));
-        if renamed.is_err() || !target.exists() {
-            let _ = std::fs::remove_dir_all(&staging);
-            return match renamed {
-                // Created meanwhile (an Ingest won the race).
-                Err(e) if target.exists() || e.kind() == std::io::ErrorKind::DirectoryNotEmpty => {
-                    Err(StoreError::AlreadyExists(id.to_string()))
-                }
-                Err(e) => Err(StoreError::io("renaming", &staging)(e)),
-                Ok(()) => Err(StoreError::AlreadyExists(id.to_string())),
-            };
-        }
-        crate::offload(|| sync_dir(&agents_dir))?;
+        self.put_in_place(&staging, id).await?;
         if agent.meta.user_id.is_some() {
             self.note_change(id);
         }
@@ -188,15 +171,12 @@ impl FileStore {
         let records = user.clone();
         engram_store::blocking(move || {
             std::fs::create_dir_all(&dir).map_err(StoreError::io("creating", &dir))?;
-            if !replace {
-                let holds =
-                    |name: &str| std::fs::metadata(dir.join(name)).is_ok_and(|m| m.len() > 0);
-                if holds(FACTS) || holds(BLOCKS) {
-                    return Err(StoreError::AlreadyExists(format!(
-                        "user {} has memory",
-                        records.id
-                    )));
-                }
+            // Again under the user's lock: a write may have come first.
+            if !replace && has_memory(&dir) {
+                return Err(StoreError::AlreadyExists(format!(
+                    "user {} has memory",
+                    records.id
+                )));
             }
             atomic_write(&dir.join(FACTS), &jsonl::lines(&records.facts))?;
             atomic_write(&dir.join(BLOCKS), &jsonl::lines(&records.blocks))?;
@@ -218,6 +198,12 @@ impl FileStore {
         tokio::spawn(async move { store.user_facts_later(&id).await });
         Ok(())
     }
+}
+
+/// Whether the user whose directory is `dir` has facts or blocks.
+fn has_memory(dir: &Path) -> bool {
+    let holds = |name: &str| std::fs::metadata(dir.join(name)).is_ok_and(|m| m.len() > 0);
+    holds(FACTS) || holds(BLOCKS)
 }
 
 /// Removes `path` durably; a missing file is fine.

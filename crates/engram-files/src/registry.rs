@@ -15,8 +15,8 @@ use engram_store::{Admin, Runtime};
 use crate::agent::AgentState;
 use crate::index::blocking;
 use crate::{
-    AgentHandle, FORK_PREFIX, FileStore, FsyncPolicy, Result, StoreError, TRASH_PREFIX, Visible,
-    jsonl, offload, wal,
+    AgentHandle, FileStore, FsyncPolicy, Result, StoreError, TRASH_PREFIX, Visible, jsonl, offload,
+    wal,
 };
 
 #[async_trait]
@@ -79,27 +79,11 @@ impl Admin for FileStore {
         if let Some(user) = &user {
             self.mark_user(user, target).await?;
         }
-        let agents_dir = self.inner.agents_dir.clone();
-        let staging = agents_dir.join(format!("{FORK_PREFIX}{}", uuid::Uuid::new_v4()));
+        let staging = self.staging_dir();
         let from = state.dir.clone();
         let to = staging.clone();
         engram_store::blocking(move || crate::fork::copy_agent(&from, &to)).await?;
-        self.forget_absent(target).await;
-        let renamed = crate::offload(|| std::fs::rename(&staging, &target_dir));
-        if renamed.is_err() || !target_dir.exists() {
-            let _ = std::fs::remove_dir_all(&staging);
-            return match renamed {
-                // Created meanwhile (an Ingest or another fork won the race).
-                Err(e)
-                    if target_dir.exists() || e.kind() == std::io::ErrorKind::DirectoryNotEmpty =>
-                {
-                    Err(StoreError::AlreadyExists(target.to_string()))
-                }
-                Err(e) => Err(StoreError::io("renaming", &staging)(e)),
-                Ok(()) => Err(StoreError::AlreadyExists(target.to_string())),
-            };
-        }
-        crate::offload(|| crate::jsonl::sync_dir(&agents_dir))?;
+        self.put_in_place(&staging, target).await?;
         drop(slot);
         if user.is_some() {
             self.note_change(target);

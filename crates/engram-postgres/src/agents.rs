@@ -179,33 +179,8 @@ impl Admin for PgStore {
         // The agents' rows, then their vectors' lock, as delete_agent.
         crate::vectors::lock_vector_writes(&mut tx, ids.iter().map(String::as_str).collect())
             .await?;
-        for sql in [
-            "DELETE FROM quiet_agents WHERE agent_id = ANY($1)",
-            "DELETE FROM agents WHERE id = ANY($1)",
-        ] {
-            sqlx::query(sql)
-                .bind(&ids)
-                .execute(&mut *tx)
-                .await
-                .map_err(db("deleting a user"))?;
-        }
-        let scope = crate::scope_key(&user_scope);
-        sqlx::query("DELETE FROM blocks WHERE scope = $1")
-            .bind(&scope)
-            .execute(&mut *tx)
-            .await
-            .map_err(db("deleting a user"))?;
-        for sql in [
-            "DELETE FROM user_facts WHERE user_id = $1",
-            "DELETE FROM user_fact_versions WHERE user_id = $1",
-            "DELETE FROM user_conversations WHERE user_id = $1",
-        ] {
-            sqlx::query(sql)
-                .bind(user.as_str())
-                .execute(&mut *tx)
-                .await
-                .map_err(db("deleting a user"))?;
-        }
+        delete_agent_rows(&mut tx, &ids, "deleting a user").await?;
+        delete_user_memory(&mut tx, user, "deleting a user").await?;
         tx.commit().await.map_err(db("deleting a user"))?;
         for id in &ids {
             self.forget(id);
@@ -213,4 +188,52 @@ impl Admin for PgStore {
         self.forget_user(user);
         Ok(ids.len())
     }
+}
+
+/// Deletes the agents' rows (their traces, memories, results, vectors and
+/// blocks cascade) and their places on the quiet list; the caller holds
+/// their rows and their vectors' locks.
+pub(crate) async fn delete_agent_rows(
+    tx: &mut sqlx::PgConnection,
+    ids: &[String],
+    context: &'static str,
+) -> Result<()> {
+    for sql in [
+        "DELETE FROM quiet_agents WHERE agent_id = ANY($1)",
+        "DELETE FROM agents WHERE id = ANY($1)",
+    ] {
+        sqlx::query(sql)
+            .bind(ids)
+            .execute(&mut *tx)
+            .await
+            .map_err(db(context))?;
+    }
+    Ok(())
+}
+
+/// Deletes a user's own memory: its blocks, facts with their versions and
+/// last conversation (its agents stay); the caller holds the user's lock.
+pub(crate) async fn delete_user_memory(
+    tx: &mut sqlx::PgConnection,
+    user: &UserId,
+    context: &'static str,
+) -> Result<()> {
+    let scope = crate::scope_key(&engram_core::blocks::Scope::User(user.clone()));
+    sqlx::query("DELETE FROM blocks WHERE scope = $1")
+        .bind(&scope)
+        .execute(&mut *tx)
+        .await
+        .map_err(db(context))?;
+    for sql in [
+        "DELETE FROM user_facts WHERE user_id = $1",
+        "DELETE FROM user_fact_versions WHERE user_id = $1",
+        "DELETE FROM user_conversations WHERE user_id = $1",
+    ] {
+        sqlx::query(sql)
+            .bind(user.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(db(context))?;
+    }
+    Ok(())
 }

@@ -13,7 +13,7 @@ use crate::{PgStore, db};
 /// The scope's key in `blocks.scope`.
 pub(crate) use crate::scope_key as key;
 
-fn parse(body: &str) -> Result<Block> {
+pub(crate) fn parse(body: &str) -> Result<Block> {
     serde_json::from_str(body)
         .map_err(|e| crate::broken(format!("a stored memory block does not parse: {e}")))
 }

@@ -437,8 +437,8 @@ async fn blocks(tx: &mut PgConnection, rows: &[(String, Option<&str>, &Block)]) 
 
 /// The user's own records (the caller deleted what it had): each fact's
 /// row (its last version, in the order facts first appeared, with what
-/// prompts, search and the upkeep look it up by, as `store_row` writes
-/// it), the version rows of the facts that have them, its blocks and its
+/// prompts, search and the upkeep look it up by: `looked_up`, as
+/// `store_row` writes it), the version rows of the facts that have them, its blocks and its
 /// last conversation.
 pub(crate) async fn user(tx: &mut PgConnection, u: &UserRecords) -> Result<()> {
     let user = u.id.as_str();
@@ -457,18 +457,13 @@ pub(crate) async fn user(tx: &mut PgConnection, u: &UserRecords) -> Result<()> {
         engram_store::offload_over(bytes, || {
             for fact in batch {
                 let f = &fact.fact;
-                let pinned = f.is_live() && f.managed.pinned;
-                let expires_at = f.managed.expires_at.filter(|_| f.is_live() && !pinned);
-                // A client's live fact is searched by its own words; any
-                // other is found by its conversations' copies, or not.
-                let words = (f.is_live() && f.managed.origin == Origin::Client)
-                    .then(|| item_words(&engram_store::semantic_item(f)));
+                let looked = crate::user_managed::looked_up(f);
                 cols.0.push(f.id.as_str());
                 cols.1
                     .push(serde_json::to_string(*fact).expect("facts serialize"));
-                cols.2.push(pinned);
-                cols.3.push(expires_at);
-                cols.4.push(words);
+                cols.2.push(looked.pinned);
+                cols.3.push(looked.expires_at);
+                cols.4.push(looked.words);
             }
         });
         sqlx::query(

@@ -27,8 +27,8 @@ use engram_core::bundle::{
     AgentRecords, MemoryBundle, StoredResult, UserRecords, block_versions, fact_versions,
 };
 use engram_core::memory::{EpisodicItem, SemanticItem};
-use engram_core::users::{LastConversation, UserFact};
-use engram_core::{AgentId, CoreError, RawTrace, UserId};
+use engram_core::users::UserFact;
+use engram_core::{AgentId, RawTrace, UserId};
 use engram_store::{AgentMeta, Imported, Portable, Result, StoreError};
 use sqlx::{PgConnection, Postgres, Transaction};
 
@@ -52,7 +52,6 @@ impl Portable for PgStore {
 
     async fn import(&self, bundle: &MemoryBundle, replace: bool) -> Result<Imported> {
         bundle.check()?;
-        check_stored(bundle)?;
         let ids: Vec<&str> = bundle.agents.iter().map(|a| a.id.as_str()).collect();
         let mut tx = self.begin().await?;
         let written = write(&mut tx, bundle, replace).await;
@@ -80,41 +79,6 @@ impl PgStore {
             .map_err(db("starting a snapshot"))?;
         Ok(tx)
     }
-}
-
-/// What the bundle's check leaves to the store: the database keys rows by
-/// these ids, and its text type holds no NUL (JSON bodies escape it; an
-/// id is stored as it is).
-fn check_stored(bundle: &MemoryBundle) -> Result<()> {
-    let invalid = |what: &str, id: &str| -> StoreError {
-        CoreError::Invalid(format!("bundle: {what} {id:?} holds a NUL character")).into()
-    };
-    let mut seen = std::collections::HashSet::new();
-    for a in &bundle.agents {
-        if !seen.insert(a.id.as_str()) {
-            return Err(CoreError::Invalid(format!(
-                "bundle: agent {:?} appears twice",
-                a.id.as_str()
-            ))
-            .into());
-        }
-        for t in a.archived.iter().chain(&a.active) {
-            if t.id.contains('\0') || t.event_id.as_deref().is_some_and(|e| e.contains('\0')) {
-                return Err(invalid("trace", &t.id));
-            }
-        }
-        if let Some(s) = a.summaries.iter().find(|s| s.id.contains('\0')) {
-            return Err(invalid("summary", &s.id));
-        }
-        if let Some(f) = a.facts.iter().find(|f| f.id.contains('\0')) {
-            return Err(invalid("fact", &f.id));
-        }
-    }
-    let user_facts = bundle.user.iter().flat_map(|u| &u.facts);
-    if let Some(f) = user_facts.map(|f| &f.fact).find(|f| f.id.contains('\0')) {
-        return Err(invalid("fact", &f.id));
-    }
-    Ok(())
 }
 
 /// The import's statements in `tx`: the locks, what exists checked (and,
@@ -158,19 +122,10 @@ async fn write(tx: &mut PgConnection, bundle: &MemoryBundle, replace: bool) -> R
     // cascade never waits on rows an indexer holds while it waits on us.
     crate::vectors::lock_vector_writes(&mut *tx, ids.clone()).await?;
     if !existing.is_empty() {
-        for sql in [
-            "DELETE FROM quiet_agents WHERE agent_id = ANY($1)",
-            "DELETE FROM agents WHERE id = ANY($1)",
-        ] {
-            sqlx::query(sql)
-                .bind(&existing)
-                .execute(&mut *tx)
-                .await
-                .map_err(db("replacing agents"))?;
-        }
+        crate::agents::delete_agent_rows(tx, &existing, "replacing agents").await?;
     }
     if let Some(u) = &bundle.user {
-        clear_user(tx, &u.id).await?;
+        crate::agents::delete_user_memory(tx, &u.id, "replacing a user's memory").await?;
     }
     crate::imported::agents(tx, &bundle.agents).await?;
     if let Some(u) = &bundle.user {
@@ -190,28 +145,6 @@ async fn has_memory(tx: &mut PgConnection, user: &UserId) -> Result<bool> {
     .fetch_one(&mut *tx)
     .await
     .map_err(db("reading a user's memory"))
-}
-
-/// Deletes the user's own records (its agents stay): what a bundle's user
-/// replaces.
-async fn clear_user(tx: &mut PgConnection, user: &UserId) -> Result<()> {
-    sqlx::query("DELETE FROM blocks WHERE scope = $1")
-        .bind(crate::scope_key(&Scope::User(user.clone())))
-        .execute(&mut *tx)
-        .await
-        .map_err(db("replacing a user's memory"))?;
-    for sql in [
-        "DELETE FROM user_facts WHERE user_id = $1",
-        "DELETE FROM user_fact_versions WHERE user_id = $1",
-        "DELETE FROM user_conversations WHERE user_id = $1",
-    ] {
-        sqlx::query(sql)
-            .bind(user.as_str())
-            .execute(&mut *tx)
-            .await
-            .map_err(db("replacing a user's memory"))?;
-    }
-    Ok(())
 }
 
 /// Every record of agent `id` in the snapshot `tx`; NOT_FOUND without it.
@@ -355,8 +288,7 @@ async fn blocks_of(tx: &mut PgConnection, scope: &Scope) -> Result<Vec<Block>> {
             .map_err(db("reading memory blocks"))?;
     let mut labels: Vec<Vec<Block>> = vec![];
     for body in &bodies {
-        let block: Block = serde_json::from_str(body)
-            .map_err(|e| crate::broken(format!("a stored memory block does not parse: {e}")))?;
+        let block = crate::blocks::parse(body)?;
         match labels.last_mut() {
             Some(versions) if versions[0].label == block.label => versions.push(block),
             _ => labels.push(vec![block]),
@@ -388,19 +320,7 @@ async fn user_records(tx: &mut PgConnection, user: &UserId) -> Result<UserRecord
     }
     let facts = with_versions(rows, older, |f| &f.fact);
     let blocks = blocks_of(tx, &Scope::User(user.clone())).await?;
-    let last: Option<String> =
-        sqlx::query_scalar("SELECT last FROM user_conversations WHERE user_id = $1")
-            .bind(user.as_str())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db("reading a user's last conversation"))?;
-    let last: Option<LastConversation> = last
-        .map(|l| {
-            serde_json::from_str(&l).map_err(|e| {
-                crate::broken(format!("a user's last conversation does not parse: {e}"))
-            })
-        })
-        .transpose()?;
+    let last = crate::user_facts::read_last(&mut *tx, user).await?;
     Ok(UserRecords {
         id: user.clone(),
         facts,

@@ -117,18 +117,7 @@ impl UserMemory for PgStore {
     }
 
     async fn last_conversation(&self, user: &UserId) -> Result<Option<LastConversation>> {
-        let last: Option<String> =
-            sqlx::query_scalar("SELECT last FROM user_conversations WHERE user_id = $1")
-                .bind(user.as_str())
-                .fetch_optional(&self.inner.pool)
-                .await
-                .map_err(db("reading a user's last conversation"))?;
-        last.map(|l| {
-            serde_json::from_str(&l).map_err(|e| {
-                crate::broken(format!("a user's last conversation does not parse: {e}"))
-            })
-        })
-        .transpose()
+        read_last(&self.inner.pool, user).await
     }
 }
 
@@ -211,4 +200,23 @@ async fn as_stored(
         .cloned()
         .collect();
     Ok((items, summaries))
+}
+
+/// The user's last conversation, read through `conn` (the pool, or a
+/// transaction's snapshot).
+pub(crate) async fn read_last<'c>(
+    conn: impl sqlx::PgExecutor<'c>,
+    user: &UserId,
+) -> Result<Option<LastConversation>> {
+    let last: Option<String> =
+        sqlx::query_scalar("SELECT last FROM user_conversations WHERE user_id = $1")
+            .bind(user.as_str())
+            .fetch_optional(conn)
+            .await
+            .map_err(db("reading a user's last conversation"))?;
+    last.map(|l| {
+        serde_json::from_str(&l)
+            .map_err(|e| crate::broken(format!("a user's last conversation does not parse: {e}")))
+    })
+    .transpose()
 }

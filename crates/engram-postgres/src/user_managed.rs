@@ -21,6 +21,31 @@ pub(crate) fn parse(body: &str) -> Result<UserFact> {
         .map_err(|e| crate::broken(format!("a stored user fact does not parse: {e}")))
 }
 
+/// What a user's fact's row is looked up by besides its body.
+pub(crate) struct Looked {
+    /// Shown in every prompt of the user's conversations.
+    pub pinned: bool,
+    /// When the upkeep purges it.
+    pub expires_at: Option<f64>,
+    /// Its search words.
+    pub words: Option<String>,
+}
+
+/// The columns of `f`'s row that prompts, search and the upkeep read.
+pub(crate) fn looked_up(f: &engram_core::memory::SemanticItem) -> Looked {
+    let pinned = f.is_live() && f.managed.pinned;
+    let expires_at = f.managed.expires_at.filter(|_| f.is_live() && !pinned);
+    // A client's live fact is searched by its own words; any other is
+    // found by its conversations' copies (or not at all).
+    let words = (f.is_live() && f.managed.origin == Origin::Client)
+        .then(|| crate::rows::item_words(&engram_store::items::semantic_item(f)));
+    Looked {
+        pinned,
+        expires_at,
+        words,
+    }
+}
+
 /// Stores `fact` as the user's fact's row (its latest version), with
 /// what prompts and the upkeep look it up by.
 pub(crate) async fn store_row(
@@ -29,12 +54,11 @@ pub(crate) async fn store_row(
     fact: &UserFact,
 ) -> Result<()> {
     let f = &fact.fact;
-    let pinned = f.is_live() && f.managed.pinned;
-    let expires_at = f.managed.expires_at.filter(|_| f.is_live() && !pinned);
-    // A client's live fact is searched by its own words; any other is
-    // found by its conversations' copies (or not at all).
-    let words = (f.is_live() && f.managed.origin == Origin::Client)
-        .then(|| crate::rows::item_words(&engram_store::items::semantic_item(f)));
+    let Looked {
+        pinned,
+        expires_at,
+        words,
+    } = looked_up(f);
     sqlx::query(
         "INSERT INTO user_facts (user_id, id, body, pinned, expires_at, words)
          VALUES ($1, $2, $3, $4, $5, to_tsvector('english', $6))

@@ -62,7 +62,9 @@ impl Engram {
             }
         }
         let bundle = import.finish().map_err(from_engine)?;
-        if let BundleScope::User(user) = &bundle.scope {
+        if let BundleScope::User(user) = &bundle.scope
+            && !user_checked
+        {
             auth::authorize_user(&caller, user)?;
         }
         for agent in &bundle.agents {

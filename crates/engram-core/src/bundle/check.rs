@@ -15,6 +15,14 @@ fn invalid(whose: &str, why: impl std::fmt::Display) -> CoreError {
     CoreError::Invalid(format!("bundle: {whose}: {why}"))
 }
 
+/// The first of `ids` with a NUL character: no store keys rows by one
+/// (PostgreSQL's text holds none), so no bundle carries one.
+fn nul<'a>(ids: impl IntoIterator<Item = &'a str>) -> Result<(), &'a str> {
+    ids.into_iter()
+        .find(|id| id.contains('\0'))
+        .map_or(Ok(()), Err)
+}
+
 /// Every id of `ids` once, or the first repeated one.
 fn unique<'a>(ids: impl IntoIterator<Item = &'a str>) -> Result<(), &'a str> {
     let mut seen = HashSet::new();
@@ -122,6 +130,12 @@ impl AgentRecords {
                 ));
             }
         }
+        let ids = traces()
+            .flat_map(|t| [Some(t.id.as_str()), t.event_id.as_deref()])
+            .flatten()
+            .chain(self.summaries.iter().map(|s| s.id.as_str()))
+            .chain(self.facts.iter().map(|f| f.id.as_str()));
+        nul(ids).map_err(|id| invalid(&whose, format!("id {id:?} holds a NUL character")))?;
         unique(traces().map(|t| t.id.as_str()))
             .map_err(|id| invalid(&whose, format!("trace {id:?} appears twice")))?;
         unique(traces().filter_map(|t| t.event_id.as_deref()))
@@ -162,6 +176,8 @@ impl AgentRecords {
 impl UserRecords {
     pub fn check(&self) -> Result<(), CoreError> {
         let whose = format!("user {:?}", self.id.as_str());
+        nul(self.facts.iter().map(|f| f.fact.id.as_str()))
+            .map_err(|id| invalid(&whose, format!("id {id:?} holds a NUL character")))?;
         check_facts(&whose, self.facts.iter().map(|f: &UserFact| &f.fact))?;
         check_blocks(&whose, &self.blocks)?;
         if let Some(last) = &self.last {
@@ -198,6 +214,8 @@ impl MemoryBundle {
                 }
             }
         }
+        unique(self.agents.iter().map(|a| a.id.as_str()))
+            .map_err(|id| invalid(&format!("agent {id:?}"), "appears twice"))?;
         if !self.exported_at.is_finite() {
             return Err(invalid("header", "exported_at is not a time"));
         }
