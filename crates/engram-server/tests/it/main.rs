@@ -18,6 +18,7 @@ mod grpc;
 mod hostile;
 mod memories;
 mod metrics;
+mod portable;
 mod recall;
 mod replicas;
 mod search;

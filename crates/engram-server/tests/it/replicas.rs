@@ -16,7 +16,7 @@ use engram_proto::pb;
 use tokio::sync::Mutex;
 
 /// Settings of replicas on a schema of their own.
-async fn replica_env(extra: &[(&str, &str)]) -> Vec<(String, String)> {
+pub(crate) async fn replica_env(extra: &[(&str, &str)]) -> Vec<(String, String)> {
     let checkout = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
     let url = engram_postgres::testing::url_or_panic("ENGRAM_TEST_PG_URL", checkout);
     let schema = engram_postgres::testing::fresh_schema(&url, "r")
