@@ -206,7 +206,17 @@ impl Lexical {
                 .num_worker_threads(1)
                 .num_merge_threads(1)
                 .build();
-            self.writer = Some(self.index.writer_with_options(options)?);
+            let writer = self.index.writer_with_options(options)?;
+            // A commit writes a segment's deletions to a file named after
+            // the segment and the operation's stamp, and only then the
+            // index's metadata. Killed in between, the file stays behind,
+            // and the same operations replayed after a restart reach the
+            // same stamp: tantivy then refuses to create the file again
+            // (FileAlreadyExists), and the index never commits. Its own
+            // garbage collection runs only after a commit, so every new
+            // writer clears what no committed segment uses first.
+            writer.garbage_collect_files().wait()?;
+            self.writer = Some(writer);
         }
         Ok(self.writer.as_mut().expect("opened above"))
     }

@@ -63,3 +63,55 @@ fn stems_rank_and_dates_match() {
     assert_eq!(keys(&mut index, "on 8 May", &Filter::default()), ["a"]);
     assert_eq!(index.payload().unwrap().as_deref(), Some("p1"));
 }
+
+/// Copies the files of an index directory (not its lock files).
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        if !name.to_string_lossy().ends_with(".lock") {
+            std::fs::copy(entry.path(), to.join(name)).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_deletion_file_left_by_a_kill_does_not_stop_the_next_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (live, snapshot) = (dir.path().join("live"), dir.path().join("snapshot"));
+    let replace_a = |path: &Path| {
+        let mut index = Lexical::open(path).unwrap();
+        index.upsert(&[trace("a", 1, 0.0, "kayak again")]).unwrap();
+        index.commit("2").unwrap();
+        index.close().unwrap();
+    };
+    let mut index = Lexical::open(&live).unwrap();
+    index
+        .upsert(&[trace("a", 1, 0.0, "kayak"), trace("b", 2, 0.0, "canoe")])
+        .unwrap();
+    index.commit("1").unwrap();
+    index.close().unwrap();
+    copy_dir(&live, &snapshot);
+
+    // Replacing "a" writes the first segment's deletions, then the
+    // metadata. The state a kill between the two leaves behind: the
+    // snapshot's metadata, and the deletion file with the list of
+    // managed files that names it.
+    replace_a(&live);
+    let deletions: Vec<_> = std::fs::read_dir(&live)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().ends_with(".del"))
+        .collect();
+    assert_eq!(deletions.len(), 1, "{deletions:?}");
+    std::fs::copy(live.join(&deletions[0]), snapshot.join(&deletions[0])).unwrap();
+    std::fs::copy(live.join(".managed.json"), snapshot.join(".managed.json")).unwrap();
+
+    // After the restart the same replacement reaches the same stamp.
+    replace_a(&snapshot);
+    let mut index = Lexical::open(&snapshot).unwrap();
+    assert_eq!(index.payload().unwrap().as_deref(), Some("2"));
+    assert_eq!(keys(&mut index, "kayak", &Filter::default()), ["a"]);
+    assert_eq!(index.len(), 2);
+}
