@@ -35,6 +35,85 @@ pub async fn fresh_schema(url: &str, prefix: &str) -> Result<String, sqlx::Error
     Ok(schema)
 }
 
+/// Creates a database named `<prefix>_<random>` on `url`'s server and
+/// returns its URL. What a test whose VACUUM must not wait for other
+/// tests' transactions needs: PostgreSQL keeps a deleted row's tuple while
+/// a transaction of the same database might still see it.
+pub async fn fresh_database(url: &str, prefix: &str) -> Result<String, sqlx::Error> {
+    let name = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
+    let admin = sqlx::PgPool::connect(url).await?;
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&admin)
+        .await?;
+    admin.close().await;
+    let (server, _) = url
+        .rsplit_once('/')
+        .expect("a URL ends in its database's name");
+    Ok(format!("{server}/{name}"))
+}
+
+/// The relations of `schema` (tables, their TOAST tables and every index)
+/// whose files hold `text`'s bytes anywhere, read after `VACUUM FULL` of
+/// every table and a checkpoint: what an operator's erasure leaves on
+/// disk. Waits first until no other session of the database holds a
+/// snapshot (one would keep deleted tuples alive through the rewrite).
+/// Needs a superuser, as the test PostgreSQL's is.
+pub async fn files_holding(
+    url: &str,
+    schema: &str,
+    text: &str,
+) -> Result<Vec<String>, sqlx::Error> {
+    let pool = sqlx::PgPool::connect(url).await?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let others: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND pid <> pg_backend_pid()
+               AND backend_xmin IS NOT NULL",
+        )
+        .fetch_one(&pool)
+        .await?;
+        if others == 0 || std::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables
+         WHERE table_schema = $1 AND table_type = 'BASE TABLE' ORDER BY 1",
+    )
+    .bind(schema)
+    .fetch_all(&pool)
+    .await?;
+    for table in tables {
+        sqlx::query(&format!("VACUUM FULL {schema}.{table}"))
+            .execute(&pool)
+            .await?;
+    }
+    sqlx::query("CHECKPOINT").execute(&pool).await?;
+    let holding = sqlx::query_scalar(
+        "WITH own AS (
+             SELECT oid, reltoastrelid FROM pg_class
+             WHERE relnamespace = $1::regnamespace),
+         relations AS (
+             SELECT oid FROM own
+             UNION SELECT reltoastrelid FROM own WHERE reltoastrelid <> 0
+             UNION SELECT indexrelid FROM pg_index
+                   WHERE indrelid IN (SELECT reltoastrelid FROM own))
+         SELECT c.relname::text FROM pg_class c JOIN relations r ON r.oid = c.oid
+         WHERE c.relkind IN ('r', 't', 'i', 'm')
+           AND position(convert_to($2, 'UTF8')
+                        IN pg_read_binary_file(pg_relation_filepath(c.oid))) > 0
+         ORDER BY 1",
+    )
+    .bind(schema)
+    .bind(text)
+    .fetch_all(&pool)
+    .await?;
+    pool.close().await;
+    Ok(holding)
+}
+
 /// Takes, until `tx` ends, the lock an agent's vector writes wait for:
 /// what another replica's indexer or compaction holds while it writes.
 pub async fn lock_agent_vectors(

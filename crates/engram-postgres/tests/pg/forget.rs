@@ -29,7 +29,25 @@ const POLICY: Policy = Policy {
 
 async fn config() -> PgConfig {
     let checkout = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    config_in(engram_postgres::testing::url_or_panic(
+        "ENGRAM_TEST_PG_URL",
+        checkout,
+    ))
+    .await
+}
+
+/// A schema in a database of its own: its VACUUM waits for no other
+/// test's transaction.
+async fn config_in_own_database() -> PgConfig {
+    let checkout = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
     let url = engram_postgres::testing::url_or_panic("ENGRAM_TEST_PG_URL", checkout);
+    let own = engram_postgres::testing::fresh_database(&url, "erase")
+        .await
+        .expect("the test PostgreSQL answers");
+    config_in(own).await
+}
+
+async fn config_in(url: String) -> PgConfig {
     let schema = engram_postgres::testing::fresh_schema(&url, "f")
         .await
         .expect("the test PostgreSQL answers");
@@ -72,11 +90,13 @@ fn fact(text: &str) -> NewFact {
 
 #[tokio::test]
 async fn a_forget_reaches_every_replica_and_the_users_copies() {
-    let config = config().await;
+    let config = config_in_own_database().await;
     let (one, two) = (
         PgStore::open(config.clone()).await.expect("opens"),
-        PgStore::open(config).await.expect("opens"),
+        PgStore::open(config.clone()).await.expect("opens"),
     );
+    let schema = config.schema.clone().expect("a schema of its own");
+    let on_disk = || engram_postgres::testing::files_holding(&config.url, &schema, SECRET);
     let ana = UserId::parse("ana").unwrap();
     let a = AgentId::parse("ana-1").unwrap();
     let mut secret_turn = String::new();
@@ -117,6 +137,10 @@ async fn a_forget_reaches_every_replica_and_the_users_copies() {
         .unwrap();
     let last = one.last_conversation(&ana).await.unwrap().expect("kept");
     assert!(format!("{last:?}").contains(SECRET));
+    let stored = on_disk().await.unwrap();
+    for table in ["traces", "memories", "user_conversations"] {
+        assert!(stored.iter().any(|r| r == table), "{table}: {stored:?}");
+    }
 
     // The other replica holds the agent, its vectors and its user's.
     let umbrella = query("umbrella");
@@ -198,6 +222,12 @@ async fn a_forget_reaches_every_replica_and_the_users_copies() {
         format!("{:?}", one.context(&a).await.unwrap().messages)
             .contains("Pasta for dinner, then a guitar concert.")
     );
+
+    // The operator's erasure: after VACUUM FULL, no byte of it in any
+    // file of the tables or their indexes.
+    one.close().await;
+    two.close().await;
+    assert_eq!(on_disk().await.unwrap(), Vec::<String>::new());
 }
 
 /// A forgotten last turn's number is given to the next turn; the other
