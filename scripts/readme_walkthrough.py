@@ -100,10 +100,14 @@ def parse(readme):
         if lang in RUNNABLE and RUNNABLE[lang] == "sh":
             shell.append(body)
         session = next((s for start, end, s in regions if start < block.start() < end), None)
+        reason = SKIP.search(text[:block.start()])
+        if session is not None and reason:
+            # A block that needs what a session lacks (another backend).
+            skipped.append((line, lang, reason.group(1)))
+            continue
         if session is None:
             if lang not in COPIED:
                 continue
-            reason = SKIP.search(text[:block.start()])
             if not reason:
                 fail(f"line {line}: a ```{lang} block that is neither in a walkthrough session "
                      "nor marked <!-- walkthrough:skip REASON -->")
