@@ -11,9 +11,11 @@ use std::sync::Arc;
 use subtle::ConstantTimeEq;
 use tonic::codegen::http;
 
+mod calls;
 mod grpc;
 
-pub use grpc::{Auth, authorize, authorize_scope, authorize_user, require_admin, scope};
+pub use calls::{Caller, authorize, authorize_scope, authorize_user, require_admin};
+pub use grpc::{Auth, caller};
 
 /// One `[[auth.tokens]]` table. Its Debug output hides the secret.
 #[derive(Clone, serde::Deserialize)]

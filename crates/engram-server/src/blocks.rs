@@ -2,20 +2,21 @@
 //! engine → convert), behind the same request boundary as the others.
 
 use engram_proto::pb;
-use tonic::{Request, Response, Status};
+use tonic::Status;
 
-use crate::auth;
+use crate::api::Api;
+use crate::auth::{self, Caller};
 use crate::convert;
-use crate::service::Engram;
 use crate::status::from_engine;
 
-impl Engram {
-    pub(crate) async fn handle_list_memory_blocks(
+impl Api {
+    pub async fn list_memory_blocks(
         &self,
-        request: Request<pb::ListMemoryBlocksRequest>,
-    ) -> Result<Response<pb::ListMemoryBlocksResponse>, Status> {
-        auth::authorize_scope(self.engine(), &request, &request.get_ref().scope, "", false).await?;
-        let scope = convert::scope_from_pb(request.into_inner().scope).map_err(from_engine)?;
+        caller: &Caller,
+        req: pb::ListMemoryBlocksRequest,
+    ) -> Result<pb::ListMemoryBlocksResponse, Status> {
+        auth::authorize_scope(self.engine(), caller, &req.scope, "", false).await?;
+        let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let blocks = self
             .engine()
             .list_blocks(&scope)
@@ -29,12 +30,12 @@ impl Engram {
         )
     }
 
-    pub(crate) async fn handle_get_memory_block(
+    pub async fn get_memory_block(
         &self,
-        request: Request<pb::GetMemoryBlockRequest>,
-    ) -> Result<Response<pb::GetMemoryBlockResponse>, Status> {
-        auth::authorize_scope(self.engine(), &request, &request.get_ref().scope, "", false).await?;
-        let req = request.into_inner();
+        caller: &Caller,
+        req: pb::GetMemoryBlockRequest,
+    ) -> Result<pb::GetMemoryBlockResponse, Status> {
+        auth::authorize_scope(self.engine(), caller, &req.scope, "", false).await?;
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let (block, history) = self
             .engine()
@@ -50,53 +51,56 @@ impl Engram {
         )
     }
 
-    pub(crate) async fn handle_put_memory_block(
+    pub async fn put_memory_block(
         &self,
-        request: Request<pb::PutMemoryBlockRequest>,
-    ) -> Result<Response<pb::PutMemoryBlockResponse>, Status> {
-        let r = request.get_ref();
-        auth::authorize_scope(self.engine(), &request, &r.scope, &r.user_id, true).await?;
-        let write = convert::put_from_pb(request.into_inner()).map_err(from_engine)?;
+        caller: &Caller,
+        req: pb::PutMemoryBlockRequest,
+    ) -> Result<pb::PutMemoryBlockResponse, Status> {
+        let r = &req;
+        auth::authorize_scope(self.engine(), caller, &r.scope, &r.user_id, true).await?;
+        let write = convert::put_from_pb(req).map_err(from_engine)?;
         let block = self
             .engine()
             .write_block(write)
             .await
             .map_err(from_engine)?;
-        Ok(Response::new(pb::PutMemoryBlockResponse {
+        Ok(pb::PutMemoryBlockResponse {
             block: Some(convert::block_to_pb(block)),
-        }))
+        })
     }
 
-    pub(crate) async fn handle_edit_memory_block(
+    pub async fn edit_memory_block(
         &self,
-        request: Request<pb::EditMemoryBlockRequest>,
-    ) -> Result<Response<pb::EditMemoryBlockResponse>, Status> {
-        let r = request.get_ref();
-        auth::authorize_scope(self.engine(), &request, &r.scope, &r.user_id, true).await?;
-        let write = convert::edit_from_pb(request.into_inner()).map_err(from_engine)?;
+        caller: &Caller,
+        req: pb::EditMemoryBlockRequest,
+    ) -> Result<pb::EditMemoryBlockResponse, Status> {
+        let r = &req;
+        auth::authorize_scope(self.engine(), caller, &r.scope, &r.user_id, true).await?;
+        let write = convert::edit_from_pb(req).map_err(from_engine)?;
         let block = self
             .engine()
             .write_block(write)
             .await
             .map_err(from_engine)?;
-        Ok(Response::new(pb::EditMemoryBlockResponse {
+        Ok(pb::EditMemoryBlockResponse {
             block: Some(convert::block_to_pb(block)),
-        }))
+        })
     }
 
-    pub(crate) async fn handle_delete_memory_block(
+    pub async fn delete_memory_block(
         &self,
-        request: Request<pb::DeleteMemoryBlockRequest>,
-    ) -> Result<Response<pb::DeleteMemoryBlockResponse>, Status> {
-        auth::authorize_scope(self.engine(), &request, &request.get_ref().scope, "", true).await?;
-        let write = convert::delete_from_pb(request.into_inner()).map_err(from_engine)?;
+        caller: &Caller,
+        req: pb::DeleteMemoryBlockRequest,
+    ) -> Result<pb::DeleteMemoryBlockResponse, Status> {
+        auth::authorize_scope(self.engine(), caller, &req.scope, "", true).await?;
+        let write = convert::delete_from_pb(req).map_err(from_engine)?;
         let block = self
             .engine()
             .write_block(write)
             .await
             .map_err(from_engine)?;
-        Ok(Response::new(pb::DeleteMemoryBlockResponse {
+        Ok(pb::DeleteMemoryBlockResponse {
             version: block.version,
-        }))
+        })
     }
 }

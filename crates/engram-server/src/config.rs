@@ -28,6 +28,7 @@ pub use postgres::PostgresSection;
 #[serde(deny_unknown_fields)]
 pub struct Config {
     pub server: ServerSection,
+    pub http: HttpSection,
     pub auth: AuthSection,
     pub log: LogSection,
     pub store: StoreSection,
@@ -175,6 +176,14 @@ pub struct ServerSection {
     pub tls_cert: PathBuf,
     pub tls_key: PathBuf,
     pub tls_client_ca: PathBuf,
+}
+
+/// The HTTP listener: the JSON API (and what else is served over HTTP).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpSection {
+    /// Empty: no HTTP listener.
+    pub listen: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -363,6 +372,7 @@ impl Config {
     fn validate_server(&self) -> Result<(), ConfigError> {
         self.listen_addr()?;
         self.metrics_addr()?;
+        self.http_addr()?;
         let s = &self.server;
         let set = |p: &PathBuf| !p.as_os_str().is_empty();
         if set(&s.tls_cert) != set(&s.tls_key) {
@@ -499,6 +509,31 @@ impl Config {
                 &format!("{raw:?} is not a socket address like 0.0.0.0:9090 ({e})"),
             )
         })
+    }
+
+    /// The HTTP listener, when `http.listen` is set.
+    pub fn http_addr(&self) -> Result<Option<SocketAddr>, ConfigError> {
+        let raw = self.http.listen.trim();
+        if raw.is_empty() {
+            return Ok(None);
+        }
+        let addr: SocketAddr = raw.parse().map_err(|e| {
+            invalid(
+                "http.listen",
+                &format!("{raw:?} is not a socket address like 127.0.0.1:8080 ({e})"),
+            )
+        })?;
+        // Tokens must not cross the network in plain text when the
+        // operator asked for TLS.
+        if !self.server.tls_cert.as_os_str().is_empty() && !addr.ip().is_loopback() {
+            return Err(invalid(
+                "http.listen",
+                &format!(
+                    "{addr} is not a loopback address, and the HTTP listener speaks plain HTTP while server.tls_cert asks for TLS; listen on 127.0.0.1 behind a TLS proxy"
+                ),
+            ));
+        }
+        Ok(Some(addr))
     }
 
     /// How long an idle agent stays in memory (`None`: for good).

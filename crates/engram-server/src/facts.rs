@@ -5,24 +5,24 @@
 //! a token covering the agent.
 
 use engram_proto::pb;
-use tonic::{Request, Response, Status};
+use tonic::Status;
 
 use engram_engine::limits;
 
-use crate::auth;
+use crate::api::Api;
+use crate::auth::{self, Caller};
 use crate::convert;
 use crate::convert::facts::{change_from_pb, listing_from_pb, new_fact_from_pb};
 use crate::convert::semantic_to_pb as fact_to_pb;
-use crate::service::Engram;
 use crate::status::from_engine;
 
-impl Engram {
-    pub(crate) async fn handle_add_memories(
+impl Api {
+    pub async fn add_memories(
         &self,
-        request: Request<pb::AddMemoriesRequest>,
-    ) -> Result<Response<pb::AddMemoriesResponse>, Status> {
-        auth::authorize_scope(self.engine(), &request, &request.get_ref().scope, "", true).await?;
-        let req = request.into_inner();
+        caller: &Caller,
+        req: pb::AddMemoriesRequest,
+    ) -> Result<pb::AddMemoriesResponse, Status> {
+        auth::authorize_scope(self.engine(), caller, &req.scope, "", true).await?;
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let new = req.memories.into_iter().map(new_fact_from_pb).collect();
         let added = self
@@ -43,15 +43,15 @@ impl Engram {
                 version: a.version,
             })
             .collect();
-        Ok(Response::new(pb::AddMemoriesResponse { results }))
+        Ok(pb::AddMemoriesResponse { results })
     }
 
-    pub(crate) async fn handle_list_memories(
+    pub async fn list_memories(
         &self,
-        request: Request<pb::ListMemoriesRequest>,
-    ) -> Result<Response<pb::ListMemoriesResponse>, Status> {
-        auth::authorize_scope(self.engine(), &request, &request.get_ref().scope, "", false).await?;
-        let req = request.into_inner();
+        caller: &Caller,
+        req: pb::ListMemoriesRequest,
+    ) -> Result<pb::ListMemoriesResponse, Status> {
+        auth::authorize_scope(self.engine(), caller, &req.scope, "", false).await?;
         let listing = listing_from_pb(&req);
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let page = self
@@ -68,29 +68,29 @@ impl Engram {
         )
     }
 
-    pub(crate) async fn handle_get_memory(
+    pub async fn get_memory(
         &self,
-        request: Request<pb::GetMemoryRequest>,
-    ) -> Result<Response<pb::GetMemoryResponse>, Status> {
-        auth::authorize_scope(self.engine(), &request, &request.get_ref().scope, "", false).await?;
-        let req = request.into_inner();
+        caller: &Caller,
+        req: pb::GetMemoryRequest,
+    ) -> Result<pb::GetMemoryResponse, Status> {
+        auth::authorize_scope(self.engine(), caller, &req.scope, "", false).await?;
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let fact = self
             .engine()
             .get_memory(&scope, &req.id)
             .await
             .map_err(from_engine)?;
-        Ok(Response::new(pb::GetMemoryResponse {
+        Ok(pb::GetMemoryResponse {
             memory: Some(fact_to_pb(&fact)),
-        }))
+        })
     }
 
-    pub(crate) async fn handle_get_memory_history(
+    pub async fn get_memory_history(
         &self,
-        request: Request<pb::GetMemoryHistoryRequest>,
-    ) -> Result<Response<pb::GetMemoryHistoryResponse>, Status> {
-        auth::authorize_scope(self.engine(), &request, &request.get_ref().scope, "", false).await?;
-        let req = request.into_inner();
+        caller: &Caller,
+        req: pb::GetMemoryHistoryRequest,
+    ) -> Result<pb::GetMemoryHistoryResponse, Status> {
+        auth::authorize_scope(self.engine(), caller, &req.scope, "", false).await?;
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let versions = self
             .engine()
@@ -105,12 +105,13 @@ impl Engram {
         )
     }
 
-    pub(crate) async fn handle_update_memory(
+    pub async fn update_memory(
         &self,
-        request: Request<pb::UpdateMemoryRequest>,
-    ) -> Result<Response<pb::UpdateMemoryResponse>, Status> {
-        auth::authorize_scope(self.engine(), &request, &request.get_ref().scope, "", true).await?;
-        let mut req = request.into_inner();
+        caller: &Caller,
+        req: pb::UpdateMemoryRequest,
+    ) -> Result<pb::UpdateMemoryResponse, Status> {
+        auth::authorize_scope(self.engine(), caller, &req.scope, "", true).await?;
+        let mut req = req;
         let scope = convert::scope_from_pb(req.scope.take()).map_err(from_engine)?;
         let id = std::mem::take(&mut req.id);
         let change = change_from_pb(req).map_err(from_engine)?;
@@ -119,43 +120,45 @@ impl Engram {
             .update_memory(&scope, &id, change)
             .await
             .map_err(from_engine)?;
-        Ok(Response::new(pb::UpdateMemoryResponse {
+        Ok(pb::UpdateMemoryResponse {
             memory: Some(fact_to_pb(&fact)),
-        }))
+        })
     }
 
-    pub(crate) async fn handle_delete_memory(
+    pub async fn delete_memory(
         &self,
-        request: Request<pb::DeleteMemoryRequest>,
-    ) -> Result<Response<pb::DeleteMemoryResponse>, Status> {
-        auth::authorize_scope(self.engine(), &request, &request.get_ref().scope, "", true).await?;
-        let req = request.into_inner();
+        caller: &Caller,
+        req: pb::DeleteMemoryRequest,
+    ) -> Result<pb::DeleteMemoryResponse, Status> {
+        auth::authorize_scope(self.engine(), caller, &req.scope, "", true).await?;
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let version = self
             .engine()
             .delete_memory(&scope, &req.id, req.expected_version)
             .await
             .map_err(from_engine)?;
-        Ok(Response::new(pb::DeleteMemoryResponse { version }))
+        Ok(pb::DeleteMemoryResponse { version })
     }
 
-    pub(crate) async fn handle_forget_turn(
+    pub async fn forget_turn(
         &self,
-        request: Request<pb::ForgetTurnRequest>,
-    ) -> Result<Response<pb::ForgetResponse>, Status> {
-        let agent = request.get_ref().agent_id.clone();
-        auth::authorize(self.engine(), &request, &agent, "").await?;
-        let what = limits::forget_turn(&request.get_ref().turn_id).map_err(from_engine)?;
+        caller: &Caller,
+        req: pb::ForgetTurnRequest,
+    ) -> Result<pb::ForgetResponse, Status> {
+        let agent = req.agent_id.clone();
+        auth::authorize(self.engine(), caller, &agent, "").await?;
+        let what = limits::forget_turn(&req.turn_id).map_err(from_engine)?;
         self.forget(&agent, what).await
     }
 
-    pub(crate) async fn handle_forget_events(
+    pub async fn forget_events(
         &self,
-        request: Request<pb::ForgetEventsRequest>,
-    ) -> Result<Response<pb::ForgetResponse>, Status> {
-        let agent = request.get_ref().agent_id.clone();
-        auth::authorize(self.engine(), &request, &agent, "").await?;
-        let what = limits::forget_events(&request.get_ref().ids).map_err(from_engine)?;
+        caller: &Caller,
+        req: pb::ForgetEventsRequest,
+    ) -> Result<pb::ForgetResponse, Status> {
+        let agent = req.agent_id.clone();
+        auth::authorize(self.engine(), caller, &agent, "").await?;
+        let what = limits::forget_events(&req.ids).map_err(from_engine)?;
         self.forget(&agent, what).await
     }
 
@@ -163,16 +166,16 @@ impl Engram {
         &self,
         agent: &str,
         what: engram_core::forget::Forget,
-    ) -> Result<Response<pb::ForgetResponse>, Status> {
+    ) -> Result<pb::ForgetResponse, Status> {
         let forgotten = self
             .engine()
             .forget(agent, what)
             .await
             .map_err(from_engine)?;
-        Ok(Response::new(pb::ForgetResponse {
+        Ok(pb::ForgetResponse {
             traces_erased: forgotten.traces_erased,
             facts_deleted: forgotten.facts_deleted,
             summaries_rewritten: forgotten.summaries_rewritten,
-        }))
+        })
     }
 }

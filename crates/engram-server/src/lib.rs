@@ -5,9 +5,10 @@
 //!   `engramd` and by the integration tests alike.
 //! - [`config`]: layered configuration; [`wiring`]: the store, the
 //!   embedding model, the summarizer and the engine's settings it asks for.
-//! - [`service`]: the `engram.v1.MemoryService` handlers, each auth →
-//!   [`convert`] → engine → [`convert`]; [`status`]: every gRPC status the
-//!   server answers with.
+//! - [`api`]: the calls of `engram.v1.MemoryService` whatever the
+//!   protocol, each auth → [`convert`] → engine → [`convert`];
+//!   [`status`]: every status the server answers with.
+//! - [`service`]: the API over gRPC; [`http`]: over HTTP, as JSON.
 //! - [`layers`]: the one tower layer of the hooks around every call:
 //!   [`auth`], the metrics of [`observe`], and [`oversize`] (RESOURCE_EXHAUSTED
 //!   for requests over the size limit).
@@ -18,6 +19,7 @@
 //! - [`probe`]: the client side of `engramd health`.
 //! - [`telemetry`]: the log subscriber.
 
+pub mod api;
 pub mod auth;
 mod blocks;
 pub mod boundary;
@@ -25,6 +27,7 @@ pub mod config;
 pub mod convert;
 mod facts;
 pub mod health;
+pub mod http;
 pub mod layers;
 pub mod observe;
 pub mod oversize;
@@ -77,6 +80,31 @@ pub enum ServerError {
         addr: std::net::SocketAddr,
         error: std::io::Error,
     },
+    #[error("binding http.listen {addr}: {error}")]
+    Http {
+        addr: std::net::SocketAddr,
+        error: std::io::Error,
+    },
+}
+
+/// The listeners a server serves on, bound by the caller (who can then
+/// say where): gRPC always, metrics and HTTP when configured.
+#[derive(Debug)]
+pub struct Listeners {
+    pub grpc: TcpListener,
+    pub metrics: Option<TcpListener>,
+    pub http: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// `grpc`, and the metrics and HTTP listeners `config` asks for.
+    pub async fn bind_for(grpc: TcpListener, config: &Config) -> Result<Self, ServerError> {
+        Ok(Self {
+            grpc,
+            metrics: bind_metrics(config).await?,
+            http: bind_http(config).await?,
+        })
+    }
 }
 
 /// Serves Engram on `listener` until `shutdown` resolves, then drains
@@ -88,8 +116,20 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     let _held = lock_data_dir(&config.store.data_dir)?;
-    let metrics = bind_metrics(&config).await?;
-    run_with_metrics(listener, metrics, config, shutdown).await
+    let listeners = Listeners::bind_for(listener, &config).await?;
+    run_on(listeners, config, shutdown).await
+}
+
+/// The HTTP listener `http.listen` asks for, if any.
+pub async fn bind_http(config: &Config) -> Result<Option<TcpListener>, ServerError> {
+    match config.http_addr()? {
+        Some(addr) => Ok(Some(
+            TcpListener::bind(addr)
+                .await
+                .map_err(|error| ServerError::Http { addr, error })?,
+        )),
+        None => Ok(None),
+    }
 }
 
 /// The metrics listener `server.metrics_listen` asks for, if any.
@@ -126,27 +166,30 @@ pub fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, ServerError
     }
 }
 
-/// [`run`] with the metrics listener bound by the caller (which can then
-/// report its port), and the data directory locked by the caller
+/// [`run`] on listeners bound by the caller (which can then report their
+/// ports), with the data directory locked by the caller
 /// ([`lock_data_dir`]).
-pub async fn run_with_metrics(
-    listener: TcpListener,
-    metrics: Option<TcpListener>,
+pub async fn run_on(
+    listeners: Listeners,
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     let store = open_store(&config).await?;
-    serve(listener, metrics, config, store, shutdown).await
+    serve(listeners, config, store, shutdown).await
 }
 
-/// [`run_with_metrics`] over a store the caller opened (and can reach).
+/// [`run_on`] over a store the caller opened (and can reach).
 pub async fn serve(
-    listener: TcpListener,
-    metrics: Option<TcpListener>,
+    listeners: Listeners,
     config: Config,
     store: Arc<dyn Store>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
+    let Listeners {
+        grpc: listener,
+        metrics,
+        http,
+    } = listeners;
     // Installed before anything records, so the first calls count too.
     let metrics = metrics.map(|listener| (listener, observe::install()));
     // Everything that can fail comes before anything is spawned: an early
@@ -175,17 +218,22 @@ pub async fn serve(
     );
     tracing::info!(summarizer = %engine.summarizer_name(), "compaction ready");
     log_security(&config, &authenticator, tls_on);
+    let limit = config.server.max_message_bytes;
+    let (signal, draining) = drain_on(shutdown, reporter);
     let background = Background {
         upkeep,
         engine_upkeep: engine.spawn_upkeep(),
         failure_watch,
         metrics: metrics.map(|(listener, handle)| MetricsTask::spawn(listener, handle, &engine)),
+        http: http.map(|listener| {
+            let api = api::Api::new(engine.clone(), limit);
+            let state = http::HttpState::new(api, Arc::clone(&authenticator), limit);
+            HttpTask::spawn(listener, http::router(state), &draining)
+        }),
     };
-    let limit = config.server.max_message_bytes;
     let memory = MemoryServiceServer::new(Engram::new(engine.clone(), limit))
         .max_decoding_message_size(limit)
         .max_encoding_message_size(limit);
-    let (signal, draining) = drain_on(shutdown, reporter);
     let serve = builder
         // Receive windows that grow with the connection's bandwidth-delay
         // product, so large requests do not crawl at 64 KiB per round trip.
@@ -201,14 +249,22 @@ pub async fn serve(
         .add_service(memory)
         .serve_with_incoming_shutdown(TcpIncoming::from(listener).with_nodelay(Some(true)), signal);
     let grace = Duration::from_secs(config.server.shutdown_grace_secs);
+    let mut stopping = draining.subscribe();
+    let until_grace_ends = async move {
+        let _ = stopping.wait_for(|draining| *draining).await;
+        tokio::time::sleep(grace).await;
+    };
+    tokio::pin!(until_grace_ends);
     let result = tokio::select! {
         r = serve => r.map_err(ServerError::from),
-        () = async { draining.notified().await; tokio::time::sleep(grace).await } => {
+        () = &mut until_grace_ends => {
             tracing::warn!(grace_secs = grace.as_secs(), "calls still open after the grace period; closing them");
             Ok(())
         }
     };
-    background.stop().await;
+    // Also when gRPC stopped on its own: the HTTP listener stops with it.
+    draining.send_replace(true);
+    background.stop(until_grace_ends).await;
     // The conversations served since the last note, so that those that go
     // quiet now are summarized after the restart.
     engine.note_used().await;
@@ -218,19 +274,23 @@ pub async fn serve(
 }
 
 /// `shutdown`, followed by NOT_SERVING on health (load balancers and probes
-/// see it before the server stops) and a notice on the returned `Notify`,
-/// which starts the grace period of the calls still open.
+/// see it before the server stops) and `true` on the returned watch, which
+/// stops the HTTP listener and starts the grace period of the calls still
+/// open.
 fn drain_on(
     shutdown: impl Future<Output = ()> + Send + 'static,
     reporter: tonic_health::server::HealthReporter,
-) -> (impl Future<Output = ()> + Send + 'static, Arc<Notify>) {
-    let draining = Arc::new(Notify::new());
-    let notify = Arc::clone(&draining);
+) -> (
+    impl Future<Output = ()> + Send + 'static,
+    tokio::sync::watch::Sender<bool>,
+) {
+    let (draining, _) = tokio::sync::watch::channel(false);
+    let notify = draining.clone();
     let signal = async move {
         shutdown.await;
         tracing::info!("shutdown requested; draining in-flight calls");
         health::not_serving(&reporter).await;
-        notify.notify_one();
+        notify.send_replace(true);
     };
     (signal, draining)
 }
@@ -241,15 +301,56 @@ struct Background {
     engine_upkeep: tokio::task::JoinHandle<()>,
     failure_watch: tokio::task::JoinHandle<()>,
     metrics: Option<MetricsTask>,
+    http: Option<HttpTask>,
 }
 
 impl Background {
-    async fn stop(self) {
+    /// Stops everything; the HTTP calls still open get until `grace_ends`.
+    async fn stop(self, grace_ends: impl Future<Output = ()>) {
+        if let Some(http) = self.http {
+            http.stop(grace_ends).await;
+        }
         self.upkeep.abort();
         self.engine_upkeep.abort();
         self.failure_watch.abort();
         if let Some(metrics) = self.metrics {
             metrics.stop().await;
+        }
+    }
+}
+
+/// The HTTP listener, served until the server drains; its calls in flight
+/// then finish within the same grace period as gRPC's.
+struct HttpTask {
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl HttpTask {
+    fn spawn(
+        listener: TcpListener,
+        router: axum::Router,
+        draining: &tokio::sync::watch::Sender<bool>,
+    ) -> Self {
+        let mut stopping = draining.subscribe();
+        let task = tokio::spawn(http::serve(listener, router, async move {
+            let _ = stopping.wait_for(|draining| *draining).await;
+        }));
+        Self { task }
+    }
+
+    async fn stop(mut self, grace_ends: impl Future<Output = ()>) {
+        let finished = tokio::select! {
+            r = &mut self.task => Some(r),
+            () = grace_ends => None,
+        };
+        match finished {
+            Some(Ok(Err(e))) => tracing::warn!(error = %e, "the HTTP listener failed"),
+            Some(Err(e)) => tracing::warn!(error = %e, "the HTTP task panicked"),
+            Some(Ok(Ok(()))) => {}
+            None => {
+                tracing::warn!("HTTP calls still open after the grace period; closing them");
+                self.task.abort();
+            }
         }
     }
 }

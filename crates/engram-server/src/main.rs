@@ -199,7 +199,7 @@ async fn listen(config: Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding server.listen {addr}"))?;
     let local = listener.local_addr()?;
-    let metrics = engram_server::bind_metrics(&config).await?;
+    let listeners = engram_server::Listeners::bind_for(listener, &config).await?;
     let shutdown = shutdown_signal()?;
     match config.store.backend {
         BackendSetting::Files => {
@@ -210,13 +210,18 @@ async fn listen(config: Config) -> anyhow::Result<()> {
         }
     }
     // Machine-readable lines on stdout, for scripts and tests that start the
-    // server on port 0: gRPC first, as always, then metrics if on. Both
-    // listeners are bound already.
+    // server on port 0: gRPC first, as always, then metrics and HTTP if on.
+    // Every listener is bound already.
     println!("engramd listening on {local}");
-    if let Some(m) = &metrics {
+    if let Some(m) = &listeners.metrics {
         println!("engramd metrics on {}", m.local_addr()?);
     }
-    engram_server::run_with_metrics(listener, metrics, config, shutdown).await?;
+    if let Some(h) = &listeners.http {
+        let addr = h.local_addr()?;
+        tracing::info!(%addr, "HTTP listening: the JSON API under /v1/");
+        println!("engramd http on {addr}");
+    }
+    engram_server::run_on(listeners, config, shutdown).await?;
     Ok(())
 }
 

@@ -258,7 +258,8 @@ fn code_label(value: &http::HeaderValue) -> &'static str {
     code_name(code)
 }
 
-fn code_name(code: tonic::Code) -> &'static str {
+/// The name of a gRPC code, as metrics and the JSON API's errors say it.
+pub fn code_name(code: tonic::Code) -> &'static str {
     use tonic::Code::*;
     match code {
         Ok => "OK",
@@ -279,6 +280,17 @@ fn code_name(code: tonic::Code) -> &'static str {
         DataLoss => "DATA_LOSS",
         Unauthenticated => "UNAUTHENTICATED",
     }
+}
+
+/// Counts and times a call that did not come through gRPC's layers (the
+/// JSON API's), under the same metrics by its method and code.
+pub fn record_call(method: &'static str, code: tonic::Code, started: Instant) {
+    Call {
+        method,
+        started,
+        code: None,
+    }
+    .record(code_name(code));
 }
 
 #[derive(Debug)]

@@ -5,24 +5,24 @@
 //! names and, for one that exists, by its stored user), before anything
 //! is written.
 
-use std::sync::Arc;
-
 use engram_core::bundle::BundleScope;
 use engram_proto::pb;
-use tonic::{Request, Response, Status, Streaming};
+use futures_util::{Stream, StreamExt};
+use tonic::Status;
 
-use crate::auth;
+use crate::api::{Api, ExportStream};
+use crate::auth::{self, Caller};
 use crate::convert;
-use crate::service::{Engram, ExportStream};
 use crate::status::from_engine;
 
-impl Engram {
-    pub(crate) async fn handle_export_memory(
+impl Api {
+    pub async fn export_memory(
         &self,
-        request: Request<pb::ExportMemoryRequest>,
-    ) -> Result<Response<ExportStream>, Status> {
-        auth::authorize_scope(self.engine(), &request, &request.get_ref().scope, "", false).await?;
-        let scope = convert::scope_from_pb(request.into_inner().scope).map_err(from_engine)?;
+        caller: &Caller,
+        req: pb::ExportMemoryRequest,
+    ) -> Result<ExportStream, Status> {
+        auth::authorize_scope(self.engine(), caller, &req.scope, "", false).await?;
+        let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let export = self
             .engine()
             .export_memory(&scope)
@@ -35,29 +35,25 @@ impl Engram {
                 .map_err(from_engine);
             Some((piece, export))
         });
-        Ok(Response::new(Box::pin(pieces)))
+        Ok(Box::pin(pieces))
     }
 
-    pub(crate) async fn handle_import_memory(
+    /// Reads the bundle from `pieces` (any chunking), checking the
+    /// caller's scope as soon as the bundle says what it holds.
+    pub async fn import_memory(
         &self,
-        request: Request<Streaming<pb::ImportMemoryRequest>>,
-    ) -> Result<Response<pb::ImportMemoryResponse>, Status> {
-        // The caller's scope, for the checks once the bundle says what it
-        // holds.
-        let mut caller = Request::new(());
-        if let Some(scope) = auth::scope(&request) {
-            caller.extensions_mut().insert::<Arc<_>>(scope);
-        }
-        let mut pieces = request.into_inner();
+        caller: &Caller,
+        mut pieces: impl Stream<Item = Result<pb::ImportMemoryRequest, Status>> + Unpin,
+    ) -> Result<pb::ImportMemoryResponse, Status> {
         let mut import = self.engine().start_import();
         let mut replace = None;
         let mut user_checked = false;
-        while let Some(piece) = pieces.message().await? {
+        while let Some(piece) = pieces.next().await.transpose()? {
             replace.get_or_insert(piece.replace);
             import.push(&piece.lines).map_err(from_engine)?;
             if !user_checked && let Some(BundleScope::User(user)) = import.scope() {
                 // Refused before the rest of a large bundle is read.
-                auth::authorize_user(&caller, user)?;
+                auth::authorize_user(caller, user)?;
                 user_checked = true;
             }
         }
@@ -65,21 +61,21 @@ impl Engram {
         if let BundleScope::User(user) = &bundle.scope
             && !user_checked
         {
-            auth::authorize_user(&caller, user)?;
+            auth::authorize_user(caller, user)?;
         }
         for agent in &bundle.agents {
             let user = agent.meta.user_id.as_deref().unwrap_or_default();
-            auth::authorize(self.engine(), &caller, agent.id.as_str(), user).await?;
+            auth::authorize(self.engine(), caller, agent.id.as_str(), user).await?;
         }
         let imported = self
             .engine()
             .import_memory(&bundle, replace.unwrap_or(false))
             .await
             .map_err(from_engine)?;
-        Ok(Response::new(pb::ImportMemoryResponse {
+        Ok(pb::ImportMemoryResponse {
             agents: imported.agents,
             facts: imported.facts,
             blocks: imported.blocks,
-        }))
+        })
     }
 }

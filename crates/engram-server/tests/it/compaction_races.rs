@@ -88,9 +88,18 @@ async fn concurrent_compactions_of_one_agent_share_one_summary() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(engram_server::serve(listener, None, config, store, async {
-        let _ = stopped.await;
-    }));
+    tokio::spawn(engram_server::serve(
+        engram_server::Listeners {
+            grpc: listener,
+            metrics: None,
+            http: None,
+        },
+        config,
+        store,
+        async {
+            let _ = stopped.await;
+        },
+    ));
     let mut c = pb::memory_service_client::MemoryServiceClient::new(channel(addr).await);
     turns(&mut c, "race", 5).await;
     let agent = AgentId::parse("race").unwrap();

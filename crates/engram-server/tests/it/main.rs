@@ -16,6 +16,7 @@ mod crash;
 mod forget;
 mod grpc;
 mod hostile;
+mod json_api;
 mod memories;
 mod metrics;
 mod portable;

@@ -184,8 +184,11 @@ async fn a_failed_fsync_turns_health_not_serving_and_refuses_everything() {
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(engram_server::serve(
-        listener,
-        None,
+        engram_server::Listeners {
+            grpc: listener,
+            metrics: None,
+            http: None,
+        },
         config,
         store.clone(),
         async {

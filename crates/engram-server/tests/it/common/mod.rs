@@ -22,6 +22,8 @@ pub type Client = MemoryServiceClient<Channel>;
 /// An in-process server over a temp data dir; shuts down on drop.
 pub struct TestServer {
     pub addr: SocketAddr,
+    /// The HTTP listener's, when `ENGRAM__HTTP__LISTEN` asked for one.
+    pub http: Option<SocketAddr>,
     pub data_dir: tempfile::TempDir,
     pub stop_tx: Option<oneshot::Sender<()>>,
     pub task: Option<tokio::task::JoinHandle<Result<(), engram_server::ServerError>>>,
@@ -43,12 +45,21 @@ impl TestServer {
         let config = Config::load_from(None, vars).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let listeners = engram_server::Listeners::bind_for(listener, &config)
+            .await
+            .unwrap();
+        let http = listeners.http.as_ref().map(|l| l.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(engram_server::run(listener, config, async {
-            let _ = stopped.await;
-        }));
+        let task = tokio::spawn(async move {
+            let _held = engram_server::lock_data_dir(&config.store.data_dir)?;
+            engram_server::run_on(listeners, config, async {
+                let _ = stopped.await;
+            })
+            .await
+        });
         Self {
             addr,
+            http,
             data_dir,
             stop_tx: Some(stop),
             task: Some(task),

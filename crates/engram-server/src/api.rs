@@ -1,0 +1,229 @@
+//! The API over the engine, in the contract's messages and statuses,
+//! whatever protocol brings a call: gRPC (`service`) and the JSON API
+//! (`http`) both call these, with the caller their auth found. Each call is
+//! auth → convert → engine → convert; the blocks', facts' and
+//! export/import calls are in `blocks`, `facts` and `portable`.
+
+use engram_engine::Engine;
+use engram_proto::pb;
+use tonic::Status;
+
+use crate::auth::{self, Caller};
+use crate::convert;
+use crate::status::from_engine;
+
+/// ExportMemory's answer: the bundle's pieces.
+pub type ExportStream = std::pin::Pin<
+    Box<dyn futures_util::Stream<Item = Result<pb::MemoryBundleChunk, Status>> + Send>,
+>;
+
+/// The API over one engine.
+#[derive(Debug, Clone)]
+pub struct Api {
+    engine: Engine,
+    /// `server.max_message_bytes`: responses are held to it too.
+    max_message_bytes: usize,
+}
+
+impl Api {
+    pub fn new(engine: Engine, max_message_bytes: usize) -> Self {
+        Self {
+            engine,
+            max_message_bytes,
+        }
+    }
+
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// RESOURCE_EXHAUSTED, with the way out, for an answer over the limit
+    /// (tonic would fail it with a bare OUT_OF_RANGE in the trailers).
+    pub(crate) fn fits<M: prost::Message>(&self, response: M, what: &str) -> Result<M, Status> {
+        let len = response.encoded_len();
+        if len > self.max_message_bytes {
+            return Err(crate::status::answer_too_large(
+                what,
+                len,
+                self.max_message_bytes,
+            ));
+        }
+        Ok(response)
+    }
+}
+
+/// The calls, each auth → convert → engine → convert; the protocols put
+/// each behind the request boundary.
+impl Api {
+    /// A read of one agent, or (no agent named) of all of a user's
+    /// conversations: the token must cover the agent, or the user.
+    async fn authorize_agent_or_user(
+        &self,
+        caller: &Caller,
+        agent_id: &str,
+        user_id: &str,
+    ) -> Result<(), Status> {
+        if agent_id.is_empty() && !user_id.is_empty() {
+            auth::authorize_user(caller, user_id)
+        } else {
+            auth::authorize(&self.engine, caller, agent_id, "").await
+        }
+    }
+
+    pub async fn ingest(
+        &self,
+        caller: &Caller,
+        req: pb::IngestRequest,
+    ) -> Result<pb::IngestResponse, Status> {
+        let r = &req;
+        auth::authorize(&self.engine, caller, &r.agent_id, &r.user_id).await?;
+        let req = convert::ingest_from_pb(req);
+        let out = self.engine.ingest(req).await.map_err(from_engine)?;
+        Ok(convert::ingested_to_pb(out))
+    }
+
+    pub async fn prepare_request(
+        &self,
+        caller: &Caller,
+        req: pb::PrepareRequestRequest,
+    ) -> Result<pb::PrepareRequestResponse, Status> {
+        let r = &req;
+        auth::authorize(&self.engine, caller, &r.agent_id, &r.user_id).await?;
+        let req = convert::prepare_from_pb(req).map_err(from_engine)?;
+        let prepared = self.engine.prepare(req).await.map_err(from_engine)?;
+        self.fits(convert::prepared_to_pb(prepared), "prompt")
+    }
+
+    pub async fn compact(
+        &self,
+        caller: &Caller,
+        req: pb::CompactRequest,
+    ) -> Result<pb::CompactResponse, Status> {
+        auth::authorize(&self.engine, caller, &req.agent_id, "").await?;
+        let report = self
+            .engine
+            .compact(&req.agent_id, Some(req.focus.as_str()))
+            .await
+            .map_err(from_engine)?;
+        Ok(pb::CompactResponse {
+            report: Some(convert::report_to_pb(&report)),
+        })
+    }
+
+    pub async fn retrieve(
+        &self,
+        caller: &Caller,
+        req: pb::RetrieveRequest,
+    ) -> Result<pb::RetrieveResponse, Status> {
+        let r = &req;
+        self.authorize_agent_or_user(caller, &r.agent_id, &r.user_id)
+            .await?;
+        let req = convert::retrieve_from_pb(req);
+        let retrieved = self.engine.retrieve(req).await.map_err(from_engine)?;
+        self.fits(convert::retrieved_to_pb(retrieved), "answer")
+    }
+
+    pub async fn search_history(
+        &self,
+        caller: &Caller,
+        req: pb::SearchHistoryRequest,
+    ) -> Result<pb::SearchHistoryResponse, Status> {
+        let r = &req;
+        self.authorize_agent_or_user(caller, &r.agent_id, &r.user_id)
+            .await?;
+        let req = convert::search_from_pb(req).map_err(from_engine)?;
+        let page = self.engine.search(req).await.map_err(from_engine)?;
+        let response = pb::SearchHistoryResponse {
+            matches: page.hits.into_iter().map(convert::hit_into_pb).collect(),
+            next_page_token: page.next_page_token.unwrap_or_default(),
+            index: Some(convert::index_state_into_pb(page.index)),
+        };
+        self.fits(response, "page")
+    }
+
+    pub async fn get_context_stats(
+        &self,
+        caller: &Caller,
+        req: pb::GetContextStatsRequest,
+    ) -> Result<pb::GetContextStatsResponse, Status> {
+        auth::authorize(&self.engine, caller, &req.agent_id, "").await?;
+        let stats = self
+            .engine
+            .context_stats(&req.agent_id, Some(req.model.as_str()))
+            .await
+            .map_err(from_engine)?;
+        Ok(convert::stats_to_pb(stats))
+    }
+
+    pub async fn list_agents(
+        &self,
+        caller: &Caller,
+        req: pb::ListAgentsRequest,
+    ) -> Result<pb::ListAgentsResponse, Status> {
+        let scope = caller.scope();
+        // A token that covers the user sees all of its agents; otherwise
+        // (and without a user) the ids its agent patterns match.
+        let user_covered =
+            !req.user_id.is_empty() && scope.as_ref().is_none_or(|s| s.covers_user(&req.user_id));
+        let req = engram_engine::ListAgentsRequest {
+            page_size: req.page_size,
+            page_token: req.page_token,
+            user_id: req.user_id,
+        };
+        let page = self
+            .engine
+            .list_agents(&req, &|id| {
+                user_covered || scope.as_ref().is_none_or(|s| s.allows(id))
+            })
+            .await
+            .map_err(from_engine)?;
+        Ok(convert::agent_page_to_pb(page))
+    }
+
+    pub async fn delete_agent(
+        &self,
+        caller: &Caller,
+        req: pb::DeleteAgentRequest,
+    ) -> Result<pb::DeleteAgentResponse, Status> {
+        auth::require_admin(caller, "DeleteAgent")?;
+        let id = req.agent_id;
+        self.engine.delete_agent(&id).await.map_err(from_engine)?;
+        Ok(pb::DeleteAgentResponse {})
+    }
+
+    pub async fn delete_user(
+        &self,
+        caller: &Caller,
+        req: pb::DeleteUserRequest,
+    ) -> Result<pb::DeleteUserResponse, Status> {
+        auth::require_admin(caller, "DeleteUser")?;
+        let user = req.user_id;
+        let erased = self.engine.delete_user(&user).await.map_err(from_engine)?;
+        Ok(pb::DeleteUserResponse {
+            agents_deleted: u32::try_from(erased).unwrap_or(u32::MAX),
+        })
+    }
+
+    pub async fn fork_agent(
+        &self,
+        caller: &Caller,
+        req: pb::ForkAgentRequest,
+    ) -> Result<pb::ForkAgentResponse, Status> {
+        let r = &req;
+        auth::authorize(&self.engine, caller, &r.source_agent_id, "").await?;
+        // The copy belongs to the source's user.
+        let user = self
+            .engine
+            .agent_user(&r.source_agent_id)
+            .await
+            .map_err(from_engine)?
+            .unwrap_or_default();
+        auth::authorize(&self.engine, caller, &r.target_agent_id, &user).await?;
+        let agent_id = self
+            .engine
+            .fork_agent(&req.source_agent_id, &req.target_agent_id)
+            .await
+            .map_err(from_engine)?;
+        Ok(pb::ForkAgentResponse { agent_id })
+    }
+}
