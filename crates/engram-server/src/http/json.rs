@@ -115,3 +115,74 @@ async fn off_workers<T: Send + 'static>(
         .await
         .unwrap_or_else(|_| Err(crate::status::panicked()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use engram_proto::pb;
+    use proptest::prelude::*;
+
+    fn ingest_desc(json: &Json) -> MessageDescriptor {
+        json.method("Ingest").unwrap().0
+    }
+
+    #[test]
+    fn nesting_past_the_limit_is_refused_not_a_crash() {
+        let json = Json::new();
+        let deep = format!(
+            r#"{{"agentId": "a", "events": [{{"traceType": "TRACE_TYPE_TOOL_CALL", "toolArgs": {{"x": {}1{}}}}}]}}"#,
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        let refused = decode_now::<pb::IngestRequest>(&ingest_desc(&json), deep.as_bytes());
+        assert_eq!(refused.unwrap_err().code(), tonic::Code::InvalidArgument);
+    }
+
+    #[test]
+    fn a_message_goes_out_and_back_unchanged() {
+        let json = Json::new();
+        let (input, _) = json.method("Ingest").unwrap();
+        let request = pb::IngestRequest {
+            agent_id: "a".into(),
+            user_id: "u".into(),
+            events: vec![pb::TraceEvent {
+                content: "héllo \u{0}".into(),
+                trace_type: pb::TraceType::User.into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let out = encode_now(&input, &request).unwrap();
+        let back: pb::IngestRequest = decode_now(&input, &out).unwrap();
+        assert_eq!(back, request);
+    }
+
+    proptest! {
+        /// Any bytes: a message or INVALID_ARGUMENT, never a panic.
+        #[test]
+        fn any_body_is_read_or_refused(body in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let json = Json::new();
+            if let Err(e) = decode_now::<pb::IngestRequest>(&ingest_desc(&json), &body) {
+                prop_assert_eq!(e.code(), tonic::Code::InvalidArgument);
+            }
+        }
+
+        /// JSON-looking text made of the grammar's pieces and the
+        /// message's field names.
+        #[test]
+        fn any_json_like_body_is_read_or_refused(
+            pieces in proptest::collection::vec(prop_oneof![
+                Just("{"), Just("}"), Just("["), Just("]"), Just(","), Just(":"),
+                Just("\"agentId\""), Just("\"events\""), Just("\"toolArgs\""),
+                Just("\"traceType\""), Just("\"TRACE_TYPE_USER\""), Just("1e999"),
+                Just("-0"), Just("null"), Just("\"\\ud800\""), Just("18446744073709551616"),
+            ], 0..64)
+        ) {
+            let json = Json::new();
+            let body = pieces.concat();
+            if let Err(e) = decode_now::<pb::IngestRequest>(&ingest_desc(&json), body.as_bytes()) {
+                prop_assert_eq!(e.code(), tonic::Code::InvalidArgument);
+            }
+        }
+    }
+}
