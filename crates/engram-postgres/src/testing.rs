@@ -26,13 +26,18 @@ pub fn url_or_panic(env_var: &str, checkout: &Path) -> String {
 
 /// Creates a schema named `<prefix>_<random>` in `url`'s database.
 pub async fn fresh_schema(url: &str, prefix: &str) -> Result<String, sqlx::Error> {
-    let schema = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
+    create(url, "SCHEMA", prefix).await
+}
+
+/// Creates a `what` (SCHEMA, DATABASE) named `<prefix>_<random>`.
+async fn create(url: &str, what: &str, prefix: &str) -> Result<String, sqlx::Error> {
+    let name = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
     let admin = sqlx::PgPool::connect(url).await?;
-    sqlx::query(&format!("CREATE SCHEMA {schema}"))
+    sqlx::query(&format!("CREATE {what} {name}"))
         .execute(&admin)
         .await?;
     admin.close().await;
-    Ok(schema)
+    Ok(name)
 }
 
 /// Creates a database named `<prefix>_<random>` on `url`'s server and
@@ -40,12 +45,7 @@ pub async fn fresh_schema(url: &str, prefix: &str) -> Result<String, sqlx::Error
 /// tests' transactions needs: PostgreSQL keeps a deleted row's tuple while
 /// a transaction of the same database might still see it.
 pub async fn fresh_database(url: &str, prefix: &str) -> Result<String, sqlx::Error> {
-    let name = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
-    let admin = sqlx::PgPool::connect(url).await?;
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&admin)
-        .await?;
-    admin.close().await;
+    let name = create(url, "DATABASE", prefix).await?;
     let (server, _) = url
         .rsplit_once('/')
         .expect("a URL ends in its database's name");
