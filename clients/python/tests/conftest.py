@@ -41,6 +41,39 @@ def start_engramd():
 
 
 @pytest.fixture
+def start_engramd_http():
+    """Starts engramd with its HTTP listener too, both on 127.0.0.1:0, with
+    extra ENGRAM__ env; returns (gRPC address, HTTP base URL)."""
+    procs, dirs = [], []
+
+    def start(**env):
+        binary = os.environ.get("ENGRAMD", os.path.join(ROOT, "target", "debug", "engramd"))
+        data = tempfile.TemporaryDirectory()
+        dirs.append(data)
+        full = dict(os.environ, ENGRAM__SERVER__LISTEN="127.0.0.1:0",
+                    ENGRAM__HTTP__LISTEN="127.0.0.1:0",
+                    ENGRAM__STORE__DATA_DIR=data.name, ENGRAM__LOG__LEVEL="warn", **env)
+        proc = subprocess.Popen([binary], env=full, stdout=subprocess.PIPE, text=True)
+        procs.append(proc)
+        grpc = http = None
+        while http is None:
+            line = proc.stdout.readline().strip()
+            assert line, "engramd stopped before saying where it listens"
+            if line.startswith("engramd listening on "):
+                grpc = line[len("engramd listening on "):]
+            elif line.startswith("engramd http on "):
+                http = "http://" + line[len("engramd http on "):]
+        return grpc, http
+
+    yield start
+    for proc in procs:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0, "engramd drains and exits 0 on SIGTERM"
+    for d in dirs:
+        d.cleanup()
+
+
+@pytest.fixture
 def engramd(start_engramd):
     return start_engramd()
 

@@ -8,6 +8,7 @@
 //! - `POST /v1/ExportMemory`: the bundle itself (JSON lines), streamed.
 //! - `POST /v1/ImportMemory`: a bundle as the body (`application/x-ndjson`,
 //!   `?replace=true` to replace), or the request message as JSON.
+//! - `GET /v1/openapi.json`: the description of all that (`openapi`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -28,6 +29,7 @@ use crate::status;
 
 mod calls;
 pub mod json;
+pub mod openapi;
 
 use json::Json;
 
@@ -54,7 +56,14 @@ impl HttpState {
 
 /// The routes of the HTTP listener.
 pub fn router(state: HttpState) -> axum::Router {
+    // Served to anyone, as gRPC's reflection is: it holds no data.
+    let description = Bytes::from(openapi::document(state.json.pool()).to_string());
+    let describe = move || {
+        let body = description.clone();
+        async move { ([(header::CONTENT_TYPE, "application/json")], body) }
+    };
     axum::Router::new()
+        .route("/v1/openapi.json", axum::routing::get(describe))
         .route("/v1/{method}", axum::routing::post(call))
         .fallback(not_found)
         .with_state(state)
