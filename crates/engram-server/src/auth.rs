@@ -33,6 +33,11 @@ pub struct TokenConfig {
     pub users: Vec<String>,
     #[serde(default)]
     pub admin: bool,
+    /// The memory an MCP tool acts on when its call names none.
+    #[serde(default)]
+    pub default_agent: Option<String>,
+    #[serde(default)]
+    pub default_user: Option<String>,
 }
 
 impl std::fmt::Debug for TokenConfig {
@@ -42,6 +47,8 @@ impl std::fmt::Debug for TokenConfig {
             .field("agents", &self.agents)
             .field("users", &self.users)
             .field("admin", &self.admin)
+            .field("default_agent", &self.default_agent)
+            .field("default_user", &self.default_user)
             .finish_non_exhaustive()
     }
 }
@@ -53,6 +60,9 @@ pub struct Scope {
     patterns: Vec<String>,
     users: Vec<String>,
     pub admin: bool,
+    /// The memory an MCP tool acts on when its call names none.
+    pub default_agent: Option<String>,
+    pub default_user: Option<String>,
 }
 
 impl Scope {
@@ -144,6 +154,8 @@ impl Authenticator {
                     patterns: t.agents.clone(),
                     users: t.users.clone(),
                     admin: t.admin,
+                    default_agent: t.default_agent.clone().filter(|a| !a.is_empty()),
+                    default_user: t.default_user.clone().filter(|u| !u.is_empty()),
                 }),
             });
         }
@@ -278,6 +290,8 @@ mod tests {
             agents: agents.iter().map(|s| s.to_string()).collect(),
             users: vec![],
             admin,
+            default_agent: None,
+            default_user: None,
         }
     }
 
@@ -315,6 +329,8 @@ mod tests {
                 agents: vec![],
                 users: vec![],
                 admin: true,
+                default_agent: None,
+                default_user: None,
             },
         ])
         .unwrap();

@@ -29,6 +29,7 @@ pub use postgres::PostgresSection;
 pub struct Config {
     pub server: ServerSection,
     pub http: HttpSection,
+    pub mcp: McpSection,
     pub auth: AuthSection,
     pub log: LogSection,
     pub store: StoreSection,
@@ -184,6 +185,19 @@ pub struct ServerSection {
 pub struct HttpSection {
     /// Empty: no HTTP listener.
     pub listen: String,
+}
+
+/// MCP at `/mcp` on the HTTP listener.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpSection {
+    pub enabled: bool,
+    /// Host headers accepted (a name without a port: any port).
+    pub allowed_hosts: Vec<String>,
+    /// The memory a tool acts on when it names none and the caller's
+    /// token gives no default: an agent, else a user ("" for none).
+    pub agent_id: String,
+    pub user_id: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]

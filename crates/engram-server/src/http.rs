@@ -41,16 +41,38 @@ pub struct HttpState {
     json: Arc<Json>,
     /// `server.max_message_bytes`: a JSON body is held to it as gRPC's are.
     limit: usize,
+    /// MCP at `/mcp`, when on.
+    mcp: Option<Arc<crate::mcp::McpSettings>>,
 }
 
 impl HttpState {
-    pub fn new(api: Api, auth: Arc<Authenticator>, limit: usize) -> Self {
+    pub fn new(
+        api: Api,
+        auth: Arc<Authenticator>,
+        limit: usize,
+        mcp: Option<crate::mcp::McpSettings>,
+    ) -> Self {
         Self {
             api,
             auth,
             json: Arc::new(Json::new()),
             limit,
+            mcp: mcp.map(Arc::new),
         }
+    }
+
+    /// The caller of a request with these headers, or why not.
+    fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, Status> {
+        if !self.auth.enabled() {
+            return Ok(Caller::default());
+        }
+        self.auth
+            .authenticate(headers.get(header::AUTHORIZATION))
+            .map(|scope| Caller::new(Some(scope)))
+            .map_err(|refusal| {
+                tracing::info!(reason = %refusal, "call refused: not authenticated");
+                status::from_refusal(refusal)
+            })
     }
 }
 
@@ -62,11 +84,37 @@ pub fn router(state: HttpState) -> axum::Router {
         let body = description.clone();
         async move { ([(header::CONTENT_TYPE, "application/json")], body) }
     };
-    axum::Router::new()
+    let mut router = axum::Router::new()
         .route("/v1/openapi.json", axum::routing::get(describe))
-        .route("/v1/{method}", axum::routing::post(call))
-        .fallback(not_found)
-        .with_state(state)
+        .route("/v1/{method}", axum::routing::post(call));
+    if let Some(settings) = &state.mcp {
+        let tools = crate::mcp::service(
+            state.api.clone(),
+            Arc::clone(&state.json),
+            (**settings).clone(),
+        );
+        let mcp = axum::Router::new().nest_service("/mcp", tools).layer(
+            axum::middleware::from_fn_with_state(state.clone(), authenticate),
+        );
+        router = router.merge(mcp);
+    }
+    router.fallback(not_found).with_state(state)
+}
+
+/// Puts the caller on a request for the MCP tools (401 without a valid
+/// token when the server has tokens), before rmcp reads it.
+async fn authenticate(
+    State(state): State<HttpState>,
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match state.authenticate(request.headers()) {
+        Ok(caller) => {
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
+        Err(refused) => error(&refused),
+    }
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, then lets the
@@ -96,17 +144,9 @@ async fn call(
             method.chars().take(64).collect::<String>()
         )));
     };
-    let answer = match state.auth.enabled() {
-        true => match state.auth.authenticate(headers.get(header::AUTHORIZATION)) {
-            Ok(scope) => Ok(Caller::new(Some(scope))),
-            Err(refusal) => {
-                tracing::info!(method = label, reason = %refusal, "call refused: not authenticated");
-                Err(status::from_refusal(refusal))
-            }
-        },
-        false => Ok(Caller::default()),
-    };
-    let answer = answer.and_then(|caller| accepts(label, &headers).map(|()| caller));
+    let answer = state
+        .authenticate(&headers)
+        .and_then(|caller| accepts(label, &headers).map(|()| caller));
     let answer = match answer {
         Ok(caller) => {
             let call = calls::dispatch(&state, &caller, label, &uri, &headers, body);

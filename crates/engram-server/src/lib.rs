@@ -29,6 +29,7 @@ mod facts;
 pub mod health;
 pub mod http;
 pub mod layers;
+pub mod mcp;
 pub mod observe;
 pub mod oversize;
 mod portable;
@@ -227,7 +228,12 @@ pub async fn serve(
         metrics: metrics.map(|(listener, handle)| MetricsTask::spawn(listener, handle, &engine)),
         http: http.map(|listener| {
             let api = api::Api::new(engine.clone(), limit);
-            let state = http::HttpState::new(api, Arc::clone(&authenticator), limit);
+            let mcp = config.mcp.enabled.then(|| mcp::McpSettings {
+                allowed_hosts: config.mcp.allowed_hosts.clone(),
+                agent_id: config.mcp.agent_id.clone(),
+                user_id: config.mcp.user_id.clone(),
+            });
+            let state = http::HttpState::new(api, Arc::clone(&authenticator), limit, mcp);
             HttpTask::spawn(listener, http::router(state), &draining)
         }),
     };

@@ -17,6 +17,7 @@ mod forget;
 mod grpc;
 mod hostile;
 mod json_api;
+mod mcp;
 mod memories;
 mod metrics;
 mod portable;
