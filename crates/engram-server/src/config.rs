@@ -311,6 +311,9 @@ impl Config {
                     .prefix_separator("__")
                     .separator("__")
                     .try_parsing(true)
+                    // Lists in one variable, comma-separated.
+                    .list_separator(",")
+                    .with_list_parse_key("mcp.allowed_hosts")
                     .source(Some(env)),
             )
             .build()

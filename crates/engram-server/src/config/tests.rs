@@ -299,3 +299,41 @@ fn the_blocks_share_is_a_share() {
         assert!(err.contains("blocks.max_share"), "{bad}: {err}");
     }
 }
+
+/// The HTTP listener and MCP: off by default, a list of hosts from one
+/// variable, a plain-HTTP listener kept on loopback when TLS is asked for.
+#[test]
+fn the_http_listener_and_mcp_settings() {
+    let c = Config::load_from(None, env(&[])).unwrap();
+    assert_eq!(c.http_addr().unwrap(), None);
+    assert!(c.mcp.enabled);
+    assert_eq!(c.mcp.allowed_hosts, ["localhost", "127.0.0.1", "::1"]);
+    let c = Config::load_from(
+        None,
+        env(&[
+            ("ENGRAM__HTTP__LISTEN", "127.0.0.1:8080"),
+            ("ENGRAM__MCP__ALLOWED_HOSTS", "engram.example.com,localhost"),
+            ("ENGRAM__MCP__AGENT_ID", "desk-1"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(
+        c.http_addr().unwrap(),
+        Some("127.0.0.1:8080".parse().unwrap())
+    );
+    assert_eq!(c.mcp.allowed_hosts, ["engram.example.com", "localhost"]);
+    assert_eq!(c.mcp.agent_id, "desk-1");
+    let tls = |listen: &str| {
+        Config::load_from(
+            None,
+            env(&[
+                ("ENGRAM__HTTP__LISTEN", listen),
+                ("ENGRAM__SERVER__TLS_CERT", "server.pem"),
+                ("ENGRAM__SERVER__TLS_KEY", "server.key"),
+            ]),
+        )
+    };
+    assert!(tls("127.0.0.1:8080").is_ok());
+    let open = tls("0.0.0.0:8080").unwrap_err().to_string();
+    assert!(open.contains("http.listen"), "{open}");
+}
