@@ -92,6 +92,7 @@ pub fn router(state: HttpState) -> axum::Router {
             state.api.clone(),
             Arc::clone(&state.json),
             (**settings).clone(),
+            state.limit,
         );
         let mcp = axum::Router::new().nest_service("/mcp", tools).layer(
             axum::middleware::from_fn_with_state(state.clone(), authenticate),

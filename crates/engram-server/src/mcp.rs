@@ -56,6 +56,7 @@ pub fn service(
     api: Api,
     json: Arc<Json>,
     settings: McpSettings,
+    max_body_bytes: usize,
 ) -> StreamableHttpService<Tools, NeverSessionManager> {
     let config = StreamableHttpServerConfig::default()
         // Stateless: no session to keep (any replica answers any call),
@@ -63,7 +64,9 @@ pub fn service(
         .with_legacy_session_mode(false)
         .with_json_response(true)
         .with_sse_keep_alive(None)
-        .with_allowed_hosts(settings.allowed_hosts.clone());
+        .with_allowed_hosts(settings.allowed_hosts.clone())
+        // The same limit as every other request's.
+        .with_max_request_body_bytes(max_body_bytes);
     let tools = Tools {
         api,
         json,
@@ -142,15 +145,17 @@ impl Tools {
         Ok((caller, memory))
     }
 
-    /// The API's answer as the tool's result: its JSON (the JSON API's
-    /// form), or the refusal with its code's name. Counted under the
+    /// The API call's answer as the tool's result: its JSON (the JSON
+    /// API's form), or the refusal with its code's name. Counted under the
     /// method's metrics.
     async fn reply<T: prost::Message + Send + 'static>(
         &self,
         method: &'static str,
         started: Instant,
-        answer: Result<T, Status>,
+        call: impl Future<Output = Result<T, Status>>,
     ) -> CallToolResult {
+        // The same request boundary as gRPC's: a panic is INTERNAL.
+        let answer = crate::boundary::catch_panics(method, "", call).await;
         let code = answer.as_ref().map_or_else(Status::code, |_| Code::Ok);
         crate::observe::record_call(method, code, started);
         let answer = match answer {
@@ -205,14 +210,13 @@ impl Tools {
         };
         // Only what the query found: the bundle's other parts are the
         // prompt's business.
-        let answer = self
-            .api
-            .retrieve(&caller, request)
-            .await
-            .map(|r| pb::RetrieveResponse {
+        let answer = async {
+            let r = self.api.retrieve(&caller, request).await?;
+            Ok(pb::RetrieveResponse {
                 recalled: r.recalled,
                 ..Default::default()
-            });
+            })
+        };
         self.reply("Retrieve", started, answer).await
     }
 
@@ -247,8 +251,12 @@ impl Tools {
                 })
                 .collect(),
         };
-        let answer = self.api.add_memories(&caller, request).await;
-        self.reply("AddMemories", started, answer).await
+        self.reply(
+            "AddMemories",
+            started,
+            self.api.add_memories(&caller, request),
+        )
+        .await
     }
 
     /// Correct a fact: its new text replaces the old, which stays in the
@@ -275,8 +283,12 @@ impl Tools {
             text: Some(a.text),
             ..Default::default()
         };
-        let answer = self.api.update_memory(&caller, request).await;
-        self.reply("UpdateMemory", started, answer).await
+        self.reply(
+            "UpdateMemory",
+            started,
+            self.api.update_memory(&caller, request),
+        )
+        .await
     }
 
     /// Forget a fact: no search or prompt shows it again.
@@ -301,8 +313,12 @@ impl Tools {
             id: a.memory_id,
             expected_version: 0,
         };
-        let answer = self.api.delete_memory(&caller, request).await;
-        self.reply("DeleteMemory", started, answer).await
+        self.reply(
+            "DeleteMemory",
+            started,
+            self.api.delete_memory(&caller, request),
+        )
+        .await
     }
 
     /// List the facts remembered, pinned first, then newest; optionally
@@ -328,8 +344,12 @@ impl Tools {
             page_size: a.limit.unwrap_or(0),
             ..Default::default()
         };
-        let answer = self.api.list_memories(&caller, request).await;
-        self.reply("ListMemories", started, answer).await
+        self.reply(
+            "ListMemories",
+            started,
+            self.api.list_memories(&caller, request),
+        )
+        .await
     }
 
     /// Search the conversation's messages (earlier turns included, even
@@ -357,8 +377,12 @@ impl Tools {
             limit: a.limit.unwrap_or(10),
             ..Default::default()
         };
-        let answer = self.api.search_history(&caller, request).await;
-        self.reply("SearchHistory", started, answer).await
+        self.reply(
+            "SearchHistory",
+            started,
+            self.api.search_history(&caller, request),
+        )
+        .await
     }
 
     /// How full the conversation's context window is: tokens against the
@@ -387,8 +411,12 @@ impl Tools {
             agent_id,
             model: String::new(),
         };
-        let answer = self.api.get_context_stats(&caller, request).await;
-        self.reply("GetContextStats", started, answer).await
+        self.reply(
+            "GetContextStats",
+            started,
+            self.api.get_context_stats(&caller, request),
+        )
+        .await
     }
 
     /// Read a memory block: a labelled text the model always sees in its
@@ -408,8 +436,12 @@ impl Tools {
             Ok(found) => found,
             Err(why) => return refused(why),
         };
-        let answer = blocks::read(&self.api, &caller, &memory, a.label).await;
-        self.reply("GetMemoryBlock", started, answer).await
+        self.reply(
+            "GetMemoryBlock",
+            started,
+            blocks::read(&self.api, &caller, &memory, a.label),
+        )
+        .await
     }
 
     /// Add a line at the end of a memory block (creating the block if it
@@ -430,8 +462,12 @@ impl Tools {
             Ok(found) => found,
             Err(why) => return refused(why),
         };
-        let answer = blocks::append(&self.api, &caller, &memory, a.label, a.text).await;
-        self.reply("EditMemoryBlock", started, answer).await
+        self.reply(
+            "EditMemoryBlock",
+            started,
+            blocks::append(&self.api, &caller, &memory, a.label, a.text),
+        )
+        .await
     }
 
     /// Replace text that occurs exactly once in a memory block.
@@ -455,8 +491,12 @@ impl Tools {
             old: a.old_text,
             new: a.new_text,
         });
-        let answer = blocks::edit(&self.api, &caller, &memory, a.label, edit).await;
-        self.reply("EditMemoryBlock", started, answer).await
+        self.reply(
+            "EditMemoryBlock",
+            started,
+            blocks::edit(&self.api, &caller, &memory, a.label, edit),
+        )
+        .await
     }
 }
 
