@@ -532,3 +532,67 @@ async fn tokens_guard_the_json_api_as_they_guard_grpc() {
         (403, "PERMISSION_DENIED".to_owned())
     );
 }
+
+/// A JSON call in flight when the server is asked to stop finishes with
+/// its answer (the HTTP listener drains with gRPC's), and the server then
+/// stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_in_flight_at_shutdown_is_answered() {
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let summary = r#"{"episodic_summary": "Talked about a puppy.", "semantic_facts": []}"#;
+    let (base, _, arrived) = fake_llm_gated(
+        vec![(200, completion(summary))],
+        std::sync::Arc::clone(&gate),
+    )
+    .await;
+    let mut server = http_server(&[
+        ("ENGRAM__LLM__BASE_URL", &base),
+        ("ENGRAM__LLM__MODEL", "m"),
+        ("ENGRAM__POLICY__RAW_TAIL_TURNS", "1"),
+    ])
+    .await;
+    let http = Http::of(&server);
+    for text in [
+        "We adopted a puppy",
+        "Its name is Rex",
+        "Rex likes the park",
+    ] {
+        http.ok(
+            "Ingest",
+            json!({"agentId": "d", "events": [{"traceType": "TRACE_TYPE_USER", "content": text}]}),
+        )
+        .await;
+    }
+    // A compaction waits on "the LLM" until the gate opens.
+    let compact = tokio::spawn(async move { http.call("Compact", json!({"agentId": "d"})).await });
+    arrived.notified().await;
+    // Stop, and wait for the drain to begin (health turns NOT_SERVING just
+    // before the HTTP listener is told to stop) while the call waits.
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    let mut health = HealthClient::new(server.channel().await);
+    let mut watch = health
+        .watch(HealthCheckRequest {
+            service: "engram.v1.MemoryService".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        watch.message().await.unwrap().unwrap().status,
+        ServingStatus::Serving as i32
+    );
+    server.stop_tx.take().unwrap().send(()).unwrap();
+    assert_eq!(
+        watch.message().await.unwrap().unwrap().status,
+        ServingStatus::NotServing as i32
+    );
+    // The watch is a call in flight too: the drain would wait for it.
+    drop((watch, health));
+    gate.add_permits(1);
+    let (status, answer) = compact.await.unwrap();
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["report"]["performed"], true, "{answer}");
+    assert_eq!(answer["report"]["steps"], json!(["summarize"]), "{answer}");
+    server.stop().await;
+}
