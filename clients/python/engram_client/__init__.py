@@ -6,7 +6,15 @@
         engram.ingest("my-agent", [user("hello")])
         prompt = engram.prepare_request("my-agent", model="gpt-4o-mini")
         print(prompt.payload)          # the OpenAI chat request body, a dict
+
+Adapters for agent frameworks, each needing its framework installed:
+`EngramSession` (the OpenAI Agents SDK's Session; `pip install
+engram-client[agents]`) and `engram_client.memory_tool.EngramMemoryTool`
+(the Anthropic SDK's memory tool; `engram-client[anthropic]`).
 """
+
+# Imports the Agents SDK only when used, so it is safe without it.
+from .agents_session import EngramSession
 
 from .client import (
     EngramClient,
@@ -17,4 +25,5 @@ from .client import (
     user,
 )
 
-__all__ = ["EngramClient", "Prompt", "assistant", "tool_call", "tool_result", "user"]
+__all__ = ["EngramClient", "EngramSession", "Prompt", "assistant", "tool_call", "tool_result",
+           "user"]
