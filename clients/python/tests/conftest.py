@@ -14,63 +14,59 @@ import pytest
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
 
-@pytest.fixture
-def start_engramd():
-    """Starts engramd on 127.0.0.1:0 with extra ENGRAM__ env; returns its address."""
-    procs, dirs = [], []
+class _Servers:
+    """Real engramd processes on 127.0.0.1:0, each on a fresh data dir,
+    stopped with SIGTERM at the end (and each must drain and exit 0)."""
 
-    def start(**env):
+    def __init__(self):
+        self.procs, self.dirs = [], []
+
+    def start(self, http, env):
+        """(gRPC address, HTTP base URL or None)."""
         binary = os.environ.get("ENGRAMD", os.path.join(ROOT, "target", "debug", "engramd"))
         data = tempfile.TemporaryDirectory()
-        dirs.append(data)
+        self.dirs.append(data)
         full = dict(os.environ, ENGRAM__SERVER__LISTEN="127.0.0.1:0",
                     ENGRAM__STORE__DATA_DIR=data.name, ENGRAM__LOG__LEVEL="warn", **env)
+        if http:
+            full["ENGRAM__HTTP__LISTEN"] = "127.0.0.1:0"
         proc = subprocess.Popen([binary], env=full, stdout=subprocess.PIPE, text=True)
-        procs.append(proc)
+        self.procs.append(proc)
+        # The first line names the gRPC listener; the HTTP one's follows.
         line = proc.stdout.readline().strip()
         prefix = "engramd listening on "
         assert line.startswith(prefix), f"engramd did not start: {line!r}"
-        return line[len(prefix):]
+        grpc, base = line[len(prefix):], None
+        while http and base is None:
+            line = proc.stdout.readline().strip()
+            assert line, "engramd stopped before saying where its HTTP listener is"
+            if line.startswith("engramd http on "):
+                base = "http://" + line[len("engramd http on "):]
+        return grpc, base
 
-    yield start
-    for proc in procs:
-        proc.terminate()
-        proc.wait(timeout=30)
-    for d in dirs:
-        d.cleanup()
+    def stop(self):
+        for proc in self.procs:
+            proc.terminate()
+            assert proc.wait(timeout=30) == 0, "engramd drains and exits 0 on SIGTERM"
+        for d in self.dirs:
+            d.cleanup()
+
+
+@pytest.fixture
+def start_engramd():
+    """Starts engramd with extra ENGRAM__ env; returns its gRPC address."""
+    servers = _Servers()
+    yield lambda **env: servers.start(False, env)[0]
+    servers.stop()
 
 
 @pytest.fixture
 def start_engramd_http():
-    """Starts engramd with its HTTP listener too, both on 127.0.0.1:0, with
-    extra ENGRAM__ env; returns (gRPC address, HTTP base URL)."""
-    procs, dirs = [], []
-
-    def start(**env):
-        binary = os.environ.get("ENGRAMD", os.path.join(ROOT, "target", "debug", "engramd"))
-        data = tempfile.TemporaryDirectory()
-        dirs.append(data)
-        full = dict(os.environ, ENGRAM__SERVER__LISTEN="127.0.0.1:0",
-                    ENGRAM__HTTP__LISTEN="127.0.0.1:0",
-                    ENGRAM__STORE__DATA_DIR=data.name, ENGRAM__LOG__LEVEL="warn", **env)
-        proc = subprocess.Popen([binary], env=full, stdout=subprocess.PIPE, text=True)
-        procs.append(proc)
-        grpc = http = None
-        while http is None:
-            line = proc.stdout.readline().strip()
-            assert line, "engramd stopped before saying where it listens"
-            if line.startswith("engramd listening on "):
-                grpc = line[len("engramd listening on "):]
-            elif line.startswith("engramd http on "):
-                http = "http://" + line[len("engramd http on "):]
-        return grpc, http
-
-    yield start
-    for proc in procs:
-        proc.terminate()
-        assert proc.wait(timeout=30) == 0, "engramd drains and exits 0 on SIGTERM"
-    for d in dirs:
-        d.cleanup()
+    """Starts engramd with its HTTP listener too, with extra ENGRAM__ env;
+    returns (gRPC address, HTTP base URL)."""
+    servers = _Servers()
+    yield lambda **env: servers.start(True, env)
+    servers.stop()
 
 
 @pytest.fixture

@@ -145,16 +145,29 @@ impl Tools {
         Ok((caller, memory))
     }
 
-    /// The API call's answer as the tool's result: its JSON (the JSON
-    /// API's form), or the refusal with its code's name. Counted under the
-    /// method's metrics.
-    async fn reply<T: prost::Message + Send + 'static>(
+    /// Runs a tool's call of the API: the caller and the memory resolved
+    /// from the request and `target` (or refused), then `call` with them,
+    /// behind the request boundary (a panic is INTERNAL) and counted under
+    /// `method`'s metrics. Its answer is the tool's result as JSON (the
+    /// JSON API's form); a refusal is `isError` with its code's name.
+    async fn act<T, F, Fut>(
         &self,
         method: &'static str,
-        started: Instant,
-        call: impl Future<Output = Result<T, Status>>,
-    ) -> CallToolResult {
-        // The same request boundary as gRPC's: a panic is INTERNAL.
+        parts: &Parts,
+        target: Target,
+        call: F,
+    ) -> CallToolResult
+    where
+        T: prost::Message + Send + 'static,
+        F: FnOnce(Api, Caller, Memory) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        let started = Instant::now();
+        let (caller, memory) = match self.resolve(parts, target) {
+            Ok(found) => found,
+            Err(why) => return refused(why),
+        };
+        let call = call(self.api.clone(), caller, memory);
         let answer = crate::boundary::catch_panics(method, "", call).await;
         let code = answer.as_ref().map_or_else(Status::code, |_| Code::Ok);
         crate::observe::record_call(method, code, started);
@@ -192,32 +205,32 @@ impl Tools {
         Parameters(a): Parameters<args::Search>,
         Extension(parts): Extension<Parts>,
     ) -> CallToolResult {
-        let started = Instant::now();
-        let (caller, memory) = match self.resolve(&parts, a.target) {
-            Ok(found) => found,
-            Err(why) => return refused(why),
-        };
-        let (agent_id, user_id) = memory.ids();
-        let request = pb::RetrieveRequest {
-            agent_id,
-            user_id,
-            query: a.query,
-            max_recalled: Some(a.limit.unwrap_or(10)),
-            max_episodic: Some(0),
-            max_semantic: Some(0),
-            raw_tail_turns: Some(0),
-            ..Default::default()
-        };
-        // Only what the query found: the bundle's other parts are the
-        // prompt's business.
-        let answer = async {
-            let r = self.api.retrieve(&caller, request).await?;
-            Ok(pb::RetrieveResponse {
-                recalled: r.recalled,
-                ..Default::default()
-            })
-        };
-        self.reply("Retrieve", started, answer).await
+        self.act(
+            "Retrieve",
+            &parts,
+            a.target,
+            |api, caller, memory| async move {
+                let (agent_id, user_id) = memory.ids();
+                let request = pb::RetrieveRequest {
+                    agent_id,
+                    user_id,
+                    query: a.query,
+                    max_recalled: Some(a.limit.unwrap_or(10)),
+                    max_episodic: Some(0),
+                    max_semantic: Some(0),
+                    raw_tail_turns: Some(0),
+                    ..Default::default()
+                };
+                // Only what the query found: the bundle's other parts are the
+                // prompt's business.
+                let found = api.retrieve(&caller, request).await?;
+                Ok(pb::RetrieveResponse {
+                    recalled: found.recalled,
+                    ..Default::default()
+                })
+            },
+        )
+        .await
     }
 
     /// Remember facts: each one sentence. The same fact added again is
@@ -233,28 +246,23 @@ impl Tools {
         Parameters(a): Parameters<args::AddMemories>,
         Extension(parts): Extension<Parts>,
     ) -> CallToolResult {
-        let started = Instant::now();
-        let (caller, memory) = match self.resolve(&parts, a.target) {
-            Ok(found) => found,
-            Err(why) => return refused(why),
-        };
-        let request = pb::AddMemoriesRequest {
-            scope: Some(memory.scope()),
-            memories: a
-                .memories
-                .into_iter()
-                .map(|m| pb::NewMemory {
+        self.act(
+            "AddMemories",
+            &parts,
+            a.target,
+            |api, caller, memory| async move {
+                let memories = a.memories.into_iter().map(|m| pb::NewMemory {
                     text: m.text,
                     tags: m.tags,
                     pinned: m.pinned,
                     ..Default::default()
-                })
-                .collect(),
-        };
-        self.reply(
-            "AddMemories",
-            started,
-            self.api.add_memories(&caller, request),
+                });
+                let request = pb::AddMemoriesRequest {
+                    scope: Some(memory.scope()),
+                    memories: memories.collect(),
+                };
+                api.add_memories(&caller, request).await
+            },
         )
         .await
     }
@@ -272,21 +280,19 @@ impl Tools {
         Parameters(a): Parameters<args::UpdateMemory>,
         Extension(parts): Extension<Parts>,
     ) -> CallToolResult {
-        let started = Instant::now();
-        let (caller, memory) = match self.resolve(&parts, a.target) {
-            Ok(found) => found,
-            Err(why) => return refused(why),
-        };
-        let request = pb::UpdateMemoryRequest {
-            scope: Some(memory.scope()),
-            id: a.memory_id,
-            text: Some(a.text),
-            ..Default::default()
-        };
-        self.reply(
+        self.act(
             "UpdateMemory",
-            started,
-            self.api.update_memory(&caller, request),
+            &parts,
+            a.target,
+            |api, caller, memory| async move {
+                let request = pb::UpdateMemoryRequest {
+                    scope: Some(memory.scope()),
+                    id: a.memory_id,
+                    text: Some(a.text),
+                    ..Default::default()
+                };
+                api.update_memory(&caller, request).await
+            },
         )
         .await
     }
@@ -303,20 +309,18 @@ impl Tools {
         Parameters(a): Parameters<args::DeleteMemory>,
         Extension(parts): Extension<Parts>,
     ) -> CallToolResult {
-        let started = Instant::now();
-        let (caller, memory) = match self.resolve(&parts, a.target) {
-            Ok(found) => found,
-            Err(why) => return refused(why),
-        };
-        let request = pb::DeleteMemoryRequest {
-            scope: Some(memory.scope()),
-            id: a.memory_id,
-            expected_version: 0,
-        };
-        self.reply(
+        self.act(
             "DeleteMemory",
-            started,
-            self.api.delete_memory(&caller, request),
+            &parts,
+            a.target,
+            |api, caller, memory| async move {
+                let request = pb::DeleteMemoryRequest {
+                    scope: Some(memory.scope()),
+                    id: a.memory_id,
+                    expected_version: 0,
+                };
+                api.delete_memory(&caller, request).await
+            },
         )
         .await
     }
@@ -333,21 +337,19 @@ impl Tools {
         Parameters(a): Parameters<args::ListMemories>,
         Extension(parts): Extension<Parts>,
     ) -> CallToolResult {
-        let started = Instant::now();
-        let (caller, memory) = match self.resolve(&parts, a.target) {
-            Ok(found) => found,
-            Err(why) => return refused(why),
-        };
-        let request = pb::ListMemoriesRequest {
-            scope: Some(memory.scope()),
-            query: a.query.unwrap_or_default(),
-            page_size: a.limit.unwrap_or(0),
-            ..Default::default()
-        };
-        self.reply(
+        self.act(
             "ListMemories",
-            started,
-            self.api.list_memories(&caller, request),
+            &parts,
+            a.target,
+            |api, caller, memory| async move {
+                let request = pb::ListMemoriesRequest {
+                    scope: Some(memory.scope()),
+                    query: a.query.unwrap_or_default(),
+                    page_size: a.limit.unwrap_or(0),
+                    ..Default::default()
+                };
+                api.list_memories(&caller, request).await
+            },
         )
         .await
     }
@@ -364,23 +366,21 @@ impl Tools {
         Parameters(a): Parameters<args::Search>,
         Extension(parts): Extension<Parts>,
     ) -> CallToolResult {
-        let started = Instant::now();
-        let (caller, memory) = match self.resolve(&parts, a.target) {
-            Ok(found) => found,
-            Err(why) => return refused(why),
-        };
-        let (agent_id, user_id) = memory.ids();
-        let request = pb::SearchHistoryRequest {
-            agent_id,
-            user_id,
-            query: a.query,
-            limit: a.limit.unwrap_or(10),
-            ..Default::default()
-        };
-        self.reply(
+        self.act(
             "SearchHistory",
-            started,
-            self.api.search_history(&caller, request),
+            &parts,
+            a.target,
+            |api, caller, memory| async move {
+                let (agent_id, user_id) = memory.ids();
+                let request = pb::SearchHistoryRequest {
+                    agent_id,
+                    user_id,
+                    query: a.query,
+                    limit: a.limit.unwrap_or(10),
+                    ..Default::default()
+                };
+                api.search_history(&caller, request).await
+            },
         )
         .await
     }
@@ -397,24 +397,22 @@ impl Tools {
         Parameters(a): Parameters<args::Stats>,
         Extension(parts): Extension<Parts>,
     ) -> CallToolResult {
-        let started = Instant::now();
-        let (caller, memory) = match self.resolve(&parts, a.target) {
-            Ok(found) => found,
-            Err(why) => return refused(why),
-        };
-        let Memory::Agent(agent_id) = memory else {
-            return refused(
-                "INVALID_ARGUMENT: context stats are a conversation's: name its agent_id",
-            );
-        };
-        let request = pb::GetContextStatsRequest {
-            agent_id,
-            model: String::new(),
-        };
-        self.reply(
+        self.act(
             "GetContextStats",
-            started,
-            self.api.get_context_stats(&caller, request),
+            &parts,
+            a.target,
+            |api, caller, memory| async move {
+                let Memory::Agent(agent_id) = memory else {
+                    return Err(Status::invalid_argument(
+                        "context stats are a conversation's: name its agent_id",
+                    ));
+                };
+                let request = pb::GetContextStatsRequest {
+                    agent_id,
+                    model: String::new(),
+                };
+                api.get_context_stats(&caller, request).await
+            },
         )
         .await
     }
@@ -431,16 +429,9 @@ impl Tools {
         Parameters(a): Parameters<args::ReadBlock>,
         Extension(parts): Extension<Parts>,
     ) -> CallToolResult {
-        let started = Instant::now();
-        let (caller, memory) = match self.resolve(&parts, a.target) {
-            Ok(found) => found,
-            Err(why) => return refused(why),
-        };
-        self.reply(
-            "GetMemoryBlock",
-            started,
-            blocks::read(&self.api, &caller, &memory, a.label),
-        )
+        self.act("GetMemoryBlock", &parts, a.target, |api, caller, memory| async move {
+            blocks::read(&api, &caller, &memory, a.label).await
+        })
         .await
     }
 
@@ -457,15 +448,13 @@ impl Tools {
         Parameters(a): Parameters<args::AppendBlock>,
         Extension(parts): Extension<Parts>,
     ) -> CallToolResult {
-        let started = Instant::now();
-        let (caller, memory) = match self.resolve(&parts, a.target) {
-            Ok(found) => found,
-            Err(why) => return refused(why),
-        };
-        self.reply(
+        self.act(
             "EditMemoryBlock",
-            started,
-            blocks::append(&self.api, &caller, &memory, a.label, a.text),
+            &parts,
+            a.target,
+            |api, caller, memory| async move {
+                blocks::append(&api, &caller, &memory, a.label, a.text).await
+            },
         )
         .await
     }
@@ -482,19 +471,17 @@ impl Tools {
         Parameters(a): Parameters<args::ReplaceInBlock>,
         Extension(parts): Extension<Parts>,
     ) -> CallToolResult {
-        let started = Instant::now();
-        let (caller, memory) = match self.resolve(&parts, a.target) {
-            Ok(found) => found,
-            Err(why) => return refused(why),
-        };
-        let edit = pb::block_edit::Edit::Replace(pb::BlockReplace {
-            old: a.old_text,
-            new: a.new_text,
-        });
-        self.reply(
+        self.act(
             "EditMemoryBlock",
-            started,
-            blocks::edit(&self.api, &caller, &memory, a.label, edit),
+            &parts,
+            a.target,
+            |api, caller, memory| async move {
+                let edit = pb::block_edit::Edit::Replace(pb::BlockReplace {
+                    old: a.old_text,
+                    new: a.new_text,
+                });
+                blocks::edit(&api, &caller, &memory, a.label, edit).await
+            },
         )
         .await
     }
