@@ -75,8 +75,7 @@ impl Api {
         caller: &Caller,
         req: pb::IngestRequest,
     ) -> Result<pb::IngestResponse, Status> {
-        let r = &req;
-        auth::authorize(&self.engine, caller, &r.agent_id, &r.user_id).await?;
+        auth::authorize(&self.engine, caller, &req.agent_id, &req.user_id).await?;
         let req = convert::ingest_from_pb(req);
         let out = self.engine.ingest(req).await.map_err(from_engine)?;
         Ok(convert::ingested_to_pb(out))
@@ -87,8 +86,7 @@ impl Api {
         caller: &Caller,
         req: pb::PrepareRequestRequest,
     ) -> Result<pb::PrepareRequestResponse, Status> {
-        let r = &req;
-        auth::authorize(&self.engine, caller, &r.agent_id, &r.user_id).await?;
+        auth::authorize(&self.engine, caller, &req.agent_id, &req.user_id).await?;
         let req = convert::prepare_from_pb(req).map_err(from_engine)?;
         let prepared = self.engine.prepare(req).await.map_err(from_engine)?;
         self.fits(convert::prepared_to_pb(prepared), "prompt")
@@ -115,8 +113,7 @@ impl Api {
         caller: &Caller,
         req: pb::RetrieveRequest,
     ) -> Result<pb::RetrieveResponse, Status> {
-        let r = &req;
-        self.authorize_agent_or_user(caller, &r.agent_id, &r.user_id)
+        self.authorize_agent_or_user(caller, &req.agent_id, &req.user_id)
             .await?;
         let req = convert::retrieve_from_pb(req);
         let retrieved = self.engine.retrieve(req).await.map_err(from_engine)?;
@@ -128,8 +125,7 @@ impl Api {
         caller: &Caller,
         req: pb::SearchHistoryRequest,
     ) -> Result<pb::SearchHistoryResponse, Status> {
-        let r = &req;
-        self.authorize_agent_or_user(caller, &r.agent_id, &r.user_id)
+        self.authorize_agent_or_user(caller, &req.agent_id, &req.user_id)
             .await?;
         let req = convert::search_from_pb(req).map_err(from_engine)?;
         let page = self.engine.search(req).await.map_err(from_engine)?;
@@ -164,7 +160,7 @@ impl Api {
         // A token that covers the user sees all of its agents; otherwise
         // (and without a user) the ids its agent patterns match.
         let user_covered =
-            !req.user_id.is_empty() && scope.as_ref().is_none_or(|s| s.covers_user(&req.user_id));
+            !req.user_id.is_empty() && scope.is_none_or(|s| s.covers_user(&req.user_id));
         let req = engram_engine::ListAgentsRequest {
             page_size: req.page_size,
             page_token: req.page_token,
@@ -173,7 +169,7 @@ impl Api {
         let page = self
             .engine
             .list_agents(&req, &|id| {
-                user_covered || scope.as_ref().is_none_or(|s| s.allows(id))
+                user_covered || scope.is_none_or(|s| s.allows(id))
             })
             .await
             .map_err(from_engine)?;
@@ -209,16 +205,15 @@ impl Api {
         caller: &Caller,
         req: pb::ForkAgentRequest,
     ) -> Result<pb::ForkAgentResponse, Status> {
-        let r = &req;
-        auth::authorize(&self.engine, caller, &r.source_agent_id, "").await?;
+        auth::authorize(&self.engine, caller, &req.source_agent_id, "").await?;
         // The copy belongs to the source's user.
         let user = self
             .engine
-            .agent_user(&r.source_agent_id)
+            .agent_user(&req.source_agent_id)
             .await
             .map_err(from_engine)?
             .unwrap_or_default();
-        auth::authorize(&self.engine, caller, &r.target_agent_id, &user).await?;
+        auth::authorize(&self.engine, caller, &req.target_agent_id, &user).await?;
         let agent_id = self
             .engine
             .fork_agent(&req.source_agent_id, &req.target_agent_id)

@@ -56,8 +56,7 @@ impl Api {
         caller: &Caller,
         req: pb::PutMemoryBlockRequest,
     ) -> Result<pb::PutMemoryBlockResponse, Status> {
-        let r = &req;
-        auth::authorize_scope(self.engine(), caller, &r.scope, &r.user_id, true).await?;
+        auth::authorize_scope(self.engine(), caller, &req.scope, &req.user_id, true).await?;
         let write = convert::put_from_pb(req).map_err(from_engine)?;
         let block = self
             .engine()
@@ -74,8 +73,7 @@ impl Api {
         caller: &Caller,
         req: pb::EditMemoryBlockRequest,
     ) -> Result<pb::EditMemoryBlockResponse, Status> {
-        let r = &req;
-        auth::authorize_scope(self.engine(), caller, &r.scope, &r.user_id, true).await?;
+        auth::authorize_scope(self.engine(), caller, &req.scope, &req.user_id, true).await?;
         let write = convert::edit_from_pb(req).map_err(from_engine)?;
         let block = self
             .engine()

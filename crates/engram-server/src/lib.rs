@@ -1,4 +1,5 @@
-//! engramd: Engram served over gRPC, on top of the engine
+//! engramd: Engram served over gRPC (and, optionally, JSON and MCP over
+//! HTTP), on top of the engine
 //! (`engram-engine`), which does the work.
 //!
 //! - [`run`]: serves a listener until a shutdown future resolves; used by
@@ -8,7 +9,8 @@
 //! - [`api`]: the calls of `engram.v1.MemoryService` whatever the
 //!   protocol, each auth → [`convert`] → engine → [`convert`];
 //!   [`status`]: every status the server answers with.
-//! - [`service`]: the API over gRPC; [`http`]: over HTTP, as JSON.
+//! - [`service`]: the API over gRPC; [`http`]: over HTTP, as JSON; [`mcp`]:
+//!   as MCP tools, on the HTTP listener.
 //! - [`layers`]: the one tower layer of the hooks around every call:
 //!   [`auth`], the metrics of [`observe`], and [`oversize`] (RESOURCE_EXHAUSTED
 //!   for requests over the size limit).
