@@ -3,7 +3,9 @@
 //! - `ingest`: durable Ingest against the disk's fdatasync rate and a tonic
 //!   echo service (the framework ceiling).
 //! - `prepare`: PrepareRequest latency by transcript size, with and without
-//!   a large archive, and memory per loaded agent.
+//!   a large archive, and memory per loaded agent; with `--agent-loop`, one
+//!   agent's turns (a user message in, an answer ingested) over a 32k
+//!   window, with recall off, by words, and with the local model.
 //! - `compact`: the store's part of a compaction by window size, and Ingest
 //!   latency while a compaction waits for its summary.
 //! - `hostile`: token counting of 1M characters without whitespace, and
@@ -11,6 +13,7 @@
 //! - `facts`: AddMemories throughput and ListMemories/GetMemory latency by
 //!   how many facts an agent has.
 
+mod agent_loop;
 mod compact;
 mod facts;
 mod hostile;

@@ -3,7 +3,8 @@
 //! calls mixed), rendered as nothing and as OpenAI chat, each once with no
 //! archive and once with 100,000 archived traces on disk; and the memory a
 //! loaded agent takes. The server is the real `engramd` binary in its own
-//! process, so its memory can be read from /proc.
+//! process, so its memory can be read from /proc. `--agent-loop` times an
+//! agent's turns instead (see [`crate::agent_loop`]).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -49,6 +50,9 @@ pub struct Args {
     /// messages, at idle priority, while their prompts are measured).
     #[arg(long, default_value = "none")]
     embed: String,
+    /// The agent loop (`--agent-loop` and its `--loop-*` options).
+    #[command(flatten)]
+    agent_loop: crate::agent_loop::Args,
 }
 
 /// About 200 tokens of varied English-like text.
@@ -155,6 +159,13 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if args.agent_loop.agent_loop {
+        let pg = match args.backend.as_str() {
+            "postgres" => Some(crate::ingest::pg_url(args.pg_url.as_deref())?),
+            _ => None,
+        };
+        return crate::agent_loop::run(&args.agent_loop, &args.engramd, &args.data_dir, pg);
+    }
     let data = args.data_dir.join("prepare");
     let _ = std::fs::remove_dir_all(&data);
     let agents = data.join("agents");
@@ -229,6 +240,11 @@ impl Server {
             .with_context(|| format!("unexpected first line {line:?}"))?
             .to_owned();
         Ok(Self { child, addr })
+    }
+
+    /// The server's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
     }
 }
 

@@ -181,13 +181,13 @@ async fn case(addr: &str, n: usize, args: &Args) -> anyhow::Result<()> {
 
 /// The bench's messages: `text` (25 words), or pseudo-words drawn by
 /// Zipf's law from a vocabulary.
-struct Words {
+pub(crate) struct Words {
     /// Cumulative weights of ranks 1..=n (1/rank each); empty: `text`.
     cumulative: Vec<f64>,
 }
 
 impl Words {
-    fn new(vocabulary: usize) -> Self {
+    pub(crate) fn new(vocabulary: usize) -> Self {
         let mut total = 0.0;
         let cumulative = (1..=vocabulary)
             .map(|rank| {
@@ -199,7 +199,7 @@ impl Words {
     }
 
     /// `n` words for `seed`, a sentence every 15.
-    fn text(&self, seed: usize, n: usize) -> String {
+    pub(crate) fn text(&self, seed: usize, n: usize) -> String {
         if self.cumulative.is_empty() {
             return first_message(seed, n);
         }
