@@ -21,8 +21,8 @@ use hdrhistogram::Histogram;
 use tonic::transport::Channel;
 
 use crate::ingest::histogram;
-use crate::prepare::{Server, connect};
-use crate::users::Words;
+use crate::server::{Server, connect};
+use crate::words::Words;
 
 /// The model the loop asks for: gpt-4o's tokenizer, and the window the
 /// configuration gives this name (the longest prefix wins over the

@@ -12,7 +12,7 @@ use clap::Args as ClapArgs;
 use engram_proto::pb;
 
 use crate::ingest::{histogram, us};
-use crate::prepare::{Server, connect};
+use crate::server::{Server, connect};
 
 #[derive(Debug, ClapArgs)]
 pub struct Args {

@@ -18,7 +18,7 @@ use engram_core::tokens::{Encoding, count_text};
 use engram_proto::pb;
 
 use crate::ingest::{histogram, us};
-use crate::prepare::{Server, connect};
+use crate::server::{Server, connect};
 
 #[derive(Debug, ClapArgs)]
 pub struct Args {

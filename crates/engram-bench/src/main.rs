@@ -20,7 +20,9 @@ mod hostile;
 mod ingest;
 mod prepare;
 mod recall;
+mod server;
 mod users;
+mod words;
 
 // The allocator engramd uses, so in-process measurements match the binary
 // (and echo gets it too: the ratio compares like with like).

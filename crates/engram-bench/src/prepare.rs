@@ -19,6 +19,8 @@ use serde_json::json;
 use tonic::transport::Channel;
 
 use crate::ingest::{histogram, us};
+use crate::server::{Server, connect};
+use crate::words::text;
 
 #[derive(Debug, ClapArgs)]
 pub struct Args {
@@ -53,47 +55,6 @@ pub struct Args {
     /// The agent loop (`--agent-loop` and its `--loop-*` options).
     #[command(flatten)]
     agent_loop: crate::agent_loop::Args,
-}
-
-/// About 200 tokens of varied English-like text.
-pub(crate) fn text(seed: usize) -> String {
-    const WORDS: &[&str] = &[
-        "agent",
-        "memory",
-        "weather",
-        "forecast",
-        "city",
-        "tool",
-        "result",
-        "compaction",
-        "summary",
-        "budget",
-        "token",
-        "prompt",
-        "transcript",
-        "provider",
-        "latency",
-        "durable",
-        "archive",
-        "question",
-        "answer",
-        "context",
-        "window",
-        "cache",
-        "payload",
-        "render",
-        "stream",
-    ];
-    let mut out = String::with_capacity(1100);
-    let mut x = seed as u64 * 2_654_435_761 + 1;
-    for i in 0..180 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.push_str(WORDS[(x % WORDS.len() as u64) as usize]);
-        out.push(if i % 15 == 14 { '.' } else { ' ' });
-    }
-    out
 }
 
 /// Traces whose transcript has about `messages` messages: user question,
@@ -195,76 +156,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The real server on port 0 over `data`; killed on drop.
-pub(crate) struct Server {
-    child: std::process::Child,
-    pub(crate) addr: String,
-}
-
-impl Server {
-    pub(crate) fn start(binary: &Path, data: &Path) -> anyhow::Result<Self> {
-        Self::start_with(binary, data, "")
-    }
-
-    /// [`Server::start`] with `extra` TOML appended to its configuration.
-    pub(crate) fn start_with(binary: &Path, data: &Path, extra: &str) -> anyhow::Result<Self> {
-        use std::io::BufRead;
-        // A window larger than any transcript here: the bench measures
-        // prompts, not the compaction the estimate trigger would start.
-        let config = data.join("bench.toml");
-        std::fs::write(
-            &config,
-            format!("[budget.models.\"gpt-4o\"]\ncontext_tokens = 100000000\n{extra}"),
-        )?;
-        let mut child = std::process::Command::new(binary)
-            .arg("--config")
-            .arg(&config)
-            .env("ENGRAM__SERVER__LISTEN", "127.0.0.1:0")
-            .env("ENGRAM__STORE__DATA_DIR", data)
-            .env("ENGRAM__LOG__LEVEL", "warn")
-            // 10,000 messages of 200 tokens make answers of ~11 MB.
-            .env("ENGRAM__SERVER__MAX_MESSAGE_BYTES", (64 << 20).to_string())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .with_context(|| {
-                format!(
-                    "starting {} (build it with `cargo build --release -p engram-server`)",
-                    binary.display()
-                )
-            })?;
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
-        let addr = line
-            .trim()
-            .strip_prefix("engramd listening on ")
-            .with_context(|| format!("unexpected first line {line:?}"))?
-            .to_owned();
-        Ok(Self { child, addr })
-    }
-
-    /// The server's process id.
-    pub(crate) fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-pub(crate) async fn connect(addr: &str) -> anyhow::Result<MemoryServiceClient<Channel>> {
-    // Large answers need HTTP/2 windows that grow (as grpcio's BDP probing
-    // does); the 64 KiB default makes a 10 MB answer ~160 round trips.
-    let channel = Channel::from_shared(format!("http://{addr}"))?
-        .http2_adaptive_window(true)
-        .connect()
-        .await?;
-    Ok(MemoryServiceClient::new(channel).max_decoding_message_size(64 << 20))
-}
-
 async fn measure(args: &Args, data: &Path, extra: &str) -> anyhow::Result<()> {
     let postgres = args.backend == "postgres";
     println!(
@@ -297,7 +188,7 @@ async fn measure(args: &Args, data: &Path, extra: &str) -> anyhow::Result<()> {
             };
             // A fresh server per case: its memory growth is this agent's.
             let server = Server::start_with(&args.engramd, data, extra)?;
-            let pid = server.child.id();
+            let pid = server.pid();
             let mut client = connect(&server.addr).await?;
 
             // Loads the tokenizers (and everything else a first call needs).

@@ -9,7 +9,7 @@ use std::path::Path;
 use engram_proto::pb;
 
 use super::locomo::{Conversation, Message, Score};
-use crate::prepare::{Server, connect};
+use crate::server::{Server, connect};
 
 /// `m` as the benchmark ingests it: speaker A as the user, with the
 /// speaker's name, the session's date and the dia id as `event_id`.

@@ -15,7 +15,8 @@ use std::time::Instant;
 use engram_proto::pb;
 
 use crate::ingest::{histogram, us};
-use crate::prepare::{Server, connect, make_agent};
+use crate::prepare::make_agent;
+use crate::server::{Server, connect};
 
 const QUERIES: [&str; 5] = [
     "what was the weather forecast for the city?",

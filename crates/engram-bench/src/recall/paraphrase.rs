@@ -13,7 +13,7 @@ use engram_index::lexical::Lexical;
 use engram_index::{Filter, Item, Kind, Params};
 use engram_proto::pb;
 
-use crate::prepare::{Server, connect};
+use crate::server::{Server, connect};
 
 /// (what was said, a question about it in other words).
 pub const PAIRS: [(&str, &str); 20] = [

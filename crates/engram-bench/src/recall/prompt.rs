@@ -18,7 +18,7 @@ use engram_proto::pb::memory_service_client::MemoryServiceClient;
 use tonic::transport::Channel;
 
 use super::locomo::{CATEGORIES, Conversation, Question, Score};
-use crate::prepare::{Server, connect};
+use crate::server::{Server, connect};
 
 /// The model the agents are prepared for, and its window.
 pub(super) const MODEL: &str = "locomo-8k";

@@ -14,7 +14,7 @@ use engram_proto::pb;
 
 use super::locomo::Conversation;
 use super::prompt::{MODEL, Shares, WINDOW, evidence_in};
-use crate::prepare::{Server, connect};
+use crate::server::{Server, connect};
 
 /// The session a LoCoMo dia id ("D3:12") belongs to.
 fn session(dia_id: &str) -> &str {
