@@ -78,13 +78,7 @@ pub async fn files_holding(
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    let tables: Vec<String> = sqlx::query_scalar(
-        "SELECT table_name::text FROM information_schema.tables
-         WHERE table_schema = $1 AND table_type = 'BASE TABLE' ORDER BY 1",
-    )
-    .bind(schema)
-    .fetch_all(&pool)
-    .await?;
+    let tables = tables_of(&pool, schema).await?;
     for table in tables {
         sqlx::query(&format!("VACUUM FULL {schema}.{table}"))
             .execute(&pool)
@@ -139,6 +133,17 @@ pub async fn waits_for_agent_vectors(
     .await
 }
 
+/// The names of `schema`'s tables.
+async fn tables_of(pool: &sqlx::PgPool, schema: &str) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables
+         WHERE table_schema = $1 AND table_type = 'BASE TABLE' ORDER BY 1",
+    )
+    .bind(schema)
+    .fetch_all(pool)
+    .await
+}
+
 /// The tables of `schema` with a row whose text (every column, as the
 /// row's text form) contains `text`.
 pub async fn tables_holding(
@@ -147,13 +152,7 @@ pub async fn tables_holding(
     text: &str,
 ) -> Result<Vec<String>, sqlx::Error> {
     let pool = sqlx::PgPool::connect(url).await?;
-    let tables: Vec<String> = sqlx::query_scalar(
-        "SELECT table_name::text FROM information_schema.tables
-         WHERE table_schema = $1 AND table_type = 'BASE TABLE' ORDER BY 1",
-    )
-    .bind(schema)
-    .fetch_all(&pool)
-    .await?;
+    let tables = tables_of(&pool, schema).await?;
     let mut holding = vec![];
     for table in tables {
         let sql = format!(

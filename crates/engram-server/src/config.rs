@@ -516,30 +516,18 @@ impl Config {
 
     /// The metrics endpoint, when `server.metrics_listen` is set.
     pub fn metrics_addr(&self) -> Result<Option<SocketAddr>, ConfigError> {
-        let raw = self.server.metrics_listen.trim();
-        if raw.is_empty() {
-            return Ok(None);
-        }
-        raw.parse().map(Some).map_err(|e| {
-            invalid(
-                "server.metrics_listen",
-                &format!("{raw:?} is not a socket address like 0.0.0.0:9090 ({e})"),
-            )
-        })
+        optional_addr(
+            "server.metrics_listen",
+            &self.server.metrics_listen,
+            "0.0.0.0:9090",
+        )
     }
 
     /// The HTTP listener, when `http.listen` is set.
     pub fn http_addr(&self) -> Result<Option<SocketAddr>, ConfigError> {
-        let raw = self.http.listen.trim();
-        if raw.is_empty() {
+        let Some(addr) = optional_addr("http.listen", &self.http.listen, "127.0.0.1:8080")? else {
             return Ok(None);
-        }
-        let addr: SocketAddr = raw.parse().map_err(|e| {
-            invalid(
-                "http.listen",
-                &format!("{raw:?} is not a socket address like 127.0.0.1:8080 ({e})"),
-            )
-        })?;
+        };
         // Tokens must not cross the network in plain text when the
         // operator asked for TLS.
         if !self.server.tls_cert.as_os_str().is_empty() && !addr.ip().is_loopback() {
@@ -583,6 +571,24 @@ impl From<config::ConfigError> for ConfigError {
     fn from(e: config::ConfigError) -> Self {
         Self::Load(e.to_string())
     }
+}
+
+/// The address of an optional listener `key` (empty: none).
+fn optional_addr(
+    key: &'static str,
+    raw: &str,
+    example: &str,
+) -> Result<Option<SocketAddr>, ConfigError> {
+    let raw = raw.trim();
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    raw.parse().map(Some).map_err(|e| {
+        invalid(
+            key,
+            &format!("{raw:?} is not a socket address like {example} ({e})"),
+        )
+    })
 }
 
 fn invalid(key: &'static str, message: &str) -> ConfigError {

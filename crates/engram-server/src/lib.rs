@@ -125,11 +125,24 @@ pub async fn run(
 
 /// The HTTP listener `http.listen` asks for, if any.
 pub async fn bind_http(config: &Config) -> Result<Option<TcpListener>, ServerError> {
-    match config.http_addr()? {
+    bind_optional(config.http_addr()?, |addr, error| ServerError::Http {
+        addr,
+        error,
+    })
+    .await
+}
+
+/// A listener on `addr`, if there is one; `failed` says which could not
+/// be bound.
+async fn bind_optional(
+    addr: Option<std::net::SocketAddr>,
+    failed: fn(std::net::SocketAddr, std::io::Error) -> ServerError,
+) -> Result<Option<TcpListener>, ServerError> {
+    match addr {
         Some(addr) => Ok(Some(
             TcpListener::bind(addr)
                 .await
-                .map_err(|error| ServerError::Http { addr, error })?,
+                .map_err(|error| failed(addr, error))?,
         )),
         None => Ok(None),
     }
@@ -137,14 +150,11 @@ pub async fn bind_http(config: &Config) -> Result<Option<TcpListener>, ServerErr
 
 /// The metrics listener `server.metrics_listen` asks for, if any.
 pub async fn bind_metrics(config: &Config) -> Result<Option<TcpListener>, ServerError> {
-    match config.metrics_addr()? {
-        Some(addr) => Ok(Some(
-            TcpListener::bind(addr)
-                .await
-                .map_err(|error| ServerError::Metrics { addr, error })?,
-        )),
-        None => Ok(None),
-    }
+    bind_optional(config.metrics_addr()?, |addr, error| ServerError::Metrics {
+        addr,
+        error,
+    })
+    .await
 }
 
 /// Holds `dir` for this process, so that a second engramd (or `engramd
