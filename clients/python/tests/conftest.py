@@ -2,6 +2,7 @@
 target/debug/engramd of this checkout) and a scripted OpenAI-compatible
 endpoint standing in for the model."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -74,31 +75,16 @@ def engramd(start_engramd):
     return start_engramd()
 
 
-@pytest.fixture
-def fake_llm():
-    """An OpenAI-compatible /v1/chat/completions: asks for get_weather on a
-    fresh user question, answers from the tool result once it has one.
-    Yields (base_url, requests seen)."""
-    seen = []
+@contextlib.contextmanager
+def json_server(answer):
+    """A local HTTP server that answers each POSTed JSON body with
+    `answer(path, body)` as JSON: the stand-in for a provider's API.
+    Yields its base URL."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-            seen.append((self.path, body))
-            last = body["messages"][-1]
-            if last["role"] == "tool":
-                weather = json.loads(last["content"])
-                message = {"role": "assistant",
-                           "content": f"It is {weather['temp_c']} C in {weather['city']}."}
-            else:
-                message = {"role": "assistant", "content": None, "tool_calls": [{
-                    "id": f"call_{len(seen)}", "type": "function",
-                    "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})}}]}
-            answer = {"id": "x", "object": "chat.completion", "model": body["model"],
-                      "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                      "usage": {"prompt_tokens": 100 + len(seen), "completion_tokens": 10,
-                                "total_tokens": 110 + len(seen)}}
-            raw = json.dumps(answer).encode()
+            raw = json.dumps(answer(self.path, body)).encode()
             self.send_response(200)
             self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(raw)))
@@ -109,7 +95,35 @@ def fake_llm():
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1", seen
-    server.shutdown()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+@pytest.fixture
+def fake_llm():
+    """An OpenAI-compatible /v1/chat/completions: asks for get_weather on a
+    fresh user question, answers from the tool result once it has one.
+    Yields (base_url, requests seen)."""
+    seen = []
+
+    def answer(path, body):
+        seen.append((path, body))
+        last = body["messages"][-1]
+        if last["role"] == "tool":
+            weather = json.loads(last["content"])
+            message = {"role": "assistant",
+                       "content": f"It is {weather['temp_c']} C in {weather['city']}."}
+        else:
+            message = {"role": "assistant", "content": None, "tool_calls": [{
+                "id": f"call_{len(seen)}", "type": "function",
+                "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})}}]}
+        return {"id": "x", "object": "chat.completion", "model": body["model"],
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 100 + len(seen), "completion_tokens": 10,
+                          "total_tokens": 110 + len(seen)}}
+
+    with json_server(answer) as base:
+        yield f"{base}/v1", seen

@@ -4,7 +4,6 @@ commands."""
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import anthropic
 import pytest
@@ -19,6 +18,7 @@ from anthropic.types.beta import (
     BetaMemoryTool20250818ViewCommand,
 )
 
+from conftest import json_server
 from engram_client import EngramClient
 from engram_client.memory_tool import EngramMemoryTool
 
@@ -302,34 +302,21 @@ def fake_claude():
     input in turn, then answers in text. Yields (base_url, script, bodies)."""
     script, bodies = [], []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-            bodies.append(body)
-            n = len(bodies)
-            if script:
-                content = [{"type": "tool_use", "id": f"toolu_{n}", "name": "memory",
-                            "input": script.pop(0)}]
-                stop = "tool_use"
-            else:
-                content, stop = [{"type": "text", "text": "Noted."}], "end_turn"
-            raw = json.dumps({"id": f"msg_{n}", "type": "message", "role": "assistant",
-                              "model": body["model"], "content": content, "stop_reason": stop,
-                              "stop_sequence": None,
-                              "usage": {"input_tokens": 10, "output_tokens": 5}}).encode()
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
+    def answer(path, body):
+        bodies.append(body)
+        n = len(bodies)
+        if script:
+            content = [{"type": "tool_use", "id": f"toolu_{n}", "name": "memory",
+                        "input": script.pop(0)}]
+            stop = "tool_use"
+        else:
+            content, stop = [{"type": "text", "text": "Noted."}], "end_turn"
+        return {"id": f"msg_{n}", "type": "message", "role": "assistant",
+                "model": body["model"], "content": content, "stop_reason": stop,
+                "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 5}}
 
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", script, bodies
-    server.shutdown()
+    with json_server(answer) as base:
+        yield base, script, bodies
 
 
 def test_the_sdk_tool_runner_drives_it(engram, tool, fake_claude):
