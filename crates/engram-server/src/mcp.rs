@@ -48,7 +48,8 @@ pub struct Tools {
     api: Api,
     json: Arc<Json>,
     settings: Arc<McpSettings>,
-    tool_router: ToolRouter<Tools>,
+    /// Shared: stateless mode makes a `Tools` for every request.
+    tool_router: Arc<ToolRouter<Tools>>,
 }
 
 /// The MCP service to mount at `/mcp`.
@@ -71,7 +72,7 @@ pub fn service(
         api,
         json,
         settings: Arc::new(settings),
-        tool_router: Tools::tool_router(),
+        tool_router: Arc::new(Tools::tool_router()),
     };
     // Made for every request in stateless mode: a clone of a few Arcs.
     StreamableHttpService::new(
