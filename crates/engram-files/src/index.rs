@@ -186,6 +186,34 @@ pub(crate) struct Delta {
     pub removed: Vec<String>,
 }
 
+impl Delta {
+    /// Whether the delta holds only active traces written since `from`
+    /// (same epoch, no memories, facts or forgets): what a search of the
+    /// archive and the memories may leave for later.
+    fn active_only(&self, from: Cursor) -> bool {
+        let to = self.to;
+        !self.full
+            && self.removed.is_empty()
+            && (to.epoch, to.episodic, to.semantic, to.facts, to.archive)
+                == (
+                    from.epoch,
+                    from.episodic,
+                    from.semantic,
+                    from.facts,
+                    from.archive,
+                )
+    }
+}
+
+/// What a search may leave unread in the index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lag {
+    /// Nothing: every acknowledged write is searchable.
+    None,
+    /// Active traces (see [`FileStore::caught_up_as`]).
+    ActiveTraces,
+}
+
 /// The open index of an agent, caught up with everything acknowledged.
 pub(crate) struct Current {
     pub guard: OwnedMutexGuard<Option<AgentIndex>>,
@@ -218,6 +246,20 @@ impl FileStore {
         id: &AgentId,
         handle: Arc<AgentHandle>,
     ) -> Result<Current> {
+        self.caught_up_as(id, handle, Lag::None).await
+    }
+
+    /// The agent's index for a search that may `lag`: with
+    /// [`Lag::ActiveTraces`], active traces written since the last commit
+    /// are left to the background indexer when nothing else changed (a
+    /// prompt's recall leaves the active transcript out: a commit before
+    /// it would cost the prompt 10–30 ms and change no answer).
+    pub(crate) async fn caught_up_as(
+        &self,
+        id: &AgentId,
+        handle: Arc<AgentHandle>,
+        lag: Lag,
+    ) -> Result<Current> {
         let mut guard = Arc::clone(&handle.index).lock_owned().await;
         // Deleted while this waited for the index: it is closed for good.
         if handle.is_retired() {
@@ -240,6 +282,13 @@ impl FileStore {
                 (delta(state, from), state.traces.first().map(trace_order))
             })
             .await?;
+        let delta = delta.filter(|d| {
+            let later = lag == Lag::ActiveTraces && from.is_some_and(|from| d.active_only(from));
+            if later {
+                self.index_later(id);
+            }
+            !later
+        });
         if let Some(delta) = delta {
             let dir = self.agent_dir(id);
             guard = blocking(move || {

@@ -1,5 +1,7 @@
 //! The background indexer: embeds what the lexical index holds and the
-//! vectors do not, off the Ingest path.
+//! vectors do not, off the Ingest path; without a model, it keeps the open
+//! indexes (those of agents that search or recall) caught up, so that a
+//! prompt's recall finds them committed and pays for no commit itself.
 //!
 //! A write names its agent to a bounded queue (an agent already queued is
 //! not queued twice; when the queue is full the name is dropped, and the
@@ -29,37 +31,55 @@ const QUEUE: usize = 4096;
 /// Items per call to the model.
 pub(crate) const BATCH: usize = 64;
 
+/// How long a written agent waits in the queue before its index reads the
+/// write in: the writes of a turn come in a burst (the user's message, the
+/// answer, tool results), and the commit that reads them in is better
+/// paid once, while the model generates, than during the turn's next
+/// prompt, whose recall would wait for the index it holds.
+const SETTLE: Duration = Duration::from_millis(100);
+
 /// Pause after a failed embedding call before the agent is tried again.
 const RETRY_AFTER: Duration = Duration::from_secs(5);
 
+/// The model the indexer embeds with.
 #[derive(Debug)]
 pub(crate) struct Indexer {
     pub embedder: Arc<dyn Embedder>,
     pub model: ModelId,
-    tx: mpsc::Sender<AgentId>,
-    queued: Mutex<HashSet<AgentId>>,
 }
 
 impl Indexer {
-    /// The indexer and the queue its task reads.
-    pub fn new(embedder: Arc<dyn Embedder>) -> (Self, mpsc::Receiver<AgentId>) {
-        let (tx, rx) = mpsc::channel(QUEUE);
+    pub fn new(embedder: Arc<dyn Embedder>) -> Self {
         let model = ModelId {
             id: embedder.model().to_owned(),
             dim: embedder.dim(),
         };
-        let indexer = Self {
-            embedder,
-            model,
+        Self { embedder, model }
+    }
+}
+
+/// The agents waiting for the indexer's task.
+#[derive(Debug)]
+pub(crate) struct Queue {
+    tx: mpsc::Sender<(AgentId, Instant)>,
+    pub(crate) queued: Mutex<HashSet<AgentId>>,
+}
+
+impl Queue {
+    /// The queue and the receiver the indexer's task reads.
+    pub fn new() -> (Self, mpsc::Receiver<(AgentId, Instant)>) {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let queue = Self {
             tx,
             queued: Mutex::new(HashSet::new()),
         };
-        (indexer, rx)
+        (queue, rx)
     }
 
     fn enqueue(&self, id: &AgentId) {
         let mut queued = engram_store::lock(&self.queued);
-        if queued.insert(id.clone()) && self.tx.try_send(id.clone()).is_err() {
+        let due = Instant::now() + SETTLE;
+        if queued.insert(id.clone()) && self.tx.try_send((id.clone(), due)).is_err() {
             queued.remove(id);
         }
     }
@@ -70,24 +90,40 @@ impl FileStore {
         self.inner.indexer.as_ref().map(|i| i.model.clone())
     }
 
-    /// Asks the indexer to embed what `id` has not embedded yet.
+    /// Asks the indexer to read in (and with a model, embed) what `id`
+    /// wrote. Without a model only an open index is kept up: an agent that
+    /// never searches costs no index work.
     pub(crate) fn index_later(&self, id: &AgentId) {
         self.note_change(id);
-        if let Some(indexer) = &self.inner.indexer {
-            indexer.enqueue(id);
+        if self.inner.indexer.is_some() || self.index_is_open(id) {
+            self.inner.queue.enqueue(id);
         }
+    }
+
+    /// Whether `id`'s index is open (or in use, so opening).
+    fn index_is_open(&self, id: &AgentId) -> bool {
+        let agents = engram_store::lock(&self.inner.agents);
+        agents
+            .get(id)
+            .is_some_and(|h| h.index.try_lock().map_or(true, |slot| slot.is_some()))
     }
 
     /// Starts the indexer task on `rx`, the indexer's queue. It holds the
     /// store weakly and ends with it.
-    pub(crate) fn spawn_indexer(&self, mut rx: mpsc::Receiver<AgentId>) {
+    pub(crate) fn spawn_indexer(&self, mut rx: mpsc::Receiver<(AgentId, Instant)>) {
         let weak: Weak<Inner> = Arc::downgrade(&self.inner);
         tokio::spawn(async move {
-            while let Some(id) = rx.recv().await {
+            while let Some((id, due)) = rx.recv().await {
+                // In the order queued, so each wait ends at the latest due.
+                tokio::time::sleep_until(due.into()).await;
                 let Some(inner) = weak.upgrade() else { break };
                 let store = FileStore { inner };
-                if let Some(indexer) = &store.inner.indexer {
-                    engram_store::lock(&indexer.queued).remove(&id);
+                engram_store::lock(&store.inner.queue.queued).remove(&id);
+                if store.inner.indexer.is_none() {
+                    if let Err(e) = store.catch_up_open(&id).await {
+                        tracing::debug!(agent = %id, error = %e, "an index was not caught up; its next search does it");
+                    }
+                    continue;
                 }
                 let embedded = store.embed_pending(&id).await;
                 // Its user's index reads it in now, not at the user's next
@@ -103,6 +139,20 @@ impl FileStore {
                 }
             }
         });
+    }
+
+    /// Without a model: catches the agent's index up if it is open.
+    async fn catch_up_open(&self, id: &AgentId) -> Result<()> {
+        let Ok(handle) = self.existing_handle(id) else {
+            return Ok(());
+        };
+        if handle.index.lock().await.is_none() {
+            return Ok(());
+        }
+        match self.caught_up_with(id, handle).await {
+            Ok(_) | Err(crate::StoreError::NotFound(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Embeds the agent's pending items, a batch at a time.

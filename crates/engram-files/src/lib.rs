@@ -197,8 +197,10 @@ struct Inner {
     /// Faults tests ask for (nothing without `fault-injection`).
     faults: faults::Faults,
     opened: Instant,
-    /// Embeds in the background when there is a model.
+    /// The model the indexer embeds with; `None`: words only.
     indexer: Option<Arc<indexer::Indexer>>,
+    /// The agents waiting for the indexer's task.
+    queue: indexer::Queue,
     /// The global and user scopes' memory blocks.
     blocks: blocks::ScopeCache,
     /// Each user's search index, opened at its first use.
@@ -239,18 +241,16 @@ impl FileStore {
             wal::Wal::open(&wal_dir, &dir, &wal_health)
         })
         .await?;
-        let (indexer, queue) = match config.embedder.clone() {
-            Some(embedder) => {
-                // A prompt's query and the same message's item embedded once.
-                let embedder = engram_store::Remembering::wrap(embedder);
-                let (indexer, queue) = indexer::Indexer::new(embedder);
-                (Some(Arc::new(indexer)), Some(queue))
-            }
-            None => (None, None),
-        };
+        let indexer = config.embedder.clone().map(|embedder| {
+            // A prompt's query and the same message's item embedded once.
+            let embedder = engram_store::Remembering::wrap(embedder);
+            Arc::new(indexer::Indexer::new(embedder))
+        });
+        let (queue, queued) = indexer::Queue::new();
         let store = Self {
             inner: Arc::new(Inner {
                 indexer,
+                queue,
                 config,
                 agents_dir,
                 agents: Mutex::new(HashMap::new()),
@@ -266,9 +266,7 @@ impl FileStore {
                 quiet: quiet::QuietList::new(quiet_path),
             }),
         };
-        if let Some(queue) = queue {
-            store.spawn_indexer(queue);
-        }
+        store.spawn_indexer(queued);
         Ok(store)
     }
 

@@ -16,7 +16,7 @@ use engram_store::ranked::{
     MAX_CONTEXT, MAX_RANKED, Want, matched_by, memory_wants, page_bounds, search_filter,
 };
 
-use crate::index::{blocking, index_error};
+use crate::index::{Lag, blocking, index_error};
 use crate::{
     FileStore, Hit, IndexState, Memory, MemoryQuery, RankedMemories, Recalled, Result, Search,
     SearchPage, StoreError,
@@ -41,7 +41,15 @@ impl Ranks for FileStore {
         let asked = query.clone();
         let wants = move |first_active: Option<u64>| memory_wants(&asked, first_active);
         let context = query.neighbours.min(MAX_CONTEXT);
-        self.ranking(id, &query.query, query.wait_for_index, wants, move |r| {
+        // Recall searches the archive and the memories only: the active
+        // traces written since the last commit can wait for the indexer.
+        let lag = if query.archived_only {
+            Lag::ActiveTraces
+        } else {
+            Lag::None
+        };
+        let asked = (query.query.as_str(), query.wait_for_index, lag);
+        self.ranking(id, asked, wants, move |r| {
             let lexical = r.lexical;
             let mut ranked = r.ranked.into_iter();
             let (all, episodic, semantic) = (
@@ -97,7 +105,8 @@ impl FileStore {
         let filter = search_filter(search);
         let context = search.neighbours.min(MAX_CONTEXT);
         let wants = move |_| vec![(filter, end + 1)];
-        self.ranking(id, &search.query, search.wait_for_index, wants, move |r| {
+        let asked = (search.query.as_str(), search.wait_for_index, Lag::None);
+        self.ranking(id, asked, wants, move |r| {
             let lexical = r.lexical;
             let ranked = r.ranked.into_iter().next().unwrap_or_default();
             let more = ranked.len() > end;
@@ -125,8 +134,7 @@ impl FileStore {
     async fn ranking<T: Send + 'static>(
         &self,
         id: &AgentId,
-        query: &str,
-        wait: Option<std::time::Duration>,
+        (query, wait, lag): (&str, Option<std::time::Duration>, Lag),
         wants: impl FnOnce(Option<u64>) -> Vec<Want> + Send + 'static,
         work: impl FnOnce(Ranking<'_>) -> Result<T> + Send + 'static,
     ) -> Result<T> {
@@ -136,7 +144,7 @@ impl FileStore {
         // An unknown agent is refused before its query costs an embedding.
         let handle = self.existing_handle(id)?;
         let words = async {
-            let mut current = self.caught_up_with(id, handle).await?;
+            let mut current = self.caught_up_as(id, handle, lag).await?;
             let query = query.to_owned();
             blocking(move || {
                 let wants = wants(current.first_active);

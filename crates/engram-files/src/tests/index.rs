@@ -55,3 +55,68 @@ async fn a_new_index_reads_the_archive_and_a_broken_one_is_rebuilt() {
     let quokka = found(store.search(&a, &search("quokka")).await.unwrap());
     assert_eq!(quokka, ("the quokka report".to_owned(), false));
 }
+
+/// Recall (a search of the archive and the memories) leaves the active
+/// traces written since the last commit to the background; a fact, or a
+/// search of everything, is read in first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recall_leaves_new_active_traces_to_the_background_and_nothing_else() {
+    use engram_core::blocks::Scope;
+    use engram_core::facts::{NewFact, Op};
+
+    let dir = tempfile::tempdir().unwrap();
+    let a = id("lagging");
+    let store = open(dir.path()).await;
+    let say = |text: &'static str| {
+        let store = store.clone();
+        let a = a.clone();
+        async move {
+            store
+                .ingest(&a, &[NewEvent::user(text)], None, None, None)
+                .await
+                .unwrap();
+        }
+    };
+    let recall = |text: &str| crate::MemoryQuery {
+        query: text.into(),
+        limit: 10,
+        archived_only: true,
+        ..crate::MemoryQuery::default()
+    };
+    let committed = || async {
+        let handle = store.existing_handle(&a).unwrap();
+        let slot = handle.index.lock().await;
+        slot.as_ref().map_or(0, |index| index.lexical.len())
+    };
+    say("the okapi report").await;
+    // The first search opens the index and reads everything in.
+    store.rank_memories(&a, &recall("okapi")).await.unwrap();
+    assert_eq!(committed().await, 1);
+    // The background indexer is kept away from this agent: as if its turn
+    // had not come yet.
+    engram_store::lock(&store.inner.queue.queued).insert(a.clone());
+
+    say("the quokka report").await;
+    let found = store.rank_memories(&a, &recall("quokka")).await.unwrap();
+    assert!(found.memories.is_empty(), "{found:?}");
+    assert_eq!(committed().await, 1, "recall committed an active trace");
+
+    // A fact is what recall finds: read in before the search.
+    let fact = NewFact {
+        text: "The quokka vault code is 12-kestrel".into(),
+        ..NewFact::default()
+    };
+    store
+        .change_facts(&Scope::Agent(a.clone()), Op::Add(vec![fact]), Some(20))
+        .await
+        .unwrap();
+    let found = store.rank_memories(&a, &recall("kestrel")).await.unwrap();
+    assert_eq!(found.memories.len(), 1, "{found:?}");
+    assert_eq!(committed().await, 3);
+
+    // A search of everything reads in what recall left.
+    say("the wombat report").await;
+    let page = store.search(&a, &search("wombat")).await.unwrap();
+    assert_eq!(page.hits[0].trace.content, "the wombat report");
+    assert_eq!(committed().await, 4);
+}
