@@ -63,6 +63,7 @@ impl Engine {
     pub async fn delete_agent(&self, agent_id: &str) -> Result<()> {
         let id = limits::agent_id("agent_id", agent_id)?;
         self.store.delete_agent(&id).await?;
+        self.compactor.forget_ahead(&id);
         tracing::info!(agent = %id, "agent deleted");
         Ok(())
     }

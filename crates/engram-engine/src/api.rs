@@ -167,6 +167,10 @@ pub struct ContextStats {
     pub index: IndexState,
     /// The user the agent belongs to.
     pub user_id: Option<String>,
+    /// Where the next summary starts in the background (0: off).
+    pub precompact_tokens: u32,
+    /// That summary: "" (none), "writing" or "ready".
+    pub summary_ahead: &'static str,
 }
 
 /// ListAgents.

@@ -51,6 +51,25 @@ impl Budgets {
         }
         TokenBudget::compute(limits, max_output, policy)
     }
+
+    /// Where `agent`'s next summary starts in the background, in tokens,
+    /// for `budget` (its budget for `model`); `None`: off.
+    pub fn precompact_tokens(&self, agent: &str, model: &str, budget: &TokenBudget) -> Option<u32> {
+        let normalized = budget::normalize_model(model);
+        let by_model = self
+            .models
+            .iter()
+            .find(|(prefix, _)| normalized.starts_with(prefix.as_str()))
+            .map(|(_, o)| o);
+        let ratio = by_model
+            .into_iter()
+            .chain(self.section.agents.get(agent))
+            .fold(self.section.precompact_ratio, |r, o| {
+                o.precompact_ratio.unwrap_or(r)
+            });
+        (ratio > 0.0 && ratio < budget.compaction_ratio)
+            .then(|| (f64::from(budget.input_budget) * ratio).floor() as u32)
+    }
 }
 
 #[cfg(test)]
@@ -63,6 +82,7 @@ mod tests {
         BudgetSection {
             safety_margin_tokens: 1000,
             compaction_ratio: 0.8,
+            precompact_ratio: 0.6,
             default_context_tokens: 50_000,
             default_max_output_tokens: 5_000,
             models: BTreeMap::from([
@@ -126,5 +146,19 @@ mod tests {
         assert_eq!(tight.compaction_ratio, 0.5);
         assert_eq!(tight.input_budget, 20_000 - 2_000 - 1_000);
         assert_eq!(b.budget("a", "gpt-4o", Some(100)).max_output_tokens, 100);
+    }
+
+    #[test]
+    fn background_summaries_start_below_the_trigger_or_not_at_all() {
+        let b = Budgets::new(section());
+        let at = |agent: &str| {
+            let budget = b.budget(agent, "gpt-4o", None);
+            b.precompact_tokens(agent, "gpt-4o", &budget)
+                .map(|t| (t, budget.input_budget))
+        };
+        let (tokens, input) = at("a").unwrap();
+        assert_eq!(tokens, (f64::from(input) * 0.6).floor() as u32);
+        // `tight` triggers at 0.5: a start at 0.6 would come after it.
+        assert_eq!(at("tight"), None);
     }
 }

@@ -3,7 +3,9 @@
 //! summary, the store archives and starts the epoch. Failures prune nothing
 //! and are reported, never dropped. One compaction per agent runs at a
 //! time (later requests share its report), and an agent whose compactions
-//! keep failing pauses on its own, without holding up the others.
+//! keep failing pauses on its own, without holding up the others. A
+//! summary can be written ahead of the trigger (`ahead.rs`): the trigger
+//! then commits it without waiting for the summarizer.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -16,6 +18,7 @@ use engram_llm::{SummarizeError, Summarizer, SummaryRequest};
 use engram_store::{AgentContext, Begun, Job, Policy, RewriteJob, Store, StoreError};
 use tokio::time::Instant;
 
+use crate::ahead::{Ahead, Preparations, Prepared};
 use crate::budget::Budgets;
 use crate::caches::ContextCaches;
 use crate::flights::{Flights, Share};
@@ -28,6 +31,9 @@ use crate::sizing;
 pub struct Compacted {
     pub report: CompactionReport,
     pub context: Option<AgentContext>,
+    /// The summary is still being written in the background and the
+    /// prompt fits its window meanwhile: it is committed by a later prompt.
+    pub deferred: bool,
 }
 
 impl Compacted {
@@ -35,6 +41,14 @@ impl Compacted {
         Self {
             report,
             context: None,
+            deferred: false,
+        }
+    }
+
+    fn deferred(self) -> Self {
+        Self {
+            deferred: true,
+            ..self
         }
     }
 
@@ -59,6 +73,19 @@ pub struct Compactor {
     max_active_turns: usize,
     flights: Arc<Flights<Compacted>>,
     pauses: Arc<Pauses>,
+    /// Summaries written ahead of the trigger.
+    ahead: Arc<Preparations>,
+}
+
+/// How a compaction may treat a summary being written in the background.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Waits for it (a prompt that would not fit otherwise; a Compact).
+    Always,
+    /// The prompt fits its window as it is: the compaction does not wait
+    /// for a summarizer, and a summary is started in the background if
+    /// none is under way.
+    NotWhileItFits,
 }
 
 /// Agents whose compactions failed `after` times in a row, and until when
@@ -120,6 +147,7 @@ impl Compactor {
             },
             max_active_turns: policy.max_active_turns,
             flights: Arc::default(),
+            ahead: Arc::default(),
             pauses: Arc::new(Pauses {
                 after: settings.agent_failures.max(1),
                 cooldown: settings.agent_cooldown,
@@ -195,12 +223,26 @@ impl Compactor {
         focus: Option<&str>,
         tokens_before: u32,
     ) -> Compacted {
+        self.compact_waiting(agent, trigger, focus, tokens_before, Wait::Always)
+            .await
+    }
+
+    /// [`compact`](Self::compact), for a prompt that may not have to wait
+    /// for a summarizer (`wait`).
+    pub async fn compact_waiting(
+        &self,
+        agent: &AgentId,
+        trigger: Trigger,
+        focus: Option<&str>,
+        tokens_before: u32,
+        wait: Wait,
+    ) -> Compacted {
         let this = self.clone();
         let work = {
             let agent = agent.clone();
             let focus = focus.map(str::to_owned);
             async move {
-                this.run(&agent, trigger, focus.as_deref(), tokens_before)
+                this.run(&agent, trigger, focus.as_deref(), tokens_before, wait)
                     .await
             }
         };
@@ -211,6 +253,7 @@ impl Compactor {
         };
         let (mut compacted, share) = self.flights.run(agent, work, failed).await;
         let outcome = match share {
+            Share::Led if compacted.deferred => "deferred",
             Share::Led => compacted.report.outcome(),
             Share::Joined => {
                 tracing::debug!(agent = %agent, trigger = trigger.as_str(), "joined the running compaction");
@@ -237,8 +280,36 @@ impl Compactor {
         trigger: Trigger,
         focus: Option<&str>,
         tokens_before: u32,
+        wait: Wait,
     ) -> Compacted {
         let mut out = Compacted::only(CompactionReport::new(trigger, tokens_before));
+        // A summary written ahead answers a size trigger or a plain
+        // Compact; a turn count, a quiet conversation or a focus want
+        // their own window or words.
+        let usable = trigger.is_about_size() || (trigger == Trigger::Manual && focus.is_none());
+        // A prompt the provider refused (reactive) cannot wait, and a turn
+        // count wants its own window.
+        let may_defer = wait == Wait::NotWhileItFits
+            && matches!(trigger, Trigger::Estimate | Trigger::TokenPressure);
+        loop {
+            match self.ahead.take(agent) {
+                Ahead::Nothing => break,
+                Ahead::Ready(prepared) if usable => {
+                    match self.commit_prepared(agent, *prepared, &mut out).await {
+                        Ok(true) => return out,
+                        // Stale: the compaction runs as without it.
+                        Ok(false) => break,
+                        Err(e) => return out.failed(e),
+                    }
+                }
+                Ahead::Ready(_) => break,
+                Ahead::Running(_) if may_defer => return out.deferred(),
+                Ahead::Running(mut done) => {
+                    // It holds the agent's compaction lock until done.
+                    let _ = done.changed().await;
+                }
+            }
+        }
         // The cheapest tier that can answer the trigger. Hiding old tool
         // results shrinks the prompt but keeps every turn: it answers the
         // size triggers only; a turn count or a manual Compact summarizes.
@@ -248,6 +319,17 @@ impl Compactor {
                 Ok(false) => {}
                 Err(e) => return out.failed(e),
             }
+        }
+        // The prompt fits: its summary is written in the background (of
+        // the epoch a microcompact may just have opened), and committed by
+        // a later prompt.
+        if may_defer && self.pauses.remaining(agent).is_none() {
+            return match self.start_ahead(agent, None).await {
+                Ok(()) => out.deferred(),
+                // Nothing to compact, or another replica compacting: said
+                // now, as a compaction would.
+                Err(e) => out.failed(e),
+            };
         }
         let (mut job, policy) = match self.begin(agent, trigger).await {
             Ok(begun) => begun,
@@ -270,22 +352,161 @@ impl Compactor {
             .await
         {
             Ok(done) => {
-                self.pauses.record(agent, None);
-                let report = &mut out.report;
-                report.performed = true;
-                report.turn_ids = done.turn_ids;
-                report.episodic_id = done.episodic_id;
-                report.semantic_added = done.semantic_added;
-                report.semantic_updated = done.semantic_updated;
-                report.traces_pruned = done.traces_pruned;
-                out.context = Some(done.context);
-                if let Some(user) = user {
-                    crate::users::fold_facts(self.store.as_ref(), agent, &user).await;
-                }
+                self.committed(agent, done, user, &mut out).await;
                 out
             }
             Err(e) => out.failed(storage(agent, &e, "storing the compaction")),
         }
+    }
+
+    /// The report of a stored compaction, and its facts to its user.
+    async fn committed(
+        &self,
+        agent: &AgentId,
+        done: engram_store::Committed,
+        user: Option<String>,
+        out: &mut Compacted,
+    ) {
+        self.pauses.record(agent, None);
+        let report = &mut out.report;
+        report.performed = true;
+        report.turn_ids = done.turn_ids;
+        report.episodic_id = done.episodic_id;
+        report.semantic_added = done.semantic_added;
+        report.semantic_updated = done.semantic_updated;
+        report.traces_pruned = done.traces_pruned;
+        out.context = Some(done.context);
+        if let Some(user) = user {
+            crate::users::fold_facts(self.store.as_ref(), agent, &user).await;
+        }
+    }
+
+    /// Starts writing the summary the agent's next compaction will commit
+    /// (its prompt passed `budget.precompact_ratio`), unless one is under
+    /// way or ready (for `epoch`, the agent's epoch now, if given), or the
+    /// agent's compactions are paused.
+    pub fn prepare_ahead(&self, agent: &AgentId, epoch: Option<u32>) {
+        if self.pauses.remaining(agent).is_some() {
+            return;
+        }
+        let this = self.clone();
+        let agent = agent.clone();
+        tokio::spawn(async move {
+            if let Err(e) = this.start_ahead(&agent, epoch).await {
+                tracing::debug!(agent = %agent, error = %e, "no summary written ahead");
+            }
+        });
+    }
+
+    /// Takes the agent's window (under the compaction lock, which the
+    /// summary holds until it is written) and has its summary written in
+    /// the background; Ok also when one is under way or ready already.
+    async fn start_ahead(
+        &self,
+        agent: &AgentId,
+        epoch: Option<u32>,
+    ) -> Result<(), CompactionError> {
+        let Some(claim) = self.ahead.claim(agent, epoch) else {
+            return Ok(());
+        };
+        // A failure here drops the claim: nothing is under way.
+        let (job, policy) = self.begin(agent, Trigger::Estimate).await?;
+        let this = self.clone();
+        let agent = agent.clone();
+        tokio::spawn(async move {
+            if let Some(prepared) = this.prepare(&agent, job, policy).await {
+                claim.ready(prepared);
+            }
+        });
+        Ok(())
+    }
+
+    /// The summary of `job`, held with it; the compaction lock is given
+    /// back meanwhile. A failed summary counts as a failed compaction
+    /// (`summary`).
+    async fn prepare(&self, agent: &AgentId, mut job: Job, policy: Policy) -> Option<Prepared> {
+        let outcome = |o: &'static str| {
+            metrics::counter!("engram_summaries_ahead_total", "outcome" => o).increment(1);
+        };
+        crate::users::add_known_facts(self.store.as_ref(), agent, &mut job).await;
+        let Ok((summary, job)) = self.summary(agent, job, None).await else {
+            outcome("failed");
+            return None;
+        };
+        if let Err(e) = self.store.abort_compaction(agent, false).await {
+            tracing::debug!(agent = %agent, error = %e, "a summary written ahead was dropped");
+            return None;
+        }
+        outcome("ready");
+        tracing::debug!(agent = %agent, turns = job.turn_ids.len(), "summary ready ahead of the trigger");
+        Some(Prepared {
+            job,
+            summary,
+            policy,
+            at: std::time::Instant::now(),
+        })
+    }
+
+    /// Commits a summary written ahead, under the compaction lock; false
+    /// (nothing written) when its window is no longer the agent's.
+    async fn commit_prepared(
+        &self,
+        agent: &AgentId,
+        prepared: Prepared,
+        out: &mut Compacted,
+    ) -> Result<bool, CompactionError> {
+        let stale = || {
+            metrics::counter!("engram_summaries_ahead_total", "outcome" => "stale").increment(1);
+            tracing::debug!(agent = %agent, "a summary written ahead was stale");
+            Ok(false)
+        };
+        match self.store.begin_compaction(agent, prepared.policy).await {
+            Ok(Begun::Job(_)) => {}
+            // Its turns are gone, or another compaction is under way
+            // (another replica's): this one would be stale.
+            Ok(Begun::Nothing | Begun::Busy) => return stale(),
+            Err(e) => return Err(storage(agent, &e, "choosing the window")),
+        }
+        let Prepared {
+            job,
+            summary,
+            policy,
+            at,
+        } = prepared;
+        let user = job.user_id.clone();
+        match self
+            .store
+            .finish_compaction(agent, job, summary, policy)
+            .await
+        {
+            Ok(done) => {
+                metrics::counter!("engram_summaries_ahead_total", "outcome" => "committed")
+                    .increment(1);
+                out.report.steps.push(Tier::Summarize);
+                out.report.prepared_ago = Some(at.elapsed());
+                self.committed(agent, done, user, out).await;
+                Ok(true)
+            }
+            // The commit released the lock.
+            Err(StoreError::Conflict(_)) => stale(),
+            Err(e) => Err(storage(agent, &e, "storing the compaction")),
+        }
+    }
+
+    /// The agent's summary ahead of the trigger at `epoch`: "", "writing"
+    /// or "ready".
+    pub fn summary_ahead(&self, agent: &AgentId, epoch: u32) -> &'static str {
+        self.ahead.status(agent, epoch)
+    }
+
+    /// Drops what `agent` had ahead (it was deleted).
+    pub fn forget_ahead(&self, agent: &AgentId) {
+        self.ahead.forget(agent);
+    }
+
+    /// Drops summaries held longer than `age`; returns how many.
+    pub fn drop_ahead_older_than(&self, age: Duration) -> usize {
+        self.ahead.drop_older_than(age)
     }
 
     /// Microcompact, the first tier of a size trigger: true when the

@@ -26,6 +26,9 @@ impl Engine {
             .forget(&id, &what, self.compactor.policy())
             .await?;
         self.caches.drop_agent(&id);
+        // A summary written ahead may quote what went (its commit would
+        // find its window changed anyway).
+        self.compactor.forget_ahead(&id);
         if let Some(user) = &forgotten.user_id {
             self.forget_in_user(&id, user).await?;
         }

@@ -15,7 +15,8 @@
 //!   model's budget; [`caches`]: per agent, token counts, rendered
 //!   messages and the turn's recall.
 //! - [`compactor`]: the tier ladder of a compaction, the per-agent pause;
-//!   `flights.rs`: one compaction per agent at a time.
+//!   `flights.rs`: one compaction per agent at a time; `ahead.rs`: the
+//!   summaries written in the background before the trigger.
 //! - `portable.rs`: ExportMemory and ImportMemory (the bundle streamed out
 //!   and read in).
 //! - `recall.rs`: the `[MEMORY:RECALLED]` block attached to the current
@@ -23,6 +24,7 @@
 //! - [`settings`]: what the engine is configured with.
 
 mod agents;
+mod ahead;
 pub mod api;
 pub mod blocks;
 pub mod budget;
@@ -158,6 +160,13 @@ impl Engine {
                     let n = engine.caches.evict_idle(idle);
                     if n > 0 {
                         tracing::debug!(evicted = n, "dropped the prompt caches of idle agents");
+                    }
+                    let n = engine.compactor.drop_ahead_older_than(idle);
+                    if n > 0 {
+                        tracing::debug!(
+                            dropped = n,
+                            "dropped the summaries of agents that went quiet before their trigger"
+                        );
                     }
                 }
             };

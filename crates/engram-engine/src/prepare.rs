@@ -11,6 +11,7 @@ use engram_store::{AgentContext, PrepareInput};
 use crate::api::{PrepareRequest, Prepared, PromptMessages};
 use crate::budget::Budgets;
 use crate::caches::{Caches, TurnRecall};
+use crate::compactor::Wait;
 use crate::error::{EngineError, Result};
 use crate::recall;
 use crate::sizing::{self, Sizing, sizing};
@@ -28,10 +29,11 @@ struct Ask<'a> {
 
 /// What the first look at an agent's prompt decided.
 enum Look {
-    /// Its size now, and its model.
-    Ready(Sizing, String),
-    /// Compact first (trigger, prompt tokens now).
-    Compact(Trigger, u32),
+    /// Its size now, and its model; past `budget.precompact_ratio`, the
+    /// next summary is written ahead.
+    Ready(Sizing, String, bool),
+    /// Compact first (trigger, prompt tokens now, how it may wait).
+    Compact(Trigger, u32, Wait),
 }
 
 impl Engine {
@@ -90,16 +92,26 @@ impl Engine {
         }
         let look = sizing::with_caches(caches, &id, &context, |c| look(&context, c, &ask, budgets));
         let (context, size, report) = match look {
-            Look::Ready(size, model) => (context, (size, model), None),
-            Look::Compact(trigger, tokens_before) => {
+            Look::Ready(size, model, ahead) => {
+                if ahead {
+                    self.compactor.prepare_ahead(&id, Some(context.epoch));
+                }
+                (context, (size, model), None)
+            }
+            Look::Compact(trigger, tokens_before, wait) => {
                 // Compaction runs before the prompt is built, once; the prompt
                 // of the new epoch is built whatever the report says.
                 let compacted = self
                     .compactor
-                    .compact(&id, trigger, None, tokens_before)
+                    .compact_waiting(&id, trigger, None, tokens_before, wait)
                     .await;
+                // Deferred, a compaction changed nothing but, perhaps, a
+                // microcompact's placeholders (which it reports).
+                let report = (!compacted.deferred || !compacted.report.steps.is_empty())
+                    .then_some(compacted.report);
                 let mut context = match compacted.context {
                     Some(context) => context,
+                    None if compacted.deferred => context,
                     None => store.context(&id).await?,
                 };
                 if system.is_some() {
@@ -108,7 +120,7 @@ impl Engine {
                 let size = sizing::with_caches(caches, &id, &context, |c| {
                     size_of(&context, c, &ask, budgets)
                 });
-                (context, size, Some(compacted.report))
+                (context, size, report)
             }
         };
         // Ranked after any compaction: what it archived is recalled too.
@@ -208,9 +220,16 @@ fn look(context: &AgentContext, caches: &mut Caches, ask: &Ask<'_>, budgets: &Bu
         finished_turns: context.finished_turns,
         max_active_turns: ask.max_active_turns,
     };
+    let tokens = size.prompt_tokens();
+    let ahead = budgets.precompact_tokens(ask.agent.as_str(), &model, &size.budget);
     match decide(size.size, &size.budget, signals) {
-        Some(trigger) => Look::Compact(trigger, size.prompt_tokens()),
-        None => Look::Ready(size, model),
+        // With summaries written ahead, a prompt that fits its window does
+        // not wait for a summarizer.
+        Some(trigger) if ahead.is_some() && tokens <= size.budget.input_budget => {
+            Look::Compact(trigger, tokens, Wait::NotWhileItFits)
+        }
+        Some(trigger) => Look::Compact(trigger, tokens, Wait::Always),
+        None => Look::Ready(size, model, ahead.is_some_and(|at| tokens > at)),
     }
 }
 

@@ -87,6 +87,11 @@ pub struct PolicySection {
 pub struct BudgetSection {
     pub safety_margin_tokens: u32,
     pub compaction_ratio: f64,
+    /// Past this share of the input budget the next compaction's summary
+    /// is written in the background (0: off; at or above
+    /// `compaction_ratio`: off).
+    #[serde(default = "default_precompact_ratio")]
+    pub precompact_ratio: f64,
     pub default_context_tokens: u32,
     pub default_max_output_tokens: u32,
     /// By model name prefix.
@@ -97,6 +102,10 @@ pub struct BudgetSection {
     pub agents: BTreeMap<String, BudgetOverride>,
 }
 
+fn default_precompact_ratio() -> f64 {
+    0.6
+}
+
 /// Any subset of a budget's settings.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -104,5 +113,6 @@ pub struct BudgetOverride {
     pub context_tokens: Option<u32>,
     pub max_output_tokens: Option<u32>,
     pub compaction_ratio: Option<f64>,
+    pub precompact_ratio: Option<f64>,
     pub safety_margin_tokens: Option<u32>,
 }

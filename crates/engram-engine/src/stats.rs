@@ -31,9 +31,14 @@ impl Engine {
             consecutive_failures: context.consecutive_failures,
             files,
             compaction_required: context.compaction_required,
-            model,
+            model: model.clone(),
             index,
             user_id: context.user_id.clone(),
+            precompact_tokens: self
+                .budgets
+                .precompact_tokens(id.as_str(), &model, &size.budget)
+                .unwrap_or(0),
+            summary_ahead: self.compactor.summary_ahead(&id, context.epoch),
         })
     }
 

@@ -479,6 +479,10 @@ impl Config {
         if !(b.compaction_ratio > 0.0 && b.compaction_ratio <= 1.0) {
             return Err(invalid("budget.compaction_ratio", "must be in (0, 1]"));
         }
+        let precompact = |r: f64| (0.0..1.0).contains(&r);
+        if !precompact(b.precompact_ratio) {
+            return Err(invalid("budget.precompact_ratio", "must be in [0, 1)"));
+        }
         if b.default_context_tokens < 1024 {
             return Err(invalid(
                 "budget.default_context_tokens",
@@ -490,6 +494,12 @@ impl Config {
                 return Err(invalid(
                     "budget.models/agents.*.compaction_ratio",
                     "must be in (0, 1]",
+                ));
+            }
+            if o.precompact_ratio.is_some_and(|r| !precompact(r)) {
+                return Err(invalid(
+                    "budget.models/agents.*.precompact_ratio",
+                    "must be in [0, 1)",
                 ));
             }
             if o.context_tokens.is_some_and(|c| c < 1024) {

@@ -294,6 +294,8 @@ pub fn report_to_pb(r: &CompactionReport) -> pb::CompactionReport {
         traces_pruned: r.traces_pruned,
         tokens_before: r.tokens_before,
         tokens_after: r.tokens_after,
+        prepared_in_background: r.prepared_ago.is_some(),
+        prepared_secs_ago: r.prepared_ago.map_or(0.0, |d| d.as_secs_f64()),
         error: r
             .error
             .as_ref()

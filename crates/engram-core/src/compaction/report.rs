@@ -21,6 +21,9 @@ pub struct CompactionReport {
     pub tokens_before: u32,
     pub tokens_after: u32,
     pub error: Option<CompactionError>,
+    /// The summary was written in the background before the trigger, this
+    /// long before it was committed.
+    pub prepared_ago: Option<std::time::Duration>,
 }
 
 impl CompactionReport {
@@ -37,6 +40,7 @@ impl CompactionReport {
             tokens_before,
             tokens_after: tokens_before,
             error: None,
+            prepared_ago: None,
         }
     }
 

@@ -25,6 +25,7 @@ fn settings() -> Settings {
         budget: BudgetSection {
             safety_margin_tokens: 2048,
             compaction_ratio: 0.8,
+            precompact_ratio: 0.0,
             default_context_tokens: 200_000,
             default_max_output_tokens: 8192,
             models: Default::default(),
@@ -139,9 +140,11 @@ async fn a_conversation_quiet_across_a_restart_is_summarized() {
     drop((store, engine));
 
     let (store, engine) = open(dir.path()).await;
-    tokio::time::advance(Duration::from_secs(IDLE - 1)).await;
+    // Each engine counts from the wall clock's whole second when it
+    // started: the second one's may be a second later than the first's.
+    tokio::time::advance(Duration::from_secs(IDLE - 2)).await;
     assert_eq!(engine.summarize_idle().await, 0, "not quiet yet");
-    tokio::time::advance(Duration::from_secs(1)).await;
+    tokio::time::advance(Duration::from_secs(2)).await;
     assert_eq!(
         engine.summarize_idle().await,
         1,

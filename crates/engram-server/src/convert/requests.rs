@@ -118,6 +118,8 @@ pub fn stats_to_pb(s: ContextStats) -> pb::GetContextStatsResponse {
             .map(|(name, bytes)| pb::FileSize { name, bytes })
             .collect(),
         compaction_required: s.compaction_required,
+        precompact_tokens: s.precompact_tokens,
+        summary_ahead: s.summary_ahead.to_owned(),
         model: s.model,
         index: Some(index_state_into_pb(s.index)),
     }

@@ -191,7 +191,9 @@ async fn a_crash_at_any_step_leaves_the_agent_consistent() {
 /// DESIGN §4 for 30 turns against an LLM summarizer over HTTP, with the
 /// provider's usage reported: compaction happens at the first prompt after
 /// the trigger is passed, the prompt then starts with the memory block and
-/// the tail, the files are as DESIGN §2 says, and no trace is lost.
+/// the tail, the files are as DESIGN §2 says, and no trace is lost. With
+/// no summary written ahead (`precompact_ratio = 0`): every compaction
+/// waits for its summary (`ahead.rs` tests the other way).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_turns_compact_at_the_right_time_and_lose_nothing() {
     let answer = r#"{"episodic_summary": "Earlier turns: weather lookups.", "semantic_facts": [{"fact": "User checks the weather daily", "confidence": 0.9, "salience": 0.8}]}"#;
@@ -201,6 +203,7 @@ async fn thirty_turns_compact_at_the_right_time_and_lose_nothing() {
         ("ENGRAM__LLM__MODEL", "summarizer"),
         ("ENGRAM__BUDGET__DEFAULT_CONTEXT_TOKENS", "6000"),
         ("ENGRAM__BUDGET__DEFAULT_MAX_OUTPUT_TOKENS", "1000"),
+        ("ENGRAM__BUDGET__PRECOMPACT_RATIO", "0"),
     ])
     .await;
     let mut c = server.client().await;

@@ -6,6 +6,7 @@
 mod common;
 
 mod agents;
+mod ahead;
 mod blocks;
 mod chaos;
 mod compaction;
