@@ -7,7 +7,10 @@
 //! PrepareRequest is timed over further turns, once per configuration:
 //! recall off, recall on by words only (`embed.provider = "none"`), recall
 //! on with the local model, each against a fresh `engramd` and data
-//! directory, over the same conversation.
+//! directory, over the same conversation. With `--loop-summarizer-ms`, the
+//! summaries come from an LLM over HTTP that takes that long, and
+//! `--loop-precompact` compares summaries written ahead of the trigger
+//! with none (every compaction waiting for its summary).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -68,6 +71,14 @@ pub struct Args {
     /// 0: the other benches' 25 words, each in nearly every message.
     #[arg(long, default_value_t = 5_000)]
     loop_vocabulary: usize,
+    /// The summarizer: 0, the embedded one; else an LLM over HTTP (a local
+    /// stand-in) that answers after this many ms.
+    #[arg(long, default_value_t = 0)]
+    loop_summarizer_ms: u64,
+    /// `budget.precompact_ratio` values, each run with every configuration
+    /// (0: no summary written ahead; every compaction waits for its own).
+    #[arg(long, value_delimiter = ',', default_value = "0.6")]
+    loop_precompact: Vec<f64>,
 }
 
 /// One configuration: its name, recall on or off, embed.provider.
@@ -119,6 +130,10 @@ struct Timed {
     plain: Option<Histogram<u64>>,
     ingest: Option<Histogram<u64>>,
     compactions: usize,
+    /// Compactions that waited for the summarizer (not written ahead).
+    waited: usize,
+    /// Turns the timed compactions summarized.
+    summarized: usize,
     recalled: usize,
     prompt_tokens: Vec<u32>,
     /// The server's CPU time over the timed turns (user + system), ms.
@@ -139,29 +154,44 @@ pub fn run(args: &Args, engramd: &Path, data_dir: &Path, pg: Option<String>) -> 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    let llm = match args.loop_summarizer_ms {
+        0 => String::new(),
+        ms => {
+            let base = runtime.block_on(crate::slow_llm::serve(Duration::from_millis(ms)))?;
+            format!("[llm]\nbase_url = {base:?}\nmodel = \"bench\"\n")
+        }
+    };
     println!(
         "\nAgent loop: model {MODEL} ({}-token window, {} reserved for output), \
          ~{} tokens a message ({} words), OpenAI chat, {} compactions first, \
-         {} turns timed, {} ms after each answer",
+         {} turns timed, {} ms after each answer, summarizer: {}",
         args.loop_window,
         args.loop_max_output,
         args.loop_turn_tokens,
         talk.per_message,
         args.loop_compactions,
         args.loop_turns,
-        args.loop_pause_ms
+        args.loop_pause_ms,
+        match args.loop_summarizer_ms {
+            0 => "embedded".to_owned(),
+            ms => format!("an LLM over HTTP answering after {ms} ms"),
+        }
     );
     println!(
-        "  config      warm-up turns  compactions  prompt tokens min/p50/max  recalled/turn  \
+        "  config      ahead  warm-up turns  compactions (waited, turns)  prompt tokens min/p50/max  recalled/turn  \
          prepare p50 ms  p99 ms  max ms  (not compacting p50/p99)  ingest p50 ms  server CPU ms/turn"
     );
-    for (name, (recall, provider)) in configs {
+    let runs = configs
+        .iter()
+        .flat_map(|c| args.loop_precompact.iter().map(move |p| (c, *p)));
+    for (&(name, (recall, provider)), precompact) in runs {
         let data = data_dir.join(name);
         let _ = std::fs::remove_dir_all(&data);
         std::fs::create_dir_all(&data)?;
         let mut extra = format!(
-            "[budget.models.\"{MODEL}\"]\ncontext_tokens = {}\n\
-             [embed]\nprovider = \"{provider}\"\n[recall]\nenabled = {recall}\n",
+            "[budget]\nprecompact_ratio = {precompact}\n\
+             [budget.models.\"{MODEL}\"]\ncontext_tokens = {}\n\
+             [embed]\nprovider = \"{provider}\"\n[recall]\nenabled = {recall}\n{llm}",
             args.loop_window
         );
         if let Some(url) = &pg {
@@ -176,7 +206,7 @@ pub fn run(args: &Args, engramd: &Path, data_dir: &Path, pg: Option<String>) -> 
             .with_context(|| format!("agent loop, configuration {name}"))?;
         drop(server);
         let _ = std::fs::remove_dir_all(&data);
-        report(name, warm_up, &timed, args.loop_turns);
+        report(name, precompact, warm_up, &timed, args.loop_turns);
     }
     let _ = std::fs::remove_dir_all(&data_dir);
     Ok(())
@@ -186,7 +216,7 @@ fn ms(nanos: u64) -> f64 {
     nanos as f64 / 1e6
 }
 
-fn report(name: &str, warm_up: usize, t: &Timed, turns: usize) {
+fn report(name: &str, precompact: f64, warm_up: usize, t: &Timed, turns: usize) {
     let q = |h: &Option<Histogram<u64>>, at: f64| {
         h.as_ref().map_or(0.0, |h| ms(h.value_at_quantile(at)))
     };
@@ -195,10 +225,13 @@ fn report(name: &str, warm_up: usize, t: &Timed, turns: usize) {
     let at = |i: usize| tokens.get(i).copied().unwrap_or(0);
     let max = t.all.as_ref().map_or(0.0, |h| ms(h.max()));
     println!(
-        "  {:<10}  {:>13}  {:>11}  {:>8}/{:>6}/{:>6}     {:>13.1}  {:>14.2}  {:>6.2}  {:>6.2}  ({:>8.2}/{:>8.2})     {:>13.2}  {:>18.1}",
+        "  {:<10}  {:>5}  {:>13}  {:>11} ({:>3}, {:>4})       {:>8}/{:>6}/{:>6}     {:>13.1}  {:>14.2}  {:>6.2}  {:>6.2}  ({:>8.2}/{:>8.2})     {:>13.2}  {:>18.1}",
         name,
+        precompact,
         warm_up,
         t.compactions,
+        t.waited,
+        t.summarized,
         at(0),
         at(tokens.len() / 2),
         at(tokens.len().saturating_sub(1)),
@@ -275,6 +308,11 @@ async fn drive(
         record(&mut timed.ingest, ingest_ns)?;
         if compacted {
             timed.compactions += 1;
+            if let Some(report) = &answer.compaction {
+                let summarized = report.steps.iter().any(|s| s == "summarize");
+                timed.waited += usize::from(summarized && !report.prepared_in_background);
+                timed.summarized += report.turn_ids.len();
+            }
         } else {
             record(&mut timed.plain, prepare_ns)?;
         }

@@ -21,6 +21,7 @@ mod ingest;
 mod prepare;
 mod recall;
 mod server;
+mod slow_llm;
 mod users;
 mod words;
 

@@ -9,7 +9,12 @@
 //!   written until the commit.
 //! - Its window is the one a compaction would have taken when it began
 //!   (the oldest whole turns but the raw tail); turns that arrive
-//!   meanwhile stay in the transcript.
+//!   meanwhile stay in the transcript. So it starts as late as it can and
+//!   still be ready at the trigger ([`Pace`]): past the ratio, once the
+//!   prompt's growth over two summaries' time would reach the trigger. A
+//!   summary started at the ratio itself would leave the turns between
+//!   ratio and trigger active after the commit, and the agent would
+//!   compact more often than it does waiting (more summarizer calls).
 //! - The commit (`Compactor::commit_prepared`) takes the lock again; the
 //!   store refuses a summary whose window is no longer the agent's (a
 //!   compaction, a forget or a microcompact since) as stale, and the
@@ -25,6 +30,84 @@ use engram_core::AgentId;
 use engram_core::compaction::Summary;
 use engram_store::{Job, Policy};
 use tokio::sync::watch;
+
+/// How fast prompts grow and summaries take, to start a summary ahead as
+/// late as it can be and still be ready at the trigger.
+#[derive(Debug, Default)]
+pub(crate) struct Pace {
+    /// Seconds a summary takes (moving average); `None` before the first.
+    summary_secs: Mutex<Option<f64>>,
+    /// By agent past its ratio.
+    agents: Mutex<HashMap<AgentId, Growth>>,
+}
+
+/// An agent's last prompt's tokens and time, and its growth in tokens a
+/// second (moving average).
+#[derive(Debug, Clone, Copy)]
+struct Growth {
+    tokens: u32,
+    at: Instant,
+    rate: Option<f64>,
+}
+
+/// Weight of the newest sample in the moving averages.
+const NEWEST: f64 = 0.3;
+
+fn average(old: Option<f64>, new: f64) -> f64 {
+    old.map_or(new, |old| old + NEWEST * (new - old))
+}
+
+impl Pace {
+    /// A summary took `took`.
+    pub fn summarized(&self, took: Duration) {
+        let mut secs = engram_store::lock(&self.summary_secs);
+        *secs = Some(average(*secs, took.as_secs_f64()));
+    }
+
+    /// Whether the agent's prompt of `tokens` (past its ratio, `at`)
+    /// should start its summary now, for the `trigger`: when no summary
+    /// was timed yet, or no growth measured, at once; else when two
+    /// summaries' time of its growth would reach the trigger.
+    pub fn due(&self, agent: &AgentId, tokens: u32, at: u32, trigger: u32) -> bool {
+        let mut agents = engram_store::lock(&self.agents);
+        if tokens <= at {
+            agents.remove(agent);
+            return false;
+        }
+        let now = Instant::now();
+        let rate = match agents.get(agent) {
+            Some(&Growth {
+                tokens: before,
+                at: then,
+                rate,
+            }) if tokens >= before => {
+                let secs = now.duration_since(then).as_secs_f64();
+                match secs > 0.0 {
+                    true => Some(average(rate, f64::from(tokens - before) / secs)),
+                    false => rate,
+                }
+            }
+            _ => None,
+        };
+        let growth = Growth {
+            tokens,
+            at: now,
+            rate,
+        };
+        agents.insert(agent.clone(), growth);
+        drop(agents);
+        let secs = *engram_store::lock(&self.summary_secs);
+        match (rate, secs) {
+            (Some(rate), Some(secs)) => f64::from(tokens) + 2.0 * rate * secs >= f64::from(trigger),
+            _ => true,
+        }
+    }
+
+    /// Forgets the agents not seen for `age`.
+    fn drop_older_than(&self, age: Duration) {
+        engram_store::lock(&self.agents).retain(|_, g| g.at.elapsed() <= age);
+    }
+}
 
 /// A summary ready to commit.
 #[derive(Debug)]
@@ -56,6 +139,7 @@ pub(crate) enum Ahead {
 #[derive(Debug, Default)]
 pub(crate) struct Preparations {
     slots: Mutex<HashMap<AgentId, Slot>>,
+    pub pace: Pace,
 }
 
 impl Preparations {
@@ -112,6 +196,7 @@ impl Preparations {
     /// Drops the summaries ready for longer than `age` (their agents went
     /// quiet before the trigger); returns how many.
     pub fn drop_older_than(&self, age: Duration) -> usize {
+        self.pace.drop_older_than(age);
         let mut slots = self.lock();
         let before = slots.len();
         slots.retain(|_, slot| !matches!(slot, Slot::Ready(p) if p.at.elapsed() > age));
@@ -212,6 +297,26 @@ mod tests {
         // A summary of an earlier epoch is stale: a new one may start.
         p.claim(&a, Some(1)).unwrap().ready(prepared(1));
         assert!(p.claim(&a, Some(2)).is_some());
+    }
+
+    #[test]
+    fn a_summary_starts_when_two_of_its_times_of_growth_reach_the_trigger() {
+        let pace = Pace::default();
+        let a = AgentId::parse("a").unwrap();
+        // Below the ratio: never; past it, with nothing timed: at once.
+        assert!(!pace.due(&a, 500, 600, 800));
+        assert!(pace.due(&a, 610, 600, 800));
+        pace.summarized(Duration::from_secs(3600));
+        // A growth measured (whatever it is, an hour's summary covers it).
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(pace.due(&a, 620, 600, 800));
+        // A summary that takes no time can wait for the trigger.
+        let quick = Pace::default();
+        quick.summarized(Duration::ZERO);
+        assert!(quick.due(&a, 610, 600, 800), "no growth measured yet");
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(!quick.due(&a, 620, 600, 800));
+        assert!(quick.due(&a, 800, 600, 800));
     }
 
     #[test]

@@ -493,6 +493,13 @@ impl Compactor {
         }
     }
 
+    /// Whether a prompt of `tokens` should start the agent's summary ahead
+    /// now: past `at` (the ratio's tokens), and late enough to be ready at
+    /// the `trigger` with little written since (see `ahead.rs`).
+    pub fn ahead_due(&self, agent: &AgentId, tokens: u32, at: u32, trigger: u32) -> bool {
+        self.ahead.pace.due(agent, tokens, at, trigger)
+    }
+
     /// The agent's summary ahead of the trigger at `epoch`: "", "writing"
     /// or "ready".
     pub fn summary_ahead(&self, agent: &AgentId, epoch: u32) -> &'static str {
@@ -577,6 +584,9 @@ impl Compactor {
         let answer = self.summarize(job, focus, working_memory).await;
         metrics::histogram!("engram_summarizer_duration_seconds")
             .record(started.elapsed().as_secs_f64());
+        if answer.is_ok() {
+            self.ahead.pace.summarized(started.elapsed());
+        }
         let e = match answer {
             Ok(answer) => return Ok(answer),
             Err(e) => e,

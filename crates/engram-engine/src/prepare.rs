@@ -29,9 +29,9 @@ struct Ask<'a> {
 
 /// What the first look at an agent's prompt decided.
 enum Look {
-    /// Its size now, and its model; past `budget.precompact_ratio`, the
-    /// next summary is written ahead.
-    Ready(Sizing, String, bool),
+    /// Its size now, and its model; and where the next summary may start
+    /// being written ahead (`budget.precompact_ratio`), if it may.
+    Ready(Sizing, String, Option<u32>),
     /// Compact first (trigger, prompt tokens now, how it may wait).
     Compact(Trigger, u32, Wait),
 }
@@ -93,7 +93,10 @@ impl Engine {
         let look = sizing::with_caches(caches, &id, &context, |c| look(&context, c, &ask, budgets));
         let (context, size, report) = match look {
             Look::Ready(size, model, ahead) => {
-                if ahead {
+                let (tokens, trigger) = (size.prompt_tokens(), size.budget.trigger_tokens);
+                if let Some(at) = ahead
+                    && self.compactor.ahead_due(&id, tokens, at, trigger)
+                {
                     self.compactor.prepare_ahead(&id, Some(context.epoch));
                 }
                 (context, (size, model), None)
@@ -229,7 +232,7 @@ fn look(context: &AgentContext, caches: &mut Caches, ask: &Ask<'_>, budgets: &Bu
             Look::Compact(trigger, tokens, Wait::NotWhileItFits)
         }
         Some(trigger) => Look::Compact(trigger, tokens, Wait::Always),
-        None => Look::Ready(size, model, ahead.is_some_and(|at| tokens > at)),
+        None => Look::Ready(size, model, ahead),
     }
 }
 
