@@ -64,13 +64,15 @@ impl Pace {
         *secs = Some(average(*secs, took.as_secs_f64()));
     }
 
-    /// Whether the agent's prompt of `tokens` (past its ratio, `at`)
-    /// should start its summary now, for the `trigger`: when no summary
-    /// was timed yet, or no growth measured, at once; else when two
+    /// Whether the agent's prompt of `tokens` should start its summary now,
+    /// for the `trigger`: never before the ratio (`at`); past it, when no
+    /// summary was timed yet or no growth measured, at once; else when two
     /// summaries' time of its growth would reach the trigger.
     pub fn due(&self, agent: &AgentId, tokens: u32, at: u32, trigger: u32) -> bool {
         let mut agents = engram_store::lock(&self.agents);
-        if tokens <= at {
+        // The growth is measured from half the ratio on, so that it is
+        // known when the ratio is passed.
+        if tokens <= at / 2 {
             agents.remove(agent);
             return false;
         }
@@ -96,6 +98,9 @@ impl Pace {
         };
         agents.insert(agent.clone(), growth);
         drop(agents);
+        if tokens <= at {
+            return false;
+        }
         let secs = *engram_store::lock(&self.summary_secs);
         match (rate, secs) {
             (Some(rate), Some(secs)) => f64::from(tokens) + 2.0 * rate * secs >= f64::from(trigger),
@@ -306,6 +311,7 @@ mod tests {
         // Below the ratio: never; past it, with nothing timed: at once.
         assert!(!pace.due(&a, 500, 600, 800));
         assert!(pace.due(&a, 610, 600, 800));
+        assert!(!pace.due(&a, 200, 600, 800), "compacted");
         pace.summarized(Duration::from_secs(3600));
         // A growth measured (whatever it is, an hour's summary covers it).
         std::thread::sleep(Duration::from_millis(5));
@@ -314,7 +320,13 @@ mod tests {
         let quick = Pace::default();
         quick.summarized(Duration::ZERO);
         assert!(quick.due(&a, 610, 600, 800), "no growth measured yet");
+        let b = AgentId::parse("b").unwrap();
+        assert!(
+            !quick.due(&b, 400, 600, 800),
+            "measured from half the ratio"
+        );
         std::thread::sleep(Duration::from_millis(5));
+        assert!(!quick.due(&b, 610, 600, 800));
         assert!(!quick.due(&a, 620, 600, 800));
         assert!(quick.due(&a, 800, 600, 800));
     }
