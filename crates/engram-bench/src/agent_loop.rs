@@ -157,7 +157,10 @@ pub fn run(args: &Args, engramd: &Path, data_dir: &Path, pg: Option<String>) -> 
     let llm = match args.loop_summarizer_ms {
         0 => String::new(),
         ms => {
-            let base = runtime.block_on(crate::slow_llm::serve(Duration::from_millis(ms)))?;
+            // The chaos run's stand-in: a summary after `ms`, every call.
+            let calls = std::sync::Arc::default();
+            let delay = Duration::from_millis(ms);
+            let base = runtime.block_on(engram_chaos::slow_llm::serve(delay, calls))?;
             format!("[llm]\nbase_url = {base:?}\nmodel = \"bench\"\n")
         }
     };

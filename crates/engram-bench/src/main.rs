@@ -21,7 +21,6 @@ mod ingest;
 mod prepare;
 mod recall;
 mod server;
-mod slow_llm;
 mod users;
 mod words;
 
