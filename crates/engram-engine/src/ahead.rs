@@ -11,10 +11,12 @@
 //!   (the oldest whole turns but the raw tail); turns that arrive
 //!   meanwhile stay in the transcript. So it starts as late as it can and
 //!   still be ready at the trigger ([`Pace`]): past the ratio, once the
-//!   prompt's growth over two summaries' time would reach the trigger. A
+//!   prompt's growth over one summary's time would reach the trigger. A
 //!   summary started at the ratio itself would leave the turns between
 //!   ratio and trigger active after the commit, and the agent would
-//!   compact more often than it does waiting (more summarizer calls).
+//!   compact more often than it does waiting (more summarizer calls). One
+//!   that is late costs no wait: past the trigger, prompts that fit the
+//!   input budget go out uncompacted until it is ready.
 //! - The commit (`Compactor::commit_prepared`) takes the lock again; the
 //!   store refuses a summary whose window is no longer the agent's (a
 //!   compaction, a forget or a microcompact since) as stale, and the
@@ -66,8 +68,8 @@ impl Pace {
 
     /// Whether the agent's prompt of `tokens` should start its summary now,
     /// for the `trigger`: never before the ratio (`at`); past it, when no
-    /// summary was timed yet or no growth measured, at once; else when two
-    /// summaries' time of its growth would reach the trigger.
+    /// summary was timed yet or no growth measured, at once; else when one
+    /// summary's time of its growth would reach the trigger.
     pub fn due(&self, agent: &AgentId, tokens: u32, at: u32, trigger: u32) -> bool {
         let mut agents = engram_store::lock(&self.agents);
         // The growth is measured from half the ratio on, so that it is
@@ -103,7 +105,7 @@ impl Pace {
         }
         let secs = *engram_store::lock(&self.summary_secs);
         match (rate, secs) {
-            (Some(rate), Some(secs)) => f64::from(tokens) + 2.0 * rate * secs >= f64::from(trigger),
+            (Some(rate), Some(secs)) => f64::from(tokens) + rate * secs >= f64::from(trigger),
             _ => true,
         }
     }
@@ -305,7 +307,7 @@ mod tests {
     }
 
     #[test]
-    fn a_summary_starts_when_two_of_its_times_of_growth_reach_the_trigger() {
+    fn a_summary_starts_when_its_time_of_growth_would_reach_the_trigger() {
         let pace = Pace::default();
         let a = AgentId::parse("a").unwrap();
         // Below the ratio: never; past it, with nothing timed: at once.
