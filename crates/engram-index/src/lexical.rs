@@ -104,6 +104,10 @@ pub struct Lexical {
     writer: Option<IndexWriter>,
     fields: Fields,
     analyzer: TextAnalyzer,
+    /// The terms the `when` field can hold besides numbers (the analyzed
+    /// month and weekday names): a query term that is neither is not
+    /// looked up there (a lookup per term and segment, for no match).
+    date_terms: std::collections::HashSet<String>,
     /// Event time of every trace by conversation order: a hit's
     /// neighbours without a query per hit.
     traces: BTreeMap<u64, f64>,
@@ -138,12 +142,17 @@ impl Lexical {
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
             .try_into()?;
+        let mut analyzer = analyzer::analyzer();
+        let date_terms = crate::time::names()
+            .flat_map(|name| analyzer::terms(&mut analyzer, name, 4))
+            .collect();
         let mut me = Self {
             index,
             reader,
             writer: None,
             fields,
-            analyzer: analyzer::analyzer(),
+            analyzer,
+            date_terms,
             traces: BTreeMap::new(),
         };
         me.load_traces()?;
@@ -327,10 +336,13 @@ impl Lexical {
             return Ok(Vec::new());
         }
         let f = self.fields;
+        let in_when =
+            |t: &String| t.bytes().all(|b| b.is_ascii_digit()) || self.date_terms.contains(t);
         let words: Vec<(Occur, Box<dyn Query>)> = terms
             .iter()
             .flat_map(|t| {
-                [f.text, f.when].map(|field| {
+                let fields = [Some(f.text), in_when(t).then_some(f.when)];
+                fields.into_iter().flatten().map(|field| {
                     let q = TermQuery::new(
                         Term::from_field_text(field, t),
                         IndexRecordOption::WithFreqs,

@@ -29,6 +29,12 @@ const WEEKDAYS: [&str; 7] = [
     "Wednesday",
 ];
 
+/// Every word [`words`] writes that is not a number: the month and
+/// weekday names.
+pub fn names() -> impl Iterator<Item = &'static str> {
+    MONTHS.into_iter().chain(WEEKDAYS)
+}
+
 /// Days since 1970-01-01 of a time that is a real date (year 1970 to 9999).
 fn day(ts: f64) -> Option<i64> {
     (ts.is_finite() && ts > 0.0 && ts <= 253_402_300_799.0).then(|| (ts / 86_400.0).floor() as i64)

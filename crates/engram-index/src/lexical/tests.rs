@@ -61,6 +61,11 @@ fn stems_rank_and_dates_match() {
         ["b"]
     );
     assert_eq!(keys(&mut index, "on 8 May", &Filter::default()), ["a"]);
+    // Every kind of word the date is written with: weekday, year.
+    assert_eq!(keys(&mut index, "that Monday", &Filter::default()), ["a"]);
+    let mut both = keys(&mut index, "in 2023", &Filter::default());
+    both.sort();
+    assert_eq!(both, ["a", "b"]);
     assert_eq!(index.payload().unwrap().as_deref(), Some("p1"));
 }
 
