@@ -43,13 +43,15 @@ pub(crate) struct Pace {
     agents: Mutex<HashMap<AgentId, Growth>>,
 }
 
-/// An agent's last prompt's tokens and time, and its growth in tokens a
-/// second (moving average).
+/// An agent's last prompt's tokens, turns and time, and its growth in
+/// tokens and turns a second (moving averages).
 #[derive(Debug, Clone, Copy)]
 struct Growth {
     tokens: u32,
+    turns: u32,
     at: Instant,
     rate: Option<f64>,
+    turn_rate: Option<f64>,
 }
 
 /// Weight of the newest sample in the moving averages.
@@ -70,7 +72,7 @@ impl Pace {
     /// for the `trigger`: never before the ratio (`at`); past it, when no
     /// summary was timed yet or no growth measured, at once; else when one
     /// summary's time of its growth would reach the trigger.
-    pub fn due(&self, agent: &AgentId, tokens: u32, at: u32, trigger: u32) -> bool {
+    pub fn due(&self, agent: &AgentId, (tokens, turns): (u32, u32), at: u32, trigger: u32) -> bool {
         let mut agents = engram_store::lock(&self.agents);
         // The growth is measured from half the ratio on, so that it is
         // known when the ratio is passed.
@@ -79,24 +81,25 @@ impl Pace {
             return false;
         }
         let now = Instant::now();
-        let rate = match agents.get(agent) {
-            Some(&Growth {
-                tokens: before,
-                at: then,
-                rate,
-            }) if tokens >= before => {
-                let secs = now.duration_since(then).as_secs_f64();
+        let (rate, turn_rate) = match agents.get(agent) {
+            Some(g) if tokens >= g.tokens && turns >= g.turns => {
+                let secs = now.duration_since(g.at).as_secs_f64();
                 match secs > 0.0 {
-                    true => Some(average(rate, f64::from(tokens - before) / secs)),
-                    false => rate,
+                    true => (
+                        Some(average(g.rate, f64::from(tokens - g.tokens) / secs)),
+                        Some(average(g.turn_rate, f64::from(turns - g.turns) / secs)),
+                    ),
+                    false => (g.rate, g.turn_rate),
                 }
             }
-            _ => None,
+            _ => (None, None),
         };
         let growth = Growth {
             tokens,
+            turns,
             at: now,
             rate,
+            turn_rate,
         };
         agents.insert(agent.clone(), growth);
         drop(agents);
@@ -107,6 +110,22 @@ impl Pace {
         match (rate, secs) {
             (Some(rate), Some(secs)) => f64::from(tokens) + rate * secs >= f64::from(trigger),
             _ => true,
+        }
+    }
+
+    /// The turns the agent is expected to add while a summary is written
+    /// (0 before both are measured): a summary started now keeps that many
+    /// fewer turns raw, so that when it is committed the raw tail is what a
+    /// compaction that waited would have kept, and the agent compacts no
+    /// more often than it would waiting.
+    pub fn turns_during_summary(&self, agent: &AgentId) -> usize {
+        let secs = *engram_store::lock(&self.summary_secs);
+        let rate = engram_store::lock(&self.agents)
+            .get(agent)
+            .and_then(|g| g.turn_rate);
+        match (rate, secs) {
+            (Some(rate), Some(secs)) => (rate * secs).round() as usize,
+            _ => 0,
         }
     }
 
@@ -311,26 +330,42 @@ mod tests {
         let pace = Pace::default();
         let a = AgentId::parse("a").unwrap();
         // Below the ratio: never; past it, with nothing timed: at once.
-        assert!(!pace.due(&a, 500, 600, 800));
-        assert!(pace.due(&a, 610, 600, 800));
-        assert!(!pace.due(&a, 200, 600, 800), "compacted");
+        assert!(!pace.due(&a, (500, 1), 600, 800));
+        assert!(pace.due(&a, (610, 1), 600, 800));
+        assert!(!pace.due(&a, (200, 1), 600, 800), "compacted");
         pace.summarized(Duration::from_secs(3600));
         // A growth measured (whatever it is, an hour's summary covers it).
         std::thread::sleep(Duration::from_millis(5));
-        assert!(pace.due(&a, 620, 600, 800));
+        assert!(pace.due(&a, (620, 1), 600, 800));
         // A summary that takes no time can wait for the trigger.
         let quick = Pace::default();
         quick.summarized(Duration::ZERO);
-        assert!(quick.due(&a, 610, 600, 800), "no growth measured yet");
+        assert!(quick.due(&a, (610, 1), 600, 800), "no growth measured yet");
         let b = AgentId::parse("b").unwrap();
         assert!(
-            !quick.due(&b, 400, 600, 800),
+            !quick.due(&b, (400, 1), 600, 800),
             "measured from half the ratio"
         );
         std::thread::sleep(Duration::from_millis(5));
-        assert!(!quick.due(&b, 610, 600, 800));
-        assert!(!quick.due(&a, 620, 600, 800));
-        assert!(quick.due(&a, 800, 600, 800));
+        assert!(!quick.due(&b, (610, 1), 600, 800));
+        assert!(!quick.due(&a, (620, 1), 600, 800));
+        assert!(quick.due(&a, (800, 1), 600, 800));
+    }
+
+    #[test]
+    fn the_turns_that_come_during_a_summary_are_counted_from_the_pace() {
+        let pace = Pace::default();
+        let a = AgentId::parse("a").unwrap();
+        assert!(pace.due(&a, (610, 10), 600, 800));
+        std::thread::sleep(Duration::from_millis(5));
+        pace.due(&a, (620, 11), 600, 800);
+        assert_eq!(pace.turns_during_summary(&a), 0, "no summary timed");
+        pace.summarized(Duration::from_secs(1));
+        // At most one turn in the 5 ms or more measured: up to 200 a second.
+        let n = pace.turns_during_summary(&a);
+        assert!((1..=200).contains(&n), "{n}");
+        pace.summarized(Duration::ZERO);
+        assert!(pace.turns_during_summary(&a) < n);
     }
 
     #[test]

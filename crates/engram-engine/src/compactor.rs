@@ -333,7 +333,7 @@ impl Compactor {
                 Err(e) => out.failed(e),
             };
         }
-        let (mut job, policy) = match self.begin(agent, trigger).await {
+        let (mut job, policy) = match self.begin(agent, trigger, 0).await {
             Ok(begun) => begun,
             Err(e) => return out.failed(e),
         };
@@ -418,6 +418,7 @@ impl Compactor {
         &self,
         agent: &AgentId,
         trigger: Trigger,
+        fewer_raw: usize,
     ) -> Result<(Job, Policy), CompactionError> {
         if trigger != Trigger::Manual
             && let Some(left) = self.pauses.remaining(agent)
@@ -427,7 +428,8 @@ impl Compactor {
                 resumes_in_secs: left.as_secs_f64().ceil() as u64,
             });
         }
-        let policy = self.policy_for(trigger);
+        let mut policy = self.policy_for(trigger);
+        policy.raw_tail_turns = policy.raw_tail_turns.saturating_sub(fewer_raw);
         match self.store.begin_compaction(agent, policy).await {
             Ok(Begun::Job(job)) => Ok((job, policy)),
             Ok(Begun::Nothing) => Err(CompactionError::NothingToCompact {

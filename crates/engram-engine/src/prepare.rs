@@ -95,7 +95,9 @@ impl Engine {
             Look::Ready(size, model, ahead) => {
                 let (tokens, trigger) = (size.prompt_tokens(), size.budget.trigger_tokens);
                 if let Some(at) = ahead
-                    && self.compactor.ahead_due(&id, tokens, at, trigger)
+                    && self
+                        .compactor
+                        .ahead_due(&id, (tokens, context.turns), at, trigger)
                 {
                     self.compactor.prepare_ahead(&id, Some(context.epoch));
                 }

@@ -39,8 +39,11 @@ impl Compactor {
         let Some(claim) = self.ahead.claim(agent, epoch) else {
             return Ok(());
         };
-        // A failure here drops the claim: nothing is under way.
-        let (job, policy) = self.begin(agent, Trigger::Estimate).await?;
+        // The turns that will come while it is written stay raw instead of
+        // as many of the tail (`Pace::turns_during_summary`). A failure
+        // here drops the claim: nothing is under way.
+        let fewer_raw = self.ahead.pace.turns_during_summary(agent);
+        let (job, policy) = self.begin(agent, Trigger::Estimate, fewer_raw).await?;
         let this = self.clone();
         let agent = agent.clone();
         tokio::spawn(async move {
@@ -123,11 +126,12 @@ impl Compactor {
         }
     }
 
-    /// Whether a prompt of `tokens` should start the agent's summary ahead
-    /// now: past `at` (the ratio's tokens), and late enough to be ready at
-    /// the `trigger` with little written since (see `ahead.rs`).
-    pub fn ahead_due(&self, agent: &AgentId, tokens: u32, at: u32, trigger: u32) -> bool {
-        self.ahead.pace.due(agent, tokens, at, trigger)
+    /// Whether a prompt of `size` (its tokens, and the agent's turns)
+    /// should start the agent's summary ahead now: past `at` (the ratio's
+    /// tokens), and late enough to be ready at the `trigger` with little
+    /// written since (see `ahead.rs`).
+    pub fn ahead_due(&self, agent: &AgentId, size: (u32, u32), at: u32, trigger: u32) -> bool {
+        self.ahead.pace.due(agent, size, at, trigger)
     }
 
     /// The agent's summary ahead of the trigger at `epoch`: "", "writing"
