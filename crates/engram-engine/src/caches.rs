@@ -22,6 +22,36 @@ pub struct Caches {
     pub recall: Option<Arc<TurnRecall>>,
     /// The memory blocks' section, under a hash of what it was made from.
     pub blocks: Option<(u64, Arc<engram_core::blocks::Section>)>,
+    /// Token counts of recalled entries (`recall::attach`).
+    pub recall_tokens: EntryTokens,
+}
+
+/// Token counts of recall entries by a hash of their encoding and text:
+/// the same memories come back turn after turn, and counting them was a
+/// fifth of a recalling prompt's time. Emptied when it holds
+/// [`EntryTokens::MAX`].
+#[derive(Debug, Default)]
+pub struct EntryTokens(std::collections::HashMap<u64, u32>);
+
+impl EntryTokens {
+    const MAX: usize = 1024;
+
+    /// The tokens of `text` in `encoding`, counted once.
+    pub fn count(&mut self, encoding: engram_core::tokens::Encoding, text: &str) -> u32 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (encoding, text).hash(&mut h);
+        let key = h.finish();
+        if let Some(&n) = self.0.get(&key) {
+            return n;
+        }
+        if self.0.len() >= Self::MAX {
+            self.0.clear();
+        }
+        let n = engram_core::tokens::count_text(encoding, text);
+        self.0.insert(key, n);
+        n
+    }
 }
 
 /// One memory as the block shows it, and as the response lists it.
@@ -124,5 +154,20 @@ mod tests {
         assert_eq!(caches.evict_idle(Duration::from_secs(60)), 0);
         assert_eq!(caches.evict_idle(Duration::ZERO), 2);
         assert!(caches.is_empty());
+    }
+
+    #[test]
+    fn entry_tokens_are_counted_once_and_stay_bounded() {
+        use engram_core::tokens::{Encoding, count_text};
+        let mut counted = EntryTokens::default();
+        let text = "- (2023-05-08, turn_0003)\n  Caroline: I went to the support group.";
+        for encoding in [Encoding::O200k, Encoding::Cl100k] {
+            assert_eq!(counted.count(encoding, text), count_text(encoding, text));
+            assert_eq!(counted.count(encoding, text), count_text(encoding, text));
+        }
+        for n in 0..3 * EntryTokens::MAX {
+            counted.count(Encoding::O200k, &n.to_string());
+        }
+        assert!(counted.0.len() <= EntryTokens::MAX);
     }
 }

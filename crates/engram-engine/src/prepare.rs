@@ -257,8 +257,10 @@ fn build(
         )
     };
     let encoding = tokens::encoding_for(&model);
-    let attached = recalled
-        .and_then(|(recall, max)| recall::attach(recall, &context.messages, encoding, room(max)));
+    let attached = recalled.and_then(|(recall, max)| {
+        let counted = &mut caches.recall_tokens;
+        recall::attach(recall, &context.messages, encoding, room(max), counted)
+    });
     // Compaction is about the transcript: its report leaves the block out;
     // the prompt's estimate counts it.
     let transcript_tokens = size.prompt_tokens();

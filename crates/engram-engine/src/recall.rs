@@ -217,6 +217,7 @@ pub fn attach(
     messages: &[Message],
     encoding: Encoding,
     room: u32,
+    counted: &mut caches::EntryTokens,
 ) -> Option<Attached> {
     let carrier = messages.get(recall.at)?;
     // "\n\n" before the header and "\n" before each entry.
@@ -224,7 +225,7 @@ pub fn attach(
     let mut block = String::from(HEADER);
     let mut recalled = Vec::new();
     for entry in &recall.entries {
-        let cost = tokens::count_text(encoding, &format!("\n{}", entry.text));
+        let cost = counted.count(encoding, &format!("\n{}", entry.text));
         if tokens + cost > room {
             break;
         }

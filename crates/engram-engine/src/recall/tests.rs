@@ -153,7 +153,8 @@ fn the_block_goes_on_the_current_user_message_and_fits_its_room() {
         Message::text(Role::Assistant, "Let me look."),
     ];
     let encoding = tokens::encoding_for("gpt-4o");
-    let all = attach(&recall, &messages, encoding, 1500).unwrap();
+    let mut entry_tokens = crate::caches::EntryTokens::default();
+    let all = attach(&recall, &messages, encoding, 1500, &mut entry_tokens).unwrap();
     assert_eq!(all.at, 1);
     assert_eq!(
         all.message.content,
@@ -172,10 +173,17 @@ fn the_block_goes_on_the_current_user_message_and_fits_its_room() {
     );
 
     // Room for the first entry only; then for none.
-    let first = attach(&recall, &messages, encoding, all.tokens - 1).unwrap();
+    let first = attach(
+        &recall,
+        &messages,
+        encoding,
+        all.tokens - 1,
+        &mut entry_tokens,
+    )
+    .unwrap();
     assert_eq!(first.recalled.len(), 1);
     assert!(first.tokens < all.tokens);
-    assert!(attach(&recall, &messages, encoding, 5).is_none());
+    assert!(attach(&recall, &messages, encoding, 5, &mut entry_tokens).is_none());
 }
 
 #[test]
