@@ -285,6 +285,9 @@ impl FileStore {
         let delta = delta.filter(|d| {
             let later = lag == Lag::ActiveTraces && from.is_some_and(|from| d.active_only(from));
             if later {
+                handle
+                    .recalls
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
                 self.index_later(id);
             }
             !later

@@ -91,8 +91,9 @@ impl FileStore {
     }
 
     /// Asks the indexer to read in (and with a model, embed) what `id`
-    /// wrote. Without a model only an open index is kept up: an agent that
-    /// never searches costs no index work.
+    /// wrote. Without a model only the open index of an agent whose recall
+    /// left it work is kept up: an agent that never recalls costs no index
+    /// work (its searches catch up for themselves).
     pub(crate) fn index_later(&self, id: &AgentId) {
         self.note_change(id);
         if self.inner.indexer.is_some() || self.index_is_open(id) {
@@ -100,12 +101,13 @@ impl FileStore {
         }
     }
 
-    /// Whether `id`'s index is open (or in use, so opening).
+    /// Whether `id` recalls and its index is open (or in use, so opening).
     fn index_is_open(&self, id: &AgentId) -> bool {
         let agents = engram_store::lock(&self.inner.agents);
-        agents
-            .get(id)
-            .is_some_and(|h| h.index.try_lock().map_or(true, |slot| slot.is_some()))
+        agents.get(id).is_some_and(|h| {
+            h.recalls.load(std::sync::atomic::Ordering::Relaxed)
+                && h.index.try_lock().map_or(true, |slot| slot.is_some())
+        })
     }
 
     /// Starts the indexer task on `rx`, the indexer's queue. It holds the

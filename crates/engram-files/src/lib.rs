@@ -131,6 +131,9 @@ struct AgentHandle {
     index: index::IndexSlot,
     /// Items left to embed, as the indexer last saw them.
     embedded: tokio::sync::watch::Sender<usize>,
+    /// A prompt's recall has left active traces to the indexer: without a
+    /// model, the indexer keeps this agent's open index caught up.
+    recalls: AtomicBool,
     /// Set once the agent this handle stood for is gone (deleted, under
     /// both locks; or found absent and dropped from the registry, under the
     /// agent's): a call still holding it answers NOT_FOUND rather than read
@@ -292,6 +295,7 @@ impl FileStore {
                     last_used: AtomicU64::new(0),
                     index: Arc::default(),
                     embedded: tokio::sync::watch::Sender::new(0),
+                    recalls: AtomicBool::new(false),
                     retired: AtomicBool::new(false),
                 })
             }),
