@@ -1,7 +1,7 @@
 //! The background indexer: embeds what the lexical index holds and the
 //! vectors do not, off the Ingest path; without a model, it keeps the open
-//! indexes (those of agents that search or recall) caught up, so that a
-//! prompt's recall finds them committed and pays for no commit itself.
+//! indexes of agents that recall caught up, so that a prompt's recall
+//! finds them committed and pays for no commit itself.
 //!
 //! A write names its agent to a bounded queue (an agent already queued is
 //! not queued twice; when the queue is full the name is dropped, and the
