@@ -36,12 +36,7 @@ impl Budgets {
             safety_margin_tokens: self.section.safety_margin_tokens,
             compaction_ratio: self.section.compaction_ratio,
         };
-        let by_model = self
-            .models
-            .iter()
-            .find(|(prefix, _)| normalized.starts_with(prefix.as_str()))
-            .map(|(_, o)| o);
-        for o in by_model.into_iter().chain(self.section.agents.get(agent)) {
+        for o in self.overrides(agent, &normalized) {
             limits.context_tokens = o.context_tokens.unwrap_or(limits.context_tokens);
             limits.max_output_tokens = o.max_output_tokens.unwrap_or(limits.max_output_tokens);
             policy.compaction_ratio = o.compaction_ratio.unwrap_or(policy.compaction_ratio);
@@ -52,18 +47,27 @@ impl Budgets {
         TokenBudget::compute(limits, max_output, policy)
     }
 
-    /// Where `agent`'s next summary starts in the background, in tokens,
-    /// for `budget` (its budget for `model`); `None`: off.
-    pub fn precompact_tokens(&self, agent: &str, model: &str, budget: &TokenBudget) -> Option<u32> {
-        let normalized = budget::normalize_model(model);
+    /// The overrides that apply, the later winning: the longest model
+    /// prefix of `normalized` (a normalized model name), then the agent's.
+    fn overrides<'a>(
+        &'a self,
+        agent: &str,
+        normalized: &str,
+    ) -> impl Iterator<Item = &'a BudgetOverride> {
         let by_model = self
             .models
             .iter()
             .find(|(prefix, _)| normalized.starts_with(prefix.as_str()))
             .map(|(_, o)| o);
-        let ratio = by_model
-            .into_iter()
-            .chain(self.section.agents.get(agent))
+        by_model.into_iter().chain(self.section.agents.get(agent))
+    }
+
+    /// Where `agent`'s next summary starts in the background, in tokens,
+    /// for `budget` (its budget for `model`); `None`: off.
+    pub fn precompact_tokens(&self, agent: &str, model: &str, budget: &TokenBudget) -> Option<u32> {
+        let normalized = budget::normalize_model(model);
+        let ratio = self
+            .overrides(agent, &normalized)
             .fold(self.section.precompact_ratio, |r, o| {
                 o.precompact_ratio.unwrap_or(r)
             });

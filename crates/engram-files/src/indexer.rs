@@ -96,13 +96,14 @@ impl FileStore {
     /// work (its searches catch up for themselves).
     pub(crate) fn index_later(&self, id: &AgentId) {
         self.note_change(id);
-        if self.inner.indexer.is_some() || self.index_is_open(id) {
+        if self.inner.indexer.is_some() || self.keeps_up(id) {
             self.inner.queue.enqueue(id);
         }
     }
 
-    /// Whether `id` recalls and its index is open (or in use, so opening).
-    fn index_is_open(&self, id: &AgentId) -> bool {
+    /// Whether the indexer keeps `id`'s index up without a model: it
+    /// recalls, and its index is open (or in use, so opening).
+    fn keeps_up(&self, id: &AgentId) -> bool {
         let agents = engram_store::lock(&self.inner.agents);
         agents.get(id).is_some_and(|h| {
             h.recalls.load(std::sync::atomic::Ordering::Relaxed)
