@@ -10,11 +10,14 @@
 //!   latency while a compaction waits for its summary.
 //! - `hostile`: token counting of 1M characters without whitespace, and
 //!   small-Ingest latency while other clients prepare 1M-character prompts.
+//! - `embed`: the local model alone, f32 against int8: messages a second,
+//!   one query's latency, and how near the two precisions' vectors are.
 //! - `facts`: AddMemories throughput and ListMemories/GetMemory latency by
 //!   how many facts an agent has.
 
 mod agent_loop;
 mod compact;
+mod embed;
 mod facts;
 mod hostile;
 mod ingest;
@@ -52,6 +55,8 @@ enum Command {
     Recall(recall::Args),
     /// A new conversation's first prompt, by how many the user had before.
     Users(users::Args),
+    /// The local model alone: f32 against int8.
+    Embed(embed::Args),
     /// AddMemories throughput and ListMemories/GetMemory latency by facts.
     Facts(facts::Args),
 }
@@ -65,5 +70,6 @@ fn main() -> anyhow::Result<()> {
         Command::Recall(args) => recall::run(args),
         Command::Users(args) => users::run(args),
         Command::Facts(args) => facts::run(args),
+        Command::Embed(args) => embed::run(args),
     }
 }

@@ -11,6 +11,8 @@ use std::collections::HashMap;
 use candle_core::{DType, Device, Tensor};
 use serde::Deserialize;
 
+use crate::int8::Int8Weight;
+
 type Result<T> = candle_core::Result<T>;
 
 /// The fields of a Hugging Face `config.json` this encoder reads.
@@ -35,14 +37,54 @@ fn default_act() -> String {
     "gelu".to_owned()
 }
 
+/// How the dense layers multiply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    /// The checkpoint's own numbers.
+    F32,
+    /// Weights and inputs quantized to bytes (`int8.rs`).
+    Int8,
+}
+
+impl Precision {
+    /// Int8 where the CPU multiplies bytes natively (AVX-512 VNNI), else
+    /// f32: without VNNI the int8 products are slower than f32's.
+    pub fn fastest() -> Self {
+        if crate::int8::vnni_available() {
+            Self::Int8
+        } else {
+            Self::F32
+        }
+    }
+}
+
 /// A dense layer with its weight stored `[in, out]`, ready to multiply.
 #[derive(Debug)]
 struct Dense {
-    weight: Tensor,
+    weight: Weight,
     bias: Vec<f32>,
 }
 
+#[derive(Debug)]
+enum Weight {
+    F32(Tensor),
+    Int8(Int8Weight),
+}
+
 impl Dense {
+    /// `weight` is `[in, out]`.
+    fn new(weight: Tensor, bias: Vec<f32>, precision: Precision) -> Result<Self> {
+        let weight = match precision {
+            Precision::F32 => Weight::F32(weight),
+            Precision::Int8 => {
+                let (inputs, outputs) = weight.dims2()?;
+                let values = weight.flatten_all()?.to_vec1::<f32>()?;
+                Weight::Int8(Int8Weight::new(&values, inputs, outputs))
+            }
+        };
+        Ok(Self { weight, bias })
+    }
+
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         self.forward_then(x, |_| ())
     }
@@ -51,9 +93,21 @@ impl Dense {
     /// rather than with candle's `broadcast_add`, whose strided path took
     /// an eighth of the encoder's time.
     fn forward_then(&self, x: &Tensor, then: impl Fn(&mut [f32])) -> Result<Tensor> {
-        let product = x.matmul(&self.weight)?;
-        let shape = product.shape().clone();
-        let mut values = product.flatten_all()?.to_vec1::<f32>()?;
+        let (shape, mut values) = match &self.weight {
+            Weight::Int8(int8) => {
+                let rows = x.dims()[0];
+                let input = x.flatten_all()?.to_vec1::<f32>()?;
+                let shape = candle_core::Shape::from((rows, int8.outputs()));
+                (shape, int8.forward(&input, rows))
+            }
+            Weight::F32(weight) => {
+                let product = x.matmul(weight)?;
+                (
+                    product.shape().clone(),
+                    product.flatten_all()?.to_vec1::<f32>()?,
+                )
+            }
+        };
         for row in values.chunks_exact_mut(self.bias.len()) {
             row.iter_mut().zip(&self.bias).for_each(|(v, b)| *v += b);
             then(row);
@@ -64,15 +118,42 @@ impl Dense {
 
 #[derive(Debug)]
 struct Norm {
-    weight: Tensor,
-    bias: Tensor,
+    weight: Vec<f32>,
+    bias: Vec<f32>,
     eps: f32,
 }
 
 impl Norm {
+    /// Layer normalization of each row. Written here because candle's CPU
+    /// kernel sums one float at a time (a tenth of a short query's time);
+    /// eight running sums let the compiler use vector registers.
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        candle_nn::ops::layer_norm(x, &self.weight, &self.bias, self.eps)
+        let shape = x.shape().clone();
+        let mut values = x.flatten_all()?.to_vec1::<f32>()?;
+        let n = self.weight.len();
+        for row in values.chunks_exact_mut(n) {
+            let mean = lanes_sum(row, |v| v) / n as f32;
+            let var = lanes_sum(row, |v| (v - mean) * (v - mean)) / n as f32;
+            let inv = 1.0 / (var + self.eps).sqrt();
+            for ((v, w), b) in row.iter_mut().zip(&self.weight).zip(&self.bias) {
+                *v = (*v - mean) * inv * w + b;
+            }
+        }
+        Tensor::from_vec(values, shape, &Device::Cpu)
     }
+}
+
+/// `Σ f(v)` over `values` in eight interleaved sums.
+fn lanes_sum(values: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut lanes = [0f32; 8];
+    let mut chunks = values.chunks_exact(8);
+    for chunk in &mut chunks {
+        for (l, v) in lanes.iter_mut().zip(chunk) {
+            *l += f(*v);
+        }
+    }
+    let tail: f32 = chunks.remainder().iter().map(|&v| f(v)).sum();
+    lanes.iter().sum::<f32>() + tail
 }
 
 #[derive(Debug)]
@@ -102,6 +183,7 @@ struct Weights {
     tensors: HashMap<String, Tensor>,
     /// `bert.` in checkpoints saved from a `BertFor…` model.
     prefix: &'static str,
+    precision: Precision,
 }
 
 impl Weights {
@@ -120,19 +202,25 @@ impl Weights {
         tensor.to_dtype(DType::F32)
     }
 
-    /// A PyTorch `Linear` (`[out, in]`) turned into a [`Dense`].
-    fn dense(&mut self, name: &str, inputs: usize, outputs: usize) -> Result<Dense> {
+    /// A PyTorch `Linear` (`[out, in]`): its weight as `[in, out]`, and
+    /// its bias.
+    fn linear(&mut self, name: &str, inputs: usize, outputs: usize) -> Result<(Tensor, Vec<f32>)> {
         let weight = self.take(&format!("{name}.weight"), &[outputs, inputs])?;
-        Ok(Dense {
-            weight: weight.t()?.contiguous()?,
-            bias: self.take(&format!("{name}.bias"), &[outputs])?.to_vec1()?,
-        })
+        Ok((
+            weight.t()?.contiguous()?,
+            self.take(&format!("{name}.bias"), &[outputs])?.to_vec1()?,
+        ))
+    }
+
+    fn dense(&mut self, name: &str, inputs: usize, outputs: usize) -> Result<Dense> {
+        let (weight, bias) = self.linear(name, inputs, outputs)?;
+        Dense::new(weight, bias, self.precision)
     }
 
     fn norm(&mut self, name: &str, hidden: usize, eps: f64) -> Result<Norm> {
         Ok(Norm {
-            weight: self.take(&format!("{name}.weight"), &[hidden])?,
-            bias: self.take(&format!("{name}.bias"), &[hidden])?,
+            weight: self.take(&format!("{name}.weight"), &[hidden])?.to_vec1()?,
+            bias: self.take(&format!("{name}.bias"), &[hidden])?.to_vec1()?,
             eps: eps as f32,
         })
     }
@@ -140,7 +228,7 @@ impl Weights {
 
 impl Bert {
     /// The encoder from a safetensors checkpoint's bytes.
-    pub fn load(safetensors: &[u8], config: &Config) -> Result<Self> {
+    pub fn load(safetensors: &[u8], config: &Config, precision: Precision) -> Result<Self> {
         let bad = |what: String| candle_core::Error::Msg(what);
         if config.hidden_act != "gelu" {
             return Err(bad(format!(
@@ -166,18 +254,23 @@ impl Bert {
             .get(&format!("{prefix}embeddings.word_embeddings.weight"))
             .and_then(|t| t.dims().first().copied())
             .unwrap_or(0);
-        let mut w = Weights { tensors, prefix };
+        let mut w = Weights {
+            tensors,
+            prefix,
+            precision,
+        };
         let eps = config.layer_norm_eps;
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         for i in 0..config.num_hidden_layers {
             let at = |part: &str| format!("encoder.layer.{i}.{part}");
-            let q = w.dense(&at("attention.self.query"), hidden, hidden)?;
-            let k = w.dense(&at("attention.self.key"), hidden, hidden)?;
-            let v = w.dense(&at("attention.self.value"), hidden, hidden)?;
-            let qkv = Dense {
-                weight: Tensor::cat(&[&q.weight, &k.weight, &v.weight], 1)?,
-                bias: [q.bias, k.bias, v.bias].concat(),
-            };
+            let q = w.linear(&at("attention.self.query"), hidden, hidden)?;
+            let k = w.linear(&at("attention.self.key"), hidden, hidden)?;
+            let v = w.linear(&at("attention.self.value"), hidden, hidden)?;
+            let qkv = Dense::new(
+                Tensor::cat(&[&q.0, &k.0, &v.0], 1)?,
+                [q.1, k.1, v.1].concat(),
+                precision,
+            )?;
             layers.push(Layer {
                 qkv,
                 attention_out: w.dense(&at("attention.output.dense"), hidden, hidden)?,

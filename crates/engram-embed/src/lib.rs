@@ -8,6 +8,7 @@
 //! `1_Pooling/config.json` (mean pooling is the only pooling supported).
 
 mod bert;
+mod int8;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use serde::Deserialize;
 use tokenizers::{Tokenizer, TruncationParams};
 
 use bert::Config;
+pub use bert::Precision;
 
 /// Why a model directory could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -70,9 +72,16 @@ fn json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, LoadError> {
 }
 
 impl LocalModel {
-    /// Loads `dir`. The model id is the directory's name and a checksum of
-    /// the weights, so replaced weights under the same name are a new model.
+    /// Loads `dir` at the precision [`Precision::fastest`] picks here.
     pub fn load(dir: &Path) -> Result<Self, LoadError> {
+        Self::load_as(dir, Precision::fastest())
+    }
+
+    /// Loads `dir`. The model id is the directory's name and a checksum of
+    /// the weights (replaced weights under the same name are a new model),
+    /// and `+int8` in int8: its vectors are near those in f32 but not the
+    /// same, so changing the precision re-embeds like changing the model.
+    pub fn load_as(dir: &Path, precision: Precision) -> Result<Self, LoadError> {
         let model_err = |message: String| LoadError::Model {
             dir: dir.to_owned(),
             message,
@@ -91,7 +100,8 @@ impl LocalModel {
         .unwrap_or(256)
         .min(config.max_position_embeddings);
         let weights = read(&dir.join("model.safetensors"))?;
-        let bert = bert::Bert::load(&weights, &config).map_err(|e| model_err(e.to_string()))?;
+        let bert =
+            bert::Bert::load(&weights, &config, precision).map_err(|e| model_err(e.to_string()))?;
         let tokenizer_path = dir.join("tokenizer.json");
         let mut tokenizer = Tokenizer::from_file(&tokenizer_path).map_err(|e| LoadError::File {
             path: tokenizer_path.clone(),
@@ -115,7 +125,10 @@ impl LocalModel {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "model".to_owned());
-        let id = format!("{name}#{:08x}", crc32fast::hash(&weights));
+        let mut id = format!("{name}#{:08x}", crc32fast::hash(&weights));
+        if precision == Precision::Int8 {
+            id.push_str("+int8");
+        }
         Ok(Self {
             inner: Arc::new(Inner {
                 id,

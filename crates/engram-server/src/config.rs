@@ -103,12 +103,23 @@ pub enum EmbedProvider {
     None,
 }
 
+/// How the local model multiplies (`embed.precision`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EmbedPrecision {
+    /// int8 where the CPU has AVX-512 VNNI, else f32.
+    Auto,
+    Int8,
+    F32,
+}
+
 /// `[embed]`: the model that makes memories searchable by meaning.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EmbedSection {
     pub provider: EmbedProvider,
     pub model_dir: PathBuf,
+    pub precision: EmbedPrecision,
     /// `provider = "http"`: an OpenAI-compatible `/embeddings` endpoint.
     pub base_url: String,
     pub model: String,

@@ -126,10 +126,17 @@ pub async fn embedder(
                 return Ok(None);
             };
             tracing::info!(model_dir = %dir.display(), "loading the local embedding model");
-            let model = tokio::task::spawn_blocking(move || engram_embed::LocalModel::load(&dir))
-                .await
-                .map_err(|e| ServerError::Embedder(e.to_string()))?
-                .map_err(|e| ServerError::Embedder(e.to_string()))?;
+            let precision = match section.precision {
+                config::EmbedPrecision::Auto => engram_embed::Precision::fastest(),
+                config::EmbedPrecision::Int8 => engram_embed::Precision::Int8,
+                config::EmbedPrecision::F32 => engram_embed::Precision::F32,
+            };
+            let model = tokio::task::spawn_blocking(move || {
+                engram_embed::LocalModel::load_as(&dir, precision)
+            })
+            .await
+            .map_err(|e| ServerError::Embedder(e.to_string()))?
+            .map_err(|e| ServerError::Embedder(e.to_string()))?;
             tracing::info!(model = %engram_core::embed::Embedder::model(&model), "local embedding model loaded");
             Ok(Some(Arc::new(model)))
         }
