@@ -22,6 +22,10 @@ pub struct Args {
     /// indexer sends them).
     #[arg(long, default_value_t = 2000)]
     messages: usize,
+    /// Join this many consecutive messages into one text (longer texts:
+    /// 8 makes ~2 KiB, the model's 256-token limit).
+    #[arg(long, default_value_t = 1)]
+    join: usize,
     /// Queries timed one at a time (the questions, then 200-character
     /// tails of messages: what a new turn's recall embeds).
     #[arg(long, default_value_t = 300)]
@@ -38,8 +42,13 @@ pub fn run(args: Args) -> Result<()> {
     let conversations = locomo::load_dir(&args.data)?;
     let messages: Vec<String> = conversations
         .iter()
-        .flat_map(|c| &c.messages)
-        .map(|m| format!("{}: {}", m.speaker, m.text))
+        .flat_map(|c| c.messages.chunks(args.join.max(1)))
+        .map(|run| {
+            run.iter()
+                .map(|m| format!("{}: {}", m.speaker, m.text))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
         .take(args.messages)
         .collect();
     let questions: Vec<String> = conversations

@@ -32,6 +32,7 @@ pub mod embed;
 pub mod error;
 pub mod facts;
 pub mod forget;
+pub mod load;
 pub mod memory;
 pub mod render;
 pub mod retrieve;

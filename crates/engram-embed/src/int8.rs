@@ -10,9 +10,12 @@
 //! portable one on CPUs without it) gives bit-identical results: a model's
 //! vectors do not depend on which machine computed them.
 //!
-//! `vpdpbusd` multiplies unsigned by signed bytes, so an input `q` in
-//! [-127, 127] is stored as `q + 128`, and `128 × Σ w` (per column, known at
-//! load) is taken off the sum afterwards.
+//! `vpdpbusd` multiplies unsigned by signed bytes. Weights are symmetric
+//! (`w ≈ scale × q`, q in [-127, 127]); an input row is mapped onto its own
+//! range (`x ≈ min + step × u`, u in [0, 255]), which keeps a bit more of the
+//! small values than a symmetric scale when a few channels stand out (as in
+//! BERT's hidden states): `x · w ≈ scale × (step × Σ u q + min × Σ q)`, with
+//! each column's `Σ q` known at load.
 
 use rayon::prelude::*;
 
@@ -39,8 +42,8 @@ pub(crate) struct Int8Weight {
     width: usize,
     packed: Vec<i8>,
     scale: Vec<f32>,
-    /// `128 × Σ` of each column's quantized weights.
-    offset: Vec<i32>,
+    /// `Σ q` of each column's quantized weights.
+    column_sum: Vec<f32>,
 }
 
 impl Int8Weight {
@@ -74,8 +77,8 @@ impl Int8Weight {
                 }
             }
         }
-        let offset = (0..outputs)
-            .map(|j| 128 * (0..inputs).map(|i| i32::from(quantized(i, j))).sum::<i32>())
+        let column_sum = (0..outputs)
+            .map(|j| (0..inputs).map(|i| i32::from(quantized(i, j))).sum::<i32>() as f32)
             .collect();
         Self {
             inputs,
@@ -84,7 +87,7 @@ impl Int8Weight {
             width,
             packed,
             scale,
-            offset,
+            column_sum,
         }
     }
 
@@ -104,52 +107,61 @@ impl Int8Weight {
             .zip(x.par_chunks(ROWS_PER_TASK * self.inputs))
             .for_each(|(out, x)| {
                 let rows = x.len() / self.inputs;
-                let (bytes, row_scale) = self.quantize_rows(x, rows);
+                let (bytes, ranges) = self.quantize_rows(x, rows);
                 let mut sums = vec![0i32; rows * self.width];
                 if vnni {
                     simd::products(self, &bytes, rows, &mut sums);
                 } else {
                     self.products_portable(&bytes, rows, &mut sums);
                 }
-                for ((out, sums), row_scale) in out
+                for ((out, sums), &(min, step)) in out
                     .chunks_exact_mut(self.outputs)
                     .zip(sums.chunks_exact(self.width))
-                    .zip(row_scale)
+                    .zip(&ranges)
                 {
-                    for (((v, sum), offset), scale) in
-                        out.iter_mut().zip(sums).zip(&self.offset).zip(&self.scale)
+                    for (((v, &sum), column_sum), scale) in out
+                        .iter_mut()
+                        .zip(sums)
+                        .zip(&self.column_sum)
+                        .zip(&self.scale)
                     {
-                        *v = (sum - offset) as f32 * (row_scale * scale);
+                        *v = scale * (step * sum as f32 + min * column_sum);
                     }
                 }
             });
         out
     }
 
-    /// Each row scaled so its largest magnitude is 127, rounded, shifted by
-    /// 128 into a byte; padded with zeros (128) to `depth`.
-    fn quantize_rows(&self, x: &[f32], rows: usize) -> (Vec<u8>, Vec<f32>) {
-        let mut bytes = vec![128u8; rows * self.depth];
-        let mut scales = Vec::with_capacity(rows);
+    /// Each row as bytes over its own range, with that range's `(min,
+    /// step)`; padded to `depth` (against zero weights).
+    fn quantize_rows(&self, x: &[f32], rows: usize) -> (Vec<u8>, Vec<(f32, f32)>) {
+        let mut bytes = vec![0u8; rows * self.depth];
+        let mut ranges = Vec::with_capacity(rows);
         for (row, out) in x
             .chunks_exact(self.inputs)
             .zip(bytes.chunks_exact_mut(self.depth))
         {
-            let max = row.iter().fold(0f32, |m, v| m.max(v.abs()));
-            // NaN and infinities cannot come from finite weights and
-            // layer-normed inputs; a zero row stays zero.
-            let scale = if max > 0.0 && max.is_finite() {
-                max / 127.0
-            } else {
-                1.0
+            let (min, max) = row
+                .iter()
+                .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
+                    (lo.min(v), hi.max(v))
+                });
+            let step = (max - min) / 255.0;
+            // A constant row is its min exactly. NaN and infinities cannot
+            // come from finite weights and layer-normed inputs; should they,
+            // the row reads as zeros rather than poisoning the batch.
+            let (min, step) = match (min.is_finite() && max.is_finite(), step > 0.0) {
+                (true, true) => (min, step),
+                (true, false) => (min, 1.0),
+                (false, _) => (0.0, 1.0),
             };
-            let inv = 1.0 / scale;
+            let inv = 1.0 / step;
             for (b, v) in out.iter_mut().zip(row) {
-                *b = (round((v * inv).clamp(-127.0, 127.0)) as i32 + 128) as u8;
+                *b = round(((v - min) * inv).clamp(0.0, 255.0)) as u8;
             }
-            scales.push(scale);
+            ranges.push((min, step));
         }
-        (bytes, scales)
+        (bytes, ranges)
     }
 
     /// The integer sums without SIMD intrinsics (what the compiler makes of

@@ -11,9 +11,11 @@ mod bert;
 mod int8;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use engram_core::embed::{EmbedError, EmbedFuture, Embedder, normalize};
+use engram_core::load::Load;
 use serde::Deserialize;
 use tokenizers::{Tokenizer, TruncationParams};
 
@@ -53,9 +55,25 @@ struct Pooling {
     pooling_mode_mean_tokens: bool,
 }
 
-/// Texts per encoder pass: enough for large matrix products, small enough
-/// that a query waiting behind a batch is not held up for long.
+/// Texts per encoder pass: enough for large matrix products.
 pub const BATCH: usize = 32;
+
+/// Tokens per encoder pass (a longer text gets a pass of its own): a pass
+/// is the unit the background work yields at, so it is kept short (~20 ms
+/// on one core in int8) while still filling the matrix products.
+const PASS_TOKENS: usize = 256;
+
+/// How long after a request the background work still counts the server
+/// busy: a client in a loop sends its next call within a round trip.
+const QUIET: Duration = Duration::from_millis(50);
+
+/// While requests are in flight, background work waits up to this many
+/// times as long as it last worked: under constant load it gets a fifth of
+/// one core, and requests the rest of the machine.
+const REST: u32 = 4;
+
+/// How often a waiting background pass looks whether requests are done.
+const WAIT_STEP: Duration = Duration::from_micros(250);
 
 fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
     std::fs::read(path).map_err(|e| LoadError::File {
@@ -139,9 +157,18 @@ impl LocalModel {
     }
 
     /// Embeds `texts` on the calling thread (CPU-heavy: call it from a
-    /// blocking thread). Texts are encoded [`BATCH`] at a time, grouped by
-    /// length so that a batch's attention blocks are alike.
+    /// blocking thread).
     pub fn embed_blocking(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.encode(texts, |pass| self.inner.bert.mean_pooled(pass))
+    }
+
+    /// Embeds `texts` in passes of alike lengths (sorted by length: a
+    /// pass's attention blocks are alike), each run by `run`.
+    fn encode(
+        &self,
+        texts: &[String],
+        mut run: impl FnMut(&[Vec<u32>]) -> candle_core::Result<Vec<Vec<f32>>>,
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
         let inner = &self.inner;
         let mut ids = Vec::with_capacity(texts.len());
         for text in texts {
@@ -154,18 +181,54 @@ impl LocalModel {
         let mut order: Vec<usize> = (0..texts.len()).collect();
         order.sort_by_key(|&i| ids[i].len());
         let mut out = vec![Vec::new(); texts.len()];
-        for chunk in order.chunks(BATCH) {
-            let batch: Vec<Vec<u32>> = chunk.iter().map(|&i| std::mem::take(&mut ids[i])).collect();
-            let pooled = inner
-                .bert
-                .mean_pooled(&batch)
-                .map_err(|e| EmbedError::BadAnswer(format!("encoder: {e}")))?;
+        let mut rest = &order[..];
+        while !rest.is_empty() {
+            let mut tokens = 0;
+            let take = rest
+                .iter()
+                .take(BATCH)
+                .take_while(|&&i| {
+                    tokens += ids[i].len();
+                    tokens <= PASS_TOKENS
+                })
+                .count()
+                .max(1);
+            let (chunk, later) = rest.split_at(take);
+            rest = later;
+            let pass: Vec<Vec<u32>> = chunk.iter().map(|&i| std::mem::take(&mut ids[i])).collect();
+            let pooled = run(&pass).map_err(|e| EmbedError::BadAnswer(format!("encoder: {e}")))?;
             for (&i, mut v) in chunk.iter().zip(pooled) {
                 normalize(&mut v);
                 out[i] = v;
             }
         }
         Ok(out)
+    }
+
+    /// The indexer's work, on the [`background`] threads. While requests
+    /// are being served it runs on one of them, and before each layer it
+    /// waits while a request is in flight — up to [`REST`] times as long as
+    /// it last worked, so it still gets a fifth of a core under constant
+    /// load and otherwise fills the gaps between requests.
+    fn embed_in_background(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let load = Load::global();
+        let bert = &self.inner.bert;
+        self.encode(texts, |pass| {
+            if !load.busy(QUIET) {
+                return background(Threads::All).install(|| bert.mean_pooled(pass));
+            }
+            background(Threads::One).install(|| {
+                let mut worked_since = Instant::now();
+                bert.mean_pooled_yielding(pass, || {
+                    let worked = worked_since.elapsed();
+                    let until = Instant::now() + worked * REST;
+                    while load.in_flight() && Instant::now() < until {
+                        std::thread::sleep(WAIT_STEP);
+                    }
+                    worked_since = Instant::now();
+                })
+            })
+        })
     }
 }
 
@@ -197,7 +260,7 @@ impl LocalModel {
         Box::pin(async move {
             tokio::task::spawn_blocking(move || {
                 if background_work {
-                    background().install(|| model.embed_blocking(&texts))
+                    model.embed_in_background(&texts)
                 } else {
                     model.embed_blocking(&texts)
                 }
@@ -208,18 +271,34 @@ impl LocalModel {
     }
 }
 
-/// The threads background embedding runs on: one per core, scheduled as
-/// idle work (Linux `SCHED_IDLE`: any request's thread that wakes takes the
-/// CPU from them at once), so that a busy server's requests keep the CPU
-/// and the indexer gets what is left (on an idle server, all of it). The
-/// matrix products' own parallelism (rayon, inside candle) stays on these
-/// threads.
-fn background() -> &'static rayon::ThreadPool {
-    static POOL: std::sync::OnceLock<rayon::ThreadPool> = std::sync::OnceLock::new();
-    POOL.get_or_init(|| {
+#[derive(Clone, Copy)]
+enum Threads {
+    All,
+    One,
+}
+
+/// The threads background embedding runs on: one per core (or one),
+/// scheduled as idle work (Linux `SCHED_IDLE`: a request's thread that
+/// wakes should take the CPU from them), so that a busy server's requests
+/// keep the CPU and the indexer gets what is left (on an idle server, all
+/// of it). The matrix products' own parallelism (rayon, inside candle and
+/// the int8 kernel) stays on these threads. On a VM a waking thread did not
+/// always preempt them at once, hence also [`REST`].
+fn background(threads: Threads) -> &'static rayon::ThreadPool {
+    static ALL: OnceLock<rayon::ThreadPool> = OnceLock::new();
+    static ONE: OnceLock<rayon::ThreadPool> = OnceLock::new();
+    let (pool, n, name) = match threads {
+        Threads::All => (
+            &ALL,
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+            "engram-embed",
+        ),
+        Threads::One => (&ONE, 1, "engram-embed-busy"),
+    };
+    pool.get_or_init(|| {
         rayon::ThreadPoolBuilder::new()
-            .num_threads(std::thread::available_parallelism().map_or(1, |n| n.get()))
-            .thread_name(|i| format!("engram-embed-{i}"))
+            .num_threads(n)
+            .thread_name(move |i| format!("{name}-{i}"))
             .start_handler(|_| idle_priority())
             .build()
             .expect("starting the embedding threads")
@@ -241,5 +320,27 @@ fn idle_priority() {
         {
             eprintln!("engram-embed: the embedding threads keep their priority: {e:?}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Under constant load (a request always in flight) the indexer's work
+    /// slows down but ends, with the vectors a query would get.
+    #[test]
+    fn background_work_ends_under_constant_load() {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2");
+        let model = LocalModel::load(&dir).expect("`make models` installs the model");
+        let texts = vec![
+            "the weather in Paris".to_owned(),
+            "a cat on a mat".to_owned(),
+        ];
+        let serving = Load::global().serving();
+        assert!(Load::global().busy(QUIET));
+        let background = model.embed_in_background(&texts).unwrap();
+        drop(serving);
+        assert_eq!(background, model.embed_blocking(&texts).unwrap());
     }
 }

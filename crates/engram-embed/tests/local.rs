@@ -3,16 +3,19 @@
 use std::path::PathBuf;
 
 use engram_core::embed::Embedder;
-use engram_embed::LocalModel;
+use engram_embed::{LocalModel, Precision};
 
 /// `ENGRAM_TEST_MODEL`, else the workspace's `models/all-MiniLM-L6-v2`.
-fn model() -> LocalModel {
-    let dir = std::env::var_os("ENGRAM_TEST_MODEL")
+fn model_dir() -> PathBuf {
+    std::env::var_os("ENGRAM_TEST_MODEL")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2")
-        });
-    LocalModel::load(&dir)
+        })
+}
+
+fn model() -> LocalModel {
+    LocalModel::load(&model_dir())
         .unwrap_or_else(|e| panic!("{e}: the local model is missing; `make models` installs it"))
 }
 
@@ -22,13 +25,6 @@ fn cosine(a: &[f32], b: &[f32]) -> f32 {
 
 #[test]
 fn vectors_match_sentence_transformers() {
-    let model = model();
-    assert_eq!(model.dim(), 384);
-    assert!(
-        model.model().starts_with("all-MiniLM-L6-v2#"),
-        "{}",
-        model.model()
-    );
     let texts: Vec<String> = [
         "A man is eating food.",
         "A man is eating a piece of bread.",
@@ -36,12 +32,23 @@ fn vectors_match_sentence_transformers() {
     ]
     .map(String::from)
     .to_vec();
-    let v = model.embed_blocking(&texts).unwrap();
-    // sentence-transformers gives 0.7553 and -0.1050 for these pairs.
-    assert!((cosine(&v[0], &v[1]) - 0.7553).abs() < 2e-3);
-    assert!((cosine(&v[0], &v[2]) + 0.1050).abs() < 2e-3);
-    for vector in &v {
-        assert!((cosine(vector, vector) - 1.0).abs() < 1e-5);
+    // sentence-transformers gives 0.7553 and -0.1050 for these pairs: f32
+    // within 0.002 of it, int8 within 0.005.
+    for (precision, within) in [(Precision::F32, 2e-3), (Precision::Int8, 5e-3)] {
+        let model = LocalModel::load_as(&model_dir(), precision).unwrap();
+        assert_eq!(model.dim(), 384);
+        assert!(
+            model.model().starts_with("all-MiniLM-L6-v2#"),
+            "{}",
+            model.model()
+        );
+        let v = model.embed_blocking(&texts).unwrap();
+        let (near, far) = (cosine(&v[0], &v[1]), cosine(&v[0], &v[2]));
+        assert!((near - 0.7553).abs() < within, "{precision:?}: {near}");
+        assert!((far + 0.1050).abs() < within, "{precision:?}: {far}");
+        for vector in &v {
+            assert!((cosine(vector, vector) - 1.0).abs() < 1e-5);
+        }
     }
 }
 
@@ -105,4 +112,28 @@ fn a_broken_model_dir_is_refused_with_the_reason() {
     std::fs::write(dir.path().join("model.safetensors"), b"not safetensors").unwrap();
     let err = LocalModel::load(dir.path()).unwrap_err().to_string();
     assert!(err.contains("model in"), "{err}");
+}
+
+#[test]
+fn int8_vectors_are_near_f32_and_named_apart() {
+    let f32 = LocalModel::load_as(&model_dir(), Precision::F32).unwrap();
+    let int8 = LocalModel::load_as(&model_dir(), Precision::Int8).unwrap();
+    assert!(!f32.model().contains("+int8"), "{}", f32.model());
+    assert_eq!(int8.model(), format!("{}+int8", f32.model()));
+    let texts: Vec<String> = [
+        "A man is eating food.",
+        "The weather in Paris was rainy all week, so we stayed in the museums.",
+        "fn main() { println!(\"hello\"); }",
+        "ok",
+        &"a long message about gardening and tomatoes ".repeat(30),
+    ]
+    .map(String::from)
+    .to_vec();
+    let a = f32.embed_blocking(&texts).unwrap();
+    let b = int8.embed_blocking(&texts).unwrap();
+    for ((text, a), b) in texts.iter().zip(&a).zip(&b) {
+        let c = cosine(a, b);
+        assert!(c > 0.99, "{text:?}: cosine {c}");
+        assert!(c < 0.999_999, "{text:?}: int8 gave f32's vector");
+    }
 }

@@ -99,7 +99,17 @@ pub fn router(state: HttpState) -> axum::Router {
         );
         router = router.merge(mcp);
     }
-    router.fallback(not_found).with_state(state)
+    router
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn(serving))
+        .with_state(state)
+}
+
+/// Marks the call in flight, so background embedding holds back meanwhile
+/// (`engram_core::load`).
+async fn serving(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let _serving = engram_core::load::Load::global().serving();
+    next.run(request).await
 }
 
 /// Puts the caller on a request for the MCP tools (401 without a valid

@@ -72,3 +72,25 @@ where
         }
     }
 }
+
+/// Marks each call in flight until its answer's head is ready (a unary
+/// call's work is done by then), so background embedding holds back
+/// meanwhile (`engram_core::load`).
+#[derive(Debug, Clone, Copy)]
+pub struct Serving;
+
+impl<ReqBody, ResBody> Hook<ReqBody, ResBody> for Serving {
+    type State = engram_core::load::Serving<'static>;
+    type Body = ResBody;
+
+    fn before(
+        &self,
+        _: &mut http::Request<ReqBody>,
+    ) -> Result<Self::State, http::Response<Self::Body>> {
+        Ok(engram_core::load::Load::global().serving())
+    }
+
+    fn after(_: Self::State, res: http::Response<ResBody>) -> http::Response<Self::Body> {
+        res
+    }
+}

@@ -258,6 +258,7 @@ pub async fn serve(
         .http2_adaptive_window(Some(true))
         // Outermost: count every call, refusals included, by its final code.
         .layer(HookLayer(observe::RpcMetrics))
+        .layer(HookLayer(layers::Serving))
         // Rewrite tonic's size refusals before anything else sees them.
         .layer(HookLayer(oversize::Oversize { limit }))
         .layer(HookLayer(auth::Auth::new(authenticator)))
