@@ -7,17 +7,26 @@
 //! backend that knows nothing of listeners.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicIsize, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Requests in flight, and when the last one ended.
 #[derive(Debug)]
 pub struct Load {
-    in_flight: AtomicUsize,
+    /// Signed: a [`Waiting`] outside any request takes it below zero for
+    /// a while, which reads as "none".
+    in_flight: AtomicIsize,
     /// Microseconds since `epoch` at which a request last ended.
     last_end: AtomicU64,
     epoch: Instant,
 }
+
+/// Takes a request out of the count while it waits for background work
+/// (a search's `wait_for_index_ms`): holding the work back would only make
+/// the request wait longer.
+#[derive(Debug)]
+#[must_use = "the request counts as waiting only while the guard lives"]
+pub struct Waiting<'a>(&'a Load);
 
 /// Marks one request in flight until dropped.
 #[derive(Debug)]
@@ -27,7 +36,7 @@ pub struct Serving<'a>(&'a Load);
 impl Load {
     pub fn new() -> Self {
         Self {
-            in_flight: AtomicUsize::new(0),
+            in_flight: AtomicIsize::new(0),
             last_end: AtomicU64::new(0),
             epoch: Instant::now(),
         }
@@ -42,6 +51,13 @@ impl Load {
     pub fn serving(&self) -> Serving<'_> {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         Serving(self)
+    }
+
+    /// The calling request waits for background work until the guard is
+    /// dropped.
+    pub fn waiting(&self) -> Waiting<'_> {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        Waiting(self)
     }
 
     /// A request is being served now.
@@ -71,6 +87,12 @@ impl Default for Load {
     }
 }
 
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 impl Drop for Serving<'_> {
     fn drop(&mut self) {
         self.0.last_end.store(self.0.micros(), Ordering::Relaxed);
@@ -94,5 +116,21 @@ mod tests {
         drop(b);
         assert!(!load.busy(Duration::ZERO));
         assert!(load.busy(Duration::from_secs(3600)), "one ended just now");
+    }
+
+    #[test]
+    fn a_request_waiting_for_background_work_does_not_hold_it_back() {
+        let load = Load::new();
+        let serving = load.serving();
+        let waiting = load.waiting();
+        assert!(!load.in_flight());
+        drop(waiting);
+        assert!(load.in_flight());
+        drop(serving);
+        // Outside any request: never counts as one.
+        let waiting = load.waiting();
+        assert!(!load.in_flight());
+        drop(waiting);
+        assert!(!load.in_flight());
     }
 }

@@ -261,6 +261,7 @@ impl FileStore {
         }
         drop(current);
         self.index_later(id);
+        let _waiting = engram_core::load::Load::global().waiting();
         let _ =
             tokio::time::timeout_at(deadline.into(), progress.wait_for(|pending| *pending == 0))
                 .await;

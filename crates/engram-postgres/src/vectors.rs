@@ -293,6 +293,7 @@ impl PgStore {
         if self.embedder().is_none() {
             return Ok(());
         }
+        let _waiting = engram_core::load::Load::global().waiting();
         loop {
             let mut conn = self.conn().await?;
             if pending(&mut conn, id).await? == 0 || std::time::Instant::now() >= deadline {
