@@ -206,7 +206,8 @@ impl LocalModel {
     }
 
     /// The indexer's work, on the [`background`] threads. While requests
-    /// are being served it runs on one of them, and before each layer it
+    /// are being served it runs on one of them, and before each matrix
+    /// product it
     /// waits while a request is in flight — up to [`REST`] times as long as
     /// it last worked, so it still gets a fifth of a core under constant
     /// load and otherwise fills the gaps between requests.
@@ -222,7 +223,7 @@ impl LocalModel {
                 bert.mean_pooled_yielding(pass, || {
                     let worked = worked_since.elapsed();
                     let until = Instant::now() + worked * REST;
-                    while load.in_flight() && Instant::now() < until {
+                    while load.busy(QUIET) && Instant::now() < until {
                         std::thread::sleep(WAIT_STEP);
                     }
                     worked_since = Instant::now();
