@@ -247,11 +247,12 @@ async fn compare(
                 };
                 let r = measure(&addrs, clients, duration, &tag, args.users).await?;
                 println!(
-                    "  {clients:>3} clients, round {}: {only} {:>8.0}/s p50 {:>6.0} us cpu {:>4.1} us/call",
+                    "  {clients:>3} clients, round {}: {only} {:>8.0}/s p50 {:>6.0} us cpu {:>4.1} us/call{}",
                     round + 1,
                     r.rate,
                     us(r.latency.value_at_quantile(0.5)),
-                    r.cpu_per_call_us
+                    r.cpu_per_call_us,
+                    db_cpu(&r, backend)
                 );
                 continue;
             }
@@ -259,7 +260,7 @@ async fn compare(
             let tag = format!("r{round}");
             let g = measure(&engram_addrs, clients, duration, &tag, args.users).await?;
             println!(
-                "  {clients:>3} clients, round {}: echo {:>8.0}/s p50 {:>6.0} us cpu {:>4.1} us/call | ingest {:>8.0}/s p50 {:>6.0} us cpu {:>4.1} us/call | ratio {:.2}",
+                "  {clients:>3} clients, round {}: echo {:>8.0}/s p50 {:>6.0} us cpu {:>4.1} us/call | ingest {:>8.0}/s p50 {:>6.0} us cpu {:>4.1} us/call{} | ratio {:.2}",
                 round + 1,
                 e.rate,
                 us(e.latency.value_at_quantile(0.5)),
@@ -267,6 +268,7 @@ async fn compare(
                 g.rate,
                 us(g.latency.value_at_quantile(0.5)),
                 g.cpu_per_call_us,
+                db_cpu(&g, backend),
                 g.rate / e.rate
             );
             echo.push(e);
@@ -293,6 +295,14 @@ async fn compare(
         let _ = stop.send(());
     }
     Ok(levels)
+}
+
+/// `, database cpu N us/call` for the PostgreSQL backend, when measured.
+fn db_cpu(r: &LevelResult, backend: &str) -> String {
+    match r.db_cpu_per_call_us {
+        Some(us) if backend == "postgres" => format!(", database cpu {us:.0} us/call"),
+        _ => String::new(),
+    }
 }
 
 /// The benchmark's database.
@@ -327,23 +337,7 @@ fn median(mut runs: Vec<LevelResult>) -> LevelResult {
 
 /// User + system CPU seconds of this process, from /proc (Linux; 0 elsewhere).
 fn process_cpu_secs() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return 0.0;
-    };
-    // Fields after the command name (which may hold spaces) start at ")".
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or("", |(_, r)| r)
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
-    (ticks(11) + ticks(12)) / 100.0
+    dbcpu::stat_of("/proc/self/stat").map_or(0.0, |f| (f.utime + f.stime) / 100.0)
 }
 
 pub(crate) fn us(nanos: u64) -> f64 {
@@ -392,6 +386,9 @@ struct LevelResult {
     rate: f64,
     /// Process CPU time (server and clients) per call, over the whole run.
     cpu_per_call_us: f64,
+    /// PostgreSQL's CPU time per call (`--backend postgres`, the cluster
+    /// `make pg` runs on this machine).
+    db_cpu_per_call_us: Option<f64>,
     latency: Histogram<u64>,
 }
 
@@ -496,6 +493,8 @@ async fn measure(
             }
         }));
     }
+    let db = dbcpu::postmaster();
+    let db_start = db.map(dbcpu::cpu_secs);
     let cpu_start = process_cpu_secs();
     let mut latency = histogram();
     let mut calls = 0;
@@ -505,12 +504,17 @@ async fn measure(
         latency.add(h)?;
     }
     let cpu = process_cpu_secs() - cpu_start;
+    let db_cpu = db
+        .zip(db_start)
+        .map(|(pid, start)| dbcpu::cpu_secs(pid) - start);
     Ok(LevelResult {
         cpu_per_call_us: cpu * 1e6 / calls.max(1) as f64,
+        db_cpu_per_call_us: db_cpu.map(|cpu| cpu * 1e6 / calls.max(1) as f64),
         rate: calls as f64 / duration.as_secs_f64(),
         latency,
     })
 }
 
+mod dbcpu;
 mod echo;
 use echo::Echo;
