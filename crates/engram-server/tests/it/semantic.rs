@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::meaning::*;
 use common::*;
-use engram_core::embed::Embedder;
 use engram_proto::pb;
 use tokio::io::AsyncWriteExt;
 
