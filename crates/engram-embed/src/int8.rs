@@ -1,5 +1,5 @@
 //! Dense layers in int8: the weights quantized once at load (a scale per
-//! output column), each input row quantized as it comes (a scale per row),
+//! output column), each input row quantized as it comes (over its range),
 //! the products summed in exact 32-bit integers.
 //!
 //! Why: the encoder's matrix products ran at ~140 GFLOP/s of the two cores'
@@ -99,7 +99,9 @@ impl Int8Weight {
     pub(crate) fn forward(&self, x: &[f32], rows: usize) -> Vec<f32> {
         assert_eq!(x.len(), rows * self.inputs, "input shape");
         let mut out = vec![0f32; rows * self.outputs];
-        if rows == 0 {
+        // (A layer without inputs or outputs, from a malformed checkpoint,
+        // must not reach the zero-sized chunks below.)
+        if rows == 0 || self.inputs == 0 || self.outputs == 0 {
             return out;
         }
         let vnni = vnni_available();
@@ -374,5 +376,7 @@ mod tests {
         let w = Int8Weight::new(&values(1, 12, 1.0), 4, 3);
         assert_eq!(w.forward(&[0.0; 8], 2), vec![0.0; 6]);
         assert!(w.forward(&[], 0).is_empty());
+        assert_eq!(Int8Weight::new(&[], 0, 3).forward(&[], 2), vec![0.0; 6]);
+        assert!(Int8Weight::new(&[], 3, 0).forward(&[1.0; 3], 1).is_empty());
     }
 }
