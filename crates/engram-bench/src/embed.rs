@@ -8,6 +8,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use engram_embed::{LocalModel, Precision};
 
+use crate::ingest::{histogram, us};
 use crate::recall::locomo;
 
 #[derive(Debug, clap::Args)]
@@ -125,16 +126,12 @@ pub fn run(args: Args) -> Result<()> {
 
 /// p50 and p99 in ms of embedding each text alone.
 fn timed(model: &LocalModel, texts: &[String]) -> Result<(f64, f64)> {
-    let mut ms = Vec::with_capacity(texts.len());
+    let mut h = histogram();
     for text in texts {
         let start = Instant::now();
         model.embed_blocking(std::slice::from_ref(text))?;
-        ms.push(start.elapsed().as_secs_f64() * 1e3);
+        h.record(start.elapsed().as_nanos() as u64)?;
     }
-    ms.sort_by(f64::total_cmp);
-    let at = |q: f64| ms.get(((ms.len() as f64 * q) as usize).min(ms.len().saturating_sub(1)));
-    Ok((
-        at(0.5).copied().unwrap_or(0.0),
-        at(0.99).copied().unwrap_or(0.0),
-    ))
+    let ms = |q: f64| us(h.value_at_quantile(q)) / 1e3;
+    Ok((ms(0.5), ms(0.99)))
 }

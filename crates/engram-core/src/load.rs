@@ -68,7 +68,7 @@ impl Load {
     /// A request is in flight, or one ended less than `quiet` ago (a client
     /// in a loop sends its next call within a round trip).
     pub fn busy(&self, quiet: Duration) -> bool {
-        if self.in_flight.load(Ordering::Relaxed) > 0 {
+        if self.in_flight() {
             return true;
         }
         let last = self.last_end.load(Ordering::Relaxed);

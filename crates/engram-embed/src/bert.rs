@@ -417,15 +417,15 @@ fn softmax_rows(scores: &Tensor, scale: f32) -> Result<Tensor> {
 }
 
 /// `eˣ` for x ≤ 0 (softmax's arguments after taking the max off), to a
-/// relative error of a few 1e-6 (x·log₂e rounded to f32): 2 to the nearest whole number of x·log₂e by
-/// the exponent bits, and to the rest by a degree-6 polynomial. Below -87
+/// relative error of a few 1e-6 (x·log₂e rounded to f32): 2 to the nearest
+/// whole number of x·log₂e by the exponent bits, and to the rest by a
+/// degree-6 polynomial. Below -87
 /// the answer is 0, as f32's would nearly be.
 fn exp(x: f32) -> f32 {
     let t = (x * std::f32::consts::LOG2_E).max(-126.0);
-    // The nearest whole number (adding and taking away 1.5 × 2²³ leaves no
-    // fraction bits; libm's round would not vectorize), so f is in
-    // [-0.5, 0.5], where the series below is good to f32's precision.
-    let whole = (t + 12_582_912.0) - 12_582_912.0;
+    // The nearest whole number, so f is in [-0.5, 0.5], where the series
+    // below is good to f32's precision.
+    let whole = crate::int8::round(t);
     let f = t - whole;
     let whole = whole as i32;
     // 2^f: the Taylor terms of e^(f ln 2).

@@ -191,7 +191,7 @@ impl Int8Weight {
 /// Rounds to the nearest integer (ties to even) for |x| < 2²²: adding and
 /// taking away 1.5 × 2²³ leaves no fraction bits. `f32::round` is a libm
 /// call on baseline x86-64 and was 5% of a query's time; this vectorizes.
-fn round(x: f32) -> f32 {
+pub(crate) fn round(x: f32) -> f32 {
     const MAGIC: f32 = 12_582_912.0;
     (x + MAGIC) - MAGIC
 }
