@@ -16,6 +16,7 @@ use tokio::sync::Mutex as AsyncMutex;
 
 use crate::fact_file::UserFacts;
 use crate::jsonl::{self, append_sync, line};
+use crate::users::Mark;
 use crate::{FileStore, Result, SeenBlocks, StoreError, unix_now};
 
 pub(crate) const BLOCKS: &str = "blocks.jsonl";
@@ -26,6 +27,8 @@ pub(crate) const BLOCKS: &str = "blocks.jsonl";
 pub(crate) struct Shared {
     blocks: Option<ScopeBlocks>,
     facts: Option<UserFacts>,
+    /// For a user: closed while a DeleteUser of it runs (`users.rs`).
+    pub(crate) erasing: Option<crate::users::Gate>,
 }
 
 impl Shared {
@@ -231,8 +234,12 @@ impl FileStore {
                 continue;
             }
             let settings = state.settings_for(user, None)?;
-            if let Some(user) = state.meta.binds(settings.as_ref()) {
-                self.mark_user(user, id).await?;
+            if let Some(user) = state.meta.binds(settings.as_ref())
+                && let Mark::Wait(gate) = self.mark_user(user, id).await?
+            {
+                drop(slot);
+                gate.passed().await;
+                continue;
             }
             let scope = Scope::Agent(id.clone());
             let last = state.blocks.last(label);

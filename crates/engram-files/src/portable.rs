@@ -25,6 +25,7 @@ use crate::blocks::BLOCKS;
 use crate::fact_file::FACTS;
 use crate::jsonl::{self, atomic_write, sync_dir};
 use crate::user_facts::LAST;
+use crate::users::Mark;
 use crate::{FileStore, Result, StoreError};
 
 #[async_trait]
@@ -148,7 +149,9 @@ impl FileStore {
         }
         if let Some(user) = &agent.meta.user_id {
             // Marked before the agent appears, as a fork's copy is.
-            self.mark_user(user, id).await?;
+            while let Mark::Wait(gate) = self.mark_user(user, id).await? {
+                gate.passed().await; // no lock held: this lands after the erasure
+            }
         }
         let staging = self.staging_dir();
         let (records, to) = (agent.clone(), staging.clone());

@@ -14,6 +14,7 @@ use engram_store::{Admin, Runtime};
 
 use crate::agent::AgentState;
 use crate::index::blocking;
+use crate::users::Mark;
 use crate::{
     AgentHandle, FileStore, FsyncPolicy, Result, StoreError, TRASH_PREFIX, Visible, jsonl, offload,
     wal,
@@ -64,29 +65,38 @@ impl Admin for FileStore {
             )
             .into());
         }
-        let handle = self.existing_handle(source)?;
-        let mut slot = handle.lock().await;
-        let state = self.loaded(source, &mut slot).await?;
-        if !state.exists() {
-            return Err(StoreError::NotFound(source.to_string()));
-        }
-        let target_dir = self.agent_dir(target);
-        if target_dir.exists() {
-            return Err(StoreError::AlreadyExists(target.to_string()));
-        }
-        // The copy belongs to the source's user: marked before it appears.
-        let user = state.meta.user_id.clone();
-        if let Some(user) = &user {
-            self.mark_user(user, target).await?;
-        }
-        let staging = self.staging_dir();
-        let from = state.dir.clone();
-        let to = staging.clone();
-        engram_store::blocking(move || crate::fork::copy_agent(&from, &to)).await?;
-        self.put_in_place(&staging, target).await?;
-        drop(slot);
-        if user.is_some() {
-            self.note_change(target);
+        loop {
+            let handle = self.existing_handle(source)?;
+            let mut slot = handle.lock().await;
+            let state = self.loaded(source, &mut slot).await?;
+            if !state.exists() {
+                return Err(StoreError::NotFound(source.to_string()));
+            }
+            let target_dir = self.agent_dir(target);
+            if target_dir.exists() {
+                return Err(StoreError::AlreadyExists(target.to_string()));
+            }
+            // The copy belongs to the source's user: marked before it appears.
+            let user = state.meta.user_id.clone();
+            if let Some(user) = &user
+                && let Mark::Wait(gate) = self.mark_user(user, target).await?
+            {
+                // The source's user is being erased: the fork starts over
+                // after it (and finds the source gone).
+                drop(slot);
+                gate.passed().await;
+                continue;
+            }
+            let staging = self.staging_dir();
+            let from = state.dir.clone();
+            let to = staging.clone();
+            engram_store::blocking(move || crate::fork::copy_agent(&from, &to)).await?;
+            self.put_in_place(&staging, target).await?;
+            drop(slot);
+            if user.is_some() {
+                self.note_change(target);
+            }
+            break;
         }
         tracing::info!(source = %source, target = %target, "agent forked");
         Ok(())

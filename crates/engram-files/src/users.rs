@@ -5,11 +5,15 @@
 //! before the agent's settings name the user, so it is a superset: a
 //! crash between the two, or an agent deleted since, leaves one that the
 //! agent's own settings (the truth) do not confirm, and readers skip it.
-//! Markers are made under the user's blocks lock, which DeleteUser holds
-//! while it removes the directory: a binding lands either before (and its
-//! agent is erased) or after (in a new directory).
+//! Markers are made under the user's blocks lock. DeleteUser closes a
+//! gate under that lock and lists the markers once: a binding marked
+//! before lands before the erasure (its agent is erased), one that meets
+//! the closed gate releases its locks, waits, and lands after (in a new
+//! directory). So an erasure takes one pass however busy the user is, and
+//! holds no lock that a binder waits on while it waits on the binder.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use engram_core::{AgentId, UserId};
 
@@ -18,24 +22,69 @@ use crate::{FileStore, Result, StoreError, TRASH_PREFIX, jsonl};
 
 pub(crate) const AGENTS: &str = "agents";
 
+/// Closed while a DeleteUser of the user runs: held by the erasure, kept
+/// in the user's shared slot (`blocks::Shared::erasing`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Gate(Arc<tokio::sync::Mutex<()>>);
+
+impl Gate {
+    /// Returns once the erasure that closed the gate has ended (or failed,
+    /// or was dropped).
+    pub(crate) async fn passed(self) {
+        drop(self.0.lock().await);
+    }
+
+    /// The gate if an erasure still holds it: one that failed or was
+    /// dropped before it opened its gate left it behind, and it is cleared.
+    pub(crate) fn live(slot: &mut Option<Gate>) -> Option<Gate> {
+        let gate = slot.as_ref()?;
+        if gate.0.try_lock().is_ok() {
+            *slot = None;
+            return None;
+        }
+        Some(gate.clone())
+    }
+}
+
+/// What [`FileStore::mark_user`] did.
+#[must_use]
+pub(crate) enum Mark {
+    /// The agent is marked (now or before).
+    Made,
+    /// A DeleteUser of the user is under way and nothing was marked: the
+    /// caller releases the agent's lock, waits for the gate and starts
+    /// over, so that its binding lands after the erasure.
+    Wait(Gate),
+}
+
 impl FileStore {
     /// Records that `agent` is about to be bound to `user` (durably),
     /// before its settings say so.
-    pub(crate) async fn mark_user(&self, user: &str, agent: &AgentId) -> Result<()> {
+    pub(crate) async fn mark_user(&self, user: &str, agent: &AgentId) -> Result<Mark> {
         let user = UserId::parse(user)?;
-        self.note_user(agent, user.as_str());
         let slot = self.inner.blocks.slot(&crate::blocks::user_key(&user));
-        let _held = slot.lock().await;
+        let mut shared = slot.lock().await;
         let dir = self.user_dir(&user).join(AGENTS);
         let marker = dir.join(agent.as_str());
-        engram_store::blocking(move || {
+        let gate = Gate::live(&mut shared.erasing);
+        let made = engram_store::blocking(move || {
             if marker.exists() {
-                return Ok(());
+                // Bound before: an erasure under way lists it.
+                return Ok(true);
+            }
+            if gate.is_some() {
+                return Ok(false);
             }
             std::fs::create_dir_all(&dir).map_err(StoreError::io("creating", &dir))?;
-            jsonl::atomic_write(&marker, b"")
+            jsonl::atomic_write(&marker, b"").map(|()| true)
         })
-        .await
+        .await?;
+        if !made {
+            let gate = Gate::live(&mut shared.erasing).expect("held by the erasure");
+            return Ok(Mark::Wait(gate));
+        }
+        self.note_user(agent, user.as_str());
+        Ok(Mark::Made)
     }
 
     /// The agents bound to `user`, sorted: the markers their settings
@@ -93,31 +142,44 @@ impl FileStore {
     /// markers), then checkpoints so that no log segment keeps their text.
     /// Returns how many agents were erased; 0 for an unknown user.
     pub(crate) async fn erase_user(&self, user: &UserId) -> Result<usize> {
-        let mut erased = 0;
-        loop {
-            // Agents bound meanwhile are found on the next round; the
-            // directory goes only once no marker is left.
-            let dir = self.user_dir(user).join(AGENTS);
-            let marked = engram_store::blocking(move || marked(&dir)).await?;
-            for id in &marked {
-                // Removes the marker too, under the agent's lock.
-                match self.delete_through(id, self.handle(id), Some(user)).await {
-                    Ok(()) => erased += 1,
-                    Err(StoreError::NotFound(_)) => {}
-                    Err(e) => return Err(e),
-                }
+        let slot = self.inner.blocks.slot(&crate::blocks::user_key(user));
+        // The gate closed and the markers listed under the user's lock:
+        // no marker is made after, so the list is every agent bound before.
+        let (_closed, marked) = loop {
+            let mut shared = slot.lock().await;
+            if let Some(gate) = Gate::live(&mut shared.erasing) {
+                // Another erasure of the user: this one comes after it.
+                drop(shared);
+                gate.passed().await;
+                continue;
             }
-            if self.remove_user_dir(user).await? {
-                break;
+            let gate = Gate::default();
+            let closed = Arc::clone(&gate.0)
+                .try_lock_owned()
+                .expect("a new gate is open");
+            shared.erasing = Some(gate);
+            let dir = self.user_dir(user).join(AGENTS);
+            // On an error the guard drops and the gate is found stale.
+            let marked = engram_store::blocking(move || marked(&dir)).await?;
+            break (closed, marked);
+        };
+        let mut erased = 0;
+        for id in &marked {
+            // Removes the marker too, under the agent's lock.
+            match self.delete_through(id, self.handle(id), Some(user)).await {
+                Ok(()) => erased += 1,
+                Err(StoreError::NotFound(_)) => {}
+                Err(e) => return Err(e),
             }
         }
+        self.remove_user_dir(user).await?;
         self.checkpoint().await?;
         Ok(erased)
     }
 
     /// Renames the user's directory away and removes it, under the user's
-    /// blocks lock, unless an agent was bound meanwhile (false then).
-    async fn remove_user_dir(&self, user: &UserId) -> Result<bool> {
+    /// blocks lock, and opens the gate (the slot starts empty).
+    async fn remove_user_dir(&self, user: &UserId) -> Result<()> {
         let slot = self.inner.blocks.slot(&crate::blocks::user_key(user));
         let mut cached = slot.lock().await;
         let dir = self.user_dir(user);
@@ -126,23 +188,17 @@ impl FileStore {
         // Closed before its directory goes (it is derived: a search that
         // comes later opens a new one).
         self.close_user_index(user).await?;
-        let removed = engram_store::blocking(move || -> Result<bool> {
-            if !marked(&dir.join(AGENTS))?.is_empty() {
-                return Ok(false);
-            }
+        engram_store::blocking(move || -> Result<()> {
             match std::fs::rename(&dir, &trash) {
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(true),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
                 other => other.map_err(StoreError::io("renaming", &dir))?,
             }
             jsonl::sync_dir(&users)?;
-            std::fs::remove_dir_all(&trash).map_err(StoreError::io("removing", &trash))?;
-            Ok(true)
+            std::fs::remove_dir_all(&trash).map_err(StoreError::io("removing", &trash))
         })
         .await?;
-        if removed {
-            *cached = crate::blocks::Shared::default();
-        }
-        Ok(removed)
+        *cached = crate::blocks::Shared::default();
+        Ok(())
     }
 }
 

@@ -7,6 +7,7 @@ use engram_core::{AgentId, NewEvent, Outcome, RawTrace, Usage, UserId};
 use engram_store::Writes;
 
 use crate::agent::{self, AgentMeta, AgentState};
+use crate::users::Mark;
 use crate::{
     FileStore, FsyncPolicy, Ingested, PrepareInput, Prepared, Result, StoreError, unix_now, wal,
 };
@@ -32,8 +33,12 @@ impl Writes for FileStore {
                 continue; // deleted while we waited: start over on a fresh agent
             }
             let settings = state.settings_for(user, None)?;
-            if let Some(user) = state.meta.binds(settings.as_ref()) {
-                self.mark_user(user, id).await?;
+            if let Some(user) = state.meta.binds(settings.as_ref())
+                && let Mark::Wait(gate) = self.mark_user(user, id).await?
+            {
+                drop(slot);
+                gate.passed().await;
+                continue;
             }
             let traces = with_settings(state, id, settings, |state| {
                 self.append_events(id, state, events, usage, model)
@@ -93,8 +98,12 @@ impl Writes for FileStore {
             }
             input.check_model(state.tracker.last_model())?;
             let settings = state.settings_for(input.user, input.system_prompt)?;
-            if let Some(user) = state.meta.binds(settings.as_ref()) {
-                self.mark_user(user, id).await?;
+            if let Some(user) = state.meta.binds(settings.as_ref())
+                && let Mark::Wait(gate) = self.mark_user(user, id).await?
+            {
+                drop(slot);
+                gate.passed().await;
+                continue;
             }
             let user_trace = with_settings(state, id, settings, |state| match &input.user_input {
                 Some(event) => Ok(self

@@ -109,6 +109,78 @@ async fn agents_bound_while_a_user_is_erased_are_erased_or_listed() {
     assert!(!dir.path().join("users/ana").exists());
 }
 
+/// An erasure ends while bindings to the user never stop: it takes one
+/// pass (before, each pass found agents bound meanwhile and went round
+/// again, for as long as the storm lasted). Bindings that meet it land
+/// after it, and every agent bound at the end is listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_erasure_ends_under_a_storm_of_bindings() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(open(dir.path()).await);
+    let ana = UserId::parse("ana").unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let bound = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut writers = vec![];
+    for w in 0..3 {
+        let (store, ana) = (Arc::clone(&store), ana.clone());
+        let (done, bound) = (Arc::clone(&done), Arc::clone(&bound));
+        writers.push(tokio::spawn(async move {
+            let mut made = vec![];
+            let mut n = 0;
+            // Until the erasure has ended, and at least a few bindings.
+            while !done.load(Ordering::SeqCst) || n < 8 {
+                let agent = id(&format!("s-{w}-{n}"));
+                let result = if w == 2 && n % 2 == 1 {
+                    // A fork of a bound agent binds its copy too.
+                    store
+                        .fork_agent(&id(&format!("s-2-{}", n - 1)), &agent)
+                        .await
+                } else {
+                    store
+                        .ingest(&agent, &[NewEvent::user("hi")], None, None, Some(&ana))
+                        .await
+                        .map(drop)
+                };
+                match result {
+                    Ok(()) | Err(StoreError::NotFound(_)) => {}
+                    Err(e) => panic!("{agent}: {e}"),
+                }
+                bound.fetch_add(1, Ordering::SeqCst);
+                made.push(agent);
+                n += 1;
+            }
+            made
+        }));
+    }
+    // The storm is under way before the erasure starts.
+    while bound.load(Ordering::SeqCst) < 30 {
+        tokio::task::yield_now().await;
+    }
+    store.delete_user(&ana).await.expect("DeleteUser");
+    done.store(true, Ordering::SeqCst);
+    let mut made = vec![];
+    for w in writers {
+        made.extend(w.await.unwrap());
+    }
+    let listed = store.user_agents(&ana).await.unwrap();
+    let mut kept = 0;
+    for agent in &made {
+        let bound = match store.context(agent).await {
+            Ok(context) => context.user_id.as_deref() == Some("ana"),
+            Err(StoreError::NotFound(_)) => false,
+            Err(e) => panic!("{agent}: {e}"),
+        };
+        kept += usize::from(bound);
+        assert_eq!(
+            bound,
+            listed.contains(agent),
+            "{agent}: bound {bound}, listed {listed:?}"
+        );
+    }
+    assert!(kept < made.len(), "the erasure took agents bound before it");
+    assert!(kept > 0, "bindings after the erasure stay");
+}
+
 /// A model for the indexer that needs no weights: a unit vector from the
 /// text's length.
 #[derive(Debug)]
