@@ -21,19 +21,6 @@ pub(crate) fn item_words(item: &engram_index::Item) -> String {
     words_of(&words)
 }
 
-/// The insert of a request's traces, bound by [`TraceColumns::bind`]
-/// (`$1` the agent); ends before `RETURNING`, so a caller can add a
-/// condition. A macro so that statements can `concat!` it.
-macro_rules! insert_traces_sql {
-    () => {
-        "INSERT INTO traces (agent_id, seq, ord, trace_type, trace_id, event_id, ts, body, words)
-         SELECT $1, u.seq, u.ord, u.trace_type, u.trace_id, u.event_id, u.ts, u.body, to_tsvector('english', u.words)
-         FROM UNNEST($2::bigint[], $3::bigint[], $4::smallint[], $5::text[], $6::text[], $7::float8[], $8::text[], $9::text[])
-           AS u(seq, ord, trace_type, trace_id, event_id, ts, body, words)"
-    };
-}
-pub(crate) use insert_traces_sql;
-
 /// Appends `traces` at places `first..` in one statement.
 pub(crate) async fn insert_traces(
     tx: &mut PgConnection,
@@ -45,14 +32,17 @@ pub(crate) async fn insert_traces(
         return Ok(());
     }
     let cols = trace_columns(first, traces);
-    let insert = sqlx::query_scalar::<_, i32>(concat!(
-        "WITH added AS (",
-        insert_traces_sql!(),
-        " RETURNING length(words) AS lexemes)
+    let insert = sqlx::query_as::<_, (i32,)>(
+        "WITH added AS (
+           INSERT INTO traces (agent_id, seq, ord, trace_type, trace_id, event_id, ts, body, words)
+           SELECT $1, u.seq, u.ord, u.trace_type, u.trace_id, u.event_id, u.ts, u.body, to_tsvector('english', u.words)
+           FROM UNNEST($2::bigint[], $3::bigint[], $4::smallint[], $5::text[], $6::text[], $7::float8[], $8::text[], $9::text[])
+             AS u(seq, ord, trace_type, trace_id, event_id, ts, body, words)
+           RETURNING length(words) AS lexemes)
          UPDATE agents SET words_total = words_total + (SELECT coalesce(sum(lexemes), 0) FROM added)
          WHERE id = $1
          RETURNING 1",
-    ))
+    )
     .bind(id);
     cols.bind(insert)
         .fetch_optional(&mut *tx)
@@ -68,6 +58,7 @@ pub(crate) async fn insert_traces(
 }
 
 /// Traces as the columns of one multi-row insert (`UNNEST` of arrays).
+#[derive(Default)]
 pub(crate) struct TraceColumns {
     seqs: Vec<i64>,
     ords: Vec<i64>,
@@ -80,11 +71,12 @@ pub(crate) struct TraceColumns {
 }
 
 impl TraceColumns {
-    /// Binds the columns as parameters `$2`…`$9` (after the agent's `$1`).
+    /// Binds the columns as the next eight parameters (`$2`…`$9` after
+    /// the agent's `$1`).
     pub(crate) fn bind<'q, O>(
         self,
-        q: sqlx::query::QueryScalar<'q, Postgres, O, sqlx::postgres::PgArguments>,
-    ) -> sqlx::query::QueryScalar<'q, Postgres, O, sqlx::postgres::PgArguments> {
+        q: sqlx::query::QueryAs<'q, Postgres, O, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::QueryAs<'q, Postgres, O, sqlx::postgres::PgArguments> {
         q.bind(self.seqs)
             .bind(self.ords)
             .bind(self.types)
@@ -93,6 +85,23 @@ impl TraceColumns {
             .bind(self.ts)
             .bind(self.bodies)
             .bind(self.words)
+    }
+
+    /// Rows held.
+    pub(crate) fn len(&self) -> usize {
+        self.seqs.len()
+    }
+
+    /// `other`'s rows after these.
+    pub(crate) fn extend(&mut self, other: TraceColumns) {
+        self.seqs.extend(other.seqs);
+        self.ords.extend(other.ords);
+        self.types.extend(other.types);
+        self.ids.extend(other.ids);
+        self.events.extend(other.events);
+        self.ts.extend(other.ts);
+        self.bodies.extend(other.bodies);
+        self.words.extend(other.words);
     }
 }
 

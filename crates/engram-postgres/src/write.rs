@@ -12,8 +12,9 @@ use engram_store::{AgentMeta, Ingested, PrepareInput, Prepared, Result, StoreErr
 use sqlx::{PgConnection, Postgres, Transaction};
 
 use crate::cache::{Cached, Lock, Slot, fold, refresh};
+use crate::group::{Append, Appended};
 use crate::read::context_of;
-use crate::rows::{insert_traces, insert_traces_sql, trace_columns, words_of};
+use crate::rows::{insert_traces, trace_columns, words_of};
 use crate::{PgStore, db};
 
 #[async_trait]
@@ -278,10 +279,11 @@ impl PgStore {
 
     /// Ingest's common case in one statement: `events` planned against the
     /// cache, written only if the agent row is still the version the cache
-    /// is of (checked under the row's lock, in the same statement). `None`
-    /// when it is not — another replica wrote meanwhile — or the write needs
-    /// more than one statement (results stored whole, retried events): the
-    /// caller then takes the locked path.
+    /// is of (checked under the row's lock, in the same statement, shared
+    /// with other agents' appends: `group.rs`). `None` when it is not —
+    /// another replica wrote meanwhile — or the write needs more than one
+    /// statement (results stored whole, retried events): the caller then
+    /// takes the locked path.
     async fn append_checked(
         &self,
         id: &AgentId,
@@ -305,38 +307,20 @@ impl PgStore {
         }
         let first = cached.next_seq;
         let next = first + plan.new_traces.len() as i64;
-        let cols = trace_columns(first, &plan.new_traces);
-        let written = sqlx::query_scalar(concat!(
-            "WITH current AS (
-               SELECT 1 FROM agents
-               WHERE id = $1 AND incarnation = $10 AND version = $11 AND generation = $12
-               FOR UPDATE),
-             added AS (",
-            insert_traces_sql!(),
-            " WHERE EXISTS (SELECT 1 FROM current)
-               RETURNING length(words) AS lexemes)
-             UPDATE agents
-             SET version = version + 1, next_seq = $13,
-                 words_total = words_total + (SELECT coalesce(sum(lexemes), 0) FROM added)
-             WHERE id = $1 AND EXISTS (SELECT 1 FROM current)
-             RETURNING version",
-        ))
-        .bind(id.as_str());
-        let written = cols
-            .bind(written)
-            .bind(cached.incarnation)
-            .bind(cached.version)
-            .bind(cached.generation)
-            .bind(next);
-        let written: std::result::Result<Option<i64>, sqlx::Error> =
-            written.fetch_optional(&self.inner.pool).await;
-        let version = match written {
-            Ok(Some(version)) => version,
-            Ok(None) => return Ok(None),
-            // Another replica stored the same event (this cache did not
-            // know yet): the locked path finds it.
-            Err(sqlx::Error::Database(d)) if d.is_unique_violation() => return Ok(None),
-            Err(e) => return Err(db("storing traces")(e)),
+        let append = Append {
+            agent: id.as_str().to_owned(),
+            incarnation: cached.incarnation,
+            version: cached.version,
+            generation: cached.generation,
+            next,
+            cols: trace_columns(first, &plan.new_traces),
+        };
+        // Written with the other agents' appends queued meanwhile.
+        let version = match self.inner.group.append(append).await? {
+            Appended::Written(version) => version,
+            // Another replica wrote the agent, or stored the same event
+            // (this cache did not know yet): the locked path finds out.
+            Appended::Stale => return Ok(None),
         };
         let out = plan.new_traces.clone();
         fold(cached, plan.new_traces, version, next);

@@ -73,6 +73,8 @@ engram_store::conformance_suite!(Postgres::new().await);
 // The forget's cases past the conformance suite's, in this one test binary.
 #[path = "pg/forget.rs"]
 mod forget;
+#[path = "pg/groups.rs"]
+mod groups;
 #[path = "pg/portable.rs"]
 mod portable;
 #[path = "pg/users.rs"]
