@@ -187,21 +187,25 @@ pub(crate) struct Delta {
 }
 
 impl Delta {
-    /// Whether the delta holds only active traces written since `from`
-    /// (same epoch, no memories, facts or forgets): what a search of the
-    /// archive and the memories may leave for later.
-    fn active_only(&self, from: Cursor) -> bool {
+    /// Whether a search of the archive and the memories (a prompt's
+    /// recall) may leave the delta to the background indexer: it holds
+    /// only active traces written since `from` (same epoch, no memories,
+    /// facts or forgets), or it is a compaction's new epoch with no forget
+    /// and no client's change of facts since `from`. The traces a
+    /// compaction archived were read in while active (or are about to be,
+    /// as active traces are), and its summary and facts are in the prompt
+    /// that asks; reading them in before the recall cost the compacting
+    /// turn's prompt a commit of 25–55 ms.
+    fn may_wait(&self, from: Cursor) -> bool {
         let to = self.to;
-        !self.full
-            && self.removed.is_empty()
-            && (to.epoch, to.episodic, to.semantic, to.facts, to.archive)
-                == (
-                    from.epoch,
-                    from.episodic,
-                    from.semantic,
-                    from.facts,
-                    from.archive,
-                )
+        if !self.removed.is_empty() || to.facts != from.facts {
+            return false;
+        }
+        if self.full {
+            return to.epoch > from.epoch;
+        }
+        (to.epoch, to.episodic, to.semantic, to.archive)
+            == (from.epoch, from.episodic, from.semantic, from.archive)
     }
 }
 
@@ -210,7 +214,8 @@ impl Delta {
 pub(crate) enum Lag {
     /// Nothing: every acknowledged write is searchable.
     None,
-    /// Active traces (see [`FileStore::caught_up_as`]).
+    /// Active traces, and a compaction's new epoch (see
+    /// [`FileStore::caught_up_as`]).
     ActiveTraces,
 }
 
@@ -250,10 +255,11 @@ impl FileStore {
     }
 
     /// The agent's index for a search that may `lag`: with
-    /// [`Lag::ActiveTraces`], active traces written since the last commit
-    /// are left to the background indexer when nothing else changed (a
-    /// prompt's recall leaves the active transcript out: a commit before
-    /// it would cost the prompt 10–30 ms and change no answer).
+    /// [`Lag::ActiveTraces`], active traces written since the last commit,
+    /// and a compaction's new epoch, are left to the background indexer
+    /// ([`Delta::may_wait`]: a prompt's recall leaves the active transcript
+    /// out, and the compaction's summary is in its prompt; a commit before
+    /// it would cost the prompt 10–55 ms and change no answer).
     pub(crate) async fn caught_up_as(
         &self,
         id: &AgentId,
@@ -283,7 +289,7 @@ impl FileStore {
             })
             .await?;
         let delta = delta.filter(|d| {
-            let later = lag == Lag::ActiveTraces && from.is_some_and(|from| d.active_only(from));
+            let later = lag == Lag::ActiveTraces && from.is_some_and(|from| d.may_wait(from));
             if later {
                 handle
                     .recalls

@@ -38,6 +38,17 @@ pub(crate) const BATCH: usize = 64;
 /// prompt, whose recall would wait for the index it holds.
 const SETTLE: Duration = Duration::from_millis(100);
 
+/// While calls arrive, the indexer puts a due catch-up off (its commit
+/// holds the agent's index, which the agent's next recall waits for) until
+/// no call has been in flight for [`QUIET`], for at most this long: an
+/// agent in a loop without pauses still has its index read in every
+/// couple of seconds, and a real loop's pauses (the model answering) are
+/// where the commits land.
+const DEFER_AT_MOST: Duration = Duration::from_secs(2);
+
+/// See [`DEFER_AT_MOST`].
+const QUIET: Duration = Duration::from_millis(20);
+
 /// Pause after a failed embedding call before the agent is tried again.
 const RETRY_AFTER: Duration = Duration::from_secs(5);
 
@@ -119,6 +130,8 @@ impl FileStore {
             while let Some((id, due)) = rx.recv().await {
                 // In the order queued, so each wait ends at the latest due.
                 tokio::time::sleep_until(due.into()).await;
+                let latest = tokio::time::Instant::from_std(due + DEFER_AT_MOST);
+                quiet_or_late(engram_core::load::Load::global(), latest).await;
                 let Some(inner) = weak.upgrade() else { break };
                 let store = FileStore { inner };
                 engram_store::lock(&store.inner.queue.queued).remove(&id);
@@ -266,5 +279,33 @@ impl FileStore {
             tokio::time::timeout_at(deadline.into(), progress.wait_for(|pending| *pending == 0))
                 .await;
         Ok(())
+    }
+}
+
+/// Returns once no call has been in flight for [`QUIET`], or at `latest`.
+/// (A search that waits for the index does not count: it waits for this.)
+async fn quiet_or_late(load: &engram_core::load::Load, latest: tokio::time::Instant) {
+    while load.busy(QUIET) && tokio::time::Instant::now() < latest {
+        tokio::time::sleep(QUIET).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use engram_core::load::Load;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_catch_up_waits_while_a_call_is_in_flight_but_not_past_its_latest() {
+        let load = Load::new();
+        let start = tokio::time::Instant::now();
+        quiet_or_late(&load, start + DEFER_AT_MOST).await;
+        assert_eq!(start.elapsed(), Duration::ZERO, "no call: at once");
+
+        let _call = load.serving();
+        quiet_or_late(&load, start + DEFER_AT_MOST).await;
+        let waited = start.elapsed();
+        assert!(waited >= DEFER_AT_MOST, "{waited:?}");
+        assert!(waited < DEFER_AT_MOST + QUIET * 2, "{waited:?}");
     }
 }

@@ -120,3 +120,98 @@ async fn recall_leaves_new_active_traces_to_the_background_and_nothing_else() {
     assert_eq!(page.hits[0].trace.content, "the wombat report");
     assert_eq!(committed().await, 4);
 }
+
+/// A prompt's recall after a compaction searches the index as it was
+/// (the archived traces were read in while active; the summary is in the
+/// prompt) and leaves the new epoch to the background: no commit on the
+/// compacting turn. A forget is read in before the next recall, whatever
+/// else is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recall_leaves_a_compactions_epoch_to_the_background_but_not_a_forget() {
+    use crate::Policy;
+    use engram_core::compaction::Summary;
+    use engram_core::forget::Forget;
+
+    let dir = tempfile::tempdir().unwrap();
+    let a = id("compacting");
+    let store = open(dir.path()).await;
+    let mut turns = vec![];
+    for t in 1..=6 {
+        let events = [
+            NewEvent::user(format!("question {t} about the okapi{t}")),
+            NewEvent::assistant(format!("answer {t}")),
+        ];
+        let ingested = store.ingest(&a, &events, None, None, None).await.unwrap();
+        turns.push(ingested.current_turn_id);
+    }
+    let recall = |text: &str| crate::MemoryQuery {
+        query: text.into(),
+        limit: 10,
+        archived_only: true,
+        ..crate::MemoryQuery::default()
+    };
+    let committed = || async {
+        let handle = store.existing_handle(&a).unwrap();
+        let slot = handle.index.lock().await;
+        slot.as_ref().map_or(0, |index| index.lexical.len())
+    };
+    // Opened and read in whole: nothing is archived yet.
+    let found = store.rank_memories(&a, &recall("okapi1")).await.unwrap();
+    assert!(found.memories.is_empty(), "{found:?}");
+    assert_eq!(committed().await, 12);
+    // The background indexer is kept away from this agent.
+    engram_store::lock(&store.inner.queue.queued).insert(a.clone());
+
+    let policy = Policy {
+        raw_tail_turns: 2,
+        max_episodic: 3,
+        max_semantic: 20,
+        fact_ttl: None,
+    };
+    let job = store
+        .begin_compaction(&a, policy)
+        .await
+        .unwrap()
+        .job()
+        .unwrap();
+    let summary = Summary {
+        episodic_summary: "The zebra questions.".into(),
+        tags: vec![],
+        salience: 0.5,
+        semantic_facts: vec![],
+    };
+    store
+        .finish_compaction(&a, job, summary, policy)
+        .await
+        .unwrap();
+
+    // The archived turn is found, from the index as it was.
+    let found = store.rank_memories(&a, &recall("okapi1")).await.unwrap();
+    let texts: Vec<String> = found
+        .memories
+        .iter()
+        .map(|m| format!("{:?}", m.memory))
+        .collect();
+    assert!(texts.iter().any(|t| t.contains("okapi1")), "{texts:?}");
+    assert_eq!(
+        committed().await,
+        12,
+        "recall committed the compaction's epoch"
+    );
+    // The summary waits for the background (it is in the prompt).
+    let found = store.rank_memories(&a, &recall("zebra")).await.unwrap();
+    assert!(found.memories.is_empty(), "{found:?}");
+
+    // A forget is read in first: the forgotten turn is not recalled.
+    store
+        .forget(&a, &Forget::Turn(turns[0].clone()), policy)
+        .await
+        .unwrap();
+    let found = store.rank_memories(&a, &recall("okapi1")).await.unwrap();
+    let texts: Vec<String> = found
+        .memories
+        .iter()
+        .map(|m| format!("{:?}", m.memory))
+        .collect();
+    assert!(!texts.iter().any(|t| t.contains("okapi1")), "{texts:?}");
+}
