@@ -15,8 +15,8 @@ use engram_store::Blocks;
 use tokio::sync::Mutex as AsyncMutex;
 
 use crate::fact_file::UserFacts;
+use crate::gate::Mark;
 use crate::jsonl::{self, append_sync, line};
-use crate::users::Mark;
 use crate::{FileStore, Result, SeenBlocks, StoreError, unix_now};
 
 pub(crate) const BLOCKS: &str = "blocks.jsonl";
@@ -28,7 +28,7 @@ pub(crate) struct Shared {
     blocks: Option<ScopeBlocks>,
     facts: Option<UserFacts>,
     /// For a user: closed while a DeleteUser of it runs (`users.rs`).
-    pub(crate) erasing: Option<crate::users::Gate>,
+    pub(crate) erasing: Option<crate::gate::Gate>,
 }
 
 impl Shared {

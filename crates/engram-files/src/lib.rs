@@ -46,6 +46,7 @@ pub const FORGET_STEPS: [&str; 4] = [
     "forget-purge",
 ];
 mod fork;
+mod gate;
 mod index;
 mod indexer;
 pub mod jsonl;

@@ -23,9 +23,9 @@ use engram_store::{Imported, Portable};
 use crate::agent::{EPISODIC, RAW_ARCHIVE, RAW_TRACES, SEMANTIC, STATE};
 use crate::blocks::BLOCKS;
 use crate::fact_file::FACTS;
+use crate::gate::Mark;
 use crate::jsonl::{self, atomic_write, sync_dir};
 use crate::user_facts::LAST;
-use crate::users::Mark;
 use crate::{FileStore, Result, StoreError};
 
 #[async_trait]

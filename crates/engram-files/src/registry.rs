@@ -13,8 +13,8 @@ use engram_core::{AgentId, CoreError, UserId};
 use engram_store::{Admin, Runtime};
 
 use crate::agent::AgentState;
+use crate::gate::Mark;
 use crate::index::blocking;
-use crate::users::Mark;
 use crate::{
     AgentHandle, FileStore, FsyncPolicy, Result, StoreError, TRASH_PREFIX, Visible, jsonl, offload,
     wal,

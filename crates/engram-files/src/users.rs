@@ -13,7 +13,8 @@
 //! holds no lock that a binder waits on while it waits on the binder.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+
+use crate::gate::{Gate, Mark};
 
 use engram_core::{AgentId, UserId};
 
@@ -21,41 +22,6 @@ use crate::agent::{AgentMeta, STATE};
 use crate::{FileStore, Result, StoreError, TRASH_PREFIX, jsonl};
 
 pub(crate) const AGENTS: &str = "agents";
-
-/// Closed while a DeleteUser of the user runs: held by the erasure, kept
-/// in the user's shared slot (`blocks::Shared::erasing`).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Gate(Arc<tokio::sync::Mutex<()>>);
-
-impl Gate {
-    /// Returns once the erasure that closed the gate has ended (or failed,
-    /// or was dropped).
-    pub(crate) async fn passed(self) {
-        drop(self.0.lock().await);
-    }
-
-    /// The gate if an erasure still holds it: one that failed or was
-    /// dropped before it opened its gate left it behind, and it is cleared.
-    pub(crate) fn live(slot: &mut Option<Gate>) -> Option<Gate> {
-        let gate = slot.as_ref()?;
-        if gate.0.try_lock().is_ok() {
-            *slot = None;
-            return None;
-        }
-        Some(gate.clone())
-    }
-}
-
-/// What [`FileStore::mark_user`] did.
-#[must_use]
-pub(crate) enum Mark {
-    /// The agent is marked (now or before).
-    Made,
-    /// A DeleteUser of the user is under way and nothing was marked: the
-    /// caller releases the agent's lock, waits for the gate and starts
-    /// over, so that its binding lands after the erasure.
-    Wait(Gate),
-}
 
 impl FileStore {
     /// Records that `agent` is about to be bound to `user` (durably),
@@ -153,10 +119,7 @@ impl FileStore {
                 gate.passed().await;
                 continue;
             }
-            let gate = Gate::default();
-            let closed = Arc::clone(&gate.0)
-                .try_lock_owned()
-                .expect("a new gate is open");
+            let (gate, closed) = Gate::closed();
             shared.erasing = Some(gate);
             let dir = self.user_dir(user).join(AGENTS);
             // On an error the guard drops and the gate is found stale.

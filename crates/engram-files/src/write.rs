@@ -7,7 +7,7 @@ use engram_core::{AgentId, NewEvent, Outcome, RawTrace, Usage, UserId};
 use engram_store::Writes;
 
 use crate::agent::{self, AgentMeta, AgentState};
-use crate::users::Mark;
+use crate::gate::Mark;
 use crate::{
     FileStore, FsyncPolicy, Ingested, PrepareInput, Prepared, Result, StoreError, unix_now, wal,
 };

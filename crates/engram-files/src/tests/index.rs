@@ -8,6 +8,23 @@ use super::{id, open};
 use crate::Search;
 use engram_store::prelude::*;
 
+/// A prompt's recall of `text`: the archive and the memories.
+fn recall(text: &str) -> crate::MemoryQuery {
+    crate::MemoryQuery {
+        query: text.into(),
+        limit: 10,
+        archived_only: true,
+        ..crate::MemoryQuery::default()
+    }
+}
+
+/// Items the agent's open index has committed (0 when it is not open).
+async fn committed(store: &crate::FileStore, a: &engram_core::AgentId) -> u64 {
+    let handle = store.existing_handle(a).unwrap();
+    let slot = handle.index.lock().await;
+    slot.as_ref().map_or(0, |index| index.lexical.len())
+}
+
 fn search(query: &str) -> Search {
     Search {
         query: query.into(),
@@ -77,17 +94,7 @@ async fn recall_leaves_new_active_traces_to_the_background_and_nothing_else() {
                 .unwrap();
         }
     };
-    let recall = |text: &str| crate::MemoryQuery {
-        query: text.into(),
-        limit: 10,
-        archived_only: true,
-        ..crate::MemoryQuery::default()
-    };
-    let committed = || async {
-        let handle = store.existing_handle(&a).unwrap();
-        let slot = handle.index.lock().await;
-        slot.as_ref().map_or(0, |index| index.lexical.len())
-    };
+    let committed = || committed(&store, &a);
     say("the okapi report").await;
     // The first search opens the index and reads everything in.
     store.rank_memories(&a, &recall("okapi")).await.unwrap();
@@ -144,17 +151,7 @@ async fn recall_leaves_a_compactions_epoch_to_the_background_but_not_a_forget() 
         let ingested = store.ingest(&a, &events, None, None, None).await.unwrap();
         turns.push(ingested.current_turn_id);
     }
-    let recall = |text: &str| crate::MemoryQuery {
-        query: text.into(),
-        limit: 10,
-        archived_only: true,
-        ..crate::MemoryQuery::default()
-    };
-    let committed = || async {
-        let handle = store.existing_handle(&a).unwrap();
-        let slot = handle.index.lock().await;
-        slot.as_ref().map_or(0, |index| index.lexical.len())
-    };
+    let committed = || committed(&store, &a);
     // Opened and read in whole: nothing is archived yet.
     let found = store.rank_memories(&a, &recall("okapi1")).await.unwrap();
     assert!(found.memories.is_empty(), "{found:?}");
@@ -186,13 +183,16 @@ async fn recall_leaves_a_compactions_epoch_to_the_background_but_not_a_forget() 
         .unwrap();
 
     // The archived turn is found, from the index as it was.
-    let found = store.rank_memories(&a, &recall("okapi1")).await.unwrap();
-    let texts: Vec<String> = found
-        .memories
-        .iter()
-        .map(|m| format!("{:?}", m.memory))
-        .collect();
-    assert!(texts.iter().any(|t| t.contains("okapi1")), "{texts:?}");
+    let recalled = || async {
+        let found = store.rank_memories(&a, &recall("okapi1")).await.unwrap();
+        let texts: Vec<String> = found
+            .memories
+            .iter()
+            .map(|m| format!("{:?}", m.memory))
+            .collect();
+        texts.iter().any(|t| t.contains("okapi1"))
+    };
+    assert!(recalled().await, "the archived turn");
     assert_eq!(
         committed().await,
         12,
@@ -207,11 +207,5 @@ async fn recall_leaves_a_compactions_epoch_to_the_background_but_not_a_forget() 
         .forget(&a, &Forget::Turn(turns[0].clone()), policy)
         .await
         .unwrap();
-    let found = store.rank_memories(&a, &recall("okapi1")).await.unwrap();
-    let texts: Vec<String> = found
-        .memories
-        .iter()
-        .map(|m| format!("{:?}", m.memory))
-        .collect();
-    assert!(!texts.iter().any(|t| t.contains("okapi1")), "{texts:?}");
+    assert!(!recalled().await, "the forgotten turn");
 }
