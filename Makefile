@@ -132,10 +132,11 @@ clean: ## Remove build output, the venv and the clients' build output
 clients: python-client node-client ## Both client suites against the real engramd
 
 .PHONY: python-client
-python-client: venv ## clients/python: build (stubs from proto/), install into .venv, pytest (client, example loop, 20-turn loop in every render format)
+python-client: venv ## clients/python: build (stubs from proto/), install into .venv, pytest (client, example loop, 20-turn loop in every render format, the console in Debian's Chromium)
 	$(CARGO) build --locked -p engram-server --bin engramd
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps ./clients/python
-	ENGRAMD=$(CURDIR)/target/debug/engramd $(VENV)/bin/python -m pytest -q clients/python/tests
+	ENGRAMD=$(CURDIR)/target/debug/engramd ENGRAM_CHROMIUM="$$(scripts/chromium.sh)" \
+		$(VENV)/bin/python -m pytest -q clients/python/tests
 
 clients/node/node_modules/.package-lock.json: clients/node/package-lock.json
 	cd clients/node && npm ci --no-audit --no-fund

@@ -28,6 +28,7 @@ use crate::boundary::catch_panics;
 use crate::status;
 
 mod calls;
+mod console;
 pub mod json;
 pub mod openapi;
 
@@ -86,7 +87,8 @@ pub fn router(state: HttpState) -> axum::Router {
     };
     let mut router = axum::Router::new()
         .route("/v1/openapi.json", axum::routing::get(describe))
-        .route("/v1/{method}", axum::routing::post(call));
+        .route("/v1/{method}", axum::routing::post(call))
+        .merge(console::routes());
     if let Some(settings) = &state.mcp {
         let tools = crate::mcp::service(
             state.api.clone(),

@@ -83,7 +83,7 @@ fn as_message<T: prost::Message + Default>(name: &str, answer: &Value) -> T {
         .unwrap()
 }
 
-async fn http_server(env: &[(&str, &str)]) -> TestServer {
+pub(crate) async fn http_server(env: &[(&str, &str)]) -> TestServer {
     let mut env = env.to_vec();
     env.push(("ENGRAM__HTTP__LISTEN", "127.0.0.1:0"));
     TestServer::start_with(&env).await

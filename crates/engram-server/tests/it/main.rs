@@ -12,6 +12,7 @@ mod chaos;
 mod compaction;
 mod compaction_binary;
 mod compaction_races;
+mod console;
 mod context;
 mod crash;
 mod forget;

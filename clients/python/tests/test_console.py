@@ -1,0 +1,195 @@
+"""The console (/console/) in a real headless browser: Debian's Chromium
+driven by Playwright for Python (pinned to the release built for the same
+Chromium major; no browser download), against a real engramd with data
+made here. Any console error, uncaught exception or failed request fails
+the test. Screenshots of each page go to target/console/ (or
+ENGRAM_CONSOLE_SHOTS); the README shows a copy from docs/console/."""
+
+import json
+import os
+import shutil
+import urllib.request
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+TOKEN = "console-secret-token"
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+SHOTS = os.environ.get("ENGRAM_CONSOLE_SHOTS", os.path.join(ROOT, "target", "console"))
+CHROMIUM = os.environ.get("ENGRAM_CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
+
+
+def post(base, method, body, token=TOKEN):
+    request = urllib.request.Request(
+        f"{base}/v1/{method}", data=json.dumps(body).encode(), method="POST",
+        headers={"content-type": "application/json", "authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return json.load(answer)
+
+
+def tokens_file(tmp_path):
+    path = tmp_path / "tokens.toml"
+    path.write_text(f'[[tokens]]\nname = "ops"\ntoken = "{TOKEN}"\nadmin = true\n')
+    return str(path)
+
+
+def conversation(base, agent, user, turns):
+    """`turns` exchanges about distinct things, bound to `user`."""
+    for t in range(1, turns + 1):
+        post(base, "Ingest", {"agentId": agent, "userId": user, "events": [
+            {"traceType": "TRACE_TYPE_USER", "content": f"Day {t}: we talked about the okapi number {t} at length."},
+            {"traceType": "TRACE_TYPE_ASSISTANT", "content": f"Noted the okapi number {t}; anything else?"},
+        ]})
+
+
+class Watched:
+    """A page whose console errors, uncaught exceptions, failed requests
+    and HTTP errors are collected (the ones a test expects are removed)."""
+
+    def __init__(self, page):
+        self.page, self.problems = page, []
+        page.on("console", lambda m: m.type == "error" and self.problems.append(("console", m.text)))
+        page.on("pageerror", lambda e: self.problems.append(("exception", str(e))))
+        page.on("requestfailed", lambda r: self.problems.append(("failed", r.url, r.failure)))
+        page.on("response", lambda r: r.status >= 400 and self.problems.append(("status", r.url, r.status)))
+
+    def clean(self, expected=()):
+        left = [p for p in self.problems if not any(e in str(p) for e in expected)]
+        assert left == [], left
+        self.problems.clear()
+
+
+@pytest.fixture
+def browser():
+    assert os.path.exists(CHROMIUM), f"no Chromium at {CHROMIUM}: make test installs Debian's"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True)
+        yield browser
+        browser.close()
+
+
+def shot(page, name, whole=True):
+    os.makedirs(SHOTS, exist_ok=True)
+    page.screenshot(path=os.path.join(SHOTS, f"{name}.png"), full_page=whole)
+
+
+def test_the_console_in_a_browser(start_engramd_http, tmp_path, browser):
+    _, base = start_engramd_http(ENGRAM__AUTH__TOKENS_FILE=tokens_file(tmp_path))
+    conversation(base, "ana-desk", "ana", 8)
+    conversation(base, "bo-desk", "bo", 2)
+    post(base, "AddMemories", {"scope": {"agentId": "ana-desk"},
+                               "memories": [{"text": "Ana keeps an okapi called Oslo"}]})
+
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    watched = Watched(page)
+
+    # Nothing is shown without the token; a wrong one is refused.
+    page.goto(f"{base}/console/")
+    expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    expect(page.locator("#agents")).to_have_count(0)
+    page.get_by_label("Token").fill("wrong")
+    page.get_by_role("button", name="Use token").click()
+    expect(page.locator("#sign-in-error")).not_to_be_empty()
+    watched.clean(expected=["401", "Unauthorized"])
+    page.get_by_label("Token").fill(TOKEN)
+    page.get_by_role("button", name="Use token").click()
+
+    # Agents: both, with their users.
+    table = page.locator("#agents")
+    expect(table.get_by_role("link", name="ana-desk")).to_be_visible()
+    expect(table.get_by_role("link", name="bo-desk")).to_be_visible()
+    expect(table.get_by_role("link", name="ana", exact=True)).to_be_visible()
+    shot(page, "agents")
+    # By user: only that user's.
+    page.get_by_label("Find").fill("bo")
+    page.get_by_label("by").select_option("user")
+    page.get_by_role("button", name="Find").click()
+    expect(table.get_by_role("link", name="bo-desk")).to_be_visible()
+    expect(table.get_by_role("link", name="ana-desk")).to_have_count(0)
+
+    # An agent: the gauge, no compaction yet, its fact.
+    page.goto(f"{base}/console/#/agent/ana-desk")
+    expect(page.get_by_role("heading", name="Agent ana-desk")).to_be_visible()
+    expect(page.get_by_role("meter")).to_be_visible()
+    expect(page.locator("#gauge-compactions")).to_have_text("0 compactions")
+    before = int(page.get_by_role("meter").get_attribute("aria-valuenow"))
+    assert before > 0
+    expect(page.locator("#timeline")).to_contain_text("No compaction yet")
+
+    # A block: added, then edited against its version.
+    page.get_by_label("Label").fill("persona")
+    page.get_by_label("Value").fill("A patient zoo keeper.")
+    page.get_by_role("button", name="Add block").click()
+    persona = page.locator('.block[data-label="persona"]')
+    expect(persona.locator("pre")).to_have_text("A patient zoo keeper.")
+    persona.get_by_role("button", name="Edit").click()
+    persona.get_by_label("New value of persona").fill("A patient okapi keeper.")
+    persona.get_by_role("button", name="Save").click()
+    persona = page.locator('.block[data-label="persona"]')
+    expect(persona.locator("pre")).to_have_text("A patient okapi keeper.")
+    expect(persona).to_contain_text("version 2")
+    got = post(base, "GetMemoryBlock", {"scope": {"agentId": "ana-desk"}, "label": "persona"})
+    assert got["block"]["value"] == "A patient okapi keeper."
+
+    # A fact: pinned, its history shown, then deleted.
+    oslo = page.locator(".fact", has_text="Oslo")
+    oslo.get_by_role("button", name="Pin").click()
+    oslo = page.locator(".fact", has_text="Oslo")
+    expect(oslo.get_by_role("button", name="Unpin")).to_be_visible()
+    oslo.get_by_role("button", name="History").click()
+    expect(oslo.locator(".history li")).to_have_count(2)
+    shot(page, "agent")
+    oslo.get_by_role("button", name="Delete").click()
+    expect(page.locator(".fact", has_text="Oslo")).to_have_count(0)
+    listed = post(base, "ListMemories", {"scope": {"agentId": "ana-desk"}})
+    assert not any("Oslo" in m["fact"] for m in listed.get("memories", []))
+
+    # A compaction moves the gauge and shows in the timeline.
+    post(base, "Compact", {"agentId": "ana-desk"})
+    page.reload()
+    expect(page.locator("#gauge-compactions")).to_have_text("1 compaction")
+    after = int(page.get_by_role("meter").get_attribute("aria-valuenow"))
+    assert after < before, (before, after)
+    summary = page.locator("ol.timeline li").first
+    expect(summary).to_contain_text("turn_0001")
+
+    # Search: an archived turn, followed into its summary in the timeline.
+    page.goto(f"{base}/console/#/search")
+    page.get_by_label("id").fill("ana-desk")
+    page.get_by_label("Query").fill("okapi number 1")
+    page.get_by_role("button", name="Search").click()
+    results = page.locator("#results li")
+    expect(results.first).to_be_visible()
+    expect(results.first).to_contain_text("matched by")
+    shot(page, "search", whole=False)
+    hit = page.locator("#results li", has_text="archived").first
+    hit.get_by_role("link").first.click()
+    target = page.locator("ol.timeline li.target")
+    expect(target).to_have_count(1)
+    turn = page.url.split("turn=")[1]
+    expect(target).to_contain_text("turn_")
+    assert turn.startswith("turn_")
+
+    # A narrow screen: the same page, nothing cut off sideways.
+    page.set_viewport_size({"width": 390, "height": 800})
+    page.goto(f"{base}/console/#/agent/ana-desk")
+    expect(page.get_by_role("meter")).to_be_visible()
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, width
+    shot(page, "agent-narrow")
+
+    # Keyboard: the skip link is the first stop and leads to the content;
+    # the sections are links in the tab order.
+    page.reload()
+    expect(page.get_by_role("meter")).to_be_visible()
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("link", name="Skip to content")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.locator("main")).to_be_focused()
+    assert page.url.endswith("#/agent/ana-desk"), page.url
+    page.keyboard.press("Shift+Tab")
+    page.keyboard.press("Shift+Tab")
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name="Search memories")).to_be_visible()
+
+    watched.clean()

@@ -1,0 +1,596 @@
+// Engram console: plain JavaScript over the JSON API (POST /v1/<Method>).
+// Every text from the server goes into the page as text (textContent),
+// never as markup: transcripts and facts are anyone's words.
+"use strict";
+
+const TOKEN_KEY = "engram.token";
+
+/// A refusal of the API, with its HTTP status.
+class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+/// Calls `method` with `body`; the answer's JSON, or an ApiError.
+async function api(method, body) {
+  const headers = { "content-type": "application/json" };
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers.authorization = "Bearer " + token;
+  const response = await fetch("/v1/" + method, {
+    method: "POST",
+    headers,
+    body: JSON.stringify(body || {}),
+  });
+  const text = await response.text();
+  let json = {};
+  try {
+    json = text ? JSON.parse(text) : {};
+  } catch (_) {
+    json = { error: { message: text } };
+  }
+  if (!response.ok) {
+    const message = (json.error && json.error.message) || response.statusText;
+    if (response.status === 401) showSignIn(message);
+    throw new ApiError(response.status, message);
+  }
+  return json;
+}
+
+/// An element: `h("td", {class: "num"}, "12")`. Strings become text nodes.
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (v === true) el.setAttribute(k, "");
+    else el.setAttribute(k, String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+const num = (v) => Number(v || 0);
+const fmt = (v) => num(v).toLocaleString("en");
+const when = (ts) => (ts ? new Date(num(ts) * 1000).toISOString().replace("T", " ").slice(0, 19) + "Z" : "—");
+const bytes = (n) => {
+  n = num(n);
+  if (n < 1024) return n + " B";
+  if (n < 1024 * 1024) return (n / 1024).toFixed(1) + " KiB";
+  return (n / 1024 / 1024).toFixed(1) + " MiB";
+};
+const MATCHED = {
+  MATCHED_BY_ALL_WORDS: "all words",
+  MATCHED_BY_LEXICAL: "words",
+  MATCHED_BY_CONTEXT: "context",
+  MATCHED_BY_SEMANTIC: "meaning",
+  MATCHED_BY_BOTH: "words and meaning",
+};
+const KIND = {
+  MEMORY_KIND_TRACE: "message",
+  MEMORY_KIND_EPISODIC: "summary",
+  MEMORY_KIND_SEMANTIC: "fact",
+};
+
+/// The error of a failed action, shown where it happened.
+function failure(e) {
+  return h("p", { class: "error", role: "alert" }, e instanceof ApiError ? `${e.status}: ${e.message}` : String(e));
+}
+
+function showSignIn(message) {
+  document.getElementById("sign-in").hidden = false;
+  document.getElementById("sign-in-error").textContent = message || "";
+  document.getElementById("view").replaceChildren();
+  document.getElementById("token").focus();
+}
+
+// ---------------------------------------------------------------- routing
+
+/// `#/agent/a-1?turn=turn_0003` → ["agent", "a-1"], {turn: "turn_0003"}.
+function route() {
+  const [path, query] = location.hash.replace(/^#/, "").split("?");
+  const parts = (path || "/").split("/").filter(Boolean).map(decodeURIComponent);
+  return { parts, params: new URLSearchParams(query || "") };
+}
+
+async function render() {
+  const { parts, params } = route();
+  const view = document.getElementById("view");
+  document.getElementById("sign-in").hidden = true;
+  for (const a of document.querySelectorAll("[data-nav]")) {
+    const current = (parts[0] || "agents") === a.dataset.nav || (parts[0] === "agent" && a.dataset.nav === "agents");
+    if (current) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+  document.getElementById("sign-out").hidden = !sessionStorage.getItem(TOKEN_KEY);
+  view.replaceChildren(h("p", { class: "muted" }, "Loading…"));
+  try {
+    let page;
+    if (parts[0] === "agent" && parts[1]) page = await agentPage(parts[1], params);
+    else if (parts[0] === "search") page = await searchPage(params);
+    else page = await agentsPage(params);
+    view.replaceChildren(page);
+    document.title = (view.querySelector("h1")?.textContent || "Engram") + " · Engram console";
+    const target = view.querySelector(".target");
+    if (target) target.scrollIntoView({ block: "center" });
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 401) return; // the sign-in form shows
+    view.replaceChildren(h("h1", {}, "Something went wrong"), failure(e));
+  }
+}
+
+// ---------------------------------------------------------------- agents
+
+/// Runs `f` on each item, a few at a time.
+async function each(items, f, width = 6) {
+  const out = new Array(items.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const i = next++;
+      out[i] = await f(items[i]);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(width, items.length) }, worker));
+  return out;
+}
+
+async function agentsPage(params) {
+  const find = params.get("find") || "";
+  const by = params.get("by") || "agent";
+  const page = params.get("page") || "";
+  const form = h(
+    "form",
+    { class: "inline", role: "search", id: "find-form" },
+    h("label", { for: "find" }, "Find"),
+    h("input", { id: "find", name: "find", value: find, placeholder: "agent or user id" }),
+    h("label", { for: "by" }, "by"),
+    h(
+      "select",
+      { id: "by", name: "by" },
+      h("option", { value: "agent", selected: by === "agent" }, "agent id"),
+      h("option", { value: "user", selected: by === "user" }, "user id"),
+    ),
+    h("button", { type: "submit" }, "Find"),
+  );
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const q = new URLSearchParams({ find: form.find.value.trim(), by: form.by.value });
+    location.hash = "#/?" + q;
+  });
+  let ids;
+  let nextPage = "";
+  if (find && by === "agent") {
+    ids = [find];
+  } else {
+    const answer = await api("ListAgents", { pageSize: 50, pageToken: page, userId: by === "user" ? find : "" });
+    ids = answer.agentIds || [];
+    nextPage = answer.nextPageToken || "";
+  }
+  const stats = await each(ids, (id) =>
+    api("GetContextStats", { agentId: id }).catch((e) => ({ failed: e })),
+  );
+  const rows = ids.map((id, i) => {
+    const s = stats[i];
+    if (s.failed) {
+      return h("tr", {}, h("td", {}, id), h("td", { colspan: 6 }, failure(s.failed)));
+    }
+    const size = (s.files || []).reduce((n, f) => n + num(f.bytes), 0);
+    return h(
+      "tr",
+      {},
+      h("td", {}, h("a", { href: "#/agent/" + encodeURIComponent(id) }, id)),
+      h("td", {}, s.userId ? h("a", { href: "#/?" + new URLSearchParams({ find: s.userId, by: "user" }) }, s.userId) : "—"),
+      h("td", { class: "num optional" }, fmt(s.messages)),
+      h("td", { class: "num optional" }, fmt(s.turns)),
+      h("td", { class: "num" }, fmt(s.compactions)),
+      h("td", { class: "num" }, `${fmt(s.estimatedTokens)} (${Math.round(num(s.percentUsed))}%)`),
+      h("td", { class: "num optional" }, bytes(size)),
+    );
+  });
+  const title = find ? (by === "user" ? `Agents of user ${find}` : `Agent ${find}`) : "Agents";
+  return h(
+    "div",
+    {},
+    h("h1", {}, title),
+    form,
+    ids.length === 0
+      ? h("p", { class: "muted" }, find ? "No agent found." : "No agents yet.")
+      : h(
+          "div",
+          { class: "scroll" },
+          h(
+            "table",
+            { id: "agents" },
+            h("caption", { class: "muted" }, `${ids.length} agent${ids.length === 1 ? "" : "s"} on this page`),
+            h(
+              "thead",
+              {},
+              h(
+                "tr",
+                {},
+                h("th", { scope: "col" }, "Agent"),
+                h("th", { scope: "col" }, "User"),
+                h("th", { scope: "col", class: "num optional" }, "Messages"),
+                h("th", { scope: "col", class: "num optional" }, "Turns"),
+                h("th", { scope: "col", class: "num" }, "Compactions"),
+                h("th", { scope: "col", class: "num" }, "Tokens (of budget)"),
+                h("th", { scope: "col", class: "num optional" }, "Size"),
+              ),
+            ),
+            h("tbody", {}, rows),
+          ),
+        ),
+    nextPage
+      ? h("p", {}, h("a", { href: "#/?" + new URLSearchParams({ find, by, page: nextPage }) }, "Next page"))
+      : null,
+  );
+}
+
+// ---------------------------------------------------------------- one agent
+
+async function agentPage(id, params) {
+  const [stats, retrieved] = await Promise.all([
+    api("GetContextStats", { agentId: id }),
+    api("Retrieve", { agentId: id, maxEpisodic: 1000, maxSemantic: 0, rawTailTurns: 0 }),
+  ]);
+  const turn = params.get("turn") || "";
+  const page = h(
+    "div",
+    {},
+    h("h1", {}, "Agent ", id),
+    h(
+      "p",
+      { class: "muted" },
+      stats.userId ? ["User ", h("a", { href: "#/?" + new URLSearchParams({ find: stats.userId, by: "user" }) }, stats.userId), " · "] : null,
+      `epoch ${num(stats.epoch)} · ${fmt(stats.turns)} turns · ${fmt(stats.messages)} messages`,
+      " · ",
+      h("a", { href: "#/search?" + new URLSearchParams({ scope: "agent", id }) }, "Search this agent"),
+    ),
+    gauge(stats),
+    timeline((retrieved.bundle && retrieved.bundle.episodic) || [], turn),
+  );
+  const blocks = h("section", { "aria-labelledby": "blocks-title" }, h("h2", { id: "blocks-title" }, "Memory blocks"));
+  const facts = h("section", { "aria-labelledby": "facts-title" }, h("h2", { id: "facts-title" }, "Facts"));
+  page.append(blocks, facts);
+  await Promise.all([fillBlocks(blocks, id, stats.userId), fillFacts(facts, { agentId: id })]);
+  return page;
+}
+
+/// Tokens in the transcript against the input budget, with the trigger
+/// (and the mark past which a summary is written ahead).
+function gauge(s) {
+  const budget = num(s.budget && s.budget.inputBudget) || 1;
+  const tokens = num(s.estimatedTokens);
+  const trigger = num(s.triggerTokens);
+  const ahead = num(s.precompactTokens);
+  const pct = (v) => Math.min(100, (v / budget) * 100).toFixed(2) + "%";
+  const bar = h(
+    "div",
+    {
+      class: "gauge",
+      role: "meter",
+      "aria-label": "Tokens in the transcript",
+      "aria-valuemin": 0,
+      "aria-valuemax": budget,
+      "aria-valuenow": tokens,
+      "aria-valuetext": `${fmt(tokens)} of ${fmt(budget)} tokens; compaction at ${fmt(trigger)}`,
+    },
+    h("div", { class: "fill" + (tokens >= trigger && trigger > 0 ? " over" : "") }),
+    trigger ? h("div", { class: "mark trigger", title: "compaction trigger" }) : null,
+    ahead ? h("div", { class: "mark ahead", title: "summary written ahead from here" }) : null,
+  );
+  // Through the CSSOM: the page's policy allows no style attributes.
+  bar.querySelector(".fill").style.width = pct(tokens);
+  if (trigger) bar.querySelector(".mark.trigger").style.left = pct(trigger);
+  if (ahead) bar.querySelector(".mark.ahead").style.left = pct(ahead);
+  return h(
+    "section",
+    { class: "panel", "aria-labelledby": "gauge-title", id: "gauge" },
+    h("h2", { id: "gauge-title" }, "Context"),
+    bar,
+    h(
+      "div",
+      { class: "legend" },
+      h("span", { id: "gauge-tokens" }, `${fmt(tokens)} tokens (${Math.round(num(s.percentUsed))}% of the ${fmt(budget)}-token input budget)`),
+      h("span", {}, `compaction at ${fmt(trigger)}`),
+      ahead ? h("span", { class: "warn" }, `summary written ahead from ${fmt(ahead)}${s.summaryAhead ? " (ready)" : ""}`) : null,
+      h("span", { id: "gauge-compactions" }, `${fmt(s.compactions)} compaction${num(s.compactions) === 1 ? "" : "s"}`),
+      s.compactionRequired ? h("span", { class: "warn" }, "compaction required") : null,
+    ),
+  );
+}
+
+/// The summaries, newest first, each with its turns and time span.
+function timeline(episodic, turn) {
+  const items = [...episodic].reverse();
+  const covered = !turn || items.some((e) => (e.turnIds || []).includes(turn));
+  return h(
+    "section",
+    { "aria-labelledby": "timeline-title", id: "timeline" },
+    h("h2", { id: "timeline-title" }, "Compaction timeline"),
+    covered ? null : h("p", { class: "panel target", id: "active-turn" }, `${turn} is not compacted: it is in the active transcript.`),
+    items.length === 0
+      ? h("p", { class: "muted" }, "No compaction yet: the whole conversation is in the prompt.")
+      : h(
+          "ol",
+          { class: "timeline" },
+          items.map((e) => {
+            const turns = e.turnIds || [];
+            const range = turns.length ? `${turns[0]} … ${turns[turns.length - 1]} (${turns.length} turns)` : "no turns";
+            const target = turn && turns.includes(turn);
+            return h(
+              "li",
+              { class: target ? "target" : null, id: "summary-" + e.id, "aria-current": target ? "true" : null },
+              h("h3", {}, range),
+              h("p", { class: "muted" }, `${when(e.fromTs)} – ${when(e.toTs)} · written ${when(e.ts)}`),
+              h("p", { class: "summary-text" }, e.summary || ""),
+            );
+          }),
+        ),
+  );
+}
+
+async function fillBlocks(section, agentId, userId) {
+  const scopes = [{ agentId }];
+  if (userId) scopes.push({ userId });
+  for (const scope of scopes) {
+    let answer;
+    try {
+      answer = await api("ListMemoryBlocks", { scope });
+    } catch (e) {
+      section.append(failure(e));
+      continue;
+    }
+    const blocks = (answer.blocks || []).filter((b) => !b.deleted);
+    section.append(h("h3", {}, scope.agentId ? "This agent's blocks" : `User ${scope.userId}'s blocks`));
+    if (blocks.length === 0) section.append(h("p", { class: "muted" }, "None."));
+    for (const b of blocks) section.append(block(scope, b));
+  }
+  section.append(newBlockForm({ agentId }));
+}
+
+/// A block, with an editor that saves against the version shown.
+function block(scope, b) {
+  const shown = h("pre", { class: "value" }, b.value || "");
+  const status = h("p", { role: "status" });
+  const el = h(
+    "div",
+    { class: "panel block", "data-label": b.label },
+    h("h3", {}, b.label, b.readOnly ? " (read-only)" : ""),
+    h("p", { class: "muted" }, `version ${b.version || 0} · ${b.format === "BLOCK_FORMAT_JSON" ? "JSON" : "text"} · updated ${when(b.updatedAt)}`),
+    b.description ? h("p", {}, b.description) : null,
+    shown,
+    status,
+  );
+  if (!b.readOnly) {
+    const editor = h("textarea", { "aria-label": `New value of ${b.label}`, hidden: true });
+    const save = h("button", { type: "button", hidden: true }, "Save");
+    const edit = h("button", { type: "button", class: "plain" }, "Edit");
+    edit.addEventListener("click", () => {
+      editor.value = b.value || "";
+      editor.hidden = save.hidden = false;
+      editor.focus();
+    });
+    save.addEventListener("click", async () => {
+      try {
+        const answer = await api("PutMemoryBlock", {
+          scope,
+          label: b.label,
+          value: editor.value,
+          format: b.format || "BLOCK_FORMAT_TEXT",
+          limitChars: b.limitChars || 0,
+          expectedVersion: String(b.version || 0),
+        });
+        el.replaceWith(block(scope, answer.block));
+      } catch (e) {
+        status.replaceChildren(
+          e instanceof ApiError && e.status === 409 ? h("span", { class: "error" }, "Changed meanwhile: reload to see the new version.") : failure(e),
+        );
+      }
+    });
+    el.append(h("div", { class: "actions" }, edit), editor, h("div", { class: "actions" }, save));
+  }
+  return el;
+}
+
+function newBlockForm(scope) {
+  const status = h("p", { role: "status" });
+  const form = h(
+    "form",
+    { class: "panel", id: "new-block" },
+    h("h3", {}, "Add a block to this agent"),
+    h("p", {}, h("label", { for: "new-block-label" }, "Label"), h("input", { id: "new-block-label", name: "label", required: true })),
+    h("p", {}, h("label", { for: "new-block-value" }, "Value"), h("textarea", { id: "new-block-value", name: "value", required: true })),
+    h("button", { type: "submit" }, "Add block"),
+    status,
+  );
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    try {
+      await api("PutMemoryBlock", {
+        scope,
+        label: form.label.value.trim(),
+        value: form.value.value,
+        format: "BLOCK_FORMAT_TEXT",
+        expectedVersion: "0",
+      });
+      await render();
+    } catch (e) {
+      status.replaceChildren(failure(e));
+    }
+  });
+  return form;
+}
+
+async function fillFacts(section, scope) {
+  const answer = await api("ListMemories", { scope, pageSize: 100 });
+  const facts = answer.memories || [];
+  if (facts.length === 0) section.append(h("p", { class: "muted" }, "No facts."));
+  const list = h("div", { id: "facts" });
+  for (const f of facts) list.append(fact(scope, f));
+  section.append(list);
+}
+
+/// A fact: pin, edit, delete (each against the version shown), history.
+function fact(scope, f) {
+  const status = h("p", { role: "status" });
+  const el = h(
+    "div",
+    { class: "fact", "data-id": f.id },
+    h("p", { class: "text" }, f.pinned ? [h("span", { class: "chip" }, "pinned"), " "] : null, f.fact),
+    h(
+      "p",
+      { class: "muted" },
+      `version ${f.version || 0} · ${when(f.ts)}`,
+      (f.turnIds || []).length ? [" · from ", provenance(scope.agentId, f.turnIds)] : null,
+    ),
+    status,
+  );
+  const update = async (change) => {
+    try {
+      const answer = await api("UpdateMemory", { scope, id: f.id, expectedVersion: String(f.version || 0), ...change });
+      el.replaceWith(fact(scope, answer.memory));
+    } catch (e) {
+      status.replaceChildren(failure(e));
+    }
+  };
+  const pin = h("button", { type: "button", class: "plain" }, f.pinned ? "Unpin" : "Pin");
+  pin.addEventListener("click", () => update({ pinned: !f.pinned }));
+  const editor = h("input", { "aria-label": "New text of the fact", hidden: true, size: 60 });
+  const save = h("button", { type: "button", hidden: true }, "Save");
+  const edit = h("button", { type: "button", class: "plain" }, "Edit");
+  edit.addEventListener("click", () => {
+    editor.value = f.fact;
+    editor.hidden = save.hidden = false;
+    editor.focus();
+  });
+  save.addEventListener("click", () => update({ text: editor.value }));
+  const del = h("button", { type: "button", class: "danger" }, "Delete");
+  del.addEventListener("click", async () => {
+    try {
+      await api("DeleteMemory", { scope, id: f.id, expectedVersion: String(f.version || 0) });
+      el.remove();
+    } catch (e) {
+      status.replaceChildren(failure(e));
+    }
+  });
+  const historyBox = h("ol", { class: "history", hidden: true });
+  const history = h("button", { type: "button", class: "plain", "aria-expanded": "false" }, "History");
+  history.addEventListener("click", async () => {
+    if (!historyBox.hidden) {
+      historyBox.hidden = true;
+      history.setAttribute("aria-expanded", "false");
+      return;
+    }
+    try {
+      const answer = await api("GetMemoryHistory", { scope, id: f.id });
+      historyBox.replaceChildren(
+        ...(answer.versions || []).map((v) =>
+          h("li", {}, `v${v.version || 0} ${when(v.ts)}: `, v.deletedAt ? h("em", {}, "deleted") : v.fact, v.pinned ? " (pinned)" : ""),
+        ),
+      );
+      historyBox.hidden = false;
+      history.setAttribute("aria-expanded", "true");
+    } catch (e) {
+      status.replaceChildren(failure(e));
+    }
+  });
+  el.append(h("div", { class: "actions" }, pin, edit, del, history), h("div", { class: "actions" }, editor, save), historyBox);
+  return el;
+}
+
+/// Links from turn ids into the agent's timeline.
+function provenance(agentId, turnIds) {
+  if (!agentId || !turnIds || turnIds.length === 0) return (turnIds || []).join(", ");
+  const link = (t) => h("a", { href: `#/agent/${encodeURIComponent(agentId)}?turn=${encodeURIComponent(t)}` }, t);
+  if (turnIds.length === 1) return link(turnIds[0]);
+  return [link(turnIds[0]), " … ", link(turnIds[turnIds.length - 1])];
+}
+
+// ---------------------------------------------------------------- search
+
+async function searchPage(params) {
+  const scope = params.get("scope") === "user" ? "user" : "agent";
+  const id = params.get("id") || "";
+  const q = params.get("q") || "";
+  const form = h(
+    "form",
+    { class: "inline", role: "search", id: "search-form" },
+    h("label", { for: "search-scope" }, "In"),
+    h(
+      "select",
+      { id: "search-scope", name: "scope" },
+      h("option", { value: "agent", selected: scope === "agent" }, "agent"),
+      h("option", { value: "user", selected: scope === "user" }, "user"),
+    ),
+    h("label", { for: "search-id" }, "id"),
+    h("input", { id: "search-id", name: "id", value: id, required: true }),
+    h("label", { for: "search-q" }, "Query"),
+    h("input", { id: "search-q", name: "q", value: q, required: true, size: 40 }),
+    h("button", { type: "submit" }, "Search"),
+  );
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    location.hash = "#/search?" + new URLSearchParams({ scope: form.scope.value, id: form.id.value.trim(), q: form.q.value.trim() });
+  });
+  const page = h("div", {}, h("h1", {}, "Search memories"), form);
+  if (!id || !q) return page;
+  const ask = { query: q, maxRecalled: 20, maxEpisodic: 0, maxSemantic: 0, rawTailTurns: 0 };
+  if (scope === "user") ask.userId = id;
+  else ask.agentId = id;
+  const answer = await api("Retrieve", ask);
+  const results = answer.recalled || [];
+  page.append(
+    h("p", { class: "muted", role: "status" }, `${results.length} result${results.length === 1 ? "" : "s"}`),
+    h(
+      "ol",
+      { id: "results" },
+      results.map((r) => {
+        const agent = r.agentId || (scope === "agent" ? id : "");
+        const text = r.trace ? r.trace.content : r.episodic ? r.episodic.summary : r.semantic ? r.semantic.fact : "";
+        return h(
+          "li",
+          { class: "result" },
+          h(
+            "p",
+            { class: "chips" },
+            h("span", { class: "chip" }, KIND[r.kind] || "memory"),
+            h("span", { class: "chip" }, "score " + num(r.score).toFixed(3)),
+            h("span", { class: "chip" }, "matched by " + (MATCHED[r.matchedBy] || "—")),
+            r.archived ? h("span", { class: "chip" }, "archived") : null,
+            agent && scope === "user" ? h("span", { class: "chip" }, "agent " + agent) : null,
+          ),
+          h("p", { class: "text" }, text),
+          h("p", { class: "muted" }, `${when(r.fromTs)} – ${when(r.toTs)} · `, (r.turnIds || []).length ? provenance(agent, r.turnIds) : "no turn"),
+        );
+      }),
+    ),
+  );
+  return page;
+}
+
+// ---------------------------------------------------------------- start
+
+document.getElementById("token-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  sessionStorage.setItem(TOKEN_KEY, document.getElementById("token").value.trim());
+  document.getElementById("token").value = "";
+  render();
+});
+document.getElementById("sign-out").addEventListener("click", () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  render();
+});
+// The skip link moves the focus; as a plain link it would change the
+// route (the hash).
+document.querySelector(".skip").addEventListener("click", (ev) => {
+  ev.preventDefault();
+  document.getElementById("main").focus();
+});
+window.addEventListener("hashchange", render);
+render();
