@@ -198,6 +198,8 @@ export interface PrepareOptions {
   recall?: boolean;
   /** The recall block's size at most (recall.max_tokens when unset). */
   recallMaxTokens?: number;
+  /** The prompt as it stands: nothing stored, compacted or started (a due compaction is a warning). */
+  preview?: boolean;
 }
 
 /** Who a memory block belongs to: exactly one of an agent (one
@@ -439,6 +441,7 @@ export class EngramClient {
       recall: opts.recall,
       recall_max_tokens: opts.recallMaxTokens,
       user_id: opts.userId ?? "",
+      preview: opts.preview ?? false,
     });
     return {
       payload: raw.rendered_payload_json ? JSON.parse(raw.rendered_payload_json) : null,

@@ -259,14 +259,17 @@ class EngramClient:
                         model: str = "", render_format: Optional[str] = "openai-chat",
                         max_output_tokens: int = 0, force_compaction: bool = False,
                         recall: Optional[bool] = None,
-                        recall_max_tokens: Optional[int] = None, user_id: str = "") -> Prompt:
+                        recall_max_tokens: Optional[int] = None, user_id: str = "",
+                        preview: bool = False) -> Prompt:
         """The prompt for the next LLM call. `user_input` (a str or event)
         is stored as the new turn's user message first. `render_format`:
         openai-chat, openai-responses, anthropic, gemini or None. `recall`
         turns the [MEMORY:RECALLED] block on or off for this request and
         `recall_max_tokens` bounds it (the server's [recall] settings when
         None). `user_id` as in ingest. The memory blocks the agent sees are
-        in the system message; `prompt.response.blocks` lists them."""
+        in the system message; `prompt.response.blocks` lists them.
+        `preview=True` shows the prompt as it stands and stores, compacts
+        or starts nothing (a due compaction is a warning)."""
         if isinstance(user_input, str):
             user_input = user(user_input)
         if render_format not in FORMATS:
@@ -275,7 +278,7 @@ class EngramClient:
             agent_id=agent_id, system_prompt=system_prompt, user_input=user_input, model=model,
             render_format=FORMATS[render_format], max_output_tokens=max_output_tokens,
             force_compaction=force_compaction, recall=recall,
-            recall_max_tokens=recall_max_tokens, user_id=user_id)))
+            recall_max_tokens=recall_max_tokens, user_id=user_id, preview=preview)))
 
     def compact(self, agent_id: str, focus: str = "") -> types.CompactionReport:
         return self._call("Compact", svc.CompactRequest(agent_id=agent_id, focus=focus)).report

@@ -115,6 +115,12 @@ def test_the_console_in_a_browser(start_engramd_http, tmp_path, browser):
     before = int(page.get_by_role("meter").get_attribute("aria-valuenow"))
     assert before > 0
     expect(page.locator("#timeline")).to_contain_text("No compaction yet")
+    # The prompt as it stands, shown without storing anything.
+    stored = post(base, "GetContextStats", {"agentId": "ana-desk"})["messages"]
+    page.get_by_text("Show the messages").click()
+    expect(page.locator("#prompt .message")).to_have_count(stored)
+    expect(page.locator("#prompt .message").last).to_contain_text("Noted the okapi number 8")
+    assert post(base, "GetContextStats", {"agentId": "ana-desk"})["messages"] == stored
 
     # A block: added, then edited against its version.
     page.get_by_label("Label").fill("persona")

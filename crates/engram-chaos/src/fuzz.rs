@@ -193,6 +193,7 @@ fn request(g: &mut Gen, method: &str) -> Vec<u8> {
             force_compaction: g.rng.random_bool(0.2),
             recall: g.rng.random_bool(0.7).then(|| g.rng.random_bool(0.5)),
             recall_max_tokens: g.opt_u32(),
+            preview: g.rng.random_bool(0.1),
         }
         .encode_to_vec(),
         "Compact" => pb::CompactRequest {

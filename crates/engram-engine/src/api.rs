@@ -43,6 +43,9 @@ pub struct PrepareRequest {
     pub recall_max_tokens: Option<u32>,
     /// As in [`IngestRequest::user_id`].
     pub user_id: Option<String>,
+    /// The prompt as it stands, nothing stored, compacted or started
+    /// (`prepare.rs`).
+    pub preview: bool,
 }
 
 /// The prompt, ready to send.

@@ -43,6 +43,7 @@ impl Engine {
     pub async fn prepare(&self, req: PrepareRequest) -> Result<Prepared> {
         let id = limits::agent_id("agent_id", &req.agent_id)?;
         let recall = recall::Settings::of(&self.recall, &req);
+        let preview = req.preview;
         let user_input = req.user_input.map(user_event).transpose()?;
         let user = limits::optional_user(req.user_id.as_deref())?;
         let ask = Ask {
@@ -61,6 +62,16 @@ impl Engine {
             // Every payload but Gemini's names its model.
             needs_model: matches!(ask.format, Some(f) if f != Format::Gemini),
         };
+        if preview
+            && (input.user_input.is_some()
+                || input.system_prompt.is_some()
+                || input.user.is_some()
+                || ask.force)
+        {
+            return Err(EngineError::Invalid(
+                "a preview stores nothing: leave user_input, system_prompt, user_id and force_compaction unset".into(),
+            ));
+        }
         let (store, caches, budgets) = (self.store.as_ref(), &*self.caches, &*self.budgets);
         // A prompt that will recall (a user's conversation; an agent whose
         // last prompt did) embeds its new message while storing it.
@@ -75,10 +86,11 @@ impl Engine {
         // counting, deciding and rendering happen after.
         let prepared = store.prepare(&id, input).await?;
         let mut context = prepared.context;
-        if context.awaits_first_epoch && self.users.inject_last_summary {
+        // A preview starts nothing and leaves the agent's idle clock alone.
+        if context.awaits_first_epoch && self.users.inject_last_summary && !preview {
             context = crate::users::start_first_epoch(store, &id, context).await;
         }
-        if context.user_id.is_some() {
+        if context.user_id.is_some() && !preview {
             self.touch(&id);
         }
         // The blocks join the system message before anything is counted:
@@ -90,7 +102,23 @@ impl Engine {
         if let Some(system) = &system {
             context.system = Some(system.clone());
         }
-        let look = sizing::with_caches(caches, &id, &context, |c| look(&context, c, &ask, budgets));
+        let mut look =
+            sizing::with_caches(caches, &id, &context, |c| look(&context, c, &ask, budgets));
+        let mut due = None;
+        if preview {
+            // Shown as it stands: a compaction that is due waits for the
+            // next PrepareRequest, and nothing is written ahead.
+            look = match look {
+                Look::Compact(trigger, ..) => {
+                    due = Some(trigger);
+                    let (size, model) = sizing::with_caches(caches, &id, &context, |c| {
+                        size_of(&context, c, &ask, budgets)
+                    });
+                    Look::Ready(size, model, None)
+                }
+                Look::Ready(size, model, _) => Look::Ready(size, model, None),
+            };
+        }
         let (context, size, report) = match look {
             Look::Ready(size, model, ahead) => {
                 let (tokens, trigger) = (size.prompt_tokens(), size.budget.trigger_tokens);
@@ -134,6 +162,12 @@ impl Engine {
         let mut prepared = sizing::with_caches(caches, &id, &context, |c| {
             build(&context, c, &ask, size, report, recalled)
         });
+        if let Some(trigger) = due {
+            prepared.warnings.push(format!(
+                "a compaction is due ({}): the next PrepareRequest runs it first; this preview shows the prompt before it",
+                trigger.as_str()
+            ));
+        }
         if let Some(section) = section {
             prepared.blocks = section.shown.clone();
             prepared

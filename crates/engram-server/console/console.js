@@ -234,9 +234,10 @@ async function agentsPage(params) {
 // ---------------------------------------------------------------- one agent
 
 async function agentPage(id, params) {
-  const [stats, retrieved] = await Promise.all([
+  const [stats, retrieved, prompt] = await Promise.all([
     api("GetContextStats", { agentId: id }),
     api("Retrieve", { agentId: id, maxEpisodic: 1000, maxSemantic: 0, rawTailTurns: 0 }),
+    api("PrepareRequest", { agentId: id, preview: true }),
   ]);
   const turn = params.get("turn") || "";
   const page = h(
@@ -253,6 +254,7 @@ async function agentPage(id, params) {
     ),
     gauge(stats),
     timeline((retrieved.bundle && retrieved.bundle.episodic) || [], turn),
+    transcript(prompt),
   );
   const blocks = h("section", { "aria-labelledby": "blocks-title" }, h("h2", { id: "blocks-title" }, "Memory blocks"));
   const facts = h("section", { "aria-labelledby": "facts-title" }, h("h2", { id: "facts-title" }, "Facts"));
@@ -332,6 +334,39 @@ function timeline(episodic, turn) {
             );
           }),
         ),
+  );
+}
+
+const ROLE = { ROLE_SYSTEM: "system", ROLE_USER: "user", ROLE_ASSISTANT: "assistant", ROLE_TOOL: "tool" };
+
+/// The prompt as the model would get it now (a preview: nothing stored,
+/// nothing compacted), as a chat.
+function transcript(p) {
+  const messages = p.messages || [];
+  return h(
+    "section",
+    { "aria-labelledby": "prompt-title", id: "prompt" },
+    h("h2", { id: "prompt-title" }, "The prompt now"),
+    h("p", { class: "muted" }, `${messages.length} messages, about ${fmt(p.estimatedPromptTokens)} tokens`),
+    (p.warnings || []).map((w) => h("p", { class: "warn", role: "note" }, w)),
+    h(
+      "details",
+      {},
+      h("summary", {}, "Show the messages"),
+      h(
+        "ol",
+        { class: "chat" },
+        messages.map((m) =>
+          h(
+            "li",
+            { class: "message " + (ROLE[m.role] || "other") },
+            h("p", { class: "role" }, ROLE[m.role] || "message", m.name ? ` (${m.name})` : "", m.toolName ? ` · ${m.toolName}` : ""),
+            m.content ? h("p", { class: "content" }, m.content) : null,
+            (m.toolCalls || []).map((c) => h("p", { class: "content muted" }, `calls ${c.name}(${JSON.stringify(c.arguments || {})})`)),
+          ),
+        ),
+      ),
+    ),
   );
 }
 

@@ -43,6 +43,7 @@ pub fn prepare_from_pb(req: pb::PrepareRequestRequest) -> Result<PrepareRequest,
         recall: req.recall,
         recall_max_tokens: req.recall_max_tokens,
         user_id: non_empty(req.user_id),
+        preview: req.preview,
     })
 }
 

@@ -110,6 +110,40 @@ async fn reported_pressure_compacts_before_the_next_prompt() {
         .unwrap()
         .into_inner();
     assert!(out.compaction_required);
+    // A preview shows the prompt as it stands and runs nothing.
+    let before = all_traces(&mut c, "auto").await.len();
+    let preview = pb::PrepareRequestRequest {
+        agent_id: "auto".into(),
+        model: "gpt-4o".into(),
+        preview: true,
+        ..Default::default()
+    };
+    let seen = c
+        .prepare_request(preview.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!seen.compaction.unwrap().performed);
+    assert_eq!(seen.epoch, 0);
+    assert_eq!(seen.messages.last().unwrap().content, "long answer");
+    assert!(
+        seen.warnings
+            .iter()
+            .any(|w| w.contains("compaction is due (token_pressure)")),
+        "{:?}",
+        seen.warnings
+    );
+    assert_eq!(all_traces(&mut c, "auto").await.len(), before);
+    // It stores nothing, so it takes nothing to store.
+    let refused = c
+        .prepare_request(pb::PrepareRequestRequest {
+            user_input: Some(user("sneaked in")),
+            ..preview.clone()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert_eq!(all_traces(&mut c, "auto").await.len(), before);
     let p = c
         .prepare_request(pb::PrepareRequestRequest {
             agent_id: "auto".into(),
