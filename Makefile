@@ -135,6 +135,7 @@ clients: python-client node-client ## Both client suites against the real engram
 python-client: venv ## clients/python: build (stubs from proto/), install into .venv, pytest (client, example loop, 20-turn loop in every render format, the console in Debian's Chromium)
 	$(CARGO) build --locked -p engram-server --bin engramd
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps ./clients/python
+	scripts/chromium.sh >/dev/null # installs Debian's chromium when missing; fails the target if it cannot
 	ENGRAMD=$(CURDIR)/target/debug/engramd ENGRAM_CHROMIUM="$$(scripts/chromium.sh)" \
 		$(VENV)/bin/python -m pytest -q clients/python/tests
 
