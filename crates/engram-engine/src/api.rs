@@ -174,6 +174,8 @@ pub struct ContextStats {
     pub precompact_tokens: u32,
     /// That summary: "" (none), "writing" or "ready".
     pub summary_ahead: &'static str,
+    /// Event time of the agent's last event.
+    pub last_event_at: Option<f64>,
 }
 
 /// ListAgents.

@@ -39,6 +39,7 @@ impl Engine {
                 .precompact_tokens(id.as_str(), &model, &size.budget)
                 .unwrap_or(0),
             summary_ahead: self.compactor.summary_ahead(&id, context.epoch),
+            last_event_at: context.last_event_at,
         })
     }
 

@@ -177,7 +177,7 @@ async function agentsPage(params) {
   const rows = ids.map((id, i) => {
     const s = stats[i];
     if (s.failed) {
-      return h("tr", {}, h("td", {}, id), h("td", { colspan: 6 }, failure(s.failed)));
+      return h("tr", {}, h("td", {}, id), h("td", { colspan: 7 }, failure(s.failed)));
     }
     const size = (s.files || []).reduce((n, f) => n + num(f.bytes), 0);
     return h(
@@ -185,6 +185,7 @@ async function agentsPage(params) {
       {},
       h("td", {}, h("a", { href: "#/agent/" + encodeURIComponent(id) }, id)),
       h("td", {}, s.userId ? h("a", { href: "#/?" + new URLSearchParams({ find: s.userId, by: "user" }) }, s.userId) : "—"),
+      h("td", { class: "last" }, when(s.lastEventAt)),
       h("td", { class: "num optional" }, fmt(s.messages)),
       h("td", { class: "num optional" }, fmt(s.turns)),
       h("td", { class: "num" }, fmt(s.compactions)),
@@ -215,6 +216,7 @@ async function agentsPage(params) {
                 {},
                 h("th", { scope: "col" }, "Agent"),
                 h("th", { scope: "col" }, "User"),
+                h("th", { scope: "col" }, "Last activity"),
                 h("th", { scope: "col", class: "num optional" }, "Messages"),
                 h("th", { scope: "col", class: "num optional" }, "Turns"),
                 h("th", { scope: "col", class: "num" }, "Compactions"),
@@ -248,7 +250,7 @@ async function agentPage(id, params) {
       "p",
       { class: "muted" },
       stats.userId ? ["User ", h("a", { href: "#/?" + new URLSearchParams({ find: stats.userId, by: "user" }) }, stats.userId), " · "] : null,
-      `epoch ${num(stats.epoch)} · ${fmt(stats.turns)} turns · ${fmt(stats.messages)} messages`,
+      `epoch ${num(stats.epoch)} · ${fmt(stats.turns)} turns · ${fmt(stats.messages)} messages · last activity ${when(stats.lastEventAt)}`,
       " · ",
       h("a", { href: "#/search?" + new URLSearchParams({ scope: "agent", id }) }, "Search this agent"),
     ),

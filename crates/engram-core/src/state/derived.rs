@@ -209,6 +209,11 @@ impl Derived {
             consecutive_failures: self.meta.consecutive_failures,
             awaits_first_epoch: self.awaits_first_epoch(),
             bytes,
+            last_event_at: self
+                .traces
+                .last()
+                .map(|t| t.ts)
+                .or_else(|| self.episodic.last().and_then(|e| e.source.to_ts)),
         }
     }
 

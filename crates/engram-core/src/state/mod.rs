@@ -60,6 +60,9 @@ pub struct AgentContext {
     /// About how much text there is (to keep big counts off the async
     /// workers).
     pub bytes: u64,
+    /// Event time of the agent's last trace (its last summary's end when
+    /// every trace is archived); `None` with none.
+    pub last_event_at: Option<f64>,
 }
 
 impl AgentContext {

@@ -121,6 +121,7 @@ pub fn stats_to_pb(s: ContextStats) -> pb::GetContextStatsResponse {
         compaction_required: s.compaction_required,
         precompact_tokens: s.precompact_tokens,
         summary_ahead: s.summary_ahead.to_owned(),
+        last_event_at: s.last_event_at,
         model: s.model,
         index: Some(index_state_into_pb(s.index)),
     }

@@ -329,9 +329,11 @@ async fn context_stats_answer_the_context_command() {
     })
     .await
     .unwrap();
-    c.ingest(ingest_req(agent, vec![result("s1", "3 degrees and clear")]))
-        .await
-        .unwrap();
+    let last = pb::TraceEvent {
+        ts: Some(1_800_000_000.5),
+        ..result("s1", "3 degrees and clear")
+    };
+    c.ingest(ingest_req(agent, vec![last])).await.unwrap();
     let stats = c
         .get_context_stats(pb::GetContextStatsRequest {
             agent_id: agent.into(),
@@ -346,6 +348,11 @@ async fn context_stats_answer_the_context_command() {
         "system, user, assistant call, tool result"
     );
     assert_eq!(stats.turns, 1);
+    assert_eq!(
+        stats.last_event_at,
+        Some(1_800_000_000.5),
+        "the last event's time"
+    );
     assert_eq!(stats.last_reported_prompt_tokens, 1_000);
     assert!(stats.estimated_tokens_since_report > 0);
     assert!(stats.estimated_tokens > 0);
