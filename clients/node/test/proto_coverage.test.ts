@@ -143,6 +143,7 @@ async function callEveryHelper(engram: EngramClient) {
     userInput: "hi", systemPrompt: "s", model: "m", renderFormat: "gemini", maxOutputTokens: 5,
     forceCompaction: true, recall: false, recallMaxTokens: 7, userId: "u",
   });
+  await engram.prepareRequest("a", { model: "m", preview: true });
   await engram.compact("a", "f");
   await engram.retrieve("a", {
     query: "q", maxEpisodic: 1, maxSemantic: 2, rawTailTurns: 3, includeToolInteractions: true,

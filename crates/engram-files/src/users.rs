@@ -14,11 +14,10 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::gate::{Gate, Mark};
-
 use engram_core::{AgentId, UserId};
 
 use crate::agent::{AgentMeta, STATE};
+use crate::gate::{Gate, Mark};
 use crate::{FileStore, Result, StoreError, TRASH_PREFIX, jsonl};
 
 pub(crate) const AGENTS: &str = "agents";
@@ -33,20 +32,21 @@ impl FileStore {
         let dir = self.user_dir(&user).join(AGENTS);
         let marker = dir.join(agent.as_str());
         let gate = Gate::live(&mut shared.erasing);
+        let erasing = gate.is_some();
         let made = engram_store::blocking(move || {
             if marker.exists() {
                 // Bound before: an erasure under way lists it.
                 return Ok(true);
             }
-            if gate.is_some() {
+            if erasing {
                 return Ok(false);
             }
             std::fs::create_dir_all(&dir).map_err(StoreError::io("creating", &dir))?;
             jsonl::atomic_write(&marker, b"").map(|()| true)
         })
         .await?;
-        if !made {
-            let gate = Gate::live(&mut shared.erasing).expect("held by the erasure");
+        if let (false, Some(gate)) = (made, gate) {
+            // (Should the erasure have ended meanwhile, the wait is none.)
             return Ok(Mark::Wait(gate));
         }
         self.note_user(agent, user.as_str());
