@@ -201,3 +201,20 @@ def test_the_console_in_a_browser(start_engramd_http, tmp_path, browser):
     expect(page.get_by_role("heading", name="Search memories")).to_be_visible()
 
     watched.clean()
+
+
+def test_the_console_without_auth_needs_no_token(start_engramd_http, browser):
+    """`make run` has no tokens: the page shows the data at once."""
+    _, base = start_engramd_http()
+    request = urllib.request.Request(
+        f"{base}/v1/Ingest", method="POST", headers={"content-type": "application/json"},
+        data=json.dumps({"agentId": "open-1", "events": [
+            {"traceType": "TRACE_TYPE_USER", "content": "hello"}]}).encode())
+    urllib.request.urlopen(request, timeout=30).close()
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    watched = Watched(page)
+    page.goto(f"{base}/console/")
+    expect(page.locator("#agents").get_by_role("link", name="open-1")).to_be_visible()
+    expect(page.get_by_role("heading", name="Sign in")).to_be_hidden()
+    expect(page.get_by_role("button", name="Forget token")).to_be_hidden()
+    watched.clean()
