@@ -515,6 +515,18 @@ export class EngramClient {
     return ids;
   }
 
+  /** Every user id the caller may see (with memory here: an agent bound, blocks, facts). */
+  async listUsers(pageSize = 0): Promise<string[]> {
+    const ids: string[] = [];
+    let token = "";
+    do {
+      const page = await this.call("ListUsers", { page_size: pageSize, page_token: token });
+      ids.push(...page.user_ids);
+      token = page.next_page_token;
+    } while (token);
+    return ids;
+  }
+
   async deleteAgent(agentId: string): Promise<void> {
     await this.call("DeleteAgent", { agent_id: agentId });
   }

@@ -124,7 +124,7 @@ function recorder(service: grpc.ServiceDefinition) {
       rest[rest.length - 1](null, {
         report: {}, agent_id: "b", agent_ids: [], rendered_payload_json: "", warnings: [], recalled: [],
         blocks: [], block: {}, agents_deleted: 0, version: 0, results: [], memories: [], memory: {}, versions: [],
-        next_page_token: ["ListAgents", "ListMemories"].includes(method) && sent.length === 1 ? "page-2" : "",
+        next_page_token: ["ListAgents", "ListUsers", "ListMemories"].includes(method) && sent.length === 1 ? "page-2" : "",
       });
     },
   });
@@ -155,6 +155,7 @@ async function callEveryHelper(engram: EngramClient) {
   });
   await engram.contextStats("a", "m");
   await engram.listAgents(1, "u");
+  await engram.listUsers(1);
   await engram.deleteAgent("a");
   await engram.forkAgent("a", "b");
   await engram.deleteUser("u");

@@ -340,6 +340,18 @@ class EngramClient:
             if not token:
                 return
 
+    def list_users(self, page_size: int = 0) -> Iterator[str]:
+        """Every user id the caller may see (with memory here: an agent
+        bound, blocks, facts), following pages."""
+        token = ""
+        while True:
+            page = self._call("ListUsers", svc.ListUsersRequest(
+                page_size=page_size, page_token=token))
+            yield from page.user_ids
+            token = page.next_page_token
+            if not token:
+                return
+
     def delete_agent(self, agent_id: str) -> None:
         self._call("DeleteAgent", svc.DeleteAgentRequest(agent_id=agent_id))
 

@@ -100,6 +100,7 @@ def test_the_console_in_a_browser(start_engramd_http, tmp_path, browser):
     expect(table.get_by_role("link", name="ana-desk")).to_be_visible()
     expect(table.get_by_role("link", name="bo-desk")).to_be_visible()
     expect(table.get_by_role("link", name="ana", exact=True)).to_be_visible()
+    expect(page.locator("#users").get_by_role("link", name="bo")).to_be_visible()
     expect(table.locator("tr", has_text="ana-desk").locator("td.last")).to_have_text(re.compile(r"^20\d\d-\d\d-\d\d \d\d:\d\d:\d\dZ$"))
     shot(page, "agents")
     # By user: only that user's.

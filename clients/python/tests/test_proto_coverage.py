@@ -100,7 +100,7 @@ class Recorder:
             name = service.methods_by_name[method].output_type.name
             response = (getattr(svc, name, None) or getattr(memory, name, None)
                         or getattr(facts, name))()
-            if method in ("ListAgents", "ListMemories") and len(self.requests[method]) == 1:
+            if method in ("ListAgents", "ListUsers", "ListMemories") and len(self.requests[method]) == 1:
                 response.next_page_token = "page-2"
             if method == "ExportMemory":
                 return iter([response])  # a stream of answers
@@ -127,6 +127,7 @@ def call_every_helper(engram):
                           wait_for_index_ms=4, user_id="u")
     engram.context_stats("a", model="m")
     list(engram.list_agents(page_size=1, user_id="u"))
+    list(engram.list_users(page_size=1))
     engram.delete_agent("a")
     engram.fork_agent("a", "b")
     engram.delete_user("u")

@@ -260,6 +260,11 @@ fn request(g: &mut Gen, method: &str) -> Vec<u8> {
             user_id: g.user_id(),
         }
         .encode_to_vec(),
+        "ListUsers" => pb::ListUsersRequest {
+            page_size: g.u32(),
+            page_token: g.unicode(0..40),
+        }
+        .encode_to_vec(),
         "AddMemories" | "ListMemories" | "GetMemory" | "GetMemoryHistory" | "UpdateMemory"
         | "DeleteMemory" | "ForgetTurn" | "ForgetEvents" | "ExportMemory" | "ImportMemory" => {
             facts::request(g, method)

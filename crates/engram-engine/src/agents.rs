@@ -2,7 +2,7 @@
 
 use engram_store::Visible;
 
-use crate::api::{AgentPage, ListAgentsRequest};
+use crate::api::{AgentPage, ListAgentsRequest, ListUsersRequest, UserPage};
 use crate::error::{EngineError, Result};
 use crate::{Engine, limits};
 
@@ -32,6 +32,28 @@ impl Engine {
         };
         Ok(AgentPage {
             agent_ids,
+            next_page_token,
+        })
+    }
+
+    /// A page of user ids, sorted, of those `visible` accepts.
+    pub async fn list_users(
+        &self,
+        req: &ListUsersRequest,
+        visible: Visible<'_>,
+    ) -> Result<UserPage> {
+        let token = Some(req.page_token.as_str()).filter(|t| !t.is_empty());
+        if let Some(t) = token {
+            engram_core::UserId::parse(t).map_err(|_| {
+                EngineError::invalid(
+                    "page_token is not one this server issued; pass next_page_token unchanged",
+                )
+            })?;
+        }
+        let size = limits::page_size(req.page_size);
+        let (user_ids, next_page_token) = self.store.list_users(size, token, visible).await?;
+        Ok(UserPage {
+            user_ids,
             next_page_token,
         })
     }

@@ -194,6 +194,20 @@ pub struct AgentPage {
     pub next_page_token: Option<String>,
 }
 
+/// ListUsers.
+#[derive(Debug, Clone, Default)]
+pub struct ListUsersRequest {
+    /// 0: the default.
+    pub page_size: u32,
+    pub page_token: String,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct UserPage {
+    pub user_ids: Vec<String>,
+    pub next_page_token: Option<String>,
+}
+
 /// Who a memory block belongs to, before validation: exactly one of the
 /// three.
 #[derive(Debug, Clone, PartialEq)]

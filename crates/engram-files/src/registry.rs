@@ -32,15 +32,33 @@ impl Admin for FileStore {
         visible: Visible<'_>,
     ) -> Result<(Vec<String>, Option<String>)> {
         let dir = self.inner.agents_dir.clone();
-        let mut ids = engram_store::blocking(move || list_dirs(&dir)).await?;
+        let mut ids =
+            engram_store::blocking(move || list_dirs(&dir, |name| AgentId::parse(name).is_ok()))
+                .await?;
         ids.retain(|id| visible(id));
-        ids.sort();
-        let start = page_token.map_or(0, |t| ids.partition_point(|id| id.as_str() <= t));
-        let page: Vec<String> = ids[start..].iter().take(page_size).cloned().collect();
-        let next = (start + page.len() < ids.len())
-            .then(|| page.last().cloned())
-            .flatten();
-        Ok((page, next))
+        Ok(page_of(ids, page_size, page_token))
+    }
+
+    /// The users with a directory (agents bound, blocks, facts).
+    async fn list_users(
+        &self,
+        page_size: usize,
+        page_token: Option<&str>,
+        visible: Visible<'_>,
+    ) -> Result<(Vec<String>, Option<String>)> {
+        let dir = self.users_dir();
+        let mut ids = engram_store::blocking(move || -> Result<Vec<String>> {
+            if !dir.exists() {
+                return Ok(vec![]);
+            }
+            let mut ids = list_dirs(&dir, |name| UserId::parse(name).is_ok())?;
+            // An erasure's directory on its way out.
+            ids.retain(|name| !name.starts_with(TRASH_PREFIX));
+            Ok(ids)
+        })
+        .await?;
+        ids.retain(|id| visible(id));
+        Ok(page_of(ids, page_size, page_token))
     }
 
     /// Removes every file of the agent. In-flight calls on it finish first;
@@ -436,16 +454,32 @@ impl FileStore {
     }
 }
 
-fn list_dirs(dir: &Path) -> Result<Vec<String>> {
+/// The directories in `dir` whose names `valid` accepts.
+fn list_dirs(dir: &Path, valid: impl Fn(&str) -> bool) -> Result<Vec<String>> {
     let mut ids = vec![];
     for entry in std::fs::read_dir(dir).map_err(StoreError::io("listing", dir))? {
         let entry = entry.map_err(StoreError::io("listing", dir))?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if AgentId::parse(&name).is_ok() && entry.file_type().is_ok_and(|t| t.is_dir()) {
+        if valid(&name) && entry.file_type().is_ok_and(|t| t.is_dir()) {
             ids.push(name);
         }
     }
     Ok(ids)
+}
+
+/// The page of `ids` (sorted here) after `token`, and the next token.
+fn page_of(
+    mut ids: Vec<String>,
+    page_size: usize,
+    token: Option<&str>,
+) -> (Vec<String>, Option<String>) {
+    ids.sort();
+    let start = token.map_or(0, |t| ids.partition_point(|id| id.as_str() <= t));
+    let page: Vec<String> = ids[start..].iter().take(page_size).cloned().collect();
+    let next = (start + page.len() < ids.len())
+        .then(|| page.last().cloned())
+        .flatten();
+    (page, next)
 }
 
 fn tree_bytes(dir: &Path) -> u64 {

@@ -21,33 +21,35 @@ impl Admin for PgStore {
         page_token: Option<&str>,
         visible: Visible<'_>,
     ) -> Result<(Vec<String>, Option<String>)> {
-        let mut after = page_token.unwrap_or_default().to_owned();
-        let mut page = Vec::new();
-        loop {
-            let ids: Vec<String> =
-                sqlx::query_scalar("SELECT id FROM agents WHERE id > $1 ORDER BY id LIMIT $2")
-                    .bind(&after)
-                    .bind(LIST_BATCH)
-                    .fetch_all(&self.inner.pool)
-                    .await
-                    .map_err(db("listing agents"))?;
-            let exhausted = (ids.len() as i64) < LIST_BATCH;
-            for id in ids {
-                after.clone_from(&id);
-                if !visible(&id) {
-                    continue;
-                }
-                if page.len() == page_size {
-                    // One more visible id exists: the page has a successor.
-                    let next = page.last().cloned();
-                    return Ok((page, next));
-                }
-                page.push(id);
-            }
-            if exhausted {
-                return Ok((page, None));
-            }
-        }
+        self.list_ids(
+            "SELECT id FROM agents WHERE id > $1 ORDER BY id LIMIT $2",
+            "listing agents",
+            (page_size, page_token),
+            visible,
+        )
+        .await
+    }
+
+    /// The users with an agent bound, blocks, facts or a last
+    /// conversation.
+    async fn list_users(
+        &self,
+        page_size: usize,
+        page_token: Option<&str>,
+        visible: Visible<'_>,
+    ) -> Result<(Vec<String>, Option<String>)> {
+        self.list_ids(
+            "SELECT u FROM (
+               SELECT user_id AS u FROM agents WHERE user_id IS NOT NULL
+               UNION SELECT user_id FROM user_facts
+               UNION SELECT user_id FROM user_conversations
+               UNION SELECT substr(scope, 6) FROM blocks WHERE scope LIKE 'user/%'
+             ) users WHERE u > $1 ORDER BY u LIMIT $2",
+            "listing users",
+            (page_size, page_token),
+            visible,
+        )
+        .await
     }
 
     /// Deletes the agent's row; its traces, memories, results and vectors
@@ -236,4 +238,43 @@ pub(crate) async fn delete_user_memory(
             .map_err(db(context))?;
     }
     Ok(())
+}
+
+impl PgStore {
+    /// A page of the ids `query` lists (`$1`: after, `$2`: how many), of
+    /// those `visible` accepts, read in batches so that pages stay full.
+    async fn list_ids(
+        &self,
+        query: &'static str,
+        what: &'static str,
+        (page_size, page_token): (usize, Option<&str>),
+        visible: Visible<'_>,
+    ) -> Result<(Vec<String>, Option<String>)> {
+        let mut after = page_token.unwrap_or_default().to_owned();
+        let mut page = Vec::new();
+        loop {
+            let ids: Vec<String> = sqlx::query_scalar(query)
+                .bind(&after)
+                .bind(LIST_BATCH)
+                .fetch_all(&self.inner.pool)
+                .await
+                .map_err(db(what))?;
+            let exhausted = (ids.len() as i64) < LIST_BATCH;
+            for id in ids {
+                after.clone_from(&id);
+                if !visible(&id) {
+                    continue;
+                }
+                if page.len() == page_size {
+                    // One more visible id exists: the page has a successor.
+                    let next = page.last().cloned();
+                    return Ok((page, next));
+                }
+                page.push(id);
+            }
+            if exhausted {
+                return Ok((page, None));
+            }
+        }
+    }
 }

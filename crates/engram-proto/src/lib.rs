@@ -17,7 +17,7 @@ pub mod pb {
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("engram_descriptor");
 
 /// The methods of `engram.v1.MemoryService`, in the order of the proto.
-pub const METHODS: [&str; 25] = [
+pub const METHODS: [&str; 26] = [
     "Ingest",
     "PrepareRequest",
     "Compact",
@@ -28,6 +28,7 @@ pub const METHODS: [&str; 25] = [
     "DeleteAgent",
     "ForkAgent",
     "DeleteUser",
+    "ListUsers",
     "ListMemoryBlocks",
     "GetMemoryBlock",
     "PutMemoryBlock",

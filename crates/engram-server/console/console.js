@@ -171,9 +171,10 @@ async function agentsPage(params) {
     ids = answer.agentIds || [];
     nextPage = answer.nextPageToken || "";
   }
-  const stats = await each(ids, (id) =>
-    api("GetContextStats", { agentId: id }).catch((e) => ({ failed: e })),
-  );
+  const [stats, users] = await Promise.all([
+    each(ids, (id) => api("GetContextStats", { agentId: id }).catch((e) => ({ failed: e }))),
+    find ? Promise.resolve(null) : api("ListUsers", { pageSize: 100 }),
+  ]);
   const rows = ids.map((id, i) => {
     const s = stats[i];
     if (s.failed) {
@@ -230,6 +231,25 @@ async function agentsPage(params) {
     nextPage
       ? h("p", {}, h("a", { href: "#/?" + new URLSearchParams({ find, by, page: nextPage }) }, "Next page"))
       : null,
+    users ? usersList(users) : null,
+  );
+}
+
+/// The users (the first hundred), each a link to its agents.
+function usersList(answer) {
+  const users = answer.userIds || [];
+  return h(
+    "section",
+    { "aria-labelledby": "users-title" },
+    h("h2", { id: "users-title" }, "Users"),
+    users.length === 0
+      ? h("p", { class: "muted" }, "No users yet.")
+      : h(
+          "ul",
+          { class: "chips", id: "users" },
+          users.map((u) => h("li", { class: "chip" }, h("a", { href: "#/?" + new URLSearchParams({ find: u, by: "user" }) }, u))),
+        ),
+    answer.nextPageToken ? h("p", { class: "muted" }, "More users: find one by its id above.") : null,
   );
 }
 

@@ -176,6 +176,24 @@ impl Api {
         Ok(convert::agent_page_to_pb(page))
     }
 
+    pub async fn list_users(
+        &self,
+        caller: &Caller,
+        req: pb::ListUsersRequest,
+    ) -> Result<pb::ListUsersResponse, Status> {
+        let scope = caller.scope();
+        let req = engram_engine::ListUsersRequest {
+            page_size: req.page_size,
+            page_token: req.page_token,
+        };
+        let page = self
+            .engine
+            .list_users(&req, &|user| scope.is_none_or(|s| s.covers_user(user)))
+            .await
+            .map_err(from_engine)?;
+        Ok(convert::user_page_to_pb(page))
+    }
+
     pub async fn delete_agent(
         &self,
         caller: &Caller,

@@ -132,6 +132,21 @@ impl MemoryService for Engram {
         .map(Response::new)
     }
 
+    async fn list_users(
+        &self,
+        request: Request<pb::ListUsersRequest>,
+    ) -> Result<Response<pb::ListUsersResponse>, Status> {
+        let agent = String::new();
+        let caller = auth::caller(&request);
+        catch_panics(
+            "ListUsers",
+            &agent,
+            self.api.list_users(&caller, request.into_inner()),
+        )
+        .await
+        .map(Response::new)
+    }
+
     async fn delete_agent(
         &self,
         request: Request<pb::DeleteAgentRequest>,

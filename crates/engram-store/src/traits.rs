@@ -229,6 +229,17 @@ pub trait Admin {
         visible: Visible<'_>,
     ) -> Result<(Vec<String>, Option<String>)>;
 
+    /// A page of the users the store holds memory of (agents bound to
+    /// them, blocks, facts), sorted, of those `visible` accepts, after
+    /// `page_token` (the last user of the previous page); the next token
+    /// when more follow.
+    async fn list_users(
+        &self,
+        page_size: usize,
+        page_token: Option<&str>,
+        visible: Visible<'_>,
+    ) -> Result<(Vec<String>, Option<String>)>;
+
     /// Removes the agent and everything it holds. In-flight calls on it
     /// finish first; later calls see NOT_FOUND (Ingest: a new agent).
     async fn delete_agent(&self, id: &AgentId) -> Result<()>;

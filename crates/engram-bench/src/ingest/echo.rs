@@ -86,6 +86,12 @@ impl MemoryService for Echo {
     ) -> Result<Response<pb::DeleteUserResponse>, Status> {
         Err(Status::unimplemented("echo"))
     }
+    async fn list_users(
+        &self,
+        _: Request<pb::ListUsersRequest>,
+    ) -> Result<Response<pb::ListUsersResponse>, Status> {
+        Err(Status::unimplemented("echo"))
+    }
     async fn list_memory_blocks(
         &self,
         _: Request<pb::ListMemoryBlocksRequest>,

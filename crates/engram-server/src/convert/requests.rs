@@ -127,6 +127,13 @@ pub fn stats_to_pb(s: ContextStats) -> pb::GetContextStatsResponse {
     }
 }
 
+pub fn user_page_to_pb(page: engram_engine::UserPage) -> pb::ListUsersResponse {
+    pb::ListUsersResponse {
+        user_ids: page.user_ids,
+        next_page_token: page.next_page_token.unwrap_or_default(),
+    }
+}
+
 pub fn agent_page_to_pb(page: AgentPage) -> pb::ListAgentsResponse {
     pb::ListAgentsResponse {
         agent_ids: page.agent_ids,

@@ -64,6 +64,7 @@ pub async fn dispatch(
         "SearchHistory" => search_history,
         "GetContextStats" => get_context_stats,
         "ListAgents" => list_agents,
+        "ListUsers" => list_users,
         "DeleteAgent" => delete_agent,
         "ForkAgent" => fork_agent,
         "DeleteUser" => delete_user,

@@ -269,6 +269,12 @@ async fn tokens_scoped_by_users_cover_their_agents_only() {
     assert_eq!(mine.into_inner().agent_ids, ["chat-1"]);
     let theirs = acme.list_agents(list("other-bo")).await.unwrap();
     assert!(theirs.into_inner().agent_ids.is_empty());
+    // The users: a scoped token lists those it covers; an admin all.
+    let users = pb::ListUsersRequest::default();
+    let covered = acme.list_users(users.clone()).await.unwrap().into_inner();
+    assert_eq!(covered.user_ids, ["acme-ana"]);
+    let all = ops.list_users(users).await.unwrap().into_inner();
+    assert_eq!(all.user_ids, ["acme-ana", "other-bo"]);
 
     // Erasing a user is for admins.
     let erase = pb::DeleteUserRequest {

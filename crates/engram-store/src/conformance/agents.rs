@@ -141,6 +141,57 @@ pub async fn list_agents_pages_in_order_and_filters<H: Harness>(h: &H) {
     assert_eq!((page, next), (vec!["team-a.z".to_owned()], None));
 }
 
+/// The users listed: those with an agent bound, or blocks, sorted, paged
+/// and filtered as agents are; a deleted user is gone.
+pub async fn list_users_pages_the_users_with_memory<H: Harness>(h: &H) {
+    use engram_core::UserId;
+    use engram_core::blocks::{Change, Put, Scope};
+    let store = h.open().await;
+    let all = |_: &str| true;
+    assert_eq!(
+        store.list_users(10, None, &all).await.unwrap(),
+        (vec![], None)
+    );
+    for (agent, user) in [
+        ("a-1", "lu-bo"),
+        ("a-2", "lu-ana"),
+        ("a-3", "lu-ana"),
+        ("a-4", "lu-dee"),
+    ] {
+        let user = UserId::parse(user).unwrap();
+        store
+            .ingest(&id(agent), &[NewEvent::user("hi")], None, None, Some(&user))
+            .await
+            .unwrap();
+    }
+    ingest(store.as_ref(), &id("a-5"), &[NewEvent::user("no user")]).await;
+    let cy = UserId::parse("lu-cy").unwrap();
+    let put = Change::Put(Put {
+        value: "Cy".into(),
+        ..Put::default()
+    });
+    store
+        .write_block(&Scope::User(cy), "human", put, None, None)
+        .await
+        .unwrap();
+    let (page, next) = store.list_users(2, None, &all).await.unwrap();
+    assert_eq!(page, ["lu-ana", "lu-bo"]);
+    let (page, next) = store.list_users(2, next.as_deref(), &all).await.unwrap();
+    assert_eq!(page, ["lu-cy", "lu-dee"]);
+    assert_eq!(next, None);
+    let not_bo = |u: &str| u != "lu-bo";
+    let (page, next) = store.list_users(2, None, &not_bo).await.unwrap();
+    assert_eq!(page, ["lu-ana", "lu-cy"]);
+    let (page, next) = store.list_users(2, next.as_deref(), &not_bo).await.unwrap();
+    assert_eq!((page, next), (vec!["lu-dee".to_owned()], None));
+    store
+        .delete_user(&UserId::parse("lu-ana").unwrap())
+        .await
+        .unwrap();
+    let (page, _) = store.list_users(10, None, &all).await.unwrap();
+    assert_eq!(page, ["lu-bo", "lu-cy", "lu-dee"]);
+}
+
 /// Search covers active and archived traces, marks which is which, pages
 /// without gaps or repeats, and refuses tokens it did not issue.
 pub async fn search_finds_active_and_archived_traces_in_pages<H: Harness>(h: &H) {

@@ -91,6 +91,7 @@ macro_rules! conformance_suite {
             fork_copies_everything_and_then_diverges,
             delete_removes_the_agent_and_everything_it_holds,
             list_agents_pages_in_order_and_filters,
+            list_users_pages_the_users_with_memory,
             search_finds_active_and_archived_traces_in_pages,
             ranked_search_orders_by_relevance_with_context_and_filters,
             ranked_search_covers_every_acknowledged_write_after_a_restart,
