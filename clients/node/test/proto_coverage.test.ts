@@ -122,7 +122,7 @@ function recorder(service: grpc.ServiceDefinition) {
       }
       sent.push(service[method].requestSerialize(request));
       rest[rest.length - 1](null, {
-        report: {}, agent_id: "b", agent_ids: [], rendered_payload_json: "", warnings: [], recalled: [],
+        report: {}, agent_id: "b", agent_ids: [], user_ids: [], rendered_payload_json: "", warnings: [], recalled: [],
         blocks: [], block: {}, agents_deleted: 0, version: 0, results: [], memories: [], memory: {}, versions: [],
         next_page_token: ["ListAgents", "ListUsers", "ListMemories"].includes(method) && sent.length === 1 ? "page-2" : "",
       });
