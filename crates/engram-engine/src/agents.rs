@@ -14,14 +14,7 @@ impl Engine {
         req: &ListAgentsRequest,
         visible: Visible<'_>,
     ) -> Result<AgentPage> {
-        let token = Some(req.page_token.as_str()).filter(|t| !t.is_empty());
-        if let Some(t) = token {
-            engram_core::AgentId::parse(t).map_err(|_| {
-                EngineError::invalid(
-                    "page_token is not one this server issued; pass next_page_token unchanged",
-                )
-            })?;
-        }
+        let token = page_token(&req.page_token, |t| engram_core::AgentId::parse(t).is_ok())?;
         let size = limits::page_size(req.page_size);
         let (agent_ids, next_page_token) = match limits::optional_user(Some(&req.user_id))? {
             None => self.store.list_agents(size, token, visible).await?,
@@ -42,14 +35,7 @@ impl Engine {
         req: &ListUsersRequest,
         visible: Visible<'_>,
     ) -> Result<UserPage> {
-        let token = Some(req.page_token.as_str()).filter(|t| !t.is_empty());
-        if let Some(t) = token {
-            engram_core::UserId::parse(t).map_err(|_| {
-                EngineError::invalid(
-                    "page_token is not one this server issued; pass next_page_token unchanged",
-                )
-            })?;
-        }
+        let token = page_token(&req.page_token, |t| engram_core::UserId::parse(t).is_ok())?;
         let size = limits::page_size(req.page_size);
         let (user_ids, next_page_token) = self.store.list_users(size, token, visible).await?;
         Ok(UserPage {
@@ -114,9 +100,23 @@ fn page<'a>(
     (page, next)
 }
 
+/// A page token as given ("": the first page), if it is an id `valid`
+/// accepts, as the tokens this server issues are.
+fn page_token(token: &str, valid: impl Fn(&str) -> bool) -> Result<Option<&str>> {
+    if token.is_empty() {
+        return Ok(None);
+    }
+    if !valid(token) {
+        return Err(EngineError::invalid(
+            "page_token is not one this server issued; pass next_page_token unchanged",
+        ));
+    }
+    Ok(Some(token))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::page;
+    use super::{page, page_token};
 
     #[test]
     fn pages_follow_each_other_past_hidden_ids() {
@@ -134,5 +134,14 @@ mod tests {
         );
         let (all, next) = page(ids.into_iter(), 10, None, &|_: &str| true);
         assert_eq!((all.len(), next), (5, None));
+    }
+
+    #[test]
+    fn a_page_token_is_an_id_or_nothing() {
+        let user = |t: &str| engram_core::UserId::parse(t).is_ok();
+        assert_eq!(page_token("", user).unwrap(), None);
+        assert_eq!(page_token("ana", user).unwrap(), Some("ana"));
+        let refused = page_token("not an id\n", user).unwrap_err();
+        assert!(refused.to_string().contains("page_token"), "{refused}");
     }
 }
