@@ -504,11 +504,12 @@ export class EngramClient {
   }
 
   /** Every agent id the caller may see (of `userId` only, when given), following pages. */
-  async listAgents(pageSize = 0, userId = ""): Promise<string[]> {
+  /** Every agent id the caller may see (of `userId` only, containing `idContains`, when given). */
+  async listAgents(pageSize = 0, userId = "", idContains = ""): Promise<string[]> {
     const ids: string[] = [];
     let token = "";
     do {
-      const page = await this.call("ListAgents", { page_size: pageSize, page_token: token, user_id: userId });
+      const page = await this.call("ListAgents", { page_size: pageSize, page_token: token, user_id: userId, id_contains: idContains });
       ids.push(...page.agent_ids);
       token = page.next_page_token;
     } while (token);

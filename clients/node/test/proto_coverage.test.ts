@@ -154,7 +154,7 @@ async function callEveryHelper(engram: EngramClient) {
     toTurnId: "turn_0002", fromTs: 1, toTs: 2, contextMessages: 3, waitForIndexMs: 4, userId: "u",
   });
   await engram.contextStats("a", "m");
-  await engram.listAgents(1, "u");
+  await engram.listAgents(1, "u", "a");
   await engram.listUsers(1);
   await engram.deleteAgent("a");
   await engram.forkAgent("a", "b");

@@ -328,13 +328,15 @@ class EngramClient:
     def context_stats(self, agent_id: str, model: str = "") -> svc.GetContextStatsResponse:
         return self._call("GetContextStats", svc.GetContextStatsRequest(agent_id=agent_id, model=model))
 
-    def list_agents(self, page_size: int = 0, user_id: str = "") -> Iterator[str]:
-        """Every agent id the caller may see (of `user_id` only, when given),
-        following pages."""
+    def list_agents(self, page_size: int = 0, user_id: str = "",
+                    id_contains: str = "") -> Iterator[str]:
+        """Every agent id the caller may see (of `user_id` only, when given;
+        containing `id_contains`, when given), following pages."""
         token = ""
         while True:
             page = self._call("ListAgents", svc.ListAgentsRequest(
-                page_size=page_size, page_token=token, user_id=user_id))
+                page_size=page_size, page_token=token, user_id=user_id,
+                id_contains=id_contains))
             yield from page.agent_ids
             token = page.next_page_token
             if not token:

@@ -103,6 +103,12 @@ def test_the_console_in_a_browser(start_engramd_http, tmp_path, browser):
     expect(page.locator("#users").get_by_role("link", name="bo")).to_be_visible()
     expect(table.locator("tr", has_text="ana-desk").locator("td.last")).to_have_text(re.compile(r"^20\d\d-\d\d-\d\d \d\d:\d\d:\d\dZ$"))
     shot(page, "agents")
+    # By a part of the id.
+    page.get_by_label("Find").fill("a-de")
+    page.get_by_role("button", name="Find").click()
+    expect(page.get_by_role("heading", name="Agents whose id contains")).to_be_visible()
+    expect(table.get_by_role("link", name="ana-desk")).to_be_visible()
+    expect(table.get_by_role("link", name="bo-desk")).to_have_count(0)
     # By user: only that user's.
     page.get_by_label("Find").fill("bo")
     page.get_by_label("by").select_option("user")

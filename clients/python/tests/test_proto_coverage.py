@@ -126,7 +126,7 @@ def call_every_helper(engram):
                           to_turn_id="turn_0002", from_ts=1.0, to_ts=2.0, context_messages=3,
                           wait_for_index_ms=4, user_id="u")
     engram.context_stats("a", model="m")
-    list(engram.list_agents(page_size=1, user_id="u"))
+    list(engram.list_agents(page_size=1, user_id="u", id_contains="a"))
     list(engram.list_users(page_size=1))
     engram.delete_agent("a")
     engram.fork_agent("a", "b")

@@ -245,6 +245,7 @@ fn request(g: &mut Gen, method: &str) -> Vec<u8> {
             user_id: g.user_id(),
             page_size: g.u32(),
             page_token: g.unicode(0..40),
+            id_contains: g.unicode(0..8),
         }
         .encode_to_vec(),
         "DeleteAgent" => pb::DeleteAgentRequest {

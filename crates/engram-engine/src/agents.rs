@@ -16,11 +16,19 @@ impl Engine {
     ) -> Result<AgentPage> {
         let token = page_token(&req.page_token, |t| engram_core::AgentId::parse(t).is_ok())?;
         let size = limits::page_size(req.page_size);
+        let part = req.id_contains.as_str();
+        if part.chars().count() > limits::MAX_ID_FILTER_CHARS {
+            return Err(EngineError::invalid(format!(
+                "id_contains is longer than an agent id may be ({} characters)",
+                limits::MAX_ID_FILTER_CHARS
+            )));
+        }
+        let visible = |id: &str| id.contains(part) && visible(id);
         let (agent_ids, next_page_token) = match limits::optional_user(Some(&req.user_id))? {
-            None => self.store.list_agents(size, token, visible).await?,
+            None => self.store.list_agents(size, token, &visible).await?,
             Some(user) => {
                 let ids = self.store.user_agents(&user).await?;
-                page(ids.iter().map(|id| id.as_str()), size, token, visible)
+                page(ids.iter().map(|id| id.as_str()), size, token, &visible)
             }
         };
         Ok(AgentPage {

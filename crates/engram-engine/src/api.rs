@@ -186,6 +186,8 @@ pub struct ListAgentsRequest {
     pub page_token: String,
     /// Only this user's agents ("": every agent).
     pub user_id: String,
+    /// Only the ids containing this ("": every id).
+    pub id_contains: String,
 }
 
 #[derive(Debug, Clone, Default)]

@@ -52,6 +52,10 @@ pub fn optional_user(raw: Option<&str>) -> Result<Option<UserId>> {
         .transpose()
 }
 
+/// Longest text ListAgents' `id_contains` may hold (an id is at most as
+/// long).
+pub const MAX_ID_FILTER_CHARS: usize = 128;
+
 /// Longest fact id a request may name (the server's are 36 characters).
 pub const MAX_FACT_ID_CHARS: usize = 128;
 

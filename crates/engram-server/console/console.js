@@ -147,12 +147,12 @@ async function agentsPage(params) {
     "form",
     { class: "inline", role: "search", id: "find-form" },
     h("label", { for: "find" }, "Find"),
-    h("input", { id: "find", name: "find", value: find, placeholder: "agent or user id" }),
+    h("input", { id: "find", name: "find", value: find, placeholder: "part of an agent id, or a user id" }),
     h("label", { for: "by" }, "by"),
     h(
       "select",
       { id: "by", name: "by" },
-      h("option", { value: "agent", selected: by === "agent" }, "agent id"),
+      h("option", { value: "agent", selected: by === "agent" }, "agent id (part)"),
       h("option", { value: "user", selected: by === "user" }, "user id"),
     ),
     h("button", { type: "submit" }, "Find"),
@@ -162,15 +162,14 @@ async function agentsPage(params) {
     const q = new URLSearchParams({ find: form.find.value.trim(), by: form.by.value });
     location.hash = "#/?" + q;
   });
-  let ids;
-  let nextPage = "";
-  if (find && by === "agent") {
-    ids = [find];
-  } else {
-    const answer = await api("ListAgents", { pageSize: 50, pageToken: page, userId: by === "user" ? find : "" });
-    ids = answer.agentIds || [];
-    nextPage = answer.nextPageToken || "";
-  }
+  const listed = await api("ListAgents", {
+    pageSize: 50,
+    pageToken: page,
+    userId: by === "user" ? find : "",
+    idContains: by === "agent" ? find : "",
+  });
+  const ids = listed.agentIds || [];
+  const nextPage = listed.nextPageToken || "";
   const [stats, users] = await Promise.all([
     each(ids, (id) => api("GetContextStats", { agentId: id }).catch((e) => ({ failed: e }))),
     find ? Promise.resolve(null) : api("ListUsers", { pageSize: 100 }),
@@ -194,7 +193,7 @@ async function agentsPage(params) {
       h("td", { class: "num optional" }, bytes(size)),
     );
   });
-  const title = find ? (by === "user" ? `Agents of user ${find}` : `Agent ${find}`) : "Agents";
+  const title = find ? (by === "user" ? `Agents of user ${find}` : `Agents whose id contains “${find}”`) : "Agents";
   return h(
     "div",
     {},

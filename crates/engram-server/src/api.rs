@@ -165,6 +165,7 @@ impl Api {
             page_size: req.page_size,
             page_token: req.page_token,
             user_id: req.user_id,
+            id_contains: req.id_contains,
         };
         let page = self
             .engine

@@ -207,9 +207,9 @@ pub(super) async fn ghosts(c: &mut Client) -> anyhow::Result<Vec<String>> {
     loop {
         let page = c
             .list_agents(pb::ListAgentsRequest {
-                user_id: Default::default(),
                 page_size: 1000,
                 page_token,
+                ..Default::default()
             })
             .await?
             .into_inner();

@@ -19,9 +19,8 @@ async fn list_pages_and_delete_removes_every_file() {
     }
     let page = client
         .list_agents(pb::ListAgentsRequest {
-            user_id: Default::default(),
             page_size: 2,
-            page_token: String::new(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -29,15 +28,30 @@ async fn list_pages_and_delete_removes_every_file() {
     assert_eq!(page.agent_ids, ["a", "b"]);
     let rest = client
         .list_agents(pb::ListAgentsRequest {
-            user_id: Default::default(),
             page_size: 2,
             page_token: page.next_page_token,
+            ..Default::default()
         })
         .await
         .unwrap()
         .into_inner();
     assert_eq!(rest.agent_ids, ["c"]);
     assert!(rest.next_page_token.is_empty());
+    // Found by a part of the id, paged the same way; a filter longer than
+    // any id is refused.
+    let part = |text: &str| pb::ListAgentsRequest {
+        id_contains: text.into(),
+        ..Default::default()
+    };
+    let found = client.list_agents(part("b")).await.unwrap().into_inner();
+    assert_eq!(found.agent_ids, ["b"]);
+    let none = client.list_agents(part("zz")).await.unwrap().into_inner();
+    assert!(none.agent_ids.is_empty());
+    let long = client
+        .list_agents(part(&"x".repeat(129)))
+        .await
+        .unwrap_err();
+    assert_eq!(long.code(), tonic::Code::InvalidArgument, "{long:?}");
 
     client
         .delete_agent(pb::DeleteAgentRequest {

@@ -20,6 +20,7 @@ fn list(user_id: &str, page_size: u32, page_token: &str) -> pb::ListAgentsReques
         user_id: user_id.into(),
         page_size,
         page_token: page_token.into(),
+        ..Default::default()
     }
 }
 
