@@ -419,8 +419,8 @@ fn softmax_rows(scores: &Tensor, scale: f32) -> Result<Tensor> {
 /// `eˣ` for x ≤ 0 (softmax's arguments after taking the max off), to a
 /// relative error of a few 1e-6 (x·log₂e rounded to f32): 2 to the nearest
 /// whole number of x·log₂e by the exponent bits, and to the rest by a
-/// degree-6 polynomial. Below -87
-/// the answer is 0, as f32's would nearly be.
+/// degree-6 polynomial. Below -87 the answer is 0, as f32's would nearly
+/// be.
 fn exp(x: f32) -> f32 {
     let t = (x * std::f32::consts::LOG2_E).max(-126.0);
     // The nearest whole number, so f is in [-0.5, 0.5], where the series

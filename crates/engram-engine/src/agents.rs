@@ -28,7 +28,7 @@ impl Engine {
             None => self.store.list_agents(size, token, &visible).await?,
             Some(user) => {
                 let ids = self.store.user_agents(&user).await?;
-                page(ids.iter().map(|id| id.as_str()), size, token, &visible)
+                engram_store::page(ids.iter().map(|id| id.as_str()), size, token, &visible)
             }
         };
         Ok(AgentPage {
@@ -94,20 +94,6 @@ impl Engine {
     }
 }
 
-/// The page after `token` of the sorted `ids` that `visible` accepts: at
-/// most `size`, and the token of the next when more remain.
-fn page<'a>(
-    ids: impl Iterator<Item = &'a str>,
-    size: usize,
-    token: Option<&str>,
-    visible: Visible<'_>,
-) -> (Vec<String>, Option<String>) {
-    let mut rest = ids.filter(|id| token.is_none_or(|t| *id > t) && visible(id));
-    let page: Vec<String> = rest.by_ref().take(size).map(str::to_owned).collect();
-    let next = rest.next().and(page.last().cloned());
-    (page, next)
-}
-
 /// A page token as given ("": the first page), if it is an id `valid`
 /// accepts, as the tokens this server issues are.
 fn page_token(token: &str, valid: impl Fn(&str) -> bool) -> Result<Option<&str>> {
@@ -124,25 +110,7 @@ fn page_token(token: &str, valid: impl Fn(&str) -> bool) -> Result<Option<&str>>
 
 #[cfg(test)]
 mod tests {
-    use super::{page, page_token};
-
-    #[test]
-    fn pages_follow_each_other_past_hidden_ids() {
-        let ids = ["a", "b", "c", "d", "e"];
-        let visible = |id: &str| id != "c";
-        let (first, next) = page(ids.into_iter(), 2, None, &visible);
-        assert_eq!(
-            (first, next.as_deref()),
-            (vec!["a".into(), "b".into()], Some("b"))
-        );
-        let (second, next) = page(ids.into_iter(), 2, Some("b"), &visible);
-        assert_eq!(
-            (second, next.as_deref()),
-            (vec!["d".into(), "e".into()], None)
-        );
-        let (all, next) = page(ids.into_iter(), 10, None, &|_: &str| true);
-        assert_eq!((all.len(), next), (5, None));
-    }
+    use super::page_token;
 
     #[test]
     fn a_page_token_is_an_id_or_nothing() {

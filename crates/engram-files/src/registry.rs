@@ -32,11 +32,10 @@ impl Admin for FileStore {
         visible: Visible<'_>,
     ) -> Result<(Vec<String>, Option<String>)> {
         let dir = self.inner.agents_dir.clone();
-        let mut ids =
+        let ids =
             engram_store::blocking(move || list_dirs(&dir, |name| AgentId::parse(name).is_ok()))
                 .await?;
-        ids.retain(|id| visible(id));
-        Ok(page_of(ids, page_size, page_token))
+        Ok(page_of(ids, page_size, page_token, visible))
     }
 
     /// The users with a directory (agents bound, blocks, facts).
@@ -47,7 +46,7 @@ impl Admin for FileStore {
         visible: Visible<'_>,
     ) -> Result<(Vec<String>, Option<String>)> {
         let dir = self.users_dir();
-        let mut ids = engram_store::blocking(move || -> Result<Vec<String>> {
+        let ids = engram_store::blocking(move || -> Result<Vec<String>> {
             if !dir.exists() {
                 return Ok(vec![]);
             }
@@ -57,8 +56,7 @@ impl Admin for FileStore {
             Ok(ids)
         })
         .await?;
-        ids.retain(|id| visible(id));
-        Ok(page_of(ids, page_size, page_token))
+        Ok(page_of(ids, page_size, page_token, visible))
     }
 
     /// Removes every file of the agent. In-flight calls on it finish first;
@@ -467,19 +465,16 @@ fn list_dirs(dir: &Path, valid: impl Fn(&str) -> bool) -> Result<Vec<String>> {
     Ok(ids)
 }
 
-/// The page of `ids` (sorted here) after `token`, and the next token.
+/// [`engram_store::page`] of `ids`, sorted here (a directory lists them
+/// in no order).
 fn page_of(
     mut ids: Vec<String>,
     page_size: usize,
     token: Option<&str>,
+    visible: Visible<'_>,
 ) -> (Vec<String>, Option<String>) {
-    ids.sort();
-    let start = token.map_or(0, |t| ids.partition_point(|id| id.as_str() <= t));
-    let page: Vec<String> = ids[start..].iter().take(page_size).cloned().collect();
-    let next = (start + page.len() < ids.len())
-        .then(|| page.last().cloned())
-        .flatten();
-    (page, next)
+    ids.sort_unstable();
+    engram_store::page(ids.iter().map(String::as_str), page_size, token, visible)
 }
 
 fn tree_bytes(dir: &Path) -> u64 {

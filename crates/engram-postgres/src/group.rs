@@ -25,7 +25,7 @@ use sqlx::PgPool;
 use tokio::sync::{Mutex, mpsc, oneshot};
 use uuid::Uuid;
 
-use crate::rows::TraceColumns;
+use crate::rows::{TraceColumns, insert_traces_sql};
 
 /// Appends in one group at most, and their traces (rows) at most: a
 /// statement's parameters stay moderate.
@@ -278,26 +278,21 @@ async fn write(
 /// A group of one (light load): the same write in the statement made for
 /// one agent, which costs the database less than the group's joins.
 async fn write_one(pool: &PgPool, one: Append) -> std::result::Result<Appended, Failed> {
-    let statement = sqlx::query_as::<_, (i64,)>(
+    let statement = sqlx::query_as::<_, (i64,)>(concat!(
         "WITH current AS (
            SELECT 1 FROM agents
            WHERE id = $1 AND incarnation = $10 AND version = $11 AND generation = $12
            FOR UPDATE),
-         added AS (
-           INSERT INTO traces (agent_id, seq, ord, trace_type, trace_id, event_id, ts, body, words)
-           SELECT $1, u.seq, u.ord, u.trace_type, u.trace_id, u.event_id, u.ts, u.body,
-                  to_tsvector('english', u.words)
-           FROM UNNEST($2::bigint[], $3::bigint[], $4::smallint[], $5::text[], $6::text[],
-                       $7::float8[], $8::text[], $9::text[])
-             AS u(seq, ord, trace_type, trace_id, event_id, ts, body, words)
-           WHERE EXISTS (SELECT 1 FROM current)
+         added AS (",
+        insert_traces_sql!(),
+        " WHERE EXISTS (SELECT 1 FROM current)
            RETURNING length(words) AS lexemes)
          UPDATE agents
          SET version = version + 1, next_seq = $13,
              words_total = words_total + (SELECT coalesce(sum(lexemes), 0) FROM added)
          WHERE id = $1 AND EXISTS (SELECT 1 FROM current)
          RETURNING version",
-    )
+    ))
     .bind(one.agent);
     let written = one
         .cols

@@ -21,6 +21,19 @@ pub(crate) fn item_words(item: &engram_index::Item) -> String {
     words_of(&words)
 }
 
+/// The insert of one agent's traces, bound by [`TraceColumns::bind`]
+/// (`$1` the agent); ends before `RETURNING`, so a caller can add a
+/// condition. A macro so that statements can `concat!` it.
+macro_rules! insert_traces_sql {
+    () => {
+        "INSERT INTO traces (agent_id, seq, ord, trace_type, trace_id, event_id, ts, body, words)
+         SELECT $1, u.seq, u.ord, u.trace_type, u.trace_id, u.event_id, u.ts, u.body, to_tsvector('english', u.words)
+         FROM UNNEST($2::bigint[], $3::bigint[], $4::smallint[], $5::text[], $6::text[], $7::float8[], $8::text[], $9::text[])
+           AS u(seq, ord, trace_type, trace_id, event_id, ts, body, words)"
+    };
+}
+pub(crate) use insert_traces_sql;
+
 /// Appends `traces` at places `first..` in one statement.
 pub(crate) async fn insert_traces(
     tx: &mut PgConnection,
@@ -32,17 +45,14 @@ pub(crate) async fn insert_traces(
         return Ok(());
     }
     let cols = trace_columns(first, traces);
-    let insert = sqlx::query_as::<_, (i32,)>(
-        "WITH added AS (
-           INSERT INTO traces (agent_id, seq, ord, trace_type, trace_id, event_id, ts, body, words)
-           SELECT $1, u.seq, u.ord, u.trace_type, u.trace_id, u.event_id, u.ts, u.body, to_tsvector('english', u.words)
-           FROM UNNEST($2::bigint[], $3::bigint[], $4::smallint[], $5::text[], $6::text[], $7::float8[], $8::text[], $9::text[])
-             AS u(seq, ord, trace_type, trace_id, event_id, ts, body, words)
-           RETURNING length(words) AS lexemes)
+    let insert = sqlx::query_as::<_, (i32,)>(concat!(
+        "WITH added AS (",
+        insert_traces_sql!(),
+        " RETURNING length(words) AS lexemes)
          UPDATE agents SET words_total = words_total + (SELECT coalesce(sum(lexemes), 0) FROM added)
          WHERE id = $1
          RETURNING 1",
-    )
+    ))
     .bind(id);
     cols.bind(insert)
         .fetch_optional(&mut *tx)

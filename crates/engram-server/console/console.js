@@ -81,6 +81,35 @@ function failure(e) {
   return h("p", { class: "error", role: "alert" }, e instanceof ApiError ? `${e.status}: ${e.message}` : String(e));
 }
 
+/// Runs the action `f`; its failure goes into `status`.
+async function attempt(status, f) {
+  try {
+    await f();
+  } catch (e) {
+    status.replaceChildren(failure(e));
+  }
+}
+
+/// A link to the agents of user `u`.
+function userLink(u) {
+  return h("a", { href: "#/?" + new URLSearchParams({ find: u, by: "user" }) }, u);
+}
+
+/// An "Edit" button that shows `field` (filled with `value()`) and a
+/// "Save" button calling `save(text)`: [edit, field, save].
+function inlineEditor(field, value, save) {
+  field.hidden = true;
+  const saveButton = h("button", { type: "button", hidden: true }, "Save");
+  const edit = h("button", { type: "button", class: "plain" }, "Edit");
+  edit.addEventListener("click", () => {
+    field.value = value();
+    field.hidden = saveButton.hidden = false;
+    field.focus();
+  });
+  saveButton.addEventListener("click", () => save(field.value));
+  return [edit, field, saveButton];
+}
+
 function showSignIn(message) {
   document.getElementById("sign-in").hidden = false;
   document.getElementById("sign-in-error").textContent = message || "";
@@ -184,7 +213,7 @@ async function agentsPage(params) {
       "tr",
       {},
       h("td", {}, h("a", { href: "#/agent/" + encodeURIComponent(id) }, id)),
-      h("td", {}, s.userId ? h("a", { href: "#/?" + new URLSearchParams({ find: s.userId, by: "user" }) }, s.userId) : "—"),
+      h("td", {}, s.userId ? userLink(s.userId) : "—"),
       h("td", { class: "last" }, when(s.lastEventAt)),
       h("td", { class: "num optional" }, fmt(s.messages)),
       h("td", { class: "num optional" }, fmt(s.turns)),
@@ -246,7 +275,7 @@ function usersList(answer) {
       : h(
           "ul",
           { class: "chips", id: "users" },
-          users.map((u) => h("li", { class: "chip" }, h("a", { href: "#/?" + new URLSearchParams({ find: u, by: "user" }) }, u))),
+          users.map((u) => h("li", { class: "chip" }, userLink(u))),
         ),
     answer.nextPageToken ? h("p", { class: "muted" }, "More users: find one by its id above.") : null,
   );
@@ -268,7 +297,7 @@ async function agentPage(id, params) {
     h(
       "p",
       { class: "muted" },
-      stats.userId ? ["User ", h("a", { href: "#/?" + new URLSearchParams({ find: stats.userId, by: "user" }) }, stats.userId), " · "] : null,
+      stats.userId ? ["User ", userLink(stats.userId), " · "] : null,
       `epoch ${num(stats.epoch)} · ${fmt(stats.turns)} turns · ${fmt(stats.messages)} messages · last activity ${when(stats.lastEventAt)}`,
       " · ",
       h("a", { href: "#/search?" + new URLSearchParams({ scope: "agent", id }) }, "Search this agent"),
@@ -321,7 +350,7 @@ function gauge(s) {
       { class: "legend" },
       h("span", { id: "gauge-tokens" }, `${fmt(tokens)} tokens (${Math.round(num(s.percentUsed))}% of the ${fmt(budget)}-token input budget)`),
       h("span", {}, `compaction at ${fmt(trigger)}`),
-      ahead ? h("span", { class: "warn" }, `summary written ahead from ${fmt(ahead)}${s.summaryAhead ? " (ready)" : ""}`) : null,
+      ahead ? h("span", { class: "warn" }, `summary written ahead from ${fmt(ahead)}${s.summaryAhead ? ` (${s.summaryAhead})` : ""}`) : null,
       h("span", { id: "gauge-compactions" }, `${fmt(s.compactions)} compaction${num(s.compactions) === 1 ? "" : "s"}`),
       s.compactionRequired ? h("span", { class: "warn" }, "compaction required") : null,
     ),
@@ -424,31 +453,27 @@ function block(scope, b) {
     status,
   );
   if (!b.readOnly) {
-    const editor = h("textarea", { "aria-label": `New value of ${b.label}`, hidden: true });
-    const save = h("button", { type: "button", hidden: true }, "Save");
-    const edit = h("button", { type: "button", class: "plain" }, "Edit");
-    edit.addEventListener("click", () => {
-      editor.value = b.value || "";
-      editor.hidden = save.hidden = false;
-      editor.focus();
-    });
-    save.addEventListener("click", async () => {
-      try {
-        const answer = await api("PutMemoryBlock", {
-          scope,
-          label: b.label,
-          value: editor.value,
-          format: b.format || "BLOCK_FORMAT_TEXT",
-          limitChars: b.limitChars || 0,
-          expectedVersion: String(b.version || 0),
-        });
-        el.replaceWith(block(scope, answer.block));
-      } catch (e) {
-        status.replaceChildren(
-          e instanceof ApiError && e.status === 409 ? h("span", { class: "error" }, "Changed meanwhile: reload to see the new version.") : failure(e),
-        );
-      }
-    });
+    const [edit, editor, save] = inlineEditor(
+      h("textarea", { "aria-label": `New value of ${b.label}` }),
+      () => b.value || "",
+      async (value) => {
+        try {
+          const answer = await api("PutMemoryBlock", {
+            scope,
+            label: b.label,
+            value,
+            format: b.format || "BLOCK_FORMAT_TEXT",
+            limitChars: b.limitChars || 0,
+            expectedVersion: String(b.version || 0),
+          });
+          el.replaceWith(block(scope, answer.block));
+        } catch (e) {
+          status.replaceChildren(
+            e instanceof ApiError && e.status === 409 ? h("span", { class: "error" }, "Changed meanwhile: reload to see the new version.") : failure(e),
+          );
+        }
+      },
+    );
     el.append(h("div", { class: "actions" }, edit), editor, h("div", { class: "actions" }, save));
   }
   return el;
@@ -465,9 +490,9 @@ function newBlockForm(scope) {
     h("button", { type: "submit" }, "Add block"),
     status,
   );
-  form.addEventListener("submit", async (ev) => {
+  form.addEventListener("submit", (ev) => {
     ev.preventDefault();
-    try {
+    attempt(status, async () => {
       await api("PutMemoryBlock", {
         scope,
         label: form.label.value.trim(),
@@ -476,9 +501,7 @@ function newBlockForm(scope) {
         expectedVersion: "0",
       });
       await render();
-    } catch (e) {
-      status.replaceChildren(failure(e));
-    }
+    });
   });
   return form;
 }
@@ -507,34 +530,25 @@ function fact(scope, f) {
     ),
     status,
   );
-  const update = async (change) => {
-    try {
+  const update = (change) =>
+    attempt(status, async () => {
       const answer = await api("UpdateMemory", { scope, id: f.id, expectedVersion: String(f.version || 0), ...change });
       el.replaceWith(fact(scope, answer.memory));
-    } catch (e) {
-      status.replaceChildren(failure(e));
-    }
-  };
+    });
   const pin = h("button", { type: "button", class: "plain" }, f.pinned ? "Unpin" : "Pin");
   pin.addEventListener("click", () => update({ pinned: !f.pinned }));
-  const editor = h("input", { "aria-label": "New text of the fact", hidden: true, size: 60 });
-  const save = h("button", { type: "button", hidden: true }, "Save");
-  const edit = h("button", { type: "button", class: "plain" }, "Edit");
-  edit.addEventListener("click", () => {
-    editor.value = f.fact;
-    editor.hidden = save.hidden = false;
-    editor.focus();
-  });
-  save.addEventListener("click", () => update({ text: editor.value }));
+  const [edit, editor, save] = inlineEditor(
+    h("input", { "aria-label": "New text of the fact", size: 60 }),
+    () => f.fact,
+    (text) => update({ text }),
+  );
   const del = h("button", { type: "button", class: "danger" }, "Delete");
-  del.addEventListener("click", async () => {
-    try {
+  del.addEventListener("click", () =>
+    attempt(status, async () => {
       await api("DeleteMemory", { scope, id: f.id, expectedVersion: String(f.version || 0) });
       el.remove();
-    } catch (e) {
-      status.replaceChildren(failure(e));
-    }
-  });
+    }),
+  );
   const historyBox = h("ol", { class: "history", hidden: true });
   const history = h("button", { type: "button", class: "plain", "aria-expanded": "false" }, "History");
   history.addEventListener("click", async () => {
@@ -543,7 +557,7 @@ function fact(scope, f) {
       history.setAttribute("aria-expanded", "false");
       return;
     }
-    try {
+    await attempt(status, async () => {
       const answer = await api("GetMemoryHistory", { scope, id: f.id });
       historyBox.replaceChildren(
         ...(answer.versions || []).map((v) =>
@@ -552,9 +566,7 @@ function fact(scope, f) {
       );
       historyBox.hidden = false;
       history.setAttribute("aria-expanded", "true");
-    } catch (e) {
-      status.replaceChildren(failure(e));
-    }
+    });
   });
   el.append(h("div", { class: "actions" }, pin, edit, del, history), h("div", { class: "actions" }, editor, save), historyBox);
   return el;

@@ -186,6 +186,20 @@ pub fn lock_or<T>(mutex: &Mutex<T>, repair: impl FnOnce(&mut T)) -> MutexGuard<'
     })
 }
 
+/// The page after `token` of the sorted `ids` that `visible` accepts: at
+/// most `size`, and the token of the next when more remain.
+pub fn page<'a>(
+    ids: impl Iterator<Item = &'a str>,
+    size: usize,
+    token: Option<&str>,
+    visible: Visible<'_>,
+) -> (Vec<String>, Option<String>) {
+    let mut rest = ids.filter(|id| token.is_none_or(|t| *id > t) && visible(id));
+    let page: Vec<String> = rest.by_ref().take(size).map(str::to_owned).collect();
+    let next = rest.next().and(page.last().cloned());
+    (page, next)
+}
+
 /// [`lock_or`] that takes what it finds.
 pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     lock_or(mutex, |_| {})
@@ -194,6 +208,24 @@ pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pages_follow_each_other_past_hidden_ids() {
+        let ids = ["a", "b", "c", "d", "e"];
+        let visible = |id: &str| id != "c";
+        let (first, next) = page(ids.into_iter(), 2, None, &visible);
+        assert_eq!(
+            (first, next.as_deref()),
+            (vec!["a".into(), "b".into()], Some("b"))
+        );
+        let (second, next) = page(ids.into_iter(), 2, Some("b"), &visible);
+        assert_eq!(
+            (second, next.as_deref()),
+            (vec!["d".into(), "e".into()], None)
+        );
+        let (all, next) = page(ids.into_iter(), 10, None, &|_: &str| true);
+        assert_eq!((all.len(), next), (5, None));
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn blocking_work_returns_and_its_panic_unwinds_in_the_caller() {

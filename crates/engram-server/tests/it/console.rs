@@ -3,18 +3,17 @@
 //! type and a policy that allows nothing from elsewhere. The page itself is
 //! tested in a browser (clients/python/tests/test_console.py).
 
+use crate::common::tokens_file;
 use crate::json_api::http_server;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_is_served_without_a_token_and_its_data_is_not() {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("tokens.toml");
-    std::fs::write(
-        &file,
+    let tokens = tokens_file(
+        dir.path(),
         "[[tokens]]\nname = \"ops\"\ntoken = \"ops-secret-0123456789\"\nadmin = true\n",
-    )
-    .unwrap();
-    let server = http_server(&[("ENGRAM__AUTH__TOKENS_FILE", file.to_str().unwrap())]).await;
+    );
+    let server = http_server(&[("ENGRAM__AUTH__TOKENS_FILE", tokens.as_str())]).await;
     let base = format!("http://{}", server.http.expect("the HTTP listener is on"));
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())

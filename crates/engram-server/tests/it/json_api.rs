@@ -508,13 +508,11 @@ async fn refusals_are_http_statuses_with_a_json_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_guard_the_json_api_as_they_guard_grpc() {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("tokens.toml");
-    std::fs::write(
-        &file,
+    let tokens = tokens_file(
+        dir.path(),
         "[[tokens]]\nname = \"team-a\"\ntoken = \"team-a-secret-0123456789\"\nagents = [\"team-a-*\"]\n",
-    )
-    .unwrap();
-    let server = http_server(&[("ENGRAM__AUTH__TOKENS_FILE", file.to_str().unwrap())]).await;
+    );
+    let server = http_server(&[("ENGRAM__AUTH__TOKENS_FILE", tokens.as_str())]).await;
     let mut http = Http::of(&server);
     let ingest = |agent: &str| json!({"agentId": agent, "events": [{"traceType": "TRACE_TYPE_USER", "content": "hi"}]});
     let (status, name) = http.refused("Ingest", ingest("team-a-1")).await;

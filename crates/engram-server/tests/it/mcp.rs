@@ -243,13 +243,11 @@ async fn tools_act_on_the_named_memory_or_the_default_and_respect_read_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tokens_scope_and_defaults_hold_over_mcp() {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("tokens.toml");
-    std::fs::write(
-        &file,
+    let tokens = tokens_file(
+        dir.path(),
         "[[tokens]]\nname = \"desk\"\ntoken = \"desk-secret-0123456789\"\nagents = [\"desk-*\"]\ndefault_agent = \"desk-1\"\n",
-    )
-    .unwrap();
-    let server = mcp_server(&[("ENGRAM__AUTH__TOKENS_FILE", file.to_str().unwrap())]).await;
+    );
+    let server = mcp_server(&[("ENGRAM__AUTH__TOKENS_FILE", tokens.as_str())]).await;
     let mut grpc = server.client().await;
     let mut mcp = Mcp::of(&server);
     let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});

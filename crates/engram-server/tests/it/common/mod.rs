@@ -157,6 +157,14 @@ impl Drop for Daemon {
     }
 }
 
+/// A tokens file in `dir` holding `toml` (its `[[tokens]]` tables): the
+/// value for `ENGRAM__AUTH__TOKENS_FILE`.
+pub fn tokens_file(dir: &Path, toml: &str) -> String {
+    let file = dir.join("tokens.toml");
+    std::fs::write(&file, toml).unwrap();
+    file.display().to_string()
+}
+
 pub fn event(trace_type: pb::TraceType, content: &str) -> pb::TraceEvent {
     pb::TraceEvent {
         trace_type: trace_type.into(),
