@@ -16,6 +16,7 @@ import * as fs from "node:fs";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 // Types generated from the protos by proto-loader-gen-types (`npm run proto`).
+import type { CompactionRecord__Output } from "./generated/engram/v1/CompactionRecord";
 import type { CompactionReport__Output } from "./generated/engram/v1/CompactionReport";
 import type { GetContextStatsResponse__Output } from "./generated/engram/v1/GetContextStatsResponse";
 import type { GetMemoryBlockResponse__Output } from "./generated/engram/v1/GetMemoryBlockResponse";
@@ -503,8 +504,19 @@ export class EngramClient {
     return this.call("GetContextStats", { agent_id: agentId, model });
   }
 
-  /** Every agent id the caller may see (of `userId` only, when given), following pages. */
-  /** Every agent id the caller may see (of `userId` only, containing `idContains`, when given). */
+  /** The agent's compaction log, newest first: each compaction that changed the prompt or failed. */
+  async listCompactions(agentId: string, pageSize = 0): Promise<CompactionRecord__Output[]> {
+    const records: CompactionRecord__Output[] = [];
+    let token = "";
+    do {
+      const page = await this.call("ListCompactions", { agent_id: agentId, page_size: pageSize, page_token: token });
+      records.push(...page.compactions);
+      token = page.next_page_token;
+    } while (token);
+    return records;
+  }
+
+  /** Every agent id the caller may see (of `userId` only, containing `idContains`, when given), following pages. */
   async listAgents(pageSize = 0, userId = "", idContains = ""): Promise<string[]> {
     const ids: string[] = [];
     let token = "";

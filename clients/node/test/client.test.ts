@@ -168,7 +168,14 @@ test("recall can be switched off and bounded per request", async () => {
     await engram.ingest("node-recall", [user("My dog is called Biscuit and he loves the beach.", { name: "Caroline" }),
       assistant("Biscuit sounds lovely.")]);
     await engram.ingest("node-recall", [user("I work as a nurse."), assistant("Noted.")]);
-    assert.equal((await engram.compact("node-recall")).performed, true);
+    const report = await engram.compact("node-recall");
+    assert.equal(report.performed, true);
+    const [logged, ...more] = await engram.listCompactions("node-recall");
+    assert.equal(more.length, 0);
+    assert.deepEqual([logged.outcome, logged.report!.trigger], ["summarized", "manual"]);
+    assert.equal(logged.report!.episodic_id, report.episodic_id);
+    assert.equal(logged.report!.tokens_after, report.tokens_after);
+    assert.ok(logged.report!.tokens_before > logged.report!.tokens_after);
     const last = (p: any) => p.payload.messages[p.payload.messages.length - 1].content as string;
     const on = await engram.prepareRequest("node-recall", { userInput: "What is my dog called, Biscuit?", model: "gpt-4o", recall: true });
     assert.ok(on.recalled.length > 0);

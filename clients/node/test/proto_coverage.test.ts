@@ -123,8 +123,8 @@ function recorder(service: grpc.ServiceDefinition) {
       sent.push(service[method].requestSerialize(request));
       rest[rest.length - 1](null, {
         report: {}, agent_id: "b", agent_ids: [], user_ids: [], rendered_payload_json: "", warnings: [], recalled: [],
-        blocks: [], block: {}, agents_deleted: 0, version: 0, results: [], memories: [], memory: {}, versions: [],
-        next_page_token: ["ListAgents", "ListUsers", "ListMemories"].includes(method) && sent.length === 1 ? "page-2" : "",
+        blocks: [], block: {}, agents_deleted: 0, compactions: [], version: 0, results: [], memories: [], memory: {}, versions: [],
+        next_page_token: ["ListAgents", "ListUsers", "ListMemories", "ListCompactions"].includes(method) && sent.length === 1 ? "page-2" : "",
       });
     },
   });
@@ -154,6 +154,7 @@ async function callEveryHelper(engram: EngramClient) {
     toTurnId: "turn_0002", fromTs: 1, toTs: 2, contextMessages: 3, waitForIndexMs: 4, userId: "u",
   });
   await engram.contextStats("a", "m");
+  await engram.listCompactions("a", 1);
   await engram.listAgents(1, "u", "a");
   await engram.listUsers(1);
   await engram.deleteAgent("a");

@@ -328,6 +328,20 @@ class EngramClient:
     def context_stats(self, agent_id: str, model: str = "") -> svc.GetContextStatsResponse:
         return self._call("GetContextStats", svc.GetContextStatsRequest(agent_id=agent_id, model=model))
 
+    def list_compactions(self, agent_id: str,
+                         page_size: int = 0) -> Iterator[types.CompactionRecord]:
+        """The agent's compaction log, newest first (each compaction that
+        changed the prompt or failed: trigger, tokens before and after,
+        when), following pages."""
+        token = ""
+        while True:
+            page = self._call("ListCompactions", svc.ListCompactionsRequest(
+                agent_id=agent_id, page_size=page_size, page_token=token))
+            yield from page.compactions
+            token = page.next_page_token
+            if not token:
+                return
+
     def list_agents(self, page_size: int = 0, user_id: str = "",
                     id_contains: str = "") -> Iterator[str]:
         """Every agent id the caller may see (of `user_id` only, when given;

@@ -174,7 +174,13 @@ def test_recall_can_be_switched_and_bounded_per_request(start_engramd):
         engram.ingest("py-recall", [user("My dog is called Biscuit and he loves the beach.", name="Caroline"),
                                     assistant("Biscuit sounds lovely.")])
         engram.ingest("py-recall", [user("I work as a nurse."), assistant("Noted.")])
-        assert engram.compact("py-recall").performed
+        report = engram.compact("py-recall")
+        assert report.performed
+        [logged] = engram.list_compactions("py-recall")
+        assert (logged.outcome, logged.report.trigger) == ("summarized", "manual")
+        assert logged.report.episodic_id == report.episodic_id
+        assert logged.report.tokens_before > logged.report.tokens_after == report.tokens_after
+        assert logged.summarizer and logged.at > 0
         on = engram.prepare_request("py-recall", user_input="What is my dog called, Biscuit?",
                                     model="gpt-4o", recall=True)
         assert on.recalled, "recall=True attaches the relevant memories"

@@ -100,7 +100,7 @@ class Recorder:
             name = service.methods_by_name[method].output_type.name
             response = (getattr(svc, name, None) or getattr(memory, name, None)
                         or getattr(facts, name))()
-            if method in ("ListAgents", "ListUsers", "ListMemories") and len(self.requests[method]) == 1:
+            if method in ("ListAgents", "ListUsers", "ListMemories", "ListCompactions") and len(self.requests[method]) == 1:
                 response.next_page_token = "page-2"
             if method == "ExportMemory":
                 return iter([response])  # a stream of answers
@@ -126,6 +126,7 @@ def call_every_helper(engram):
                           to_turn_id="turn_0002", from_ts=1.0, to_ts=2.0, context_messages=3,
                           wait_for_index_ms=4, user_id="u")
     engram.context_stats("a", model="m")
+    list(engram.list_compactions("a", page_size=1))
     list(engram.list_agents(page_size=1, user_id="u", id_contains="a"))
     list(engram.list_users(page_size=1))
     engram.delete_agent("a")

@@ -261,6 +261,12 @@ fn request(g: &mut Gen, method: &str) -> Vec<u8> {
             user_id: g.user_id(),
         }
         .encode_to_vec(),
+        "ListCompactions" => pb::ListCompactionsRequest {
+            agent_id: g.agent_id(),
+            page_size: g.u32(),
+            page_token: g.unicode(0..40),
+        }
+        .encode_to_vec(),
         "ListUsers" => pb::ListUsersRequest {
             page_size: g.u32(),
             page_token: g.unicode(0..40),

@@ -5,7 +5,7 @@
 //! A bundle holds the records a store keeps, not what it derives from them:
 //! an agent's settings, its traces (archived and active, in stored order),
 //! the whole results its traces point at, its summaries, every version of
-//! its facts and of its blocks; a user's facts (every version), blocks and
+//! its facts and of its blocks, its compaction log; a user's facts (every version), blocks and
 //! last conversation. Turns, transcripts and indexes are derived again by
 //! the store that imports it, so an import gives the same prompts, search
 //! results and listings as the source (ids and timestamps kept).
@@ -17,6 +17,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::blocks::Block;
+use crate::compaction::CompactionRecord;
 use crate::memory::{EpisodicItem, SemanticItem};
 use crate::state::AgentMeta;
 use crate::users::{LastConversation, UserFact};
@@ -61,6 +62,8 @@ pub struct AgentRecords {
     pub facts: Vec<SemanticItem>,
     /// Every version of the agent's blocks.
     pub blocks: Vec<Block>,
+    /// Its compaction log, oldest first.
+    pub compactions: Vec<CompactionRecord>,
 }
 
 /// A user's own records (its conversations are [`AgentRecords`]).
@@ -117,6 +120,8 @@ enum Record {
     /// An agent's block when the line names an agent, else the user's.
     Block(Box<Block>),
     UserFact(Box<UserFact>),
+    /// A record of an agent's compaction log.
+    Compaction(Box<CompactionRecord>),
     LastConversation(Box<LastConversation>),
     /// The last line: how many lines came before it (a cut bundle is
     /// refused, not half imported).
@@ -184,6 +189,9 @@ impl Encoder {
         }
         for b in &a.blocks {
             self.line(&mut out, id, None, Record::Block(Box::new(b.clone())));
+        }
+        for c in &a.compactions {
+            self.line(&mut out, id, None, Record::Compaction(Box::new(c.clone())));
         }
         out
     }
@@ -356,6 +364,7 @@ impl Decoder {
                     summaries: vec![],
                     facts: vec![],
                     blocks: vec![],
+                    compactions: vec![],
                 });
             }
             (Some(agent), None, record) => {
@@ -375,6 +384,7 @@ impl Decoder {
                     Record::Summary(s) => a.summaries.push(*s),
                     Record::Fact(f) => a.facts.push(*f),
                     Record::Block(b) => a.blocks.push(*b),
+                    Record::Compaction(c) => a.compactions.push(*c),
                     _ => return Err(invalid(n, "not a record of an agent")),
                 }
             }

@@ -96,7 +96,7 @@ impl Engine {
 
 /// A page token as given ("": the first page), if it is an id `valid`
 /// accepts, as the tokens this server issues are.
-fn page_token(token: &str, valid: impl Fn(&str) -> bool) -> Result<Option<&str>> {
+pub(crate) fn page_token(token: &str, valid: impl Fn(&str) -> bool) -> Result<Option<&str>> {
     if token.is_empty() {
         return Ok(None);
     }

@@ -210,6 +210,22 @@ pub struct UserPage {
     pub next_page_token: Option<String>,
 }
 
+/// ListCompactions.
+#[derive(Debug, Clone, Default)]
+pub struct ListCompactionsRequest {
+    pub agent_id: String,
+    /// 0: the default.
+    pub page_size: u32,
+    pub page_token: String,
+}
+
+/// A page of an agent's compaction log, newest first.
+#[derive(Debug, Clone, Default)]
+pub struct CompactionPage {
+    pub compactions: Vec<engram_core::compaction::CompactionRecord>,
+    pub next_page_token: Option<String>,
+}
+
 /// Who a memory block belongs to, before validation: exactly one of the
 /// three.
 #[derive(Debug, Clone, PartialEq)]

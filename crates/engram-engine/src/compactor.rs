@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use engram_core::AgentId;
 use engram_core::blocks::{Scope, WORKING_MEMORY};
-use engram_core::compaction::{CompactionError, CompactionReport, Tier, Trigger};
+use engram_core::compaction::{CompactionError, CompactionRecord, CompactionReport, Tier, Trigger};
 use engram_llm::{SummarizeError, Summarizer, SummaryRequest};
 use engram_store::{AgentContext, Begun, Job, Policy, RewriteJob, Store, StoreError};
 use tokio::time::Instant;
@@ -244,8 +244,14 @@ impl Compactor {
             let agent = agent.clone();
             let focus = focus.map(str::to_owned);
             async move {
-                this.run(&agent, trigger, focus.as_deref(), tokens_before, wait)
-                    .await
+                let started = std::time::Instant::now();
+                let compacted = this
+                    .run(&agent, trigger, focus.as_deref(), tokens_before, wait)
+                    .await;
+                if !compacted.deferred {
+                    this.log(&agent, &compacted.report, started).await;
+                }
+                compacted
             }
         };
         let failed = move || {
@@ -269,6 +275,24 @@ impl Compactor {
         metrics::counter!("engram_compactions_total", "trigger" => trigger.as_str(), "outcome" => outcome)
             .increment(1);
         compacted
+    }
+
+    /// Appends the compaction to the agent's log (skipped ones are not
+    /// kept: `CompactionRecord::of`). The compaction stands whatever
+    /// happens here: a log that cannot be written is only logged.
+    async fn log(&self, agent: &AgentId, report: &CompactionReport, started: std::time::Instant) {
+        let took = started.elapsed().as_secs_f64();
+        let summarizer = self.summarizer.name();
+        let now = engram_store::unix_now();
+        let Some(record) = CompactionRecord::of(report, now, took, &summarizer) else {
+            return;
+        };
+        match self.store.record_compaction(agent, record).await {
+            Ok(_) | Err(StoreError::NotFound(_)) => {}
+            Err(e) => {
+                tracing::warn!(agent = %agent, error = %e, "the compaction log was not written");
+            }
+        }
     }
 
     /// True while the summarizer's circuit breaker is open.
@@ -377,6 +401,8 @@ impl Compactor {
         report.semantic_added = done.semantic_added;
         report.semantic_updated = done.semantic_updated;
         report.traces_pruned = done.traces_pruned;
+        report.tokens_after =
+            sizing::over_trigger(&self.caches, &self.budgets, agent, &done.context).1;
         out.context = Some(done.context);
         if let Some(user) = user {
             crate::users::fold_facts(self.store.as_ref(), agent, &user).await;
@@ -403,11 +429,12 @@ impl Compactor {
         let (over, tokens) =
             sizing::over_trigger(&self.caches, &self.budgets, agent, &done.context);
         out.context = Some(done.context);
+        // Smaller either way; a summary after it counts again.
+        out.report.tokens_after = tokens;
         if over {
             return Ok(false);
         }
         out.report.performed = true;
-        out.report.tokens_after = tokens;
         Ok(true)
     }
 
@@ -471,6 +498,7 @@ impl Compactor {
         Err(CompactionError::Summarizer {
             message: e.to_string(),
             consecutive_failures: failures,
+            tried: own,
         })
     }
 

@@ -6,7 +6,7 @@ use engram_store::Ingested;
 
 use crate::api::IngestRequest;
 use crate::error::Result;
-use crate::{Engine, limits, sizing};
+use crate::{Engine, limits};
 
 impl Engine {
     /// Stores the events all or nothing. A reported prompt over the
@@ -56,10 +56,10 @@ impl Engine {
             .compact(&id, Trigger::Manual, focus, before)
             .await;
         let mut report = compacted.report;
-        report.tokens_after = match compacted.context {
-            Some(context) => sizing::over_trigger(&self.caches, &self.budgets, &id, &context).1,
-            None => self.prompt_tokens(&id).await?,
-        };
+        // A compaction that changed the prompt counted it already.
+        if compacted.context.is_none() {
+            report.tokens_after = self.prompt_tokens(&id).await?;
+        }
         Ok(report)
     }
 }

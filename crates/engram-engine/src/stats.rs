@@ -1,9 +1,9 @@
-//! GetContextStats: the numbers behind an agent's prompt, read without
-//! writing anything.
+//! GetContextStats and ListCompactions: the numbers behind an agent's
+//! prompt and its compactions so far, read without writing anything.
 
 use engram_core::AgentId;
 
-use crate::api::ContextStats;
+use crate::api::{CompactionPage, ContextStats, ListCompactionsRequest};
 use crate::error::Result;
 use crate::{Engine, limits, sizing};
 
@@ -40,6 +40,30 @@ impl Engine {
                 .unwrap_or(0),
             summary_ahead: self.compactor.summary_ahead(&id, context.epoch),
             last_event_at: context.last_event_at,
+        })
+    }
+
+    /// A page of the agent's compaction log, newest first. NOT_FOUND for
+    /// an agent that does not exist.
+    pub async fn list_compactions(&self, req: &ListCompactionsRequest) -> Result<CompactionPage> {
+        let id = limits::agent_id("agent_id", &req.agent_id)?;
+        let number = |t: &str| t.parse::<u64>().is_ok_and(|n| n > 0);
+        let before = crate::agents::page_token(&req.page_token, number)?
+            .map(|t| t.parse::<u64>().expect("checked"));
+        let size = limits::page_size(req.page_size);
+        // One more than the page: whether another page follows.
+        let mut compactions = self.store.compaction_log(&id, size + 1, before).await?;
+        if compactions.is_empty() && before.is_none() {
+            // Empty, or no such agent.
+            self.store.context(&id).await?;
+        }
+        let next_page_token = (compactions.len() > size).then(|| {
+            compactions.truncate(size);
+            compactions.last().map_or(0, |r| r.seq).to_string()
+        });
+        Ok(CompactionPage {
+            compactions,
+            next_page_token,
         })
     }
 

@@ -42,6 +42,9 @@ pub(crate) struct AgentState {
     /// which is what the index looks for (a compaction's lines start a new
     /// epoch, which the index reads again whole).
     pub fact_lines: usize,
+    /// The compaction log's last `seq` and length, once read
+    /// (`compaction_log.rs`).
+    pub compaction_log: Option<crate::compaction_log::LogCursor>,
     pub derived: Derived,
 }
 
@@ -65,7 +68,12 @@ impl AgentState {
         if !state.dir.is_dir() {
             return Ok(state);
         }
-        for name in [RAW_TRACES, EPISODIC, SEMANTIC] {
+        for name in [
+            RAW_TRACES,
+            EPISODIC,
+            SEMANTIC,
+            crate::compaction_log::COMPACTIONS,
+        ] {
             remove_debris(&jsonl::tmp_path(&state.dir.join(name)))?;
         }
         remove_debris(&jsonl::tmp_path(&state.dir.join(STATE)))?;
@@ -119,6 +127,7 @@ impl AgentState {
             last_ticket: None,
             blocks: crate::blocks::ScopeBlocks::default(),
             fact_lines: 0,
+            compaction_log: None,
             derived: Derived::default(),
         }
     }

@@ -23,7 +23,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use engram_core::compaction::Summary;
+use engram_core::compaction::{CompactionRecord, Summary};
 use engram_core::memory::SemanticItem;
 use engram_core::{AgentId, RawTrace};
 use engram_store::Compacts;
@@ -189,6 +189,19 @@ impl Compacts for FileStore {
             hidden,
             context: state.context(),
         }))
+    }
+
+    async fn record_compaction(&self, id: &AgentId, record: CompactionRecord) -> Result<u64> {
+        self.append_compaction(id, record).await
+    }
+
+    async fn compaction_log(
+        &self,
+        id: &AgentId,
+        limit: usize,
+        before: Option<u64>,
+    ) -> Result<Vec<CompactionRecord>> {
+        self.read_compaction_log(id, limit, before).await
     }
 }
 

@@ -30,6 +30,7 @@
 mod agent;
 mod blocks;
 mod compact;
+mod compaction_log;
 pub mod durable;
 mod fact_file;
 mod facts;

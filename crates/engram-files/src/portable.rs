@@ -22,6 +22,7 @@ use engram_store::{Imported, Portable};
 
 use crate::agent::{EPISODIC, RAW_ARCHIVE, RAW_TRACES, SEMANTIC, STATE};
 use crate::blocks::BLOCKS;
+use crate::compaction_log::COMPACTIONS;
 use crate::fact_file::FACTS;
 use crate::gate::Mark;
 use crate::jsonl::{self, atomic_write, sync_dir};
@@ -48,6 +49,7 @@ impl Portable for FileStore {
             let (archived, _) = jsonl::load::<RawTrace>(&dir.join(RAW_ARCHIVE))?;
             let (facts, _) = jsonl::load::<SemanticItem>(&dir.join(SEMANTIC))?;
             let (blocks, _) = jsonl::load::<Block>(&dir.join(BLOCKS))?;
+            let (compactions, _) = jsonl::load(&dir.join(COMPACTIONS))?;
             let mut results = vec![];
             for path in archived
                 .iter()
@@ -74,6 +76,7 @@ impl Portable for FileStore {
                 summaries,
                 facts: fact_versions(&facts, |f| f),
                 blocks: block_versions(&blocks),
+                compactions,
             })
         })
         .await
@@ -232,6 +235,9 @@ fn write_agent(agent: &AgentRecords, dir: &Path) -> Result<()> {
     write(SEMANTIC, &jsonl::lines(&agent.facts))?;
     if !agent.blocks.is_empty() {
         write(BLOCKS, &jsonl::lines(&agent.blocks))?;
+    }
+    if !agent.compactions.is_empty() {
+        write(COMPACTIONS, &jsonl::lines(&agent.compactions))?;
     }
     if !agent.results.is_empty() {
         let results = dir.join("tool_results");

@@ -139,6 +139,8 @@ impl Admin for PgStore {
              SELECT $2, id, version, body FROM fact_versions WHERE agent_id = $1",
             "INSERT INTO blocks (scope, label, version, agent_id, body)
              SELECT 'agent/' || $2, label, version, $2, body FROM blocks WHERE agent_id = $1",
+            "INSERT INTO compaction_log (agent_id, seq, body)
+             SELECT $2, seq, body FROM compaction_log WHERE agent_id = $1",
         ] {
             sqlx::query(sql)
                 .bind(source.as_str())

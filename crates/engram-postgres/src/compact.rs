@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use engram_core::AgentId;
-use engram_core::compaction::Summary;
+use engram_core::compaction::{CompactionRecord, Summary};
 use engram_core::memory::{EpisodicItem, SemanticItem};
 use engram_store::intent::Intent;
 use engram_store::{Begun, CommitStep, Committed, Compacts, Job, Microcompacted, Policy, Result};
@@ -162,6 +162,19 @@ impl Compacts for PgStore {
             hidden,
             context: context_of(cached),
         }))
+    }
+
+    async fn record_compaction(&self, id: &AgentId, record: CompactionRecord) -> Result<u64> {
+        self.append_compaction(id, &record).await
+    }
+
+    async fn compaction_log(
+        &self,
+        id: &AgentId,
+        limit: usize,
+        before: Option<u64>,
+    ) -> Result<Vec<CompactionRecord>> {
+        self.read_compaction_log(id, limit, before).await
     }
 }
 

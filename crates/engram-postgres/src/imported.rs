@@ -92,7 +92,8 @@ pub(crate) async fn agents(tx: &mut PgConnection, agents: &[AgentRecords]) -> Re
                 .map(move |b| (scope.clone(), Some(a.id.as_str()), b))
         })
         .collect();
-    blocks(tx, &versions_of_blocks).await
+    blocks(tx, &versions_of_blocks).await?;
+    crate::compaction_log::import(tx, agents).await
 }
 
 /// The agents' rows: settings, a new incarnation, the next trace's place

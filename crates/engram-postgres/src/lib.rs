@@ -39,6 +39,7 @@ mod agents;
 mod blocks;
 mod cache;
 mod compact;
+mod compaction_log;
 mod erase;
 mod facts;
 mod forget;

@@ -224,6 +224,7 @@ async fn agent_records(tx: &mut PgConnection, id: &AgentId) -> Result<AgentRecor
     }
     let facts = with_versions(rows, older, |f| f);
     let blocks = blocks_of(tx, &Scope::Agent(id.clone())).await?;
+    let compactions = crate::compaction_log::export(tx, agent).await?;
     Ok(AgentRecords {
         id: id.clone(),
         meta,
@@ -233,6 +234,7 @@ async fn agent_records(tx: &mut PgConnection, id: &AgentId) -> Result<AgentRecor
         summaries,
         facts,
         blocks,
+        compactions,
     })
 }
 

@@ -17,13 +17,14 @@ pub mod pb {
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("engram_descriptor");
 
 /// The methods of `engram.v1.MemoryService`, in the order of the proto.
-pub const METHODS: [&str; 26] = [
+pub const METHODS: [&str; 27] = [
     "Ingest",
     "PrepareRequest",
     "Compact",
     "Retrieve",
     "SearchHistory",
     "GetContextStats",
+    "ListCompactions",
     "ListAgents",
     "DeleteAgent",
     "ForkAgent",

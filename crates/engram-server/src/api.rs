@@ -151,6 +151,25 @@ impl Api {
         Ok(convert::stats_to_pb(stats))
     }
 
+    pub async fn list_compactions(
+        &self,
+        caller: &Caller,
+        req: pb::ListCompactionsRequest,
+    ) -> Result<pb::ListCompactionsResponse, Status> {
+        auth::authorize(&self.engine, caller, &req.agent_id, "").await?;
+        let req = engram_engine::ListCompactionsRequest {
+            agent_id: req.agent_id,
+            page_size: req.page_size,
+            page_token: req.page_token,
+        };
+        let page = self
+            .engine
+            .list_compactions(&req)
+            .await
+            .map_err(from_engine)?;
+        Ok(convert::compaction_page_to_pb(page))
+    }
+
     pub async fn list_agents(
         &self,
         caller: &Caller,

@@ -117,6 +117,21 @@ impl MemoryService for Engram {
         .map(Response::new)
     }
 
+    async fn list_compactions(
+        &self,
+        request: Request<pb::ListCompactionsRequest>,
+    ) -> Result<Response<pb::ListCompactionsResponse>, Status> {
+        let agent = request.get_ref().agent_id.clone();
+        let caller = auth::caller(&request);
+        catch_panics(
+            "ListCompactions",
+            &agent,
+            self.api.list_compactions(&caller, request.into_inner()),
+        )
+        .await
+        .map(Response::new)
+    }
+
     async fn list_agents(
         &self,
         request: Request<pb::ListAgentsRequest>,

@@ -10,7 +10,7 @@
 //! | [`Reads`] | context, bundle, sizes | `read.rs` | `read.rs` |
 //! | [`Searches`] | SearchHistory | `search.rs` | `search.rs` |
 //! | [`Ranks`] | memories ranked for a text, index state | `ranked.rs` | `ranked.rs` |
-//! | [`Compacts`] | begin, abort, finish, microcompact | `compact.rs` | `compact.rs` |
+//! | [`Compacts`] | begin, abort, finish, microcompact, the compaction log | `compact.rs` | `compact.rs` |
 //! | [`Admin`] | list, delete, fork | `registry.rs` | `agents.rs` |
 //! | [`Blocks`] | memory blocks of every scope | `blocks.rs` | `blocks.rs` |
 //! | [`Facts`] | facts clients manage, an agent's or a user's | `facts.rs` | `facts.rs` |
@@ -32,7 +32,7 @@
 use async_trait::async_trait;
 use engram_core::blocks::{Block, Change, Scope};
 use engram_core::bundle::{AgentRecords, MemoryBundle, UserRecords};
-use engram_core::compaction::Summary;
+use engram_core::compaction::{CompactionRecord, Summary};
 use engram_core::facts::{Applied, Op};
 use engram_core::forget::Forget;
 use engram_core::memory::{EpisodicItem, SemanticItem};
@@ -215,6 +215,22 @@ pub trait Compacts {
     /// Nothing is archived or lost. `None` when nothing changed.
     async fn microcompact(&self, id: &AgentId, keep_turns: usize)
     -> Result<Option<Microcompacted>>;
+
+    /// Appends `record` to the agent's compaction log, durably, with the
+    /// next `seq` of the agent (which it returns); the log keeps the last
+    /// [`engram_core::compaction::log::KEEP`] records. NOT_FOUND for an
+    /// agent that does not exist (deleted meanwhile: nothing is written).
+    async fn record_compaction(&self, id: &AgentId, record: CompactionRecord) -> Result<u64>;
+
+    /// The agent's compaction log, newest first: at most `limit` records
+    /// with a `seq` below `before` (none: from the newest). Empty for an
+    /// agent that does not exist.
+    async fn compaction_log(
+        &self,
+        id: &AgentId,
+        limit: usize,
+        before: Option<u64>,
+    ) -> Result<Vec<CompactionRecord>>;
 }
 
 /// Agents as a whole.

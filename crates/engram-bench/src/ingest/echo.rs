@@ -86,6 +86,12 @@ impl MemoryService for Echo {
     ) -> Result<Response<pb::DeleteUserResponse>, Status> {
         Err(Status::unimplemented("echo"))
     }
+    async fn list_compactions(
+        &self,
+        _: Request<pb::ListCompactionsRequest>,
+    ) -> Result<Response<pb::ListCompactionsResponse>, Status> {
+        Err(Status::unimplemented("echo"))
+    }
     async fn list_users(
         &self,
         _: Request<pb::ListUsersRequest>,

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::{AgentRecords, BundleScope, MemoryBundle, UserRecords};
 use crate::blocks::{Block, check_label};
+use crate::compaction::CompactionRecord;
 use crate::memory::SemanticItem;
 use crate::spill::spill_path;
 use crate::turns::turn_number;
@@ -105,6 +106,28 @@ fn check_blocks(whose: &str, blocks: &[Block]) -> Result<(), CoreError> {
     Ok(())
 }
 
+/// A compaction log as a store keeps it: `seq` rising from 1, times that
+/// are times.
+fn check_compactions(whose: &str, log: &[CompactionRecord]) -> Result<(), CoreError> {
+    let mut last = 0;
+    for c in log {
+        if c.seq <= last || c.seq > i64::MAX as u64 {
+            return Err(invalid(
+                whose,
+                format!("compaction record {} after {last}: seq must rise", c.seq),
+            ));
+        }
+        if !c.at.is_finite() || !c.duration_secs.is_finite() {
+            return Err(invalid(
+                whose,
+                format!("compaction record {} has no time", c.seq),
+            ));
+        }
+        last = c.seq;
+    }
+    Ok(())
+}
+
 impl AgentRecords {
     /// Whether a store can take the agent as it is: nothing half done,
     /// ids unique where stores key by them, stored results where the
@@ -169,7 +192,8 @@ impl AgentRecords {
         unique(self.summaries.iter().map(|s| s.id.as_str()))
             .map_err(|id| invalid(&whose, format!("summary {id:?} appears twice")))?;
         check_facts(&whose, self.facts.iter())?;
-        check_blocks(&whose, &self.blocks)
+        check_blocks(&whose, &self.blocks)?;
+        check_compactions(&whose, &self.compactions)
     }
 }
 

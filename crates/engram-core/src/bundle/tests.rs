@@ -3,6 +3,7 @@ use serde_json::json;
 
 use super::*;
 use crate::blocks::Format;
+use crate::compaction::CompactionRecord;
 use crate::memory::Provenance;
 use crate::users::FactSource;
 use crate::{NewEvent, TraceType};
@@ -63,6 +64,28 @@ fn agent(id: &str, user: Option<&str>) -> AgentRecords {
         }],
         facts: vec![SemanticItem::new("f1", "lives in Paris"), fact],
         blocks: vec![block("persona", 1), block("persona", 2)],
+        compactions: vec![compaction(1), compaction(2)],
+    }
+}
+
+fn compaction(seq: u64) -> CompactionRecord {
+    CompactionRecord {
+        seq,
+        at: 3.0 + seq as f64,
+        duration_secs: 0.5,
+        outcome: "summarized".into(),
+        trigger: "estimate".into(),
+        steps: vec!["summarize".into()],
+        turn_ids: vec![crate::turns::turn_id(1)],
+        episodic_id: "s1".into(),
+        semantic_added: 1,
+        semantic_updated: 0,
+        traces_pruned: 2,
+        tokens_before: 900,
+        tokens_after: 300,
+        error: String::new(),
+        prepared_in_background: false,
+        summarizer: "embedded".into(),
     }
 }
 
@@ -103,7 +126,7 @@ fn a_bundle_reads_back_as_written() {
     assert_eq!(decode(&bytes).unwrap(), bundle);
     let text = String::from_utf8(bytes.clone()).unwrap();
     assert!(text.starts_with(r#"{"engram_bundle":1,"user":"u1","exported_at":100.5}"#));
-    assert!(text.ends_with("{\"end\":{\"lines\":24}}\n"), "{text}");
+    assert!(text.ends_with("{\"end\":{\"lines\":28}}\n"), "{text}");
     // Every line is one JSON object (jq reads it).
     for line in text.lines() {
         assert!(
@@ -164,6 +187,11 @@ fn what_a_store_cannot_take_is_refused_before_anything_is_written() {
     assert!(refused(&|b| b.agents[0].facts[1].managed.version = 1).contains("appears twice"));
     assert!(refused(&|b| b.agents[0].active[0].turn_id = "x".into()).contains("no turn"));
     assert!(refused(&|b| b.agents[1].id = AgentId::parse("a1").unwrap()).contains("twice"));
+    assert!(refused(&|b| b.agents[0].compactions[1].seq = 1).contains("seq must rise"));
+    // JSON has no NaN: a bundle made in memory (an export) is checked too.
+    let mut b = user_bundle();
+    b.agents[0].compactions[0].at = f64::NAN;
+    assert!(b.check().unwrap_err().to_string().contains("no time"));
 }
 
 #[test]

@@ -13,7 +13,9 @@
 //! - [`plan`]: what a compaction commits (episodic item, facts, the new
 //!   epoch's snapshot), decided without I/O.
 //! - [`report`]: the [`CompactionReport`] of what a compaction did.
+//! - [`log`]: the [`CompactionRecord`] an agent's compaction log keeps of it.
 
+pub mod log;
 pub mod plan;
 pub mod report;
 pub mod trigger;
@@ -26,6 +28,7 @@ use crate::transcript::result_text;
 use crate::turns::turn_number;
 use crate::{RawTrace, TraceType};
 
+pub use log::CompactionRecord;
 pub use report::{CompactionError, CompactionReport};
 pub use trigger::{PromptSize, Signals, Tier, Trigger, decide};
 

@@ -79,6 +79,9 @@ pub enum CompactionError {
     Summarizer {
         message: String,
         consecutive_failures: u32,
+        /// False when the summarizer was not asked at all (its endpoint's
+        /// circuit was open).
+        tried: bool,
     },
     /// Storage refused (a message without paths or OS errors).
     Storage(String),
@@ -106,6 +109,7 @@ impl fmt::Display for CompactionError {
             Self::Summarizer {
                 message,
                 consecutive_failures,
+                ..
             } => write!(
                 f,
                 "{message} (consecutive failures: {consecutive_failures}); nothing was pruned"

@@ -127,6 +127,36 @@ pub fn stats_to_pb(s: ContextStats) -> pb::GetContextStatsResponse {
     }
 }
 
+pub fn compaction_page_to_pb(page: engram_engine::CompactionPage) -> pb::ListCompactionsResponse {
+    let record = |r: engram_core::compaction::CompactionRecord| pb::CompactionRecord {
+        seq: r.seq,
+        at: r.at,
+        duration_secs: r.duration_secs,
+        report: Some(pb::CompactionReport {
+            // The prompt changed, unless it failed.
+            performed: r.outcome != "failed",
+            trigger: r.trigger,
+            steps: r.steps,
+            turn_ids: r.turn_ids,
+            episodic_id: r.episodic_id,
+            semantic_added: r.semantic_added,
+            semantic_updated: r.semantic_updated,
+            traces_pruned: r.traces_pruned,
+            tokens_before: r.tokens_before,
+            tokens_after: r.tokens_after,
+            error: r.error,
+            prepared_in_background: r.prepared_in_background,
+            prepared_secs_ago: 0.0,
+        }),
+        outcome: r.outcome,
+        summarizer: r.summarizer,
+    };
+    pb::ListCompactionsResponse {
+        compactions: page.compactions.into_iter().map(record).collect(),
+        next_page_token: page.next_page_token.unwrap_or_default(),
+    }
+}
+
 pub fn user_page_to_pb(page: engram_engine::UserPage) -> pb::ListUsersResponse {
     pb::ListUsersResponse {
         user_ids: page.user_ids,

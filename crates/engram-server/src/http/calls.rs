@@ -63,6 +63,7 @@ pub async fn dispatch(
         "Retrieve" => retrieve,
         "SearchHistory" => search_history,
         "GetContextStats" => get_context_stats,
+        "ListCompactions" => list_compactions,
         "ListAgents" => list_agents,
         "ListUsers" => list_users,
         "DeleteAgent" => delete_agent,

@@ -501,6 +501,27 @@ async fn microcompact_alone_can_bring_the_prompt_under_the_trigger() {
         "nothing summarized"
     );
     assert_valid_payloads(&[("microcompacted".into(), "gemini", p.rendered_payload_json)]);
+    let logged = c
+        .list_compactions(pb::ListCompactionsRequest {
+            agent_id: "micro".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .compactions;
+    let [record] = logged.as_slice() else {
+        panic!("one record: {logged:?}")
+    };
+    assert_eq!(record.outcome, "microcompacted");
+    assert_eq!(record.summarizer, "", "no summary was asked for");
+    let logged = record.report.as_ref().unwrap();
+    assert_eq!(
+        (logged.trigger.as_str(), logged.steps.as_slice()),
+        (report.trigger.as_str(), &["microcompact".to_owned()][..])
+    );
+    assert_eq!(logged.tokens_before, report.tokens_before);
+    assert!(logged.tokens_after < logged.tokens_before);
 }
 
 /// Hiding old tool results is not enough here, so the same compaction goes

@@ -11,6 +11,7 @@ mod blocks;
 mod chaos;
 mod compaction;
 mod compaction_binary;
+mod compaction_log;
 mod compaction_races;
 mod console;
 mod context;

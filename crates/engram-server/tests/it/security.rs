@@ -132,6 +132,14 @@ async fn tokens_are_required_and_scoped() {
         .unwrap_err();
     assert_eq!(err.code(), Code::PermissionDenied);
     let err = team_a
+        .list_compactions(pb::ListCompactionsRequest {
+            agent_id: "team-b-bot".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied);
+    let err = team_a
         .delete_agent(pb::DeleteAgentRequest {
             agent_id: "team-a-bot".into(),
         })

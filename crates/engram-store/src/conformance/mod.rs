@@ -7,7 +7,7 @@
 //! idempotency, tool results in their call's turn, refused writes that
 //! change nothing, PrepareRequest's write, the compaction mark, the
 //! compaction commit (all or nothing at every step a fault can hit, before
-//! and after a restart), microcompact, fork, delete, listing, search (all
+//! and after a restart), microcompact, the compaction log, fork, delete, listing, search (all
 //! words, and ranked over an index that catches up with every acknowledged
 //! write, across restarts and compactions), and acknowledged writes
 //! surviving a restart.
@@ -15,6 +15,7 @@
 mod agents;
 mod blocks;
 mod compaction;
+mod compaction_log;
 mod facts;
 mod forget;
 mod portable;
@@ -35,6 +36,7 @@ use crate::{Ingested, Search, SearchMode, Store, StoreError};
 pub use agents::*;
 pub use blocks::*;
 pub use compaction::*;
+pub use compaction_log::*;
 pub use facts::*;
 pub use forget::*;
 pub use portable::*;
@@ -88,6 +90,7 @@ macro_rules! conformance_suite {
             a_stale_job_commits_nothing,
             the_commit_is_all_or_nothing_at_every_step,
             microcompact_hides_old_results_and_loses_nothing,
+            the_compaction_log_keeps_each_agents_records,
             fork_copies_everything_and_then_diverges,
             delete_removes_the_agent_and_everything_it_holds,
             list_agents_pages_in_order_and_filters,

@@ -69,6 +69,10 @@ async fn converse<S: Store + ?Sized>(store: &S, a: &AgentId, user: &UserId, topi
         .finish_compaction(a, job, summary, POLICY)
         .await
         .unwrap();
+    for trigger in ["estimate", "manual"] {
+        let record = super::compaction_log::record(trigger, 900);
+        store.record_compaction(a, record).await.unwrap();
+    }
     let snapshot = store.bundle(a, 10).await.unwrap();
     store
         .fold_into_user(user, a, &snapshot.semantic, &snapshot.episodic)
@@ -196,6 +200,10 @@ async fn reads<S: Store + ?Sized>(store: &S, user: &UserId) -> Vec<String> {
             store.list_blocks(&scope).await.unwrap()
         ));
         out.push(format!(
+            "compactions {a}: {:?}",
+            store.compaction_log(&a, 10, None).await.unwrap()
+        ));
+        out.push(format!(
             "block history {a}: {:?}",
             store.block_history(&scope, "persona").await.unwrap()
         ));
@@ -275,6 +283,11 @@ pub async fn export_then_import_gives_the_same_memory<H: Harness>(h: &H) {
     assert!(!exported.agents[0].archived.is_empty() && !exported.agents[0].active.is_empty());
     assert_eq!(exported.agents[0].results.len(), 1, "the spilled result");
     assert!(exported.agents[0].meta.snapshot.is_some());
+    assert_eq!(
+        exported.agents[0].compactions.len(),
+        2,
+        "the compaction log"
+    );
     let bytes = bundle::encode(&exported);
     // Through the bytes, as a client carries it.
     let mut decoder = bundle::Decoder::default();
