@@ -69,9 +69,14 @@ def browser():
         browser.close()
 
 
-def shot(page, name, whole=True):
+def shot(page, name, whole=True, of=None):
+    """A picture of the page (whole, or the viewport), or of element `of`."""
     os.makedirs(SHOTS, exist_ok=True)
-    page.screenshot(path=os.path.join(SHOTS, f"{name}.png"), full_page=whole)
+    path = os.path.join(SHOTS, f"{name}.png")
+    if of is not None:
+        page.locator(of).screenshot(path=path)
+    else:
+        page.screenshot(path=path, full_page=whole)
 
 
 def test_the_console_in_a_browser(start_engramd_http, tmp_path, browser):
@@ -167,6 +172,12 @@ def test_the_console_in_a_browser(start_engramd_http, tmp_path, browser):
     assert after < before, (before, after)
     summary = page.locator("ol.timeline li").first
     expect(summary).to_contain_text("turn_0001")
+    # From the compaction log: what asked for it and what it saved.
+    logged = post(base, "ListCompactions", {"agentId": "ana-desk"})["compactions"][0]["report"]
+    expect(summary.locator(".how")).to_contain_text(
+        f"a Compact call · {logged['tokensBefore']:,} → {logged['tokensAfter']:,} tokens (−")
+    expect(summary.locator(".how")).to_contain_text(re.compile(r" ms · summarize · extractive"))
+    shot(page, "timeline", of="#timeline")
 
     # Search: an archived turn, followed into its summary in the timeline.
     page.goto(f"{base}/console/#/search")

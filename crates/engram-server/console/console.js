@@ -284,10 +284,11 @@ function usersList(answer) {
 // ---------------------------------------------------------------- one agent
 
 async function agentPage(id, params) {
-  const [stats, retrieved, prompt] = await Promise.all([
+  const [stats, retrieved, prompt, log] = await Promise.all([
     api("GetContextStats", { agentId: id }),
     api("Retrieve", { agentId: id, maxEpisodic: 1000, maxSemantic: 0, rawTailTurns: 0 }),
     api("PrepareRequest", { agentId: id, preview: true }),
+    api("ListCompactions", { agentId: id, pageSize: 500 }),
   ]);
   const turn = params.get("turn") || "";
   const page = h(
@@ -303,7 +304,7 @@ async function agentPage(id, params) {
       h("a", { href: "#/search?" + new URLSearchParams({ scope: "agent", id }) }, "Search this agent"),
     ),
     gauge(stats),
-    timeline((retrieved.bundle && retrieved.bundle.episodic) || [], turn),
+    timeline((retrieved.bundle && retrieved.bundle.episodic) || [], log.compactions || [], turn),
     transcript(prompt),
   );
   const blocks = h("section", { "aria-labelledby": "blocks-title" }, h("h2", { id: "blocks-title" }, "Memory blocks"));
@@ -357,34 +358,78 @@ function gauge(s) {
   );
 }
 
-/// The summaries, newest first, each with its turns and time span.
-function timeline(episodic, turn) {
-  const items = [...episodic].reverse();
-  const covered = !turn || items.some((e) => (e.turnIds || []).includes(turn));
+/// What asked for a compaction, in words.
+const TRIGGER = {
+  estimate: "prompt size (our count)",
+  token_pressure: "prompt size (the provider's report)",
+  reactive: "the provider refused the prompt",
+  turn_count: "too many turns",
+  manual: "a Compact call",
+  idle: "the conversation went quiet",
+};
+
+/// The compactions, newest first: each entry of the agent's compaction log
+/// (its trigger, tokens before and after, how long it took) with the
+/// summary it wrote, and the summaries the log does not hold (it keeps the
+/// last 500), each with its turns and time span.
+function timeline(episodic, log, turn) {
+  const summaries = new Map(episodic.map((e) => [e.id, e]));
+  const entries = log.map((r) => ({ at: num(r.at), record: r, summary: summaries.get((r.report || {}).episodicId) }));
+  const logged = new Set(entries.filter((e) => e.summary).map((e) => e.summary.id));
+  for (const e of episodic) if (!logged.has(e.id)) entries.push({ at: num(e.ts), summary: e });
+  entries.sort((a, b) => b.at - a.at);
+  const covered = !turn || episodic.some((e) => (e.turnIds || []).includes(turn));
   return h(
     "section",
     { "aria-labelledby": "timeline-title", id: "timeline" },
     h("h2", { id: "timeline-title" }, "Compaction timeline"),
     covered ? null : h("p", { class: "panel target", id: "active-turn" }, `${turn} is not compacted: it is in the active transcript.`),
-    items.length === 0
+    entries.length === 0
       ? h("p", { class: "muted" }, "No compaction yet: the whole conversation is in the prompt.")
-      : h(
-          "ol",
-          { class: "timeline" },
-          items.map((e) => {
-            const turns = e.turnIds || [];
-            const range = turns.length ? `${turns[0]} … ${turns[turns.length - 1]} (${turns.length} turns)` : "no turns";
-            const target = turn && turns.includes(turn);
-            return h(
-              "li",
-              { class: target ? "target" : null, id: "summary-" + e.id, "aria-current": target ? "true" : null },
-              h("h3", {}, range),
-              h("p", { class: "muted" }, `${when(e.fromTs)} – ${when(e.toTs)} · written ${when(e.ts)}`),
-              h("p", { class: "summary-text" }, e.summary || ""),
-            );
-          }),
-        ),
+      : h("ol", { class: "timeline" }, entries.map((e) => timelineEntry(e, turn))),
   );
+}
+
+function timelineEntry({ record, summary }, turn) {
+  const r = (record && record.report) || {};
+  const turns = summary ? summary.turnIds || [] : [];
+  const target = turn && turns.includes(turn);
+  const failed = record && record.outcome === "failed";
+  const title = summary
+    ? turns.length ? `${turns[0]} … ${turns[turns.length - 1]} (${turns.length} turns)` : "no turns"
+    : failed ? "Compaction failed" : "Old tool results hidden";
+  return h(
+    "li",
+    {
+      class: [target ? "target" : "", failed ? "failed" : ""].join(" ").trim() || null,
+      id: summary ? "summary-" + summary.id : "compaction-" + record.seq,
+      "aria-current": target ? "true" : null,
+    },
+    h("h3", {}, title),
+    record ? h("p", { class: "how" }, howItRan(record)) : h("p", { class: "how muted" }, "trigger and tokens not recorded"),
+    summary ? h("p", { class: "muted" }, `${when(summary.fromTs)} – ${when(summary.toTs)} · written ${when(summary.ts)}`) : h("p", { class: "muted" }, when(record.at)),
+    r.error ? h("p", { class: failed ? "warn" : "muted" }, r.error) : null,
+    summary ? h("p", { class: "summary-text" }, summary.summary || "") : null,
+  );
+}
+
+const took = (secs) => (secs < 1 ? `${Math.max(1, Math.round(secs * 1000))} ms` : `${secs.toFixed(1)} s`);
+
+/// "a Compact call · 1,234 → 456 tokens (−63%) · 1.2 s · summarize · extractive"
+function howItRan(record) {
+  const r = record.report || {};
+  const [before, after] = [num(r.tokensBefore), num(r.tokensAfter)];
+  const change = before ? Math.round(((after - before) / before) * 100) : 0;
+  const parts = [
+    TRIGGER[r.trigger] || r.trigger || "unknown trigger",
+    `${fmt(before)} → ${fmt(after)} tokens${change ? ` (${change > 0 ? "+" : "−"}${Math.abs(change)}%)` : ""}`,
+    took(num(record.durationSecs)),
+  ];
+  if ((r.steps || []).length) parts.push(r.steps.join(" + "));
+  if (record.summarizer) parts.push(record.summarizer);
+  if (r.preparedInBackground) parts.push("written ahead");
+  if (num(r.semanticAdded) || num(r.semanticUpdated)) parts.push(`facts +${fmt(r.semanticAdded)} ~${fmt(r.semanticUpdated)}`);
+  return parts.join(" · ");
 }
 
 const ROLE = { ROLE_SYSTEM: "system", ROLE_USER: "user", ROLE_ASSISTANT: "assistant", ROLE_TOOL: "tool" };
