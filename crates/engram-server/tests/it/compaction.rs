@@ -75,6 +75,7 @@ async fn manual_compaction_with_the_embedded_summarizer() {
     assert_eq!(
         names,
         [
+            "compactions.jsonl",
             "episodic.jsonl",
             "raw_traces.jsonl",
             "raw_traces_archive.jsonl",

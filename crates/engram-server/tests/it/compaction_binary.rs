@@ -342,6 +342,8 @@ async fn thirty_turns_compact_at_the_right_time_and_lose_nothing() {
         [
             // The search index recall reads from.
             ".index",
+            // The compaction log.
+            "compactions.jsonl",
             "episodic.jsonl",
             "raw_traces.jsonl",
             "raw_traces_archive.jsonl",
