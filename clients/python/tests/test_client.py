@@ -179,7 +179,7 @@ def test_recall_can_be_switched_and_bounded_per_request(start_engramd):
         [logged] = engram.list_compactions("py-recall")
         assert (logged.outcome, logged.report.trigger) == ("summarized", "manual")
         assert logged.report.episodic_id == report.episodic_id
-        assert logged.report.tokens_before > logged.report.tokens_after == report.tokens_after
+        assert (logged.report.tokens_before, logged.report.tokens_after) == (report.tokens_before, report.tokens_after)
         assert logged.summarizer and logged.at > 0
         on = engram.prepare_request("py-recall", user_input="What is my dog called, Biscuit?",
                                     model="gpt-4o", recall=True)
