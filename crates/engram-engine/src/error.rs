@@ -34,6 +34,13 @@ pub enum EngineError {
     /// the same call may succeed later without an operator.
     #[error("{message}")]
     Unavailable { message: String, retry: bool },
+    /// Too many calls of one agent are in flight; nothing was done. Retry
+    /// after `retry_after`.
+    #[error("{message}")]
+    Busy {
+        message: String,
+        retry_after: std::time::Duration,
+    },
     /// In the contract, not built (on this backend) yet.
     #[error("{0}")]
     Unimplemented(String),

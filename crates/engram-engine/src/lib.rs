@@ -23,6 +23,7 @@
 //!   user message.
 //! - [`settings`]: what the engine is configured with.
 
+mod admission;
 mod agents;
 mod ahead;
 pub mod api;
@@ -52,6 +53,7 @@ use std::time::Duration;
 use engram_llm::Summarizer;
 use engram_store::Store;
 
+pub use admission::AgentPermit;
 pub use api::*;
 pub use error::EngineError;
 pub use portable::{Export, Import};
@@ -83,6 +85,7 @@ pub struct Engine {
     rewriting: Arc<forget::Rewriting>,
     /// The largest bundle ImportMemory takes (`memory.import_max_mb`).
     import_max_bytes: u64,
+    calls: Arc<admission::AgentCalls>,
 }
 
 impl Engine {
@@ -114,7 +117,15 @@ impl Engine {
             idle_evict: settings.idle_evict,
             rewriting: Arc::default(),
             import_max_bytes: settings.memory.import_max_mb.saturating_mul(1 << 20),
+            calls: Arc::new(admission::AgentCalls::new(settings.max_calls_per_agent)),
         }
+    }
+
+    /// A place for one call of `agent_id` among its calls in flight, held
+    /// until the permit drops; [`EngineError::Busy`] past
+    /// `server.max_calls_per_agent`.
+    pub fn admit(&self, agent_id: &str) -> error::Result<AgentPermit> {
+        self.calls.admit(agent_id)
     }
 
     /// The store under the engine (health, metrics, shutdown).

@@ -26,6 +26,9 @@ pub struct Settings {
     /// Prompt caches of agents idle this long are dropped (the store's
     /// `idle_evict_secs`); `None`: kept.
     pub idle_evict: Option<Duration>,
+    /// Calls of one agent in flight at most (`server.max_calls_per_agent`;
+    /// 0: no limit).
+    pub max_calls_per_agent: usize,
 }
 
 /// `[memory]`: how long what compaction learns is kept.

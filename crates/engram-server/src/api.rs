@@ -4,7 +4,7 @@
 //! auth → convert → engine → convert; the blocks', facts' and
 //! export/import calls are in `blocks`, `facts` and `portable`.
 
-use engram_engine::Engine;
+use engram_engine::{AgentPermit, Engine};
 use engram_proto::pb;
 use tonic::Status;
 
@@ -62,9 +62,9 @@ impl Api {
         caller: &Caller,
         agent_id: &str,
         user_id: &str,
-    ) -> Result<(), Status> {
+    ) -> Result<AgentPermit, Status> {
         if agent_id.is_empty() && !user_id.is_empty() {
-            auth::authorize_user(caller, user_id)
+            auth::authorize_user(caller, user_id).map(|()| AgentPermit::none())
         } else {
             auth::authorize(&self.engine, caller, agent_id, "").await
         }
@@ -75,7 +75,7 @@ impl Api {
         caller: &Caller,
         req: pb::IngestRequest,
     ) -> Result<pb::IngestResponse, Status> {
-        auth::authorize(&self.engine, caller, &req.agent_id, &req.user_id).await?;
+        let _agent = auth::authorize(&self.engine, caller, &req.agent_id, &req.user_id).await?;
         let req = convert::ingest_from_pb(req);
         let out = self.engine.ingest(req).await.map_err(from_engine)?;
         Ok(convert::ingested_to_pb(out))
@@ -86,7 +86,7 @@ impl Api {
         caller: &Caller,
         req: pb::PrepareRequestRequest,
     ) -> Result<pb::PrepareRequestResponse, Status> {
-        auth::authorize(&self.engine, caller, &req.agent_id, &req.user_id).await?;
+        let _agent = auth::authorize(&self.engine, caller, &req.agent_id, &req.user_id).await?;
         let req = convert::prepare_from_pb(req).map_err(from_engine)?;
         let prepared = self.engine.prepare(req).await.map_err(from_engine)?;
         self.fits(convert::prepared_to_pb(prepared), "prompt")
@@ -97,7 +97,7 @@ impl Api {
         caller: &Caller,
         req: pb::CompactRequest,
     ) -> Result<pb::CompactResponse, Status> {
-        auth::authorize(&self.engine, caller, &req.agent_id, "").await?;
+        let _agent = auth::authorize(&self.engine, caller, &req.agent_id, "").await?;
         let report = self
             .engine
             .compact(&req.agent_id, Some(req.focus.as_str()))
@@ -113,7 +113,8 @@ impl Api {
         caller: &Caller,
         req: pb::RetrieveRequest,
     ) -> Result<pb::RetrieveResponse, Status> {
-        self.authorize_agent_or_user(caller, &req.agent_id, &req.user_id)
+        let _agent = self
+            .authorize_agent_or_user(caller, &req.agent_id, &req.user_id)
             .await?;
         let req = convert::retrieve_from_pb(req);
         let retrieved = self.engine.retrieve(req).await.map_err(from_engine)?;
@@ -125,7 +126,8 @@ impl Api {
         caller: &Caller,
         req: pb::SearchHistoryRequest,
     ) -> Result<pb::SearchHistoryResponse, Status> {
-        self.authorize_agent_or_user(caller, &req.agent_id, &req.user_id)
+        let _agent = self
+            .authorize_agent_or_user(caller, &req.agent_id, &req.user_id)
             .await?;
         let req = convert::search_from_pb(req).map_err(from_engine)?;
         let page = self.engine.search(req).await.map_err(from_engine)?;
@@ -142,7 +144,7 @@ impl Api {
         caller: &Caller,
         req: pb::GetContextStatsRequest,
     ) -> Result<pb::GetContextStatsResponse, Status> {
-        auth::authorize(&self.engine, caller, &req.agent_id, "").await?;
+        let _agent = auth::authorize(&self.engine, caller, &req.agent_id, "").await?;
         let stats = self
             .engine
             .context_stats(&req.agent_id, Some(req.model.as_str()))
@@ -156,7 +158,7 @@ impl Api {
         caller: &Caller,
         req: pb::ListCompactionsRequest,
     ) -> Result<pb::ListCompactionsResponse, Status> {
-        auth::authorize(&self.engine, caller, &req.agent_id, "").await?;
+        let _agent = auth::authorize(&self.engine, caller, &req.agent_id, "").await?;
         let req = engram_engine::ListCompactionsRequest {
             agent_id: req.agent_id,
             page_size: req.page_size,
@@ -243,7 +245,7 @@ impl Api {
         caller: &Caller,
         req: pb::ForkAgentRequest,
     ) -> Result<pb::ForkAgentResponse, Status> {
-        auth::authorize(&self.engine, caller, &req.source_agent_id, "").await?;
+        let _agent = auth::authorize(&self.engine, caller, &req.source_agent_id, "").await?;
         // The copy belongs to the source's user.
         let user = self
             .engine
@@ -251,7 +253,7 @@ impl Api {
             .await
             .map_err(from_engine)?
             .unwrap_or_default();
-        auth::authorize(&self.engine, caller, &req.target_agent_id, &user).await?;
+        let _agent = auth::authorize(&self.engine, caller, &req.target_agent_id, &user).await?;
         let agent_id = self
             .engine
             .fork_agent(&req.source_agent_id, &req.target_agent_id)

@@ -15,7 +15,7 @@ impl Api {
         caller: &Caller,
         req: pb::ListMemoryBlocksRequest,
     ) -> Result<pb::ListMemoryBlocksResponse, Status> {
-        auth::authorize_scope(self.engine(), caller, &req.scope, "", false).await?;
+        let _agent = auth::authorize_scope(self.engine(), caller, &req.scope, "", false).await?;
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let blocks = self
             .engine()
@@ -35,7 +35,7 @@ impl Api {
         caller: &Caller,
         req: pb::GetMemoryBlockRequest,
     ) -> Result<pb::GetMemoryBlockResponse, Status> {
-        auth::authorize_scope(self.engine(), caller, &req.scope, "", false).await?;
+        let _agent = auth::authorize_scope(self.engine(), caller, &req.scope, "", false).await?;
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let (block, history) = self
             .engine()
@@ -56,7 +56,8 @@ impl Api {
         caller: &Caller,
         req: pb::PutMemoryBlockRequest,
     ) -> Result<pb::PutMemoryBlockResponse, Status> {
-        auth::authorize_scope(self.engine(), caller, &req.scope, &req.user_id, true).await?;
+        let _agent =
+            auth::authorize_scope(self.engine(), caller, &req.scope, &req.user_id, true).await?;
         let write = convert::put_from_pb(req).map_err(from_engine)?;
         let block = self
             .engine()
@@ -73,7 +74,8 @@ impl Api {
         caller: &Caller,
         req: pb::EditMemoryBlockRequest,
     ) -> Result<pb::EditMemoryBlockResponse, Status> {
-        auth::authorize_scope(self.engine(), caller, &req.scope, &req.user_id, true).await?;
+        let _agent =
+            auth::authorize_scope(self.engine(), caller, &req.scope, &req.user_id, true).await?;
         let write = convert::edit_from_pb(req).map_err(from_engine)?;
         let block = self
             .engine()
@@ -90,7 +92,7 @@ impl Api {
         caller: &Caller,
         req: pb::DeleteMemoryBlockRequest,
     ) -> Result<pb::DeleteMemoryBlockResponse, Status> {
-        auth::authorize_scope(self.engine(), caller, &req.scope, "", true).await?;
+        let _agent = auth::authorize_scope(self.engine(), caller, &req.scope, "", true).await?;
         let write = convert::delete_from_pb(req).map_err(from_engine)?;
         let block = self
             .engine()

@@ -184,6 +184,12 @@ pub struct ServerSection {
     pub listen: String,
     pub max_message_bytes: usize,
     pub shutdown_grace_secs: u64,
+    /// Calls of one method in flight at most, over gRPC and JSON together
+    /// (0: no limit); past it a call is refused UNAVAILABLE at once.
+    pub max_calls_per_method: usize,
+    /// Calls of one agent in flight at most (0: no limit); past it a call
+    /// is refused RESOURCE_EXHAUSTED at once.
+    pub max_calls_per_agent: usize,
     /// Empty: no metrics endpoint.
     pub metrics_listen: String,
     pub tls_cert: PathBuf,

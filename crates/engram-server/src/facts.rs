@@ -22,7 +22,7 @@ impl Api {
         caller: &Caller,
         req: pb::AddMemoriesRequest,
     ) -> Result<pb::AddMemoriesResponse, Status> {
-        auth::authorize_scope(self.engine(), caller, &req.scope, "", true).await?;
+        let _agent = auth::authorize_scope(self.engine(), caller, &req.scope, "", true).await?;
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let new = req.memories.into_iter().map(new_fact_from_pb).collect();
         let added = self
@@ -51,7 +51,7 @@ impl Api {
         caller: &Caller,
         req: pb::ListMemoriesRequest,
     ) -> Result<pb::ListMemoriesResponse, Status> {
-        auth::authorize_scope(self.engine(), caller, &req.scope, "", false).await?;
+        let _agent = auth::authorize_scope(self.engine(), caller, &req.scope, "", false).await?;
         let listing = listing_from_pb(&req);
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let page = self
@@ -73,7 +73,7 @@ impl Api {
         caller: &Caller,
         req: pb::GetMemoryRequest,
     ) -> Result<pb::GetMemoryResponse, Status> {
-        auth::authorize_scope(self.engine(), caller, &req.scope, "", false).await?;
+        let _agent = auth::authorize_scope(self.engine(), caller, &req.scope, "", false).await?;
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let fact = self
             .engine()
@@ -90,7 +90,7 @@ impl Api {
         caller: &Caller,
         req: pb::GetMemoryHistoryRequest,
     ) -> Result<pb::GetMemoryHistoryResponse, Status> {
-        auth::authorize_scope(self.engine(), caller, &req.scope, "", false).await?;
+        let _agent = auth::authorize_scope(self.engine(), caller, &req.scope, "", false).await?;
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let versions = self
             .engine()
@@ -110,7 +110,7 @@ impl Api {
         caller: &Caller,
         req: pb::UpdateMemoryRequest,
     ) -> Result<pb::UpdateMemoryResponse, Status> {
-        auth::authorize_scope(self.engine(), caller, &req.scope, "", true).await?;
+        let _agent = auth::authorize_scope(self.engine(), caller, &req.scope, "", true).await?;
         let mut req = req;
         let scope = convert::scope_from_pb(req.scope.take()).map_err(from_engine)?;
         let id = std::mem::take(&mut req.id);
@@ -130,7 +130,7 @@ impl Api {
         caller: &Caller,
         req: pb::DeleteMemoryRequest,
     ) -> Result<pb::DeleteMemoryResponse, Status> {
-        auth::authorize_scope(self.engine(), caller, &req.scope, "", true).await?;
+        let _agent = auth::authorize_scope(self.engine(), caller, &req.scope, "", true).await?;
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let version = self
             .engine()
@@ -146,7 +146,7 @@ impl Api {
         req: pb::ForgetTurnRequest,
     ) -> Result<pb::ForgetResponse, Status> {
         let agent = req.agent_id.clone();
-        auth::authorize(self.engine(), caller, &agent, "").await?;
+        let _agent = auth::authorize(self.engine(), caller, &agent, "").await?;
         let what = limits::forget_turn(&req.turn_id).map_err(from_engine)?;
         self.forget(&agent, what).await
     }
@@ -157,7 +157,7 @@ impl Api {
         req: pb::ForgetEventsRequest,
     ) -> Result<pb::ForgetResponse, Status> {
         let agent = req.agent_id.clone();
-        auth::authorize(self.engine(), caller, &agent, "").await?;
+        let _agent = auth::authorize(self.engine(), caller, &agent, "").await?;
         let what = limits::forget_events(&req.ids).map_err(from_engine)?;
         self.forget(&agent, what).await
     }

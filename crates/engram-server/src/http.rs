@@ -44,6 +44,8 @@ pub struct HttpState {
     limit: usize,
     /// MCP at `/mcp`, when on.
     mcp: Option<Arc<crate::mcp::McpSettings>>,
+    /// The calls in flight per method, shared with gRPC.
+    methods: Arc<crate::admission::MethodCalls>,
 }
 
 impl HttpState {
@@ -52,6 +54,7 @@ impl HttpState {
         auth: Arc<Authenticator>,
         limit: usize,
         mcp: Option<crate::mcp::McpSettings>,
+        methods: Arc<crate::admission::MethodCalls>,
     ) -> Self {
         Self {
             api,
@@ -59,6 +62,7 @@ impl HttpState {
             json: Arc::new(Json::new()),
             limit,
             mcp: mcp.map(Arc::new),
+            methods,
         }
     }
 
@@ -160,8 +164,8 @@ async fn call(
     let answer = state
         .authenticate(&headers)
         .and_then(|caller| accepts(label, &headers).map(|()| caller));
-    let answer = match answer {
-        Ok(caller) => {
+    let answer = match answer.and_then(|caller| Ok((caller, state.methods.admit(label)?))) {
+        Ok((caller, _admitted)) => {
             let call = calls::dispatch(&state, &caller, label, &uri, &headers, body);
             catch_panics(label, "", call).await
         }
@@ -216,9 +220,13 @@ pub fn http_status(status: &Status) -> StatusCode {
         Code::NotFound => StatusCode::NOT_FOUND,
         Code::AlreadyExists | Code::Aborted => StatusCode::CONFLICT,
         Code::FailedPrecondition => StatusCode::PRECONDITION_FAILED,
-        // A full disk passes: retry later. Everything else exhausted is
-        // the request's size, or its answer's.
-        Code::ResourceExhausted if status.message().starts_with("disk full") => {
+        // A full disk passes, and so do an agent's calls in flight: retry
+        // later. Everything else exhausted is the request's size, or its
+        // answer's.
+        Code::ResourceExhausted
+            if status.message().starts_with("disk full")
+                || crate::status::pushback(status).is_some() =>
+        {
             StatusCode::TOO_MANY_REQUESTS
         }
         Code::ResourceExhausted => StatusCode::PAYLOAD_TOO_LARGE,
@@ -251,6 +259,13 @@ pub fn error(status: &Status) -> Response {
         response
             .headers_mut()
             .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    if let Some(after) = crate::status::pushback(status) {
+        // Whole seconds, at least one.
+        let secs = after.as_millis().div_ceil(1000).max(1);
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs as u64));
     }
     response
 }

@@ -21,6 +21,7 @@
 //! - [`probe`]: the client side of `engramd health`.
 //! - [`telemetry`]: the log subscriber.
 
+mod admission;
 pub mod api;
 pub mod auth;
 mod blocks;
@@ -232,6 +233,7 @@ pub async fn serve(
     tracing::info!(summarizer = %engine.summarizer_name(), "compaction ready");
     log_security(&config, &authenticator, tls_on);
     let limit = config.server.max_message_bytes;
+    let methods = admission::MethodCalls::new(config.server.max_calls_per_method);
     let (signal, draining) = drain_on(shutdown, reporter);
     let background = Background {
         upkeep,
@@ -245,7 +247,13 @@ pub async fn serve(
                 agent_id: config.mcp.agent_id.clone(),
                 user_id: config.mcp.user_id.clone(),
             });
-            let state = http::HttpState::new(api, Arc::clone(&authenticator), limit, mcp);
+            let state = http::HttpState::new(
+                api,
+                Arc::clone(&authenticator),
+                limit,
+                mcp,
+                Arc::clone(&methods),
+            );
             HttpTask::spawn(listener, http::router(state), &draining)
         }),
     };
@@ -262,6 +270,9 @@ pub async fn serve(
         // Rewrite tonic's size refusals before anything else sees them.
         .layer(HookLayer(oversize::Oversize { limit }))
         .layer(HookLayer(auth::Auth::new(authenticator)))
+        // Authenticated calls take their place; past the method's limit
+        // they are answered at once.
+        .layer(HookLayer(admission::Admit(methods)))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

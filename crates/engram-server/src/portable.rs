@@ -21,7 +21,7 @@ impl Api {
         caller: &Caller,
         req: pb::ExportMemoryRequest,
     ) -> Result<ExportStream, Status> {
-        auth::authorize_scope(self.engine(), caller, &req.scope, "", false).await?;
+        let _agent = auth::authorize_scope(self.engine(), caller, &req.scope, "", false).await?;
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let export = self
             .engine()
@@ -65,7 +65,7 @@ impl Api {
         }
         for agent in &bundle.agents {
             let user = agent.meta.user_id.as_deref().unwrap_or_default();
-            auth::authorize(self.engine(), caller, agent.id.as_str(), user).await?;
+            let _agent = auth::authorize(self.engine(), caller, agent.id.as_str(), user).await?;
         }
         let imported = self
             .engine()

@@ -15,7 +15,38 @@ pub fn from_engine(e: EngineError) -> Status {
         EngineError::Precondition(m) => Status::failed_precondition(m),
         EngineError::Unavailable { message, .. } => Status::unavailable(message),
         EngineError::Unimplemented(m) => Status::unimplemented(m),
+        EngineError::Busy {
+            message,
+            retry_after,
+        } => busy(tonic::Code::ResourceExhausted, message, retry_after),
     }
+}
+
+/// The trailer (gRFC A6) that tells a client's retry policy when to try
+/// again; the JSON API answers it as `Retry-After`.
+pub const PUSHBACK: &str = "grpc-retry-pushback-ms";
+
+/// A call refused because too many are in flight, with `retry_after` as
+/// the retry pushback.
+pub fn busy(code: tonic::Code, message: String, retry_after: std::time::Duration) -> Status {
+    let mut status = Status::new(code, message);
+    let ms = retry_after.as_millis().to_string();
+    if let Ok(value) = ms.parse() {
+        status.metadata_mut().insert(PUSHBACK, value);
+    }
+    status
+}
+
+/// The pushback a busy refusal carries.
+pub fn pushback(status: &Status) -> Option<std::time::Duration> {
+    let ms = status
+        .metadata()
+        .get(PUSHBACK)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()?;
+    Some(std::time::Duration::from_millis(ms))
 }
 
 /// An answer over `server.max_message_bytes`, with the way out (tonic

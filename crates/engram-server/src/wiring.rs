@@ -177,6 +177,7 @@ pub fn engine_settings(config: &Config) -> Settings {
         agent_failures: config.llm.agent_failures,
         agent_cooldown: Duration::from_secs(config.llm.agent_cooldown_secs),
         idle_evict: config.idle_evict(),
+        max_calls_per_agent: config.server.max_calls_per_agent,
     }
 }
 

@@ -55,6 +55,7 @@ fn settings() -> Settings {
         agent_failures: 3,
         agent_cooldown: Duration::from_secs(300),
         idle_evict: None,
+        max_calls_per_agent: 0,
     }
 }
 

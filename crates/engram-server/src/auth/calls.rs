@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use engram_engine::Engine;
+use engram_engine::{AgentPermit, Engine};
 use tonic::Status;
 
 use super::{Scope, check_admin, check_agent, check_user};
@@ -33,7 +33,21 @@ impl Caller {
 /// binds it to ("" for none). The user is looked up only for a token
 /// scoped by users that does not cover the id itself. Without a scope on
 /// the request (auth off) everything is allowed.
+///
+/// Allowed, the call takes its place among the agent's calls in flight
+/// (`Engine::admit`): the permit holds it until the call ends, and a call
+/// past `server.max_calls_per_agent` is refused RESOURCE_EXHAUSTED.
 pub async fn authorize(
+    engine: &Engine,
+    caller: &Caller,
+    agent: &str,
+    named_user: &str,
+) -> Result<AgentPermit, Status> {
+    check_scope(engine, caller, agent, named_user).await?;
+    engine.admit(agent).map_err(status::from_engine)
+}
+
+async fn check_scope(
     engine: &Engine,
     caller: &Caller,
     agent: &str,
@@ -65,13 +79,13 @@ pub async fn authorize_scope(
     scope: &Option<engram_proto::pb::MemoryScope>,
     user: &str,
     write: bool,
-) -> Result<(), Status> {
+) -> Result<AgentPermit, Status> {
     use engram_proto::pb::memory_scope::Scope as S;
     match scope.as_ref().and_then(|s| s.scope.as_ref()) {
         Some(S::AgentId(agent)) => authorize(engine, caller, agent, user).await,
-        Some(S::UserId(user)) => authorize_user(caller, user),
-        Some(S::Global(_)) if !write => Ok(()),
-        _ => require_admin(caller, "the global memory blocks"),
+        Some(S::UserId(user)) => authorize_user(caller, user).map(|()| AgentPermit::none()),
+        Some(S::Global(_)) if !write => Ok(AgentPermit::none()),
+        _ => require_admin(caller, "the global memory blocks").map(|()| AgentPermit::none()),
     }
 }
 

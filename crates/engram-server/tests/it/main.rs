@@ -23,6 +23,7 @@ mod json_api;
 mod mcp;
 mod memories;
 mod metrics;
+mod overload;
 mod portable;
 mod recall;
 mod replicas;
