@@ -14,6 +14,8 @@
 //!   one query's latency, and how near the two precisions' vectors are.
 //! - `facts`: AddMemories throughput and ListMemories/GetMemory latency by
 //!   how many facts an agent has.
+//! - `overload`: a thousand clients at once, with the server's limits and
+//!   without: calls answered and shed, latency, health checks, memory.
 
 mod agent_loop;
 mod compact;
@@ -21,6 +23,7 @@ mod embed;
 mod facts;
 mod hostile;
 mod ingest;
+mod overload;
 mod prepare;
 mod recall;
 mod server;
@@ -59,6 +62,8 @@ enum Command {
     Embed(embed::Args),
     /// AddMemories throughput and ListMemories/GetMemory latency by facts.
     Facts(facts::Args),
+    /// Far more clients than the machine serves: shed, latency, health.
+    Overload(overload::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -71,5 +76,6 @@ fn main() -> anyhow::Result<()> {
         Command::Users(args) => users::run(args),
         Command::Facts(args) => facts::run(args),
         Command::Embed(args) => embed::run(args),
+        Command::Overload(args) => overload::run(args),
     }
 }

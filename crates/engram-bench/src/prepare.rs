@@ -108,7 +108,7 @@ pub(crate) fn make_agent(dir: &Path, messages: usize, archive: usize) -> anyhow:
 }
 
 /// Resident memory of process `pid`, in KiB (Linux).
-fn rss_kib(pid: u32) -> u64 {
+pub(crate) fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
