@@ -14,6 +14,8 @@
 //!   one query's latency, and how near the two precisions' vectors are.
 //! - `facts`: AddMemories throughput and ListMemories/GetMemory latency by
 //!   how many facts an agent has.
+//! - `memory`: conversation text across many agents against a memory
+//!   budget: peak resident memory, and the cost of reloading an agent.
 //! - `overload`: a thousand clients at once, with the server's limits and
 //!   without: calls answered and shed, latency, health checks, memory.
 
@@ -23,6 +25,7 @@ mod embed;
 mod facts;
 mod hostile;
 mod ingest;
+mod memory;
 mod overload;
 mod prepare;
 mod recall;
@@ -33,7 +36,7 @@ mod words;
 // The allocator engramd uses, so in-process measurements match the binary
 // (and echo gets it too: the ratio compares like with like).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 use clap::{Parser, Subcommand};
 
@@ -64,6 +67,8 @@ enum Command {
     Facts(facts::Args),
     /// Far more clients than the machine serves: shed, latency, health.
     Overload(overload::Args),
+    /// Conversation text across many agents against a memory budget.
+    Memory(memory::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -77,5 +82,6 @@ fn main() -> anyhow::Result<()> {
         Command::Facts(args) => facts::run(args),
         Command::Embed(args) => embed::run(args),
         Command::Overload(args) => overload::run(args),
+        Command::Memory(args) => memory::run(args),
     }
 }

@@ -3,7 +3,7 @@
 //! add. Estimates only: the provider's reported usage is the truth, and the
 //! context engine reconciles the two.
 
-use tiktoken_rs::CoreBPE;
+use bpe_openai::Tokenizer;
 
 use crate::budget::normalize_model;
 use crate::transcript::Message;
@@ -45,10 +45,14 @@ pub fn encoding_for(model: &str) -> Encoding {
     }
 }
 
-fn bpe(encoding: Encoding) -> &'static CoreBPE {
+/// The encoders (GitHub's `bpe`, counting as tiktoken does, in linear
+/// time). Their pre-tokenizing regexes keep one scratch cache per
+/// concurrent use, not one per thread that ever counted (tiktoken-rs's
+/// per-thread clones grew by megabytes with every new blocking thread).
+fn bpe(encoding: Encoding) -> &'static Tokenizer {
     match encoding {
-        Encoding::O200k => tiktoken_rs::o200k_base_singleton(),
-        Encoding::Cl100k => tiktoken_rs::cl100k_base_singleton(),
+        Encoding::O200k => bpe_openai::o200k_base(),
+        Encoding::Cl100k => bpe_openai::cl100k_base(),
     }
 }
 
@@ -70,7 +74,7 @@ pub fn warm_up() {
 /// runs, and an estimate is all a count is.
 pub fn count_text(encoding: Encoding, text: &str) -> u32 {
     let bpe = bpe(encoding);
-    let n: usize = segments(text).map(|s| bpe.encode_ordinary(s).len()).sum();
+    let n: usize = segments(text).map(|s| bpe.count(s)).sum();
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
@@ -315,7 +319,7 @@ mod tests {
     #[test]
     fn long_runs_count_close_to_exact_and_linearly() {
         let blob = noise(11, 200_000, BASE64);
-        let exact = bpe(Encoding::Cl100k).encode_ordinary(&blob[..5_000]).len() as f64;
+        let exact = bpe(Encoding::Cl100k).count(&blob[..5_000]) as f64;
         let cut = f64::from(count_text(Encoding::Cl100k, &blob[..5_000]));
         assert!((cut - exact).abs() / exact < 0.03, "{cut} vs {exact}");
         // Forty times the text, forty times the tokens (within 1%).
@@ -358,6 +362,19 @@ mod tests {
             }
         }
 
+        /// The encoders count what OpenAI's tiktoken counts (tiktoken-rs,
+        /// a port of it, as the reference), on any text.
+        #[test]
+        fn counts_are_tiktokens(text in "(\\PC{0,24}|[ \t\n\r]{0,6}|[0-9]{1,7}|'(s|t|re|ve|m|ll|d)|[A-Z][a-z]{0,9}){0,40}") {
+            for (encoding, reference) in [
+                (Encoding::Cl100k, tiktoken_rs::cl100k_base_singleton()),
+                (Encoding::O200k, tiktoken_rs::o200k_base_singleton()),
+            ] {
+                let expected = reference.encode_ordinary(&text).len();
+                proptest::prop_assert_eq!(bpe(encoding).count(text.as_str()), expected, "{:?}", encoding);
+            }
+        }
+
         #[test]
         fn prose_counts_exactly(words in proptest::collection::vec("[A-Za-z,.'!?]{1,12}", 0..1200),
                                 seps in proptest::collection::vec("( |  |\n|\n\n| \t)", 1200)) {
@@ -366,7 +383,7 @@ mod tests {
                 text.push_str(w);
                 text.push_str(s);
             }
-            let exact = bpe(Encoding::Cl100k).encode_ordinary(&text).len();
+            let exact = bpe(Encoding::Cl100k).count(text.as_str());
             proptest::prop_assert_eq!(count_text(Encoding::Cl100k, &text) as usize, exact);
         }
     }

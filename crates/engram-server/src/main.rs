@@ -9,11 +9,31 @@ use engram_server::config::{BackendSetting, DEFAULT_TOML};
 use engram_server::probe::{self, Probe};
 use engram_server::{Config, telemetry};
 
-// mimalloc: Engram allocates many short-lived buffers per call (protobuf,
-// JSON lines, rendered bodies); glibc's malloc/free was the largest item in
-// profiles. See docs/BENCHMARKS.md.
+// jemalloc: Engram allocates many short-lived buffers per call (protobuf,
+// JSON lines, rendered bodies), on a changing set of threads (the blocking
+// pool). glibc's malloc/free was the largest item in profiles; mimalloc was
+// as fast but kept freed memory in each thread's heap, so resident memory
+// grew with the threads that had ever rendered a prompt (2.5x glibc's for
+// the same agents). jemalloc is as fast as either and holds the least.
+// See docs/BENCHMARKS.md.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's options, read when it starts: a background thread gives
+/// memory freed a while ago back to the system (10 s after, jemalloc's
+/// default), instead of waiting for the next allocations to do it, so an
+/// idle server's resident memory comes down after a burst.
+// The one unsafe item: a symbol jemalloc looks up by name.
+#[allow(unsafe_code)]
+#[unsafe(export_name = "_rjem_malloc_conf")]
+static MALLOC_CONF: MallocConf = MallocConf(c"background_thread:true".as_ptr());
+
+#[repr(transparent)]
+struct MallocConf(*const std::ffi::c_char);
+
+// Safety: it points at a static string jemalloc only reads.
+#[allow(unsafe_code)]
+unsafe impl Sync for MallocConf {}
 
 /// Engram: memory for LLM agents. Agents send every event (Ingest) and ask
 /// for each prompt (PrepareRequest); Engram keeps the transcript inside
