@@ -176,6 +176,11 @@ pub struct TokenCache {
 }
 
 impl TokenCache {
+    /// About how many bytes the cache holds.
+    pub fn memory_bytes(&self) -> usize {
+        self.counts.capacity() * std::mem::size_of::<u32>()
+    }
+
     /// Tokens the system prompt costs as a message (0 without one),
     /// counted once per prompt text and encoding.
     pub fn count_system(&mut self, encoding: Encoding, system: Option<&str>) -> u32 {

@@ -26,6 +26,23 @@ pub struct Caches {
     pub recall_tokens: EntryTokens,
 }
 
+impl Caches {
+    /// About how many bytes these caches hold (the memory budget's
+    /// account).
+    pub fn memory_bytes(&self) -> u64 {
+        let recall = self
+            .recall
+            .as_ref()
+            .map_or(0, |r| r.entries.iter().map(|e| e.text.len() + 256).sum());
+        let blocks = self.blocks.as_ref().map_or(0, |(_, s)| s.text.len());
+        (self.render.memory_bytes()
+            + self.tokens.memory_bytes()
+            + recall
+            + blocks
+            + self.recall_tokens.0.len() * 16) as u64
+    }
+}
+
 /// Token counts of recall entries by a hash of their encoding and text:
 /// the same memories come back turn after turn, and counting them was a
 /// fifth of a recalling prompt's time. Emptied when it holds
@@ -79,6 +96,8 @@ pub struct TurnRecall {
 struct Entry {
     caches: Arc<Mutex<Caches>>,
     used: Instant,
+    /// What the caches held when last free to look at.
+    bytes: u64,
 }
 
 #[derive(Debug, Default)]
@@ -95,6 +114,7 @@ impl ContextCaches {
         let entry = agents.entry(agent.clone()).or_insert_with(|| Entry {
             caches: Arc::default(),
             used: Instant::now(),
+            bytes: 0,
         });
         entry.used = Instant::now();
         Arc::clone(&entry.caches)
@@ -122,6 +142,37 @@ impl ContextCaches {
         before - agents.len()
     }
 
+    /// What every agent's caches hold, estimated (those in use as last
+    /// seen).
+    pub fn memory_bytes(&self) -> u64 {
+        let mut agents = self.lock();
+        agents.values_mut().map(Entry::measure).sum()
+    }
+
+    /// Drops caches, least recently used first and none in use, until
+    /// they hold at most `target` bytes.
+    pub fn shrink_to(&self, target: u64) {
+        let mut agents = self.lock();
+        let mut total: u64 = agents.values_mut().map(Entry::measure).sum();
+        if total <= target {
+            return;
+        }
+        let mut order: Vec<(Instant, AgentId)> =
+            agents.iter().map(|(id, e)| (e.used, id.clone())).collect();
+        order.sort();
+        for (_, id) in order {
+            if total <= target {
+                break;
+            }
+            if let Some(e) = agents.get(&id)
+                && Arc::strong_count(&e.caches) == 1
+            {
+                total = total.saturating_sub(e.bytes);
+                agents.remove(&id);
+            }
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.lock().len()
     }
@@ -132,6 +183,16 @@ impl ContextCaches {
 
     fn lock(&self) -> MutexGuard<'_, HashMap<AgentId, Entry>> {
         engram_store::lock(&self.agents)
+    }
+}
+
+impl Entry {
+    /// The caches' size, looked at if nobody holds them.
+    fn measure(&mut self) -> u64 {
+        if let Ok(caches) = self.caches.try_lock() {
+            self.bytes = caches.memory_bytes();
+        }
+        self.bytes
     }
 }
 

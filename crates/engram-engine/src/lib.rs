@@ -38,6 +38,8 @@ mod forget;
 mod idle;
 mod ingest;
 pub mod limits;
+#[cfg(test)]
+mod memory_tests;
 pub mod portable;
 mod prepare;
 mod recall;
@@ -67,6 +69,9 @@ use settings::RecallSection;
 /// How often the upkeep has the store delete the facts that expired.
 const PURGE_EVERY: Duration = Duration::from_secs(30);
 
+/// How often the upkeep holds the memory to the budget.
+const BUDGET_EVERY: Duration = Duration::from_millis(100);
+
 /// Engram over one store. Cheap to clone: every clone is the same engine.
 #[derive(Debug, Clone)]
 pub struct Engine {
@@ -86,6 +91,8 @@ pub struct Engine {
     /// The largest bundle ImportMemory takes (`memory.import_max_mb`).
     import_max_bytes: u64,
     calls: Arc<admission::AgentCalls>,
+    /// `store.memory_budget_mb`, in bytes (`None`: no budget).
+    memory_budget: Option<u64>,
 }
 
 impl Engine {
@@ -118,7 +125,45 @@ impl Engine {
             rewriting: Arc::default(),
             import_max_bytes: settings.memory.import_max_mb.saturating_mul(1 << 20),
             calls: Arc::new(admission::AgentCalls::new(settings.max_calls_per_agent)),
+            memory_budget: settings.memory_budget,
         }
+    }
+
+    /// Holds what the loaded agents and their prompt caches take to the
+    /// memory budget: past it, the least recently used agents nobody is
+    /// using are unloaded (their caches dropped with them), each side giving
+    /// up its share of the excess; a call to one of them loads it again.
+    /// Returns how many agents were unloaded. The upkeep calls it every
+    /// 100 ms; a test may too.
+    pub async fn keep_to_budget(&self) -> usize {
+        let store = self.store.memory_bytes();
+        let caches = self.caches.memory_bytes();
+        let total = store + caches;
+        metrics::gauge!("engram_memory_accounted_bytes").set(total as f64);
+        let Some(budget) = self.memory_budget else {
+            return 0;
+        };
+        metrics::gauge!("engram_memory_budget_bytes").set(budget as f64);
+        if total <= budget {
+            return 0;
+        }
+        let excess = u128::from(total - budget);
+        let share = (excess * u128::from(store) / u128::from(total)) as u64;
+        let unloaded = self.store.shrink_to(store - share).await;
+        for id in &unloaded {
+            self.caches.drop_agent(id);
+        }
+        let left = budget.saturating_sub(self.store.memory_bytes());
+        self.caches.shrink_to(left);
+        if !unloaded.is_empty() {
+            tracing::debug!(
+                unloaded = unloaded.len(),
+                accounted = total,
+                budget,
+                "unloaded agents to keep to the memory budget"
+            );
+        }
+        unloaded.len()
     }
 
     /// A place for one call of `agent_id` among its calls in flight, held
@@ -229,7 +274,17 @@ impl Engine {
                     engine.rewrite_awaiting().await;
                 }
             };
-            tokio::join!(evict, summarize, note, purge, rewrite);
+            // The memory budget, often enough that a burst of loads is
+            // answered within a fraction of a second.
+            let budget = async {
+                let mut tick = tokio::time::interval(BUDGET_EVERY);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    engine.keep_to_budget().await;
+                }
+            };
+            tokio::join!(evict, summarize, note, purge, rewrite, budget);
         })
     }
 }

@@ -29,6 +29,9 @@ pub struct Settings {
     /// Calls of one agent in flight at most (`server.max_calls_per_agent`;
     /// 0: no limit).
     pub max_calls_per_agent: usize,
+    /// What loaded agents and their caches may hold, in bytes
+    /// (`store.memory_budget_mb`); `None`: no budget.
+    pub memory_budget: Option<u64>,
 }
 
 /// `[memory]`: how long what compaction learns is kept.

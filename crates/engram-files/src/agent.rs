@@ -151,7 +151,7 @@ impl AgentState {
     /// prompt, snapshot and memories (ranked by Retrieve: about a line of
     /// text each). Work over it runs off the async workers when it is
     /// large.
-    fn bytes(&self) -> u64 {
+    pub(crate) fn bytes(&self) -> u64 {
         let active = self.raw.as_ref().map_or(0, |r| r.len());
         let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
         let memories = (self.episodic.len() + self.semantic.len()) * 256;

@@ -51,6 +51,7 @@ mod gate;
 mod index;
 mod indexer;
 pub mod jsonl;
+mod memory;
 mod portable;
 mod quiet;
 mod ranked;
@@ -136,6 +137,8 @@ struct AgentHandle {
     /// A prompt's recall has left active traces to the indexer: without a
     /// model, the indexer keeps this agent's open index caught up.
     recalls: AtomicBool,
+    /// The agent's memory as last estimated (`memory.rs`).
+    bytes: AtomicU64,
     /// Set once the agent this handle stood for is gone (deleted, under
     /// both locks; or found absent and dropped from the registry, under the
     /// agent's): a call still holding it answers NOT_FOUND rather than read
@@ -298,6 +301,7 @@ impl FileStore {
                     index: Arc::default(),
                     embedded: tokio::sync::watch::Sender::new(0),
                     recalls: AtomicBool::new(false),
+                    bytes: AtomicU64::new(0),
                     retired: AtomicBool::new(false),
                 })
             }),

@@ -142,6 +142,14 @@ impl Runtime for FileStore {
         agents.values().map(|h| *h.embedded.borrow() as u64).sum()
     }
 
+    fn memory_bytes(&self) -> u64 {
+        FileStore::memory_bytes(self)
+    }
+
+    async fn shrink_to(&self, target: u64) -> Vec<AgentId> {
+        FileStore::shrink_to(self, target).await
+    }
+
     /// Bytes of every file under the data directory (a walk: meant for a
     /// metrics scrape, not a hot path).
     async fn disk_bytes(&self) -> u64 {
@@ -351,7 +359,7 @@ impl FileStore {
     /// were unloaded.
     pub async fn evict_idle(&self, max_idle: Duration) -> usize {
         let cutoff = self.now_ms().saturating_sub(max_idle.as_millis() as u64);
-        let idle = |h: &Arc<AgentHandle>| h.last_used.load(Ordering::Relaxed) <= cutoff;
+        let idle = |h: &AgentHandle| h.last_used.load(Ordering::Relaxed) <= cutoff;
         let candidates: Vec<(AgentId, Arc<AgentHandle>)> = {
             let agents = engram_store::lock(&self.inner.agents);
             agents
@@ -360,50 +368,68 @@ impl FileStore {
                 .map(|(id, h)| (id.clone(), Arc::clone(h)))
                 .collect()
         };
+        let mut evicted = 0;
+        for (id, handle) in candidates {
+            if self.unload_if(&id, handle, &idle).await {
+                evicted += 1;
+            }
+        }
+        evicted
+    }
+
+    /// Unloads the agent of `handle` if nobody uses it (the memory budget).
+    pub(crate) async fn unload(&self, id: &AgentId, handle: Arc<AgentHandle>) -> bool {
+        self.unload_if(id, handle, &|_| true).await
+    }
+
+    /// Unloads the agent of `handle`, flushed first and its index closed,
+    /// if it is still `id`'s handle, `still` holds, and nobody uses it;
+    /// whether it did.
+    async fn unload_if(
+        &self,
+        id: &AgentId,
+        handle: Arc<AgentHandle>,
+        still: &(dyn Fn(&AgentHandle) -> bool + Sync),
+    ) -> bool {
         // Still the agent's handle (a delete meanwhile may have put a new
-        // agent's in its place, which is not this one's to unload), idle,
-        // unused (only the map and `handle` hold it), clean.
-        let unused = |agents: &HashMap<AgentId, Arc<AgentHandle>>,
-                      id: &AgentId,
-                      handle: &Arc<AgentHandle>| {
+        // agent's in its place, which is not this one's to unload), unused
+        // (only the map and `handle` hold it), clean.
+        let unused = |agents: &HashMap<AgentId, Arc<AgentHandle>>| {
             let clean = handle.state.try_lock().is_ok_and(|s| {
                 s.as_ref()
                     .and_then(|s| s.raw.as_ref())
                     .is_none_or(|r| !r.is_dirty())
             });
-            agents.get(id).is_some_and(|h| Arc::ptr_eq(h, handle))
+            agents.get(id).is_some_and(|h| Arc::ptr_eq(h, &handle))
                 && clean
-                && idle(handle)
-                && Arc::strong_count(handle) == 2
+                && still(&handle)
+                && Arc::strong_count(&handle) == 2
         };
-        let mut evicted = 0;
-        for (id, handle) in candidates {
-            self.flush_handle(&handle).await;
-            // Only an agent whose index nobody holds (the lock order:
-            // index, then the agent's state); a search or the indexer
-            // using it keeps the agent loaded.
-            let Ok(mut index) = Arc::clone(&handle.index).try_lock_owned() else {
-                continue;
-            };
-            if !unused(&engram_store::lock(&self.inner.agents), &id, &handle) {
-                continue;
-            }
-            // Closed before the agent is unloaded: a new handle for it may
-            // open the same directory as soon as this one is gone.
-            if let Some(open) = index.take()
-                && let Err(e) = blocking(move || open.close()).await
-            {
-                tracing::warn!(agent = %id, error = %e, "closing the search index of an idle agent failed");
-            }
-            let mut agents = engram_store::lock(&self.inner.agents);
-            // Used again meanwhile, it stays (its index opens again when
-            // it is next searched).
-            if unused(&agents, &id, &handle) {
-                agents.remove(&id);
-                evicted += 1;
-            }
+        self.flush_handle(&handle).await;
+        // Only an agent whose index nobody holds (the lock order: index,
+        // then the agent's state); a search or the indexer using it keeps
+        // the agent loaded.
+        let Ok(mut index) = Arc::clone(&handle.index).try_lock_owned() else {
+            return false;
+        };
+        if !unused(&engram_store::lock(&self.inner.agents)) {
+            return false;
         }
-        evicted
+        // Closed before the agent is unloaded: a new handle for it may
+        // open the same directory as soon as this one is gone.
+        if let Some(open) = index.take()
+            && let Err(e) = blocking(move || open.close()).await
+        {
+            tracing::warn!(agent = %id, error = %e, "closing the search index of an unloaded agent failed");
+        }
+        let mut agents = engram_store::lock(&self.inner.agents);
+        // Used again meanwhile, it stays (its index opens again when it is
+        // next searched).
+        if unused(&agents) {
+            agents.remove(id);
+            return true;
+        }
+        false
     }
 
     /// Flushes every agent file, then drops the log segments that only

@@ -212,6 +212,17 @@ impl Vectors {
         self.dim
     }
 
+    /// About how many bytes these vectors hold in memory (the memory
+    /// budget's account): the values, an entry and a key per vector, the
+    /// map of live keys.
+    pub fn memory_bytes(&self) -> usize {
+        // A key is an id of about 36 bytes; a map slot holds one more.
+        const KEY: usize = 48;
+        self.values.capacity()
+            + self.entries.capacity() * (std::mem::size_of::<Entry>() + KEY)
+            + self.live.capacity() * (std::mem::size_of::<(String, usize)>() + KEY)
+    }
+
     /// Live vectors.
     pub fn len(&self) -> usize {
         self.live.len()

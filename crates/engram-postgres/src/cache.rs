@@ -27,6 +27,8 @@ pub(crate) struct Handle {
     pub last_used: AtomicU64,
     /// The agent's vectors, for searches.
     pub vectors: crate::vectors::VectorSlot,
+    /// The cache's memory as last estimated.
+    bytes: AtomicU64,
 }
 
 pub(crate) type Slot<'a> = MutexGuard<'a, Option<Cached>>;
@@ -81,6 +83,59 @@ impl PgStore {
         });
     }
 
+    /// The cached agents' memory, estimated (the engine's memory budget).
+    pub(crate) fn memory_bytes(&self) -> u64 {
+        let handles: Vec<Arc<Handle>> = engram_store::lock(&self.inner.agents)
+            .values()
+            .map(Arc::clone)
+            .collect();
+        handles.iter().map(|h| h.memory()).sum()
+    }
+
+    /// Drops the caches nobody holds, least recently used first, until the
+    /// estimates sum to at most `target`; their next call loads them again.
+    pub(crate) fn shrink_to(&self, target: u64) -> Vec<engram_core::AgentId> {
+        let mut cached: Vec<(String, Arc<Handle>, u64, u64)> =
+            engram_store::lock(&self.inner.agents)
+                .iter()
+                .map(|(id, h)| {
+                    (
+                        id.clone(),
+                        Arc::clone(h),
+                        h.last_used.load(Ordering::Relaxed),
+                        0,
+                    )
+                })
+                .collect();
+        for entry in &mut cached {
+            entry.3 = entry.1.memory();
+        }
+        let mut total: u64 = cached.iter().map(|e| e.3).sum();
+        cached.sort_by_key(|e| e.2);
+        let mut dropped = vec![];
+        let mut agents = engram_store::lock(&self.inner.agents);
+        for (id, handle, _, bytes) in cached {
+            if total <= target {
+                break;
+            }
+            // Only the map and this list hold it, and nothing is locked:
+            // no call or background work uses it.
+            let unused = agents.get(&id).is_some_and(|h| Arc::ptr_eq(h, &handle))
+                && Arc::strong_count(&handle) == 2
+                && handle.state.try_lock().is_ok()
+                && handle.vectors.try_lock().is_ok();
+            if unused && let Ok(agent) = engram_core::AgentId::parse(&id) {
+                agents.remove(&id);
+                total = total.saturating_sub(bytes);
+                dropped.push(agent);
+            }
+        }
+        if !dropped.is_empty() {
+            metrics::counter!("engram_memory_unloads_total").increment(dropped.len() as u64);
+        }
+        dropped
+    }
+
     /// Forgets the cache of `id` (after its deletion).
     pub(crate) fn forget(&self, id: &str) {
         engram_store::lock(&self.inner.agents).remove(id);
@@ -90,6 +145,32 @@ impl PgStore {
 impl Handle {
     pub async fn lock(&self) -> Slot<'_> {
         self.state.lock().await
+    }
+
+    /// The cache's memory, estimated: refreshed when it is free, else as
+    /// last seen (it is in use, so not dropped anyway).
+    fn memory(&self) -> u64 {
+        /// A cached agent with nothing in it.
+        const BASE: u64 = 16 << 10;
+        /// Per trace: the struct, its ids, its stored body's fields.
+        const PER_TRACE: u64 = 640;
+        /// Per byte of the traces' text: the text, the transcript's copy.
+        const PER_TEXT_BYTE: u64 = 3;
+        let state = self.state.try_lock().ok().map(|s| {
+            s.as_ref().map_or(0, |c| {
+                let traces = &c.derived.traces;
+                BASE + PER_TRACE * traces.len() as u64 + PER_TEXT_BYTE * bytes_of(traces)
+            })
+        });
+        let vectors = self
+            .vectors
+            .try_lock()
+            .ok()
+            .map(|v| v.as_ref().map_or(0, |v| v.vectors.memory_bytes() as u64));
+        if let (Some(state), Some(vectors)) = (state, vectors) {
+            self.bytes.store(state + vectors, Ordering::Relaxed);
+        }
+        self.bytes.load(Ordering::Relaxed)
     }
 }
 

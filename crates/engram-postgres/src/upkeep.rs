@@ -40,6 +40,14 @@ impl Runtime for PgStore {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    fn memory_bytes(&self) -> u64 {
+        PgStore::memory_bytes(self)
+    }
+
+    async fn shrink_to(&self, target: u64) -> Vec<engram_core::AgentId> {
+        PgStore::shrink_to(self, target)
+    }
+
     async fn close(&self) {
         self.inner.pool.close().await;
     }

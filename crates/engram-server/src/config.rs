@@ -275,6 +275,9 @@ pub struct StoreSection {
     pub fsync_interval_ms: u64,
     pub checkpoint_bytes: u64,
     pub idle_evict_secs: u64,
+    /// What loaded agents and their caches may hold in memory, in MiB;
+    /// 0: half the cgroup's memory limit when there is one, else none.
+    pub memory_budget_mb: u64,
     pub postgres: PostgresSection,
 }
 
@@ -419,6 +422,17 @@ impl Config {
     }
 
     /// How long an idle agent stays in memory (`None`: for good).
+    /// The memory budget in bytes: `store.memory_budget_mb`, or with 0
+    /// half of `cgroup_limit` (the container's memory limit) when there is
+    /// one; `None`: no budget. Half: the binary, the model, the runtime
+    /// and the allocator's slack live beside what the budget counts.
+    pub fn memory_budget(&self, cgroup_limit: Option<u64>) -> Option<u64> {
+        match self.store.memory_budget_mb {
+            0 => cgroup_limit.map(|limit| limit / 2),
+            mb => Some(mb.saturating_mul(1 << 20)),
+        }
+    }
+
     pub fn idle_evict(&self) -> Option<Duration> {
         (self.store.idle_evict_secs > 0).then(|| Duration::from_secs(self.store.idle_evict_secs))
     }

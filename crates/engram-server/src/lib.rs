@@ -231,6 +231,12 @@ pub async fn serve(
         &wiring::engine_settings(&config),
     );
     tracing::info!(summarizer = %engine.summarizer_name(), "compaction ready");
+    match config.memory_budget(wiring::cgroup_memory_limit()) {
+        Some(bytes) => tracing::info!(budget_mb = bytes >> 20, "memory budget"),
+        None => tracing::info!(
+            "no memory budget (store.memory_budget_mb, or a container's memory limit, sets one)"
+        ),
+    }
     log_security(&config, &authenticator, tls_on);
     let limit = config.server.max_message_bytes;
     let methods = admission::MethodCalls::new(config.server.max_calls_per_method);

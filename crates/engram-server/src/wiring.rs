@@ -178,7 +178,24 @@ pub fn engine_settings(config: &Config) -> Settings {
         agent_cooldown: Duration::from_secs(config.llm.agent_cooldown_secs),
         idle_evict: config.idle_evict(),
         max_calls_per_agent: config.server.max_calls_per_agent,
+        memory_budget: config.memory_budget(cgroup_memory_limit()),
     }
+}
+
+/// The memory limit of the cgroup engramd runs in (a container's), if it
+/// has one: cgroup v2's `memory.max`, else v1's `memory.limit_in_bytes`
+/// (whose "no limit" is a huge number, taken as none).
+pub fn cgroup_memory_limit() -> Option<u64> {
+    let read = |path: &str| std::fs::read_to_string(path).ok();
+    let v2 = read("/sys/fs/cgroup/memory.max");
+    let v1 = || read("/sys/fs/cgroup/memory/memory.limit_in_bytes");
+    parse_limit(v2.or_else(v1)?.trim())
+}
+
+fn parse_limit(text: &str) -> Option<u64> {
+    let bytes: u64 = text.parse().ok()?;
+    // v1 reports no limit as the largest page-aligned i64.
+    (bytes < 1 << 60).then_some(bytes)
 }
 
 /// Where the local model is: `model_dir` itself, or, when it is relative
@@ -214,4 +231,26 @@ pub fn absolute(path: &std::path::Path) -> std::path::PathBuf {
     std::fs::canonicalize(path)
         .or_else(|_| std::path::absolute(path))
         .unwrap_or_else(|_| path.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cgroup_limit_is_a_number_below_v1s_no_limit() {
+        assert_eq!(parse_limit("1073741824"), Some(1 << 30));
+        assert_eq!(parse_limit("max"), None, "v2: no limit");
+        assert_eq!(parse_limit("9223372036854771712"), None, "v1: no limit");
+        assert_eq!(parse_limit(""), None);
+    }
+
+    #[test]
+    fn the_budget_is_the_setting_or_half_the_limit() {
+        let mut config = Config::load(None).unwrap();
+        assert_eq!(config.memory_budget(None), None);
+        assert_eq!(config.memory_budget(Some(1 << 30)), Some(1 << 29));
+        config.store.memory_budget_mb = 256;
+        assert_eq!(config.memory_budget(Some(1 << 30)), Some(256 << 20));
+    }
 }

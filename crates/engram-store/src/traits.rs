@@ -17,7 +17,7 @@
 //! | [`Forgets`] | erase a turn or events; rewrite the summaries that covered them | `forget.rs` | `forget.rs` |
 //! | [`Portable`] | export and import records (ExportMemory, ImportMemory) | `portable.rs` | `portable.rs` |
 //! | [`UserMemory`] | a user's facts and last conversation; the conversations to summarize once quiet | `user_facts.rs`, `quiet.rs` | `user_facts.rs` |
-//! | [`Runtime`] | health, metrics, upkeep, close | `registry.rs` | `upkeep.rs` |
+//! | [`Runtime`] | health, metrics, memory, upkeep, close | `registry.rs` | `upkeep.rs` |
 //!
 //! Callers `use engram_store::prelude::*` so that every part's methods are
 //! callable on a `dyn Store`.
@@ -455,6 +455,20 @@ pub trait Runtime {
     /// Items of the loaded agents that wait for the embedding model (the
     /// search index's lag).
     fn unembedded_items(&self) -> u64;
+
+    /// About how much memory the loaded agents hold, in bytes: their
+    /// traces and transcripts, memories, search indexes (readers, the
+    /// queue for the model) and vectors' copies. Cheap (counts kept as
+    /// agents change, read without waiting for any agent): the engine's
+    /// memory budget reads it often.
+    fn memory_bytes(&self) -> u64;
+
+    /// Unloads the least recently used agents that nobody is using (no
+    /// call, no background work on them), until the loaded agents hold at
+    /// most `target` bytes or none is left that may go; each is flushed
+    /// first, and its next call loads it again from storage. Returns the
+    /// agents unloaded.
+    async fn shrink_to(&self, target: u64) -> Vec<AgentId>;
 
     /// Bytes the whole store occupies (may be slow: for a metrics scrape).
     async fn disk_bytes(&self) -> u64;

@@ -21,6 +21,8 @@ pub struct RenderCache {
     format: Option<Format>,
     /// JSON of each committed message's items, comma-joined.
     fragments: Vec<String>,
+    /// Their length, summed (as of the last render).
+    bytes: usize,
 }
 
 fn fragment(format: Format, m: &Message) -> String {
@@ -39,6 +41,11 @@ fn json_string(s: &str) -> String {
 }
 
 impl RenderCache {
+    /// About how many bytes the cache holds.
+    pub fn memory_bytes(&self) -> usize {
+        self.bytes + self.fragments.capacity() * std::mem::size_of::<String>()
+    }
+
     /// The request body for `format`, as [`render_json`] would write it,
     /// for a prompt whose messages are those of the transcript `transcript`
     /// (its [`Transcript::id`](crate::transcript::Transcript::id)). Renders the messages added since the last
@@ -65,6 +72,7 @@ impl RenderCache {
         let tail: Vec<String> = prompt.tail.iter().map(|m| fragment(format, m)).collect();
         let system = prompt.system.filter(|s| !s.is_empty());
         let size: usize = self.fragments.iter().map(|f| f.len() + 1).sum::<usize>() + 256;
+        self.bytes = size;
         let mut out = String::with_capacity(size + system.map_or(0, str::len));
         out.push_str("{\"model\":");
         out.push_str(&json_string(prompt.model));

@@ -20,7 +20,7 @@ use crate::users::PREVIOUS_HEADING;
 
 const IDLE: u64 = 1800;
 
-fn settings() -> Settings {
+pub(crate) fn settings() -> Settings {
     Settings {
         budget: BudgetSection {
             safety_margin_tokens: 2048,
@@ -56,6 +56,7 @@ fn settings() -> Settings {
         agent_cooldown: Duration::from_secs(300),
         idle_evict: None,
         max_calls_per_agent: 0,
+        memory_budget: None,
     }
 }
 

@@ -133,6 +133,46 @@ async fn idle_agents_are_unloaded_and_reload_on_use() {
 }
 
 #[tokio::test]
+async fn shrinking_unloads_the_least_recently_used_and_never_one_in_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let text = "words of a long message ".repeat(400);
+    for name in ["a", "b", "c", "d"] {
+        store
+            .ingest(&id(name), &[NewEvent::user(text.clone())], None, None, None)
+            .await
+            .unwrap();
+    }
+    let all = store.memory_bytes();
+    assert!(
+        all > 4 * 3 * text.len() as u64,
+        "the text, parsed and as messages: {all}"
+    );
+    // "a" is in use (a call holds its handle); "b" was used last.
+    let in_use = store.handle(&id("a"));
+    store.context(&id("b")).await.unwrap();
+    let mut unloaded = store.shrink_to(all / 2).await;
+    unloaded.sort();
+    assert_eq!(
+        unloaded,
+        [id("c"), id("d")],
+        "least recently used first, to the target"
+    );
+    assert!(store.memory_bytes() <= all / 2);
+    let unloaded = store.shrink_to(0).await;
+    assert_eq!(unloaded, [id("b")], "everything but the agent in use");
+    assert_eq!(store.loaded_agents(), 1);
+    drop(in_use);
+    assert_eq!(store.shrink_to(0).await, [id("a")]);
+    assert_eq!(store.memory_bytes(), 0);
+    // Each loads again, whole.
+    for name in ["a", "b", "c", "d"] {
+        let context = store.context(&id(name)).await.unwrap();
+        assert_eq!(context.messages[0].content, text, "{name}");
+    }
+}
+
+#[tokio::test]
 async fn a_fork_copies_everything_and_then_lives_on_its_own() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path()).await;

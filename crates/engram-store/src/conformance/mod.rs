@@ -18,6 +18,7 @@ mod compaction;
 mod compaction_log;
 mod facts;
 mod forget;
+mod memory;
 mod portable;
 mod quiet;
 mod search;
@@ -39,6 +40,7 @@ pub use compaction::*;
 pub use compaction_log::*;
 pub use facts::*;
 pub use forget::*;
+pub use memory::*;
 pub use portable::*;
 pub use quiet::*;
 pub use search::*;
@@ -95,6 +97,7 @@ macro_rules! conformance_suite {
             delete_removes_the_agent_and_everything_it_holds,
             list_agents_pages_in_order_and_filters,
             list_users_pages_the_users_with_memory,
+            loaded_agents_are_accounted_and_unloaded_to_a_target,
             search_finds_active_and_archived_traces_in_pages,
             ranked_search_orders_by_relevance_with_context_and_filters,
             ranked_search_covers_every_acknowledged_write_after_a_restart,

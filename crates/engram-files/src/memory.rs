@@ -1,0 +1,109 @@
+//! What the loaded agents hold in memory, estimated per agent, and
+//! unloading the least recently used ones to a target (the engine's memory
+//! budget). An agent's estimate is refreshed whenever its state and index
+//! are free; an agent in use keeps its last one (it is not unloaded
+//! anyway). The factors were measured with `engram-bench memory`
+//! (docs/BENCHMARKS.md): resident memory per loaded agent against the
+//! bytes of its files.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use engram_core::AgentId;
+
+use crate::index::AgentIndex;
+use crate::{AgentHandle, FileStore, agent::AgentState};
+
+/// A loaded agent with nothing in it: its state, handle, open trace file.
+const AGENT_BASE: u64 = 16 << 10;
+/// Memory per byte of the active traces' file: the traces parsed, the
+/// transcript's messages made of them, the turn and call maps.
+const PER_ACTIVE_BYTE: u64 = 3;
+/// An open search index: its reader and segment readers, the analyzer.
+const INDEX_BASE: u64 = 192 << 10;
+/// Per item the index holds: its place and time, kept for neighbours.
+const PER_INDEXED: u64 = 48;
+/// Per item waiting for the embedding model: its text.
+const PER_PENDING: u64 = 1 << 10;
+
+fn state_bytes(state: &AgentState) -> u64 {
+    if !state.exists() {
+        return 0;
+    }
+    AGENT_BASE + PER_ACTIVE_BYTE * state.bytes()
+}
+
+fn index_bytes(index: &AgentIndex) -> u64 {
+    INDEX_BASE
+        + PER_INDEXED * index.lexical.len()
+        + index
+            .vectors
+            .as_ref()
+            .map_or(0, |v| v.memory_bytes() as u64)
+        + PER_PENDING * index.pending.len() as u64
+}
+
+impl AgentHandle {
+    /// The agent's estimate, refreshed if its state and index are free.
+    fn memory(&self) -> u64 {
+        let state = self
+            .state
+            .try_lock()
+            .ok()
+            .map(|s| s.as_ref().map_or(0, state_bytes));
+        let index = self
+            .index
+            .try_lock()
+            .ok()
+            .map(|i| i.as_ref().map_or(0, index_bytes));
+        if let (Some(state), Some(index)) = (state, index) {
+            self.bytes.store(state + index, Ordering::Relaxed);
+        }
+        self.bytes.load(Ordering::Relaxed)
+    }
+}
+
+impl FileStore {
+    /// The loaded agents' estimates, summed.
+    pub(crate) fn memory_bytes(&self) -> u64 {
+        let handles: Vec<Arc<AgentHandle>> = engram_store::lock(&self.inner.agents)
+            .values()
+            .map(Arc::clone)
+            .collect();
+        handles.iter().map(|h| h.memory()).sum()
+    }
+
+    /// Unloads agents, least recently used first, until the estimates sum
+    /// to at most `target` (or no agent nobody uses is left).
+    pub(crate) async fn shrink_to(&self, target: u64) -> Vec<AgentId> {
+        let mut loaded: Vec<(AgentId, Arc<AgentHandle>, u64, u64)> = {
+            let agents = engram_store::lock(&self.inner.agents);
+            agents
+                .iter()
+                .map(|(id, h)| {
+                    let used = h.last_used.load(Ordering::Relaxed);
+                    (id.clone(), Arc::clone(h), used, 0)
+                })
+                .collect()
+        };
+        for entry in &mut loaded {
+            entry.3 = entry.1.memory();
+        }
+        let mut total: u64 = loaded.iter().map(|e| e.3).sum();
+        loaded.sort_by_key(|e| e.2);
+        let mut unloaded = vec![];
+        for (id, handle, _, bytes) in loaded {
+            if total <= target {
+                break;
+            }
+            if self.unload(&id, handle).await {
+                total = total.saturating_sub(bytes);
+                unloaded.push(id);
+            }
+        }
+        if !unloaded.is_empty() {
+            metrics::counter!("engram_memory_unloads_total").increment(unloaded.len() as u64);
+        }
+        unloaded
+    }
+}
