@@ -102,7 +102,14 @@ impl Drop for Sampler {
 }
 
 async fn measure(args: &Args, data: &std::path::Path) -> anyhow::Result<()> {
-    let mut extra = format!("[embed]\nprovider = \"{}\"\n", args.embed);
+    let metrics = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0")?;
+        probe.local_addr()?.to_string()
+    };
+    let mut extra = format!(
+        "[server]\nmetrics_listen = \"{metrics}\"\n[embed]\nprovider = \"{}\"\n",
+        args.embed
+    );
     if args.budget_mb > 0 {
         extra.push_str(&format!("[store]\nmemory_budget_mb = {}\n", args.budget_mb));
     }
@@ -163,6 +170,7 @@ async fn measure(args: &Args, data: &std::path::Path) -> anyhow::Result<()> {
     }
     let wrote = started.elapsed();
     let write_peak = sampler.take_mb();
+    println!("  after writing: {}", gauges(&metrics).await);
     // Every agent answers with all its messages.
     let latency = Arc::new(Mutex::new(histogram()));
     let wrong = Arc::new(AtomicUsize::new(0));
@@ -220,6 +228,7 @@ async fn measure(args: &Args, data: &std::path::Path) -> anyhow::Result<()> {
         t.await??;
     }
     let read_peak = sampler.take_mb();
+    println!("  after reading: {}", gauges(&metrics).await);
     tokio::time::sleep(Duration::from_secs(5)).await;
     let settled = crate::prepare::rss_kib(pid) as f64 / 1024.0;
     let threads = std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -257,4 +266,27 @@ fn message(agent: usize, m: usize, bytes: usize) -> String {
     }
     text.truncate(bytes);
     text
+}
+
+/// The server's memory gauges, from its metrics endpoint.
+async fn gauges(addr: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
+        return "no metrics".into();
+    };
+    let _ = stream.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await;
+    let mut body = String::new();
+    let _ = stream.read_to_string(&mut body).await;
+    let value = |name: &str| {
+        body.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    format!(
+        "{:.0} agents loaded, {:.0} MB accounted, {:.0} unloads",
+        value("engram_agents_loaded"),
+        value("engram_memory_accounted_bytes") / 1048576.0,
+        value("engram_memory_unloads_total")
+    )
 }

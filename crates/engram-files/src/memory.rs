@@ -74,30 +74,53 @@ impl FileStore {
     }
 
     /// Unloads agents, least recently used first, until the estimates sum
-    /// to at most `target` (or no agent nobody uses is left).
+    /// to at most `target` (or no agent nobody uses is left). Those chosen
+    /// are flushed and unloaded at once, not one after the other: each
+    /// flush is a sync of its file, and a burst of loads must be answered
+    /// within the budget's tick, not over seconds.
     pub(crate) async fn shrink_to(&self, target: u64) -> Vec<AgentId> {
-        let mut loaded: Vec<(AgentId, Arc<AgentHandle>, u64, u64)> = {
+        let mut loaded: Vec<(AgentId, Arc<AgentHandle>, u64)> = {
             let agents = engram_store::lock(&self.inner.agents);
             agents
                 .iter()
                 .map(|(id, h)| {
-                    let used = h.last_used.load(Ordering::Relaxed);
-                    (id.clone(), Arc::clone(h), used, 0)
+                    (
+                        id.clone(),
+                        Arc::clone(h),
+                        h.last_used.load(Ordering::Relaxed),
+                    )
                 })
                 .collect()
         };
-        for entry in &mut loaded {
-            entry.3 = entry.1.memory();
-        }
-        let mut total: u64 = loaded.iter().map(|e| e.3).sum();
-        loaded.sort_by_key(|e| e.2);
-        let mut unloaded = vec![];
-        for (id, handle, _, bytes) in loaded {
-            if total <= target {
+        loaded.sort_by_key(|(_, _, used)| *used);
+        let sized: Vec<(AgentId, Arc<AgentHandle>, u64)> = loaded
+            .into_iter()
+            .map(|(id, h, _)| {
+                let bytes = h.memory();
+                (id, h, bytes)
+            })
+            .collect();
+        let total: u64 = sized.iter().map(|(_, _, b)| b).sum();
+        // The least recently used, until their bytes cover the excess; one
+        // plainly in use (a call holds its handle or its state) is passed
+        // over, and any other the unload finds in use stays.
+        let mut excess = total.saturating_sub(target);
+        let mut chosen = tokio::task::JoinSet::new();
+        for (id, handle, bytes) in sized {
+            if excess == 0 {
                 break;
             }
-            if self.unload(&id, handle).await {
-                total = total.saturating_sub(bytes);
+            // The registry's and this one.
+            if Arc::strong_count(&handle) > 2 || handle.state.try_lock().is_err() {
+                continue;
+            }
+            excess = excess.saturating_sub(bytes);
+            let store = self.clone();
+            chosen.spawn(async move { store.unload(&id, handle).await.then_some(id) });
+        }
+        let mut unloaded = vec![];
+        while let Some(done) = chosen.join_next().await {
+            if let Ok(Some(id)) = done {
                 unloaded.push(id);
             }
         }

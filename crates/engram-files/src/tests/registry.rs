@@ -1,4 +1,5 @@
 //! The agent registry: listing, deleting, forking, idle eviction.
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use engram_core::NewEvent;
@@ -148,9 +149,14 @@ async fn shrinking_unloads_the_least_recently_used_and_never_one_in_use() {
         all > 4 * 3 * text.len() as u64,
         "the text, parsed and as messages: {all}"
     );
-    // "a" is in use (a call holds its handle); "b" was used last.
+    // "a" is in use (a call holds its handle). Last used: c, d, a, b.
     let in_use = store.handle(&id("a"));
-    store.context(&id("b")).await.unwrap();
+    for (name, ms) in [("c", 1), ("d", 2), ("a", 3), ("b", 4)] {
+        store
+            .handle(&id(name))
+            .last_used
+            .store(ms, Ordering::Relaxed);
+    }
     let mut unloaded = store.shrink_to(all / 2).await;
     unloaded.sort();
     assert_eq!(
