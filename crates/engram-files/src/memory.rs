@@ -25,6 +25,8 @@ const INDEX_BASE: u64 = 192 << 10;
 const PER_INDEXED: u64 = 48;
 /// Per item waiting for the embedding model: its text.
 const PER_PENDING: u64 = 1 << 10;
+/// Agents flushed and unloaded at once.
+const UNLOADS_AT_ONCE: usize = 16;
 
 fn state_bytes(state: &AgentState) -> u64 {
     if !state.exists() {
@@ -106,6 +108,7 @@ impl FileStore {
         // over, and any other the unload finds in use stays.
         let mut excess = total.saturating_sub(target);
         let mut chosen = tokio::task::JoinSet::new();
+        let mut unloaded = vec![];
         for (id, handle, bytes) in sized {
             if excess == 0 {
                 break;
@@ -117,16 +120,28 @@ impl FileStore {
             excess = excess.saturating_sub(bytes);
             let store = self.clone();
             chosen.spawn(async move { store.unload(&id, handle).await.then_some(id) });
-        }
-        let mut unloaded = vec![];
-        while let Some(done) = chosen.join_next().await {
-            if let Ok(Some(id)) = done {
-                unloaded.push(id);
+            // A few at a time: each flush holds a blocking thread.
+            if chosen.len() >= UNLOADS_AT_ONCE {
+                collect(&mut chosen, 1, &mut unloaded).await;
             }
         }
+        collect(&mut chosen, 0, &mut unloaded).await;
         if !unloaded.is_empty() {
             metrics::counter!("engram_memory_unloads_total").increment(unloaded.len() as u64);
         }
         unloaded
+    }
+}
+
+/// Waits for unloads until at most `left` are running, noting those done.
+async fn collect(
+    running: &mut tokio::task::JoinSet<Option<AgentId>>,
+    left: usize,
+    unloaded: &mut Vec<AgentId>,
+) {
+    while running.len() > left {
+        if let Some(Ok(Some(id))) = running.join_next().await {
+            unloaded.push(id);
+        }
     }
 }

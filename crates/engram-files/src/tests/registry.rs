@@ -157,14 +157,16 @@ async fn shrinking_unloads_the_least_recently_used_and_never_one_in_use() {
             .last_used
             .store(ms, Ordering::Relaxed);
     }
-    let mut unloaded = store.shrink_to(all / 2).await;
+    // A target between two agents and three (they differ by a few bytes).
+    let target = all / 2 + all / 8;
+    let mut unloaded = store.shrink_to(target).await;
     unloaded.sort();
     assert_eq!(
         unloaded,
         [id("c"), id("d")],
         "least recently used first, to the target"
     );
-    assert!(store.memory_bytes() <= all / 2);
+    assert!(store.memory_bytes() <= target);
     let unloaded = store.shrink_to(0).await;
     assert_eq!(unloaded, [id("b")], "everything but the agent in use");
     assert_eq!(store.loaded_agents(), 1);
