@@ -38,6 +38,7 @@ mod forget;
 mod idle;
 mod ingest;
 pub mod limits;
+mod memory;
 #[cfg(test)]
 mod memory_tests;
 pub mod portable;
@@ -93,6 +94,7 @@ pub struct Engine {
     calls: Arc<admission::AgentCalls>,
     /// `store.memory_budget_mb`, in bytes (`None`: no budget).
     memory_budget: Option<u64>,
+    memory: Arc<memory::Gate>,
 }
 
 impl Engine {
@@ -126,44 +128,8 @@ impl Engine {
             import_max_bytes: settings.memory.import_max_mb.saturating_mul(1 << 20),
             calls: Arc::new(admission::AgentCalls::new(settings.max_calls_per_agent)),
             memory_budget: settings.memory_budget,
+            memory: Arc::default(),
         }
-    }
-
-    /// Holds what the loaded agents and their prompt caches take to the
-    /// memory budget: past it, the least recently used agents nobody is
-    /// using are unloaded (their caches dropped with them), each side giving
-    /// up its share of the excess; a call to one of them loads it again.
-    /// Returns how many agents were unloaded. The upkeep calls it every
-    /// 100 ms; a test may too.
-    pub async fn keep_to_budget(&self) -> usize {
-        let store = self.store.memory_bytes();
-        let caches = self.caches.memory_bytes();
-        let total = store + caches;
-        metrics::gauge!("engram_memory_accounted_bytes").set(total as f64);
-        let Some(budget) = self.memory_budget else {
-            return 0;
-        };
-        metrics::gauge!("engram_memory_budget_bytes").set(budget as f64);
-        if total <= budget {
-            return 0;
-        }
-        let excess = u128::from(total - budget);
-        let share = (excess * u128::from(store) / u128::from(total)) as u64;
-        let unloaded = self.store.shrink_to(store - share).await;
-        for id in &unloaded {
-            self.caches.drop_agent(id);
-        }
-        let left = budget.saturating_sub(self.store.memory_bytes());
-        self.caches.shrink_to(left);
-        if !unloaded.is_empty() {
-            tracing::debug!(
-                unloaded = unloaded.len(),
-                accounted = total,
-                budget,
-                "unloaded agents to keep to the memory budget"
-            );
-        }
-        unloaded.len()
     }
 
     /// A place for one call of `agent_id` among its calls in flight, held

@@ -36,7 +36,8 @@ impl Caller {
 ///
 /// Allowed, the call takes its place among the agent's calls in flight
 /// (`Engine::admit`): the permit holds it until the call ends, and a call
-/// past `server.max_calls_per_agent` is refused RESOURCE_EXHAUSTED.
+/// past `server.max_calls_per_agent` is refused RESOURCE_EXHAUSTED. Then,
+/// past the memory budget, it waits for room.
 pub async fn authorize(
     engine: &Engine,
     caller: &Caller,
@@ -44,7 +45,11 @@ pub async fn authorize(
     named_user: &str,
 ) -> Result<AgentPermit, Status> {
     check_scope(engine, caller, agent, named_user).await?;
-    engine.admit(agent).map_err(status::from_engine)
+    let permit = engine.admit(agent).map_err(status::from_engine)?;
+    // Past the memory budget, the call waits for room before it loads
+    // anything (`Engine::make_room`).
+    engine.make_room().await;
+    Ok(permit)
 }
 
 async fn check_scope(
