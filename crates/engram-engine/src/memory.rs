@@ -67,7 +67,7 @@ impl Engine {
         if self.accounted_recently() <= budget {
             return;
         }
-        self.keep_to_budget().await;
+        self.budget_pass().await;
     }
 
     /// Holds what the loaded agents and their prompt caches take to the
@@ -75,8 +75,14 @@ impl Engine {
     /// using are unloaded (their caches dropped with them), each side
     /// giving up its share of the excess; a call to one of them loads it
     /// again. Returns how many agents were unloaded. The upkeep calls it
-    /// every 100 ms; a test may too.
+    /// every 100 ms; a test may too. One pass runs at a time (two at once
+    /// would each unload the whole excess).
     pub async fn keep_to_budget(&self) -> usize {
+        let _one = self.memory.pass.lock().await;
+        self.budget_pass().await
+    }
+
+    async fn budget_pass(&self) -> usize {
         let (store, caches) = self.accounted();
         let total = store + caches;
         metrics::gauge!("engram_memory_accounted_bytes").set(total as f64);
