@@ -22,7 +22,7 @@ use engram_proto::pb;
 use tokio::sync::Mutex;
 
 use crate::ingest::histogram;
-use crate::server::{Server, connect};
+use crate::server::{Server, alternating, connect};
 
 #[derive(Debug, ClapArgs)]
 pub struct Args {
@@ -145,16 +145,7 @@ async fn measure(args: &Args, data: &std::path::Path) -> anyhow::Result<()> {
                 let first = call * batch;
                 let last = (first + batch).min(per_agent);
                 let events = (first..last)
-                    .map(|m| pb::TraceEvent {
-                        trace_type: if m % 2 == 0 {
-                            pb::TraceType::User
-                        } else {
-                            pb::TraceType::Assistant
-                        }
-                        .into(),
-                        content: message(agent, m, bytes),
-                        ..Default::default()
-                    })
+                    .map(|m| alternating(m, message(agent, m, bytes)))
                     .collect();
                 c.ingest(pb::IngestRequest {
                     agent_id: format!("mem-{agent}"),

@@ -76,3 +76,19 @@ pub(crate) async fn connect(addr: &str) -> anyhow::Result<MemoryServiceClient<Ch
         .await?;
     Ok(MemoryServiceClient::new(channel).max_decoding_message_size(64 << 20))
 }
+
+/// Message `m` of a made-up conversation: the user's at even places, the
+/// assistant's at odd ones.
+pub(crate) fn alternating(m: usize, content: String) -> engram_proto::pb::TraceEvent {
+    use engram_proto::pb::TraceType;
+    let speaker = if m.is_multiple_of(2) {
+        TraceType::User
+    } else {
+        TraceType::Assistant
+    };
+    engram_proto::pb::TraceEvent {
+        trace_type: speaker.into(),
+        content,
+        ..Default::default()
+    }
+}

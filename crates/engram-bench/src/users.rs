@@ -14,7 +14,7 @@ use clap::Args as ClapArgs;
 use engram_proto::pb;
 
 use crate::ingest::{histogram, us};
-use crate::server::{Server, connect};
+use crate::server::{Server, alternating, connect};
 use crate::words::Words;
 
 #[derive(Debug, ClapArgs)]
@@ -91,16 +91,7 @@ async fn case(addr: &str, n: usize, args: &Args) -> anyhow::Result<()> {
     let words = Words::new(args.vocabulary);
     for k in 0..n {
         let events = (0..args.messages)
-            .map(|m| pb::TraceEvent {
-                trace_type: if m % 2 == 0 {
-                    pb::TraceType::User
-                } else {
-                    pb::TraceType::Assistant
-                }
-                .into(),
-                content: words.text(k * args.messages + m, 180),
-                ..Default::default()
-            })
+            .map(|m| alternating(m, words.text(k * args.messages + m, 180)))
             .collect();
         c.ingest(pb::IngestRequest {
             agent_id: format!("earlier-{k}"),

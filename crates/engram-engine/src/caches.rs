@@ -150,12 +150,12 @@ impl ContextCaches {
     }
 
     /// Drops caches, least recently used first and none in use, until
-    /// they hold at most `target` bytes.
-    pub fn shrink_to(&self, target: u64) {
+    /// they hold at most `target` bytes; what they hold then.
+    pub fn shrink_to(&self, target: u64) -> u64 {
         let mut agents = self.lock();
         let mut total: u64 = agents.values_mut().map(Entry::measure).sum();
         if total <= target {
-            return;
+            return total;
         }
         let mut order: Vec<(Instant, AgentId)> =
             agents.iter().map(|(id, e)| (e.used, id.clone())).collect();
@@ -171,6 +171,7 @@ impl ContextCaches {
                 agents.remove(&id);
             }
         }
+        total
     }
 
     pub fn len(&self) -> usize {

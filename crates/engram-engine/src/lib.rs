@@ -73,6 +73,9 @@ const PURGE_EVERY: Duration = Duration::from_secs(30);
 /// How often the upkeep holds the memory to the budget.
 const BUDGET_EVERY: Duration = Duration::from_millis(100);
 
+/// How often, without a budget, it measures what is accounted (the gauge).
+const ACCOUNT_EVERY: Duration = Duration::from_secs(10);
+
 /// Engram over one store. Cheap to clone: every clone is the same engine.
 #[derive(Debug, Clone)]
 pub struct Engine {
@@ -130,6 +133,11 @@ impl Engine {
             memory_budget: settings.memory_budget,
             memory: Arc::default(),
         }
+    }
+
+    /// The memory budget in bytes, if there is one.
+    pub fn memory_budget(&self) -> Option<u64> {
+        self.memory_budget
     }
 
     /// A place for one call of `agent_id` among its calls in flight, held
@@ -241,9 +249,14 @@ impl Engine {
                 }
             };
             // The memory budget, often enough that a burst of loads is
-            // answered within a fraction of a second.
+            // answered within a fraction of a second; without one, only
+            // the gauge of what is accounted, now and then.
             let budget = async {
-                let mut tick = tokio::time::interval(BUDGET_EVERY);
+                let every = match engine.memory_budget {
+                    Some(_) => BUDGET_EVERY,
+                    None => ACCOUNT_EVERY,
+                };
+                let mut tick = tokio::time::interval(every);
                 tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
                     tick.tick().await;

@@ -36,8 +36,14 @@ impl Engine {
     /// What the store's loaded agents and the caches hold now.
     fn accounted(&self) -> (u64, u64) {
         let measured = (self.store.memory_bytes(), self.caches.memory_bytes());
-        *engram_store::lock(&self.memory.last) = (Instant::now(), measured.0 + measured.1);
+        self.noted(measured.0 + measured.1);
         measured
+    }
+
+    /// `total` as the last measure.
+    fn noted(&self, total: u64) {
+        *engram_store::lock(&self.memory.last) = (Instant::now(), total);
+        metrics::gauge!("engram_memory_accounted_bytes").set(total as f64);
     }
 
     /// The accounted total, measured again if the last measure is older
@@ -85,7 +91,6 @@ impl Engine {
     async fn budget_pass(&self) -> usize {
         let (store, caches) = self.accounted();
         let total = store + caches;
-        metrics::gauge!("engram_memory_accounted_bytes").set(total as f64);
         let Some(budget) = self.memory_budget else {
             return 0;
         };
@@ -99,9 +104,9 @@ impl Engine {
         for id in &unloaded {
             self.caches.drop_agent(id);
         }
-        let left = budget.saturating_sub(self.store.memory_bytes());
-        self.caches.shrink_to(left);
-        self.accounted();
+        let store = self.store.memory_bytes();
+        let caches = self.caches.shrink_to(budget.saturating_sub(store));
+        self.noted(store + caches);
         if !unloaded.is_empty() {
             tracing::debug!(
                 unloaded = unloaded.len(),

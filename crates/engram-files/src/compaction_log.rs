@@ -99,7 +99,7 @@ fn read_cursor(path: &Path) -> Result<LogCursor> {
 
 /// At most `limit` of `records` (in stored order) below `before`, newest
 /// first.
-pub(crate) fn newest_first(
+fn newest_first(
     records: Vec<CompactionRecord>,
     limit: usize,
     before: Option<u64>,

@@ -81,27 +81,18 @@ impl FileStore {
     /// flush is a sync of its file, and a burst of loads must be answered
     /// within the budget's tick, not over seconds.
     pub(crate) async fn shrink_to(&self, target: u64) -> Vec<AgentId> {
-        let mut loaded: Vec<(AgentId, Arc<AgentHandle>, u64)> = {
-            let agents = engram_store::lock(&self.inner.agents);
-            agents
-                .iter()
-                .map(|(id, h)| {
-                    (
-                        id.clone(),
-                        Arc::clone(h),
-                        h.last_used.load(Ordering::Relaxed),
-                    )
-                })
-                .collect()
-        };
-        loaded.sort_by_key(|(_, _, used)| *used);
-        let sized: Vec<(AgentId, Arc<AgentHandle>, u64)> = loaded
+        let handles: Vec<(AgentId, Arc<AgentHandle>)> = engram_store::lock(&self.inner.agents)
+            .iter()
+            .map(|(id, h)| (id.clone(), Arc::clone(h)))
+            .collect();
+        let mut sized: Vec<(AgentId, Arc<AgentHandle>, u64)> = handles
             .into_iter()
-            .map(|(id, h, _)| {
+            .map(|(id, h)| {
                 let bytes = h.memory();
                 (id, h, bytes)
             })
             .collect();
+        sized.sort_by_key(|(_, h, _)| h.last_used.load(Ordering::Relaxed));
         let total: u64 = sized.iter().map(|(_, _, b)| b).sum();
         // The least recently used, until their bytes cover the excess; one
         // plainly in use (a call holds its handle or its state) is passed

@@ -421,7 +421,6 @@ impl Config {
         Ok(Some(addr))
     }
 
-    /// How long an idle agent stays in memory (`None`: for good).
     /// The memory budget in bytes: `store.memory_budget_mb`, or with 0
     /// half of `cgroup_limit` (the container's memory limit) when there is
     /// one; `None`: no budget. Half: the binary, the model, the runtime
@@ -433,6 +432,7 @@ impl Config {
         }
     }
 
+    /// How long an idle agent stays in memory (`None`: for good).
     pub fn idle_evict(&self) -> Option<Duration> {
         (self.store.idle_evict_secs > 0).then(|| Duration::from_secs(self.store.idle_evict_secs))
     }

@@ -231,7 +231,7 @@ pub async fn serve(
         &wiring::engine_settings(&config),
     );
     tracing::info!(summarizer = %engine.summarizer_name(), "compaction ready");
-    match config.memory_budget(wiring::cgroup_memory_limit()) {
+    match engine.memory_budget() {
         Some(bytes) => tracing::info!(budget_mb = bytes >> 20, "memory budget"),
         None => tracing::info!(
             "no memory budget (store.memory_budget_mb, or a container's memory limit, sets one)"

@@ -14,7 +14,8 @@ use engram_server::{Config, telemetry};
 // pool). glibc's malloc/free was the largest item in profiles; mimalloc was
 // as fast but kept freed memory in each thread's heap, so resident memory
 // grew with the threads that had ever rendered a prompt (2.5x glibc's for
-// the same agents). jemalloc is as fast as either and holds the least.
+// the same agents). jemalloc is as fast as mimalloc and holds about what
+// glibc holds.
 // See docs/BENCHMARKS.md.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -23,7 +24,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// memory freed a while ago back to the system (10 s after, jemalloc's
 /// default), instead of waiting for the next allocations to do it, so an
 /// idle server's resident memory comes down after a burst.
-// The one unsafe item: a symbol jemalloc looks up by name.
+// Unsafe only in name: a symbol jemalloc looks up, and its Sync below.
 #[allow(unsafe_code)]
 #[unsafe(export_name = "_rjem_malloc_conf")]
 static MALLOC_CONF: MallocConf = MallocConf(c"background_thread:true".as_ptr());

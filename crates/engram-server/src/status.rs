@@ -30,10 +30,8 @@ pub const PUSHBACK: &str = "grpc-retry-pushback-ms";
 /// the retry pushback.
 pub fn busy(code: tonic::Code, message: String, retry_after: std::time::Duration) -> Status {
     let mut status = Status::new(code, message);
-    let ms = retry_after.as_millis().to_string();
-    if let Ok(value) = ms.parse() {
-        status.metadata_mut().insert(PUSHBACK, value);
-    }
+    let ms = u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX);
+    status.metadata_mut().insert(PUSHBACK, ms.into());
     status
 }
 
