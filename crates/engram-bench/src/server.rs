@@ -11,6 +11,9 @@ use tonic::transport::Channel;
 pub(crate) struct Server {
     child: std::process::Child,
     pub(crate) addr: String,
+    /// The server's stdout, kept open: it announces more listeners after
+    /// the first line.
+    _stdout: std::io::BufReader<std::process::ChildStdout>,
 }
 
 impl Server {
@@ -45,13 +48,18 @@ impl Server {
                 )
             })?;
         let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
+        let mut stdout = std::io::BufReader::new(child.stdout.take().expect("piped"));
+        stdout.read_line(&mut line)?;
         let addr = line
             .trim()
             .strip_prefix("engramd listening on ")
             .with_context(|| format!("unexpected first line {line:?}"))?
             .to_owned();
-        Ok(Self { child, addr })
+        Ok(Self {
+            child,
+            addr,
+            _stdout: stdout,
+        })
     }
 
     /// The server's process id.

@@ -232,15 +232,16 @@ async fn listen(config: Config) -> anyhow::Result<()> {
     }
     // Machine-readable lines on stdout, for scripts and tests that start the
     // server on port 0: gRPC first, as always, then metrics and HTTP if on.
-    // Every listener is bound already.
-    println!("engramd listening on {local}");
+    // Every listener is bound already. A reader that stopped reading
+    // (closed our stdout after the line it wanted) is no reason to stop.
+    announce(format_args!("engramd listening on {local}"));
     if let Some(m) = &listeners.metrics {
-        println!("engramd metrics on {}", m.local_addr()?);
+        announce(format_args!("engramd metrics on {}", m.local_addr()?));
     }
     if let Some(h) = &listeners.http {
         let addr = h.local_addr()?;
         tracing::info!(%addr, "HTTP listening: the JSON API under /v1/");
-        println!("engramd http on {addr}");
+        announce(format_args!("engramd http on {addr}"));
     }
     engram_server::run_on(listeners, config, shutdown).await?;
     Ok(())
@@ -259,4 +260,12 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
             _ = int.recv() => {}
         }
     })
+}
+
+/// One line on stdout, flushed; a closed stdout is ignored (`println!`
+/// would panic on it).
+fn announce(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
 }
