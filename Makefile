@@ -64,8 +64,9 @@ pg: ## Start a throwaway PostgreSQL (Debian's package, installed if missing) and
 pg-stop: ## Stop the PostgreSQL `make pg` started and remove its data
 	@scripts/pg.sh stop
 
+# No pip cache: CI's disk is small and the wheels would be kept twice.
 $(VENV)/.ready: requirements-dev.txt | $(VENV)/bin/python
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-cache-dir -r requirements-dev.txt
 	touch $@
 
 $(VENV)/bin/python:
@@ -134,7 +135,7 @@ clients: python-client node-client ## Both client suites against the real engram
 .PHONY: python-client
 python-client: venv ## clients/python: build (stubs from proto/), install into .venv, pytest (client, example loop, 20-turn loop in every render format, the console in Debian's Chromium)
 	$(CARGO) build --locked -p engram-server --bin engramd
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps ./clients/python
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-cache-dir --no-build-isolation --force-reinstall --no-deps ./clients/python
 	scripts/chromium.sh >/dev/null # installs Debian's chromium when missing; fails the target if it cannot
 	ENGRAMD=$(CURDIR)/target/debug/engramd ENGRAM_CHROMIUM="$$(scripts/chromium.sh)" \
 		$(VENV)/bin/python -m pytest -q clients/python/tests
