@@ -7,13 +7,21 @@
 #   scripts/pg.sh start [fast]   start (or keep) the cluster; prints its URL
 #   scripts/pg.sh url            the running cluster's URL
 #   scripts/pg.sh stop           stop it and remove its data
+#   scripts/pg.sh down           fast shutdown, the data kept (`up` starts it again)
+#   scripts/pg.sh kill9          SIGKILL to the postmaster, the data kept
+#   scripts/pg.sh up             start a cluster that is down again, on its
+#                                port and settings (crash recovery after kill9)
+#
+# ENGRAM_PG_STATE=<dir> keeps the state there instead of target/pg: a
+# cluster of a test's own, which it may stop and kill (the PostgreSQL
+# faults test).
 #
 # `fast` turns fsync off: for the tests, whose database never crashes (the
 # replicas do). Benchmarks start it without.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-STATE="$ROOT/target/pg"
+STATE="${ENGRAM_PG_STATE:-$ROOT/target/pg}"
 URL_FILE="$STATE/url"
 DIR=$(cat "$STATE/dir" 2>/dev/null || true)
 DATA="$DIR/data"
@@ -74,10 +82,37 @@ start() {
     if [[ "$fast" == fast ]]; then
         opts="$opts -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
     fi
+    echo "$opts" >"$STATE/opts"
     as_owner "$bin/pg_ctl" -D "$DATA" -l "$DIR/server.log" -o "$opts" -w start >/dev/null ||
         { cat "$DIR/server.log" >&2; exit 1; }
     echo "postgres://engram@127.0.0.1:$port/postgres" >"$URL_FILE"
     cat "$URL_FILE"
+}
+
+down() {
+    as_owner "$(bindir)/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null
+}
+
+kill9() {
+    local pid
+    pid=$(head -1 "$DATA/postmaster.pid")
+    kill -9 "$pid"
+    # Dead (a zombie counts: in a container nobody may reap it), so `up`
+    # never meets it.
+    while [[ -e /proc/$pid ]] && ! grep -q ') Z ' "/proc/$pid/stat" 2>/dev/null; do sleep 0.05; done
+}
+
+up() {
+    # After kill9 the old server's backends notice their postmaster died
+    # and leave; until the last has, the new one refuses to start (its
+    # shared memory is still in use). Tries for 30 s.
+    local bin tries=0
+    bin=$(bindir)
+    until as_owner "$bin/pg_ctl" -D "$DATA" -l "$DIR/server.log" -o "$(cat "$STATE/opts")" -w start >/dev/null 2>&1; do
+        tries=$((tries + 1))
+        if [[ $tries -ge 60 ]]; then tail -20 "$DIR/server.log" >&2; exit 1; fi
+        sleep 0.5
+    done
 }
 
 stop() {
@@ -92,5 +127,8 @@ case "${1:-}" in
     start) start "${2:-}" ;;
     url) running && cat "$URL_FILE" || { echo "no test PostgreSQL running: scripts/pg.sh start" >&2; exit 1; } ;;
     stop) stop ;;
-    *) echo "usage: $0 start [fast] | url | stop" >&2; exit 2 ;;
+    down) down ;;
+    kill9) kill9 ;;
+    up) up ;;
+    *) echo "usage: $0 start [fast] | url | stop | down | kill9 | up" >&2; exit 2 ;;
 esac

@@ -1,13 +1,11 @@
 //! Compaction on the database. `begin` takes a lease in the agent row (one
-//! summarizer per agent across replicas) and hands out the job; the
+//! summarizer per agent across replicas, `leases.rs`) and hands out the job; the
 //! summarizer runs with no transaction open; `finish` commits everything
 //! in one transaction under the row lock — summary and facts stored, the
 //! window's traces flagged archived, the new epoch's settings and the turn
 //! checkpoint, a new generation — after checking that the window is still
 //! the agent's, so a job that raced another replica's compaction or
 //! writes commits nothing.
-
-use std::time::Duration;
 
 use async_trait::async_trait;
 use engram_core::AgentId;
@@ -18,6 +16,7 @@ use engram_store::{Begun, CommitStep, Committed, Compacts, Job, Microcompacted, 
 use sqlx::PgConnection;
 
 use crate::cache::Cached;
+use crate::leases::clear_lease;
 use crate::read::context_of;
 use crate::write::save_meta;
 use crate::{PgStore, db};
@@ -28,28 +27,85 @@ impl Compacts for PgStore {
         let handle = self.handle(id.as_str());
         let mut slot = handle.lock().await;
         let mut tx = self.lock_existing(id, &mut slot).await?;
-        if leased(&mut tx, id.as_str()).await? {
+        if self.leased(&mut tx, id.as_str()).await? {
             return Ok(Begun::Busy);
         }
         let cached = slot.as_ref().expect("current");
         let Some(job) = cached.derived.job(policy) else {
             return Ok(Begun::Nothing);
         };
-        set_lease(
-            &mut tx,
-            id.as_str(),
-            Some(self.inner.config.compaction_lease),
-        )
-        .await?;
+        let until =
+            Self::take_lease(&mut tx, id.as_str(), self.inner.config.compaction_lease).await?;
         tx.commit().await.map_err(db("taking a compaction lease"))?;
+        self.lease_taken(id.as_str(), until);
         Ok(Begun::Job(job))
     }
 
     async fn abort_compaction(&self, id: &AgentId, failed: bool) -> Result<u32> {
+        let aborted = self.abort(id, failed).await;
+        self.leases().ended(id.as_str(), aborted.is_ok());
+        aborted
+    }
+
+    async fn finish_compaction(
+        &self,
+        id: &AgentId,
+        job: Job,
+        summary: Summary,
+        policy: Policy,
+    ) -> Result<Committed> {
+        let finished = self.finish(id, job, summary, policy).await;
+        // A failure may have cleared the lease or not: an orphan that
+        // was cleared is only forgotten.
+        self.leases().ended(id.as_str(), finished.is_ok());
+        finished
+    }
+
+    async fn microcompact(
+        &self,
+        id: &AgentId,
+        keep_turns: usize,
+    ) -> Result<Option<Microcompacted>> {
         let handle = self.handle(id.as_str());
         let mut slot = handle.lock().await;
         let mut tx = self.lock_existing(id, &mut slot).await?;
-        set_lease(&mut tx, id.as_str(), None).await?;
+        if self.leased(&mut tx, id.as_str()).await? {
+            // A new epoch now would make that summary's work stale.
+            return Ok(None);
+        }
+        let cached = slot.as_mut().expect("current");
+        let Some((meta, hidden)) = cached.derived.microcompact_meta(keep_turns) else {
+            return Ok(None);
+        };
+        let cached = new_epoch(tx, id, &mut slot, meta, "microcompacting").await?;
+        tracing::info!(agent = %id, hidden, "microcompacted old tool results");
+        Ok(Some(Microcompacted {
+            hidden,
+            context: context_of(cached),
+        }))
+    }
+
+    async fn record_compaction(&self, id: &AgentId, record: CompactionRecord) -> Result<u64> {
+        self.append_compaction(id, &record).await
+    }
+
+    async fn compaction_log(
+        &self,
+        id: &AgentId,
+        limit: usize,
+        before: Option<u64>,
+    ) -> Result<Vec<CompactionRecord>> {
+        self.read_compaction_log(id, limit, before).await
+    }
+}
+
+impl PgStore {
+    /// Clears the lease, counting a failure when `failed`.
+    async fn abort(&self, id: &AgentId, failed: bool) -> Result<u32> {
+        let handle = self.handle(id.as_str());
+        let mut slot = handle.lock().await;
+        let mut tx = self.lock_existing(id, &mut slot).await?;
+        clear_lease(&mut tx, id.as_str()).await?;
         let cached = slot.as_mut().expect("current");
         if failed {
             let meta = engram_store::AgentMeta {
@@ -69,7 +125,8 @@ impl Compacts for PgStore {
         Ok(failures)
     }
 
-    async fn finish_compaction(
+    /// Commits the compaction, if its window is still the agent's.
+    async fn finish(
         &self,
         id: &AgentId,
         job: Job,
@@ -79,7 +136,7 @@ impl Compacts for PgStore {
         let handle = self.handle(id.as_str());
         let mut slot = handle.lock().await;
         let mut tx = self.lock_existing(id, &mut slot).await?;
-        set_lease(&mut tx, id.as_str(), None).await?;
+        clear_lease(&mut tx, id.as_str()).await?;
         let cached = slot.as_mut().expect("current");
         if let Err(stale) = cached.derived.check_current(&job) {
             tx.commit()
@@ -140,45 +197,6 @@ impl Compacts for PgStore {
         ))
     }
 
-    async fn microcompact(
-        &self,
-        id: &AgentId,
-        keep_turns: usize,
-    ) -> Result<Option<Microcompacted>> {
-        let handle = self.handle(id.as_str());
-        let mut slot = handle.lock().await;
-        let mut tx = self.lock_existing(id, &mut slot).await?;
-        if leased(&mut tx, id.as_str()).await? {
-            // A new epoch now would make that summary's work stale.
-            return Ok(None);
-        }
-        let cached = slot.as_mut().expect("current");
-        let Some((meta, hidden)) = cached.derived.microcompact_meta(keep_turns) else {
-            return Ok(None);
-        };
-        let cached = new_epoch(tx, id, &mut slot, meta, "microcompacting").await?;
-        tracing::info!(agent = %id, hidden, "microcompacted old tool results");
-        Ok(Some(Microcompacted {
-            hidden,
-            context: context_of(cached),
-        }))
-    }
-
-    async fn record_compaction(&self, id: &AgentId, record: CompactionRecord) -> Result<u64> {
-        self.append_compaction(id, &record).await
-    }
-
-    async fn compaction_log(
-        &self,
-        id: &AgentId,
-        limit: usize,
-        before: Option<u64>,
-    ) -> Result<Vec<CompactionRecord>> {
-        self.read_compaction_log(id, limit, before).await
-    }
-}
-
-impl PgStore {
     /// The commit's statements; returns the agent's new version and
     /// generation.
     async fn write_commit(
@@ -238,7 +256,7 @@ impl PgStore {
     async fn release_lease(&self, id: &str) {
         let released = async {
             let mut tx = self.begin().await?;
-            set_lease(&mut tx, id, None).await?;
+            clear_lease(&mut tx, id).await?;
             tx.commit()
                 .await
                 .map_err(db("releasing a compaction lease"))
@@ -247,27 +265,6 @@ impl PgStore {
             tracing::warn!(agent = id, error = %e, "could not release a compaction lease; it expires by itself");
         }
     }
-}
-
-/// Another replica's (or this one's) compaction of the agent is under way.
-async fn leased(tx: &mut PgConnection, id: &str) -> Result<bool> {
-    sqlx::query_scalar("SELECT coalesce(compacting_until > now(), false) FROM agents WHERE id = $1")
-        .bind(id)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(db("reading a compaction lease"))
-}
-
-async fn set_lease(tx: &mut PgConnection, id: &str, lease: Option<Duration>) -> Result<()> {
-    sqlx::query(
-        "UPDATE agents SET compacting_until = now() + make_interval(secs => $2) WHERE id = $1",
-    )
-    .bind(id)
-    .bind(lease.map(|l| l.as_secs_f64()))
-    .execute(&mut *tx)
-    .await
-    .map_err(db("writing a compaction lease"))?;
-    Ok(())
 }
 
 async fn insert_episodic(tx: &mut PgConnection, id: &str, e: &EpisodicItem) -> Result<()> {

@@ -45,6 +45,7 @@ mod facts;
 mod forget;
 mod group;
 mod imported;
+mod leases;
 mod portable;
 mod ranked;
 mod read;
@@ -181,6 +182,8 @@ struct Inner {
     unembedded: std::sync::atomic::AtomicU64,
     /// Ingest's appends, committed in groups across agents.
     group: group::Group,
+    /// The compaction leases this replica took.
+    leases: leases::Leases,
 }
 
 impl PgStore {
@@ -224,6 +227,7 @@ impl PgStore {
                 faults: Faults::default(),
                 opened: std::time::Instant::now(),
                 unembedded: std::sync::atomic::AtomicU64::new(0),
+                leases: leases::Leases::default(),
             }),
         };
         store.spawn_indexer();

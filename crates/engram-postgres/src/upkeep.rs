@@ -2,7 +2,8 @@
 //! replica's background work: asking the database whether it answers
 //! (health reports NOT_SERVING while it does not, and SERVING again once
 //! it does, so an orchestrator routes around a replica cut off from it),
-//! and dropping the caches of idle agents.
+//! clearing the compaction leases a lost connection left behind, and
+//! dropping the caches of idle agents.
 
 use std::time::Duration;
 
@@ -68,6 +69,7 @@ impl Runtime for PgStore {
             loop {
                 tick.tick().await;
                 store.ping().await;
+                store.clear_orphaned_leases().await;
                 store.count_unembedded().await;
                 if let Some(idle) = store.inner.config.idle_evict {
                     store.evict_idle(idle);

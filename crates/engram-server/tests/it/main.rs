@@ -24,6 +24,7 @@ mod mcp;
 mod memories;
 mod metrics;
 mod overload;
+mod pg_faults;
 mod portable;
 mod recall;
 mod replicas;

@@ -19,12 +19,17 @@ use tokio::sync::Mutex;
 pub(crate) async fn replica_env(extra: &[(&str, &str)]) -> Vec<(String, String)> {
     let checkout = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
     let url = engram_postgres::testing::url_or_panic("ENGRAM_TEST_PG_URL", checkout);
-    let schema = engram_postgres::testing::fresh_schema(&url, "r")
+    replica_env_on(&url, extra).await
+}
+
+/// Settings of replicas on a schema of their own in `url`'s database.
+pub(crate) async fn replica_env_on(url: &str, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    let schema = engram_postgres::testing::fresh_schema(url, "r")
         .await
         .unwrap();
     let mut env: Vec<(String, String)> = [
         ("ENGRAM__STORE__BACKEND", "postgres"),
-        ("ENGRAM__STORE__POSTGRES__URL", url.as_str()),
+        ("ENGRAM__STORE__POSTGRES__URL", url),
         ("ENGRAM__STORE__POSTGRES__SCHEMA", schema.as_str()),
         ("ENGRAM__STORE__POSTGRES__POOL_SIZE", "8"),
         ("ENGRAM__EMBED__PROVIDER", "none"),
@@ -37,7 +42,7 @@ pub(crate) async fn replica_env(extra: &[(&str, &str)]) -> Vec<(String, String)>
     env
 }
 
-fn spawn(env: &[(String, String)]) -> (Daemon, tempfile::TempDir) {
+pub(crate) fn spawn(env: &[(String, String)]) -> (Daemon, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     (Daemon::spawn(dir.path(), &env), dir)
@@ -46,7 +51,7 @@ fn spawn(env: &[(String, String)]) -> (Daemon, tempfile::TempDir) {
 /// A turn as two requests, each event with its own id: the question and a
 /// tool call, then the call's result and the answer (another client's
 /// turn may come between them).
-fn turn(client: usize, round: usize) -> [Vec<pb::TraceEvent>; 2] {
+pub(crate) fn turn(client: usize, round: usize) -> [Vec<pb::TraceEvent>; 2] {
     let tag = format!("c{client}r{round}");
     let with_id = |mut e: pb::TraceEvent, id: &str| {
         e.event_id = format!("{tag}-{id}");
@@ -100,9 +105,14 @@ async fn every_trace(c: &mut Client, agent: &str) -> Vec<(pb::RawTrace, bool)> {
 }
 
 /// What clients were told was stored: trace id → (agent, event id).
-type Acked = Arc<Mutex<HashMap<String, (String, String)>>>;
+pub(crate) type Acked = Arc<Mutex<HashMap<String, (String, String)>>>;
 
-async fn ingest_acked(c: &mut Client, agent: &str, events: Vec<pb::TraceEvent>, acked: &Acked) {
+pub(crate) async fn ingest_acked(
+    c: &mut Client,
+    agent: &str,
+    events: Vec<pb::TraceEvent>,
+    acked: &Acked,
+) {
     let traces = c
         .ingest(ingest_req(agent, events))
         .await
@@ -118,7 +128,7 @@ async fn ingest_acked(c: &mut Client, agent: &str, events: Vec<pb::TraceEvent>, 
 /// The guarantees over `agents`, read through `c`: every acknowledged trace
 /// once, consecutive turns, results in their call's turn, no turn in two
 /// summaries. Returns the number of archived traces.
-async fn check(
+pub(crate) async fn check(
     c: &mut Client,
     agents: &[String],
     acked: &HashMap<String, (String, String)>,
