@@ -117,6 +117,13 @@ recall: ## Evidence recall on LoCoMo through the real engramd (LOCOMO=dir of con
 	$(CARGO) build --release --locked -p engram-server --bin engramd
 	$(CARGO) run --release --locked -p engram-bench -- recall --data $(or $(LOCOMO),../shared/eval/locomo-dev)
 
+.PHONY: soak
+soak: models ## 30 minutes of mixed load on each backend (MINUTES), sampled every minute: fails if memory, fds, threads, index dirs or p99 grow (not part of make test)
+	$(CARGO) build --release --locked -p engram-server --bin engramd -p engram-bench --bin engram-bench
+	./target/release/engram-bench soak --data-dir ./bench-data --backend files --minutes $(or $(MINUTES),30)
+	scripts/pg.sh start >/dev/null
+	./target/release/engram-bench soak --data-dir ./bench-data --backend postgres --minutes $(or $(MINUTES),30)
+
 .PHONY: chaos
 chaos: ## kill -9 cycles under writers and compactions, and a seeded gRPC fuzz, against the release engramd (CYCLES, CASES, SEED)
 	$(CARGO) build --release --locked -p engram-server --bin engramd -p engram-chaos --bin engram-chaos

@@ -18,6 +18,7 @@
 //!   budget: peak resident memory, and the cost of reloading an agent.
 //! - `overload`: a thousand clients at once, with the server's limits and
 //!   without: calls answered and shed, latency, health checks, memory.
+//! - `soak`: long mixed load (`make soak`); what grows without bound.
 
 mod agent_loop;
 mod compact;
@@ -30,6 +31,7 @@ mod overload;
 mod prepare;
 mod recall;
 mod server;
+mod soak;
 mod users;
 mod words;
 
@@ -69,6 +71,8 @@ enum Command {
     Overload(overload::Args),
     /// Conversation text across many agents against a memory budget.
     Memory(memory::Args),
+    /// Long mixed load: does memory, fds, threads, the index or latency grow?
+    Soak(soak::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -83,5 +87,6 @@ fn main() -> anyhow::Result<()> {
         Command::Embed(args) => embed::run(args),
         Command::Overload(args) => overload::run(args),
         Command::Memory(args) => memory::run(args),
+        Command::Soak(args) => soak::run(args),
     }
 }

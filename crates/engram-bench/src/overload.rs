@@ -151,7 +151,7 @@ async fn one_run(args: &Args, data: &Path, name: &str, extra: &str) -> anyhow::R
     Ok(())
 }
 
-type Client = pb::memory_service_client::MemoryServiceClient<tonic::transport::Channel>;
+use crate::server::Client;
 
 /// One client's agent loop until `stop`; a shed call waits its hint and
 /// is sent again.

@@ -75,7 +75,10 @@ impl Drop for Server {
     }
 }
 
-pub(crate) async fn connect(addr: &str) -> anyhow::Result<MemoryServiceClient<Channel>> {
+/// A gRPC client of the server.
+pub(crate) type Client = MemoryServiceClient<Channel>;
+
+pub(crate) async fn connect(addr: &str) -> anyhow::Result<Client> {
     // Large answers need HTTP/2 windows that grow (as grpcio's BDP probing
     // does); the 64 KiB default makes a 10 MB answer ~160 round trips.
     let channel = Channel::from_shared(format!("http://{addr}"))?
