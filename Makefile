@@ -118,11 +118,15 @@ recall: ## Evidence recall on LoCoMo through the real engramd (LOCOMO=dir of con
 	$(CARGO) run --release --locked -p engram-bench -- recall --data $(or $(LOCOMO),../shared/eval/locomo-dev)
 
 .PHONY: soak
-soak: models ## 30 minutes of mixed load on each backend (MINUTES), sampled every minute: fails if memory, fds, threads, index dirs or p99 grow (not part of make test)
+soak: models ## 30 minutes (MINUTES) of mixed load on both backends at once, sampled every minute: fails if memory, fds, threads, index dirs or p99 grow (not part of make test)
 	$(CARGO) build --release --locked -p engram-server --bin engramd -p engram-bench --bin engram-bench
-	./target/release/engram-bench soak --data-dir ./bench-data --backend files --minutes $(or $(MINUTES),30)
 	scripts/pg.sh start >/dev/null
-	./target/release/engram-bench soak --data-dir ./bench-data --backend postgres --minutes $(or $(MINUTES),30)
+	@mkdir -p target/soak; \
+	./target/release/engram-bench soak --data-dir ./bench-data --backend files --minutes $(or $(MINUTES),30) >target/soak/files.txt 2>&1 & files=$$!; \
+	./target/release/engram-bench soak --data-dir ./bench-data --backend postgres --minutes $(or $(MINUTES),30) >target/soak/postgres.txt 2>&1 & pg=$$!; \
+	wait $$files; f=$$?; wait $$pg; p=$$?; \
+	cat target/soak/files.txt target/soak/postgres.txt; \
+	echo "soak: files exit $$f, postgres exit $$p"; test $$f -eq 0 -a $$p -eq 0
 
 .PHONY: chaos
 chaos: ## kill -9 cycles under writers and compactions, and a seeded gRPC fuzz, against the release engramd (CYCLES, CASES, SEED)

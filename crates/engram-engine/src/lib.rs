@@ -56,6 +56,7 @@ use std::time::Duration;
 use engram_llm::Summarizer;
 use engram_store::Store;
 
+pub use memory::{Heap, use_heap};
 pub use admission::AgentPermit;
 pub use api::*;
 pub use error::EngineError;
@@ -256,6 +257,7 @@ impl Engine {
                     Some(_) => BUDGET_EVERY,
                     None => ACCOUNT_EVERY,
                 };
+                engine.note_heap_baseline();
                 let mut tick = tokio::time::interval(every);
                 tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {

@@ -6,7 +6,21 @@
 //! (one at a time, shared by the calls waiting), so a burst of loads cannot
 //! outrun the upkeep: that wait is the only cost of the budget to a call,
 //! which never fails for it.
+//!
+//! The estimates cannot see everything: the work of calls in flight (an
+//! agent being loaded, a prompt rendered and encoded), and estimates that
+//! are off. Where the binary can tell what its allocator has handed out
+//! (engramd's jemalloc can: [`use_heap`]), what it holds beyond what it
+//! held when the upkeep started (the model loaded, no agent yet) and
+//! beyond the estimates is counted as well: the agents are kept to the
+//! budget less that, so the budget bounds what the server allocates after
+//! start, not only what it estimates. And what a pass unloaded is given
+//! back to the system at once: an allocator keeps freed pages for reuse a
+//! while, and with agents unloaded and loaded again many times a second
+//! those pages were most of what the budget did not bound.
 
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Mutex as AsyncMutex;
@@ -16,11 +30,36 @@ use crate::Engine;
 /// How long a measure of the accounted total stands for a call's check.
 const FRESH: Duration = Duration::from_millis(10);
 
+/// The process's allocator, as far as the budget asks it.
+#[derive(Debug, Clone, Copy)]
+pub struct Heap {
+    /// What it has handed out, in bytes.
+    pub allocated: fn() -> Option<u64>,
+    /// Gives the pages of freed memory back to the system now.
+    pub release_freed: fn(),
+}
+
+static HEAP: OnceLock<Heap> = OnceLock::new();
+
+/// Tells the budget how to ask the allocator (once, at start, by a binary
+/// that knows its allocator).
+pub fn use_heap(heap: Heap) {
+    let _ = HEAP.set(heap);
+}
+
+fn heap() -> Option<u64> {
+    HEAP.get().and_then(|heap| (heap.allocated)())
+}
+
 /// The last measure, and the pass that calls wait for.
 #[derive(Debug)]
 pub struct Gate {
     last: std::sync::Mutex<(Instant, u64)>,
     pass: AsyncMutex<()>,
+    /// The heap when the upkeep started.
+    baseline: OnceLock<u64>,
+    /// The heap beyond the baseline and the estimates, last measured.
+    unaccounted: AtomicU64,
 }
 
 impl Default for Gate {
@@ -28,16 +67,36 @@ impl Default for Gate {
         Self {
             last: std::sync::Mutex::new((Instant::now(), 0)),
             pass: AsyncMutex::new(()),
+            baseline: OnceLock::new(),
+            unaccounted: AtomicU64::new(0),
         }
     }
 }
 
 impl Engine {
+    /// Notes the heap as the budget's zero (the upkeep, at its start).
+    pub(crate) fn note_heap_baseline(&self) {
+        if let Some(now) = heap() {
+            let _ = self.memory.baseline.set(now);
+        }
+    }
+
     /// What the store's loaded agents and the caches hold now.
     fn accounted(&self) -> (u64, u64) {
         let measured = (self.store.memory_bytes(), self.caches.memory_bytes());
         self.noted(measured.0 + measured.1);
+        if let (Some(base), Some(now)) = (self.memory.baseline.get(), heap()) {
+            let unaccounted = now.saturating_sub(base + measured.0 + measured.1);
+            self.memory.unaccounted.store(unaccounted, Ordering::Relaxed);
+            metrics::gauge!("engram_memory_unaccounted_bytes").set(unaccounted as f64);
+        }
         measured
+    }
+
+    /// What the agents and caches may hold: the budget less what the
+    /// heap holds beyond them (calls in flight, estimates that are off).
+    fn room(&self, budget: u64) -> u64 {
+        budget.saturating_sub(self.memory.unaccounted.load(Ordering::Relaxed))
     }
 
     /// `total` as the last measure.
@@ -65,12 +124,12 @@ impl Engine {
         let Some(budget) = self.memory_budget else {
             return;
         };
-        if self.accounted_recently() <= budget {
+        if self.accounted_recently() <= self.room(budget) {
             return;
         }
         let _one = self.memory.pass.lock().await;
         // The pass before this one may have made the room.
-        if self.accounted_recently() <= budget {
+        if self.accounted_recently() <= self.room(budget) {
             return;
         }
         self.budget_pass().await;
@@ -95,17 +154,23 @@ impl Engine {
             return 0;
         };
         metrics::gauge!("engram_memory_budget_bytes").set(budget as f64);
-        if total <= budget {
+        let room = self.room(budget);
+        if total <= room {
             return 0;
         }
-        let excess = u128::from(total - budget);
+        let excess = u128::from(total - room);
         let share = (excess * u128::from(store) / u128::from(total)) as u64;
         let unloaded = self.store.shrink_to(store - share).await;
         for id in &unloaded {
             self.caches.drop_agent(id);
         }
+        if !unloaded.is_empty()
+            && let Some(heap) = HEAP.get()
+        {
+            (heap.release_freed)();
+        }
         let store = self.store.memory_bytes();
-        let caches = self.caches.shrink_to(budget.saturating_sub(store));
+        let caches = self.caches.shrink_to(room.saturating_sub(store));
         self.noted(store + caches);
         if !unloaded.is_empty() {
             tracing::debug!(

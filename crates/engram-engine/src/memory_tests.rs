@@ -106,3 +106,47 @@ async fn past_the_budget_the_least_recently_used_agents_go_and_come_back_whole()
         );
     }
 }
+
+/// What the heap holds beyond its start and the estimates (here, a
+/// made-up 2.5 agents' worth: calls in flight, estimates that are off)
+/// comes off the room the agents have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_heap_holds_beyond_the_estimates_leaves_less_room_for_agents() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static HEAP: AtomicU64 = AtomicU64::new(1 << 30);
+    static RELEASED: AtomicU64 = AtomicU64::new(0);
+    crate::use_heap(crate::Heap {
+        allocated: || Some(HEAP.load(Ordering::Relaxed)),
+        release_freed: || {
+            RELEASED.fetch_add(1, Ordering::Relaxed);
+        },
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (store, engine) = open(dir.path(), None).await;
+    fill(&engine, "probe", 100).await;
+    let one = store.memory_bytes() + engine.caches.memory_bytes();
+    drop((store, engine));
+
+    let dir = tempfile::tempdir().unwrap();
+    let budget = 6 * one;
+    let (store, engine) = open(dir.path(), Some(budget)).await;
+    engine.note_heap_baseline();
+    for n in 0..6 {
+        fill(&engine, &format!("agent-{n}"), 100).await;
+    }
+    let held = store.memory_bytes() + engine.caches.memory_bytes();
+    // The heap grew by what is accounted and 2.5 agents more.
+    HEAP.fetch_add(held + 5 * one / 2, Ordering::Relaxed);
+    let unloaded = engine.keep_to_budget().await;
+    assert!(unloaded >= 2, "{unloaded} unloaded");
+    let left = store.memory_bytes() + engine.caches.memory_bytes();
+    assert!(
+        left <= budget - 5 * one / 2,
+        "{left} held, room {}",
+        budget - 5 * one / 2
+    );
+    assert!(
+        RELEASED.load(Ordering::Relaxed) >= 1,
+        "what was unloaded is given back"
+    );
+}
