@@ -20,7 +20,6 @@
 //! those pages were most of what the budget did not bound.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Mutex as AsyncMutex;
@@ -29,6 +28,9 @@ use crate::Engine;
 
 /// How long a measure of the accounted total stands for a call's check.
 const FRESH: Duration = Duration::from_millis(10);
+
+/// How long the most the heap held beyond the estimates is remembered.
+const LATELY: Duration = Duration::from_secs(2);
 
 /// The process's allocator, as far as the budget asks it.
 #[derive(Debug, Clone, Copy)]
@@ -58,8 +60,9 @@ pub struct Gate {
     pass: AsyncMutex<()>,
     /// The heap when the upkeep started.
     baseline: OnceLock<u64>,
-    /// The heap beyond the baseline and the estimates, last measured.
-    unaccounted: AtomicU64,
+    /// The most the heap held beyond the baseline and the estimates
+    /// lately, and when.
+    unaccounted: std::sync::Mutex<(u64, Instant)>,
 }
 
 impl Default for Gate {
@@ -68,7 +71,7 @@ impl Default for Gate {
             last: std::sync::Mutex::new((Instant::now(), 0)),
             pass: AsyncMutex::new(()),
             baseline: OnceLock::new(),
-            unaccounted: AtomicU64::new(0),
+            unaccounted: std::sync::Mutex::new((0, Instant::now())),
         }
     }
 }
@@ -87,16 +90,20 @@ impl Engine {
         self.noted(measured.0 + measured.1);
         if let (Some(base), Some(now)) = (self.memory.baseline.get(), heap()) {
             let unaccounted = now.saturating_sub(base + measured.0 + measured.1);
-            self.memory.unaccounted.store(unaccounted, Ordering::Relaxed);
+            let mut recent = engram_store::lock(&self.memory.unaccounted);
+            if unaccounted >= recent.0 || recent.1.elapsed() > LATELY {
+                *recent = (unaccounted, Instant::now());
+            }
             metrics::gauge!("engram_memory_unaccounted_bytes").set(unaccounted as f64);
         }
         measured
     }
 
-    /// What the agents and caches may hold: the budget less what the
-    /// heap holds beyond them (calls in flight, estimates that are off).
+    /// What the agents and caches may hold: the budget less the most the
+    /// heap held beyond them lately (calls in flight come and go between
+    /// two measures; the budget is for the peaks).
     fn room(&self, budget: u64) -> u64 {
-        budget.saturating_sub(self.memory.unaccounted.load(Ordering::Relaxed))
+        budget.saturating_sub(engram_store::lock(&self.memory.unaccounted).0)
     }
 
     /// `total` as the last measure.
