@@ -69,6 +69,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     out
 }
 
+/// One message into an agent of its own, searched for once indexed.
+async fn warm_up(addr: &str) -> anyhow::Result<()> {
+    let mut c = connect(addr).await?;
+    let events = vec![alternating(0, "a first message to warm the model up".into())];
+    c.ingest(pb::IngestRequest {
+        agent_id: "warm-up".into(),
+        events,
+        ..Default::default()
+    })
+    .await?;
+    c.search_history(pb::SearchHistoryRequest {
+        agent_id: "warm-up".into(),
+        query: "warming a model".into(),
+        limit: 1,
+        wait_for_index_ms: 30_000,
+        ..Default::default()
+    })
+    .await?;
+    Ok(())
+}
+
 /// Resident memory, sampled until stopped: the peak since the last take.
 struct Sampler {
     peak: Arc<AtomicUsize>,
@@ -115,7 +136,10 @@ async fn measure(args: &Args, data: &std::path::Path) -> anyhow::Result<()> {
     }
     let server = Server::start_with(&args.engramd, data, &extra)?;
     let pid = server.pid();
-    // The model loads at start; let the baseline settle.
+    // The baseline is the binary's own with the model (when there is one)
+    // having run: one message embedded, found by meaning, then 2 s to
+    // settle. A model that has not run yet has not touched all it needs.
+    warm_up(&server.addr).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let baseline = crate::prepare::rss_kib(pid) as f64 / 1024.0;
     let sampler = Sampler::start(pid);
