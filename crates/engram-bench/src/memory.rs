@@ -72,7 +72,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// One message into an agent of its own, searched for once indexed.
 async fn warm_up(addr: &str) -> anyhow::Result<()> {
     let mut c = connect(addr).await?;
-    let events = vec![alternating(0, "a first message to warm the model up".into())];
+    let events = vec![alternating(
+        0,
+        "a first message to warm the model up".into(),
+    )];
     c.ingest(pb::IngestRequest {
         agent_id: "warm-up".into(),
         events,

@@ -56,10 +56,10 @@ use std::time::Duration;
 use engram_llm::Summarizer;
 use engram_store::Store;
 
-pub use memory::{Heap, use_heap};
 pub use admission::AgentPermit;
 pub use api::*;
 pub use error::EngineError;
+pub use memory::{Heap, use_heap};
 pub use portable::{Export, Import};
 pub use settings::Settings;
 
