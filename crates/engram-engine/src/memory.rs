@@ -9,11 +9,11 @@
 //!
 //! The estimates cannot see everything: the work of calls in flight (an
 //! agent being loaded, a prompt rendered and encoded), and estimates that
-//! are off. Where the binary can tell what its allocator has handed out
+//! are off. Where the binary can tell what its allocator holds
 //! (engramd's jemalloc can: [`use_heap`]), what it holds beyond what it
 //! held when the upkeep started (the model loaded, no agent yet) and
 //! beyond the estimates is counted as well: the agents are kept to the
-//! budget less that, so the budget bounds what the server allocates after
+//! budget less that, so the budget bounds what the server holds after
 //! start, not only what it estimates. And what a pass unloaded is given
 //! back to the system at once: an allocator keeps freed pages for reuse a
 //! while, and with agents unloaded and loaded again many times a second
@@ -35,8 +35,9 @@ const LATELY: Duration = Duration::from_secs(2);
 /// The process's allocator, as far as the budget asks it.
 #[derive(Debug, Clone, Copy)]
 pub struct Heap {
-    /// What it has handed out, in bytes.
-    pub allocated: fn() -> Option<u64>,
+    /// What it holds in memory, in bytes: live allocations, its own
+    /// bookkeeping, and freed pages it keeps for reuse.
+    pub resident: fn() -> Option<u64>,
     /// Gives the pages of freed memory back to the system now.
     pub release_freed: fn(),
 }
@@ -50,7 +51,7 @@ pub fn use_heap(heap: Heap) {
 }
 
 fn heap() -> Option<u64> {
-    HEAP.get().and_then(|heap| (heap.allocated)())
+    HEAP.get().and_then(|heap| (heap.resident)())
 }
 
 /// The last measure, and the pass that calls wait for.

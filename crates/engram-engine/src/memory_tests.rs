@@ -116,7 +116,7 @@ async fn what_the_heap_holds_beyond_the_estimates_leaves_less_room_for_agents() 
     static HEAP: AtomicU64 = AtomicU64::new(1 << 30);
     static RELEASED: AtomicU64 = AtomicU64::new(0);
     crate::use_heap(crate::Heap {
-        allocated: || Some(HEAP.load(Ordering::Relaxed)),
+        resident: || Some(HEAP.load(Ordering::Relaxed)),
         release_freed: || {
             RELEASED.fetch_add(1, Ordering::Relaxed);
         },

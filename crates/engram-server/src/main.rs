@@ -101,8 +101,9 @@ enum Command {
     },
 }
 
-/// What jemalloc has handed out, for the memory budget.
-fn heap_allocated() -> Option<u64> {
+/// What jemalloc holds resident (live allocations, its metadata, the freed
+/// pages it keeps), for the memory budget.
+fn heap_resident() -> Option<u64> {
     tikv_jemalloc_ctl::epoch::advance().ok()?;
     let bytes = tikv_jemalloc_ctl::stats::resident::read().ok()?;
     u64::try_from(bytes).ok()
@@ -128,7 +129,7 @@ fn heap_release_freed() {
 
 fn main() -> ExitCode {
     engram_engine::use_heap(engram_engine::Heap {
-        allocated: heap_allocated,
+        resident: heap_resident,
         release_freed: heap_release_freed,
     });
     let result = tokio::runtime::Builder::new_multi_thread()
