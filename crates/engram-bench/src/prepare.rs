@@ -109,11 +109,17 @@ pub(crate) fn make_agent(dir: &Path, messages: usize, archive: usize) -> anyhow:
 
 /// Resident memory of process `pid`, in KiB (Linux).
 pub(crate) fn rss_kib(pid: u32) -> u64 {
+    proc_status(pid, "VmRSS:")
+}
+
+/// A number field of `/proc/<pid>/status` (`VmRSS:` in KiB, `Threads:`);
+/// 0 if unreadable.
+pub(crate) fn proc_status(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
         .unwrap_or(0)

@@ -356,14 +356,7 @@ struct Sample {
 
 impl Sample {
     async fn take(pid: u32, data: &Path, load: &Load) -> Self {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        let field = |name: &str| -> u64 {
-            status
-                .lines()
-                .find(|l| l.starts_with(name))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-                .unwrap_or(0)
-        };
+        use crate::prepare::proc_status;
         let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64);
         let (index_dirs, index_files) = index_dirs(data);
         let latency = load
@@ -373,9 +366,9 @@ impl Sample {
             .replace(crate::ingest::histogram())
             .expect("a histogram");
         Self {
-            rss_mb: field("VmRSS:") as f64 / 1024.0,
+            rss_mb: proc_status(pid, "VmRSS:") as f64 / 1024.0,
             fds,
-            threads: field("Threads:"),
+            threads: proc_status(pid, "Threads:"),
             index_dirs,
             index_files,
             calls: load.calls.swap(0, Ordering::Relaxed),

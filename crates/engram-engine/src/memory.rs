@@ -172,14 +172,15 @@ impl Engine {
         for id in &unloaded {
             self.caches.drop_agent(id);
         }
-        if !unloaded.is_empty()
+        let store = self.store.memory_bytes();
+        let caches_left = self.caches.shrink_to(room.saturating_sub(store));
+        self.noted(store + caches_left);
+        // What both sides let go of, back to the system at once.
+        if (!unloaded.is_empty() || caches_left < caches)
             && let Some(heap) = HEAP.get()
         {
             (heap.release_freed)();
         }
-        let store = self.store.memory_bytes();
-        let caches = self.caches.shrink_to(room.saturating_sub(store));
-        self.noted(store + caches);
         if !unloaded.is_empty() {
             tracing::debug!(
                 unloaded = unloaded.len(),

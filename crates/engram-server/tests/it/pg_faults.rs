@@ -11,7 +11,7 @@
 //! not the shared one the other tests use.
 
 use crate::common::*;
-use crate::replicas::{Acked, check, replica_env_on, spawn, turn};
+use crate::replicas::{Acked, check, note_acked, replica_env_on, spawn, turn};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -78,13 +78,7 @@ async fn ingest_until_stored(
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         match c.ingest(ingest_req(agent, events.clone())).await {
-            Ok(reply) => {
-                let mut acked = acked.lock().await;
-                for t in reply.into_inner().traces {
-                    acked.insert(t.id.clone(), (agent.to_owned(), t.event_id.clone()));
-                }
-                return;
-            }
+            Ok(reply) => return note_acked(acked, agent, reply.into_inner().traces).await,
             Err(s) => {
                 *codes
                     .lock()

@@ -119,6 +119,11 @@ pub(crate) async fn ingest_acked(
         .unwrap_or_else(|e| panic!("ingest into {agent}: {e}"))
         .into_inner()
         .traces;
+    note_acked(acked, agent, traces).await;
+}
+
+/// `traces` of `agent`, as a client was told they were stored.
+pub(crate) async fn note_acked(acked: &Acked, agent: &str, traces: Vec<pb::RawTrace>) {
     let mut acked = acked.lock().await;
     for t in traces {
         acked.insert(t.id.clone(), (agent.to_owned(), t.event_id.clone()));
