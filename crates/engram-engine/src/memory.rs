@@ -64,6 +64,10 @@ pub struct Gate {
     /// The most the heap held beyond the baseline and the estimates
     /// lately, and when.
     unaccounted: std::sync::Mutex<(u64, Instant)>,
+    /// The heap as the last pass left it.
+    after_pass: std::sync::Mutex<Option<u64>>,
+    /// The most the heap grew between two passes lately, and when.
+    growth: std::sync::Mutex<(u64, Instant)>,
 }
 
 impl Default for Gate {
@@ -73,6 +77,8 @@ impl Default for Gate {
             pass: AsyncMutex::new(()),
             baseline: OnceLock::new(),
             unaccounted: std::sync::Mutex::new((0, Instant::now())),
+            after_pass: std::sync::Mutex::new(None),
+            growth: std::sync::Mutex::new((0, Instant::now())),
         }
     }
 }
@@ -102,9 +108,28 @@ impl Engine {
 
     /// What the agents and caches may hold: the budget less the most the
     /// heap held beyond them lately (calls in flight come and go between
-    /// two measures; the budget is for the peaks).
+    /// two measures; the budget is for the peaks), and less the most it
+    /// grew between two passes lately (what arrives before the next pass
+    /// can act on it: a pass keeps that much free for it).
     fn room(&self, budget: u64) -> u64 {
-        budget.saturating_sub(engram_store::lock(&self.memory.unaccounted).0)
+        let unaccounted = engram_store::lock(&self.memory.unaccounted).0;
+        let growth = engram_store::lock(&self.memory.growth).0;
+        budget.saturating_sub(unaccounted.saturating_add(growth))
+    }
+
+    /// Notes how much the heap grew since the last pass left it (at a
+    /// pass's start), keeping the most of the last [`LATELY`].
+    fn note_growth(&self) {
+        let (Some(now), Some(before)) = (heap(), *engram_store::lock(&self.memory.after_pass))
+        else {
+            return;
+        };
+        let grown = now.saturating_sub(before);
+        let mut recent = engram_store::lock(&self.memory.growth);
+        if grown >= recent.0 || recent.1.elapsed() > LATELY {
+            *recent = (grown, Instant::now());
+        }
+        metrics::gauge!("engram_memory_headroom_bytes").set(recent.0 as f64);
     }
 
     /// `total` as the last measure.
@@ -156,11 +181,19 @@ impl Engine {
     }
 
     async fn budget_pass(&self) -> usize {
-        let (store, caches) = self.accounted();
-        let total = store + caches;
         let Some(budget) = self.memory_budget else {
+            self.accounted();
             return 0;
         };
+        self.note_growth();
+        let unloaded = self.unload_past(budget).await;
+        *engram_store::lock(&self.memory.after_pass) = heap();
+        unloaded
+    }
+
+    async fn unload_past(&self, budget: u64) -> usize {
+        let (store, caches) = self.accounted();
+        let total = store + caches;
         metrics::gauge!("engram_memory_budget_bytes").set(budget as f64);
         let room = self.room(budget);
         if total <= room {

@@ -149,4 +149,19 @@ async fn what_the_heap_holds_beyond_the_estimates_leaves_less_room_for_agents() 
         RELEASED.load(Ordering::Relaxed) >= 1,
         "what was unloaded is given back"
     );
+
+    // The heap as the release left it: the agents kept and the 2.5 more.
+    let base = HEAP.load(Ordering::Relaxed) - held - 5 * one / 2;
+    HEAP.store(base + left + 5 * one / 2, Ordering::Relaxed);
+    assert_eq!(engine.keep_to_budget().await, 0, "within the room now");
+    // Between this pass and the next, an agent is loaded: the heap grew by
+    // it. The next pass keeps that much free as well, for the growth to
+    // come before the pass after it.
+    fill(&engine, "agent-6", 100).await;
+    let grown = store.memory_bytes() + engine.caches.memory_bytes() - left;
+    HEAP.fetch_add(grown, Ordering::Relaxed);
+    engine.keep_to_budget().await;
+    let left = store.memory_bytes() + engine.caches.memory_bytes();
+    let room = budget - 5 * one / 2 - grown;
+    assert!(left <= room, "{left} held, room {room} with the headroom");
 }
