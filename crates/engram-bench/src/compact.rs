@@ -99,7 +99,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let traces = job.traces.len();
             let t = Instant::now();
             store
-                .finish_compaction(&agent, job, summary(), POLICY)
+                .finish_compaction(&agent, job, Some(summary()), POLICY)
                 .await?;
             let finish = t.elapsed();
             println!(
@@ -143,7 +143,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             );
             if let Some(job) = job {
                 store
-                    .finish_compaction(&agent, job, summary(), POLICY)
+                    .finish_compaction(&agent, job, Some(summary()), POLICY)
                     .await?;
             }
         }

@@ -194,11 +194,13 @@ fn request(g: &mut Gen, method: &str) -> Vec<u8> {
             recall: g.rng.random_bool(0.7).then(|| g.rng.random_bool(0.5)),
             recall_max_tokens: g.opt_u32(),
             preview: g.rng.random_bool(0.1),
+            strategy: g.strategy(),
         }
         .encode_to_vec(),
         "Compact" => pb::CompactRequest {
             agent_id: g.agent_id(),
             focus: g.text(),
+            strategy: g.strategy(),
         }
         .encode_to_vec(),
         "Retrieve" => pb::RetrieveRequest {

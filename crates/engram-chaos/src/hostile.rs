@@ -79,6 +79,21 @@ impl Gen {
         self.agent_id()
     }
 
+    /// A request's `strategy`: mostly the agent's own, else one of the
+    /// strategies (trim most, the one that archives without a model), or
+    /// a name that is none.
+    pub fn strategy(&mut self) -> String {
+        if self.chance(0.6) {
+            return String::new();
+        }
+        if !self.wild || self.chance(0.8) {
+            return self
+                .pick(&["trim", "trim", "summarize", "compact_tool_results", "none"])
+                .to_owned();
+        }
+        self.unicode(0..12)
+    }
+
     /// Characters from the awkward corners of unicode.
     pub fn unicode(&mut self, len: std::ops::Range<usize>) -> String {
         const CHARS: [char; 16] = [

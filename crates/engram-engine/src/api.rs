@@ -5,7 +5,7 @@
 //! every protocol refuses the same input with the same message.
 
 use engram_core::budget::TokenBudget;
-use engram_core::compaction::CompactionReport;
+use engram_core::compaction::{CompactionReport, Strategy};
 use engram_core::memory::{EpisodicItem, SemanticItem};
 use engram_core::render::Format;
 use engram_core::retrieve::ToolInteraction;
@@ -46,6 +46,9 @@ pub struct PrepareRequest {
     /// The prompt as it stands, nothing stored, compacted or started
     /// (`prepare.rs`).
     pub preview: bool,
+    /// The compaction strategy for this prompt (default: the agent's
+    /// `policy.strategy`).
+    pub strategy: Option<Strategy>,
 }
 
 /// The prompt, ready to send.
@@ -176,6 +179,9 @@ pub struct ContextStats {
     pub summary_ahead: &'static str,
     /// Event time of the agent's last event.
     pub last_event_at: Option<f64>,
+    /// The compaction strategy the agent's compactions follow (for the
+    /// model), and the turns `trim` keeps.
+    pub strategy: crate::strategy::Chosen,
 }
 
 /// ListAgents.

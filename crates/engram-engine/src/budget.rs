@@ -2,6 +2,8 @@
 //! `[budget.models]` override with the longest matching prefix, then the
 //! agent's `[budget.agents]` override, then the request's output limit.
 
+use std::collections::BTreeMap;
+
 use engram_core::budget::{self, BudgetPolicy, ModelLimits, TokenBudget};
 
 use crate::settings::{BudgetOverride, BudgetSection};
@@ -9,25 +11,53 @@ use crate::settings::{BudgetOverride, BudgetSection};
 #[derive(Debug, Clone)]
 pub struct Budgets {
     section: BudgetSection,
-    /// `section.models` with normalized names, longest first.
-    models: Vec<(String, BudgetOverride)>,
+    overrides: Overrides<BudgetOverride>,
 }
 
-impl Budgets {
-    pub fn new(section: BudgetSection) -> Self {
-        let mut models: Vec<(String, BudgetOverride)> = section
-            .models
+/// Settings by model name prefix and by agent: which apply to a call.
+#[derive(Debug, Clone)]
+pub struct Overrides<T> {
+    /// By normalized model name prefix, longest first.
+    models: Vec<(String, T)>,
+    agents: BTreeMap<String, T>,
+}
+
+impl<T: Clone> Overrides<T> {
+    pub fn new(models: &BTreeMap<String, T>, agents: &BTreeMap<String, T>) -> Self {
+        let mut models: Vec<(String, T)> = models
             .iter()
             .map(|(name, o)| (budget::normalize_model(name), o.clone()))
             .collect();
         models.sort_by_key(|(name, _)| std::cmp::Reverse(name.len()));
-        Self { section, models }
+        Self {
+            models,
+            agents: agents.clone(),
+        }
+    }
+
+    /// The overrides that apply to `agent` calling `model`, the later
+    /// winning: the longest prefix of the model's normalized name, then
+    /// the agent's.
+    pub fn applying<'a>(&'a self, agent: &str, model: &str) -> impl Iterator<Item = &'a T> {
+        let normalized = budget::normalize_model(model);
+        let by_model = self
+            .models
+            .iter()
+            .find(|(prefix, _)| normalized.starts_with(prefix.as_str()))
+            .map(|(_, o)| o);
+        by_model.into_iter().chain(self.agents.get(agent))
+    }
+}
+
+impl Budgets {
+    pub fn new(section: BudgetSection) -> Self {
+        let overrides = Overrides::new(&section.models, &section.agents);
+        Self { section, overrides }
     }
 
     /// The budget of `agent` calling `model`, with the request's output
     /// limit if it set one.
     pub fn budget(&self, agent: &str, model: &str, max_output: Option<u32>) -> TokenBudget {
-        let normalized = budget::normalize_model(model);
         let mut limits = budget::builtin_limits(model).unwrap_or(ModelLimits {
             context_tokens: self.section.default_context_tokens,
             max_output_tokens: self.section.default_max_output_tokens,
@@ -36,7 +66,7 @@ impl Budgets {
             safety_margin_tokens: self.section.safety_margin_tokens,
             compaction_ratio: self.section.compaction_ratio,
         };
-        for o in self.overrides(agent, &normalized) {
+        for o in self.overrides.applying(agent, model) {
             limits.context_tokens = o.context_tokens.unwrap_or(limits.context_tokens);
             limits.max_output_tokens = o.max_output_tokens.unwrap_or(limits.max_output_tokens);
             policy.compaction_ratio = o.compaction_ratio.unwrap_or(policy.compaction_ratio);
@@ -47,27 +77,12 @@ impl Budgets {
         TokenBudget::compute(limits, max_output, policy)
     }
 
-    /// The overrides that apply, the later winning: the longest model
-    /// prefix of `normalized` (a normalized model name), then the agent's.
-    fn overrides<'a>(
-        &'a self,
-        agent: &str,
-        normalized: &str,
-    ) -> impl Iterator<Item = &'a BudgetOverride> {
-        let by_model = self
-            .models
-            .iter()
-            .find(|(prefix, _)| normalized.starts_with(prefix.as_str()))
-            .map(|(_, o)| o);
-        by_model.into_iter().chain(self.section.agents.get(agent))
-    }
-
     /// Where `agent`'s next summary starts in the background, in tokens,
     /// for `budget` (its budget for `model`); `None`: off.
     pub fn precompact_tokens(&self, agent: &str, model: &str, budget: &TokenBudget) -> Option<u32> {
-        let normalized = budget::normalize_model(model);
         let ratio = self
-            .overrides(agent, &normalized)
+            .overrides
+            .applying(agent, model)
             .fold(self.section.precompact_ratio, |r, o| {
                 o.precompact_ratio.unwrap_or(r)
             });

@@ -13,9 +13,11 @@ use std::time::Duration;
 
 use engram_core::AgentId;
 use engram_core::blocks::{Scope, WORKING_MEMORY};
-use engram_core::compaction::{CompactionError, CompactionRecord, CompactionReport, Tier, Trigger};
+use engram_core::compaction::{
+    CompactionError, CompactionRecord, CompactionReport, Strategy, Tier, Trigger,
+};
 use engram_llm::{SummarizeError, Summarizer, SummaryRequest};
-use engram_store::{AgentContext, Begun, Job, Policy, RewriteJob, Store, StoreError};
+use engram_store::{AgentContext, Begun, Hiding, Job, Policy, RewriteJob, Store, StoreError};
 use tokio::time::Instant;
 
 use crate::ahead::{Ahead, Preparations};
@@ -24,7 +26,9 @@ use crate::caches::ContextCaches;
 use crate::flights::{Flights, Share};
 use crate::settings::Settings;
 use crate::sizing;
+use crate::strategy::{Chosen, Strategies};
 
+mod trim;
 mod written_ahead;
 
 /// A compaction's report, and the agent's prompt after it when the
@@ -77,6 +81,15 @@ pub struct Compactor {
     pauses: Arc<Pauses>,
     /// Summaries written ahead of the trigger.
     ahead: Arc<Preparations>,
+    strategies: Arc<Strategies>,
+}
+
+/// How a compaction runs: the strategy it follows, and how it may treat a
+/// summary being written in the background.
+#[derive(Debug, Clone, Copy)]
+pub struct How {
+    pub wait: Wait,
+    pub chosen: Chosen,
 }
 
 /// How a compaction may treat a summary being written in the background.
@@ -148,6 +161,7 @@ impl Compactor {
                     .then_some(settings.memory.default_ttl_secs as f64),
             },
             max_active_turns: policy.max_active_turns,
+            strategies: Arc::new(Strategies::new(policy)),
             flights: Arc::default(),
             ahead: Arc::default(),
             pauses: Arc::new(Pauses {
@@ -161,6 +175,16 @@ impl Compactor {
     /// The turn-count trigger: more finished active turns than this (0: off).
     pub fn max_active_turns(&self) -> usize {
         self.max_active_turns
+    }
+
+    /// The strategy `agent`'s compactions follow for a prompt of `model`
+    /// (the request's, if it named one).
+    pub fn strategy(&self, agent: &str, model: &str, requested: Option<Strategy>) -> Chosen {
+        self.strategies.of(agent, model, requested)
+    }
+
+    pub fn strategies(&self) -> &Strategies {
+        &self.strategies
     }
 
     /// The policy a summary for `trigger` follows: a turn-count compaction
@@ -224,20 +248,25 @@ impl Compactor {
         trigger: Trigger,
         focus: Option<&str>,
         tokens_before: u32,
+        chosen: Chosen,
     ) -> Compacted {
-        self.compact_waiting(agent, trigger, focus, tokens_before, Wait::Always)
+        let how = How {
+            wait: Wait::Always,
+            chosen,
+        };
+        self.compact_waiting(agent, trigger, focus, tokens_before, how)
             .await
     }
 
     /// [`compact`](Self::compact), for a prompt that may not have to wait
-    /// for a summarizer (`wait`).
+    /// for a summarizer (`how.wait`).
     pub async fn compact_waiting(
         &self,
         agent: &AgentId,
         trigger: Trigger,
         focus: Option<&str>,
         tokens_before: u32,
-        wait: Wait,
+        how: How,
     ) -> Compacted {
         let this = self.clone();
         let work = {
@@ -246,7 +275,7 @@ impl Compactor {
             async move {
                 let started = std::time::Instant::now();
                 let compacted = this
-                    .run(&agent, trigger, focus.as_deref(), tokens_before, wait)
+                    .run(&agent, trigger, focus.as_deref(), tokens_before, how)
                     .await;
                 if !compacted.deferred {
                     this.log(&agent, &compacted.report, started).await;
@@ -255,9 +284,9 @@ impl Compactor {
             }
         };
         let failed = move || {
-            Compacted::only(
-                CompactionReport::new(trigger, tokens_before).failed(CompactionError::Unexpected),
-            )
+            let mut report = CompactionReport::new(trigger, tokens_before);
+            report.strategy = how.chosen.strategy;
+            Compacted::only(report.failed(CompactionError::Unexpected))
         };
         let (mut compacted, share) = self.flights.run(agent, work, failed).await;
         let outcome = match share {
@@ -306,9 +335,16 @@ impl Compactor {
         trigger: Trigger,
         focus: Option<&str>,
         tokens_before: u32,
-        wait: Wait,
+        How { wait, chosen }: How,
     ) -> Compacted {
         let mut out = Compacted::only(CompactionReport::new(trigger, tokens_before));
+        out.report.strategy = chosen.strategy;
+        match chosen.strategy {
+            Strategy::Summarize => {}
+            Strategy::None => return out.failed(CompactionError::Off),
+            Strategy::CompactToolResults => return self.tool_results_only(agent, out).await,
+            Strategy::Trim => return self.trim(agent, trigger, chosen.keep_last_turns, out).await,
+        }
         // A summary written ahead answers a size trigger or a plain
         // Compact; a turn count, a quiet conversation or a focus want
         // their own window or words.
@@ -336,14 +372,17 @@ impl Compactor {
                 }
             }
         }
-        // The cheapest tier that can answer the trigger. Hiding old tool
-        // results shrinks the prompt but keeps every turn: it answers the
-        // size triggers only; a turn count or a manual Compact summarizes.
+        // The cheapest tiers that can answer the trigger. Snipping and
+        // hiding old tool results shrink the prompt but keep every turn:
+        // they answer the size triggers only; a turn count or a manual
+        // Compact summarizes.
         if trigger.is_about_size() {
-            match self.microcompact_tier(agent, &mut out).await {
-                Ok(true) => return out,
-                Ok(false) => {}
-                Err(e) => return out.failed(e),
+            for hiding in [Hiding::Snip, Hiding::Microcompact] {
+                match self.hide_tier(agent, hiding, &mut out).await {
+                    Ok(true) => return out,
+                    Ok(false) => {}
+                    Err(e) => return out.failed(e),
+                }
             }
         }
         // The prompt fits: its summary is written in the background (of
@@ -374,7 +413,7 @@ impl Compactor {
         };
         match self
             .store
-            .finish_compaction(agent, job, summary, policy)
+            .finish_compaction(agent, job, Some(summary), policy)
             .await
         {
             Ok(done) => {
@@ -409,23 +448,29 @@ impl Compactor {
         }
     }
 
-    /// Microcompact, the first tier of a size trigger: true when the
-    /// prompt it leaves is under the trigger (the compaction is done).
-    async fn microcompact_tier(
+    /// Snip or microcompact, the first tiers of a size trigger: true when
+    /// the prompt it leaves is under the trigger (the compaction is done).
+    async fn hide_tier(
         &self,
         agent: &AgentId,
+        hiding: Hiding,
         out: &mut Compacted,
     ) -> Result<bool, CompactionError> {
+        // An earlier tier of this compaction opened its epoch already.
+        let same_epoch = out.context.is_some();
         let done = match self
             .store
-            .microcompact(agent, self.policy.raw_tail_turns)
+            .hide_old(agent, hiding, self.policy.raw_tail_turns, same_epoch)
             .await
         {
             Ok(None) => return Ok(false),
             Ok(Some(done)) => done,
-            Err(e) => return Err(storage(agent, &e, "microcompact")),
+            Err(e) => return Err(storage(agent, &e, hiding.as_str())),
         };
-        out.report.steps.push(Tier::Microcompact);
+        out.report.steps.push(match hiding {
+            Hiding::Snip => Tier::Snip,
+            Hiding::Microcompact => Tier::Microcompact,
+        });
         let (over, tokens) =
             sizing::over_trigger(&self.caches, &self.budgets, agent, &done.context);
         out.context = Some(done.context);
@@ -457,8 +502,14 @@ impl Compactor {
         }
         let mut policy = self.policy_for(trigger);
         policy.raw_tail_turns = policy.raw_tail_turns.saturating_sub(fewer_raw);
+        self.window(agent, policy).await.map(|job| (job, policy))
+    }
+
+    /// The window of whole turns older than `policy`'s raw tail, marked
+    /// as being compacted.
+    async fn window(&self, agent: &AgentId, policy: Policy) -> Result<Job, CompactionError> {
         match self.store.begin_compaction(agent, policy).await {
-            Ok(Begun::Job(job)) => Ok((job, policy)),
+            Ok(Begun::Job(job)) => Ok(job),
             Ok(Begun::Nothing) => Err(CompactionError::NothingToCompact {
                 raw_tail_turns: policy.raw_tail_turns,
             }),

@@ -121,10 +121,18 @@ impl Engine {
             if context.user_id.is_none() || context.finished_turns == 0 {
                 continue;
             }
+            // A summary for the user's next conversation: agents whose
+            // strategy writes none are left as they are.
+            let chosen = self
+                .compactor
+                .strategy(id.as_str(), &context.model(None), None);
+            if !chosen.strategy.summarizes() {
+                continue;
+            }
             let tokens = crate::sizing::over_trigger(&self.caches, &self.budgets, &id, &context).1;
             let report = self
                 .compactor
-                .compact(&id, Trigger::Idle, None, tokens)
+                .compact(&id, Trigger::Idle, None, tokens, chosen)
                 .await
                 .report;
             if report.performed {

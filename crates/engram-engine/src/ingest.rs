@@ -1,7 +1,7 @@
 //! Ingest, with the compaction mark a provider's usage report can set, and
 //! Compact, the compaction a client asks for.
 
-use engram_core::compaction::{CompactionReport, Trigger};
+use engram_core::compaction::{CompactionReport, Strategy, Trigger};
 use engram_store::Ingested;
 
 use crate::api::IngestRequest;
@@ -45,15 +45,25 @@ impl Engine {
     }
 
     /// A compaction now, whatever the triggers say, with an optional
-    /// `focus` for the summary. The report says what happened, errors
-    /// included; only a bad request or an unreadable agent is an error.
-    pub async fn compact(&self, agent_id: &str, focus: Option<&str>) -> Result<CompactionReport> {
+    /// `focus` for the summary, following `strategy` (else the agent's).
+    /// The report says what happened, errors included; only a bad request
+    /// or an unreadable agent is an error.
+    pub async fn compact(
+        &self,
+        agent_id: &str,
+        focus: Option<&str>,
+        strategy: Option<Strategy>,
+    ) -> Result<CompactionReport> {
         let id = limits::agent_id("agent_id", agent_id)?;
         let focus = focus.map(str::trim).filter(|f| !f.is_empty());
-        let before = self.prompt_tokens(&id).await?;
+        let (_, size, model) =
+            crate::sizing::measure(self.store.as_ref(), &self.caches, &self.budgets, &id, None)
+                .await?;
+        let chosen = self.compactor.strategy(id.as_str(), &model, strategy);
+        let before = size.prompt_tokens();
         let compacted = self
             .compactor
-            .compact(&id, Trigger::Manual, focus, before)
+            .compact(&id, Trigger::Manual, focus, before, chosen)
             .await;
         let mut report = compacted.report;
         // A compaction that changed the prompt counted it already.

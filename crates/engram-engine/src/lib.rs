@@ -48,6 +48,7 @@ mod retrieve;
 pub mod settings;
 mod sizing;
 mod stats;
+pub mod strategy;
 mod users;
 
 use std::sync::Arc;

@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use engram_core::compaction::{CompactionReport, Signals, Trigger, decide};
+use engram_core::compaction::{
+    CompactionError, CompactionReport, Signals, Strategy, Trigger, decide,
+};
 use engram_core::render::{Format, Prompt};
 use engram_core::{AgentId, NewEvent, TraceType, tokens};
 use engram_store::{AgentContext, PrepareInput};
@@ -11,10 +13,11 @@ use engram_store::{AgentContext, PrepareInput};
 use crate::api::{PrepareRequest, Prepared, PromptMessages};
 use crate::budget::Budgets;
 use crate::caches::{Caches, TurnRecall};
-use crate::compactor::Wait;
+use crate::compactor::{How, Wait};
 use crate::error::{EngineError, Result};
 use crate::recall;
 use crate::sizing::{self, Sizing, sizing};
+use crate::strategy::Strategies;
 use crate::{Engine, limits};
 
 /// What a PrepareRequest asks for, parsed.
@@ -25,6 +28,9 @@ struct Ask<'a> {
     max_output: Option<u32>,
     force: bool,
     max_active_turns: usize,
+    /// The request's strategy, if it named one.
+    strategy: Option<Strategy>,
+    strategies: &'a Strategies,
 }
 
 /// What the first look at an agent's prompt decided.
@@ -32,8 +38,12 @@ enum Look {
     /// Its size now, and its model; and where the next summary may start
     /// being written ahead (`budget.precompact_ratio`), if it may.
     Ready(Sizing, String, Option<u32>),
-    /// Compact first (trigger, prompt tokens now, how it may wait).
-    Compact(Trigger, u32, Wait),
+    /// Compact first (trigger, prompt tokens now, how).
+    Compact(Trigger, u32, How),
+    /// A trigger fired, but the agent's strategy is `none`: the prompt as
+    /// it stands, with the report of the compaction that did not run when
+    /// the client forced one.
+    Off(Sizing, String, Option<CompactionReport>),
 }
 
 impl Engine {
@@ -53,6 +63,8 @@ impl Engine {
             max_output: req.max_output_tokens.filter(|&n| n > 0),
             force: req.force_compaction,
             max_active_turns: self.compactor.max_active_turns(),
+            strategy: req.strategy,
+            strategies: self.compactor.strategies(),
         };
         let input = PrepareInput {
             user: user.as_ref(),
@@ -116,7 +128,9 @@ impl Engine {
                     });
                     Look::Ready(size, model, None)
                 }
-                Look::Ready(size, model, _) => Look::Ready(size, model, None),
+                Look::Ready(size, model, _) | Look::Off(size, model, _) => {
+                    Look::Ready(size, model, None)
+                }
             };
         }
         let (context, size, report) = match look {
@@ -131,12 +145,13 @@ impl Engine {
                 }
                 (context, (size, model), None)
             }
-            Look::Compact(trigger, tokens_before, wait) => {
+            Look::Off(size, model, report) => (context, (size, model), report),
+            Look::Compact(trigger, tokens_before, how) => {
                 // Compaction runs before the prompt is built, once; the prompt
                 // of the new epoch is built whatever the report says.
                 let compacted = self
                     .compactor
-                    .compact_waiting(&id, trigger, None, tokens_before, wait)
+                    .compact_waiting(&id, trigger, None, tokens_before, how)
                     .await;
                 // Deferred, a compaction changed nothing but, perhaps, a
                 // microcompact's placeholders (which it reports).
@@ -260,14 +275,30 @@ fn look(context: &AgentContext, caches: &mut Caches, ask: &Ask<'_>, budgets: &Bu
         max_active_turns: ask.max_active_turns,
     };
     let tokens = size.prompt_tokens();
-    let ahead = budgets.precompact_tokens(ask.agent.as_str(), &model, &size.budget);
+    let chosen = ask.strategies.of(ask.agent.as_str(), &model, ask.strategy);
+    // Only a summary is written ahead.
+    let ahead = chosen
+        .strategy
+        .summarizes()
+        .then(|| budgets.precompact_tokens(ask.agent.as_str(), &model, &size.budget))
+        .flatten();
+    let how = |wait| How { wait, chosen };
     match decide(size.size, &size.budget, signals) {
+        // Nothing is compacted; a client that forced it is told why.
+        Some(trigger) if chosen.strategy == Strategy::None => {
+            let report = ask.force.then(|| {
+                let mut report = CompactionReport::new(trigger, tokens);
+                report.strategy = Strategy::None;
+                report.failed(CompactionError::Off)
+            });
+            Look::Off(size, model, report)
+        }
         // With summaries written ahead, a prompt that fits its window does
         // not wait for a summarizer.
         Some(trigger) if ahead.is_some() && tokens <= size.budget.input_budget => {
-            Look::Compact(trigger, tokens, Wait::NotWhileItFits)
+            Look::Compact(trigger, tokens, how(Wait::NotWhileItFits))
         }
-        Some(trigger) => Look::Compact(trigger, tokens, Wait::Always),
+        Some(trigger) => Look::Compact(trigger, tokens, how(Wait::Always)),
         None => Look::Ready(size, model, ahead),
     }
 }
@@ -303,10 +334,19 @@ fn build(
     let report = report.map(|mut report| {
         report.tokens_after = transcript_tokens;
         if let Some(error) = &report.error {
-            warnings.push(format!(
-                "compaction ({}) did not run: {error}; the prompt was not pruned",
-                report.trigger.as_str()
-            ));
+            let steps: Vec<&str> = report.steps.iter().map(|t| t.as_str()).collect();
+            warnings.push(if steps.is_empty() {
+                format!(
+                    "compaction ({}) did not run: {error}; the prompt was not pruned",
+                    report.trigger.as_str()
+                )
+            } else {
+                format!(
+                    "compaction ({}) stopped after {}: {error}",
+                    report.trigger.as_str(),
+                    steps.join(", ")
+                )
+            });
         }
         report
     });

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use engram_core::compaction::Strategy;
 use serde::Deserialize;
 
 /// Everything an [`crate::Engine`] is configured with.
@@ -86,6 +87,30 @@ pub struct PolicySection {
     pub max_active_turns: usize,
     pub max_episodic_items: usize,
     pub max_semantic_items: usize,
+    /// What compactions may do (`strategy.rs`).
+    #[serde(default)]
+    pub strategy: Strategy,
+    /// Whole turns `trim` keeps before the current one.
+    #[serde(default = "default_keep_last_turns")]
+    pub keep_last_turns: usize,
+    /// `strategy` and `keep_last_turns` by model name prefix.
+    #[serde(default)]
+    pub models: BTreeMap<String, PolicyOverride>,
+    /// By agent id; wins over the model's.
+    #[serde(default)]
+    pub agents: BTreeMap<String, PolicyOverride>,
+}
+
+fn default_keep_last_turns() -> usize {
+    8
+}
+
+/// The policy keys a model or an agent may set otherwise.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyOverride {
+    pub strategy: Option<Strategy>,
+    pub keep_last_turns: Option<usize>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -18,6 +18,7 @@ impl Engine {
         let tokens_now = size.prompt_tokens();
         let index = self.store.index_state(&id).await?;
         let files = self.store.file_sizes(&id).await?;
+        let strategy = self.compactor.strategy(id.as_str(), &model, None);
         Ok(ContextStats {
             estimated_tokens: size.size.estimate,
             last_reported_prompt_tokens: size.size.reported.map_or(0, |(r, _)| r),
@@ -34,9 +35,11 @@ impl Engine {
             model: model.clone(),
             index,
             user_id: context.user_id.clone(),
+            strategy,
             precompact_tokens: self
                 .budgets
                 .precompact_tokens(id.as_str(), &model, &size.budget)
+                .filter(|_| strategy.strategy.summarizes())
                 .unwrap_or(0),
             summary_ahead: self.compactor.summary_ahead(&id, context.epoch),
             last_event_at: context.last_event_at,

@@ -34,7 +34,7 @@ use crate::agent::{AgentMeta, AgentState, EPISODIC, RAW_ARCHIVE, RAW_TRACES, SEM
 use crate::durable::DurableFile;
 use crate::jsonl::{append_sync, atomic_write, line};
 use crate::{
-    Begun, CommitStep, Committed, FileStore, FsyncPolicy, Job, Microcompacted, Policy, Result,
+    Begun, CommitStep, Committed, FileStore, FsyncPolicy, Hidden, Hiding, Job, Policy, Result,
     StoreError, wal,
 };
 
@@ -61,7 +61,7 @@ pub(crate) fn waiting_for_space(dir: &Path) -> StoreError {
 fn write_intent(
     state: &mut AgentState,
     job: &Job,
-    summary: Summary,
+    summary: Option<Summary>,
     policy: Policy,
 ) -> Result<(Intent, u32, u32)> {
     let archive = state.dir.join(RAW_ARCHIVE);
@@ -130,7 +130,7 @@ impl Compacts for FileStore {
         &self,
         id: &AgentId,
         job: Job,
-        summary: Summary,
+        summary: Option<Summary>,
         policy: Policy,
     ) -> Result<Committed> {
         let handle = self.existing_handle(id)?;
@@ -161,11 +161,13 @@ impl Compacts for FileStore {
     /// Microcompact: tool results of turns older than the last
     /// `keep_turns` (and the current one) show as placeholders from now on,
     /// in a new epoch. Nothing is archived or lost. `None`: nothing changed.
-    async fn microcompact(
+    async fn hide_old(
         &self,
         id: &AgentId,
+        hiding: Hiding,
         keep_turns: usize,
-    ) -> Result<Option<Microcompacted>> {
+        same_epoch: bool,
+    ) -> Result<Option<Hidden>> {
         let handle = self.existing_handle(id)?;
         let mut slot = handle.lock().await;
         let state = self.loaded(id, &mut slot).await?;
@@ -179,13 +181,13 @@ impl Compacts for FileStore {
             // A new epoch now would make that summary's work stale.
             return Ok(None);
         }
-        let Some((meta, hidden)) = state.microcompact_meta(keep_turns) else {
+        let Some((meta, hidden)) = state.hide_meta(hiding, keep_turns, same_epoch) else {
             return Ok(None);
         };
         state.save_meta(meta)?;
         engram_store::drop_later(state.rebuild_epoch());
-        tracing::info!(agent = %id, hidden, "microcompacted old tool results");
-        Ok(Some(Microcompacted {
+        tracing::info!(agent = %id, hidden, tier = hiding.as_str(), "hid old messages from the prompt");
+        Ok(Some(Hidden {
             hidden,
             context: state.context(),
         }))
@@ -260,8 +262,10 @@ impl FileStore {
     ) -> Result<Option<Vec<u8>>> {
         let dir = &state.dir;
         self.inner.faults.check(CommitStep::Episodic)?;
-        if !state.episodic.iter().any(|e| e.id == intent.episodic.id) {
-            append_sync(&dir.join(EPISODIC), &line(&intent.episodic))?;
+        if let Some(item) = &intent.episodic
+            && !state.episodic.iter().any(|e| e.id == item.id)
+        {
+            append_sync(&dir.join(EPISODIC), &line(item))?;
         }
         self.inner.faults.check(CommitStep::Semantic)?;
         let known: HashSet<&str> = state.semantic.iter().map(|s| s.id.as_str()).collect();

@@ -82,8 +82,8 @@ pub use durable::FsyncPolicy;
 // The API crate's values and helpers under this crate's paths, so that
 // every module names them the one way.
 pub(crate) use engram_store::{
-    AgentContext, Begun, Bundle, CommitStep, Committed, Hit, IndexState, Ingested, Job, Memory,
-    MemoryQuery, Microcompacted, Policy, PrepareInput, Prepared, RankedMemories, Recalled, Result,
+    AgentContext, Begun, Bundle, CommitStep, Committed, Hidden, Hiding, Hit, IndexState, Ingested,
+    Job, Memory, MemoryQuery, Policy, PrepareInput, Prepared, RankedMemories, Recalled, Result,
     Search, SearchMode, SearchPage, SeenBlocks, StoreError, Visible, derived, drop_later, error,
     intent, offload, offload_over, query_vector, unix_now,
 };

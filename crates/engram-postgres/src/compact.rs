@@ -12,7 +12,7 @@ use engram_core::AgentId;
 use engram_core::compaction::{CompactionRecord, Summary};
 use engram_core::memory::{EpisodicItem, SemanticItem};
 use engram_store::intent::Intent;
-use engram_store::{Begun, CommitStep, Committed, Compacts, Job, Microcompacted, Policy, Result};
+use engram_store::{Begun, CommitStep, Committed, Compacts, Hidden, Hiding, Job, Policy, Result};
 use sqlx::PgConnection;
 
 use crate::cache::Cached;
@@ -51,7 +51,7 @@ impl Compacts for PgStore {
         &self,
         id: &AgentId,
         job: Job,
-        summary: Summary,
+        summary: Option<Summary>,
         policy: Policy,
     ) -> Result<Committed> {
         let finished = self.finish(id, job, summary, policy).await;
@@ -61,11 +61,13 @@ impl Compacts for PgStore {
         finished
     }
 
-    async fn microcompact(
+    async fn hide_old(
         &self,
         id: &AgentId,
+        hiding: Hiding,
         keep_turns: usize,
-    ) -> Result<Option<Microcompacted>> {
+        same_epoch: bool,
+    ) -> Result<Option<Hidden>> {
         let handle = self.handle(id.as_str());
         let mut slot = handle.lock().await;
         let mut tx = self.lock_existing(id, &mut slot).await?;
@@ -74,12 +76,12 @@ impl Compacts for PgStore {
             return Ok(None);
         }
         let cached = slot.as_mut().expect("current");
-        let Some((meta, hidden)) = cached.derived.microcompact_meta(keep_turns) else {
+        let Some((meta, hidden)) = cached.derived.hide_meta(hiding, keep_turns, same_epoch) else {
             return Ok(None);
         };
         let cached = new_epoch(tx, id, &mut slot, meta, "microcompacting").await?;
-        tracing::info!(agent = %id, hidden, "microcompacted old tool results");
-        Ok(Some(Microcompacted {
+        tracing::info!(agent = %id, hidden, tier = hiding.as_str(), "hid old messages from the prompt");
+        Ok(Some(Hidden {
             hidden,
             context: context_of(cached),
         }))
@@ -130,7 +132,7 @@ impl PgStore {
         &self,
         id: &AgentId,
         job: Job,
-        summary: Summary,
+        summary: Option<Summary>,
         policy: Policy,
     ) -> Result<Committed> {
         let handle = self.handle(id.as_str());
@@ -212,7 +214,9 @@ impl PgStore {
         // the same lock as the indexer's (after the agent's row, held).
         crate::vectors::lock_vector_writes(tx, vec![id]).await?;
         faults.check(CommitStep::Episodic)?;
-        insert_episodic(tx, id, &intent.episodic).await?;
+        if let Some(item) = &intent.episodic {
+            insert_episodic(tx, id, item).await?;
+        }
         faults.check(CommitStep::Semantic)?;
         for fact in &intent.semantic {
             upsert_semantic(tx, id, fact).await?;

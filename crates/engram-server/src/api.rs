@@ -98,9 +98,10 @@ impl Api {
         req: pb::CompactRequest,
     ) -> Result<pb::CompactResponse, Status> {
         let _agent = auth::authorize(&self.engine, caller, &req.agent_id, "").await?;
+        let strategy = convert::strategy_from_pb(&req.strategy).map_err(from_engine)?;
         let report = self
             .engine
-            .compact(&req.agent_id, Some(req.focus.as_str()))
+            .compact(&req.agent_id, Some(req.focus.as_str()), strategy)
             .await
             .map_err(from_engine)?;
         Ok(pb::CompactResponse {

@@ -296,6 +296,7 @@ pub fn report_to_pb(r: &CompactionReport) -> pb::CompactionReport {
         tokens_after: r.tokens_after,
         prepared_in_background: r.prepared_ago.is_some(),
         prepared_secs_ago: r.prepared_ago.map_or(0.0, |d| d.as_secs_f64()),
+        strategy: r.strategy.as_str().to_owned(),
         error: r
             .error
             .as_ref()
@@ -335,6 +336,18 @@ pub fn format_from_pb(raw: i32) -> Result<Option<Format>, EngineError> {
             "render_format {raw} is unknown; use RENDER_FORMAT_UNSPECIFIED, _OPENAI_CHAT, _OPENAI_RESPONSES, _ANTHROPIC_MESSAGES or _GEMINI"
         ))),
     }
+}
+
+/// A request's `strategy`: "" for the agent's own.
+pub fn strategy_from_pb(
+    raw: &str,
+) -> Result<Option<engram_core::compaction::Strategy>, EngineError> {
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    raw.parse()
+        .map(Some)
+        .map_err(|e| EngineError::Invalid(format!("strategy: {e} (or empty for the agent's own)")))
 }
 
 #[cfg(test)]

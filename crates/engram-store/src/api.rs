@@ -349,7 +349,7 @@ impl Committed {
         Self {
             traces_pruned: u32::try_from(intent.trace_ids.len()).unwrap_or(u32::MAX),
             turn_ids: intent.turn_ids,
-            episodic_id: intent.episodic.id,
+            episodic_id: intent.episodic.map(|e| e.id).unwrap_or_default(),
             semantic_added: added,
             semantic_updated: updated,
             epoch,
@@ -358,10 +358,10 @@ impl Committed {
     }
 }
 
-/// What a microcompact did.
+/// What a prompt-only tier (snip, microcompact) did.
 #[derive(Debug, Clone)]
-pub struct Microcompacted {
-    /// Tool results that show as placeholders from now on.
+pub struct Hidden {
+    /// Traces that show differently from now on (snipped, or placeholders).
     pub hidden: u32,
     /// The prompt of the new epoch.
     pub context: AgentContext,

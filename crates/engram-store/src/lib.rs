@@ -32,8 +32,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use api::{
-    AgentContext, Begun, Bundle, CommitStep, Committed, Forgotten, Hit, Imported, IndexState,
-    Ingested, Job, MatchedBy, Memory, MemoryQuery, Microcompacted, Policy, PrepareInput, Prepared,
+    AgentContext, Begun, Bundle, CommitStep, Committed, Forgotten, Hidden, Hit, Imported,
+    IndexState, Ingested, Job, MatchedBy, Memory, MemoryQuery, Policy, PrepareInput, Prepared,
     RankedMemories, Recalled, RewriteJob, Search, SearchMode, SearchPage, SeenBlocks, Visible,
 };
 pub use traits::{
@@ -53,6 +53,7 @@ pub mod prelude {
 }
 pub use derived::AgentMeta;
 pub use embedding::{Outcome as Embedding, embed_batch, expect_query, query_vector};
+pub use engram_core::state::Hiding;
 pub use error::{Result, StoreError};
 pub use items::{MAX_EMBEDDED_CHARS, episodic_item, for_embedding, semantic_item, trace_item};
 pub use memo::Remembering;

@@ -40,9 +40,9 @@ use engram_core::users::{Folded, LastConversation, UserFact};
 use engram_core::{AgentId, NewEvent, Usage, UserId};
 
 use crate::{
-    AgentContext, Begun, Bundle, Committed, Forgotten, Imported, IndexState, Ingested, Job,
-    MemoryQuery, Microcompacted, Policy, PrepareInput, Prepared, RankedMemories, Result,
-    RewriteJob, Search, SearchPage, Visible,
+    AgentContext, Begun, Bundle, Committed, Forgotten, Hidden, Hiding, Imported, IndexState,
+    Ingested, Job, MemoryQuery, Policy, PrepareInput, Prepared, RankedMemories, Result, RewriteJob,
+    Search, SearchPage, Visible,
 };
 
 /// Engram's storage. Every write that returns `Ok` is durable (per the
@@ -200,21 +200,34 @@ pub trait Compacts {
 
     /// Commits `summary` for `job` all or nothing: the episodic item and
     /// facts stored, the window's traces archived, the new epoch and its
-    /// snapshot started. CONFLICT (nothing written) when the window changed
+    /// snapshot started. With no summary it is a trim: the window's traces
+    /// archived with nothing written for them, the kept turns messages of
+    /// the new epoch. CONFLICT (nothing written) when the window changed
     /// meanwhile.
     async fn finish_compaction(
         &self,
         id: &AgentId,
         job: Job,
-        summary: Summary,
+        summary: Option<Summary>,
         policy: Policy,
     ) -> Result<Committed>;
 
-    /// Tool results of turns older than the last `keep_turns` (and the
-    /// current one) show as placeholders from now on, in a new epoch.
-    /// Nothing is archived or lost. `None` when nothing changed.
-    async fn microcompact(&self, id: &AgentId, keep_turns: usize)
-    -> Result<Option<Microcompacted>>;
+    /// Turns older than the last `keep_turns` (and the current one) show
+    /// as `hiding` shows them from now on (snip: without what carries
+    /// nothing for the model; microcompact: tool results as placeholders),
+    /// in a new epoch. Nothing is archived or lost: the prompt changes, the
+    /// raw traces do not. `same_epoch`: an earlier tier of the same
+    /// compaction started the epoch already, which is changed in place
+    /// (one compaction, one epoch). `None` when nothing changed, or while
+    /// a summary of the agent is being written (a new epoch would make it
+    /// stale).
+    async fn hide_old(
+        &self,
+        id: &AgentId,
+        hiding: Hiding,
+        keep_turns: usize,
+        same_epoch: bool,
+    ) -> Result<Option<Hidden>>;
 
     /// Appends `record` to the agent's compaction log, durably, with the
     /// next `seq` of the agent (which it returns); the log keeps the last

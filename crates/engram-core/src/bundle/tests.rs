@@ -75,6 +75,7 @@ fn compaction(seq: u64) -> CompactionRecord {
         duration_secs: 0.5,
         outcome: "summarized".into(),
         trigger: "estimate".into(),
+        strategy: "summarize".into(),
         steps: vec!["summarize".into()],
         turn_ids: vec![crate::turns::turn_id(1)],
         episodic_id: "s1".into(),

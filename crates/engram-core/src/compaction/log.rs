@@ -27,10 +27,14 @@ pub struct CompactionRecord {
     pub at: f64,
     /// From its start (or from taking a summary written ahead) to its end.
     pub duration_secs: f64,
-    /// `summarized`, `microcompacted` or `failed`.
+    /// `summarized`, `trimmed`, `microcompacted`, `snipped` or `failed`.
     pub outcome: String,
     /// What asked for it (`Trigger::as_str`).
     pub trigger: String,
+    /// The strategy it followed (`Strategy::as_str`; empty in records
+    /// written before strategies existed, which summarized).
+    #[serde(default)]
+    pub strategy: String,
     /// The tiers that ran, cheapest first.
     #[serde(default)]
     pub steps: Vec<String>,
@@ -72,10 +76,13 @@ impl CompactionRecord {
         summarizer: &str,
     ) -> Option<Self> {
         let microcompacted = report.steps.contains(&Tier::Microcompact);
+        let snipped = report.steps.contains(&Tier::Snip);
         let outcome = match report.outcome() {
-            // Old tool results were hidden before the summary found
-            // nothing to do: the prompt did change.
+            // Old tool results were hidden (or old messages snipped)
+            // before the summary found nothing to do: the prompt did
+            // change.
             "skipped" if microcompacted => "microcompacted",
+            "skipped" if snipped => "snipped",
             "skipped" => return None,
             // The endpoint's circuit is open: every due prompt meets it at
             // once until it closes (the metrics and /health say so).
@@ -95,6 +102,7 @@ impl CompactionRecord {
             duration_secs,
             outcome: outcome.to_owned(),
             trigger: report.trigger.as_str().to_owned(),
+            strategy: report.strategy.as_str().to_owned(),
             steps: report.steps.iter().map(|t| t.as_str().to_owned()).collect(),
             turn_ids: report.turn_ids.clone(),
             episodic_id: report.episodic_id.clone(),

@@ -14,10 +14,12 @@
 //!   epoch's snapshot), decided without I/O.
 //! - [`report`]: the [`CompactionReport`] of what a compaction did.
 //! - [`log`]: the [`CompactionRecord`] an agent's compaction log keeps of it.
+//! - [`strategy`]: what an agent's compactions may do ([`Strategy`]).
 
 pub mod log;
 pub mod plan;
 pub mod report;
+pub mod strategy;
 pub mod trigger;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -30,6 +32,7 @@ use crate::{RawTrace, TraceType};
 
 pub use log::CompactionRecord;
 pub use report::{CompactionError, CompactionReport};
+pub use strategy::{Strategy, UnknownStrategy};
 pub use trigger::{PromptSize, Signals, Tier, Trigger, decide};
 
 /// A summarizer's answer: what a compaction stores. Summarizers return it

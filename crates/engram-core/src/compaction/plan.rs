@@ -33,7 +33,8 @@ pub struct Before<'a> {
 /// The commit of one compaction.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
-    pub episodic: EpisodicItem,
+    /// The summary's item; `None` for a trim (archived with no summary).
+    pub episodic: Option<EpisodicItem>,
     pub facts: FactMerge,
     pub snapshot: String,
     /// The active traces the snapshot shows (its raw tail).
@@ -53,8 +54,49 @@ impl Plan {
 }
 
 /// Plans the commit of `summary` for the window of `turn_ids` (its traces:
-/// `window`). `new_id` names the new items.
+/// `window`); with no summary, a trim: the window is archived and nothing
+/// written for it. `new_id` names the new items.
 pub fn plan(
+    before: Before<'_>,
+    turn_ids: &[String],
+    window: &HashSet<&str>,
+    summary: Option<Summary>,
+    limits: SnapshotLimits,
+    now: f64,
+    new_id: impl FnMut() -> String,
+) -> Plan {
+    match summary {
+        Some(summary) => summarized(before, turn_ids, window, summary, limits, now, new_id),
+        None => trimmed(before, limits, now),
+    }
+}
+
+/// A trim's commit: no item, no fact; the snapshot shows the memories
+/// there are (earlier summaries, facts) and no raw tail, so that the kept
+/// turns stay messages, their calls and results paired as they were.
+/// Empty when there are no memories: the epoch starts with no snapshot.
+fn trimmed(before: Before<'_>, limits: SnapshotLimits, now: f64) -> Plan {
+    let episodic = recent_episodic(before.episodic, limits.max_episodic);
+    let facts = crate::facts::shown(before.semantic, limits.max_semantic, now);
+    let snapshot = if episodic.is_empty() && facts.iter().all(|f| !f.is_live()) {
+        String::new()
+    } else {
+        let mut text = render_snapshot(&episodic, &facts, &[]);
+        // No raw tail: the section's header alone would say nothing.
+        if let Some(cut) = text.rfind("[RECENT TURNS]\n") {
+            text.truncate(cut);
+        }
+        text
+    };
+    Plan {
+        episodic: None,
+        facts: FactMerge::default(),
+        snapshot,
+        snapshot_trace_ids: vec![],
+    }
+}
+
+fn summarized(
     before: Before<'_>,
     turn_ids: &[String],
     window: &HashSet<&str>,
@@ -114,7 +156,7 @@ pub fn plan(
         &tail,
     );
     Plan {
-        episodic,
+        episodic: Some(episodic),
         facts,
         snapshot,
         snapshot_trace_ids: tail.iter().map(|t| t.id.clone()).collect(),
@@ -168,12 +210,12 @@ mod tests {
             },
             &["turn_0001".to_owned()],
             &window,
-            Summary {
+            Some(Summary {
                 episodic_summary: "Asked a first question.".into(),
                 tags: vec![],
                 salience: 7.0,
                 semantic_facts: vec![fact("User lives in Bergen"), fact("User likes tea")],
-            },
+            }),
             SnapshotLimits {
                 max_episodic: 3,
                 max_semantic: 20,
@@ -182,22 +224,20 @@ mod tests {
             2.0,
             || ids.next().unwrap(),
         );
-        assert_eq!(planned.episodic.id, "new0");
-        assert_eq!(planned.episodic.turn_ids, ["turn_0001"]);
-        assert_eq!(planned.episodic.salience, 1.0, "clamped");
+        let episodic = planned.episodic.as_ref().unwrap();
+        assert_eq!(episodic.id, "new0");
+        assert_eq!(episodic.turn_ids, ["turn_0001"]);
+        assert_eq!(episodic.salience, 1.0, "clamped");
         // Provenance: the window's traces and their event times, not the
         // clock at the compaction.
-        let source = &planned.episodic.source;
+        let source = &episodic.source;
         assert_eq!(source.trace_ids, ["t1", "t2", "t3"]);
         assert_eq!(
             (source.from_ts, source.to_ts),
             (Some(1_683_500_000.0), Some(1_683_500_120.0))
         );
         for f in &planned.facts.new_items {
-            assert_eq!(
-                (&f.turn_ids, &f.source),
-                (&planned.episodic.turn_ids, source)
-            );
+            assert_eq!((&f.turn_ids, &f.source), (&episodic.turn_ids, source));
             // memory.default_ttl_secs: expires that long after the compaction.
             assert_eq!(f.managed.expires_at, Some(62.0));
         }
@@ -214,5 +254,53 @@ mod tests {
         );
         assert!(planned.snapshot.contains("Bergen") && !planned.snapshot.contains("Oslo"));
         assert_eq!(planned.fact_counts(), (1, 1));
+    }
+
+    /// A trim writes nothing for its window and keeps no raw tail in the
+    /// snapshot (the kept turns stay messages); the snapshot shows the
+    /// memories there are, and is empty with none.
+    #[test]
+    fn a_trim_archives_with_no_summary_and_keeps_the_tail_as_messages() {
+        let active = assign_all([
+            NewEvent::user("first question"),
+            NewEvent::user("second question"),
+            NewEvent::user("third question"),
+        ]);
+        let window: HashSet<&str> = active[..1].iter().map(|t| t.id.as_str()).collect();
+        let limits = SnapshotLimits {
+            max_episodic: 3,
+            max_semantic: 20,
+            fact_ttl: None,
+        };
+        let before = |semantic| Before {
+            active: &active,
+            episodic: &[],
+            semantic,
+            current_turn: 3,
+        };
+        let turns = ["turn_0001".to_owned()];
+        let bare = plan(before(&[]), &turns, &window, None, limits, 2.0, || {
+            unreachable!("a trim names nothing new")
+        });
+        assert_eq!(bare.episodic, None);
+        assert_eq!(bare.facts, FactMerge::default());
+        assert!(bare.snapshot.is_empty(), "{:?}", bare.snapshot);
+        assert!(bare.snapshot_trace_ids.is_empty());
+
+        let known = crate::compaction::merge_facts(&[], &[fact("User lives in Oslo")], 1.0, || {
+            "old".into()
+        });
+        let with_facts = plan(
+            before(&known.new_items),
+            &turns,
+            &window,
+            None,
+            limits,
+            2.0,
+            || unreachable!(),
+        );
+        assert!(with_facts.snapshot.contains("- User lives in Oslo"));
+        assert!(!with_facts.snapshot.contains("RECENT TURNS"));
+        assert!(!with_facts.snapshot.contains("second question"));
     }
 }

@@ -2,12 +2,15 @@
 
 use std::fmt;
 
+use super::strategy::Strategy;
 use super::trigger::{Tier, Trigger};
 
 /// The account of one compaction, as reports and metrics give it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CompactionReport {
     pub trigger: Trigger,
+    /// The agent's strategy it followed.
+    pub strategy: Strategy,
     /// The tiers that ran, cheapest first.
     pub steps: Vec<Tier>,
     /// The prompt got smaller: a tier changed something.
@@ -30,6 +33,7 @@ impl CompactionReport {
     pub fn new(trigger: Trigger, tokens_before: u32) -> Self {
         Self {
             trigger,
+            strategy: Strategy::default(),
             steps: vec![],
             performed: false,
             turn_ids: vec![],
@@ -54,11 +58,15 @@ impl CompactionReport {
     pub fn outcome(&self) -> &'static str {
         match &self.error {
             _ if self.performed && self.steps.contains(&Tier::Summarize) => "summarized",
-            _ if self.performed => "microcompacted",
+            _ if self.performed && self.steps.contains(&Tier::Trim) => "trimmed",
+            _ if self.performed && self.steps.contains(&Tier::Microcompact) => "microcompacted",
+            _ if self.performed => "snipped",
             Some(
                 CompactionError::NothingToCompact { .. }
                 | CompactionError::Busy
-                | CompactionError::Paused { .. },
+                | CompactionError::Paused { .. }
+                | CompactionError::Off
+                | CompactionError::StrategyExhausted(_),
             ) => "skipped",
             _ => "failed",
         }
@@ -87,6 +95,11 @@ pub enum CompactionError {
     Storage(String),
     /// A bug (a panic) ended it.
     Unexpected,
+    /// The agent's strategy is `none`: its compactions do nothing.
+    Off,
+    /// The prompt is still over the trigger after all the strategy may do
+    /// (`compact_tool_results`: no old tool result left to hide).
+    StrategyExhausted(Strategy),
 }
 
 impl fmt::Display for CompactionError {
@@ -118,6 +131,13 @@ impl fmt::Display for CompactionError {
             Self::Unexpected => {
                 f.write_str("the compaction failed unexpectedly; nothing was pruned")
             }
+            Self::Off => f.write_str(
+                "compaction is off for this agent (policy.strategy = none): nothing was compacted; the request's strategy can name another",
+            ),
+            Self::StrategyExhausted(strategy) => write!(
+                f,
+                "the prompt is still over the compaction trigger and policy.strategy = {strategy} has nothing more to do (old tool results are placeholders already; it summarizes and trims nothing)"
+            ),
         }
     }
 }

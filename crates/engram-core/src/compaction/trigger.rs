@@ -44,8 +44,13 @@ impl Trigger {
 /// The steps of a compaction, cheapest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tier {
+    /// Old messages that carry nothing for the model leave the prompt
+    /// (empty assistant messages, a tool result repeating an earlier one).
+    Snip,
     /// Old tool results become placeholders.
     Microcompact,
+    /// Old turns are archived with no summary (the `trim` strategy).
+    Trim,
     /// Old turns become an episodic summary and facts, and are archived.
     Summarize,
 }
@@ -53,7 +58,9 @@ pub enum Tier {
 impl Tier {
     pub fn as_str(self) -> &'static str {
         match self {
+            Self::Snip => "snip",
             Self::Microcompact => "microcompact",
+            Self::Trim => "trim",
             Self::Summarize => "summarize",
         }
     }

@@ -7,6 +7,7 @@ use std::collections::{BTreeSet, HashSet};
 
 use serde::{Deserialize, Serialize};
 
+use super::hide::{Shown, Shown1st};
 use super::{AgentContext, Intent, Job, Policy};
 use crate::compaction::plan::{Before, SnapshotLimits, plan};
 use crate::compaction::{Summary, select_window};
@@ -77,6 +78,10 @@ pub struct AgentMeta {
     /// Microcompact: results of turns before this one show as placeholders.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub microcompact_before: Option<u32>,
+    /// Snip: turns before this one show without what carries nothing for
+    /// the model (`hide.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snip_before: Option<u32>,
     /// Whether the first epoch of the agent (a user's conversation) was
     /// given its start: the summary of the user's previous conversation as
     /// its snapshot, or nothing. Decided once, before its first prompt.
@@ -131,6 +136,9 @@ pub struct Derived {
     /// When the next fact the snapshot may show expires (see
     /// [`Self::facts_changed`]).
     next_expiry: Option<f64>,
+    /// The tool results the epoch's transcript shows whole (what snip's
+    /// references point to).
+    shown: Shown1st,
 }
 
 impl Derived {
@@ -150,6 +158,7 @@ impl Derived {
             active_turns: BTreeSet::new(),
             compacting: false,
             next_expiry: None,
+            shown: Shown1st::default(),
         }
     }
 
@@ -282,6 +291,7 @@ impl Derived {
         self.report = None;
         self.in_epoch = self.meta.epoch_start_trace.is_none();
         self.active_turns.clear();
+        self.shown.clear();
         let traces = std::mem::take(&mut self.traces);
         for trace in &traces {
             self.note_epoch(trace);
@@ -315,15 +325,14 @@ impl Derived {
         if let Some(usage) = trace.usage.filter(|_| in_epoch) {
             self.report = Some((usage, self.transcript.messages().len()));
         }
-        let old_result = trace.trace_type == crate::TraceType::ToolResult
-            && self
-                .meta
-                .microcompact_before
-                .is_some_and(|before| turn_number(&trace.turn_id).is_some_and(|n| n < before));
-        if old_result {
-            self.transcript.push(&microcompacted(trace));
-        } else {
-            self.transcript.push(trace);
+        match self.shown.show(&self.meta, trace) {
+            Shown::Whole => {
+                self.transcript.push(trace);
+            }
+            Shown::As(shown) => {
+                self.transcript.push(&shown);
+            }
+            Shown::Nothing => {}
         }
     }
 
@@ -402,14 +411,15 @@ impl Derived {
         Ok(())
     }
 
-    /// Plans the commit of `job` with `summary` (core's [`plan`]). Returns
+    /// Plans the commit of `job` with `summary` (core's [`plan`]; no
+    /// summary: a trim). Returns
     /// it with the numbers of facts added and updated; `archive_len` is
     /// the file store's (0 elsewhere). New items are stamped `now` (epoch
     /// seconds) and named by `new_id`.
     pub fn commit_plan(
         &self,
         job: &Job,
-        summary: Summary,
+        summary: Option<Summary>,
         policy: Policy,
         archive_len: u64,
         now: f64,
@@ -461,7 +471,8 @@ impl Derived {
             compactions: self.meta.compactions + 1,
             compaction_required: false,
             consecutive_failures: 0,
-            snapshot: Some(intent.snapshot.clone()),
+            // A trim with no memories to show starts with no snapshot.
+            snapshot: (!intent.snapshot.is_empty()).then(|| intent.snapshot.clone()),
             snapshot_trace_ids: intent.snapshot_trace_ids.clone(),
             facts_limit: intent.facts_limit.or(self.meta.facts_limit),
             ..self.meta.clone()
@@ -476,8 +487,10 @@ impl Derived {
     /// workers.
     pub fn adopt_commit(&mut self, intent: &Intent, meta: AgentMeta) -> Discarded {
         self.meta = meta;
-        if !self.episodic.iter().any(|e| e.id == intent.episodic.id) {
-            self.episodic.push(intent.episodic.clone());
+        if let Some(item) = &intent.episodic
+            && !self.episodic.iter().any(|e| e.id == item.id)
+        {
+            self.episodic.push(item.clone());
         }
         for item in &intent.semantic {
             if !self.semantic.iter().any(|s| s.id == item.id) {
@@ -498,54 +511,12 @@ impl Derived {
         discarded._traces = moved;
         discarded
     }
-
-    /// Microcompact's new settings, and how many results they hide; `None`
-    /// when they would hide nothing new.
-    pub fn microcompact_meta(&self, keep_turns: usize) -> Option<(AgentMeta, u32)> {
-        let latest = self.tracker.turn_count();
-        let before = latest.saturating_sub(u32::try_from(keep_turns).unwrap_or(u32::MAX));
-        let already = self.meta.microcompact_before.unwrap_or(0);
-        let hidden = self
-            .traces
-            .iter()
-            .filter(|t| t.trace_type == crate::TraceType::ToolResult)
-            .filter(|t| !self.meta.snapshot_trace_ids.contains(&t.id))
-            .filter_map(|t| turn_number(&t.turn_id))
-            .filter(|n| *n >= already && *n < before)
-            .count();
-        if hidden == 0 {
-            return None;
-        }
-        let meta = AgentMeta {
-            microcompact_before: Some(before),
-            epoch: self.meta.epoch + 1,
-            compaction_required: false,
-            epoch_start_trace: self.traces.last().map(|t| t.id.clone()),
-            ..self.meta.clone()
-        };
-        Some((meta, u32::try_from(hidden).unwrap_or(u32::MAX)))
-    }
 }
 
 impl Default for Derived {
     /// An agent with nothing stored yet.
     fn default() -> Self {
         Self::new(AgentMeta::default(), TurnTracker::default())
-    }
-}
-
-/// A tool result as microcompact shows it: name, call id and size only.
-pub fn microcompacted(trace: &RawTrace) -> RawTrace {
-    let size = crate::transcript::result_text(trace).chars().count();
-    RawTrace {
-        tool_result: Some(serde_json::Value::String(format!(
-            "[tool result of {size} characters omitted: {} ({}); the raw trace keeps it]",
-            trace.tool_name.as_deref().unwrap_or("tool"),
-            trace.tool_call_id.as_deref().unwrap_or_default()
-        ))),
-        tool_error: None,
-        content: String::new(),
-        ..trace.clone()
     }
 }
 

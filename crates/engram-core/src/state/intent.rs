@@ -17,7 +17,9 @@ pub struct Intent {
     pub trace_ids: Vec<String>,
     /// Length of the archive before this compaction appended to it.
     pub archive_len: u64,
-    pub episodic: EpisodicItem,
+    /// The summary's item; absent for a trim (archived with no summary).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub episodic: Option<EpisodicItem>,
     pub semantic: Vec<SemanticItem>,
     /// `(old id, new id)`.
     pub superseded: Vec<(String, String)>,

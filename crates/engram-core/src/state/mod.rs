@@ -4,7 +4,8 @@
 //!
 //! - [`derived`]: turns, active traces, memories, settings, the epoch's
 //!   transcript, and the steps that change them (a compaction's job, its
-//!   commit plan and adoption, microcompact).
+//!   commit plan and adoption).
+//! - [`hide`]: the prompt-only tiers (snip, microcompact).
 //! - [`intent`]: a compaction's commit as written down before any change.
 //! - `forgotten.rs`: a forget's intent and its settings, a rewrite's
 //!   commit.
@@ -16,6 +17,7 @@
 
 pub mod derived;
 mod forgotten;
+pub mod hide;
 pub mod intent;
 
 use std::sync::Arc;
@@ -24,8 +26,9 @@ use crate::memory::{EpisodicItem, SemanticItem};
 use crate::transcript::Message;
 use crate::{RawTrace, Usage};
 
-pub use derived::{AgentMeta, Derived, Discarded, Stale, microcompacted};
+pub use derived::{AgentMeta, Derived, Discarded, Stale};
 pub use forgotten::RewriteCommit;
+pub use hide::{Hiding, microcompacted};
 pub use intent::Intent;
 
 /// An agent's prompt as it stands, owned and cheap to take (the messages

@@ -109,7 +109,7 @@ impl Compactor {
         let user = job.user_id.clone();
         match self
             .store
-            .finish_compaction(agent, job, summary, policy)
+            .finish_compaction(agent, job, Some(summary), policy)
             .await
         {
             Ok(done) => {

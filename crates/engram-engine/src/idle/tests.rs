@@ -37,6 +37,10 @@ pub(crate) fn settings() -> Settings {
             max_active_turns: 0,
             max_episodic_items: 3,
             max_semantic_items: 20,
+            strategy: Default::default(),
+            keep_last_turns: 8,
+            models: Default::default(),
+            agents: Default::default(),
         },
         recall: RecallSection {
             enabled: false,

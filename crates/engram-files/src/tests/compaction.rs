@@ -126,7 +126,7 @@ async fn a_compaction_archives_old_turns_and_starts_an_epoch() {
         .await
         .unwrap();
     let out = store
-        .finish_compaction(&a, job, summary(), POLICY)
+        .finish_compaction(&a, job, Some(summary()), POLICY)
         .await
         .unwrap();
     assert_eq!(out.traces_pruned, 12);
@@ -183,7 +183,7 @@ async fn an_interrupted_compaction_is_finished_at_the_next_load() {
             .unwrap();
         store.inject_compaction_fault(Some(step));
         let err = store
-            .finish_compaction(&a, job, summary(), POLICY)
+            .finish_compaction(&a, job, Some(summary()), POLICY)
             .await
             .unwrap_err();
         assert!(err.to_string().contains("injected"), "{step}: {err}");
@@ -265,7 +265,7 @@ async fn loads_start_from_the_turn_checkpoint_unless_it_is_stale() {
         .job()
         .unwrap();
     store
-        .finish_compaction(&a, job, summary(), POLICY)
+        .finish_compaction(&a, job, Some(summary()), POLICY)
         .await
         .unwrap();
     drop(store);
@@ -341,16 +341,26 @@ async fn microcompact_waits_for_a_running_summary() {
         .unwrap()
         .job()
         .unwrap();
-    assert!(store.microcompact(&a, 1).await.unwrap().is_none());
+    assert!(
+        store
+            .hide_old(&a, Hiding::Microcompact, 1, false)
+            .await
+            .unwrap()
+            .is_none()
+    );
     let out = store
-        .finish_compaction(&a, job, summary(), POLICY)
+        .finish_compaction(&a, job, Some(summary()), POLICY)
         .await
         .unwrap();
     assert_eq!(out.epoch, 1, "the summary's work was not thrown away");
     let b = id("mc2");
     conversation(&store, &b, 5).await;
     assert!(
-        store.microcompact(&b, 1).await.unwrap().is_some(),
+        store
+            .hide_old(&b, Hiding::Microcompact, 1, false)
+            .await
+            .unwrap()
+            .is_some(),
         "the same history, no summary running: results are hidden"
     );
 }
@@ -377,7 +387,7 @@ async fn a_compaction_outlived_by_its_agent_ends_as_not_found() {
         let (deleted, step) = tokio::join!(store.delete_agent(&a), async {
             if finish {
                 store
-                    .finish_compaction(&a, job, summary(), POLICY)
+                    .finish_compaction(&a, job, Some(summary()), POLICY)
                     .await
                     .map(|_| ())
             } else {
@@ -432,7 +442,7 @@ async fn memories_of_every_kind_rank_together_with_their_provenance() {
         ..summary()
     };
     store
-        .finish_compaction(&a, job, okapi, POLICY)
+        .finish_compaction(&a, job, Some(okapi), POLICY)
         .await
         .unwrap();
 

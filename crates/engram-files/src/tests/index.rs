@@ -178,7 +178,7 @@ async fn recall_leaves_a_compactions_epoch_to_the_background_but_not_a_forget() 
         semantic_facts: vec![],
     };
     store
-        .finish_compaction(&a, job, summary, policy)
+        .finish_compaction(&a, job, Some(summary), policy)
         .await
         .unwrap();
 

@@ -69,7 +69,7 @@ pub fn compact(traces: &[RawTrace]) -> Compaction {
         },
         &window.turn_ids,
         &ids,
-        summary.clone(),
+        Some(summary.clone()),
         SnapshotLimits {
             max_episodic: 3,
             max_semantic: 20,

@@ -128,7 +128,7 @@ async fn a_forget_reaches_every_replica_and_the_users_copies() {
         salience: 0.5,
         semantic_facts: vec![fact(&format!("Storm code {SECRET}"))],
     };
-    one.finish_compaction(&a, job, summary, POLICY)
+    one.finish_compaction(&a, job, Some(summary), POLICY)
         .await
         .unwrap();
     let before = one.bundle(&a, 0).await.unwrap();

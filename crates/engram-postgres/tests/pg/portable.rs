@@ -137,7 +137,7 @@ async fn a_large_agent_is_imported_whole_and_every_replica_reloads_it() {
             salience: 0.8,
         }],
     };
-    one.finish_compaction(&id, job, summary, policy)
+    one.finish_compaction(&id, job, Some(summary), policy)
         .await
         .expect("commits");
     let before = reads(&other, &id).await;
@@ -266,7 +266,7 @@ async fn changed_forgotten_and_folded_facts_import_as_they_were() {
         semantic_facts: vec![fact("Plays chess on Sundays"), fact("Uses tools at work")],
     };
     store
-        .finish_compaction(&id, job, summary, policy)
+        .finish_compaction(&id, job, Some(summary), policy)
         .await
         .expect("commits");
     let snapshot = store.bundle(&id, 10).await.expect("a bundle");

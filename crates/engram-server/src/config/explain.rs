@@ -12,6 +12,10 @@ pub(super) const ENUMS: &[(&str, &[&str])] = &[
     ("BackendSetting", &["files", "postgres"]),
     ("LogFormat", &["human", "json"]),
     ("EmbedProvider", &["local", "http", "none"]),
+    (
+        "Strategy",
+        &["summarize", "trim", "compact_tool_results", "none"],
+    ),
 ];
 
 /// `message` (the config crate's) explained; unchanged when it is not one

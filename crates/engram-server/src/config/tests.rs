@@ -246,6 +246,11 @@ fn config_errors_speak_the_users_terms() {
         "{fsync}"
     );
     assert!(!fsync.contains("variant constructor"), "{fsync}");
+    let strategy = err(None, "ENGRAM__POLICY__STRATEGY", "forget");
+    assert!(
+        strategy.contains("policy.strategy = \"forget\" is not a choice; use one of: summarize, trim, compact_tool_results, none"),
+        "{strategy}"
+    );
     let var = err(None, "ENGRAM__EMBED__MODELDIR", "x");
     assert!(
         var.contains("ENGRAM__EMBED__MODELDIR sets embed.modeldir, which is not a setting; did you mean ENGRAM__EMBED__MODEL_DIR?"),
@@ -274,6 +279,7 @@ fn config_errors_speak_the_users_terms() {
                 "FsyncSetting" => "ENGRAM__STORE__FSYNC",
                 "BackendSetting" => "ENGRAM__STORE__BACKEND",
                 "LogFormat" => "ENGRAM__LOG__FORMAT",
+                "Strategy" => "ENGRAM__POLICY__STRATEGY",
                 _ => "ENGRAM__EMBED__PROVIDER",
             };
             if let Err(e) = Config::load_from(None, env(&[(key, value)])) {
@@ -336,4 +342,34 @@ fn the_http_listener_and_mcp_settings() {
     assert!(tls("127.0.0.1:8080").is_ok());
     let open = tls("0.0.0.0:8080").unwrap_err().to_string();
     assert!(open.contains("http.listen"), "{open}");
+}
+
+/// The strategy is set globally, per model prefix and per agent, like the
+/// budget's overrides; the environment sets the global one.
+#[test]
+fn the_compaction_strategy_is_set_globally_per_model_and_per_agent() {
+    use engram_core::compaction::Strategy;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("engram.toml");
+    std::fs::write(
+        &file,
+        "[policy]\nkeep_last_turns = 5\n[policy.models.\"gpt-4o-mini\"]\nstrategy = \"trim\"\n[policy.agents.\"bot\"]\nstrategy = \"none\"\nkeep_last_turns = 2\n",
+    )
+    .unwrap();
+    let c = Config::load_from(
+        Some(&file),
+        env(&[("ENGRAM__POLICY__STRATEGY", "compact_tool_results")]),
+    )
+    .unwrap();
+    let s = engram_engine::strategy::Strategies::new(&c.policy);
+    let of = |agent, model| {
+        let chosen = s.of(agent, model, None);
+        (chosen.strategy, chosen.keep_last_turns)
+    };
+    assert_eq!(of("a", "gpt-4o"), (Strategy::CompactToolResults, 5));
+    assert_eq!(of("a", "gpt-4o-mini"), (Strategy::Trim, 5));
+    assert_eq!(of("bot", "gpt-4o-mini"), (Strategy::None, 2));
+    let defaults = Config::load_from(None, env(&[])).unwrap();
+    assert_eq!(defaults.policy.strategy, Strategy::Summarize);
+    assert_eq!(defaults.policy.keep_last_turns, 8);
 }

@@ -44,6 +44,7 @@ pub fn prepare_from_pb(req: pb::PrepareRequestRequest) -> Result<PrepareRequest,
         recall_max_tokens: req.recall_max_tokens,
         user_id: non_empty(req.user_id),
         preview: req.preview,
+        strategy: super::strategy_from_pb(&req.strategy)?,
     })
 }
 
@@ -121,6 +122,8 @@ pub fn stats_to_pb(s: ContextStats) -> pb::GetContextStatsResponse {
         compaction_required: s.compaction_required,
         precompact_tokens: s.precompact_tokens,
         summary_ahead: s.summary_ahead.to_owned(),
+        strategy: s.strategy.strategy.as_str().to_owned(),
+        keep_last_turns: u32::try_from(s.strategy.keep_last_turns).unwrap_or(u32::MAX),
         last_event_at: s.last_event_at,
         model: s.model,
         index: Some(index_state_into_pb(s.index)),
@@ -147,6 +150,12 @@ pub fn compaction_page_to_pb(page: engram_engine::CompactionPage) -> pb::ListCom
             error: r.error,
             prepared_in_background: r.prepared_in_background,
             prepared_secs_ago: 0.0,
+            // Records from before strategies all summarized.
+            strategy: if r.strategy.is_empty() {
+                "summarize".to_owned()
+            } else {
+                r.strategy
+            },
         }),
         outcome: r.outcome,
         summarizer: r.summarizer,

@@ -106,13 +106,24 @@ async fn concurrent_compactions_of_one_agent_share_one_summary() {
 
     let first = tokio::spawn({
         let (compactor, agent) = (compactor.clone(), agent.clone());
-        async move { compactor.compact(&agent, Trigger::Manual, None, 0).await }
+        async move {
+            compactor
+                .compact(&agent, Trigger::Manual, None, 0, summarize(&compactor))
+                .await
+        }
     });
     // The summarizer has the first request and has not answered: the
     // later two start and find it running.
     arrived.notified().await;
-    let mut second = Box::pin(compactor.compact(&agent, Trigger::Reactive, None, 0));
-    let mut third = Box::pin(compactor.compact(&agent, Trigger::Manual, Some("again"), 0));
+    let mut second =
+        Box::pin(compactor.compact(&agent, Trigger::Reactive, None, 0, summarize(&compactor)));
+    let mut third = Box::pin(compactor.compact(
+        &agent,
+        Trigger::Manual,
+        Some("again"),
+        0,
+        summarize(&compactor),
+    ));
     assert!((&mut second).now_or_never().is_none());
     assert!((&mut third).now_or_never().is_none());
     gate.add_permits(1);
@@ -168,7 +179,11 @@ async fn a_joiner_never_gets_a_prompt_older_than_its_own_write() {
     }
     let leader = tokio::spawn({
         let (compactor, agent) = (compactor.clone(), agent.clone());
-        async move { compactor.compact(&agent, Trigger::Estimate, None, 0).await }
+        async move {
+            compactor
+                .compact(&agent, Trigger::Estimate, None, 0, summarize(&compactor))
+                .await
+        }
     });
     // Microcompact is done and the summarizer has the window.
     arrived.notified().await;
@@ -177,7 +192,8 @@ async fn a_joiner_never_gets_a_prompt_older_than_its_own_write() {
         .ingest(&agent, &[question], None, None, None)
         .await
         .unwrap();
-    let mut joiner = Box::pin(compactor.compact(&agent, Trigger::Estimate, None, 0));
+    let mut joiner =
+        Box::pin(compactor.compact(&agent, Trigger::Estimate, None, 0, summarize(&compactor)));
     assert!((&mut joiner).now_or_never().is_none(), "it joined");
     gate.add_permits(1);
     let (leader, joined) = tokio::join!(leader, joiner);
@@ -277,4 +293,9 @@ async fn an_outage_opens_the_endpoint_circuit_for_seconds() {
         "not c's failure: {r:?}"
     );
     assert_eq!(seen.lock().unwrap().len(), 3);
+}
+
+/// The strategy that summarizes (the default).
+fn summarize(compactor: &engram_engine::compactor::Compactor) -> engram_engine::strategy::Chosen {
+    compactor.strategy("", "", Some(engram_core::compaction::Strategy::Summarize))
 }

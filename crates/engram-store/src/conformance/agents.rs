@@ -37,7 +37,7 @@ pub async fn fork_copies_everything_and_then_diverges<H: Harness>(h: &H) {
         .job()
         .unwrap();
     store
-        .finish_compaction(&src, job, summary(), POLICY)
+        .finish_compaction(&src, job, Some(summary()), POLICY)
         .await
         .unwrap();
     store
@@ -207,7 +207,7 @@ pub async fn search_finds_active_and_archived_traces_in_pages<H: Harness>(h: &H)
         .unwrap();
     let archived_ids: Vec<String> = job.traces.iter().map(|t| t.id.clone()).collect();
     store
-        .finish_compaction(&a, job, summary(), POLICY)
+        .finish_compaction(&a, job, Some(summary()), POLICY)
         .await
         .unwrap();
     let page = store.search(&a, &words("QUAGGA", 10, None)).await.unwrap();

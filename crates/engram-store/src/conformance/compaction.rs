@@ -9,7 +9,7 @@ use engram_core::{AgentId, NewEvent};
 
 use super::{Harness, all_traces, conversation, id, ids, ingest, turn};
 use crate::prelude::*;
-use crate::{Policy, Store, StoreError};
+use crate::{Hiding, Policy, Store, StoreError};
 
 const POLICY: Policy = Policy {
     raw_tail_turns: 2,
@@ -86,7 +86,7 @@ pub async fn compaction_commits_summary_archive_and_epoch<H: Harness>(h: &H) {
     )
     .await;
     let done = store
-        .finish_compaction(&a, job, summary(), POLICY)
+        .finish_compaction(&a, job, Some(summary()), POLICY)
         .await
         .unwrap();
     assert_eq!(done.turn_ids, ["turn_0001", "turn_0002", "turn_0003"]);
@@ -141,7 +141,11 @@ pub async fn one_compaction_of_an_agent_at_a_time<H: Harness>(h: &H) {
     let second = store.begin_compaction(&a, POLICY).await.unwrap();
     assert!(matches!(second, crate::Begun::Busy), "{second:?}");
     assert!(
-        store.microcompact(&a, 1).await.unwrap().is_none(),
+        store
+            .hide_old(&a, Hiding::Microcompact, 1, false)
+            .await
+            .unwrap()
+            .is_none(),
         "no new epoch under a running summary"
     );
     assert_eq!(store.abort_compaction(&a, true).await.unwrap(), 1);
@@ -164,7 +168,7 @@ pub async fn one_compaction_of_an_agent_at_a_time<H: Harness>(h: &H) {
         .job()
         .unwrap();
     let done = store
-        .finish_compaction(&a, job, summary(), POLICY)
+        .finish_compaction(&a, job, Some(summary()), POLICY)
         .await
         .unwrap();
     assert_eq!(done.context.consecutive_failures, 0, "a success resets it");
@@ -202,10 +206,12 @@ pub async fn a_stale_job_commits_nothing<H: Harness>(h: &H) {
         .job()
         .unwrap();
     store
-        .finish_compaction(&a, job, summary(), POLICY)
+        .finish_compaction(&a, job, Some(summary()), POLICY)
         .await
         .unwrap();
-    let refused = store.finish_compaction(&a, stale, summary(), POLICY).await;
+    let refused = store
+        .finish_compaction(&a, stale, Some(summary()), POLICY)
+        .await;
     assert!(
         matches!(refused, Err(StoreError::Conflict(_))),
         "{refused:?}"
@@ -231,7 +237,9 @@ pub async fn the_commit_is_all_or_nothing_at_every_step<H: Harness>(h: &H) {
             .unwrap();
         let window = job.traces.len();
         h.fail_commit_at(&store, Some(step));
-        let failed = store.finish_compaction(&a, job, summary(), POLICY).await;
+        let failed = store
+            .finish_compaction(&a, job, Some(summary()), POLICY)
+            .await;
         h.fail_commit_at(&store, None);
         assert!(failed.is_err(), "{step}: {failed:?}");
         let archived = assert_consistent(store.as_ref(), &a, 20).await;
@@ -256,7 +264,7 @@ pub async fn the_commit_is_all_or_nothing_at_every_step<H: Harness>(h: &H) {
             .unwrap();
         let next = job.traces.len();
         store
-            .finish_compaction(&a, job, summary(), POLICY)
+            .finish_compaction(&a, job, Some(summary()), POLICY)
             .await
             .unwrap_or_else(|e| panic!("{step}: the next compaction: {e}"));
         assert_eq!(
@@ -273,7 +281,11 @@ pub async fn microcompact_hides_old_results_and_loses_nothing<H: Harness>(h: &H)
     let a = id("micro");
     conversation(store.as_ref(), &a, 5).await;
     let before = all_traces(store.as_ref(), &a).await;
-    let done = store.microcompact(&a, 1).await.unwrap().unwrap();
+    let done = store
+        .hide_old(&a, Hiding::Microcompact, 1, false)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         done.hidden, 3,
         "turns 1-3: before the one kept and the current one"
@@ -294,7 +306,11 @@ pub async fn microcompact_hides_old_results_and_loses_nothing<H: Harness>(h: &H)
     assert!(shown[3].contains("zebra result 4"), "{shown:?}");
     assert!(shown[4].contains("zebra result 5"), "{shown:?}");
     assert!(
-        store.microcompact(&a, 1).await.unwrap().is_none(),
+        store
+            .hide_old(&a, Hiding::Microcompact, 1, false)
+            .await
+            .unwrap()
+            .is_none(),
         "nothing more to hide"
     );
     assert_eq!(all_traces(store.as_ref(), &a).await, before);

@@ -15,6 +15,7 @@ pub(crate) fn record(trigger: &str, tokens_before: u32) -> CompactionRecord {
         duration_secs: 0.75,
         outcome: "summarized".into(),
         trigger: trigger.into(),
+        strategy: "summarize".into(),
         steps: vec!["summarize".into()],
         turn_ids: vec!["turn_0001".into(), "turn_0002".into()],
         episodic_id: "ep-1".into(),

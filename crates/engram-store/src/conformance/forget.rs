@@ -124,7 +124,7 @@ pub async fn forgetting_a_turn_erases_every_byte_of_it<H: Harness>(h: &H) {
         ],
     };
     store
-        .finish_compaction(&a, job, summary, POLICY)
+        .finish_compaction(&a, job, Some(summary), POLICY)
         .await
         .unwrap();
     assert!(!shown(store.as_ref(), &a).await.is_empty(), "found before");

@@ -66,7 +66,7 @@ async fn converse<S: Store + ?Sized>(store: &S, a: &AgentId, user: &UserId, topi
         semantic_facts: vec![fact(&format!("Likes {topic}")), fact("Uses tools")],
     };
     store
-        .finish_compaction(a, job, summary, POLICY)
+        .finish_compaction(a, job, Some(summary), POLICY)
         .await
         .unwrap();
     for trigger in ["estimate", "manual"] {

@@ -147,7 +147,7 @@ pub async fn ranked_search_covers_every_acknowledged_write_after_a_restart<H: Ha
         "never indexed, now archived"
     );
     store
-        .finish_compaction(&a, job, super::agents::summary(), POLICY)
+        .finish_compaction(&a, job, Some(super::agents::summary()), POLICY)
         .await
         .unwrap();
     let store = h.reopen(store).await;

@@ -58,7 +58,7 @@ pub(crate) async fn compact_and_fold(
         }],
     };
     store
-        .finish_compaction(agent, job, summary, policy)
+        .finish_compaction(agent, job, Some(summary), policy)
         .await
         .unwrap();
     let bundle = store.bundle(agent, 0).await.unwrap();

@@ -409,6 +409,7 @@ pub fn compact(agent: &str) -> pb::CompactRequest {
     pb::CompactRequest {
         agent_id: agent.into(),
         focus: "numbers".into(),
+        strategy: String::new(),
     }
 }
 
