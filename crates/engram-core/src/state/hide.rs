@@ -158,14 +158,24 @@ impl Derived {
         // What shows now against what would show: the traces the new
         // boundary changes.
         let (mut now, mut then) = (Shown1st::default(), Shown1st::default());
-        let changed = self
+        let shown: Vec<&RawTrace> = self
             .traces
             .iter()
             .filter(|t| !self.meta.snapshot_trace_ids.contains(&t.id))
-            .filter(|t| {
+            .collect();
+        let changed = shown
+            .iter()
+            .enumerate()
+            .filter(|(i, t)| {
                 let was = now.show(&self.meta, t);
                 let will = then.show(&meta, t);
+                // Empty text before a call is the call's message either
+                // way: the prompt does not change.
+                let before_a_call = shown
+                    .get(i + 1)
+                    .is_some_and(|next| next.trace_type == TraceType::ToolCall);
                 std::mem::discriminant(&was) != std::mem::discriminant(&will)
+                    && !(matches!(will, Shown::Nothing) && before_a_call)
             })
             .count();
         if changed == 0 {

@@ -32,4 +32,5 @@ mod search;
 mod security;
 mod semantic;
 mod storage_faults;
+mod strategies;
 mod users;
