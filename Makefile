@@ -132,6 +132,7 @@ soak: models ## 30 minutes (MINUTES) of mixed load on both backends at once, sam
 chaos: ## kill -9 cycles under writers and compactions, and a seeded gRPC fuzz, against the release engramd (CYCLES, CASES, SEED)
 	$(CARGO) build --release --locked -p engram-server --bin engramd -p engram-chaos --bin engram-chaos
 	./target/release/engram-chaos --seed $(or $(SEED),1) chaos --cycles $(or $(CYCLES),20)
+	./target/release/engram-chaos --seed $(or $(SEED),1) chaos --cycles $(or $(CYCLES),20) --strategy trim
 	./target/release/engram-chaos --seed $(or $(SEED),1) fuzz --cases $(or $(CASES),5000)
 
 .PHONY: clean

@@ -201,7 +201,13 @@ export interface PrepareOptions {
   recallMaxTokens?: number;
   /** The prompt as it stands: nothing stored, compacted or started (a due compaction is a warning). */
   preview?: boolean;
+  /** The compaction strategy for this prompt (the agent's policy.strategy when unset). */
+  strategy?: Strategy;
 }
+
+/** What a compaction may do: summarize old turns, trim them (archived, no
+ * model call), only hide old tool results, or nothing. */
+export type Strategy = "summarize" | "trim" | "compact_tool_results" | "none";
 
 /** Who a memory block belongs to: exactly one of an agent (one
  * conversation), a user (every conversation of the user), or global. */
@@ -443,6 +449,7 @@ export class EngramClient {
       recall_max_tokens: opts.recallMaxTokens,
       user_id: opts.userId ?? "",
       preview: opts.preview ?? false,
+      strategy: opts.strategy ?? "",
     });
     return {
       payload: raw.rendered_payload_json ? JSON.parse(raw.rendered_payload_json) : null,
@@ -454,8 +461,9 @@ export class EngramClient {
     };
   }
 
-  async compact(agentId: string, focus = ""): Promise<CompactionReport__Output> {
-    return (await this.call("Compact", { agent_id: agentId, focus })).report;
+  /** A compaction now; `focus` joins the summarizer's instructions, `strategy` as in prepareRequest. */
+  async compact(agentId: string, focus = "", opts: { strategy?: Strategy } = {}): Promise<CompactionReport__Output> {
+    return (await this.call("Compact", { agent_id: agentId, focus, strategy: opts.strategy ?? "" })).report;
   }
 
   /** Memories, the raw tail and tool interactions; with `query`, the best memories of every kind in `recalled`. */

@@ -141,10 +141,10 @@ async function callEveryHelper(engram: EngramClient) {
   await engram.ingest("a", [user("hi")], { model: "m", usage: { prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 }, userId: "u" });
   await engram.prepareRequest("a", {
     userInput: "hi", systemPrompt: "s", model: "m", renderFormat: "gemini", maxOutputTokens: 5,
-    forceCompaction: true, recall: false, recallMaxTokens: 7, userId: "u",
+    forceCompaction: true, recall: false, recallMaxTokens: 7, userId: "u", strategy: "trim",
   });
   await engram.prepareRequest("a", { model: "m", preview: true });
-  await engram.compact("a", "f");
+  await engram.compact("a", "f", { strategy: "trim" });
   await engram.retrieve("a", {
     query: "q", maxEpisodic: 1, maxSemantic: 2, rawTailTurns: 3, includeToolInteractions: true,
     maxRecalled: 4, contextMessages: 5, waitForIndexMs: 6, userId: "u",

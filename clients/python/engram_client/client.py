@@ -260,7 +260,7 @@ class EngramClient:
                         max_output_tokens: int = 0, force_compaction: bool = False,
                         recall: Optional[bool] = None,
                         recall_max_tokens: Optional[int] = None, user_id: str = "",
-                        preview: bool = False) -> Prompt:
+                        preview: bool = False, strategy: str = "") -> Prompt:
         """The prompt for the next LLM call. `user_input` (a str or event)
         is stored as the new turn's user message first. `render_format`:
         openai-chat, openai-responses, anthropic, gemini or None. `recall`
@@ -269,7 +269,9 @@ class EngramClient:
         None). `user_id` as in ingest. The memory blocks the agent sees are
         in the system message; `prompt.response.blocks` lists them.
         `preview=True` shows the prompt as it stands and stores, compacts
-        or starts nothing (a due compaction is a warning)."""
+        or starts nothing (a due compaction is a warning). `strategy`
+        (summarize, trim, compact_tool_results, none) is the compaction
+        strategy for this prompt; "" for the agent's own."""
         if isinstance(user_input, str):
             user_input = user(user_input)
         if render_format not in FORMATS:
@@ -278,10 +280,14 @@ class EngramClient:
             agent_id=agent_id, system_prompt=system_prompt, user_input=user_input, model=model,
             render_format=FORMATS[render_format], max_output_tokens=max_output_tokens,
             force_compaction=force_compaction, recall=recall,
-            recall_max_tokens=recall_max_tokens, user_id=user_id, preview=preview)))
+            recall_max_tokens=recall_max_tokens, user_id=user_id, preview=preview,
+            strategy=strategy)))
 
-    def compact(self, agent_id: str, focus: str = "") -> types.CompactionReport:
-        return self._call("Compact", svc.CompactRequest(agent_id=agent_id, focus=focus)).report
+    def compact(self, agent_id: str, focus: str = "", *, strategy: str = "") -> types.CompactionReport:
+        """A compaction now. `focus` is added to the summarizer's
+        instructions; `strategy` as in prepare_request."""
+        return self._call("Compact", svc.CompactRequest(
+            agent_id=agent_id, focus=focus, strategy=strategy)).report
 
     def retrieve(self, agent_id: str, query: str = "", *, max_episodic: Optional[int] = None,
                  max_semantic: Optional[int] = None, raw_tail_turns: Optional[int] = None,

@@ -115,9 +115,9 @@ def call_every_helper(engram):
                   user_id="u")
     engram.prepare_request("a", user_input="hi", system_prompt="s", model="m",
                            render_format="gemini", max_output_tokens=5, force_compaction=True,
-                           recall=False, recall_max_tokens=7, user_id="u")
+                           recall=False, recall_max_tokens=7, user_id="u", strategy="trim")
     engram.prepare_request("a", model="m", preview=True)
-    engram.compact("a", focus="f")
+    engram.compact("a", focus="f", strategy="trim")
     engram.retrieve("a", "q", max_episodic=1, max_semantic=2, raw_tail_turns=3,
                     include_tool_interactions=True, max_recalled=4, context_messages=5,
                     wait_for_index_ms=6, user_id="u")

@@ -31,6 +31,9 @@ pub struct ChaosConfig {
     /// How long the summarizer takes to answer.
     pub llm_delay: Duration,
     pub seed: u64,
+    /// The agents' `policy.strategy` ("": the default); with `trim`, one
+    /// turn is kept, so that the turn-count trigger trims often.
+    pub strategy: String,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -47,6 +50,8 @@ pub struct ChaosReport {
     pub kills_during_summary: usize,
     pub kills_with_intent_on_disk: usize,
     pub compactions: usize,
+    /// Trims the agents' compaction logs hold.
+    pub trims: usize,
     pub turns_summarized_twice: usize,
     pub tool_results_off_turn: usize,
     pub turn_gaps: usize,
@@ -112,6 +117,7 @@ impl fmt::Display for ChaosReport {
             "compactions stored                  {}",
             self.compactions
         )?;
+        writeln!(f, "trims logged                        {}", self.trims)?;
         writeln!(
             f,
             "turns summarized twice              {}",
@@ -173,7 +179,20 @@ pub async fn run(config: &ChaosConfig) -> anyhow::Result<ChaosReport> {
             ("ENGRAM__LLM__TIMEOUT_SECS".into(), "30".into()),
             ("ENGRAM__POLICY__MAX_ACTIVE_TURNS".into(), "3".into()),
             ("ENGRAM__POLICY__RAW_TAIL_TURNS".into(), "1".into()),
-        ],
+        ]
+        .into_iter()
+        .chain(
+            (!config.strategy.is_empty())
+                .then(|| {
+                    [
+                        ("ENGRAM__POLICY__STRATEGY".into(), config.strategy.clone()),
+                        ("ENGRAM__POLICY__KEEP_LAST_TURNS".into(), "1".into()),
+                    ]
+                })
+                .into_iter()
+                .flatten(),
+        )
+        .collect(),
         metrics: false,
     };
     let agents: Vec<String> = (0..config.agents).map(|a| format!("chaos-{a}")).collect();
@@ -430,6 +449,10 @@ fn verify(
         let mut summarized: HashMap<String, usize> = HashMap::new();
         let episodic = lines(&dir.join("episodic.jsonl"))?;
         report.compactions += episodic.len();
+        report.trims += lines(&dir.join("compactions.jsonl"))?
+            .iter()
+            .filter(|r| field(r, "outcome") == "trimmed")
+            .count();
         for item in &episodic {
             for turn in item["turn_ids"].as_array().into_iter().flatten() {
                 *summarized

@@ -40,6 +40,10 @@ enum Command {
         /// How long the local summarizer takes.
         #[arg(long, default_value_t = 300)]
         llm_delay_ms: u64,
+        /// The agents' compaction strategy (policy.strategy; "" for the
+        /// default, summarize). With trim, one turn is kept.
+        #[arg(long, default_value = "")]
+        strategy: String,
     },
     /// Seeded hostile requests to every RPC.
     Fuzz {
@@ -67,6 +71,7 @@ fn main() -> anyhow::Result<()> {
             min_run_ms,
             max_run_ms,
             llm_delay_ms,
+            strategy,
         } => {
             let report = runtime.block_on(chaos::run(&chaos::ChaosConfig {
                 binary,
@@ -76,6 +81,7 @@ fn main() -> anyhow::Result<()> {
                 run_ms: (min_run_ms, max_run_ms.max(min_run_ms)),
                 llm_delay: Duration::from_millis(llm_delay_ms),
                 seed: cli.seed,
+                strategy,
             }))?;
             println!("{report}");
             report.clean()

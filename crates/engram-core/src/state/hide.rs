@@ -174,8 +174,11 @@ impl Derived {
                 let before_a_call = shown
                     .get(i + 1)
                     .is_some_and(|next| next.trace_type == TraceType::ToolCall);
-                std::mem::discriminant(&was) != std::mem::discriminant(&will)
-                    && !(matches!(will, Shown::Nothing) && before_a_call)
+                let differs = match (&was, &will) {
+                    (Shown::As(a), Shown::As(b)) => a.tool_result != b.tool_result,
+                    _ => std::mem::discriminant(&was) != std::mem::discriminant(&will),
+                };
+                differs && !(matches!(will, Shown::Nothing) && before_a_call)
             })
             .count();
         if changed == 0 {
@@ -187,5 +190,98 @@ impl Derived {
         meta.compaction_required = false;
         meta.epoch_start_trace = self.traces.last().map(|t| t.id.clone());
         Some((meta, u32::try_from(changed).unwrap_or(u32::MAX)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::NewEvent;
+    use crate::transcript::Role;
+    use crate::turns::assign_all;
+
+    fn agent(events: Vec<NewEvent>) -> Derived {
+        let mut agent = Derived::default();
+        for trace in assign_all(events) {
+            agent.traces.push(trace.clone());
+            agent.note(&trace);
+        }
+        agent
+    }
+
+    fn adopt(agent: &mut Derived, meta: AgentMeta) {
+        agent.meta = meta;
+        let _ = agent.rebuild_epoch();
+    }
+
+    /// Snip changes what old turns show, never the traces: a blank
+    /// assistant message goes (unless a call follows it, whose message it
+    /// is anyway), a result repeating one shown whole becomes a reference
+    /// to that call, a short repeat stays. The count is what changed in
+    /// the prompt, and a second snip of the same turns changes nothing.
+    #[test]
+    fn snip_hides_blank_answers_and_repeated_results_of_old_turns() {
+        let page = "the same long status page ".repeat(10);
+        let mut a = agent(vec![
+            NewEvent::user("one"),
+            NewEvent::tool_call("c1", "status", json!({})),
+            NewEvent::tool_result("c1", json!(page)),
+            NewEvent::assistant(" \n"),
+            NewEvent::assistant("fine"),
+            NewEvent::user("two"),
+            NewEvent::assistant("\t"),
+            NewEvent::tool_call("c2", "status", json!({})),
+            NewEvent::tool_result("c2", json!(page)),
+            NewEvent::tool_call("c3", "other", json!({})),
+            NewEvent::tool_result("c3", json!(page)),
+            NewEvent::tool_call("c4", "status", json!({})),
+            NewEvent::tool_result("c4", json!("ok")),
+            NewEvent::tool_call("c5", "status", json!({})),
+            NewEvent::tool_result("c5", json!("ok")),
+            NewEvent::user("three"),
+            NewEvent::tool_call("c6", "status", json!({})),
+            NewEvent::tool_result("c6", json!(page)),
+        ]);
+        let traces = a.traces.clone();
+        let before = a.transcript.messages().len();
+        // Turn 3 is the current one; none kept before it.
+        let (meta, changed) = a.hide_meta(Hiding::Snip, 0, false).unwrap();
+        assert_eq!(meta.snip_before, Some(3));
+        assert_eq!(meta.epoch, 1);
+        // The blank answer of turn 1, and c2's repeat (not c3's: another
+        // tool; not c5's: too short to be worth a reference).
+        assert_eq!(changed, 2);
+        adopt(&mut a, meta);
+        let messages = a.transcript.messages();
+        assert_eq!(messages.len(), before - 1, "one message fewer");
+        let shown = |id: &str| {
+            messages
+                .iter()
+                .find(|m| m.tool_call_id.as_deref() == Some(id))
+                .map(|m| m.content.clone())
+                .unwrap()
+        };
+        assert_eq!(shown("c1"), page);
+        assert_eq!(
+            shown("c2"),
+            "[same result as call c1 above; the raw trace keeps it]"
+        );
+        assert_eq!(shown("c3"), page, "another tool's");
+        assert_eq!(shown("c5"), "ok", "short");
+        assert_eq!(shown("c6"), page, "the current turn is not snipped");
+        assert!(
+            !messages.iter().any(|m| m.role == Role::Assistant
+                && m.content.trim().is_empty()
+                && m.tool_calls.is_empty()),
+            "no blank answer left"
+        );
+        assert_eq!(a.traces, traces, "the traces are as they were");
+        assert!(a.hide_meta(Hiding::Snip, 0, false).is_none(), "nothing new");
+        // Microcompact after it, in the same epoch: every old result is a
+        // placeholder, the reference too.
+        let (meta, hidden) = a.hide_meta(Hiding::Microcompact, 0, true).unwrap();
+        assert_eq!((meta.epoch, hidden), (1, 5));
     }
 }

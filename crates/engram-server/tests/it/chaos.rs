@@ -20,6 +20,7 @@ async fn kill_9_cycles_lose_duplicate_and_misplace_nothing() {
         run_ms: (300, 900),
         llm_delay: Duration::from_millis(150),
         seed: 7,
+        strategy: String::new(),
     })
     .await
     .unwrap();
@@ -27,6 +28,28 @@ async fn kill_9_cycles_lose_duplicate_and_misplace_nothing() {
     assert!(report.clean(), "{report}");
     assert!(report.events_acked > 100, "{report}");
     assert!(report.compactions > 0, "compactions ran: {report}");
+}
+
+/// The same with every agent trimming (no summary: turns archived whole).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_cycles_with_trim_lose_duplicate_and_misplace_nothing() {
+    let report = chaos::run(&chaos::ChaosConfig {
+        binary: binary(),
+        cycles: 3,
+        writers: 6,
+        agents: 3,
+        run_ms: (300, 900),
+        llm_delay: Duration::from_millis(150),
+        seed: 8,
+        strategy: "trim".into(),
+    })
+    .await
+    .unwrap();
+    println!("{report}");
+    assert!(report.clean(), "{report}");
+    assert!(report.events_acked > 100, "{report}");
+    assert_eq!(report.compactions, 0, "nothing summarized: {report}");
+    assert!(report.trims > 0, "trims ran: {report}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
