@@ -32,6 +32,7 @@ mod prepare;
 mod recall;
 mod server;
 mod soak;
+mod strategies;
 mod users;
 mod words;
 
@@ -73,6 +74,8 @@ enum Command {
     Memory(memory::Args),
     /// Long mixed load: does memory, fds, threads, the index or latency grow?
     Soak(soak::Args),
+    /// PrepareRequest at the trigger by compaction strategy.
+    Strategies(strategies::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -88,5 +91,6 @@ fn main() -> anyhow::Result<()> {
         Command::Overload(args) => overload::run(args),
         Command::Memory(args) => memory::run(args),
         Command::Soak(args) => soak::run(args),
+        Command::Strategies(args) => strategies::run(args),
     }
 }

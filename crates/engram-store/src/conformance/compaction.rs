@@ -126,6 +126,57 @@ pub async fn compaction_commits_summary_archive_and_epoch<H: Harness>(h: &H) {
     assert_eq!(assert_consistent(store.as_ref(), &a, 26).await, 12);
 }
 
+/// A trim (no summary): the window's traces archived with nothing written
+/// for them, the kept turns still messages as they were (no snapshot, with
+/// no memories to show), the next epoch started; all of it survives a
+/// restart.
+pub async fn a_trim_archives_the_window_with_no_summary<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let a = id("trim");
+    conversation(store.as_ref(), &a, 6).await;
+    let before = store.context(&a).await.unwrap();
+    let job = store
+        .begin_compaction(&a, POLICY)
+        .await
+        .unwrap()
+        .job()
+        .unwrap();
+    assert_eq!(job.turn_ids, ["turn_0001", "turn_0002", "turn_0003"]);
+    let done = store
+        .finish_compaction(&a, job, None, POLICY)
+        .await
+        .unwrap();
+    assert_eq!(done.turn_ids, ["turn_0001", "turn_0002", "turn_0003"]);
+    assert_eq!(done.traces_pruned, 12);
+    assert_eq!(done.episodic_id, "");
+    assert_eq!((done.semantic_added, done.semantic_updated), (0, 0));
+    assert_eq!(done.epoch, before.epoch + 1);
+    let kept = &done.context.messages;
+    assert_ne!(kept[0].role, Role::System, "no snapshot");
+    assert_eq!(
+        kept[..],
+        before.messages[before.messages.len() - kept.len()..],
+        "the kept turns as they were"
+    );
+    assert_eq!(kept.len(), before.messages.len() - 12);
+    let all = all_traces(store.as_ref(), &a).await;
+    assert_eq!(all.len(), 24, "every trace is somewhere");
+    let archived: Vec<&str> = all
+        .iter()
+        .filter(|(_, archived)| *archived)
+        .map(|(t, _)| t.turn_id.as_str())
+        .collect();
+    assert_eq!(archived.len(), 12);
+    assert!(archived.iter().all(|t| *t <= "turn_0003"), "{archived:?}");
+    assert!(store.bundle(&a, 0).await.unwrap().episodic.is_empty());
+    let store = h.reopen(store).await;
+    let after = store.context(&a).await.unwrap();
+    assert_eq!((after.epoch, after.compactions), (done.epoch, 1));
+    assert_eq!(after.messages[..], kept[..]);
+    let all = all_traces(store.as_ref(), &a).await;
+    assert_eq!(all.iter().filter(|(_, archived)| *archived).count(), 12);
+}
+
 /// A second compaction of a busy agent is told it is busy; a failed one
 /// counts, writes nothing else and frees the agent.
 pub async fn one_compaction_of_an_agent_at_a_time<H: Harness>(h: &H) {

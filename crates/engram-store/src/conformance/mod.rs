@@ -88,6 +88,7 @@ macro_rules! conformance_suite {
             acknowledged_writes_survive_a_restart,
             usage_reports_count_from_the_first_write,
             compaction_commits_summary_archive_and_epoch,
+            a_trim_archives_the_window_with_no_summary,
             one_compaction_of_an_agent_at_a_time,
             a_stale_job_commits_nothing,
             the_commit_is_all_or_nothing_at_every_step,
