@@ -15,7 +15,7 @@ impl Compactor {
     /// `trim`: the turns older than the last `keep` (whole turns before
     /// the current one; a turn-count trigger keeps no more than it allows)
     /// move to the archive, where search and recall still find them. While
-    /// the prompt left is over its model's input budget, fewer turns are
+    /// the prompt (left) is over its model's input budget, fewer turns are
     /// kept (half as many each time, down to the current turn alone): a
     /// trimmed agent's prompt fits unless its current turn alone does not.
     pub(super) async fn trim(
@@ -37,6 +37,15 @@ impl Compactor {
                 // Fewer turns kept than needed is not a failure of what
                 // was trimmed already.
                 Err(_) if out.report.performed => return out,
+                // Every older turn is gone already, but the turns kept
+                // do not fit the window: keep fewer.
+                Err(e @ CompactionError::NothingToCompact { .. }) => {
+                    if keep == 0 || !self.over_budget(agent).await {
+                        return out.failed(e);
+                    }
+                    keep /= 2;
+                    continue;
+                }
                 Err(e) => return out.failed(e),
             };
             if out.context.is_some() {
@@ -63,6 +72,16 @@ impl Compactor {
             }
             keep /= 2;
         }
+    }
+
+    /// The agent's prompt is over its model's input budget now (not only
+    /// over the trigger); false when it cannot be read.
+    async fn over_budget(&self, agent: &AgentId) -> bool {
+        let Ok(context) = self.store.context(agent).await else {
+            return false;
+        };
+        let (tokens, budget) = sizing::size_now(&self.caches, &self.budgets, agent, &context);
+        tokens > budget.input_budget
     }
 
     /// `compact_tool_results`: old tool results become placeholders, and

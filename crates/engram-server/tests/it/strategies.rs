@@ -264,6 +264,37 @@ async fn trim_keeps_fewer_turns_when_the_kept_ones_would_not_fit() {
         p.rendered_payload_json,
     )]);
     assert!(llm.lock().unwrap().is_empty());
+
+    // Fewer turns than keep_last_turns, each too large: the window is
+    // empty, but the prompt is over the window, so fewer are kept still.
+    let huge = "one very long message that alone takes a good part of the window ".repeat(160);
+    for t in 1..=4 {
+        c.ingest(ingest_req(
+            "few",
+            vec![
+                user(&format!("{t}: {huge}")),
+                event(pb::TraceType::Assistant, "ok"),
+            ],
+        ))
+        .await
+        .unwrap();
+    }
+    let p = c
+        .prepare_request(pb::PrepareRequestRequest {
+            agent_id: "few".into(),
+            user_input: Some(user("still there?")),
+            model: "tiny-model".into(),
+            strategy: "trim".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let report = p.compaction.unwrap();
+    assert!(report.performed && report.steps == ["trim"], "{report:?}");
+    assert!(p.estimated_prompt_tokens <= p.budget.unwrap().input_budget);
+    assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+    assert!(llm.lock().unwrap().is_empty());
 }
 
 /// `compact_tool_results`: old tool results become placeholders and
