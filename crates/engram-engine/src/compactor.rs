@@ -28,7 +28,7 @@ use crate::settings::Settings;
 use crate::sizing;
 use crate::strategy::{Chosen, Strategies};
 
-mod trim;
+mod tiers;
 mod written_ahead;
 
 /// A compaction's report, and the agent's prompt after it when the
@@ -40,6 +40,9 @@ pub struct Compacted {
     /// The summary is still being written in the background and the
     /// prompt fits its window meanwhile: it is committed by a later prompt.
     pub deferred: bool,
+    /// The epoch this compaction opened (a later tier changes it in place
+    /// while the agent is still at it).
+    opened: Option<u32>,
 }
 
 impl Compacted {
@@ -48,6 +51,7 @@ impl Compacted {
             report,
             context: None,
             deferred: false,
+            opened: None,
         }
     }
 
@@ -339,19 +343,20 @@ impl Compactor {
     ) -> Compacted {
         let mut out = Compacted::only(CompactionReport::new(trigger, tokens_before));
         out.report.strategy = chosen.strategy;
-        match chosen.strategy {
-            Strategy::Summarize => {}
-            Strategy::None => return out.failed(CompactionError::Off),
-            Strategy::CompactToolResults => return self.tool_results_only(agent, out).await,
-            Strategy::Trim => return self.trim(agent, trigger, chosen.keep_last_turns, out).await,
+        if chosen.strategy == Strategy::None {
+            return out.failed(CompactionError::Off);
         }
+        let summarizes = chosen.strategy.summarizes();
         // A summary written ahead answers a size trigger or a plain
         // Compact; a turn count, a quiet conversation or a focus want
-        // their own window or words.
-        let usable = trigger.is_about_size() || (trigger == Trigger::Manual && focus.is_none());
+        // their own window or words; another strategy wants none (it is
+        // dropped, or waited for while it holds the agent's compaction).
+        let usable = summarizes
+            && (trigger.is_about_size() || (trigger == Trigger::Manual && focus.is_none()));
         // A prompt the provider refused (reactive) cannot wait, and a turn
         // count wants its own window.
-        let may_defer = wait == Wait::NotWhileItFits
+        let may_defer = summarizes
+            && wait == Wait::NotWhileItFits
             && matches!(trigger, Trigger::Estimate | Trigger::TokenPressure);
         loop {
             match self.ahead.take(agent) {
@@ -371,6 +376,13 @@ impl Compactor {
                     let _ = done.changed().await;
                 }
             }
+        }
+        match chosen.strategy {
+            Strategy::CompactToolResults => {
+                return self.tool_results_only(agent, trigger, out).await;
+            }
+            Strategy::Trim => return self.trim(agent, trigger, chosen.keep_last_turns, out).await,
+            Strategy::Summarize | Strategy::None => {}
         }
         // The cheapest tiers that can answer the trigger. Snipping and
         // hiding old tool results shrink the prompt but keep every turn:
@@ -400,7 +412,7 @@ impl Compactor {
             Ok(begun) => begun,
             Err(e) => return out.failed(e),
         };
-        if out.context.is_some() {
+        if out.opened == Some(job.epoch) {
             // Microcompact opened this compaction's epoch already.
             job.next_epoch = job.epoch;
         }
@@ -442,45 +454,10 @@ impl Compactor {
         report.traces_pruned = done.traces_pruned;
         report.tokens_after =
             sizing::over_trigger(&self.caches, &self.budgets, agent, &done.context).1;
-        out.context = Some(done.context);
+        out.now(done.context);
         if let Some(user) = user {
             crate::users::fold_facts(self.store.as_ref(), agent, &user).await;
         }
-    }
-
-    /// Snip or microcompact, the first tiers of a size trigger: true when
-    /// the prompt it leaves is under the trigger (the compaction is done).
-    async fn hide_tier(
-        &self,
-        agent: &AgentId,
-        hiding: Hiding,
-        out: &mut Compacted,
-    ) -> Result<bool, CompactionError> {
-        // An earlier tier of this compaction opened its epoch already.
-        let same_epoch = out.context.is_some();
-        let done = match self
-            .store
-            .hide_old(agent, hiding, self.policy.raw_tail_turns, same_epoch)
-            .await
-        {
-            Ok(None) => return Ok(false),
-            Ok(Some(done)) => done,
-            Err(e) => return Err(storage(agent, &e, hiding.as_str())),
-        };
-        out.report.steps.push(match hiding {
-            Hiding::Snip => Tier::Snip,
-            Hiding::Microcompact => Tier::Microcompact,
-        });
-        let (over, tokens) =
-            sizing::over_trigger(&self.caches, &self.budgets, agent, &done.context);
-        out.context = Some(done.context);
-        // Smaller either way; a summary after it counts again.
-        out.report.tokens_after = tokens;
-        if over {
-            return Ok(false);
-        }
-        out.report.performed = true;
-        Ok(true)
     }
 
     /// The window to summarize, unless the agent is paused after failed

@@ -40,9 +40,10 @@ enum Look {
     Ready(Sizing, String, Option<u32>),
     /// Compact first (trigger, prompt tokens now, how).
     Compact(Trigger, u32, How),
-    /// A trigger fired, but the agent's strategy is `none`: the prompt as
-    /// it stands, with the report of the compaction that did not run when
-    /// the client forced one.
+    /// A trigger fired that the strategy does not answer (`none`; a turn
+    /// count with `compact_tool_results`): the prompt as it stands, with
+    /// the report of the compaction that did not run when the client
+    /// forced one.
     Off(Sizing, String, Option<CompactionReport>),
 }
 
@@ -285,7 +286,7 @@ fn look(context: &AgentContext, caches: &mut Caches, ask: &Ask<'_>, budgets: &Bu
     let how = |wait| How { wait, chosen };
     match decide(size.size, &size.budget, signals) {
         // Nothing is compacted; a client that forced it is told why.
-        Some(trigger) if chosen.strategy == Strategy::None => {
+        Some(trigger) if !chosen.strategy.answers(trigger) => {
             let report = ask.force.then(|| {
                 let mut report = CompactionReport::new(trigger, tokens);
                 report.strategy = Strategy::None;

@@ -166,7 +166,7 @@ impl Compacts for FileStore {
         id: &AgentId,
         hiding: Hiding,
         keep_turns: usize,
-        same_epoch: bool,
+        opened: Option<u32>,
     ) -> Result<Option<Hidden>> {
         let handle = self.existing_handle(id)?;
         let mut slot = handle.lock().await;
@@ -181,7 +181,7 @@ impl Compacts for FileStore {
             // A new epoch now would make that summary's work stale.
             return Ok(None);
         }
-        let Some((meta, hidden)) = state.hide_meta(hiding, keep_turns, same_epoch) else {
+        let Some((meta, hidden)) = state.hide_meta(hiding, keep_turns, opened) else {
             return Ok(None);
         };
         state.save_meta(meta)?;

@@ -421,15 +421,20 @@ pub(crate) fn index_error(e: engram_index::IndexError) -> StoreError {
 
 /// What the agent holds beyond `from`; `None` when the index has it all.
 pub(crate) fn delta(state: &crate::agent::AgentState, from: Option<Cursor>) -> Option<Delta> {
+    let archive_len = || std::fs::metadata(state.dir.join(RAW_ARCHIVE)).map_or(0, |m| m.len());
     let same = from.is_some_and(|from| {
         from.epoch == state.meta.epoch
             && from.active <= state.traces.len()
             && from.episodic <= state.episodic.len()
             && from.semantic <= state.semantic.len()
+            // A compaction's later pass in its own epoch (a trim keeping
+            // fewer turns, a summary after microcompact) archives too.
+            && from.archive == archive_len()
     });
     let from = from.unwrap_or_default();
-    // Within an epoch the files only grow and the archive stays as it is;
-    // a new epoch (a compaction) may have archived what was not read.
+    // Within an epoch the files only grow and the archive stays as it is
+    // (but for the later passes checked above); a new epoch (a
+    // compaction) may have archived what was not read.
     let (a, e, s, archive) = if same {
         // Facts changed in place: all of them read again (a few hundred
         // at most, and rarely).
@@ -440,8 +445,7 @@ pub(crate) fn delta(state: &crate::agent::AgentState, from: Option<Cursor>) -> O
         };
         (from.active, from.episodic, s, from.archive)
     } else {
-        let len = std::fs::metadata(state.dir.join(RAW_ARCHIVE)).map_or(0, |m| m.len());
-        (0, 0, 0, len)
+        (0, 0, 0, archive_len())
     };
     let to = Cursor {
         epoch: state.meta.epoch,

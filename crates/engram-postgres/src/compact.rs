@@ -66,7 +66,7 @@ impl Compacts for PgStore {
         id: &AgentId,
         hiding: Hiding,
         keep_turns: usize,
-        same_epoch: bool,
+        opened: Option<u32>,
     ) -> Result<Option<Hidden>> {
         let handle = self.handle(id.as_str());
         let mut slot = handle.lock().await;
@@ -76,10 +76,10 @@ impl Compacts for PgStore {
             return Ok(None);
         }
         let cached = slot.as_mut().expect("current");
-        let Some((meta, hidden)) = cached.derived.hide_meta(hiding, keep_turns, same_epoch) else {
+        let Some((meta, hidden)) = cached.derived.hide_meta(hiding, keep_turns, opened) else {
             return Ok(None);
         };
-        let cached = new_epoch(tx, id, &mut slot, meta, "microcompacting").await?;
+        let cached = new_epoch(tx, id, &mut slot, meta, hiding.as_str()).await?;
         tracing::info!(agent = %id, hidden, tier = hiding.as_str(), "hid old messages from the prompt");
         Ok(Some(Hidden {
             hidden,

@@ -216,8 +216,8 @@ pub trait Compacts {
     /// as `hiding` shows them from now on (snip: without what carries
     /// nothing for the model; microcompact: tool results as placeholders),
     /// in a new epoch. Nothing is archived or lost: the prompt changes, the
-    /// raw traces do not. `same_epoch`: an earlier tier of the same
-    /// compaction started the epoch already, which is changed in place
+    /// raw traces do not. `opened`: the epoch an earlier tier of the same
+    /// compaction started, changed in place if the agent is still at it
     /// (one compaction, one epoch). `None` when nothing changed, or while
     /// a summary of the agent is being written (a new epoch would make it
     /// stale).
@@ -226,7 +226,7 @@ pub trait Compacts {
         id: &AgentId,
         hiding: Hiding,
         keep_turns: usize,
-        same_epoch: bool,
+        opened: Option<u32>,
     ) -> Result<Option<Hidden>>;
 
     /// Appends `record` to the agent's compaction log, durably, with the

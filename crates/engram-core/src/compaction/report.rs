@@ -66,6 +66,7 @@ impl CompactionReport {
                 | CompactionError::Busy
                 | CompactionError::Paused { .. }
                 | CompactionError::Off
+                | CompactionError::NothingToHide
                 | CompactionError::StrategyExhausted(_),
             ) => "skipped",
             _ => "failed",
@@ -95,8 +96,12 @@ pub enum CompactionError {
     Storage(String),
     /// A bug (a panic) ended it.
     Unexpected,
-    /// The agent's strategy is `none`: its compactions do nothing.
+    /// The strategy is `none` (the request's or the agent's): nothing is
+    /// compacted.
     Off,
+    /// `compact_tool_results` asked outside a size trigger found no old
+    /// tool result to hide.
+    NothingToHide,
     /// The prompt is still over the trigger after all the strategy may do
     /// (`compact_tool_results`: no old tool result left to hide).
     StrategyExhausted(Strategy),
@@ -107,7 +112,7 @@ impl fmt::Display for CompactionError {
         match self {
             Self::NothingToCompact { raw_tail_turns } => write!(
                 f,
-                "nothing to compact: every finished turn is within the raw tail kept as it is ({raw_tail_turns} turns), or the oldest waits for a tool result"
+                "nothing to compact: every finished turn is within the last {raw_tail_turns} turns, which are kept as they are, or the oldest waits for a tool result"
             ),
             Self::Busy => f.write_str(
                 "another compaction of this agent is running (on another replica); this one did not start",
@@ -132,11 +137,14 @@ impl fmt::Display for CompactionError {
                 f.write_str("the compaction failed unexpectedly; nothing was pruned")
             }
             Self::Off => f.write_str(
-                "compaction is off for this agent (policy.strategy = none): nothing was compacted; the request's strategy can name another",
+                "compaction is off: the strategy is none (the request's strategy, or else the agent's policy.strategy); nothing was compacted, and a request may name another strategy",
+            ),
+            Self::NothingToHide => f.write_str(
+                "nothing to compact: no tool result older than the raw tail is left to hide, and the strategy compact_tool_results does nothing else",
             ),
             Self::StrategyExhausted(strategy) => write!(
                 f,
-                "the prompt is still over the compaction trigger and policy.strategy = {strategy} has nothing more to do (old tool results are placeholders already; it summarizes and trims nothing)"
+                "the prompt is still over the compaction trigger and the strategy {strategy} has nothing more to do (old tool results are placeholders already; it summarizes and trims nothing)"
             ),
         }
     }

@@ -7,6 +7,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use super::Trigger;
+
 /// What a compaction may do to an agent's transcript.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -48,6 +50,18 @@ impl Strategy {
     /// The strategy may call a summarizer.
     pub fn summarizes(self) -> bool {
         self == Self::Summarize
+    }
+
+    /// Whether its compactions can do anything for `trigger`: `none`
+    /// never; `compact_tool_results` for the prompt's size and a manual
+    /// Compact, not a turn count (it keeps every turn, so the count would
+    /// fire again at every prompt).
+    pub fn answers(self, trigger: Trigger) -> bool {
+        match self {
+            Self::Summarize | Self::Trim => true,
+            Self::CompactToolResults => trigger.is_about_size() || trigger == Trigger::Manual,
+            Self::None => false,
+        }
     }
 }
 

@@ -468,7 +468,10 @@ impl Derived {
             pending: None,
             epoch_start_trace,
             epoch: intent.next_epoch.unwrap_or(intent.epoch + 1),
-            compactions: self.meta.compactions + 1,
+            // A later pass of the same compaction (a trim keeping fewer
+            // turns, in the epoch it opened) is not another compaction.
+            compactions: self.meta.compactions
+                + u32::from(intent.episodic.is_some() || intent.next_epoch != Some(intent.epoch)),
             compaction_required: false,
             consecutive_failures: 0,
             // A trim with no memories to show starts with no snapshot.

@@ -137,12 +137,13 @@ impl Derived {
     /// The settings that apply `hiding` to turns older than the last
     /// `keep_turns` (and the current one), and how many traces it changes
     /// that showed before; `None` when it would change none. A new epoch,
-    /// unless `same_epoch` (an earlier tier of the compaction started it).
+    /// unless the agent is still at the one an earlier tier of the same
+    /// compaction `opened`.
     pub fn hide_meta(
         &self,
         hiding: Hiding,
         keep_turns: usize,
-        same_epoch: bool,
+        opened: Option<u32>,
     ) -> Option<(AgentMeta, u32)> {
         let latest = self.tracker.turn_count();
         let before = latest.saturating_sub(u32::try_from(keep_turns).unwrap_or(u32::MAX));
@@ -184,7 +185,7 @@ impl Derived {
         if changed == 0 {
             return None;
         }
-        if !same_epoch {
+        if opened != Some(self.meta.epoch) {
             meta.epoch += 1;
         }
         meta.compaction_required = false;
@@ -247,7 +248,7 @@ mod tests {
         let traces = a.traces.clone();
         let before = a.transcript.messages().len();
         // Turn 3 is the current one; none kept before it.
-        let (meta, changed) = a.hide_meta(Hiding::Snip, 0, false).unwrap();
+        let (meta, changed) = a.hide_meta(Hiding::Snip, 0, None).unwrap();
         assert_eq!(meta.snip_before, Some(3));
         assert_eq!(meta.epoch, 1);
         // The blank answer of turn 1, and c2's repeat (not c3's: another
@@ -278,10 +279,13 @@ mod tests {
             "no blank answer left"
         );
         assert_eq!(a.traces, traces, "the traces are as they were");
-        assert!(a.hide_meta(Hiding::Snip, 0, false).is_none(), "nothing new");
+        assert!(a.hide_meta(Hiding::Snip, 0, None).is_none(), "nothing new");
         // Microcompact after it, in the same epoch: every old result is a
         // placeholder, the reference too.
-        let (meta, hidden) = a.hide_meta(Hiding::Microcompact, 0, true).unwrap();
+        let (meta, hidden) = a.hide_meta(Hiding::Microcompact, 0, Some(1)).unwrap();
         assert_eq!((meta.epoch, hidden), (1, 5));
+        // Another epoch started meanwhile: a new one after it.
+        let (meta, _) = a.hide_meta(Hiding::Microcompact, 0, Some(0)).unwrap();
+        assert_eq!(meta.epoch, 2);
     }
 }

@@ -343,7 +343,7 @@ async fn microcompact_waits_for_a_running_summary() {
         .unwrap();
     assert!(
         store
-            .hide_old(&a, Hiding::Microcompact, 1, false)
+            .hide_old(&a, Hiding::Microcompact, 1, None)
             .await
             .unwrap()
             .is_none()
@@ -357,7 +357,7 @@ async fn microcompact_waits_for_a_running_summary() {
     conversation(&store, &b, 5).await;
     assert!(
         store
-            .hide_old(&b, Hiding::Microcompact, 1, false)
+            .hide_old(&b, Hiding::Microcompact, 1, None)
             .await
             .unwrap()
             .is_some(),

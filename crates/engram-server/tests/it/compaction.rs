@@ -431,7 +431,9 @@ async fn microcompact_alone_can_bring_the_prompt_under_the_trigger() {
         let result = pb::TraceEvent {
             tool_call_id: format!("c{t}"),
             tool_result: Some(prost_types::Value {
-                kind: Some(prost_types::value::Kind::StringValue(page.clone())),
+                kind: Some(prost_types::value::Kind::StringValue(format!(
+                    "{t}: {page}"
+                ))),
             }),
             ..event(pb::TraceType::ToolResult, "")
         };
@@ -534,7 +536,7 @@ async fn two_tiers_of_one_compaction_start_one_epoch() {
     let words = "a fairly long line with many different words in it ";
     for t in 1..=5 {
         let call = tool_call(&format!("c{t}"), "fetch");
-        let result = tool_result(&format!("c{t}"), &words.repeat(80));
+        let result = tool_result(&format!("c{t}"), &format!("{t}: {}", words.repeat(80)));
         c.ingest(ingest_req(
             "tiers",
             vec![user(&words.repeat(100)), call, result],

@@ -170,7 +170,10 @@ async fn a_joiner_never_gets_a_prompt_older_than_its_own_write() {
         let events = [
             engram_core::NewEvent::user(words.repeat(100)),
             engram_core::NewEvent::tool_call(format!("c{t}"), "fetch", serde_json::json!({})),
-            engram_core::NewEvent::tool_result(format!("c{t}"), words.repeat(80).into()),
+            engram_core::NewEvent::tool_result(
+                format!("c{t}"),
+                format!("{t}: {}", words.repeat(80)).into(),
+            ),
         ];
         store
             .ingest(&agent, &events, None, None, None)

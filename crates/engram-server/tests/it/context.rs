@@ -534,7 +534,7 @@ async fn a_prompt_over_the_window_says_so_and_by_how_much() {
     assert!(
         report
             .error
-            .contains("every finished turn is within the raw tail kept as it is (4 turns)"),
+            .contains("every finished turn is within the last 4 turns, which are kept as they are"),
         "{}",
         report.error
     );

@@ -31,6 +31,7 @@ mod replicas;
 mod search;
 mod security;
 mod semantic;
+mod snip;
 mod storage_faults;
 mod strategies;
 mod users;

@@ -3,9 +3,8 @@
 //! kept together, and search and recall still find what it archived;
 //! `compact_tool_results` only hides old tool results; `none` never
 //! compacts. None of the three asks the summarizer: the configured LLM is a
-//! local endpoint that fails every request and counts them. And the snip
-//! tier of `summarize`: old messages that carry nothing leave the prompt,
-//! never the storage.
+//! local endpoint that fails every request and counts them. (The snip tier
+//! of `summarize`: `snip.rs`.)
 
 use crate::common;
 
@@ -14,7 +13,7 @@ use engram_proto::pb;
 
 /// A server whose summarizer is an endpoint that fails every request (and
 /// counts them), with `env` besides.
-async fn with_failing_llm(
+pub(crate) async fn with_failing_llm(
     env: &[(&str, &str)],
 ) -> (TestServer, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
     let (base, seen) = fake_llm(vec![(500, "{}".into())]).await;
@@ -231,14 +230,47 @@ async fn trim_keeps_fewer_turns_when_the_kept_ones_would_not_fit() {
         (&["trim".to_owned()][..], "trim")
     );
     let budget = p.budget.unwrap();
+    // Under the trigger, not only the window: the next prompt does not
+    // trim again at once.
     assert!(
-        p.estimated_prompt_tokens <= budget.input_budget,
+        p.estimated_prompt_tokens <= budget.trigger_tokens,
         "{} > {}",
         p.estimated_prompt_tokens,
-        budget.input_budget
+        budget.trigger_tokens
     );
     assert!(p.warnings.is_empty(), "{:?}", p.warnings);
     assert_eq!(p.epoch, 1, "one compaction, one epoch");
+    c.ingest(ingest_req(
+        "big",
+        vec![event(pb::TraceType::Assistant, "a short answer")],
+    ))
+    .await
+    .unwrap();
+    let next = c
+        .prepare_request(pb::PrepareRequestRequest {
+            agent_id: "big".into(),
+            user_input: Some(user("and next?")),
+            model: "tiny-model".into(),
+            strategy: "trim".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        !next.compaction.unwrap().performed,
+        "no trim at the next prompt"
+    );
+    assert_eq!(next.epoch, 1);
+    let stats = c
+        .get_context_stats(pb::GetContextStatsRequest {
+            agent_id: "big".into(),
+            model: "tiny-model".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stats.compactions, 1, "its passes are one compaction");
     // Fewer than 8 turns kept, each whole: every call has its result.
     let users = p
         .messages
@@ -340,7 +372,7 @@ async fn compact_tool_results_only_hides_results_and_says_when_that_is_not_enoug
     assert!(
         report
             .error
-            .contains("policy.strategy = compact_tool_results"),
+            .contains("the strategy compact_tool_results has nothing more to do"),
         "{report:?}"
     );
     assert!(
@@ -370,6 +402,21 @@ async fn compact_tool_results_only_hides_results_and_says_when_that_is_not_enoug
             .agents_dir()
             .join("tools/raw_traces_archive.jsonl")
             .exists()
+    );
+    // A Compact of an agent with no old tool result says so.
+    c.ingest(ingest_req(
+        "plain",
+        vec![user("hello"), event(pb::TraceType::Assistant, "hi")],
+    ))
+    .await
+    .unwrap();
+    let nothing = compact_now(&mut c, "plain").await;
+    assert!(!nothing.performed);
+    assert!(
+        nothing
+            .error
+            .starts_with("nothing to compact: no tool result older than the raw tail"),
+        "{nothing:?}"
     );
     // The next prompt has nothing more to hide: the same warning, no new epoch.
     let again = c
@@ -448,12 +495,17 @@ async fn none_never_compacts_and_says_so() {
         ("reactive", "none")
     );
     assert!(
-        report.error.contains("policy.strategy = none"),
+        report
+            .error
+            .contains("compaction is off: the strategy is none"),
         "{report:?}"
     );
     let manual = compact_now(&mut c, "raw").await;
     assert!(
-        !manual.performed && manual.error.contains("policy.strategy = none"),
+        !manual.performed
+            && manual
+                .error
+                .contains("compaction is off: the strategy is none"),
         "{manual:?}"
     );
     assert_eq!(
@@ -501,88 +553,4 @@ async fn none_never_compacts_and_says_so() {
             refused.message()
         );
     }
-}
-
-/// The snip tier of `summarize`: a blank assistant message and a tool
-/// result repeating an earlier one word for word leave the prompt (the
-/// repeat becomes a reference to the first call); the raw traces keep
-/// both, and the cheaper tier answered the trigger, so nothing was
-/// summarized.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn snip_drops_what_carries_nothing_from_the_prompt_not_from_storage() {
-    let (server, llm) = with_failing_llm(&[
-        ("ENGRAM__BUDGET__DEFAULT_CONTEXT_TOKENS", "8000"),
-        ("ENGRAM__BUDGET__DEFAULT_MAX_OUTPUT_TOKENS", "1000"),
-        ("ENGRAM__POLICY__RAW_TAIL_TURNS", "1"),
-    ])
-    .await;
-    let mut c = server.client().await;
-    let status = "service healthy; queue depth nominal; all replicas answering ".repeat(160);
-    for t in 1..=4 {
-        c.ingest(ingest_req(
-            "snip",
-            vec![
-                user(&format!("status check {t}")),
-                tool_call(&format!("s{t}"), "status"),
-                tool_result(&format!("s{t}"), &status),
-                // A model's blank answer, asked again.
-                event(pb::TraceType::Assistant, "\n"),
-                event(pb::TraceType::Assistant, "All good."),
-            ],
-        ))
-        .await
-        .unwrap();
-    }
-    let p = c
-        .prepare_request(pb::PrepareRequestRequest {
-            agent_id: "snip".into(),
-            user_input: Some(user("and now?")),
-            model: "tiny-model".into(),
-            render_format: pb::RenderFormat::OpenaiChat.into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let report = p.compaction.clone().unwrap();
-    assert!(report.performed, "{report:?}");
-    assert_eq!(
-        (report.steps.as_slice(), report.strategy.as_str()),
-        (&["snip".to_owned()][..], "summarize")
-    );
-    assert_eq!(p.epoch, 1);
-    let results: Vec<&str> = p
-        .messages
-        .iter()
-        .filter(|m| m.role == pb::Role::Tool as i32)
-        .map(|m| m.content.as_str())
-        .collect();
-    assert_eq!(results.len(), 4, "every call keeps its result");
-    assert_eq!(results[0], status, "the first shown whole");
-    for r in &results[1..3] {
-        assert!(r.starts_with("[same result as call s1 above"), "{r}");
-    }
-    assert_eq!(results[3], status, "the kept turn is not snipped");
-    let empty = p
-        .messages
-        .iter()
-        .filter(|m| {
-            m.role == pb::Role::Assistant as i32
-                && m.content.trim().is_empty()
-                && m.tool_calls.is_empty()
-        })
-        .count();
-    assert_eq!(empty, 1, "the kept turn's only");
-    assert_valid_payloads(&[("snipped".into(), "openai-chat", p.rendered_payload_json)]);
-    // The traces are as they were stored.
-    let traces = all_traces(&mut c, "snip").await;
-    assert_eq!(
-        traces
-            .iter()
-            .filter(|t| t.content == "\n" && t.trace_type == pb::TraceType::Assistant as i32)
-            .count(),
-        4
-    );
-    assert!(llm.lock().unwrap().is_empty(), "nothing was summarized");
-    assert!(!server.agents_dir().join("snip/episodic.jsonl").exists());
 }

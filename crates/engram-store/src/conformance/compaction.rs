@@ -1,13 +1,15 @@
 //! Cases of compaction: the commit, its exclusivity and staleness checks,
 //! all-or-nothing at every fault point, microcompact.
 
+use engram_core::RawTrace;
+use serde_json::json;
 use std::collections::{HashMap, HashSet};
 
 use engram_core::compaction::{NewFact, Summary};
 use engram_core::transcript::Role;
 use engram_core::{AgentId, NewEvent};
 
-use super::{Harness, all_traces, conversation, id, ids, ingest, turn};
+use super::{Harness, MARK, all_traces, conversation, id, ids, ingest, turn};
 use crate::prelude::*;
 use crate::{Hiding, Policy, Store, StoreError};
 
@@ -193,7 +195,7 @@ pub async fn one_compaction_of_an_agent_at_a_time<H: Harness>(h: &H) {
     assert!(matches!(second, crate::Begun::Busy), "{second:?}");
     assert!(
         store
-            .hide_old(&a, Hiding::Microcompact, 1, false)
+            .hide_old(&a, Hiding::Microcompact, 1, None)
             .await
             .unwrap()
             .is_none(),
@@ -325,6 +327,88 @@ pub async fn the_commit_is_all_or_nothing_at_every_step<H: Harness>(h: &H) {
     }
 }
 
+/// Snip hides, in turns older than the kept ones, a result that repeats an
+/// earlier one word for word (a reference to it shows) in a new epoch;
+/// microcompact after it, in the same compaction, changes that epoch in
+/// place, but starts its own if the agent moved on; the traces keep every
+/// byte, and a restart shows the same prompt.
+pub async fn snip_and_microcompact_hide_old_messages_in_one_epoch<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let a = id("snip");
+    let page = format!("{MARK} {}", "the same status page of a service ".repeat(8));
+    for n in 1..=4 {
+        ingest(
+            store.as_ref(),
+            &a,
+            &[
+                NewEvent::user(format!("{MARK} status {n}")),
+                NewEvent::tool_call(format!("s{n}"), "status", json!({})),
+                NewEvent::tool_result(format!("s{n}"), json!(page)),
+                NewEvent::assistant(format!("{MARK} fine {n}")),
+            ],
+        )
+        .await;
+    }
+    let before = all_traces(store.as_ref(), &a).await;
+    let snipped = store
+        .hide_old(&a, Hiding::Snip, 1, None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(snipped.hidden, 1, "s2 repeats s1; s3 is kept, s4 current");
+    let epoch = snipped.context.epoch;
+    assert_eq!(epoch, 1);
+    let reference = |context: &crate::AgentContext, call: &str| {
+        context
+            .messages
+            .iter()
+            .find(|m| m.tool_call_id.as_deref() == Some(call))
+            .map(|m| m.content.clone())
+            .unwrap()
+    };
+    assert!(reference(&snipped.context, "s2").starts_with("[same result as call s1 above"));
+    assert!(
+        store
+            .hide_old(&a, Hiding::Snip, 1, None)
+            .await
+            .unwrap()
+            .is_none(),
+        "nothing new to snip"
+    );
+    let hidden = store
+        .hide_old(&a, Hiding::Microcompact, 1, Some(epoch))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (hidden.hidden, hidden.context.epoch),
+        (2, epoch),
+        "same epoch"
+    );
+    assert!(reference(&hidden.context, "s1").starts_with("[tool result of"));
+    // A new turn: microcompact again, asked for an epoch the agent has
+    // left, starts its own.
+    ingest(store.as_ref(), &a, &turn(9)).await;
+    let again = store
+        .hide_old(&a, Hiding::Microcompact, 1, Some(epoch - 1))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.context.epoch, epoch + 1);
+    let after: Vec<RawTrace> = all_traces(store.as_ref(), &a)
+        .await
+        .into_iter()
+        .map(|(t, _)| t)
+        .collect();
+    for (t, _) in &before {
+        assert!(after.contains(t), "{} kept whole", t.id);
+    }
+    let store = h.reopen(store).await;
+    let reopened = store.context(&a).await.unwrap();
+    assert_eq!(reopened.epoch, epoch + 1);
+    assert_eq!(reopened.messages, again.context.messages);
+}
+
 /// Microcompact shows old tool results as placeholders in a new epoch;
 /// the traces keep every byte.
 pub async fn microcompact_hides_old_results_and_loses_nothing<H: Harness>(h: &H) {
@@ -333,7 +417,7 @@ pub async fn microcompact_hides_old_results_and_loses_nothing<H: Harness>(h: &H)
     conversation(store.as_ref(), &a, 5).await;
     let before = all_traces(store.as_ref(), &a).await;
     let done = store
-        .hide_old(&a, Hiding::Microcompact, 1, false)
+        .hide_old(&a, Hiding::Microcompact, 1, None)
         .await
         .unwrap()
         .unwrap();
@@ -358,7 +442,7 @@ pub async fn microcompact_hides_old_results_and_loses_nothing<H: Harness>(h: &H)
     assert!(shown[4].contains("zebra result 5"), "{shown:?}");
     assert!(
         store
-            .hide_old(&a, Hiding::Microcompact, 1, false)
+            .hide_old(&a, Hiding::Microcompact, 1, None)
             .await
             .unwrap()
             .is_none(),

@@ -93,6 +93,7 @@ macro_rules! conformance_suite {
             a_stale_job_commits_nothing,
             the_commit_is_all_or_nothing_at_every_step,
             microcompact_hides_old_results_and_loses_nothing,
+            snip_and_microcompact_hide_old_messages_in_one_epoch,
             the_compaction_log_keeps_each_agents_records,
             fork_copies_everything_and_then_diverges,
             delete_removes_the_agent_and_everything_it_holds,
