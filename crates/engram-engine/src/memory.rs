@@ -18,6 +18,11 @@
 //! back to the system at once: an allocator keeps freed pages for reuse a
 //! while, and with agents unloaded and loaded again many times a second
 //! those pages were most of what the budget did not bound.
+//!
+//! And a pass acts only every so often: what the heap grows by between two
+//! passes lands before the next can unload for it. So each pass also keeps
+//! free the most the heap grew between two passes lately (the headroom):
+//! with the local model that growth was what still passed the budget.
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
