@@ -28,6 +28,7 @@ use tantivy::{
 
 use crate::analyzer::{self, ANALYZER};
 use crate::{Address, Candidate, Filter, Item, Kind, Placed, Result};
+use speakers::Speakers;
 
 /// Memory the writer may buffer before it writes a segment (tantivy's
 /// floor): an agent's batch is small, the index is one of many.
@@ -43,6 +44,8 @@ struct Fields {
     text: Field,
     when: Field,
     body: Field,
+    /// The speaker's name, normalized ("" for none): the speaker prior.
+    speaker: Field,
 }
 
 fn schema() -> (Schema, Fields) {
@@ -63,6 +66,7 @@ fn schema() -> (Schema, Fields) {
         text: b.add_text_field("text", text.clone() | STORED),
         when: b.add_text_field("when", text),
         body: b.add_text_field("body", STORED),
+        speaker: b.add_text_field("speaker", STRING | FAST),
     };
     (b.build(), fields)
 }
@@ -70,6 +74,7 @@ fn schema() -> (Schema, Fields) {
 /// The fast-field columns a candidate is read from, of one segment.
 struct Columns {
     key: Option<StrColumn>,
+    speaker: Option<StrColumn>,
     kind: Column<u64>,
     order: Column<u64>,
     ts: Column<f64>,
@@ -77,19 +82,24 @@ struct Columns {
 
 impl Columns {
     fn key_of(&self, doc: u32) -> Result<String> {
-        let mut key = String::new();
-        if let Some(keys) = &self.key {
-            for ord in keys.term_ords(doc) {
-                keys.ord_to_str(ord, &mut key)?;
+        Self::str_of(self.key.as_ref(), doc)
+    }
+
+    fn str_of(column: Option<&StrColumn>, doc: u32) -> Result<String> {
+        let mut out = String::new();
+        if let Some(column) = column {
+            for ord in column.term_ords(doc) {
+                column.ord_to_str(ord, &mut out)?;
             }
         }
-        Ok(key)
+        Ok(out)
     }
 
     fn of(segment: &SegmentReader) -> Result<Self> {
         let fast = segment.fast_fields();
         Ok(Self {
             key: fast.str("key")?,
+            speaker: fast.str("speaker")?,
             kind: fast.u64("kind")?,
             order: fast.u64("order")?,
             ts: fast.f64("ts")?,
@@ -111,6 +121,8 @@ pub struct Lexical {
     /// Event time of every trace by conversation order: a hit's
     /// neighbours without a query per hit.
     traces: BTreeMap<u64, f64>,
+    /// Who said each trace, and which participant a question names.
+    speakers: Speakers,
 }
 
 impl std::fmt::Debug for Lexical {
@@ -154,6 +166,7 @@ impl Lexical {
             analyzer,
             date_terms,
             traces: BTreeMap::new(),
+            speakers: Speakers::default(),
         };
         me.load_traces()?;
         Ok(me)
@@ -168,6 +181,8 @@ impl Lexical {
                     let order = c.order.first(doc).unwrap_or_default();
                     self.traces
                         .insert(order, c.ts.first(doc).unwrap_or_default());
+                    let speaker = Columns::str_of(c.speaker.as_ref(), doc)?;
+                    self.speakers.note(&mut self.analyzer, order, &speaker);
                 }
             }
         }
@@ -200,10 +215,14 @@ impl Lexical {
             doc.add_text(f.text, item.full_text());
             doc.add_text(f.when, crate::time::words(item.ts));
             doc.add_text(f.body, &item.body);
+            let speaker = speakers::normalized(item.name.as_deref().unwrap_or_default());
+            doc.add_text(f.speaker, &speaker);
             writer.add_document(doc)?;
         }
         for item in items.iter().filter(|i| i.kind == Kind::Trace) {
             self.traces.insert(item.order, item.ts);
+            let name = item.name.as_deref().unwrap_or_default();
+            self.speakers.note(&mut self.analyzer, item.order, name);
         }
         Ok(())
     }
@@ -256,6 +275,7 @@ impl Lexical {
         for order in gone {
             self.traces.remove(&order);
         }
+        self.speakers.forget_between(lo, hi);
         Ok(())
     }
 
@@ -314,6 +334,18 @@ impl Lexical {
     /// The analyzer's distinct terms of a query, at most `max`.
     pub fn query_terms(&mut self, text: &str, max: usize) -> Vec<String> {
         analyzer::terms(&mut self.analyzer, text, max)
+    }
+
+    /// The participant a question names, when it names exactly one of
+    /// those who said something here (the speaker prior, `rank.rs`).
+    pub fn named_speaker(&mut self, query: &str, max_terms: usize) -> Option<u32> {
+        let terms = self.query_terms(query, max_terms);
+        self.speakers.named(&terms)
+    }
+
+    /// Who said the trace at `order`, when it was named.
+    pub fn speaker(&self, order: u64) -> Option<u32> {
+        self.speakers.of(order)
     }
 
     /// Documents committed so far.
@@ -576,5 +608,6 @@ impl Lexical {
     }
 }
 
+mod speakers;
 #[cfg(test)]
 mod tests;

@@ -41,6 +41,9 @@ pub struct Params {
     /// Cosine below which an item is not considered close at all: unrelated
     /// sentences of a small model still score 0.1–0.2.
     pub semantic_floor: f32,
+    /// When a question names exactly one participant, the share of their
+    /// score the other participants' messages keep (1: no prior).
+    pub other_speakers: f32,
 }
 
 impl Default for Params {
@@ -53,6 +56,7 @@ impl Default for Params {
             max_terms: 64,
             semantic_weight: 1.0,
             semantic_floor: 0.2,
+            other_speakers: 0.5,
         }
     }
 }
@@ -234,6 +238,33 @@ impl Words {
         ranked.truncate(limit);
         ranked
     }
+}
+
+/// How deep a ranking goes before the speaker prior reorders it: the
+/// prior can lift an item past many others, so it reorders the candidates,
+/// not only the page.
+pub fn prior_depth(limit: usize, params: &Params) -> usize {
+    limit.max(params.candidates)
+}
+
+/// The speaker prior: a question that names one participant (`named`) is
+/// about what they said, so the other participants' messages keep
+/// `params.other_speakers` of their score (messages of nobody named, and
+/// memories, keep theirs). Then the best `limit`, best first.
+pub fn prefer_speaker(
+    ranked: &mut Vec<Ranked>,
+    named: u32,
+    speaker_of: &dyn Fn(u64) -> Option<u32>,
+    params: &Params,
+    limit: usize,
+) {
+    for r in ranked.iter_mut().filter(|r| r.kind == Kind::Trace) {
+        if speaker_of(r.order).is_some_and(|s| s != named) {
+            r.score *= params.other_speakers;
+        }
+    }
+    ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.order.cmp(&a.order)));
+    ranked.truncate(limit);
 }
 
 /// Adds closeness in meaning to `ranked`. Traces are found by their place
