@@ -150,57 +150,33 @@ impl FileStore {
                 let wants = wants(current.first_active);
                 let lexical = &mut current.index().lexical;
                 let params = Params::default();
-                // A question that names one participant: the speaker prior
-                // reorders each ranking's candidates (`prefer_speaker`).
-                let named = (params.other_speakers < 1.0)
-                    .then(|| lexical.named_speaker(&query, params.max_terms))
-                    .flatten();
-                let limits: Vec<usize> = wants.iter().map(|(_, l)| (*l).min(MAX_RANKED)).collect();
                 let words = wants
                     .iter()
-                    .zip(&limits)
-                    .map(|((filter, _), limit)| match *limit {
+                    .map(|(filter, limit)| match (*limit).min(MAX_RANKED) {
                         0 => Ok(None),
-                        limit => {
-                            let depth = match named {
-                                Some(_) => engram_index::prior_depth(limit, &params),
-                                None => limit,
-                            };
-                            engram_index::by_words(lexical, &query, filter, depth, &params)
-                                .map(Some)
-                                .map_err(index_error)
-                        }
+                        limit => engram_index::by_words(lexical, &query, filter, limit, &params)
+                            .map(Some)
+                            .map_err(index_error),
                     })
                     .collect::<Result<Vec<Option<Words>>>>()?;
-                Ok((current, words, named.map(|n| (n, limits))))
+                Ok((current, words))
             })
             .await
         };
         let (query_vector, words) = tokio::join!(self.query_vector(query), words);
-        let (mut current, words, prior) = words?;
+        let (mut current, words) = words?;
         blocking(move || {
             let first_active = current.first_active;
             let index = current.index();
             let state = index.state();
-            let params = Params::default();
-            let mut ranked = engram_index::fuse_each(
+            let lexical = &index.lexical;
+            let ranked = engram_index::fuse_each(
                 words,
                 index.vectors.as_ref(),
                 query_vector.as_deref(),
-                &params,
+                &Params::default(),
+                &|order| lexical.speaker(order),
             );
-            if let Some((named, limits)) = prior {
-                let lexical = &index.lexical;
-                for (ranking, limit) in ranked.iter_mut().zip(limits) {
-                    engram_index::prefer_speaker(
-                        ranking,
-                        named,
-                        &|order| lexical.speaker(order),
-                        &params,
-                        limit,
-                    );
-                }
-            }
             work(Ranking {
                 lexical: &mut index.lexical,
                 ranked,

@@ -207,6 +207,7 @@ impl FileStore {
                 index.vectors.as_ref(),
                 query_vector.as_deref(),
                 &Params::default(),
+                &|order| index.lexical.speaker(order),
             );
             let by_ordinal = index.agents_by_ordinal();
             work(Ranking {

@@ -27,10 +27,7 @@ pub mod vectors;
 
 #[cfg(feature = "lexical")]
 pub use lexical::Lexical;
-pub use rank::{
-    Matched, Neighbours, Params, Ranked, Semantic, Words, from_candidates, fuse_each,
-    prefer_speaker, prior_depth,
-};
+pub use rank::{Matched, Neighbours, Params, Ranked, Semantic, Words, from_candidates, fuse_each};
 #[cfg(feature = "lexical")]
 pub use rank::{by_words, rank};
 pub use vectors::{Embedded, Near, Vectors};

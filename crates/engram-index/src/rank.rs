@@ -131,13 +131,14 @@ pub fn fuse_each(
     vectors: Option<&Vectors>,
     query: Option<&[f32]>,
     params: &Params,
+    speaker_of: &dyn Fn(u64) -> Option<u32>,
 ) -> Vec<Vec<Ranked>> {
     let semantic = vectors
         .zip(query)
         .map(|(vectors, query)| Semantic { vectors, query });
     words
         .into_iter()
-        .map(|w| w.map_or_else(Vec::new, |w| w.fuse(semantic, params)))
+        .map(|w| w.map_or_else(Vec::new, |w| w.fuse(semantic, params, speaker_of)))
         .collect()
 }
 
@@ -153,7 +154,7 @@ pub fn rank(
     params: &Params,
 ) -> Result<Vec<Ranked>> {
     let words = by_words(index, query, filter, limit, params)?;
-    Ok(words.fuse(semantic, params))
+    Ok(words.fuse(semantic, params, &|order| index.speaker(order)))
 }
 
 /// The lexical half of a ranking: what the words found, with context,
@@ -165,6 +166,8 @@ pub struct Words {
     traces: HashMap<u64, usize>,
     filter: Filter,
     limit: usize,
+    /// The one participant the question names (the speaker prior).
+    named: Option<u32>,
 }
 
 /// The first half of [`rank`].
@@ -178,13 +181,17 @@ pub fn by_words(
 ) -> Result<Words> {
     let terms = index.query_terms(query, params.max_terms);
     let candidates = index.search(&terms, filter, params.candidates.max(limit))?;
-    Ok(from_candidates(
+    let mut words = from_candidates(
         candidates,
         &|order, n| index.neighbours(order, n),
         filter,
         limit,
         params,
-    ))
+    );
+    if params.other_speakers < 1.0 {
+        words.named = index.named_speaker(query, params.max_terms);
+    }
+    Ok(words)
 }
 
 /// What the traces around a place are: up to `n` on each side, nearest
@@ -212,17 +219,26 @@ pub fn from_candidates(
         traces,
         filter: filter.clone(),
         limit,
+        named: None,
     }
 }
 
 impl Words {
-    /// The second half of [`rank`]: meaning added, best `limit` first.
-    pub fn fuse(self, semantic: Option<Semantic<'_>>, params: &Params) -> Vec<Ranked> {
+    /// The second half of [`rank`]: meaning added, the speaker prior
+    /// applied (`speaker_of` says who said the trace at a place), best
+    /// `limit` first.
+    pub fn fuse(
+        self,
+        semantic: Option<Semantic<'_>>,
+        params: &Params,
+        speaker_of: &dyn Fn(u64) -> Option<u32>,
+    ) -> Vec<Ranked> {
         let Words {
             mut ranked,
             traces,
             filter,
             limit,
+            named,
         } = self;
         if let Some(semantic) = semantic {
             fuse(
@@ -234,37 +250,30 @@ impl Words {
                 params,
             );
         }
+        if let Some(named) = named {
+            prefer_speaker(&mut ranked, named, speaker_of, params);
+        }
         ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.order.cmp(&a.order)));
         ranked.truncate(limit);
         ranked
     }
 }
 
-/// How deep a ranking goes before the speaker prior reorders it: the
-/// prior can lift an item past many others, so it reorders the candidates,
-/// not only the page.
-pub fn prior_depth(limit: usize, params: &Params) -> usize {
-    limit.max(params.candidates)
-}
-
 /// The speaker prior: a question that names one participant (`named`) is
 /// about what they said, so the other participants' messages keep
 /// `params.other_speakers` of their score (messages of nobody named, and
-/// memories, keep theirs). Then the best `limit`, best first.
-pub fn prefer_speaker(
-    ranked: &mut Vec<Ranked>,
+/// memories, keep theirs). Over every candidate, before the best are cut.
+fn prefer_speaker(
+    ranked: &mut [Ranked],
     named: u32,
     speaker_of: &dyn Fn(u64) -> Option<u32>,
     params: &Params,
-    limit: usize,
 ) {
     for r in ranked.iter_mut().filter(|r| r.kind == Kind::Trace) {
         if speaker_of(r.order).is_some_and(|s| s != named) {
             r.score *= params.other_speakers;
         }
     }
-    ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.order.cmp(&a.order)));
-    ranked.truncate(limit);
 }
 
 /// Adds closeness in meaning to `ranked`. Traces are found by their place
@@ -525,5 +534,72 @@ mod tests {
         )
         .unwrap();
         assert_eq!(keys(&lexical, &fused), ["t2", "t1"]);
+    }
+
+    /// A question that names one participant weighs the others' messages
+    /// at `other_speakers`: the named one's answer comes first although
+    /// the other's matches the words better; a question naming both, or
+    /// nobody, ranks as before; the prior lives through a reopening.
+    #[test]
+    fn a_question_that_names_one_participant_prefers_their_messages() {
+        let dir = tempfile::tempdir().unwrap();
+        let said = |turn: u32, name: &str, text: &str| Item {
+            name: Some(name.into()),
+            ..trace(turn, f64::from(turn) * 86_400.0, text)
+        };
+        let items = [
+            said(1, "Caroline", "I love pottery"),
+            said(
+                2,
+                "Melanie",
+                "We take the pottery class, a pottery class we take weekly",
+            ),
+            said(3, "Melanie", "We painted the fence"),
+        ];
+        let mut lexical = Lexical::open(dir.path()).unwrap();
+        lexical.upsert(&items).unwrap();
+        lexical.commit("").unwrap();
+        let top = |lexical: &mut Lexical, query: &str, params: &Params| {
+            let ranked = rank(lexical, None, query, &Filter::default(), 10, params).unwrap();
+            keys(lexical, &ranked)
+        };
+        let params = Params::default();
+        assert_eq!(
+            top(&mut lexical, "pottery class", &params)[0],
+            "t2",
+            "words alone"
+        );
+        assert_eq!(
+            top(
+                &mut lexical,
+                "What pottery class did Caroline take?",
+                &params
+            )[0],
+            "t1"
+        );
+        let off = Params {
+            other_speakers: 1.0,
+            ..Params::default()
+        };
+        assert_eq!(
+            top(&mut lexical, "What pottery class did Caroline take?", &off)[0],
+            "t2"
+        );
+        let both = "pottery class of Caroline and Melanie";
+        assert_eq!(
+            top(&mut lexical, both, &params),
+            top(&mut lexical, both, &off),
+            "both named: no prior"
+        );
+        drop(lexical);
+        let mut reopened = Lexical::open(dir.path()).unwrap();
+        assert_eq!(
+            top(
+                &mut reopened,
+                "What pottery class did Caroline take?",
+                &params
+            )[0],
+            "t1"
+        );
     }
 }

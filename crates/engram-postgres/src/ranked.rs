@@ -160,8 +160,14 @@ impl PgStore {
             self.query_vector(query),
             by_words(conn, who, query, wants, docs, hidden, &mut places)
         );
-        let ranked =
-            engram_index::fuse_each(words?, vectors, query_vector.as_deref(), &Params::default());
+        // No speaker prior yet: the database's words name no participant.
+        let ranked = engram_index::fuse_each(
+            words?,
+            vectors,
+            query_vector.as_deref(),
+            &Params::default(),
+            &|_| None,
+        );
         Ok((ranked, places))
     }
 
