@@ -126,6 +126,44 @@ async fn a_natural_question_finds_who_said_it_and_when() {
     assert_eq!(words.matches[0].matched_by, pb::MatchedBy::AllWords as i32);
 }
 
+/// A question that names one participant prefers what they said (the
+/// speaker prior): Melanie's message matches more of the words, Caroline's
+/// comes first when the question names Caroline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_naming_one_participant_prefers_what_they_said() {
+    let server = TestServer::start_with(&[("ENGRAM__EMBED__PROVIDER", "none")]).await;
+    let mut c = server.client().await;
+    use pb::TraceType::{Assistant, User};
+    let lines = [
+        ("Caroline", User, "I love pottery", 0.0),
+        (
+            "Melanie",
+            Assistant,
+            "We take the pottery class, a pottery class we take weekly",
+            1.0,
+        ),
+        ("Melanie", Assistant, "We painted the fence", 2.0),
+    ];
+    for (name, kind, text, day) in lines {
+        c.ingest(said("pair", name, kind, text, MAY_8_2023 + day * DAY))
+            .await
+            .unwrap();
+    }
+    let first = |page: pb::SearchHistoryResponse| page.matches[0].trace.clone().unwrap().name;
+    let words = c
+        .search_history(search("pair", "which pottery class do they take?"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(first(words), "Melanie", "by the words alone");
+    let named = c
+        .search_history(search("pair", "What pottery class did Caroline take?"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(first(named), "Caroline");
+}
+
 #[tokio::test]
 async fn bad_search_requests_are_refused_clearly() {
     let server = TestServer::start().await;
