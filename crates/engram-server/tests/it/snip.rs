@@ -2,7 +2,7 @@
 //! nothing for the model leave the prompt, never the storage.
 
 use crate::common;
-use crate::strategies::with_failing_llm;
+use crate::strategies::{small_with_failing_llm, tiny};
 
 use common::*;
 use engram_proto::pb;
@@ -14,12 +14,7 @@ use engram_proto::pb;
 /// summarized.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snip_drops_what_carries_nothing_from_the_prompt_not_from_storage() {
-    let (server, llm) = with_failing_llm(&[
-        ("ENGRAM__BUDGET__DEFAULT_CONTEXT_TOKENS", "8000"),
-        ("ENGRAM__BUDGET__DEFAULT_MAX_OUTPUT_TOKENS", "1000"),
-        ("ENGRAM__POLICY__RAW_TAIL_TURNS", "1"),
-    ])
-    .await;
+    let (server, llm) = small_with_failing_llm(&[("ENGRAM__POLICY__RAW_TAIL_TURNS", "1")]).await;
     let mut c = server.client().await;
     let status = "service healthy; queue depth nominal; all replicas answering ".repeat(160);
     for t in 1..=4 {
@@ -39,11 +34,8 @@ async fn snip_drops_what_carries_nothing_from_the_prompt_not_from_storage() {
     }
     let p = c
         .prepare_request(pb::PrepareRequestRequest {
-            agent_id: "snip".into(),
-            user_input: Some(user("and now?")),
-            model: "tiny-model".into(),
             render_format: pb::RenderFormat::OpenaiChat.into(),
-            ..Default::default()
+            ..tiny("snip", Some("and now?"), "")
         })
         .await
         .unwrap()

@@ -26,6 +26,34 @@ pub(crate) async fn with_failing_llm(
     (TestServer::start_with(&vars).await, seen)
 }
 
+/// A model of an 8,000-token window (1,000 kept for the answer): a few
+/// turns reach its trigger.
+pub(crate) const SMALL_WINDOW: [(&str, &str); 2] = [
+    ("ENGRAM__BUDGET__DEFAULT_CONTEXT_TOKENS", "8000"),
+    ("ENGRAM__BUDGET__DEFAULT_MAX_OUTPUT_TOKENS", "1000"),
+];
+
+/// [`with_failing_llm`] with [`SMALL_WINDOW`] and `env`.
+pub(crate) async fn small_with_failing_llm(
+    env: &[(&str, &str)],
+) -> (TestServer, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let mut vars = SMALL_WINDOW.to_vec();
+    vars.extend_from_slice(env);
+    with_failing_llm(&vars).await
+}
+
+/// A prompt of `agent` for the small-window model, with `input` as the new
+/// turn's message and `strategy` ("": the agent's).
+pub(crate) fn tiny(agent: &str, input: Option<&str>, strategy: &str) -> pb::PrepareRequestRequest {
+    pb::PrepareRequestRequest {
+        agent_id: agent.into(),
+        user_input: input.map(user),
+        model: "tiny-model".into(),
+        strategy: strategy.into(),
+        ..Default::default()
+    }
+}
+
 /// Six turns; the third calls a tool and gets its result, the sixth is the
 /// current one.
 async fn six_turns(c: &mut Client, agent: &str) {
@@ -190,12 +218,7 @@ async fn trim_archives_whole_turns_with_no_summary_and_recall_still_finds_them()
 /// are kept until it fits, whole, in one new epoch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trim_keeps_fewer_turns_when_the_kept_ones_would_not_fit() {
-    let (server, llm) = with_failing_llm(&[
-        ("ENGRAM__BUDGET__DEFAULT_CONTEXT_TOKENS", "8000"),
-        ("ENGRAM__BUDGET__DEFAULT_MAX_OUTPUT_TOKENS", "1000"),
-        ("ENGRAM__POLICY__KEEP_LAST_TURNS", "8"),
-    ])
-    .await;
+    let (server, llm) = small_with_failing_llm(&[("ENGRAM__POLICY__KEEP_LAST_TURNS", "8")]).await;
     let mut c = server.client().await;
     let long = "a long answer with many words that fill the window quickly ".repeat(90);
     for t in 1..=10 {
@@ -213,12 +236,8 @@ async fn trim_keeps_fewer_turns_when_the_kept_ones_would_not_fit() {
     }
     let p = c
         .prepare_request(pb::PrepareRequestRequest {
-            agent_id: "big".into(),
-            user_input: Some(user("and now?")),
-            model: "tiny-model".into(),
             render_format: pb::RenderFormat::AnthropicMessages.into(),
-            strategy: "trim".into(),
-            ..Default::default()
+            ..tiny("big", Some("and now?"), "trim")
         })
         .await
         .unwrap()
@@ -247,13 +266,7 @@ async fn trim_keeps_fewer_turns_when_the_kept_ones_would_not_fit() {
     .await
     .unwrap();
     let next = c
-        .prepare_request(pb::PrepareRequestRequest {
-            agent_id: "big".into(),
-            user_input: Some(user("and next?")),
-            model: "tiny-model".into(),
-            strategy: "trim".into(),
-            ..Default::default()
-        })
+        .prepare_request(tiny("big", Some("and next?"), "trim"))
         .await
         .unwrap()
         .into_inner();
@@ -312,13 +325,7 @@ async fn trim_keeps_fewer_turns_when_the_kept_ones_would_not_fit() {
         .unwrap();
     }
     let p = c
-        .prepare_request(pb::PrepareRequestRequest {
-            agent_id: "few".into(),
-            user_input: Some(user("still there?")),
-            model: "tiny-model".into(),
-            strategy: "trim".into(),
-            ..Default::default()
-        })
+        .prepare_request(tiny("few", Some("still there?"), "trim"))
         .await
         .unwrap()
         .into_inner();
@@ -334,9 +341,7 @@ async fn trim_keeps_fewer_turns_when_the_kept_ones_would_not_fit() {
 /// saying so, nothing archived, no model asked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compact_tool_results_only_hides_results_and_says_when_that_is_not_enough() {
-    let (server, llm) = with_failing_llm(&[
-        ("ENGRAM__BUDGET__DEFAULT_CONTEXT_TOKENS", "8000"),
-        ("ENGRAM__BUDGET__DEFAULT_MAX_OUTPUT_TOKENS", "1000"),
+    let (server, llm) = small_with_failing_llm(&[
         ("ENGRAM__POLICY__RAW_TAIL_TURNS", "1"),
         ("ENGRAM__POLICY__STRATEGY", "compact_tool_results"),
     ])
@@ -358,11 +363,7 @@ async fn compact_tool_results_only_hides_results_and_says_when_that_is_not_enoug
         .unwrap();
     }
     let p = c
-        .prepare_request(pb::PrepareRequestRequest {
-            agent_id: "tools".into(),
-            model: "tiny-model".into(),
-            ..Default::default()
-        })
+        .prepare_request(tiny("tools", None, ""))
         .await
         .unwrap()
         .into_inner();
@@ -420,11 +421,7 @@ async fn compact_tool_results_only_hides_results_and_says_when_that_is_not_enoug
     );
     // The next prompt has nothing more to hide: the same warning, no new epoch.
     let again = c
-        .prepare_request(pb::PrepareRequestRequest {
-            agent_id: "tools".into(),
-            model: "tiny-model".into(),
-            ..Default::default()
-        })
+        .prepare_request(tiny("tools", None, ""))
         .await
         .unwrap()
         .into_inner();
@@ -444,9 +441,7 @@ async fn compact_tool_results_only_hides_results_and_says_when_that_is_not_enoug
 /// request may still name another strategy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn none_never_compacts_and_says_so() {
-    let (server, llm) = with_failing_llm(&[
-        ("ENGRAM__BUDGET__DEFAULT_CONTEXT_TOKENS", "8000"),
-        ("ENGRAM__BUDGET__DEFAULT_MAX_OUTPUT_TOKENS", "1000"),
+    let (server, llm) = small_with_failing_llm(&[
         ("ENGRAM__POLICY__STRATEGY", "none"),
         ("ENGRAM__POLICY__KEEP_LAST_TURNS", "2"),
     ])
