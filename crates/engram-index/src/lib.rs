@@ -27,7 +27,10 @@ pub mod vectors;
 
 #[cfg(feature = "lexical")]
 pub use lexical::Lexical;
-pub use rank::{Matched, Neighbours, Params, Ranked, Semantic, Words, from_candidates, fuse_each};
+pub use rank::{
+    Fused, Matched, Neighbours, Params, Ranked, Semantic, Words, from_candidates, fuse_each,
+    named_one,
+};
 #[cfg(feature = "lexical")]
 pub use rank::{by_words, rank};
 pub use vectors::{Embedded, Near, Vectors};

@@ -233,6 +233,13 @@ impl Words {
         params: &Params,
         speaker_of: &dyn Fn(u64) -> Option<u32>,
     ) -> Vec<Ranked> {
+        self.fuse_all(semantic, params).best(params, speaker_of)
+    }
+
+    /// [`fuse`](Self::fuse) before the speaker prior and the cut: for a
+    /// backend that finds who said the candidates (and whom the question
+    /// names) only once it knows them.
+    pub fn fuse_all(self, semantic: Option<Semantic<'_>>, params: &Params) -> Fused {
         let Words {
             mut ranked,
             traces,
@@ -250,6 +257,43 @@ impl Words {
                 params,
             );
         }
+        Fused {
+            ranked,
+            limit,
+            named,
+        }
+    }
+}
+
+/// Every candidate of a ranking, meaning added, not yet cut.
+#[derive(Debug)]
+pub struct Fused {
+    ranked: Vec<Ranked>,
+    limit: usize,
+    named: Option<u32>,
+}
+
+impl Fused {
+    /// The places of the traces among the candidates.
+    pub fn trace_places(&self) -> impl Iterator<Item = u64> + '_ {
+        self.ranked
+            .iter()
+            .filter(|r| r.kind == Kind::Trace)
+            .map(|r| r.order)
+    }
+
+    /// The participant the question names, as the caller found it.
+    pub fn name(&mut self, named: Option<u32>) {
+        self.named = named;
+    }
+
+    /// The speaker prior applied, best `limit` first.
+    pub fn best(self, params: &Params, speaker_of: &dyn Fn(u64) -> Option<u32>) -> Vec<Ranked> {
+        let Fused {
+            mut ranked,
+            limit,
+            named,
+        } = self;
         if let Some(named) = named {
             prefer_speaker(&mut ranked, named, speaker_of, params);
         }
@@ -257,6 +301,21 @@ impl Words {
         ranked.truncate(limit);
         ranked
     }
+}
+
+/// The one participant a question names: of `names` (each an id and the
+/// terms of its name, analyzed as the question's `terms` are), the only
+/// one whose every term is among the question's; `None` for none or
+/// several.
+pub fn named_one<'a>(
+    terms: &[String],
+    names: impl IntoIterator<Item = (u32, &'a [String])>,
+) -> Option<u32> {
+    let mut named = names
+        .into_iter()
+        .filter(|(_, name)| !name.is_empty() && name.iter().all(|t| terms.contains(t)));
+    let (id, _) = named.next()?;
+    named.next().is_none().then_some(id)
 }
 
 /// The speaker prior: a question that names one participant (`named`) is
@@ -404,202 +463,4 @@ fn in_range(filter: &Filter, order: u64, ts: f64) -> bool {
 }
 
 #[cfg(all(test, feature = "lexical"))]
-mod tests {
-    use super::*;
-    use crate::{Embedded, Item, order, test_trace};
-
-    fn trace(turn: u32, ts: f64, text: &str) -> Item {
-        test_trace(&format!("t{turn}"), turn, ts, text)
-    }
-
-    /// A unit vector along `axis` leaning `lean` towards axis 0.
-    fn toward(axis: usize, lean: f32) -> Vec<f32> {
-        let mut v = vec![0.0; 4];
-        v[axis] = (1.0 - lean * lean).sqrt();
-        v[0] += lean;
-        v
-    }
-
-    fn setup() -> (Lexical, Vectors) {
-        let mut lexical = Lexical::in_memory().unwrap();
-        // Sittings a day apart: no context between them.
-        let items = [
-            trace(1, 0.0, "the blue bicycle was stolen"),
-            trace(2, 86_400.0, "a bicycle race on sunday"),
-            trace(3, 172_800.0, "my new puppy chews everything"),
-        ];
-        lexical.upsert(&items).unwrap();
-        lexical.commit("").unwrap();
-        let mut vectors = Vectors::in_memory("m", 4);
-        let embedded: Vec<Embedded> = items
-            .iter()
-            .zip([toward(1, 0.1), toward(2, 0.5), toward(3, 0.95)])
-            .map(|(i, vector)| Embedded {
-                key: i.key.clone(),
-                kind: i.kind,
-                trace_type: 1,
-                order: i.order,
-                ts: i.ts,
-                vector,
-            })
-            .collect();
-        vectors.write(&embedded, &[]).unwrap();
-        (lexical, vectors)
-    }
-
-    fn keys(lexical: &Lexical, ranked: &[Ranked]) -> Vec<String> {
-        ranked
-            .iter()
-            .map(|r| r.body(lexical).unwrap().unwrap())
-            .collect()
-    }
-
-    #[test]
-    fn meaning_finds_what_shares_no_word_and_lifts_what_does() {
-        let (mut lexical, vectors) = setup();
-        let query = [1.0, 0.0, 0.0, 0.0];
-        let semantic = Some(Semantic {
-            vectors: &vectors,
-            query: &query,
-        });
-        let params = Params::default();
-        let alone = rank(
-            &mut lexical,
-            None,
-            "bicycle",
-            &Filter::default(),
-            10,
-            &params,
-        )
-        .unwrap();
-        assert_eq!(keys(&lexical, &alone).len(), 2);
-        assert!(alone.iter().all(|r| r.matched() == Matched::Lexical));
-        assert!((alone[0].score - 1.0).abs() < 1e-6, "relative to the best");
-
-        let fused = rank(
-            &mut lexical,
-            semantic,
-            "bicycle",
-            &Filter::default(),
-            10,
-            &params,
-        )
-        .unwrap();
-        // t2 gains by meaning; t1's cosine (0.1) is below the floor; t3
-        // shares no word and is found by meaning alone.
-        assert_eq!(keys(&lexical, &fused), ["t2", "t1", "t3"]);
-        let t2_alone = alone.iter().find(|r| r.order == order(2, 0)).unwrap();
-        assert!(fused[0].score > t2_alone.score + 0.3);
-        assert_eq!(
-            fused.iter().map(Ranked::matched).collect::<Vec<_>>(),
-            [Matched::Both, Matched::Lexical, Matched::Semantic]
-        );
-        assert!((fused[2].score - (0.95 - 0.2) / 0.8).abs() < 0.02);
-
-        let none = Params {
-            semantic_weight: 0.0,
-            ..Params::default()
-        };
-        let weightless = rank(
-            &mut lexical,
-            semantic,
-            "bicycle",
-            &Filter::default(),
-            10,
-            &none,
-        )
-        .unwrap();
-        assert_eq!(keys(&lexical, &weightless), keys(&lexical, &alone));
-    }
-
-    #[test]
-    fn the_filter_binds_both_sides() {
-        let (mut lexical, vectors) = setup();
-        let query = [1.0, 0.0, 0.0, 0.0];
-        let semantic = Some(Semantic {
-            vectors: &vectors,
-            query: &query,
-        });
-        let early = Filter {
-            order: Some((order(1, 0), order(2, u32::MAX))),
-            ..Filter::default()
-        };
-        let fused = rank(
-            &mut lexical,
-            semantic,
-            "bicycle puppy",
-            &early,
-            10,
-            &Params::default(),
-        )
-        .unwrap();
-        assert_eq!(keys(&lexical, &fused), ["t2", "t1"]);
-    }
-
-    /// A question that names one participant weighs the others' messages
-    /// at `other_speakers`: the named one's answer comes first although
-    /// the other's matches the words better; a question naming both, or
-    /// nobody, ranks as before; the prior lives through a reopening.
-    #[test]
-    fn a_question_that_names_one_participant_prefers_their_messages() {
-        let dir = tempfile::tempdir().unwrap();
-        let said = |turn: u32, name: &str, text: &str| Item {
-            name: Some(name.into()),
-            ..trace(turn, f64::from(turn) * 86_400.0, text)
-        };
-        let items = [
-            said(1, "Caroline", "I love pottery"),
-            said(
-                2,
-                "Melanie",
-                "We take the pottery class, a pottery class we take weekly",
-            ),
-            said(3, "Melanie", "We painted the fence"),
-        ];
-        let mut lexical = Lexical::open(dir.path()).unwrap();
-        lexical.upsert(&items).unwrap();
-        lexical.commit("").unwrap();
-        let top = |lexical: &mut Lexical, query: &str, params: &Params| {
-            let ranked = rank(lexical, None, query, &Filter::default(), 10, params).unwrap();
-            keys(lexical, &ranked)
-        };
-        let params = Params::default();
-        assert_eq!(
-            top(&mut lexical, "pottery class", &params)[0],
-            "t2",
-            "words alone"
-        );
-        assert_eq!(
-            top(
-                &mut lexical,
-                "What pottery class did Caroline take?",
-                &params
-            )[0],
-            "t1"
-        );
-        let off = Params {
-            other_speakers: 1.0,
-            ..Params::default()
-        };
-        assert_eq!(
-            top(&mut lexical, "What pottery class did Caroline take?", &off)[0],
-            "t2"
-        );
-        let both = "pottery class of Caroline and Melanie";
-        assert_eq!(
-            top(&mut lexical, both, &params),
-            top(&mut lexical, both, &off),
-            "both named: no prior"
-        );
-        drop(lexical);
-        let mut reopened = Lexical::open(dir.path()).unwrap();
-        assert_eq!(
-            top(
-                &mut reopened,
-                "What pottery class did Caroline take?",
-                &params
-            )[0],
-            "t1"
-        );
-    }
-}
+mod tests;

@@ -52,6 +52,7 @@ mod read;
 mod recalled;
 mod rows;
 mod search;
+mod speakers;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod upkeep;

@@ -4,9 +4,11 @@
 //! (`vectors.rs`), and read back from the rows (`recalled.rs`). A user's
 //! conversations are ranked the same way, together (`user_rank.rs`).
 
+use std::collections::HashMap;
+
 use async_trait::async_trait;
 use engram_core::AgentId;
-use engram_index::{Params, Ranked, Vectors};
+use engram_index::{Fused, Params, Ranked, Semantic, Vectors};
 use engram_store::ranked::{MAX_RANKED, Want, memory_wants};
 use engram_store::{
     Hit, IndexState, Memory, MemoryQuery, RankedMemories, Ranks, Result, Search, SearchPage,
@@ -160,14 +162,29 @@ impl PgStore {
             self.query_vector(query),
             by_words(conn, who, query, wants, docs, hidden, &mut places)
         );
-        // No speaker prior yet: the database's words name no participant.
-        let ranked = engram_index::fuse_each(
-            words?,
-            vectors,
-            query_vector.as_deref(),
-            &Params::default(),
-            &|_| None,
-        );
+        let params = Params::default();
+        let semantic = vectors
+            .zip(query_vector.as_deref())
+            .map(|(vectors, query)| Semantic { vectors, query });
+        let mut fused: Vec<Option<Fused>> = words?
+            .into_iter()
+            .map(|w| w.map(|w| w.fuse_all(semantic, &params)))
+            .collect();
+        // The speaker prior: who said the candidates, and whether the
+        // question names one of them.
+        let speakers = if params.other_speakers < 1.0 {
+            crate::speakers::prior(conn, who, query, &mut fused, &places).await?
+        } else {
+            HashMap::new()
+        };
+        let ranked = fused
+            .into_iter()
+            .map(|f| {
+                f.map_or_else(Vec::new, |f| {
+                    f.best(&params, &|p| speakers.get(&p).copied())
+                })
+            })
+            .collect();
         Ok((ranked, places))
     }
 

@@ -62,15 +62,12 @@ impl Speakers {
     /// The one participant whose every name term is among `terms` (a
     /// question's, analyzed); `None` when none is, or several are.
     pub(crate) fn named(&self, terms: &[String]) -> Option<u32> {
-        let mut named =
-            self.names.iter().enumerate().filter(|(_, (_, name))| {
-                !name.is_empty() && name.iter().all(|t| terms.contains(t))
-            });
-        let (i, _) = named.next()?;
-        if named.next().is_some() {
-            return None;
-        }
-        u32::try_from(i + 1).ok()
+        let names = self
+            .names
+            .iter()
+            .enumerate()
+            .map(|(i, (_, name))| (u32::try_from(i + 1).unwrap_or(u32::MAX), name.as_slice()));
+        crate::rank::named_one(terms, names)
     }
 }
 

@@ -106,6 +106,41 @@ pub async fn ranked_search_orders_by_relevance_with_context_and_filters<H: Harne
     assert!(nothing.is_empty());
 }
 
+/// The speaker prior: a question that names one participant ranks what
+/// they said above what another participant said, though the other's
+/// message matches more of its words; a question naming both, or nobody,
+/// ranks by the words.
+pub async fn a_question_naming_one_participant_prefers_their_messages<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let a = id("speakers");
+    ingest(store.as_ref(), &a, &[said("Caroline", "I love pottery")]).await;
+    let melanie = NewEvent {
+        name: Some("Melanie".into()),
+        ..NewEvent::assistant("We take the pottery class, a pottery class we take weekly")
+    };
+    ingest(store.as_ref(), &a, &[melanie]).await;
+    let first = |texts: Vec<String>| texts.into_iter().next().unwrap_or_default();
+    let top = |query: &str| ranked(query, 10);
+    let words = first(
+        contents(
+            store.as_ref(),
+            &a,
+            &top("which pottery class do they take?"),
+        )
+        .await,
+    );
+    assert!(words.starts_with("We take"), "by the words: {words}");
+    let named = first(
+        contents(
+            store.as_ref(),
+            &a,
+            &top("What pottery class did Caroline take?"),
+        )
+        .await,
+    );
+    assert_eq!(named, "I love pottery");
+}
+
 /// Writes the index has not read yet (not searched since, then a restart,
 /// then a compaction that archived them) are found, archived or not.
 pub async fn ranked_search_covers_every_acknowledged_write_after_a_restart<H: Harness>(h: &H) {

@@ -1,0 +1,101 @@
+//! The speaker prior on PostgreSQL (`engram_index::Fused::best`): who said
+//! each ranked trace (the `name` stored with it), and which of them the
+//! question names, their names and the question analyzed by the database
+//! as its words are. The file store knows both from its index; here they
+//! are read for the candidates of one search, in two statements.
+
+use std::collections::{HashMap, HashSet};
+
+use engram_index::{Fused, Params};
+use engram_store::Result;
+use sqlx::PgConnection;
+
+use crate::db;
+use crate::who::{Places, Who};
+
+/// Notes on each of `fused` the participant the question names (if it
+/// names exactly one of those who said a candidate) and returns who said
+/// each candidate trace, by place.
+pub(crate) async fn prior(
+    conn: &mut PgConnection,
+    who: &Who<'_>,
+    query: &str,
+    fused: &mut [Option<Fused>],
+    places: &Places<'_>,
+) -> Result<HashMap<u64, u32>> {
+    let mut seen = HashSet::new();
+    let (mut at, mut agents, mut ords) = (vec![], vec![], vec![]);
+    for place in fused.iter().flatten().flat_map(Fused::trace_places) {
+        if seen.insert(place)
+            && let Some((agent, ord)) = places.locate(who, place)
+        {
+            at.push(place);
+            agents.push(agent);
+            ords.push(ord);
+        }
+    }
+    if at.is_empty() {
+        return Ok(HashMap::new());
+    }
+    // The name from the stored trace (JSON text: cast only where it holds
+    // no \u0000, which jsonb cannot).
+    let named: Vec<(i64, Option<String>)> = sqlx::query_as(
+        "SELECT p.i, CASE WHEN strpos(t.body, '\\u0000') = 0 THEN t.body::jsonb->>'name' END
+           FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS p(agent, ord, i)
+           JOIN traces t ON t.agent_id = p.agent AND t.ord = p.ord",
+    )
+    .bind(&agents)
+    .bind(&ords)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(db("reading who said the candidates"))?;
+    let mut names: Vec<String> = vec![];
+    let mut by_place = HashMap::new();
+    for (i, name) in named {
+        let name = name.unwrap_or_default().trim().to_lowercase();
+        let Some(&place) = usize::try_from(i - 1).ok().and_then(|i| at.get(i)) else {
+            continue;
+        };
+        if name.is_empty() {
+            continue;
+        }
+        let id = match names.iter().position(|n| *n == name) {
+            Some(k) => k + 1,
+            None => {
+                names.push(name);
+                names.len()
+            }
+        };
+        by_place.insert(place, u32::try_from(id).unwrap_or(u32::MAX));
+    }
+    if names.is_empty() {
+        return Ok(by_place);
+    }
+    let max = i64::try_from(Params::default().max_terms).unwrap_or(64);
+    let (terms, name_terms): (Vec<String>, Vec<String>) = sqlx::query_as(
+        "SELECT ARRAY(SELECT lexeme FROM unnest(to_tsvector('english', $1)) LIMIT $3),
+                ARRAY(SELECT array_to_string(ARRAY(SELECT lexeme FROM unnest(to_tsvector('english', n))), ' ')
+                        FROM unnest($2::text[]) WITH ORDINALITY AS x(n, i) ORDER BY i)",
+    )
+    .bind(query.replace('\0', " "))
+    .bind(&names)
+    .bind(max)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(db("analyzing the participants' names"))?;
+    let name_terms: Vec<Vec<String>> = name_terms
+        .iter()
+        .map(|t| t.split_whitespace().map(str::to_owned).collect())
+        .collect();
+    let named = engram_index::named_one(
+        &terms,
+        name_terms
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (u32::try_from(i + 1).unwrap_or(u32::MAX), t.as_slice())),
+    );
+    for f in fused.iter_mut().flatten() {
+        f.name(named);
+    }
+    Ok(by_place)
+}
