@@ -104,6 +104,8 @@ pub struct StoreConfig {
     /// The model that embeds items for semantic search; `None`: lexical
     /// search only.
     pub embedder: Option<Arc<dyn Embedder>>,
+    /// How ranked searches rank (the `[search]` settings).
+    pub ranking: engram_index::Params,
 }
 
 impl StoreConfig {
@@ -116,6 +118,7 @@ impl StoreConfig {
             wal_segment_bytes: 64 * 1024 * 1024,
             limits: IngestLimits::default(),
             embedder: None,
+            ranking: engram_index::Params::default(),
         }
     }
 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use engram_core::{AgentId, RawTrace};
-use engram_index::{Kind, Params, Ranked, Words};
+use engram_index::{Kind, Ranked, Words};
 use engram_index::{Lexical, Placed};
 use engram_store::Ranks;
 
@@ -143,13 +143,14 @@ impl FileStore {
         }
         // An unknown agent is refused before its query costs an embedding.
         let handle = self.existing_handle(id)?;
+        let params = self.inner.config.ranking.clone();
+        let fusing = params.clone();
         let words = async {
             let mut current = self.caught_up_as(id, handle, lag).await?;
             let query = query.to_owned();
             blocking(move || {
                 let wants = wants(current.first_active);
                 let lexical = &mut current.index().lexical;
-                let params = Params::default();
                 let words = wants
                     .iter()
                     .map(|(filter, limit)| match (*limit).min(MAX_RANKED) {
@@ -174,7 +175,7 @@ impl FileStore {
                 words,
                 index.vectors.as_ref(),
                 query_vector.as_deref(),
-                &Params::default(),
+                &fusing,
                 &|order| lexical.speaker(order),
             );
             work(Ranking {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use engram_core::users::UserFact;
 use engram_core::{AgentId, RawTrace, UserId};
-use engram_index::{Filter, Kind, Lexical, Params, Ranked, Words};
+use engram_index::{Filter, Kind, Lexical, Ranked, Words};
 use engram_store::items::trace_order;
 use engram_store::ranked::{
     MAX_CONTEXT, MAX_RANKED, Want, matched_by, memory_wants, page_bounds, page_token, place, range,
@@ -154,13 +154,14 @@ impl FileStore {
         let guard = Arc::clone(&slot).lock_owned().await;
         let text = text.to_owned();
         let query = text.clone();
+        let params = self.inner.config.ranking.clone();
+        let fusing = params.clone();
         let words = blocking(move || {
             let mut guard = guard;
             let Some(index) = guard.as_mut() else {
                 return Ok((guard, vec![]));
             };
             let wants = wants(index);
-            let params = Params::default();
             let words = wants
                 .iter()
                 .map(|(filter, limit)| match (*limit).min(MAX_RANKED) {
@@ -206,7 +207,7 @@ impl FileStore {
                 words,
                 index.vectors.as_ref(),
                 query_vector.as_deref(),
-                &Params::default(),
+                &fusing,
                 &|order| index.lexical.speaker(order),
             );
             let by_ordinal = index.agents_by_ordinal();

@@ -131,6 +131,8 @@ pub struct PgConfig {
     /// The model that embeds items for semantic search; `None`: lexical
     /// search only.
     pub embedder: Option<Arc<dyn Embedder>>,
+    /// How ranked searches rank (the `[search]` settings).
+    pub ranking: engram_index::Params,
 }
 
 impl std::fmt::Debug for PgConfig {
@@ -155,6 +157,7 @@ impl PgConfig {
             migrate: true,
             schema: None,
             limits: IngestLimits::default(),
+            ranking: engram_index::Params::default(),
             idle_evict: Some(Duration::from_secs(600)),
             embedder: None,
         }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use engram_core::AgentId;
-use engram_index::{Fused, Params, Ranked, Semantic, Vectors};
+use engram_index::{Fused, Ranked, Semantic, Vectors};
 use engram_store::ranked::{MAX_RANKED, Want, memory_wants};
 use engram_store::{
     Hit, IndexState, Memory, MemoryQuery, RankedMemories, Ranks, Result, Search, SearchPage,
@@ -158,32 +158,28 @@ impl PgStore {
         vectors: Option<&Vectors>,
         mut places: Places<'p>,
     ) -> Result<(Vec<Vec<Ranked>>, Places<'p>)> {
+        let params = &self.inner.config.ranking;
         let (query_vector, words) = tokio::join!(
             self.query_vector(query),
-            by_words(conn, who, query, wants, docs, hidden, &mut places)
+            by_words(conn, who, query, wants, docs, hidden, &mut places, params)
         );
-        let params = Params::default();
         let semantic = vectors
             .zip(query_vector.as_deref())
             .map(|(vectors, query)| Semantic { vectors, query });
         let mut fused: Vec<Option<Fused>> = words?
             .into_iter()
-            .map(|w| w.map(|w| w.fuse_all(semantic, &params)))
+            .map(|w| w.map(|w| w.fuse_all(semantic, params)))
             .collect();
         // The speaker prior: who said the candidates, and whether the
         // question names one of them.
         let speakers = if params.other_speakers < 1.0 {
-            crate::speakers::prior(conn, who, query, &mut fused, &places).await?
+            crate::speakers::prior(conn, who, query, &mut fused, &places, params).await?
         } else {
             HashMap::new()
         };
         let ranked = fused
             .into_iter()
-            .map(|f| {
-                f.map_or_else(Vec::new, |f| {
-                    f.best(&params, &|p| speakers.get(&p).copied())
-                })
-            })
+            .map(|f| f.map_or_else(Vec::new, |f| f.best(params, &|p| speakers.get(&p).copied())))
             .collect();
         Ok((ranked, places))
     }

@@ -22,6 +22,7 @@ pub(crate) async fn prior(
     query: &str,
     fused: &mut [Option<Fused>],
     places: &Places<'_>,
+    params: &Params,
 ) -> Result<HashMap<u64, u32>> {
     let mut seen = HashSet::new();
     let (mut at, mut agents, mut ords) = (vec![], vec![], vec![]);
@@ -71,7 +72,7 @@ pub(crate) async fn prior(
     if names.is_empty() {
         return Ok(by_place);
     }
-    let max = i64::try_from(Params::default().max_terms).unwrap_or(64);
+    let max = i64::try_from(params.max_terms).unwrap_or(64);
     let (terms, name_terms): (Vec<String>, Vec<String>) = sqlx::query_as(
         "SELECT ARRAY(SELECT lexeme FROM unnest(to_tsvector('english', $1)) LIMIT $3),
                 ARRAY(SELECT array_to_string(ARRAY(SELECT lexeme FROM unnest(to_tsvector('english', n))), ' ')

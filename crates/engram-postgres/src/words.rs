@@ -119,8 +119,8 @@ pub(crate) async fn by_words(
     docs: u64,
     hidden: Hidden<'_>,
     places: &mut Places<'_>,
+    params: &Params,
 ) -> Result<Vec<Option<Words>>> {
-    let params = Params::default();
     let terms = terms(conn, who, query, params.max_terms, docs).await?;
     let mut out = Vec::with_capacity(wants.len());
     for (filter, limit) in wants {

@@ -40,6 +40,7 @@ pub struct Config {
     pub policy: PolicySection,
     pub embed: EmbedSection,
     pub recall: RecallSection,
+    pub search: SearchSection,
     pub blocks: BlocksSection,
     pub users: UsersSection,
     pub memory: MemorySection,
@@ -203,6 +204,26 @@ pub struct ServerSection {
 pub struct HttpSection {
     /// Empty: no HTTP listener.
     pub listen: String,
+}
+
+/// `[search]`: how ranked searches rank (SearchHistory, Retrieve with a
+/// query, recall).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchSection {
+    /// When a question names exactly one participant, the share of their
+    /// score the other participants' messages keep (1: no preference).
+    pub speaker_prior: f32,
+}
+
+impl SearchSection {
+    /// The ranking these settings make.
+    pub fn ranking(&self) -> engram_index::Params {
+        engram_index::Params {
+            other_speakers: self.speaker_prior,
+            ..engram_index::Params::default()
+        }
+    }
 }
 
 /// MCP at `/mcp` on the HTTP listener.
@@ -454,6 +475,7 @@ impl Config {
                 max_tool_result_chars: self.policy.max_tool_result_chars,
             },
             embedder: None,
+            ranking: self.search.ranking(),
         }
     }
 }

@@ -78,6 +78,7 @@ impl Config {
             limits: store.limits,
             idle_evict: store.idle_evict,
             embedder: None,
+            ranking: store.ranking,
             ..engram_postgres::PgConfig::new(pg.url.0.clone())
         }
     }

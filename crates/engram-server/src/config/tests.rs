@@ -373,3 +373,18 @@ fn the_compaction_strategy_is_set_globally_per_model_and_per_agent() {
     assert_eq!(defaults.policy.strategy, Strategy::Summarize);
     assert_eq!(defaults.policy.keep_last_turns, 8);
 }
+
+/// `[search] speaker_prior` reaches both stores' ranking; out of 0–1 it is
+/// refused naming the key.
+#[test]
+fn the_speaker_prior_is_a_share_and_reaches_both_stores() {
+    let defaults = Config::load_from(None, env(&[])).unwrap();
+    assert_eq!(defaults.store_config().ranking.other_speakers, 0.5);
+    let off = Config::load_from(None, env(&[("ENGRAM__SEARCH__SPEAKER_PRIOR", "1")])).unwrap();
+    assert_eq!(off.store_config().ranking.other_speakers, 1.0);
+    assert_eq!(off.postgres_config().ranking.other_speakers, 1.0);
+    let bad = Config::load_from(None, env(&[("ENGRAM__SEARCH__SPEAKER_PRIOR", "1.5")]))
+        .unwrap_err()
+        .to_string();
+    assert!(bad.contains("search.speaker_prior"), "{bad}");
+}

@@ -18,6 +18,13 @@ impl Config {
         if !(self.recall.min_score.is_finite() && self.recall.min_score >= 0.0) {
             return Err(invalid("recall.min_score", "must be a number >= 0"));
         }
+        let prior = self.search.speaker_prior;
+        if !(prior.is_finite() && (0.0..=1.0).contains(&prior)) {
+            return Err(invalid(
+                "search.speaker_prior",
+                "must be a share from 0 to 1 (1: no preference for a named participant)",
+            ));
+        }
         let share = self.blocks.max_share;
         if !(share.is_finite() && share > 0.0 && share <= 1.0) {
             return Err(invalid(
