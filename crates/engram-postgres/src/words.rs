@@ -111,6 +111,7 @@ pub(crate) type Hidden<'a> = Option<(&'a str, i64)>;
 
 /// The lexical half of each ranking `wants` asks for (`None` for a limit
 /// of 0) over `docs` items; where each place found lies goes to `places`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn by_words(
     conn: &mut PgConnection,
     who: &Who<'_>,
@@ -135,7 +136,7 @@ pub(crate) async fn by_words(
                 &|_, _| Default::default(),
                 &filter,
                 limit,
-                &params,
+                params,
             )));
             continue;
         };
@@ -151,7 +152,7 @@ pub(crate) async fn by_words(
             })
         };
         out.push(Some(engram_index::from_candidates(
-            candidates, &around, &filter, limit, &params,
+            candidates, &around, &filter, limit, params,
         )));
     }
     Ok(out)
