@@ -289,7 +289,7 @@ fn look(context: &AgentContext, caches: &mut Caches, ask: &Ask<'_>, budgets: &Bu
         Some(trigger) if !chosen.strategy.answers(trigger) => {
             let report = ask.force.then(|| {
                 let mut report = CompactionReport::new(trigger, tokens);
-                report.strategy = Strategy::None;
+                report.strategy = chosen.strategy;
                 report.failed(CompactionError::Off)
             });
             Look::Off(size, model, report)
