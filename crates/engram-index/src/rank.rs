@@ -297,6 +297,7 @@ impl Fused {
         if let Some(named) = named {
             prefer_speaker(&mut ranked, named, speaker_of, params);
         }
+        context_last(&mut ranked);
         ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.order.cmp(&a.order)));
         ranked.truncate(limit);
         ranked
@@ -316,6 +317,30 @@ pub fn named_one<'a>(
         .filter(|(_, name)| !name.is_empty() && name.iter().all(|t| terms.contains(t)));
     let (id, _) = named.next()?;
     named.next().is_none().then_some(id)
+}
+
+/// Items found only as a match's neighbours (neither their words nor
+/// their meaning match) rank after every item that matches itself: they
+/// are context, which `context_messages` attaches to a hit, not answers
+/// of their own; their order among themselves stays. (With a model, on
+/// LoCoMo this changed nothing in the top 10; a short conversation's
+/// unrelated neighbour had come before the answer.)
+fn context_last(ranked: &mut [Ranked]) {
+    let floor = ranked
+        .iter()
+        .filter(|r| r.matched() != Matched::Context)
+        .map(|r| r.score)
+        .fold(f32::INFINITY, f32::min);
+    if !floor.is_finite() {
+        return;
+    }
+    for r in ranked
+        .iter_mut()
+        .filter(|r| r.matched() == Matched::Context)
+    {
+        // Below the weakest real match, in the same order as before.
+        r.score = floor * r.score / (1.0 + r.score) * 0.5;
+    }
 }
 
 /// The speaker prior: a question that names one participant (`named`) is

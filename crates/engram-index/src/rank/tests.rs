@@ -195,3 +195,33 @@ fn a_question_that_names_one_participant_prefers_their_messages() {
         "t1"
     );
 }
+
+/// A neighbour that matches nothing itself ranks after every real match,
+/// however strong the match it neighbours: it is context, not an answer.
+#[test]
+fn neighbours_that_match_nothing_come_after_every_real_match() {
+    let mut lexical = Lexical::in_memory().unwrap();
+    let items = [
+        trace(1, 0.0, "my job, my job is teaching: the job I love"),
+        trace(2, 60.0, "my sister is getting married in Lisbon"),
+        trace(
+            3,
+            86_400.0,
+            "there was a long queue at the bakery this morning, and then the bus came late again, the driver was new, the streets were wet, and on the way we talked about a job",
+        ),
+    ];
+    lexical.upsert(&items).unwrap();
+    lexical.commit("").unwrap();
+    let ranked = rank(
+        &mut lexical,
+        None,
+        "what is my job?",
+        &Filter::default(),
+        10,
+        &Params::default(),
+    )
+    .unwrap();
+    assert_eq!(keys(&lexical, &ranked), ["t1", "t3", "t2"]);
+    assert_eq!(ranked[2].matched(), Matched::Context, "still found, last");
+    assert!(ranked[2].score < ranked[1].score);
+}
