@@ -33,12 +33,15 @@ pub fn said(agent: &str, m: &Message) -> pb::IngestRequest {
     }
 }
 
+/// Evidence recall of ranked SearchHistory over `convs`, by an engramd
+/// with `extra` configuration.
 pub async fn search_history(
     engramd: &Path,
     data: &Path,
     convs: &[Conversation],
+    extra: &str,
 ) -> anyhow::Result<Score> {
-    let server = Server::start(engramd, data)?;
+    let server = Server::start_with(engramd, data, extra)?;
     let mut client = connect(&server.addr).await?;
     let mut score = Score::default();
     for (n, conv) in convs.iter().enumerate() {

@@ -87,8 +87,23 @@ pub fn run(args: Args) -> Result<()> {
     std::fs::create_dir_all(&args.data_dir)?;
     let rt = tokio::runtime::Runtime::new()?;
     if part("search") {
-        let served = rt.block_on(grpc::search_history(&args.engramd, &args.data_dir, &convs))?;
+        let served = rt.block_on(grpc::search_history(
+            &args.engramd,
+            &args.data_dir,
+            &convs,
+            "",
+        ))?;
         print!("{}", served.table("SearchHistory"));
+        // Each ranking mechanism off in turn (issue 28): what it adds.
+        let off = args.data_dir.join("speaker-prior-off");
+        std::fs::create_dir_all(&off)?;
+        let without = rt.block_on(grpc::search_history(
+            &args.engramd,
+            &off,
+            &convs,
+            "[search]\nspeaker_prior = 1.0\n",
+        ))?;
+        print!("{}", without.table("SearchHistory, no speaker prior"));
     }
     if part("prompt") {
         let mut runs = vec![];
