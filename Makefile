@@ -113,9 +113,10 @@ bench-postgres: ## The PostgreSQL backend beside the file store: Ingest (1 and 2
 	./target/release/engram-bench prepare --data-dir ./bench-data --messages 1000 --archive 0 --backend postgres
 
 .PHONY: recall
-recall: ## Evidence recall on LoCoMo through the real engramd (LOCOMO=dir of conv-*.json, default ../shared/eval/locomo-dev)
+recall: ## Evidence recall on LoCoMo through the real engramd (LOCOMO=a directory of LoCoMo's conv-*.json, required)
 	$(CARGO) build --release --locked -p engram-server --bin engramd
-	$(CARGO) run --release --locked -p engram-bench -- recall --data $(or $(LOCOMO),../shared/eval/locomo-dev)
+	$(if $(LOCOMO),,$(error set LOCOMO to a directory of LoCoMo's conv-*.json files))
+	$(CARGO) run --release --locked -p engram-bench -- recall --data $(LOCOMO)
 
 .PHONY: soak
 soak: models ## 30 minutes (MINUTES) of mixed load on both backends at once, sampled every minute: fails if memory, fds, threads, index dirs or p99 grow (not part of make test)
