@@ -21,8 +21,9 @@ const AGENT_BASE: u64 = 16 << 10;
 const PER_ACTIVE_BYTE: u64 = 3;
 /// An open search index: its reader and segment readers, the analyzer.
 const INDEX_BASE: u64 = 192 << 10;
-/// Per item the index holds: its place and time, kept for neighbours.
-const PER_INDEXED: u64 = 48;
+/// Per item the index holds: its place and time, kept for neighbours, and
+/// who said it (the speaker prior): two map entries.
+const PER_INDEXED: u64 = 80;
 /// Per item waiting for the embedding model: its text.
 const PER_PENDING: u64 = 1 << 10;
 /// Agents flushed and unloaded at once.
