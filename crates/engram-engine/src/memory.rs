@@ -59,6 +59,31 @@ fn heap() -> Option<u64> {
     HEAP.get().and_then(|heap| (heap.resident)())
 }
 
+/// The most a measure reached in the last [`LATELY`].
+#[derive(Debug)]
+struct Peak(std::sync::Mutex<(u64, Instant)>);
+
+impl Default for Peak {
+    fn default() -> Self {
+        Self(std::sync::Mutex::new((0, Instant::now())))
+    }
+}
+
+impl Peak {
+    /// Notes `value`; returns the peak now.
+    fn note(&self, value: u64) -> u64 {
+        let mut peak = engram_store::lock(&self.0);
+        if value >= peak.0 || peak.1.elapsed() > LATELY {
+            *peak = (value, Instant::now());
+        }
+        peak.0
+    }
+
+    fn get(&self) -> u64 {
+        engram_store::lock(&self.0).0
+    }
+}
+
 /// The last measure, and the pass that calls wait for.
 #[derive(Debug)]
 pub struct Gate {
@@ -67,12 +92,12 @@ pub struct Gate {
     /// The heap when the upkeep started.
     baseline: OnceLock<u64>,
     /// The most the heap held beyond the baseline and the estimates
-    /// lately, and when.
-    unaccounted: std::sync::Mutex<(u64, Instant)>,
+    /// lately.
+    unaccounted: Peak,
     /// The heap as the last pass left it.
     after_pass: std::sync::Mutex<Option<u64>>,
-    /// The most the heap grew between two passes lately, and when.
-    growth: std::sync::Mutex<(u64, Instant)>,
+    /// The most the heap grew between two passes lately.
+    growth: Peak,
 }
 
 impl Default for Gate {
@@ -81,9 +106,9 @@ impl Default for Gate {
             last: std::sync::Mutex::new((Instant::now(), 0)),
             pass: AsyncMutex::new(()),
             baseline: OnceLock::new(),
-            unaccounted: std::sync::Mutex::new((0, Instant::now())),
+            unaccounted: Peak::default(),
             after_pass: std::sync::Mutex::new(None),
-            growth: std::sync::Mutex::new((0, Instant::now())),
+            growth: Peak::default(),
         }
     }
 }
@@ -102,10 +127,7 @@ impl Engine {
         self.noted(measured.0 + measured.1);
         if let (Some(base), Some(now)) = (self.memory.baseline.get(), heap()) {
             let unaccounted = now.saturating_sub(base + measured.0 + measured.1);
-            let mut recent = engram_store::lock(&self.memory.unaccounted);
-            if unaccounted >= recent.0 || recent.1.elapsed() > LATELY {
-                *recent = (unaccounted, Instant::now());
-            }
+            self.memory.unaccounted.note(unaccounted);
             metrics::gauge!("engram_memory_unaccounted_bytes").set(unaccounted as f64);
         }
         measured
@@ -117,9 +139,8 @@ impl Engine {
     /// grew between two passes lately (what arrives before the next pass
     /// can act on it: a pass keeps that much free for it).
     fn room(&self, budget: u64) -> u64 {
-        let unaccounted = engram_store::lock(&self.memory.unaccounted).0;
-        let growth = engram_store::lock(&self.memory.growth).0;
-        budget.saturating_sub(unaccounted.saturating_add(growth))
+        let held = (self.memory.unaccounted.get()).saturating_add(self.memory.growth.get());
+        budget.saturating_sub(held)
     }
 
     /// Notes how much the heap grew since the last pass left it (at a
@@ -129,12 +150,8 @@ impl Engine {
         else {
             return;
         };
-        let grown = now.saturating_sub(before);
-        let mut recent = engram_store::lock(&self.memory.growth);
-        if grown >= recent.0 || recent.1.elapsed() > LATELY {
-            *recent = (grown, Instant::now());
-        }
-        metrics::gauge!("engram_memory_headroom_bytes").set(recent.0 as f64);
+        let headroom = self.memory.growth.note(now.saturating_sub(before));
+        metrics::gauge!("engram_memory_headroom_bytes").set(headroom as f64);
     }
 
     /// `total` as the last measure.

@@ -108,20 +108,9 @@ pub fn over_trigger(
     id: &AgentId,
     context: &AgentContext,
 ) -> (bool, u32) {
-    let (tokens, budget) = size_now(caches, budgets, id, context);
-    (tokens > budget.trigger_tokens, tokens)
-}
-
-/// The prompt's tokens now, and the budget they are held to (the agent's
-/// last model's).
-pub fn size_now(
-    caches: &ContextCaches,
-    budgets: &Budgets,
-    id: &AgentId,
-    context: &AgentContext,
-) -> (u32, engram_core::budget::TokenBudget) {
     let (size, _) = with_caches(caches, id, context, |c| {
         sizing(context, c, id, budgets, None, None)
     });
-    (size.prompt_tokens(), size.budget)
+    let tokens = size.prompt_tokens();
+    (tokens > size.budget.trigger_tokens, tokens)
 }

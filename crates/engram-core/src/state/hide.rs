@@ -72,7 +72,9 @@ impl Shown1st {
             TraceType::ToolResult if before(meta.microcompact_before) => {
                 Shown::As(Box::new(microcompacted(trace)))
             }
-            TraceType::ToolResult => {
+            // Only an agent that snipped looks for repeats: the others'
+            // results are not copied and hashed as they are folded in.
+            TraceType::ToolResult if meta.snip_before.is_some() => {
                 let text = result_text(trace);
                 let key = (fingerprint(trace.tool_name.as_deref(), &text), text.len());
                 match self.results.get(&key) {

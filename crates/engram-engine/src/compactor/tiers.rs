@@ -71,6 +71,9 @@ impl Compactor {
         if trigger == Trigger::TurnCount && self.max_active_turns > 0 {
             keep = keep.min(self.max_active_turns);
         }
+        // Whether the prompt as found is over the trigger: read once, for
+        // the passes that find nothing older to trim (nothing changes it).
+        let mut over_before: Option<bool> = None;
         loop {
             let mut policy = self.policy;
             policy.raw_tail_turns = keep;
@@ -82,7 +85,11 @@ impl Compactor {
                 // Every older turn is gone already, but the turns kept
                 // are over the trigger: keep fewer.
                 Err(e @ CompactionError::NothingToCompact { .. }) => {
-                    if keep == 0 || !self.over_trigger(agent).await {
+                    let over = match over_before {
+                        Some(over) => over,
+                        None => *over_before.insert(self.over_trigger(agent).await),
+                    };
+                    if keep == 0 || !over {
                         return out.failed(e);
                     }
                     keep /= 2;
