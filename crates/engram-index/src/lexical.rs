@@ -334,11 +334,11 @@ impl Lexical {
         analyzer::terms(&mut self.analyzer, text, max)
     }
 
-    /// The participant a question names, when it names exactly one of
-    /// those who said something here (the speaker prior, `rank.rs`).
-    pub fn named_speaker(&mut self, query: &str, max_terms: usize) -> Option<u32> {
-        let terms = self.query_terms(query, max_terms);
-        self.speakers.named(&terms)
+    /// The participant a question (its analyzed `terms`) names, when it
+    /// names exactly one of those who said something here (the speaker
+    /// prior, `rank.rs`).
+    pub fn named_speaker(&self, terms: &[String]) -> Option<u32> {
+        self.speakers.named(terms)
     }
 
     /// Who said the trace at `order`, when it was named.

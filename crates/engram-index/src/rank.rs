@@ -189,7 +189,7 @@ pub fn by_words(
         params,
     );
     if params.other_speakers < 1.0 {
-        words.named = index.named_speaker(query, params.max_terms);
+        words.named = index.named_speaker(&terms);
     }
     Ok(words)
 }
