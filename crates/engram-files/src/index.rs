@@ -85,6 +85,10 @@ pub(crate) struct AgentIndex {
     /// More items lack a vector than `pending` holds: it is filled again
     /// from the index when it runs empty.
     overflowed: bool,
+    /// The commit ([`Lexical::generation`]) whose vocabulary the indexer
+    /// last gave word vectors (query expansion): until the current one's
+    /// have them, the index is not wholly caught up.
+    pub words_at: Option<u64>,
 }
 
 /// Items an agent's queue holds at most: a model slower than Ingest (the
@@ -101,6 +105,13 @@ impl AgentIndex {
             }
             _ => self.pending.len() + self.in_flight,
         }
+    }
+
+    /// What the indexer has left here: the items without a vector, and one
+    /// more while the current commit's words have none (query expansion).
+    pub fn left_to_embed(&self) -> usize {
+        let words = self.vectors.is_some() && self.words_at != Some(self.lexical.generation());
+        self.unembedded() + usize::from(words)
     }
 
     /// After an overflow, once the queue has run empty: queues what lacks
@@ -310,7 +321,7 @@ impl FileStore {
         if let Some(index) = guard.as_ref()
             && index.vectors.is_some()
         {
-            handle.embedded.send_replace(index.unembedded());
+            handle.embedded.send_replace(index.left_to_embed());
         }
         Ok(Current {
             guard,
@@ -401,6 +412,7 @@ fn open(agent_dir: &Path, model: Option<&ModelId>) -> Result<AgentIndex> {
         pending: VecDeque::new(),
         in_flight: 0,
         overflowed: false,
+        words_at: None,
     };
     if let Some(model) = model {
         // Another model's file is started over: its items are all pending.

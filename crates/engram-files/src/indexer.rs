@@ -12,12 +12,12 @@
 //! after a pause; the items stay pending.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use engram_core::AgentId;
 use engram_core::embed::Embedder;
-use engram_index::Item;
+use engram_index::{Item, WordVectors};
 use tokio::sync::mpsc;
 
 use engram_store::embedding::embed_batch;
@@ -52,11 +52,17 @@ const QUIET: Duration = Duration::from_millis(20);
 /// Pause after a failed embedding call before the agent is tried again.
 const RETRY_AFTER: Duration = Duration::from_secs(5);
 
+/// Words the table of word vectors holds at most, for every agent
+/// together (int8: about 20 MB with a 384-dimension model).
+const MAX_WORDS: usize = 50_000;
+
 /// The model the indexer embeds with.
 #[derive(Debug)]
 pub(crate) struct Indexer {
     pub embedder: Arc<dyn Embedder>,
     pub model: ModelId,
+    /// Every agent's words, each embedded once (query expansion).
+    pub words: RwLock<WordVectors>,
 }
 
 impl Indexer {
@@ -65,7 +71,19 @@ impl Indexer {
             id: embedder.model().to_owned(),
             dim: embedder.dim(),
         };
-        Self { embedder, model }
+        let words = RwLock::new(WordVectors::new(model.dim, MAX_WORDS));
+        Self {
+            embedder,
+            model,
+            words,
+        }
+    }
+
+    /// The table of word vectors, to read.
+    pub fn words(&self) -> std::sync::RwLockReadGuard<'_, WordVectors> {
+        self.words
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -87,7 +105,7 @@ impl Queue {
         (queue, rx)
     }
 
-    fn enqueue(&self, id: &AgentId) {
+    pub(crate) fn enqueue(&self, id: &AgentId) {
         let mut queued = engram_store::lock(&self.queued);
         let due = Instant::now() + SETTLE;
         if queued.insert(id.clone()) && self.tx.try_send((id.clone(), due)).is_err() {
@@ -208,7 +226,7 @@ impl FileStore {
             })
             .await?;
             if batch.is_empty() {
-                return Ok(());
+                return self.embed_words(&indexer, &handle).await;
             }
             let started = Instant::now();
             let outcome = embed_batch(indexer.embedder.as_ref(), batch).await;
@@ -240,7 +258,7 @@ impl FileStore {
                 Ok((slot, written))
             })
             .await?;
-            let unembedded = slot.as_ref().map_or(0, AgentIndex::unembedded);
+            let unembedded = slot.as_ref().map_or(0, AgentIndex::left_to_embed);
             drop(slot);
             // Its user's index copies the new vectors at its next search.
             self.note_change(id);
@@ -250,6 +268,78 @@ impl FileStore {
                 return Err(crate::StoreError::Index(why));
             }
         }
+    }
+
+    /// Gives the words of the agent's vocabulary that have none a vector
+    /// (query expansion), a batch at a time, with the index unlocked while
+    /// the model runs; then notes the commit as done and publishes that
+    /// nothing is left.
+    async fn embed_words(&self, indexer: &Arc<Indexer>, handle: &Arc<AgentHandle>) -> Result<()> {
+        let expanding = self.inner.config.ranking.expansion_words > 0;
+        let slot = Arc::clone(&handle.index).lock_owned().await;
+        let asked = blocking(move || {
+            let mut slot = slot;
+            let Some(index) = slot.as_mut() else {
+                return Ok(None);
+            };
+            let generation = index.lexical.generation();
+            if index.words_at == Some(generation) {
+                return Ok(None);
+            }
+            let vocabulary = match expanding {
+                true => Some(index.lexical.vocabulary().map_err(index_error)?),
+                false => None,
+            };
+            Ok(Some((generation, vocabulary)))
+        })
+        .await?;
+        let Some((generation, vocabulary)) = asked else {
+            return Ok(());
+        };
+        let missing = vocabulary.map_or_else(Vec::new, |words| {
+            indexer.words().missing(words.iter().map(String::as_str))
+        });
+        for words in missing.chunks(BATCH) {
+            let words = words.to_vec();
+            let started = Instant::now();
+            match indexer.embedder.embed(&words).await {
+                Ok(vectors) if vectors.len() == words.len() => {
+                    let mut table = indexer
+                        .words
+                        .write()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    for (word, vector) in words.iter().zip(&vectors) {
+                        table.insert(word, vector);
+                    }
+                    metrics::gauge!("engram_vocabulary_words").set(table.len() as f64);
+                }
+                Err(engram_core::embed::EmbedError::Unavailable(why)) => {
+                    return Err(crate::StoreError::Index(why));
+                }
+                // A batch refused (or out of shape) stays without vectors:
+                // those words are not used for expansion.
+                refused => {
+                    let why = refused
+                        .err()
+                        .map_or_else(|| "out of shape".to_owned(), |e| e.to_string());
+                    tracing::warn!(error = %why, words = words.len(), "the model refused a batch of words; they are not used for expansion");
+                }
+            }
+            metrics::histogram!("engram_embed_batch_seconds").record(started.elapsed());
+        }
+        let slot = Arc::clone(&handle.index).lock_owned().await;
+        let left = blocking(move || {
+            let mut slot = slot;
+            Ok(slot.as_mut().map(|index| {
+                index.words_at = Some(generation);
+                index.left_to_embed()
+            }))
+        })
+        .await?;
+        if let Some(left) = left {
+            handle.embedded.send_replace(left);
+        }
+        Ok(())
     }
 
     /// Waits until the agent has nothing left to embed, or `deadline`.
@@ -269,7 +359,7 @@ impl FileStore {
         let mut progress = handle.embedded.subscribe();
         // The catch-up publishes what is left to embed.
         let mut current = self.caught_up_with(id, Arc::clone(handle)).await?;
-        if current.index().unembedded() == 0 {
+        if current.index().left_to_embed() == 0 {
             return Ok(());
         }
         drop(current);

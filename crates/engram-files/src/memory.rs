@@ -44,6 +44,7 @@ fn index_bytes(index: &AgentIndex) -> u64 {
             .as_ref()
             .map_or(0, |v| v.memory_bytes() as u64)
         + PER_PENDING * index.pending.len() as u64
+        + index.lexical.vocabulary_bytes() as u64
 }
 
 impl AgentHandle {
@@ -67,13 +68,19 @@ impl AgentHandle {
 }
 
 impl FileStore {
-    /// The loaded agents' estimates, summed.
+    /// The loaded agents' estimates, summed, and the word vectors every
+    /// agent shares (bounded; unloading agents does not shrink them).
     pub(crate) fn memory_bytes(&self) -> u64 {
         let handles: Vec<Arc<AgentHandle>> = engram_store::lock(&self.inner.agents)
             .values()
             .map(Arc::clone)
             .collect();
-        handles.iter().map(|h| h.memory()).sum()
+        let words = self
+            .inner
+            .indexer
+            .as_ref()
+            .map_or(0, |i| i.words().memory_bytes() as u64);
+        handles.iter().map(|h| h.memory()).sum::<u64>() + words
     }
 
     /// Unloads agents, least recently used first, until the estimates sum

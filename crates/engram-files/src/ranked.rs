@@ -150,6 +150,9 @@ impl FileStore {
             let query = query.to_owned();
             blocking(move || {
                 let wants = wants(current.first_active);
+                // Words the indexer has not given vectors yet (after a
+                // restart, or a commit it has not reached): it is asked to.
+                let words_left = current.index().left_to_embed() > 0;
                 let lexical = &mut current.index().lexical;
                 let words = wants
                     .iter()
@@ -160,16 +163,28 @@ impl FileStore {
                             .map_err(index_error),
                     })
                     .collect::<Result<Vec<Option<Words>>>>()?;
-                Ok((current, words))
+                Ok((current, words, words_left))
             })
             .await
         };
         let (query_vector, words) = tokio::join!(self.query_vector(query), words);
-        let (mut current, words) = words?;
+        let (mut current, words, words_left) = words?;
+        if words_left && self.inner.indexer.is_some() {
+            self.inner.queue.enqueue(id);
+        }
+        let indexer = self.inner.indexer.clone();
         blocking(move || {
             let first_active = current.first_active;
             let index = current.index();
             let state = index.state();
+            let words = engram_index::expand_each(
+                words,
+                &mut index.lexical,
+                indexer.as_ref().map(|i| i.words()).as_deref(),
+                query_vector.as_deref(),
+                &fusing,
+            )
+            .map_err(index_error)?;
             let lexical = &index.lexical;
             let ranked = engram_index::fuse_each(
                 words,

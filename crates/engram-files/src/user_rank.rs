@@ -183,8 +183,10 @@ impl FileStore {
         };
         let (query_vector, words) = tokio::join!(query_vector, words);
         let (guard, words) = words?;
+        let indexer = self.inner.indexer.clone();
         blocking(move || {
-            let Some(index) = guard.as_ref() else {
+            let mut guard = guard;
+            let Some(index) = guard.as_mut() else {
                 // Erased meanwhile: as after the erasure, nothing.
                 let empty = Lexical::in_memory().map_err(index_error)?;
                 let by_ordinal = HashMap::new();
@@ -203,6 +205,17 @@ impl FileStore {
                 embedded: index.vectors.as_ref().map_or(0, |v| v.len() as u64),
                 ..IndexState::default()
             };
+            // The user's vocabulary: every conversation's words (their
+            // vectors given by the indexer as it embeds each agent).
+            let words = engram_index::expand_each(
+                words,
+                &mut index.lexical,
+                indexer.as_ref().map(|i| i.words()).as_deref(),
+                query_vector.as_deref(),
+                &fusing,
+            )
+            .map_err(index_error)?;
+            let index = &*index;
             let ranked = engram_index::fuse_each(
                 words,
                 index.vectors.as_ref(),

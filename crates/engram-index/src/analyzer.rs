@@ -6,11 +6,16 @@
 
 use tantivy::tokenizer::{
     AsciiFoldingFilter, Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer,
-    StopWordFilter, TextAnalyzer, TokenStream,
+    StopWordFilter, TextAnalyzer, TextAnalyzerBuilder, TokenStream,
 };
 
 /// Name the analyzer is registered under in every index.
 pub const ANALYZER: &str = "engram_en";
+
+/// Name of the analyzer that keeps whole words (no stemming): the
+/// vocabulary an index holds, as words a model can read ("puppies", not
+/// the stem `puppi`).
+pub const WORDS: &str = "engram_words";
 
 /// Tokens longer than this are noise (hashes, base64, minified code); they
 /// would only bloat the term dictionary.
@@ -161,6 +166,12 @@ const STOP_WORDS: &[&str] = &[
 /// The analyzer, built fresh (a `TextAnalyzer` is cheap to clone, not to
 /// share across threads without one).
 pub fn analyzer() -> TextAnalyzer {
+    unstemmed()
+        .filter_dynamic(Stemmer::new(Language::English))
+        .build()
+}
+
+fn unstemmed() -> TextAnalyzerBuilder {
     TextAnalyzer::builder(SimpleTokenizer::default())
         .filter(RemoveLongFilter::limit(MAX_TOKEN_BYTES))
         .filter(LowerCaser)
@@ -168,8 +179,13 @@ pub fn analyzer() -> TextAnalyzer {
         .filter(StopWordFilter::remove(
             STOP_WORDS.iter().map(|w| (*w).to_owned()),
         ))
-        .filter(Stemmer::new(Language::English))
-        .build()
+        .dynamic()
+}
+
+/// [`analyzer`] without the stemmer: the words themselves, for the
+/// vocabulary (`lexical/vocabulary.rs`).
+pub fn words_analyzer() -> TextAnalyzer {
+    unstemmed().build()
 }
 
 /// The distinct terms of `text` in first-seen order, at most `max`.

@@ -44,6 +44,9 @@ struct Fields {
     body: Field,
     /// The speaker's name, normalized ("" for none): the speaker prior.
     speaker: Field,
+    /// The text's words, not stemmed, indexed for their dictionary only:
+    /// the vocabulary query expansion draws on (`vocabulary.rs`).
+    words: Field,
 }
 
 fn schema() -> (Schema, Fields) {
@@ -65,6 +68,14 @@ fn schema() -> (Schema, Fields) {
         when: b.add_text_field("when", text),
         body: b.add_text_field("body", STORED),
         speaker: b.add_text_field("speaker", STRING | FAST),
+        words: b.add_text_field(
+            "words",
+            TextOptions::default().set_indexing_options(
+                TextFieldIndexing::default()
+                    .set_tokenizer(analyzer::WORDS)
+                    .set_index_option(IndexRecordOption::Basic),
+            ),
+        ),
     };
     (b.build(), fields)
 }
@@ -121,6 +132,9 @@ pub struct Lexical {
     traces: BTreeMap<u64, f64>,
     /// Who said each trace, and which participant a question names.
     speakers: Speakers,
+    /// The words of the index as of a searcher generation, and about how
+    /// many bytes they hold.
+    vocabulary: Option<(u64, std::sync::Arc<Vec<String>>, usize)>,
 }
 
 impl std::fmt::Debug for Lexical {
@@ -148,6 +162,9 @@ impl Lexical {
 
     fn with(index: Index, fields: Fields) -> Result<Self> {
         index.tokenizers().register(ANALYZER, analyzer::analyzer());
+        index
+            .tokenizers()
+            .register(analyzer::WORDS, analyzer::words_analyzer());
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
@@ -165,6 +182,7 @@ impl Lexical {
             date_terms,
             traces: BTreeMap::new(),
             speakers: Speakers::default(),
+            vocabulary: None,
         };
         me.load_traces()?;
         Ok(me)
@@ -210,7 +228,9 @@ impl Lexical {
             // The speaker's name as a transcript shows it ("Caroline: I
             // went…"): measured better than a field of its own, where a
             // name that half the messages carry scores next to nothing.
-            doc.add_text(f.text, item.full_text());
+            let text = item.full_text();
+            doc.add_text(f.words, &text);
+            doc.add_text(f.text, text);
             doc.add_text(f.when, crate::time::words(item.ts));
             doc.add_text(f.body, &item.body);
             let speaker = speakers::normalized(item.name.as_deref().unwrap_or_default());
@@ -381,6 +401,17 @@ impl Lexical {
                 })
             })
             .collect();
+        self.candidates(words, filter, limit)
+    }
+
+    /// The best `limit` documents for any of `words` (query clauses, each
+    /// a score of its own, summed), within `filter`.
+    fn candidates(
+        &self,
+        words: Vec<(Occur, Box<dyn Query>)>,
+        filter: &Filter,
+        limit: usize,
+    ) -> Result<Vec<Candidate>> {
         let mut clauses: Vec<(Occur, Box<dyn Query>)> =
             vec![(Occur::Must, Box::new(BooleanQuery::new(words)))];
         for q in self.filter_queries(filter) {
@@ -409,6 +440,7 @@ impl Lexical {
                 order: c.order.first(doc).unwrap_or_default(),
                 ts: c.ts.first(doc).unwrap_or_default(),
                 score,
+                expansion: 0.0,
                 address: Some(Address {
                     segment: address.segment_ord,
                     doc: address.doc_id,
@@ -551,3 +583,4 @@ mod filter;
 mod speakers;
 #[cfg(test)]
 mod tests;
+mod vocabulary;

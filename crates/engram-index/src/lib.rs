@@ -24,6 +24,7 @@ pub mod lexical;
 pub mod rank;
 pub mod time;
 pub mod vectors;
+pub mod words;
 
 #[cfg(feature = "lexical")]
 pub use lexical::Lexical;
@@ -32,8 +33,9 @@ pub use rank::{
     named_one,
 };
 #[cfg(feature = "lexical")]
-pub use rank::{by_words, rank};
+pub use rank::{by_words, expand_each, expansion, rank};
 pub use vectors::{Embedded, Near, Vectors};
+pub use words::WordVectors;
 
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
@@ -113,6 +115,9 @@ pub struct Candidate {
     pub order: u64,
     pub ts: f64,
     pub score: f32,
+    /// The part of `score` the question's expansion added (words of the
+    /// conversation close in meaning, not the question's own).
+    pub(crate) expansion: f32,
     /// Where the lexical index holds it (`None`: found by another word
     /// search, and read by key).
     pub(crate) address: Option<Address>,
@@ -136,6 +141,7 @@ impl Candidate {
             order,
             ts,
             score,
+            expansion: 0.0,
             address: None,
         }
     }

@@ -44,6 +44,12 @@ pub struct Params {
     /// When a question names exactly one participant, the share of their
     /// score the other participants' messages keep (1: no prior).
     pub other_speakers: f32,
+    /// Words of the conversation closest in meaning to the question added
+    /// to its word query (0: no expansion; `rank/expand.rs`).
+    pub expansion_words: usize,
+    /// The expansion's words together weigh this share of the question's
+    /// own words (each at most as much as one of them).
+    pub expansion_weight: f32,
 }
 
 impl Default for Params {
@@ -57,6 +63,8 @@ impl Default for Params {
             semantic_weight: 1.0,
             semantic_floor: 0.2,
             other_speakers: 0.5,
+            expansion_words: 10,
+            expansion_weight: 0.5,
         }
     }
 }
@@ -71,6 +79,10 @@ pub struct Ranked {
     pub score: f32,
     /// The item's own lexical score (0 when only its context matched).
     pub lexical: f32,
+    /// The part of `lexical` from the question's expansion: an item that
+    /// matched only those words matched by meaning, not by the question's
+    /// own words.
+    pub expansion: f32,
     /// Cosine with the query, when the item was among the closest.
     pub semantic: Option<f32>,
     /// The item's key, when known without reading it.
@@ -108,9 +120,11 @@ impl Ranked {
     }
 
     pub fn matched(&self) -> Matched {
-        match (self.lexical > 0.0, self.semantic.is_some()) {
-            (true, true) => Matched::Both,
-            (true, false) => Matched::Lexical,
+        let own_words = self.lexical - self.expansion > 0.0;
+        let meaning = self.semantic.is_some() || self.expansion > 0.0;
+        match (own_words, meaning) {
+            (true, true) if self.semantic.is_some() => Matched::Both,
+            (true, _) => Matched::Lexical,
             (false, true) => Matched::Semantic,
             (false, false) => Matched::Context,
         }
@@ -168,6 +182,8 @@ pub struct Words {
     limit: usize,
     /// The one participant the question names (the speaker prior).
     named: Option<u32>,
+    /// The question's terms (what an expansion leaves out).
+    terms: Vec<String>,
 }
 
 /// The first half of [`rank`].
@@ -191,6 +207,7 @@ pub fn by_words(
     if params.other_speakers < 1.0 {
         words.named = index.named_speaker(&terms);
     }
+    words.terms = terms;
     Ok(words)
 }
 
@@ -220,6 +237,7 @@ pub fn from_candidates(
         filter: filter.clone(),
         limit,
         named: None,
+        terms: Vec::new(),
     }
 }
 
@@ -246,6 +264,7 @@ impl Words {
             filter,
             limit,
             named,
+            terms: _,
         } = self;
         if let Some(semantic) = semantic {
             fuse(
@@ -397,6 +416,7 @@ fn fuse(
                 ts: near.ts,
                 score: gain,
                 lexical: 0.0,
+                expansion: 0.0,
                 semantic: Some(near.cosine),
                 key: Some(near.key),
                 candidate: None,
@@ -425,6 +445,7 @@ fn with_context(
             ts: c.ts,
             score: c.score,
             lexical: c.score,
+            expansion: c.expansion,
             semantic: None,
             key: None,
             candidate: Some(c),
@@ -465,6 +486,7 @@ fn with_context(
                     ts,
                     score: share,
                     lexical: 0.0,
+                    expansion: 0.0,
                     semantic: None,
                     key: None,
                     candidate: None,
@@ -486,6 +508,11 @@ fn in_range(filter: &Filter, order: u64, ts: f64) -> bool {
             .traces_hidden
             .is_none_or(|(lo, hi)| !(lo..=hi).contains(&order))
 }
+
+#[cfg(feature = "lexical")]
+mod expand;
+#[cfg(feature = "lexical")]
+pub use expand::{expand_each, expansion};
 
 #[cfg(all(test, feature = "lexical"))]
 mod tests;

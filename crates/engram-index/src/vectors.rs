@@ -371,7 +371,7 @@ fn max_abs(v: &[f32]) -> f32 {
 }
 
 /// Symmetric int8: `v ≈ scale × q`.
-fn quantize(v: &[f32]) -> (f32, Vec<i8>) {
+pub(crate) fn quantize(v: &[f32]) -> (f32, Vec<i8>) {
     let max = max_abs(v);
     if max == 0.0 {
         return (0.0, vec![0; v.len()]);
@@ -389,7 +389,7 @@ fn quantize(v: &[f32]) -> (f32, Vec<i8>) {
 
 /// `v ≈ scale × q` in i16, bounded so that a dot product with int8 values
 /// (at most 127) over `v.len()` of them cannot overflow an i32.
-fn quantize_i16(v: &[f32]) -> (f32, Vec<i16>) {
+pub(crate) fn quantize_i16(v: &[f32]) -> (f32, Vec<i16>) {
     let max = max_abs(v);
     if max == 0.0 {
         return (0.0, vec![0; v.len()]);
@@ -406,7 +406,7 @@ fn quantize_i16(v: &[f32]) -> (f32, Vec<i16>) {
     (scale, q)
 }
 
-fn dot(values: &[i8], query: &[i16]) -> i32 {
+pub(crate) fn dot(values: &[i8], query: &[i16]) -> i32 {
     values
         .iter()
         .zip(query)

@@ -214,6 +214,12 @@ pub struct SearchSection {
     /// When a question names exactly one participant, the share of their
     /// score the other participants' messages keep (1: no preference).
     pub speaker_prior: f32,
+    /// Words of the conversation closest in meaning to a question added to
+    /// its word query (0: none).
+    pub expansion_words: usize,
+    /// The share of the question's own words' weight those words carry
+    /// together.
+    pub expansion_weight: f32,
 }
 
 impl SearchSection {
@@ -221,6 +227,8 @@ impl SearchSection {
     pub fn ranking(&self) -> engram_index::Params {
         engram_index::Params {
             other_speakers: self.speaker_prior,
+            expansion_words: self.expansion_words,
+            expansion_weight: self.expansion_weight,
             ..engram_index::Params::default()
         }
     }

@@ -95,15 +95,28 @@ pub fn run(args: Args) -> Result<()> {
         ))?;
         print!("{}", served.table("SearchHistory"));
         // Each ranking mechanism off in turn (issue 28): what it adds.
-        let off = args.data_dir.join("speaker-prior-off");
-        std::fs::create_dir_all(&off)?;
-        let without = rt.block_on(grpc::search_history(
-            &args.engramd,
-            &off,
-            &convs,
-            "[search]\nspeaker_prior = 1.0\n",
-        ))?;
-        print!("{}", without.table("SearchHistory, no speaker prior"));
+        for (dir, setting, label) in [
+            (
+                "speaker-prior-off",
+                "speaker_prior = 1.0",
+                "SearchHistory, no speaker prior",
+            ),
+            (
+                "expansion-off",
+                "expansion_words = 0",
+                "SearchHistory, no expansion",
+            ),
+        ] {
+            let off = args.data_dir.join(dir);
+            std::fs::create_dir_all(&off)?;
+            let without = rt.block_on(grpc::search_history(
+                &args.engramd,
+                &off,
+                &convs,
+                &format!("[search]\n{setting}\n"),
+            ))?;
+            print!("{}", without.table(label));
+        }
     }
     if part("prompt") {
         let mut runs = vec![];

@@ -226,6 +226,10 @@ pub async fn run(engramd: &Path, data: &Path) -> Result<(Hits, Hits)> {
             .into_iter()
             .filter_map(|m| m.trace.map(|t| t.content))
             .collect();
+        // What a miss came behind says why (printed beside the table).
+        if let Some(first) = ranked.first().filter(|first| *first != said) {
+            eprintln!("paraphrase missed at 1: {question:?}: {first:?} came first");
+        }
         both.add(&ranked, said);
     }
     Ok((words, both))

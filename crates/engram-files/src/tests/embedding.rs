@@ -221,3 +221,69 @@ async fn a_backlog_longer_than_the_queue_is_embedded_in_full() {
     let page = search(&store, "a", "garden", WAIT).await;
     assert_eq!(state(&page), ("m", 20, 20, 0));
 }
+
+/// The gap between the score of the first hit whose text holds `first` and
+/// that of the one holding `second`.
+fn lead(page: &SearchPage, first: &str, second: &str) -> f32 {
+    let score = |part: &str| {
+        page.hits
+            .iter()
+            .find(|h| h.trace.content.contains(part))
+            .unwrap_or_else(|| panic!("no hit holds {part:?}: {page:?}"))
+            .score
+    };
+    score(first) - score(second)
+}
+
+/// A question naming a category ("pets") shares no word with the message
+/// naming the instance ("puppy"), and names a participant both of whose
+/// messages match it by that name alone. The conversation's own words
+/// closest in meaning to the question join its word query: the puppy's
+/// message leads the other by more than without them. The words' vectors
+/// are in memory only; after a restart the indexer gives them again, and a
+/// search that waits for the index ranks as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_naming_a_category_finds_the_instance_by_the_conversations_words() {
+    const PETS: &str = "Which pets does Caroline have?";
+    let local = local_model();
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), Some(Wrapped::new(&local, "m", "\u{0}"))).await;
+    ingest(&store, "a", &MEMORIES).await;
+    let expanded = search(&store, "a", PETS, WAIT).await;
+    assert!(
+        expanded.hits[0].trace.content.contains("puppy"),
+        "{expanded:?}"
+    );
+    let words = |store: &FileStore| {
+        let indexer = store.inner.indexer.as_ref().unwrap();
+        let table = indexer.words();
+        ["puppy", "shelter", "sunrise"].map(|w| table.contains(w))
+    };
+    assert_eq!(words(&store), [true; 3], "every word of the agent embedded");
+    drop(store);
+
+    let off_dir = tempfile::tempdir().unwrap();
+    let mut config = StoreConfig::new(off_dir.path());
+    config.embedder = Some(Wrapped::new(&local, "m", "\u{0}") as Arc<dyn Embedder>);
+    config.ranking.expansion_words = 0;
+    let off = FileStore::open(config).await.unwrap();
+    ingest(&off, "a", &MEMORIES).await;
+    let plain = search(&off, "a", PETS, WAIT).await;
+    assert_eq!(words(&off), [false; 3], "no expansion: no word embedded");
+    let (with, without) = (
+        lead(&expanded, "puppy", "support group"),
+        lead(&plain, "puppy", "support group"),
+    );
+    assert!(with > without + 0.05, "{with} against {without}");
+
+    let store = open(dir.path(), Some(Wrapped::new(&local, "m", "\u{0}"))).await;
+    assert_eq!(
+        words(&store),
+        [false; 3],
+        "a restart starts the table empty"
+    );
+    let again = search(&store, "a", PETS, WAIT).await;
+    assert_eq!(words(&store), [true; 3], "the wait covered the words");
+    let scores = |page: &SearchPage| page.hits.iter().map(|h| h.score).collect::<Vec<_>>();
+    assert_eq!(scores(&again), scores(&expanded));
+}

@@ -1,5 +1,5 @@
 use super::*;
-use crate::{Embedded, Item, order, test_trace};
+use crate::{Embedded, Item, WordVectors, order, test_trace};
 
 fn trace(turn: u32, ts: f64, text: &str) -> Item {
     test_trace(&format!("t{turn}"), turn, ts, text)
@@ -224,4 +224,106 @@ fn neighbours_that_match_nothing_come_after_every_real_match() {
     assert_eq!(keys(&lexical, &ranked), ["t1", "t3", "t2"]);
     assert_eq!(ranked[2].matched(), Matched::Context, "still found, last");
     assert!(ranked[2].score < ranked[1].score);
+}
+
+/// The conversation's words closest in meaning to a question join its word
+/// query: "pets" finds the message that says "puppy" by its words, and the
+/// question's own words still rank first.
+#[test]
+fn expansion_finds_by_the_conversations_own_words_what_the_question_names_otherwise() {
+    let mut lexical = Lexical::in_memory().unwrap();
+    let items = [
+        trace(1, 0.0, "we talked about pets and the weather"),
+        trace(2, 86_400.0, "my new puppy chews everything"),
+        trace(3, 172_800.0, "the bicycle race is on sunday"),
+        trace(4, 259_200.0, "puppies and bicycles everywhere"),
+    ];
+    lexical.upsert(&items).unwrap();
+    lexical.commit("").unwrap();
+    let vocabulary = lexical.vocabulary().unwrap();
+    for word in ["pets", "puppy", "puppies", "chews", "bicycle", "weather"] {
+        assert!(vocabulary.contains(&word.to_owned()), "{vocabulary:?}");
+    }
+    // "pets" and "puppy"/"puppies" are close in meaning; the rest is not.
+    let mut words = WordVectors::new(4, 100);
+    for (word, v) in [
+        ("pets", toward(1, 0.9)),
+        ("puppy", toward(1, 0.8)),
+        ("puppies", toward(1, 0.79)),
+        ("chews", toward(2, 0.1)),
+        ("bicycle", toward(3, 0.0)),
+        ("bicycles", toward(3, 0.0)),
+        ("weather", toward(2, 0.0)),
+        ("talked", toward(2, 0.0)),
+        ("race", toward(3, 0.0)),
+        ("sunday", toward(3, 0.0)),
+        ("everywhere", toward(2, 0.0)),
+        ("everything", toward(2, 0.0)),
+        ("new", toward(2, 0.0)),
+    ] {
+        words.insert(word, &v);
+    }
+    let question = toward(1, 0.9);
+    let one = Params {
+        expansion_words: 1,
+        ..Params::default()
+    };
+    let unexpanded = by_words(&mut lexical, "which pets", &Filter::default(), 10, &one).unwrap();
+    let terms = unexpanded.terms().to_vec();
+    assert_eq!(terms, ["pet"]);
+    let chosen = expansion(&mut lexical, &words, &question, &terms, &one).unwrap();
+    // "puppy" and "puppies" share one term, and "pets" is the question's.
+    assert_eq!(chosen.len(), 1, "{chosen:?}");
+    assert_eq!(chosen[0].0, "puppi");
+    // Half of the question's one term.
+    assert!((chosen[0].1 - 0.5).abs() < 1e-6, "{chosen:?}");
+    let plain = unexpanded.fuse(None, &one, &|_| None);
+    assert_eq!(keys(&lexical, &plain)[0], "t1");
+    assert!(!keys(&lexical, &plain).contains(&"t2".to_owned()));
+    let expanded = by_words(&mut lexical, "which pets", &Filter::default(), 10, &one)
+        .unwrap()
+        .expand(&lexical, &chosen, &one)
+        .unwrap()
+        .fuse(None, &one, &|_| None);
+    let found = keys(&lexical, &expanded);
+    assert_eq!(found[0], "t1", "the question's own word first: {found:?}");
+    assert!(found.contains(&"t2".to_owned()), "{found:?}");
+    assert!(found.contains(&"t4".to_owned()), "{found:?}");
+    assert!(!found.contains(&"t3".to_owned()), "{found:?}");
+    // What matched by the expansion alone matched by meaning: it shares
+    // no word with the question.
+    let matched = |key: &str| {
+        let at = found.iter().position(|k| k == key).unwrap();
+        expanded[at].matched()
+    };
+    assert_eq!(matched("t1"), Matched::Lexical);
+    assert_eq!(matched("t2"), Matched::Semantic);
+
+    // A question none of whose words the conversation uses is left to its
+    // meaning: the expansion alone would stand in for it at full weight.
+    let unknown = by_words(&mut lexical, "which kittens", &Filter::default(), 10, &one)
+        .unwrap()
+        .expand(&lexical, &chosen, &one)
+        .unwrap()
+        .fuse(None, &one, &|_| None);
+    assert!(unknown.is_empty(), "{:?}", keys(&lexical, &unknown));
+
+    // Off: no expansion at all.
+    let off = Params {
+        expansion_words: 0,
+        ..Params::default()
+    };
+    assert!(
+        expansion(&mut lexical, &words, &question, &terms, &off)
+            .unwrap()
+            .is_empty()
+    );
+    // Each word weighs at most as much as one of the question's.
+    let many = Params {
+        expansion_words: 10,
+        expansion_weight: 50.0,
+        ..Params::default()
+    };
+    let heavy = expansion(&mut lexical, &words, &question, &terms, &many).unwrap();
+    assert!(heavy.iter().all(|(_, w)| *w <= 1.0), "{heavy:?}");
 }

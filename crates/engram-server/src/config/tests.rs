@@ -388,3 +388,32 @@ fn the_speaker_prior_is_a_share_and_reaches_both_stores() {
         .to_string();
     assert!(bad.contains("search.speaker_prior"), "{bad}");
 }
+
+/// `[search] expansion_words` and `expansion_weight` reach both stores'
+/// ranking; a weight below 0 or a flood of words is refused naming the key.
+#[test]
+fn the_expansion_settings_reach_both_stores() {
+    let defaults = Config::load_from(None, env(&[])).unwrap();
+    assert_eq!(defaults.store_config().ranking.expansion_words, 10);
+    assert_eq!(defaults.store_config().ranking.expansion_weight, 0.5);
+    let off = Config::load_from(None, env(&[("ENGRAM__SEARCH__EXPANSION_WORDS", "0")])).unwrap();
+    assert_eq!(off.store_config().ranking.expansion_words, 0);
+    assert_eq!(off.postgres_config().ranking.expansion_words, 0);
+    for (key, value, named) in [
+        (
+            "ENGRAM__SEARCH__EXPANSION_WEIGHT",
+            "-1",
+            "search.expansion_weight",
+        ),
+        (
+            "ENGRAM__SEARCH__EXPANSION_WORDS",
+            "100000",
+            "search.expansion_words",
+        ),
+    ] {
+        let bad = Config::load_from(None, env(&[(key, value)]))
+            .unwrap_err()
+            .to_string();
+        assert!(bad.contains(named), "{bad}");
+    }
+}

@@ -5,6 +5,10 @@ use std::path::PathBuf;
 
 use super::{Config, ConfigError, FsyncSetting, invalid};
 
+/// Expansion words a question may take at most: each is a term of its word
+/// query, and `max_terms` bounds those too.
+const MAX_EXPANSION_WORDS: usize = 64;
+
 impl Config {
     /// Every section's checks; the first failure names its key.
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
@@ -23,6 +27,19 @@ impl Config {
             return Err(invalid(
                 "search.speaker_prior",
                 "must be a share from 0 to 1 (1: no preference for a named participant)",
+            ));
+        }
+        let weight = self.search.expansion_weight;
+        if !(weight.is_finite() && weight >= 0.0) {
+            return Err(invalid(
+                "search.expansion_weight",
+                "must be a number >= 0 (a share of the question's own words' weight)",
+            ));
+        }
+        if self.search.expansion_words > MAX_EXPANSION_WORDS {
+            return Err(invalid(
+                "search.expansion_words",
+                &format!("must be at most {MAX_EXPANSION_WORDS} (0: no expansion)"),
             ));
         }
         let share = self.blocks.max_share;

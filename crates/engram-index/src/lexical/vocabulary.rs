@@ -1,0 +1,95 @@
+//! The index's vocabulary: the distinct words of what it holds (the
+//! `words` field's dictionary, so it is rebuilt with the index and costs
+//! no file of its own), and word queries weighted per term, for query
+//! expansion (`words.rs`, `rank.rs`).
+
+use std::sync::Arc;
+
+use tantivy::Term;
+use tantivy::query::{BoostQuery, Occur, Query, TermQuery};
+use tantivy::schema::IndexRecordOption;
+
+use super::Lexical;
+use crate::words::is_word;
+use crate::{Candidate, Filter, Result};
+
+/// Words of one index considered for expansion, at most (a conversation
+/// uses a few thousand; this bounds a query's scan of them).
+pub const MAX_VOCABULARY: usize = 50_000;
+
+impl Lexical {
+    /// Which commit the searches see (a number that changes with each).
+    pub fn generation(&self) -> u64 {
+        self.reader.searcher().generation().generation_id()
+    }
+
+    /// The distinct plain words ([`is_word`]) of the committed documents,
+    /// at most [`MAX_VOCABULARY`]; read once per commit.
+    pub fn vocabulary(&mut self) -> Result<Arc<Vec<String>>> {
+        let searcher = self.reader.searcher();
+        let generation = searcher.generation().generation_id();
+        if let Some((at, words, _)) = &self.vocabulary
+            && *at == generation
+        {
+            return Ok(Arc::clone(words));
+        }
+        let mut all = std::collections::BTreeSet::new();
+        for segment in searcher.segment_readers() {
+            let inverted = segment.inverted_index(self.fields.words)?;
+            let mut terms = inverted.terms().stream()?;
+            while terms.advance() {
+                if let Ok(word) = std::str::from_utf8(terms.key())
+                    && is_word(word)
+                    && !all.contains(word)
+                {
+                    all.insert(word.to_owned());
+                }
+            }
+        }
+        let words: Arc<Vec<String>> = Arc::new(all.into_iter().take(MAX_VOCABULARY).collect());
+        let bytes = words
+            .iter()
+            .map(|w| w.capacity() + std::mem::size_of::<String>())
+            .sum();
+        self.vocabulary = Some((generation, Arc::clone(&words), bytes));
+        Ok(words)
+    }
+
+    /// About how many bytes the vocabulary read last holds (the memory
+    /// budget's account).
+    pub fn vocabulary_bytes(&self) -> usize {
+        self.vocabulary.as_ref().map_or(0, |(_, _, bytes)| *bytes)
+    }
+
+    /// The analyzed term of `word` (a word of the vocabulary), as a query
+    /// term: `None` for a stop word.
+    pub fn term_of(&mut self, word: &str) -> Option<String> {
+        self.query_terms(word, 1).pop()
+    }
+
+    /// The best `limit` documents for `terms` each weighted (BM25 × its
+    /// weight, summed), within `filter`.
+    pub fn search_weighted(
+        &self,
+        terms: &[(String, f32)],
+        filter: &Filter,
+        limit: usize,
+    ) -> Result<Vec<Candidate>> {
+        if terms.is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let field = self.fields.text;
+        let words = terms
+            .iter()
+            .map(|(t, weight)| {
+                let q = TermQuery::new(
+                    Term::from_field_text(field, t),
+                    IndexRecordOption::WithFreqs,
+                );
+                let q: Box<dyn Query> = Box::new(BoostQuery::new(Box::new(q), *weight));
+                (Occur::Should, q)
+            })
+            .collect();
+        self.candidates(words, filter, limit)
+    }
+}

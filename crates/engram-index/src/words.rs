@@ -1,0 +1,178 @@
+//! Word vectors: each distinct word of the agents' messages embedded once,
+//! for query expansion from a conversation's own vocabulary.
+//!
+//! A question names a category ("what pets does she have?") where the
+//! conversation names instances ("my pup", "the dog"): their words never
+//! meet, and the question's vector alone does not lift the one message
+//! among hundreds. The words of the conversation that are closest in
+//! meaning to the question are added to its word query
+//! ([`crate::rank::Words::expand`]), so the messages that say them match.
+//!
+//! One table for every agent (a word's vector does not depend on who said
+//! it), bounded, in memory only: the words of erased memories must not
+//! outlive them in a file, and a restart embeds what searches ask for
+//! again, in the background.
+
+use std::collections::HashMap;
+
+use crate::vectors::{dot, quantize, quantize_i16};
+
+/// The longest and shortest words embedded (bytes, ASCII after folding):
+/// shorter ones are mostly fragments ("ok", "th"), longer ones identifiers.
+pub const WORD_BYTES: std::ops::RangeInclusive<usize> = 3..=24;
+
+/// Whether `word` is one the vocabulary embeds: letters only (numbers and
+/// codes say nothing a model can place), of a sensible length.
+pub fn is_word(word: &str) -> bool {
+    WORD_BYTES.contains(&word.len()) && word.bytes().all(|b| b.is_ascii_lowercase())
+}
+
+/// The vectors of words, for one model.
+#[derive(Debug)]
+pub struct WordVectors {
+    dim: usize,
+    /// At most this many words are held; past it, new words are not
+    /// embedded (and not used for expansion).
+    max: usize,
+    at: HashMap<String, u32>,
+    scales: Vec<f32>,
+    /// `dim` values per word, in insertion order.
+    values: Vec<i8>,
+}
+
+impl WordVectors {
+    pub fn new(dim: usize, max: usize) -> Self {
+        Self {
+            dim,
+            max,
+            at: HashMap::new(),
+            scales: Vec::new(),
+            values: Vec::new(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.at.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.at.is_empty()
+    }
+
+    /// Whether no more words fit.
+    pub fn is_full(&self) -> bool {
+        self.at.len() >= self.max
+    }
+
+    pub fn contains(&self, word: &str) -> bool {
+        self.at.contains_key(word)
+    }
+
+    /// About how many bytes the table holds in memory.
+    pub fn memory_bytes(&self) -> usize {
+        // A word and its map slot.
+        const WORD: usize = 48;
+        self.values.capacity() + self.scales.capacity() * 4 + self.at.capacity() * WORD
+    }
+
+    /// Of `words`, those without a vector, at most as many as still fit.
+    pub fn missing<'a>(&self, words: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+        let room = self.max.saturating_sub(self.at.len());
+        words
+            .into_iter()
+            .filter(|w| !self.at.contains_key(*w))
+            .take(room)
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Stores `word`'s vector (unit length, `dim` long). A word already
+    /// held, a vector of another length, or a full table: nothing changes.
+    pub fn insert(&mut self, word: &str, vector: &[f32]) {
+        if vector.len() != self.dim || self.is_full() || self.at.contains_key(word) {
+            return;
+        }
+        let (scale, values) = quantize(vector);
+        self.at.insert(word.to_owned(), self.scales.len() as u32);
+        self.scales.push(scale);
+        self.values.extend(values);
+    }
+
+    /// The `n` of `words` closest to `query` (unit length), with their
+    /// cosines, closest first; words without a vector are skipped.
+    pub fn nearest<'a>(&self, query: &[f32], words: &'a [String], n: usize) -> Vec<(&'a str, f32)> {
+        if query.len() != self.dim || n == 0 {
+            return Vec::new();
+        }
+        let (query_scale, query) = quantize_i16(query);
+        let mut scored: Vec<(f32, &'a str)> = words
+            .iter()
+            .filter_map(|w| {
+                let i = *self.at.get(w.as_str())? as usize;
+                let values = &self.values[i * self.dim..(i + 1) * self.dim];
+                let cosine = dot(values, &query) as f32 * self.scales[i] * query_scale;
+                Some((cosine, w.as_str()))
+            })
+            .collect();
+        let by_score = |a: &(f32, &str), b: &(f32, &str)| b.0.total_cmp(&a.0).then(a.1.cmp(b.1));
+        if scored.len() > n {
+            scored.select_nth_unstable_by(n - 1, by_score);
+            scored.truncate(n);
+        }
+        scored.sort_by(by_score);
+        scored.into_iter().map(|(c, w)| (w, c)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unit(v: &[f32]) -> Vec<f32> {
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.iter().map(|x| x / norm).collect()
+    }
+
+    #[test]
+    fn words_are_found_by_meaning_among_those_asked_about() {
+        let mut t = WordVectors::new(3, 10);
+        t.insert("dog", &unit(&[1.0, 0.1, 0.0]));
+        t.insert("puppy", &unit(&[0.9, 0.2, 0.0]));
+        t.insert("lisbon", &unit(&[0.0, 0.0, 1.0]));
+        let asked: Vec<String> = ["lisbon", "puppy", "dog", "unknown"]
+            .map(String::from)
+            .to_vec();
+        let near = t.nearest(&unit(&[1.0, 0.0, 0.0]), &asked, 2);
+        let words: Vec<&str> = near.iter().map(|(w, _)| *w).collect();
+        assert_eq!(words, ["dog", "puppy"]);
+        assert!((near[0].1 - 0.995).abs() < 0.01, "{near:?}");
+        // Only the words asked about are considered.
+        let only: Vec<String> = vec!["lisbon".into()];
+        assert_eq!(t.nearest(&unit(&[1.0, 0.0, 0.0]), &only, 5).len(), 1);
+    }
+
+    #[test]
+    fn the_table_is_bounded_and_says_what_is_missing() {
+        let mut t = WordVectors::new(2, 2);
+        t.insert("one", &[1.0, 0.0]);
+        assert_eq!(t.missing(["one", "two", "three"]), ["two"]);
+        t.insert("two", &[0.0, 1.0]);
+        t.insert("three", &[0.0, 1.0]);
+        assert!(t.is_full());
+        assert!(!t.contains("three"));
+        assert!(t.missing(["four"]).is_empty());
+        // A vector of the wrong length is not taken.
+        let mut u = WordVectors::new(2, 5);
+        u.insert("bad", &[1.0]);
+        assert!(u.is_empty());
+    }
+
+    #[test]
+    fn only_plain_words_are_embedded() {
+        assert!(is_word("puppy"));
+        assert!(!is_word("ok"));
+        assert!(!is_word("2023"));
+        assert!(!is_word("b2b"));
+        assert!(!is_word(&"a".repeat(25)));
+    }
+}
