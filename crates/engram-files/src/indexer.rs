@@ -323,6 +323,11 @@ impl FileStore {
                         .err()
                         .map_or_else(|| "out of shape".to_owned(), |e| e.to_string());
                     tracing::warn!(error = %why, words = words.len(), "the model refused a batch of words; they are not used for expansion");
+                    indexer
+                        .words
+                        .write()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .refuse(&words);
                 }
             }
             metrics::histogram!("engram_embed_batch_seconds").record(started.elapsed());

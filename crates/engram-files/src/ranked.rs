@@ -177,22 +177,15 @@ impl FileStore {
             let first_active = current.first_active;
             let index = current.index();
             let state = index.state();
-            let words = engram_index::expand_each(
+            let ranked = engram_index::expand_and_fuse(
                 words,
                 &mut index.lexical,
+                index.vectors.as_ref(),
                 indexer.as_ref().map(|i| i.words()).as_deref(),
                 query_vector.as_deref(),
                 &fusing,
             )
             .map_err(index_error)?;
-            let lexical = &index.lexical;
-            let ranked = engram_index::fuse_each(
-                words,
-                index.vectors.as_ref(),
-                query_vector.as_deref(),
-                &fusing,
-                &|order| lexical.speaker(order),
-            );
             work(Ranking {
                 lexical: &mut index.lexical,
                 ranked,

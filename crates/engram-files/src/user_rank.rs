@@ -207,22 +207,16 @@ impl FileStore {
             };
             // The user's vocabulary: every conversation's words (their
             // vectors given by the indexer as it embeds each agent).
-            let words = engram_index::expand_each(
+            let ranked = engram_index::expand_and_fuse(
                 words,
                 &mut index.lexical,
+                index.vectors.as_ref(),
                 indexer.as_ref().map(|i| i.words()).as_deref(),
                 query_vector.as_deref(),
                 &fusing,
             )
             .map_err(index_error)?;
             let index = &*index;
-            let ranked = engram_index::fuse_each(
-                words,
-                index.vectors.as_ref(),
-                query_vector.as_deref(),
-                &fusing,
-                &|order| index.lexical.speaker(order),
-            );
             let by_ordinal = index.agents_by_ordinal();
             work(Ranking {
                 found: Found {

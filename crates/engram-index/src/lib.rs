@@ -8,6 +8,7 @@
 //! - [`analyzer`]: text to terms (English stop words, Porter2 stemming).
 //! - [`lexical`]: one tantivy index per agent, BM25.
 //! - [`vectors`]: one embedding per item, exact cosine.
+//! - [`words`]: every agent's words embedded once, for query expansion.
 //! - [`rank`]: from a question to ranked items — query terms, candidates,
 //!   context from a hit's neighbouring messages, fusion with the vectors.
 //!
@@ -15,7 +16,7 @@
 //! per-agent index and ranking over it. Without it, what is left is what a
 //! backend with its own word search needs (a database's full-text search):
 //! items, filters, vectors, and ranking from its candidates
-//! ([`from_candidates`], [`fuse_each`]).
+//! ([`from_candidates`], [`Words::fuse_all`]).
 
 #[cfg(feature = "lexical")]
 pub mod analyzer;
@@ -29,11 +30,10 @@ pub mod words;
 #[cfg(feature = "lexical")]
 pub use lexical::Lexical;
 pub use rank::{
-    Fused, Matched, Neighbours, Params, Ranked, Semantic, Words, from_candidates, fuse_each,
-    named_one,
+    Fused, Matched, Neighbours, Params, Ranked, Semantic, Words, from_candidates, named_one,
 };
 #[cfg(feature = "lexical")]
-pub use rank::{by_words, expand_each, expansion, rank};
+pub use rank::{by_words, expand_and_fuse, expansion, rank};
 pub use vectors::{Embedded, Near, Vectors};
 pub use words::WordVectors;
 

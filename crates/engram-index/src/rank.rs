@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 
-use crate::{Candidate, Filter, Kind, Placed, Vectors};
+use crate::{Candidate, Filter, Kind, Near, Placed, Vectors};
 #[cfg(feature = "lexical")]
 use crate::{Lexical, Result};
 
@@ -138,24 +138,6 @@ pub struct Semantic<'a> {
     pub query: &'a [f32],
 }
 
-/// Each ranking's lexical half (`None`: nothing asked) completed with
-/// meaning where there are both vectors and a query vector.
-pub fn fuse_each(
-    words: Vec<Option<Words>>,
-    vectors: Option<&Vectors>,
-    query: Option<&[f32]>,
-    params: &Params,
-    speaker_of: &dyn Fn(u64) -> Option<u32>,
-) -> Vec<Vec<Ranked>> {
-    let semantic = vectors
-        .zip(query)
-        .map(|(vectors, query)| Semantic { vectors, query });
-    words
-        .into_iter()
-        .map(|w| w.map_or_else(Vec::new, |w| w.fuse(semantic, params, speaker_of)))
-        .collect()
-}
-
 /// The best `limit` items for `query` within `filter`, from the lexical
 /// index and, when given, the vectors.
 #[cfg(feature = "lexical")]
@@ -258,23 +240,33 @@ impl Words {
     /// backend that finds who said the candidates (and whom the question
     /// names) only once it knows them.
     pub fn fuse_all(self, semantic: Option<Semantic<'_>>, params: &Params) -> Fused {
+        let near = semantic.map(|s| self.nearest(s, params));
+        self.fuse_near(near, params)
+    }
+
+    /// The items closest in meaning to the question, within this ranking's
+    /// filter, as many as it considers.
+    fn nearest(&self, semantic: Semantic<'_>, params: &Params) -> Vec<Near> {
+        semantic.vectors.nearest(
+            semantic.query,
+            &self.filter,
+            params.candidates.max(self.limit),
+        )
+    }
+
+    /// [`fuse_all`](Self::fuse_all) with the closest items found already
+    /// ([`nearest`](Self::nearest); `None`: no meaning to add).
+    fn fuse_near(self, near: Option<Vec<Near>>, params: &Params) -> Fused {
         let Words {
             mut ranked,
             traces,
-            filter,
+            filter: _,
             limit,
             named,
             terms: _,
         } = self;
-        if let Some(semantic) = semantic {
-            fuse(
-                &mut ranked,
-                &traces,
-                semantic,
-                &filter,
-                params.candidates.max(limit),
-                params,
-            );
+        if let Some(near) = near {
+            fuse(&mut ranked, &traces, near, params);
         }
         Fused {
             ranked,
@@ -379,16 +371,10 @@ fn prefer_speaker(
     }
 }
 
-/// Adds closeness in meaning to `ranked`. Traces are found by their place
-/// (`traces`, as [`with_context`] left it), memory items by their key.
-fn fuse(
-    ranked: &mut Vec<Ranked>,
-    traces: &HashMap<u64, usize>,
-    semantic: Semantic<'_>,
-    filter: &Filter,
-    candidates: usize,
-    params: &Params,
-) {
+/// Adds closeness in meaning (`near`, closest first) to `ranked`. Traces
+/// are found by their place (`traces`, as [`with_context`] left it),
+/// memory items by their key.
+fn fuse(ranked: &mut Vec<Ranked>, traces: &HashMap<u64, usize>, near: Vec<Near>, params: &Params) {
     let floor = params.semantic_floor.clamp(0.0, 0.99);
     let memories: HashMap<String, usize> = ranked
         .iter()
@@ -396,7 +382,7 @@ fn fuse(
         .filter(|(_, r)| r.kind != Kind::Trace)
         .filter_map(|(i, r)| Some((r.candidate.as_ref()?.key.clone(), i)))
         .collect();
-    for near in semantic.vectors.nearest(semantic.query, filter, candidates) {
+    for near in near {
         let gain = params.semantic_weight * ((near.cosine - floor) / (1.0 - floor));
         if gain <= 0.0 {
             break;
@@ -512,7 +498,7 @@ fn in_range(filter: &Filter, order: u64, ts: f64) -> bool {
 #[cfg(feature = "lexical")]
 mod expand;
 #[cfg(feature = "lexical")]
-pub use expand::{expand_each, expansion};
+pub use expand::{expand_and_fuse, expansion};
 
 #[cfg(all(test, feature = "lexical"))]
 mod tests;

@@ -35,6 +35,9 @@ pub struct WordVectors {
     /// embedded (and not used for expansion).
     max: usize,
     at: HashMap<String, u32>,
+    /// Words the model refused: not asked for again (a remote model that
+    /// refuses a word would refuse it at every visit of the indexer).
+    refused: std::collections::HashSet<String>,
     scales: Vec<f32>,
     /// `dim` values per word, in insertion order.
     values: Vec<i8>,
@@ -46,6 +49,7 @@ impl WordVectors {
             dim,
             max,
             at: HashMap::new(),
+            refused: std::collections::HashSet::new(),
             scales: Vec::new(),
             values: Vec::new(),
         }
@@ -72,7 +76,9 @@ impl WordVectors {
     pub fn memory_bytes(&self) -> usize {
         // A word and its map slot.
         const WORD: usize = 48;
-        self.values.capacity() + self.scales.capacity() * 4 + self.at.capacity() * WORD
+        self.values.capacity()
+            + self.scales.capacity() * 4
+            + (self.at.capacity() + self.refused.capacity()) * WORD
     }
 
     /// Of `words`, those without a vector, at most as many as still fit.
@@ -80,10 +86,17 @@ impl WordVectors {
         let room = self.max.saturating_sub(self.at.len());
         words
             .into_iter()
-            .filter(|w| !self.at.contains_key(*w))
+            .filter(|w| !self.at.contains_key(*w) && !self.refused.contains(*w))
             .take(room)
             .map(str::to_owned)
             .collect()
+    }
+
+    /// Notes that the model refused `words`: [`missing`](Self::missing)
+    /// leaves them out from now on (bounded as the table is).
+    pub fn refuse(&mut self, words: &[String]) {
+        let room = self.max.saturating_sub(self.refused.len());
+        self.refused.extend(words.iter().take(room).cloned());
     }
 
     /// Stores `word`'s vector (unit length, `dim` long). A word already
@@ -161,6 +174,10 @@ mod tests {
         assert!(t.is_full());
         assert!(!t.contains("three"));
         assert!(t.missing(["four"]).is_empty());
+        // A word the model refused is not asked for again.
+        let mut r = WordVectors::new(2, 5);
+        r.refuse(&["nope".to_owned()]);
+        assert_eq!(r.missing(["nope", "yes"]), ["yes"]);
         // A vector of the wrong length is not taken.
         let mut u = WordVectors::new(2, 5);
         u.insert("bad", &[1.0]);

@@ -5,6 +5,9 @@
 //! ranking.
 
 use std::path::Path;
+use std::time::Instant;
+
+use hdrhistogram::Histogram;
 
 use engram_proto::pb;
 
@@ -34,16 +37,19 @@ pub fn said(agent: &str, m: &Message) -> pb::IngestRequest {
 }
 
 /// Evidence recall of ranked SearchHistory over `convs`, by an engramd
-/// with `extra` configuration.
+/// with `extra` configuration, and the latency of its searches: each
+/// question asked again once its conversation is embedded, timed (what a
+/// ranking mechanism costs, on real conversations).
 pub async fn search_history(
     engramd: &Path,
     data: &Path,
     convs: &[Conversation],
     extra: &str,
-) -> anyhow::Result<Score> {
+) -> anyhow::Result<(Score, Histogram<u64>)> {
     let server = Server::start_with(engramd, data, extra)?;
     let mut client = connect(&server.addr).await?;
     let mut score = Score::default();
+    let mut timed = crate::ingest::histogram();
     for (n, conv) in convs.iter().enumerate() {
         let agent = format!("locomo-{n}");
         for m in &conv.messages {
@@ -68,6 +74,29 @@ pub async fn search_history(
                 .collect();
             score.add(q, &ranked);
         }
+        for q in &conv.questions {
+            let started = Instant::now();
+            client
+                .search_history(pb::SearchHistoryRequest {
+                    agent_id: agent.clone(),
+                    query: q.question.clone(),
+                    limit: 25,
+                    ..Default::default()
+                })
+                .await?;
+            timed.record(started.elapsed().as_nanos() as u64)?;
+        }
     }
-    Ok(score)
+    Ok((score, timed))
+}
+
+/// `label`'s search latency, p50 / p99 in milliseconds, as a line.
+pub fn latency_line(label: &str, h: &Histogram<u64>) -> String {
+    let ms = |q: f64| h.value_at_quantile(q) as f64 / 1e6;
+    format!(
+        "{label}: SearchHistory p50 {:.2} ms, p99 {:.2} ms ({} searches)\n",
+        ms(0.5),
+        ms(0.99),
+        h.len()
+    )
 }

@@ -87,13 +87,14 @@ pub fn run(args: Args) -> Result<()> {
     std::fs::create_dir_all(&args.data_dir)?;
     let rt = tokio::runtime::Runtime::new()?;
     if part("search") {
-        let served = rt.block_on(grpc::search_history(
+        let (served, timed) = rt.block_on(grpc::search_history(
             &args.engramd,
             &args.data_dir,
             &convs,
             "",
         ))?;
         print!("{}", served.table("SearchHistory"));
+        let mut latencies = grpc::latency_line("every mechanism", &timed);
         // Each ranking mechanism off in turn (issue 28): what it adds.
         for (dir, setting, label) in [
             (
@@ -109,14 +110,16 @@ pub fn run(args: Args) -> Result<()> {
         ] {
             let off = args.data_dir.join(dir);
             std::fs::create_dir_all(&off)?;
-            let without = rt.block_on(grpc::search_history(
+            let (without, timed) = rt.block_on(grpc::search_history(
                 &args.engramd,
                 &off,
                 &convs,
                 &format!("[search]\n{setting}\n"),
             ))?;
             print!("{}", without.table(label));
+            latencies.push_str(&grpc::latency_line(label, &timed));
         }
+        print!("\n{latencies}");
     }
     if part("prompt") {
         let mut runs = vec![];

@@ -61,6 +61,12 @@ impl Lexical {
         self.vocabulary.as_ref().map_or(0, |(_, _, bytes)| *bytes)
     }
 
+    /// How many committed documents hold `term` (an analyzed query term).
+    pub fn doc_freq(&self, term: &str) -> Result<u64> {
+        let term = Term::from_field_text(self.fields.text, term);
+        Ok(self.reader.searcher().doc_freq(&term)?)
+    }
+
     /// The analyzed term of `word` (a word of the vocabulary), as a query
     /// term: `None` for a stop word.
     pub fn term_of(&mut self, word: &str) -> Option<String> {

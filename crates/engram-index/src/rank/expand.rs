@@ -13,8 +13,8 @@
 
 use std::collections::HashMap;
 
-use super::{Params, Words, from_candidates};
-use crate::{Candidate, Lexical, Result, WordVectors};
+use super::{Params, Ranked, Semantic, Words, from_candidates};
+use crate::{Candidate, Lexical, Result, Vectors, WordVectors};
 
 /// The question's expansion: up to `params.expansion_words` terms of the
 /// index's vocabulary closest to the question's vector `query`, none of
@@ -43,9 +43,16 @@ pub fn expansion(
         let Some(term) = index.term_of(word) else {
             continue;
         };
-        if !terms.contains(&term) && chosen.iter().all(|(t, _)| *t != term) {
-            chosen.push((term, cosine));
+        if terms.contains(&term) || chosen.iter().any(|(t, _)| *t == term) {
+            continue;
         }
+        // A word in most of the messages singles none out (BM25 gives it
+        // next to nothing), and walking its postings is a search's worst
+        // case: a speaker's name, a word the conversation always uses.
+        if index.doc_freq(&term)? * 2 > index.len() {
+            continue;
+        }
+        chosen.push((term, cosine));
     }
     let closeness: f32 = chosen.iter().map(|(_, c)| c).sum();
     let budget = params.expansion_weight * terms.len() as f32;
@@ -128,25 +135,41 @@ impl Words {
     }
 }
 
-/// [`Words::expand`] for each ranking of one question (`None`: nothing
-/// asked), its expansion found once; unchanged without a table of word
-/// vectors or a query vector.
-pub fn expand_each(
+/// Each ranking of one question (`None`: nothing asked) expanded
+/// ([`Words::expand`]) and completed with meaning, the speaker prior
+/// applied. Without a table of word vectors or a query vector there is no
+/// expansion. (Running the expansion beside the scan of the vectors, on a
+/// second thread, measured no faster at 10,000 traces on two cores: 7.6 /
+/// 12.0 ms p50 / p99 against 7.5 / 12.4.)
+pub fn expand_and_fuse(
     words: Vec<Option<Words>>,
-    index: &mut Lexical,
+    lexical: &mut Lexical,
+    vectors: Option<&Vectors>,
     table: Option<&WordVectors>,
     query: Option<&[f32]>,
     params: &Params,
-) -> Result<Vec<Option<Words>>> {
-    let (Some(table), Some(query)) = (table, query) else {
-        return Ok(words);
+) -> Result<Vec<Vec<Ranked>>> {
+    let terms = words.iter().flatten().next().map(|w| w.terms.clone());
+    let words = match table.zip(query).zip(terms) {
+        Some(((table, query), terms)) => {
+            let chosen = expansion(lexical, table, query, &terms, params)?;
+            words
+                .into_iter()
+                .map(|w| w.map(|w| w.expand(lexical, &chosen, params)).transpose())
+                .collect::<Result<Vec<_>>>()?
+        }
+        None => words,
     };
-    let Some(terms) = words.iter().flatten().next().map(|w| w.terms.clone()) else {
-        return Ok(words);
-    };
-    let chosen = expansion(index, table, query, &terms, params)?;
-    words
+    let semantic = vectors
+        .zip(query)
+        .map(|(vectors, query)| Semantic { vectors, query });
+    let lexical = &*lexical;
+    Ok(words
         .into_iter()
-        .map(|w| w.map(|w| w.expand(index, &chosen, params)).transpose())
-        .collect()
+        .map(|w| {
+            w.map_or_else(Vec::new, |w| {
+                w.fuse(semantic, params, &|order| lexical.speaker(order))
+            })
+        })
+        .collect())
 }

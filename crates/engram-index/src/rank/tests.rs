@@ -327,3 +327,86 @@ fn expansion_finds_by_the_conversations_own_words_what_the_question_names_otherw
     let heavy = expansion(&mut lexical, &words, &question, &terms, &many).unwrap();
     assert!(heavy.iter().all(|(_, w)| *w <= 1.0), "{heavy:?}");
 }
+
+/// A word in most of the messages singles none out: the expansion passes
+/// over it, however close in meaning.
+#[test]
+fn expansion_passes_over_a_word_most_messages_hold() {
+    let mut lexical = Lexical::in_memory().unwrap();
+    let items = [
+        trace(1, 0.0, "pets are welcome"),
+        trace(2, 86_400.0, "the dog barked"),
+        trace(3, 172_800.0, "the dog slept"),
+        trace(4, 259_200.0, "the dog and the cat"),
+    ];
+    lexical.upsert(&items).unwrap();
+    lexical.commit("").unwrap();
+    let mut words = WordVectors::new(4, 100);
+    words.insert("dog", &toward(1, 0.9));
+    words.insert("cat", &toward(1, 0.8));
+    let params = Params::default();
+    let chosen = expansion(
+        &mut lexical,
+        &words,
+        &toward(1, 0.9),
+        &["pet".to_owned()],
+        &params,
+    )
+    .unwrap();
+    let terms: Vec<&str> = chosen.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(terms, ["cat"]);
+}
+
+/// Expanding and fusing each ranking of a question in one step ranks as
+/// the steps one after the other do; without a table there is no
+/// expansion.
+#[test]
+fn expand_and_fuse_ranks_as_its_steps_do() {
+    let (mut lexical, vectors) = setup();
+    let mut table = WordVectors::new(4, 100);
+    table.insert("puppy", &toward(3, 0.95));
+    table.insert("bicycle", &toward(1, 0.0));
+    let query = toward(3, 0.9);
+    let params = Params::default();
+    let ask = |lexical: &mut Lexical| {
+        by_words(lexical, "the stolen race", &Filter::default(), 10, &params).unwrap()
+    };
+    let words = ask(&mut lexical);
+    let chosen = expansion(&mut lexical, &table, &query, words.terms(), &params).unwrap();
+    // "bicycle" is in two messages of three: passed over.
+    assert_eq!(chosen, [("puppi".to_owned(), 1.0)]);
+    let semantic = Semantic {
+        vectors: &vectors,
+        query: &query,
+    };
+    let sequential =
+        words
+            .expand(&lexical, &chosen, &params)
+            .unwrap()
+            .fuse(Some(semantic), &params, &|o| lexical.speaker(o));
+    let words = vec![Some(ask(&mut lexical)), None];
+    let together = expand_and_fuse(
+        words,
+        &mut lexical,
+        Some(&vectors),
+        Some(&table),
+        Some(&query),
+        &params,
+    )
+    .unwrap();
+    assert_eq!(together.len(), 2);
+    assert!(together[1].is_empty(), "nothing asked, nothing ranked");
+    assert_eq!(together[0], sequential);
+    assert_eq!(keys(&lexical, &together[0])[0], "t3");
+    let unexpanded = expand_and_fuse(
+        vec![Some(ask(&mut lexical))],
+        &mut lexical,
+        Some(&vectors),
+        None,
+        Some(&query),
+        &params,
+    )
+    .unwrap();
+    assert!(unexpanded[0].iter().all(|r| r.expansion == 0.0));
+    assert!(together[0].iter().any(|r| r.expansion > 0.0));
+}
