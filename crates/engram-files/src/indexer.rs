@@ -363,11 +363,23 @@ impl FileStore {
     ) -> Result<()> {
         let mut progress = handle.embedded.subscribe();
         // The catch-up publishes what is left to embed.
-        let mut current = self.caught_up_with(id, Arc::clone(handle)).await?;
-        if current.index().left_to_embed() == 0 {
+        let current = self.caught_up_with(id, Arc::clone(handle)).await?;
+        // An agent loaded again finds its words' vectors in the table: no
+        // round through the indexer's queue for them.
+        let indexer = self.inner.indexer.clone();
+        let expanding = self.inner.config.ranking.expansion_words > 0;
+        let left = blocking(move || {
+            let mut current = current;
+            let index = current.index();
+            if let Some(indexer) = &indexer {
+                index.note_known_words(&indexer.words(), expanding)?;
+            }
+            Ok(index.left_to_embed())
+        })
+        .await?;
+        if left == 0 {
             return Ok(());
         }
-        drop(current);
         self.index_later(id);
         let _waiting = engram_core::load::Load::global().waiting();
         let _ =

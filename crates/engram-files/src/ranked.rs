@@ -145,6 +145,8 @@ impl FileStore {
         let handle = self.existing_handle(id)?;
         let params = self.inner.config.ranking.clone();
         let fusing = params.clone();
+        let indexer = self.inner.indexer.clone();
+        let noting = indexer.clone();
         let words = async {
             let mut current = self.caught_up_as(id, handle, lag).await?;
             let query = query.to_owned();
@@ -152,6 +154,12 @@ impl FileStore {
                 let wants = wants(current.first_active);
                 // Words the indexer has not given vectors yet (after a
                 // restart, or a commit it has not reached): it is asked to.
+                if let Some(indexer) = &noting {
+                    let expanding = params.expansion_words > 0;
+                    current
+                        .index()
+                        .note_known_words(&indexer.words(), expanding)?;
+                }
                 let words_left = current.index().left_to_embed() > 0;
                 let lexical = &mut current.index().lexical;
                 let words = wants
@@ -169,10 +177,9 @@ impl FileStore {
         };
         let (query_vector, words) = tokio::join!(self.query_vector(query), words);
         let (mut current, words, words_left) = words?;
-        if words_left && self.inner.indexer.is_some() {
+        if words_left && indexer.is_some() {
             self.inner.queue.enqueue(id);
         }
-        let indexer = self.inner.indexer.clone();
         blocking(move || {
             let first_active = current.first_active;
             let index = current.index();
