@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use engram_core::memory::Origin;
 use engram_core::users::UserFact;
-use engram_index::{Embedded, Item, Lexical, Vectors};
+use engram_index::{Embedded, Item, Lexical, Vectors, WordVectors};
 use engram_store::items::{episodic_item, semantic_item, trace_item};
 use engram_store::ranked::{key_of, place, range, split_key};
 use serde::{Deserialize, Serialize};
@@ -97,6 +97,9 @@ pub(crate) struct UserIndex {
     seen_facts: HashMap<String, u64>,
     /// Items were written since the last commit.
     written: bool,
+    /// The commit whose words the table of word vectors was last found to
+    /// hold (query expansion).
+    words_at: Option<u64>,
 }
 
 impl std::fmt::Debug for UserIndex {
@@ -152,6 +155,7 @@ impl UserIndex {
             to_embed: HashMap::new(),
             seen_facts: HashMap::new(),
             written: false,
+            words_at: None,
         };
         index.find_unvectored()?;
         Ok(index)
@@ -223,6 +227,24 @@ impl UserIndex {
     }
 
     /// Each conversation by its ordinal.
+    /// The user's conversations to hand to the indexer when `table` lacks
+    /// words of this index (after a restart the table starts empty, and a
+    /// conversation nobody searches or writes is not visited by it); asked
+    /// once per commit. Blocking.
+    pub fn agents_missing_words(&mut self, table: &WordVectors) -> Result<Vec<String>> {
+        let generation = self.lexical.generation();
+        if self.vectors.is_none() || self.words_at == Some(generation) {
+            return Ok(Vec::new());
+        }
+        self.words_at = Some(generation);
+        let vocabulary = self.lexical.vocabulary().map_err(index_error)?;
+        let missing = table.missing(vocabulary.iter().map(String::as_str));
+        Ok(match missing.is_empty() {
+            true => Vec::new(),
+            false => self.payload.agents.keys().cloned().collect(),
+        })
+    }
+
     pub fn agents_by_ordinal(&self) -> HashMap<u32, String> {
         let agents = self.payload.agents.iter();
         agents.map(|(a, m)| (m.ordinal, a.clone())).collect()

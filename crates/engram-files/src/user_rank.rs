@@ -156,10 +156,17 @@ impl FileStore {
         let query = text.clone();
         let params = self.inner.config.ranking.clone();
         let fusing = params.clone();
+        let noting = self.inner.indexer.clone();
         let words = blocking(move || {
             let mut guard = guard;
             let Some(index) = guard.as_mut() else {
-                return Ok((guard, vec![]));
+                return Ok((guard, vec![], vec![]));
+            };
+            let unvisited = match &noting {
+                Some(indexer) if params.expansion_words > 0 => {
+                    index.agents_missing_words(&indexer.words())?
+                }
+                _ => Vec::new(),
             };
             let wants = wants(index);
             let words = wants
@@ -173,7 +180,7 @@ impl FileStore {
                     }
                 })
                 .collect::<Result<Vec<Option<Words>>>>()?;
-            Ok((guard, words))
+            Ok((guard, words, unvisited))
         });
         let query_vector = async {
             match self.inner.indexer.as_ref() {
@@ -182,7 +189,10 @@ impl FileStore {
             }
         };
         let (query_vector, words) = tokio::join!(query_vector, words);
-        let (guard, words) = words?;
+        let (guard, words, unvisited) = words?;
+        for agent in unvisited.iter().filter_map(|a| AgentId::parse(a).ok()) {
+            self.inner.queue.enqueue(&agent);
+        }
         let indexer = self.inner.indexer.clone();
         blocking(move || {
             let mut guard = guard;
