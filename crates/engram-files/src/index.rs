@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use engram_core::memory::{EpisodicItem, SemanticItem};
 use engram_core::{AgentId, RawTrace};
-use engram_index::{Item, Lexical, Vectors, WordVectors};
+use engram_index::{Item, Lexical, Vectors};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
@@ -105,35 +105,6 @@ impl AgentIndex {
             }
             _ => self.pending.len() + self.in_flight,
         }
-    }
-
-    /// What the indexer has left here: the items without a vector, and one
-    /// more while the current commit's words have none (query expansion).
-    pub fn left_to_embed(&self) -> usize {
-        let words = self.vectors.is_some() && self.words_at != Some(self.lexical.generation());
-        self.unembedded() + usize::from(words)
-    }
-
-    /// Notes the current commit's words as done when `table` holds every
-    /// one of them already (an agent loaded again, a commit of words seen
-    /// before) or there is no expansion: nothing then waits for the
-    /// indexer's round. Blocking (reads the index's dictionary, once per
-    /// commit).
-    pub fn note_known_words(&mut self, table: &WordVectors, expanding: bool) -> Result<()> {
-        let generation = self.lexical.generation();
-        if self.vectors.is_none() || self.words_at == Some(generation) {
-            return Ok(());
-        }
-        let known = !expanding || {
-            let vocabulary = self.lexical.vocabulary().map_err(index_error)?;
-            table
-                .missing(vocabulary.iter().map(String::as_str))
-                .is_empty()
-        };
-        if known {
-            self.words_at = Some(generation);
-        }
-        Ok(())
     }
 
     /// After an overflow, once the queue has run empty: queues what lacks

@@ -87,6 +87,39 @@ impl Indexer {
     }
 }
 
+/// What the indexer keeps of an agent's index beyond its items' vectors:
+/// whether the words of its current commit have theirs (query expansion).
+impl AgentIndex {
+    /// What the indexer has left here: the items without a vector, and one
+    /// more while the current commit's words have none (query expansion).
+    pub fn left_to_embed(&self) -> usize {
+        let words = self.vectors.is_some() && self.words_at != Some(self.lexical.generation());
+        self.unembedded() + usize::from(words)
+    }
+
+    /// Notes the current commit's words as done when `table` holds every
+    /// one of them already (an agent loaded again, a commit of words seen
+    /// before) or there is no expansion: nothing then waits for the
+    /// indexer's round. Blocking (reads the index's dictionary, once per
+    /// commit).
+    pub fn note_known_words(&mut self, table: &WordVectors, expanding: bool) -> Result<()> {
+        let generation = self.lexical.generation();
+        if self.vectors.is_none() || self.words_at == Some(generation) {
+            return Ok(());
+        }
+        let known = !expanding || {
+            let vocabulary = self.lexical.vocabulary().map_err(index_error)?;
+            table
+                .missing(vocabulary.iter().map(String::as_str))
+                .is_empty()
+        };
+        if known {
+            self.words_at = Some(generation);
+        }
+        Ok(())
+    }
+}
+
 /// The agents waiting for the indexer's task.
 #[derive(Debug)]
 pub(crate) struct Queue {
