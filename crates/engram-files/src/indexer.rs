@@ -85,6 +85,13 @@ impl Indexer {
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+
+    /// The table of word vectors, to change.
+    fn words_mut(&self) -> std::sync::RwLockWriteGuard<'_, WordVectors> {
+        self.words
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// What the indexer keeps of an agent's index beyond its items' vectors:
@@ -107,12 +114,12 @@ impl AgentIndex {
         if self.vectors.is_none() || self.words_at == Some(generation) {
             return Ok(());
         }
-        let known = !expanding || {
-            let vocabulary = self.lexical.vocabulary().map_err(index_error)?;
-            table
-                .missing(vocabulary.iter().map(String::as_str))
-                .is_empty()
-        };
+        let known = !expanding
+            || self
+                .lexical
+                .words_without_vectors(table)
+                .map_err(index_error)?
+                .is_empty();
         if known {
             self.words_at = Some(generation);
         }
@@ -310,6 +317,7 @@ impl FileStore {
     async fn embed_words(&self, indexer: &Arc<Indexer>, handle: &Arc<AgentHandle>) -> Result<()> {
         let expanding = self.inner.config.ranking.expansion_words > 0;
         let slot = Arc::clone(&handle.index).lock_owned().await;
+        let table = Arc::clone(indexer);
         let asked = blocking(move || {
             let mut slot = slot;
             let Some(index) = slot.as_mut() else {
@@ -319,28 +327,25 @@ impl FileStore {
             if index.words_at == Some(generation) {
                 return Ok(None);
             }
-            let vocabulary = match expanding {
-                true => Some(index.lexical.vocabulary().map_err(index_error)?),
-                false => None,
+            let missing = match expanding {
+                true => index
+                    .lexical
+                    .words_without_vectors(&table.words())
+                    .map_err(index_error)?,
+                false => Vec::new(),
             };
-            Ok(Some((generation, vocabulary)))
+            Ok(Some((generation, missing)))
         })
         .await?;
-        let Some((generation, vocabulary)) = asked else {
+        let Some((generation, missing)) = asked else {
             return Ok(());
         };
-        let missing = vocabulary.map_or_else(Vec::new, |words| {
-            indexer.words().missing(words.iter().map(String::as_str))
-        });
         for words in missing.chunks(BATCH) {
             let words = words.to_vec();
             let started = Instant::now();
             match indexer.embedder.embed(&words).await {
                 Ok(vectors) if vectors.len() == words.len() => {
-                    let mut table = indexer
-                        .words
-                        .write()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let mut table = indexer.words_mut();
                     for (word, vector) in words.iter().zip(&vectors) {
                         table.insert(word, vector);
                     }
@@ -356,11 +361,7 @@ impl FileStore {
                         .err()
                         .map_or_else(|| "out of shape".to_owned(), |e| e.to_string());
                     tracing::warn!(error = %why, words = words.len(), "the model refused a batch of words; they are not used for expansion");
-                    indexer
-                        .words
-                        .write()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .refuse(&words);
+                    indexer.words_mut().refuse(&words);
                 }
             }
             metrics::histogram!("engram_embed_batch_seconds").record(started.elapsed());

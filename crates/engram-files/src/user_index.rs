@@ -237,8 +237,10 @@ impl UserIndex {
             return Ok(Vec::new());
         }
         self.words_at = Some(generation);
-        let vocabulary = self.lexical.vocabulary().map_err(index_error)?;
-        let missing = table.missing(vocabulary.iter().map(String::as_str));
+        let missing = self
+            .lexical
+            .words_without_vectors(table)
+            .map_err(index_error)?;
         Ok(match missing.is_empty() {
             true => Vec::new(),
             false => self.payload.agents.keys().cloned().collect(),

@@ -233,7 +233,7 @@ impl Lexical {
             doc.add_text(f.text, text);
             doc.add_text(f.when, crate::time::words(item.ts));
             doc.add_text(f.body, &item.body);
-            let speaker = speakers::normalized(item.name.as_deref().unwrap_or_default());
+            let speaker = crate::rank::speaker_name(item.name.as_deref().unwrap_or_default());
             doc.add_text(f.speaker, &speaker);
             writer.add_document(doc)?;
         }

@@ -240,32 +240,18 @@ impl Words {
     /// backend that finds who said the candidates (and whom the question
     /// names) only once it knows them.
     pub fn fuse_all(self, semantic: Option<Semantic<'_>>, params: &Params) -> Fused {
-        let near = semantic.map(|s| self.nearest(s, params));
-        self.fuse_near(near, params)
-    }
-
-    /// The items closest in meaning to the question, within this ranking's
-    /// filter, as many as it considers.
-    fn nearest(&self, semantic: Semantic<'_>, params: &Params) -> Vec<Near> {
-        semantic.vectors.nearest(
-            semantic.query,
-            &self.filter,
-            params.candidates.max(self.limit),
-        )
-    }
-
-    /// [`fuse_all`](Self::fuse_all) with the closest items found already
-    /// ([`nearest`](Self::nearest); `None`: no meaning to add).
-    fn fuse_near(self, near: Option<Vec<Near>>, params: &Params) -> Fused {
         let Words {
             mut ranked,
             traces,
-            filter: _,
+            filter,
             limit,
             named,
             terms: _,
         } = self;
-        if let Some(near) = near {
+        if let Some(s) = semantic {
+            let near = s
+                .vectors
+                .nearest(s.query, &filter, params.candidates.max(limit));
             fuse(&mut ranked, &traces, near, params);
         }
         Fused {
@@ -313,6 +299,11 @@ impl Fused {
         ranked.truncate(limit);
         ranked
     }
+}
+
+/// A participant's name as both stores compare it: trimmed, lower-cased.
+pub fn speaker_name(name: &str) -> String {
+    name.trim().to_lowercase()
 }
 
 /// The one participant a question names: of `names` (each an id and the

@@ -53,7 +53,7 @@ pub(crate) async fn prior(
     let mut names: Vec<String> = vec![];
     let mut by_place = HashMap::new();
     for (i, name) in named {
-        let name = name.unwrap_or_default().trim().to_lowercase();
+        let name = engram_index::rank::speaker_name(&name.unwrap_or_default());
         let Some(&place) = usize::try_from(i - 1).ok().and_then(|i| at.get(i)) else {
             continue;
         };

@@ -52,19 +52,20 @@ pub async fn search_history(
     let mut timed = crate::ingest::histogram();
     for (n, conv) in convs.iter().enumerate() {
         let agent = format!("locomo-{n}");
+        let ask = |question: &str, wait_for_index_ms: u32| pb::SearchHistoryRequest {
+            agent_id: agent.clone(),
+            query: question.to_owned(),
+            limit: 25,
+            wait_for_index_ms,
+            ..Default::default()
+        };
         for m in &conv.messages {
             client.ingest(said(&agent, m)).await?;
         }
         for q in &conv.questions {
+            // Every message embedded before it is asked about.
             let page = client
-                .search_history(pb::SearchHistoryRequest {
-                    agent_id: agent.clone(),
-                    query: q.question.clone(),
-                    limit: 25,
-                    // Every message embedded before it is asked about.
-                    wait_for_index_ms: 60_000,
-                    ..Default::default()
-                })
+                .search_history(ask(&q.question, 60_000))
                 .await?
                 .into_inner();
             let ranked: Vec<String> = page
@@ -76,14 +77,7 @@ pub async fn search_history(
         }
         for q in &conv.questions {
             let started = Instant::now();
-            client
-                .search_history(pb::SearchHistoryRequest {
-                    agent_id: agent.clone(),
-                    query: q.question.clone(),
-                    limit: 25,
-                    ..Default::default()
-                })
-                .await?;
+            client.search_history(ask(&q.question, 0)).await?;
             timed.record(started.elapsed().as_nanos() as u64)?;
         }
     }

@@ -9,11 +9,6 @@ use tantivy::tokenizer::TextAnalyzer;
 
 use crate::analyzer;
 
-/// A participant's name as the index keeps it: trimmed, lower-cased.
-pub(crate) fn normalized(name: &str) -> String {
-    name.trim().to_lowercase()
-}
-
 /// The participants of an index and each trace's speaker.
 #[derive(Debug, Default)]
 pub(crate) struct Speakers {
@@ -29,7 +24,7 @@ impl Speakers {
     /// Notes that the trace at `order` was said by `name` ("" or blank:
     /// by nobody named).
     pub(crate) fn note(&mut self, analyzer: &mut TextAnalyzer, order: u64, name: &str) {
-        let name = normalized(name);
+        let name = crate::rank::speaker_name(name);
         if name.is_empty() {
             self.by_order.remove(&order);
             return;

@@ -11,7 +11,7 @@ use tantivy::schema::IndexRecordOption;
 
 use super::Lexical;
 use crate::words::is_word;
-use crate::{Candidate, Filter, Result};
+use crate::{Candidate, Filter, Result, WordVectors};
 
 /// Words of one index considered for expansion, at most (a conversation
 /// uses a few thousand; this bounds a query's scan of them).
@@ -53,6 +53,13 @@ impl Lexical {
             .sum();
         self.vocabulary = Some((generation, Arc::clone(&words), bytes));
         Ok(words)
+    }
+
+    /// The words of [`vocabulary`](Self::vocabulary) that `table` has no
+    /// vector for (and still has room for).
+    pub fn words_without_vectors(&mut self, table: &WordVectors) -> Result<Vec<String>> {
+        let vocabulary = self.vocabulary()?;
+        Ok(table.missing(vocabulary.iter().map(String::as_str)))
     }
 
     /// About how many bytes the vocabulary read last holds (the memory

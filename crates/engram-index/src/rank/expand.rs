@@ -35,6 +35,7 @@ pub fn expansion(
     // More than wanted: the nearest are often the question's own words,
     // or forms of one word ("dog", "dogs") that share a term.
     let near = words.nearest(query, &vocabulary, params.expansion_words * 4);
+    let documents = index.len();
     let mut chosen: Vec<(String, f32)> = Vec::with_capacity(params.expansion_words);
     for (word, cosine) in near {
         if chosen.len() == params.expansion_words || cosine <= 0.0 {
@@ -49,7 +50,7 @@ pub fn expansion(
         // A word in most of the messages singles none out (BM25 gives it
         // next to nothing), and walking its postings is a search's worst
         // case: a speaker's name, a word the conversation always uses.
-        if index.doc_freq(&term)? * 2 > index.len() {
+        if index.doc_freq(&term)? * 2 > documents {
             continue;
         }
         chosen.push((term, cosine));

@@ -136,25 +136,13 @@ pub async fn a_question_naming_one_participant_prefers_their_messages<H: Harness
         ..NewEvent::assistant("We take the pottery class, a pottery class we take weekly")
     };
     ingest(store.as_ref(), &a, &[melanie]).await;
-    let first = |texts: Vec<String>| texts.into_iter().next().unwrap_or_default();
-    let top = |query: &str| ranked(query, 10);
-    let words = first(
-        contents(
-            store.as_ref(),
-            &a,
-            &top("which pottery class do they take?"),
-        )
-        .await,
-    );
+    let first = async |query: &str| {
+        let texts = contents(store.as_ref(), &a, &ranked(query, 10)).await;
+        texts.into_iter().next().unwrap_or_default()
+    };
+    let words = first("which pottery class do they take?").await;
     assert!(words.starts_with("We take"), "by the words: {words}");
-    let named = first(
-        contents(
-            store.as_ref(),
-            &a,
-            &top("What pottery class did Caroline take?"),
-        )
-        .await,
-    );
+    let named = first("What pottery class did Caroline take?").await;
     assert_eq!(named, "I love pottery");
 }
 
