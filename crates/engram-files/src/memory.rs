@@ -44,7 +44,7 @@ fn index_bytes(index: &AgentIndex) -> u64 {
             .as_ref()
             .map_or(0, |v| v.memory_bytes() as u64)
         + PER_PENDING * index.pending.len() as u64
-        + index.lexical.vocabulary_bytes() as u64
+        + index.lexical.cached_bytes() as u64
 }
 
 impl AgentHandle {

@@ -124,7 +124,7 @@ impl UserIndex {
                 .filter(|p| p.format == FORMAT);
             Ok((lexical, payload))
         });
-        let (lexical, payload) = match opened {
+        let (mut lexical, payload) = match opened {
             Ok((lexical, Some(payload))) => (lexical, payload),
             // Derived data: an unreadable or older index starts over.
             other => {
@@ -143,6 +143,9 @@ impl UserIndex {
                 )
             }
         };
+        // A sitting never spans two conversations (the issue 28 sittings:
+        // each conversation's runs of messages are scored as wholes).
+        lexical.set_conversation_bits(engram_store::ranked::CONVERSATION_BITS);
         let vectors = model
             .map(|m| Vectors::open(&dir.join(VECTORS_FILE), &m.id, m.dim))
             .transpose()

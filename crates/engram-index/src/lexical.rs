@@ -135,6 +135,10 @@ pub struct Lexical {
     /// The words of the index as of a searcher generation, and about how
     /// many bytes they hold.
     vocabulary: Option<(u64, std::sync::Arc<Vec<String>>, usize)>,
+    /// The traces in sittings as of a commit, and where a place holds its
+    /// conversation (a user's index).
+    sittings: Option<sittings::SittingTable>,
+    conversations: Option<u32>,
 }
 
 impl std::fmt::Debug for Lexical {
@@ -183,6 +187,8 @@ impl Lexical {
             traces: BTreeMap::new(),
             speakers: Speakers::default(),
             vocabulary: None,
+            sittings: None,
+            conversations: None,
         };
         me.load_traces()?;
         Ok(me)
@@ -580,6 +586,7 @@ impl Lexical {
 }
 
 mod filter;
+mod sittings;
 mod speakers;
 #[cfg(test)]
 mod tests;

@@ -16,6 +16,7 @@
 //! ties.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::{Candidate, Filter, Kind, Near, Placed, Vectors};
 #[cfg(feature = "lexical")]
@@ -50,6 +51,9 @@ pub struct Params {
     /// The expansion's words together weigh this share of the question's
     /// own words (each at most as much as one of them).
     pub expansion_weight: f32,
+    /// Share of its sitting's score a message gains (0: sittings not
+    /// scored; `rank/sittings.rs`).
+    pub sitting_weight: f32,
 }
 
 impl Default for Params {
@@ -65,6 +69,7 @@ impl Default for Params {
             other_speakers: 0.5,
             expansion_words: 10,
             expansion_weight: 0.5,
+            sitting_weight: 0.3,
         }
     }
 }
@@ -139,7 +144,8 @@ pub struct Semantic<'a> {
 }
 
 /// The best `limit` items for `query` within `filter`, from the lexical
-/// index and, when given, the vectors.
+/// index and, when given, the vectors (every step of a ranking but the
+/// expansion, which needs the table of word vectors).
 #[cfg(feature = "lexical")]
 pub fn rank(
     index: &mut Lexical,
@@ -150,7 +156,9 @@ pub fn rank(
     params: &Params,
 ) -> Result<Vec<Ranked>> {
     let words = by_words(index, query, filter, limit, params)?;
-    Ok(words.fuse(semantic, params, &|order| index.speaker(order)))
+    let (vectors, query) = semantic.map(|s| (s.vectors, s.query)).unzip();
+    let mut ranked = expand_and_fuse(vec![Some(words)], index, vectors, None, query, params)?;
+    Ok(ranked.pop().unwrap_or_default())
 }
 
 /// The lexical half of a ranking: what the words found, with context,
@@ -258,6 +266,7 @@ impl Words {
             ranked,
             limit,
             named,
+            sittings: None,
         }
     }
 }
@@ -268,6 +277,8 @@ pub struct Fused {
     ranked: Vec<Ranked>,
     limit: usize,
     named: Option<u32>,
+    /// The question's score for each sitting, when they were scored.
+    sittings: Option<(Arc<Sittings>, Arc<Vec<f32>>)>,
 }
 
 impl Fused {
@@ -284,13 +295,26 @@ impl Fused {
         self.named = named;
     }
 
-    /// The speaker prior applied, best `limit` first.
+    /// The question's score for each sitting ([`sitting_scores`]).
+    pub fn with_sittings(mut self, sittings: Arc<Sittings>, scores: Arc<Vec<f32>>) -> Self {
+        self.sittings = Some((sittings, scores));
+        self
+    }
+
+    /// The sittings' shares and the speaker prior applied, best `limit`
+    /// first.
     pub fn best(self, params: &Params, speaker_of: &dyn Fn(u64) -> Option<u32>) -> Vec<Ranked> {
         let Fused {
             mut ranked,
             limit,
             named,
+            sittings,
         } = self;
+        // The sitting's share is evidence for the message like its own
+        // score; the speaker prior then weighs the whole.
+        if let Some((sittings, scores)) = sittings {
+            add_sittings(&mut ranked, &sittings, &scores, params);
+        }
         if let Some(named) = named {
             prefer_speaker(&mut ranked, named, speaker_of, params);
         }
@@ -485,6 +509,10 @@ fn in_range(filter: &Filter, order: u64, ts: f64) -> bool {
             .traces_hidden
             .is_none_or(|(lo, hi)| !(lo..=hi).contains(&order))
 }
+
+mod sittings;
+use sittings::add_sittings;
+pub use sittings::{Sittings, sitting_scores};
 
 #[cfg(feature = "lexical")]
 mod expand;

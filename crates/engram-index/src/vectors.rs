@@ -66,6 +66,8 @@ pub struct Vectors {
     values: Vec<i8>,
     live: HashMap<String, usize>,
     file: Option<(PathBuf, BufWriter<File>)>,
+    /// Each sitting's mean vector, for the last split asked about.
+    centroids: std::sync::Mutex<Option<std::sync::Arc<centroids::Centroids>>>,
 }
 
 impl std::fmt::Debug for Vectors {
@@ -115,6 +117,7 @@ impl Vectors {
             values: Vec::new(),
             live: HashMap::new(),
             file: None,
+            centroids: Default::default(),
         }
     }
 
@@ -221,6 +224,7 @@ impl Vectors {
         self.values.capacity()
             + self.entries.capacity() * (std::mem::size_of::<Entry>() + KEY)
             + self.live.capacity() * (std::mem::size_of::<(String, usize)>() + KEY)
+            + self.centroid_bytes()
     }
 
     /// Live vectors.
@@ -263,6 +267,7 @@ impl Vectors {
     /// Stores vectors (replacing any of the same key) and removals, and
     /// writes them to the file. A vector of the wrong length is skipped.
     pub fn write(&mut self, add: &[Embedded], remove: &[&str]) -> Result<()> {
+        self.vectors_changed();
         let mut records = Vec::new();
         for key in remove.iter().filter(|k| k.len() <= MAX_KEY) {
             let mut body = vec![REMOVE];
@@ -413,6 +418,8 @@ pub(crate) fn dot(values: &[i8], query: &[i16]) -> i32 {
         .map(|(v, q)| i32::from(*v) * i32::from(*q))
         .sum()
 }
+
+mod centroids;
 
 #[cfg(test)]
 mod tests {

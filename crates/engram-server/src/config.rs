@@ -220,6 +220,9 @@ pub struct SearchSection {
     /// The share of the question's own words' weight those words carry
     /// together.
     pub expansion_weight: f32,
+    /// Share of its sitting's score (the sitting scored as one document)
+    /// a message gains (0: sittings not scored).
+    pub sitting_weight: f32,
 }
 
 impl SearchSection {
@@ -229,6 +232,7 @@ impl SearchSection {
             other_speakers: self.speaker_prior,
             expansion_words: self.expansion_words,
             expansion_weight: self.expansion_weight,
+            sitting_weight: self.sitting_weight,
             ..engram_index::Params::default()
         }
     }

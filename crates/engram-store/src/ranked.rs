@@ -131,13 +131,17 @@ pub fn matched_by(r: &Ranked) -> MatchedBy {
 pub fn place(ordinal: u32, order: u64) -> u64 {
     let turn = (order >> 32).min(0xFF_FFFF);
     let seq = (order & 0xFFFF_FFFF).min(0xFFFF);
-    (u64::from(ordinal.min(0xFF_FFFF)) << 40) | (turn << 16) | seq
+    (u64::from(ordinal.min(0xFF_FFFF)) << CONVERSATION_BITS) | (turn << 16) | seq
 }
+
+/// Where a place's conversation starts, in bits: a place's bits from
+/// here up are its conversation's ordinal.
+pub const CONVERSATION_BITS: u32 = 40;
 
 /// The places of conversation `ordinal`, inclusive.
 pub fn range(ordinal: u32) -> (u64, u64) {
-    let lo = u64::from(ordinal.min(0xFF_FFFF)) << 40;
-    (lo, lo | ((1 << 40) - 1))
+    let lo = u64::from(ordinal.min(0xFF_FFFF)) << CONVERSATION_BITS;
+    (lo, lo | ((1 << CONVERSATION_BITS) - 1))
 }
 
 /// The key of an agent's item in a ranking of a user's conversations.

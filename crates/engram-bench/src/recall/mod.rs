@@ -107,6 +107,11 @@ pub fn run(args: Args) -> Result<()> {
                 "expansion_words = 0",
                 "SearchHistory, no expansion",
             ),
+            (
+                "sittings-off",
+                "sitting_weight = 0.0",
+                "SearchHistory, no sitting scores",
+            ),
         ] {
             let off = args.data_dir.join(dir);
             std::fs::create_dir_all(&off)?;

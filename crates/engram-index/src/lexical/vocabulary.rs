@@ -62,10 +62,11 @@ impl Lexical {
         Ok(table.missing(vocabulary.iter().map(String::as_str)))
     }
 
-    /// About how many bytes the vocabulary read last holds (the memory
-    /// budget's account).
-    pub fn vocabulary_bytes(&self) -> usize {
+    /// About how many bytes the vocabulary and the sittings read last
+    /// hold (the memory budget's account).
+    pub fn cached_bytes(&self) -> usize {
         self.vocabulary.as_ref().map_or(0, |(_, _, bytes)| *bytes)
+            + self.sittings.as_ref().map_or(0, |s| s.bytes())
     }
 
     /// How many committed documents hold `term` (an analyzed query term).

@@ -12,8 +12,9 @@
 //! 0.211 → 0.296).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use super::{Params, Ranked, Semantic, Words, from_candidates};
+use super::{Params, Ranked, Semantic, Words, from_candidates, sitting_scores};
 use crate::{Candidate, Lexical, Result, Vectors, WordVectors};
 
 /// The question's expansion: up to `params.expansion_words` terms of the
@@ -138,10 +139,11 @@ impl Words {
 
 /// Each ranking of one question (`None`: nothing asked) expanded
 /// ([`Words::expand`]) and completed with meaning, the speaker prior
-/// applied. Without a table of word vectors or a query vector there is no
-/// expansion. (Running the expansion beside the scan of the vectors, on a
-/// second thread, measured no faster at 10,000 traces on two cores: 7.6 /
-/// 12.0 ms p50 / p99 against 7.5 / 12.4.)
+/// applied and the sittings scored ([`sitting_scores`]). Without a table
+/// of word vectors or a query vector there is no expansion. (Running the
+/// expansion beside the scan of the vectors, on a second thread, measured
+/// no faster at 10,000 traces on two cores: 7.6 / 12.0 ms p50 / p99
+/// against 7.5 / 12.4.)
 pub fn expand_and_fuse(
     words: Vec<Option<Words>>,
     lexical: &mut Lexical,
@@ -151,15 +153,31 @@ pub fn expand_and_fuse(
     params: &Params,
 ) -> Result<Vec<Vec<Ranked>>> {
     let terms = words.iter().flatten().next().map(|w| w.terms.clone());
-    let words = match table.zip(query).zip(terms) {
-        Some(((table, query), terms)) => {
-            let chosen = expansion(lexical, table, query, &terms, params)?;
-            words
-                .into_iter()
-                .map(|w| w.map(|w| w.expand(lexical, &chosen, params)).transpose())
-                .collect::<Result<Vec<_>>>()?
-        }
-        None => words,
+    let Some(terms) = terms else {
+        return Ok(words.into_iter().map(|_| Vec::new()).collect());
+    };
+    let chosen = match table.zip(query) {
+        Some((table, query)) => expansion(lexical, table, query, &terms, params)?,
+        None => Vec::new(),
+    };
+    let words = words
+        .into_iter()
+        .map(|w| w.map(|w| w.expand(lexical, &chosen, params)).transpose())
+        .collect::<Result<Vec<_>>>()?;
+    let sittings = if params.sitting_weight > 0.0 {
+        let weighted: Vec<(String, f32)> = terms
+            .iter()
+            .map(|t| (t.clone(), 1.0))
+            .chain(chosen.iter().cloned())
+            .collect();
+        let (sittings, by_words) = lexical.sitting_words(&weighted, params.session_gap)?;
+        let cosines = vectors
+            .zip(query)
+            .map(|(vectors, query)| vectors.sitting_cosines(query, &sittings));
+        let scores = sitting_scores(&by_words, cosines.as_deref(), params);
+        Some((sittings, Arc::new(scores)))
+    } else {
+        None
     };
     let semantic = vectors
         .zip(query)
@@ -169,7 +187,11 @@ pub fn expand_and_fuse(
         .into_iter()
         .map(|w| {
             w.map_or_else(Vec::new, |w| {
-                w.fuse(semantic, params, &|order| lexical.speaker(order))
+                let mut fused = w.fuse_all(semantic, params);
+                if let Some((sittings, scores)) = &sittings {
+                    fused = fused.with_sittings(Arc::clone(sittings), Arc::clone(scores));
+                }
+                fused.best(params, &|order| lexical.speaker(order))
             })
         })
         .collect())

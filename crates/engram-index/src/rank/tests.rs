@@ -55,7 +55,11 @@ fn meaning_finds_what_shares_no_word_and_lifts_what_does() {
         vectors: &vectors,
         query: &query,
     });
-    let params = Params::default();
+    // One message a sitting here: each would gain its own score again.
+    let params = Params {
+        sitting_weight: 0.0,
+        ..Params::default()
+    };
     let alone = rank(
         &mut lexical,
         None,
@@ -91,7 +95,7 @@ fn meaning_finds_what_shares_no_word_and_lifts_what_does() {
 
     let none = Params {
         semantic_weight: 0.0,
-        ..Params::default()
+        ..params.clone()
     };
     let weightless = rank(
         &mut lexical,
@@ -367,7 +371,11 @@ fn expand_and_fuse_ranks_as_its_steps_do() {
     table.insert("puppy", &toward(3, 0.95));
     table.insert("bicycle", &toward(1, 0.0));
     let query = toward(3, 0.9);
-    let params = Params::default();
+    // Sittings are scored in their own test.
+    let params = Params {
+        sitting_weight: 0.0,
+        ..Params::default()
+    };
     let ask = |lexical: &mut Lexical| {
         by_words(lexical, "the stolen race", &Filter::default(), 10, &params).unwrap()
     };
@@ -409,4 +417,82 @@ fn expand_and_fuse_ranks_as_its_steps_do() {
     .unwrap();
     assert!(unexpanded[0].iter().all(|r| r.expansion == 0.0));
     assert!(together[0].iter().any(|r| r.expansion > 0.0));
+}
+
+/// A sitting that as a whole holds the question's words lifts its
+/// messages: here one that shares a single word with the question, and
+/// scores below another such message on its own, comes first once
+/// sittings are scored. Its neighbours are too far to lend it theirs.
+#[test]
+fn a_sitting_that_holds_the_question_lifts_its_messages() {
+    let mut lexical = Lexical::in_memory().unwrap();
+    let filler = [
+        "the weather stayed grey all week",
+        "coffee tastes better in the morning",
+        "I repainted the hallway",
+        "the train was late again",
+    ];
+    let mut items = vec![trace(1, 0.0, "the camping weekend went well overall")];
+    // The rest of its sitting, a minute apart; the question's other words
+    // three messages on.
+    for (i, text) in filler.iter().enumerate() {
+        items.push(trace(2 + i as u32, 60.0 * (i + 1) as f64, text));
+    }
+    items.push(trace(6, 400.0, "the kids asked about the lake trip"));
+    // Another sitting, a day later: one shorter message on camping alone.
+    items.push(trace(7, 86_400.0, "camping gear sale"));
+    for (i, text) in filler.iter().enumerate() {
+        items.push(trace(8 + i as u32, 86_460.0 + 60.0 * i as f64, text));
+    }
+    lexical.upsert(&items).unwrap();
+    lexical.commit("").unwrap();
+    let ask = |lexical: &mut Lexical, sitting_weight| {
+        let params = Params {
+            sitting_weight,
+            ..Params::default()
+        };
+        let ranked = rank(
+            lexical,
+            None,
+            "camping with the kids at the lake",
+            &Filter::default(),
+            10,
+            &params,
+        )
+        .unwrap();
+        let camping: Vec<String> = keys(lexical, &ranked)
+            .into_iter()
+            .filter(|k| k == "t1" || k == "t7")
+            .collect();
+        camping
+    };
+    assert_eq!(
+        ask(&mut lexical, 0.0),
+        ["t7", "t1"],
+        "alone, the shorter wins"
+    );
+    assert_eq!(ask(&mut lexical, 0.3), ["t1", "t7"], "its sitting lifts it");
+
+    let sittings = lexical.sittings(3600.0).unwrap();
+    assert_eq!(sittings.len(), 2);
+    assert_eq!(
+        (sittings.of(order(6, 0)), sittings.of(order(7, 0))),
+        (Some(0), Some(1))
+    );
+    // How much of the question each sitting holds: the first both words,
+    // the second one of the two.
+    let (_, scores) = lexical
+        .sitting_words(&[("kid".to_owned(), 1.0), ("camp".to_owned(), 1.0)], 3600.0)
+        .unwrap();
+    assert!(scores[0] > 0.8 && scores[0] <= 1.0, "{scores:?}");
+    assert!(scores[1] > 0.2 && scores[1] < 0.6, "{scores:?}");
+    // The word the second lacks weighs less: it holds more of the question.
+    let (_, weighted) = lexical
+        .sitting_words(&[("kid".to_owned(), 0.5), ("camp".to_owned(), 1.0)], 3600.0)
+        .unwrap();
+    assert!(weighted[1] > scores[1], "{weighted:?}");
+    let (_, none) = lexical
+        .sitting_words(&[("zebra".to_owned(), 1.0)], 3600.0)
+        .unwrap();
+    assert_eq!(none, [0.0, 0.0]);
 }

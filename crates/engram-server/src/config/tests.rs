@@ -389,16 +389,21 @@ fn the_speaker_prior_is_a_share_and_reaches_both_stores() {
     assert!(bad.contains("search.speaker_prior"), "{bad}");
 }
 
-/// `[search] expansion_words` and `expansion_weight` reach both stores'
-/// ranking; a weight below 0 or a flood of words is refused naming the key.
+/// `[search] expansion_words`, `expansion_weight` and `sitting_weight`
+/// reach both stores' ranking; a weight below 0 (or not a number) or a
+/// flood of words is refused naming the key.
 #[test]
-fn the_expansion_settings_reach_both_stores() {
+fn the_expansion_and_sitting_settings_reach_both_stores() {
     let defaults = Config::load_from(None, env(&[])).unwrap();
     assert_eq!(defaults.store_config().ranking.expansion_words, 10);
     assert_eq!(defaults.store_config().ranking.expansion_weight, 0.5);
     let off = Config::load_from(None, env(&[("ENGRAM__SEARCH__EXPANSION_WORDS", "0")])).unwrap();
     assert_eq!(off.store_config().ranking.expansion_words, 0);
     assert_eq!(off.postgres_config().ranking.expansion_words, 0);
+    assert_eq!(defaults.store_config().ranking.sitting_weight, 0.3);
+    let off = Config::load_from(None, env(&[("ENGRAM__SEARCH__SITTING_WEIGHT", "0")])).unwrap();
+    assert_eq!(off.store_config().ranking.sitting_weight, 0.0);
+    assert_eq!(off.postgres_config().ranking.sitting_weight, 0.0);
     for (key, value, named) in [
         (
             "ENGRAM__SEARCH__EXPANSION_WEIGHT",
@@ -409,6 +414,16 @@ fn the_expansion_settings_reach_both_stores() {
             "ENGRAM__SEARCH__EXPANSION_WORDS",
             "100000",
             "search.expansion_words",
+        ),
+        (
+            "ENGRAM__SEARCH__SITTING_WEIGHT",
+            "-0.1",
+            "search.sitting_weight",
+        ),
+        (
+            "ENGRAM__SEARCH__SITTING_WEIGHT",
+            "NaN",
+            "search.sitting_weight",
         ),
     ] {
         let bad = Config::load_from(None, env(&[(key, value)]))

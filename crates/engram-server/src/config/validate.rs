@@ -36,6 +36,13 @@ impl Config {
                 "must be a number >= 0 (a share of the question's own words' weight)",
             ));
         }
+        let weight = self.search.sitting_weight;
+        if !(weight.is_finite() && weight >= 0.0) {
+            return Err(invalid(
+                "search.sitting_weight",
+                "must be a number >= 0 (0: sittings not scored)",
+            ));
+        }
         if self.search.expansion_words > MAX_EXPANSION_WORDS {
             return Err(invalid(
                 "search.expansion_words",

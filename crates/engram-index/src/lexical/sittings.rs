@@ -1,0 +1,169 @@
+//! The index's traces in sittings, and each sitting's BM25 as one
+//! document (`rank/sittings.rs`).
+
+use std::sync::Arc;
+
+use tantivy::postings::Postings;
+use tantivy::schema::IndexRecordOption;
+use tantivy::{DocSet, TERMINATED, Term};
+
+use super::{Columns, Lexical};
+use crate::rank::Sittings;
+use crate::{Kind, Result};
+
+/// BM25's constants, as tantivy scores a message.
+const K1: f32 = 1.2;
+const B: f32 = 0.75;
+
+/// No sitting: a document that is no trace, or deleted.
+const NONE: u32 = u32::MAX;
+
+/// The sittings as of one commit and one gap, with each one's length in
+/// words (its messages' together), and each document's sitting by
+/// segment (a postings walk then costs a lookup per document).
+#[derive(Debug)]
+pub(super) struct SittingTable {
+    generation: u64,
+    gap: f64,
+    sittings: Arc<Sittings>,
+    lengths: Vec<u64>,
+    docs: Vec<Vec<u32>>,
+}
+
+impl SittingTable {
+    pub(super) fn bytes(&self) -> usize {
+        self.lengths.capacity() * 8 + self.docs.iter().map(|d| d.capacity() * 4).sum::<usize>()
+    }
+}
+
+impl Lexical {
+    /// This index's places hold a conversation in their bits from `shift`
+    /// up (a user's index): no sitting spans two conversations.
+    pub fn set_conversation_bits(&mut self, shift: u32) {
+        self.conversations = Some(shift);
+        self.sittings = None;
+    }
+
+    /// The traces in sittings split by `gap` (seconds), as the committed
+    /// index holds them; read once per commit.
+    pub fn sittings(&mut self, gap: f64) -> Result<Arc<Sittings>> {
+        Ok(Arc::clone(&self.sitting_table(gap)?.sittings))
+    }
+
+    fn sitting_table(&mut self, gap: f64) -> Result<&SittingTable> {
+        let searcher = self.reader.searcher();
+        let generation = searcher.generation().generation_id();
+        let fresh = self
+            .sittings
+            .as_ref()
+            .is_some_and(|t| t.generation == generation && t.gap.to_bits() == gap.to_bits());
+        if !fresh {
+            let traces = self.traces.iter().map(|(o, t)| (*o, *t));
+            let sittings = Sittings::split_within(traces, gap, self.conversations);
+            let mut lengths = vec![0_u64; sittings.len()];
+            let mut docs = Vec::with_capacity(searcher.segment_readers().len());
+            for segment in searcher.segment_readers() {
+                let columns = Columns::of(segment)?;
+                let norms = segment.get_fieldnorms_reader(self.fields.text)?;
+                let mut of = vec![NONE; segment.max_doc() as usize];
+                for doc in segment.doc_ids_alive() {
+                    if let Some(s) = trace_sitting(&columns, &sittings, doc) {
+                        lengths[s] += u64::from(norms.fieldnorm(doc));
+                        of[doc as usize] = s as u32;
+                    }
+                }
+                docs.push(of);
+            }
+            self.sittings = Some(SittingTable {
+                generation,
+                gap,
+                sittings: Arc::new(sittings),
+                lengths,
+                docs,
+            });
+        }
+        Ok(self.sittings.as_ref().expect("filled above"))
+    }
+
+    /// Each sitting's BM25 for `terms` (each weighted), the sitting taken
+    /// as one document (its messages' words together), relative to a
+    /// sitting that holds each term once at the average length: how much
+    /// of the question the sitting covers, from 0 to 1. Not relative to the
+    /// best sitting: the one sitting that shares a single word with a
+    /// question would then count as if it held the whole question. A term
+    /// in more than half of the documents is passed over: it is in nearly
+    /// every sitting (next to no weight), and walking its postings is the
+    /// cost.
+    pub fn sitting_words(
+        &mut self,
+        terms: &[(String, f32)],
+        gap: f64,
+    ) -> Result<(Arc<Sittings>, Vec<f32>)> {
+        let documents = self.len();
+        let mut kept = Vec::with_capacity(terms.len());
+        for (term, weight) in terms {
+            if *weight > 0.0 && self.doc_freq(term)? * 2 <= documents {
+                kept.push((Term::from_field_text(self.fields.text, term), *weight));
+            }
+        }
+        let field = self.fields.text;
+        let searcher = self.reader.searcher();
+        let table = self.sitting_table(gap)?;
+        let sittings = Arc::clone(&table.sittings);
+        let mut scores = vec![0.0_f32; sittings.len()];
+        let held: Vec<usize> = (0..sittings.len())
+            .filter(|s| table.lengths[*s] > 0)
+            .collect();
+        if kept.is_empty() || held.is_empty() {
+            return Ok((sittings, scores));
+        }
+        let n = held.len() as f32;
+        let average = held.iter().map(|s| table.lengths[*s]).sum::<u64>() as f32 / n;
+        let segments: Vec<_> = searcher
+            .segment_readers()
+            .iter()
+            .zip(&table.docs)
+            .map(|(segment, docs)| Ok((segment.inverted_index(field)?, docs)))
+            .collect::<Result<_>>()?;
+        let mut freqs = vec![0_u32; sittings.len()];
+        let mut whole = 0.0_f32;
+        for (term, weight) in kept {
+            freqs.iter_mut().for_each(|f| *f = 0);
+            for (inverted, docs) in &segments {
+                let Some(mut postings) =
+                    inverted.read_postings(&term, IndexRecordOption::WithFreqs)?
+                else {
+                    continue;
+                };
+                let mut doc = postings.doc();
+                while doc != TERMINATED {
+                    match docs.get(doc as usize) {
+                        Some(&s) if s != NONE => freqs[s as usize] += postings.term_freq(),
+                        _ => {}
+                    }
+                    doc = postings.advance();
+                }
+            }
+            let df = freqs.iter().filter(|f| **f > 0).count() as f32;
+            let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
+            whole += weight * idf;
+            for (s, tf) in freqs.iter().enumerate().filter(|(_, tf)| **tf > 0) {
+                let tf = *tf as f32;
+                let length = table.lengths[s] as f32 / average;
+                scores[s] += weight * idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * length));
+            }
+        }
+        if whole > 0.0 {
+            scores.iter_mut().for_each(|s| *s = (*s / whole).min(1.0));
+        }
+        Ok((sittings, scores))
+    }
+}
+
+/// The sitting of the document `doc`, when it is a trace.
+fn trace_sitting(columns: &Columns, sittings: &Sittings, doc: u32) -> Option<usize> {
+    (columns.kind.first(doc) == Some(Kind::Trace as u64))
+        .then(|| columns.order.first(doc))
+        .flatten()
+        .and_then(|order| sittings.of(order))
+}
