@@ -86,9 +86,10 @@ pub(crate) struct AgentIndex {
     /// from the index when it runs empty.
     overflowed: bool,
     /// The commit ([`Lexical::generation`]) whose vocabulary the indexer
-    /// last gave word vectors (query expansion): until the current one's
-    /// have them, the index is not wholly caught up.
-    pub words_at: Option<u64>,
+    /// last gave word vectors (query expansion), and the table's evictions
+    /// then: until the current one's have them, the index is not wholly
+    /// caught up, and once the table gave words up they are checked again.
+    pub words_at: Option<(u64, u64)>,
 }
 
 /// Items an agent's queue holds at most: a model slower than Ingest (the

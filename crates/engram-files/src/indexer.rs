@@ -87,7 +87,7 @@ impl Indexer {
     }
 
     /// The table of word vectors, to change.
-    fn words_mut(&self) -> std::sync::RwLockWriteGuard<'_, WordVectors> {
+    pub(crate) fn words_mut(&self) -> std::sync::RwLockWriteGuard<'_, WordVectors> {
         self.words
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -100,18 +100,21 @@ impl AgentIndex {
     /// What the indexer has left here: the items without a vector, and one
     /// more while the current commit's words have none (query expansion).
     pub fn left_to_embed(&self) -> usize {
-        let words = self.vectors.is_some() && self.words_at != Some(self.lexical.generation());
+        let done = self.words_at.map(|(generation, _)| generation);
+        let words = self.vectors.is_some() && done != Some(self.lexical.generation());
         self.unembedded() + usize::from(words)
     }
 
     /// Notes the current commit's words as done when `table` holds every
     /// one of them already (an agent loaded again, a commit of words seen
     /// before) or there is no expansion: nothing then waits for the
-    /// indexer's round. Blocking (reads the index's dictionary, once per
-    /// commit).
+    /// indexer's round. Not done when the table gave some of them up for
+    /// others' since they were: the indexer is asked for them again.
+    /// Blocking (reads the index's dictionary, once per commit and per
+    /// change of the table's evictions).
     pub fn note_known_words(&mut self, table: &WordVectors, expanding: bool) -> Result<()> {
-        let generation = self.lexical.generation();
-        if self.vectors.is_none() || self.words_at == Some(generation) {
+        let stamp = (self.lexical.generation(), table.evictions());
+        if self.vectors.is_none() || self.words_at == Some(stamp) {
             return Ok(());
         }
         let known = !expanding
@@ -120,9 +123,7 @@ impl AgentIndex {
                 .words_without_vectors(table)
                 .map_err(index_error)?
                 .is_empty();
-        if known {
-            self.words_at = Some(generation);
-        }
+        self.words_at = known.then_some(stamp);
         Ok(())
     }
 }
@@ -324,7 +325,7 @@ impl FileStore {
                 return Ok(None);
             };
             let generation = index.lexical.generation();
-            if index.words_at == Some(generation) {
+            if index.words_at.is_some_and(|(at, _)| at == generation) {
                 return Ok(None);
             }
             let missing = match expanding {
@@ -366,11 +367,12 @@ impl FileStore {
             }
             metrics::histogram!("engram_embed_batch_seconds").record(started.elapsed());
         }
+        let evictions = indexer.words().evictions();
         let slot = Arc::clone(&handle.index).lock_owned().await;
         let left = blocking(move || {
             let mut slot = slot;
             Ok(slot.as_mut().map(|index| {
-                index.words_at = Some(generation);
+                index.words_at = Some((generation, evictions));
                 index.left_to_embed()
             }))
         })
@@ -402,13 +404,21 @@ impl FileStore {
         // round through the indexer's queue for them.
         let indexer = self.inner.indexer.clone();
         let expanding = self.inner.config.ranking.expansion_words > 0;
+        let publishing = Arc::clone(handle);
         let left = blocking(move || {
             let mut current = current;
             let index = current.index();
             if let Some(indexer) = &indexer {
                 index.note_known_words(&indexer.words(), expanding)?;
             }
-            Ok(index.left_to_embed())
+            let left = index.left_to_embed();
+            // Words the table gave up since the catch-up published its
+            // count: published while the index is held, so the indexer's
+            // count (published once it is done) comes after this one.
+            if left > 0 {
+                publishing.embedded.send_replace(left);
+            }
+            Ok(left)
         })
         .await?;
         if left == 0 {

@@ -97,9 +97,9 @@ pub(crate) struct UserIndex {
     seen_facts: HashMap<String, u64>,
     /// Items were written since the last commit.
     written: bool,
-    /// The commit whose words the table of word vectors was last found to
-    /// hold (query expansion).
-    words_at: Option<u64>,
+    /// The commit whose words the table of word vectors was last asked
+    /// about (query expansion), and the table's evictions then.
+    words_at: Option<(u64, u64)>,
 }
 
 impl std::fmt::Debug for UserIndex {
@@ -229,17 +229,16 @@ impl UserIndex {
         self.payload.facts
     }
 
-    /// Each conversation by its ordinal.
     /// The user's conversations to hand to the indexer when `table` lacks
     /// words of this index (after a restart the table starts empty, and a
     /// conversation nobody searches or writes is not visited by it); asked
-    /// once per commit. Blocking.
+    /// once per commit and per change of the table's evictions. Blocking.
     pub fn agents_missing_words(&mut self, table: &WordVectors) -> Result<Vec<String>> {
-        let generation = self.lexical.generation();
-        if self.vectors.is_none() || self.words_at == Some(generation) {
+        let stamp = (self.lexical.generation(), table.evictions());
+        if self.vectors.is_none() || self.words_at == Some(stamp) {
             return Ok(Vec::new());
         }
-        self.words_at = Some(generation);
+        self.words_at = Some(stamp);
         let missing = self
             .lexical
             .words_without_vectors(table)
@@ -250,6 +249,7 @@ impl UserIndex {
         })
     }
 
+    /// Each conversation by its ordinal.
     pub fn agents_by_ordinal(&self) -> HashMap<u32, String> {
         let agents = self.payload.agents.iter();
         agents.map(|(a, m)| (m.ordinal, a.clone())).collect()

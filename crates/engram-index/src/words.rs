@@ -11,9 +11,13 @@
 //! One table for every agent (a word's vector does not depend on who said
 //! it), bounded, in memory only: the words of erased memories must not
 //! outlive them in a file, and a restart embeds what searches ask for
-//! again, in the background.
+//! again, in the background. Full, it makes room by the words least
+//! recently asked about (or embedded): one agent that floods it with
+//! words nobody searches for cannot keep the others' out for good; a
+//! search that finds its words gone hands its agent to the indexer again.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::vectors::{dot, quantize, quantize_i16};
 
@@ -31,10 +35,17 @@ pub fn is_word(word: &str) -> bool {
 #[derive(Debug)]
 pub struct WordVectors {
     dim: usize,
-    /// At most this many words are held; past it, new words are not
-    /// embedded (and not used for expansion).
+    /// At most this many words are held; past it, a new word takes the
+    /// place of the one least recently used.
     max: usize,
     at: HashMap<String, u32>,
+    /// The word in each place.
+    words: Vec<String>,
+    /// When each place's word was last asked about or stored, by `clock`.
+    used: Vec<AtomicU64>,
+    clock: AtomicU64,
+    /// Words given up for others so far.
+    evictions: u64,
     /// Words the model refused: not asked for again (a remote model that
     /// refuses a word would refuse it at every visit of the indexer).
     refused: std::collections::HashSet<String>,
@@ -49,6 +60,10 @@ impl WordVectors {
             dim,
             max,
             at: HashMap::new(),
+            words: Vec::new(),
+            used: Vec::new(),
+            clock: AtomicU64::new(0),
+            evictions: 0,
             refused: std::collections::HashSet::new(),
             scales: Vec::new(),
             values: Vec::new(),
@@ -63,9 +78,15 @@ impl WordVectors {
         self.at.is_empty()
     }
 
-    /// Whether no more words fit.
+    /// Whether a new word takes another's place.
     pub fn is_full(&self) -> bool {
         self.at.len() >= self.max
+    }
+
+    /// How many words were given up for others so far: a caller that
+    /// found every word of its own held checks again once this changes.
+    pub fn evictions(&self) -> u64 {
+        self.evictions
     }
 
     pub fn contains(&self, word: &str) -> bool {
@@ -78,18 +99,23 @@ impl WordVectors {
         const WORD: usize = 48;
         self.values.capacity()
             + self.scales.capacity() * 4
-            + (self.at.capacity() + self.refused.capacity()) * WORD
+            + self.used.capacity() * 8
+            + (self.at.capacity() + self.words.capacity() + self.refused.capacity()) * WORD
     }
 
-    /// Of `words`, those without a vector, at most as many as still fit.
+    /// Of `words`, those without a vector, at most as many as the table
+    /// holds.
     pub fn missing<'a>(&self, words: impl IntoIterator<Item = &'a str>) -> Vec<String> {
-        let room = self.max.saturating_sub(self.at.len());
         words
             .into_iter()
             .filter(|w| !self.at.contains_key(*w) && !self.refused.contains(*w))
-            .take(room)
+            .take(self.max)
             .map(str::to_owned)
             .collect()
+    }
+
+    fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// Notes that the model refused `words`: [`missing`](Self::missing)
@@ -99,16 +125,37 @@ impl WordVectors {
         self.refused.extend(words.iter().take(room).cloned());
     }
 
-    /// Stores `word`'s vector (unit length, `dim` long). A word already
-    /// held, a vector of another length, or a full table: nothing changes.
+    /// Stores `word`'s vector (unit length, `dim` long), in the place of
+    /// the word least recently used when the table is full. A word already
+    /// held, or a vector of another length: nothing changes.
     pub fn insert(&mut self, word: &str, vector: &[f32]) {
-        if vector.len() != self.dim || self.is_full() || self.at.contains_key(word) {
+        if vector.len() != self.dim || self.max == 0 || self.at.contains_key(word) {
             return;
         }
         let (scale, values) = quantize(vector);
-        self.at.insert(word.to_owned(), self.scales.len() as u32);
-        self.scales.push(scale);
-        self.values.extend(values);
+        let now = self.tick();
+        if !self.is_full() {
+            self.at.insert(word.to_owned(), self.scales.len() as u32);
+            self.words.push(word.to_owned());
+            self.used.push(AtomicU64::new(now));
+            self.scales.push(scale);
+            self.values.extend(values);
+            return;
+        }
+        // A pass over the table per word: a batch of the indexer's is 64
+        // words, against a model pass for each.
+        let Some(place) =
+            (0..self.used.len()).min_by_key(|i| self.used[*i].load(Ordering::Relaxed))
+        else {
+            return;
+        };
+        self.evictions += 1;
+        self.at.remove(&self.words[place]);
+        self.at.insert(word.to_owned(), place as u32);
+        self.words[place] = word.to_owned();
+        self.used[place].store(now, Ordering::Relaxed);
+        self.scales[place] = scale;
+        self.values[place * self.dim..(place + 1) * self.dim].copy_from_slice(&values);
     }
 
     /// The `n` of `words` closest to `query` (unit length), with their
@@ -118,10 +165,13 @@ impl WordVectors {
             return Vec::new();
         }
         let (query_scale, query) = quantize_i16(query);
+        // The words asked about are in use: the last a full table gives up.
+        let now = self.tick();
         let mut scored: Vec<(f32, &'a str)> = words
             .iter()
             .filter_map(|w| {
                 let i = *self.at.get(w.as_str())? as usize;
+                self.used[i].store(now, Ordering::Relaxed);
                 let values = &self.values[i * self.dim..(i + 1) * self.dim];
                 let cosine = dot(values, &query) as f32 * self.scales[i] * query_scale;
                 Some((cosine, w.as_str()))
@@ -168,12 +218,29 @@ mod tests {
     fn the_table_is_bounded_and_says_what_is_missing() {
         let mut t = WordVectors::new(2, 2);
         t.insert("one", &[1.0, 0.0]);
-        assert_eq!(t.missing(["one", "two", "three"]), ["two"]);
+        assert_eq!(t.missing(["one", "two", "three"]), ["two", "three"]);
         t.insert("two", &[0.0, 1.0]);
-        t.insert("three", &[0.0, 1.0]);
         assert!(t.is_full());
-        assert!(!t.contains("three"));
-        assert!(t.missing(["four"]).is_empty());
+        let bytes = t.memory_bytes();
+        // "one" is asked about; "two" is not: a new word takes its place.
+        let asked = ["one".to_owned()];
+        assert_eq!(t.nearest(&[1.0, 0.0], &asked, 1).len(), 1);
+        assert_eq!(t.evictions(), 0);
+        t.insert("three", &[0.0, 1.0]);
+        assert_eq!((t.len(), t.evictions()), (2, 1));
+        assert!(t.contains("one") && t.contains("three") && !t.contains("two"));
+        assert_eq!(t.memory_bytes(), bytes, "bounded");
+        let three = ["three".to_owned()];
+        let near = t.nearest(&[0.0, 1.0], &three, 1);
+        assert!(near[0].1 > 0.99, "its vector in the place: {near:?}");
+        assert_eq!(t.missing(["two", "one"]), ["two"]);
+        // Unasked since, "one" is now the least recently used.
+        t.insert("four", &[1.0, 0.0]);
+        assert!(t.contains("three") && t.contains("four") && !t.contains("one"));
+        assert_eq!(WordVectors::new(2, 1).missing(["a", "b"]), ["a"]);
+        let mut none = WordVectors::new(2, 0);
+        none.insert("one", &[1.0, 0.0]);
+        assert!(none.is_empty());
         // A word the model refused is not asked for again.
         let mut r = WordVectors::new(2, 5);
         r.refuse(&["nope".to_owned()]);

@@ -287,3 +287,37 @@ async fn a_question_naming_a_category_finds_the_instance_by_the_conversations_wo
     let scores = |page: &SearchPage| page.hits.iter().map(|h| h.score).collect::<Vec<_>>();
     assert_eq!(scores(&again), scores(&expanded));
 }
+
+/// The table of word vectors is shared and bounded: full, it gives up the
+/// words least recently used for new ones (here another agent's flood of
+/// words nobody searches for). An agent whose words were given up gets
+/// them again: its next search that waits hands it to the indexer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn words_given_up_for_others_are_embedded_again_for_a_search() {
+    const PETS: &str = "Which pets does Caroline have?";
+    let local = local_model();
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), Some(Wrapped::new(&local, "m", "\u{0}"))).await;
+    let indexer = Arc::clone(store.inner.indexer.as_ref().unwrap());
+    let dim = indexer.embedder.dim();
+    // A small table: the agent's words fit, with room to spare.
+    *indexer.words_mut() = engram_index::WordVectors::new(dim, 60);
+    ingest(&store, "a", &MEMORIES).await;
+    let first = search(&store, "a", PETS, WAIT).await;
+    let held = || indexer.words().contains("puppy");
+    assert!(held());
+    {
+        let mut table = indexer.words_mut();
+        let mut flood = vec![0.0; dim];
+        flood[0] = 1.0;
+        for i in 0..60 {
+            table.insert(&format!("flood{i}"), &flood);
+        }
+        assert!(table.evictions() > 0);
+    }
+    assert!(!held(), "given up for the flood");
+    let again = search(&store, "a", PETS, WAIT).await;
+    assert!(held(), "embedded again for the search that waited");
+    let scores = |page: &SearchPage| page.hits.iter().map(|h| h.score).collect::<Vec<_>>();
+    assert_eq!(scores(&again), scores(&first));
+}

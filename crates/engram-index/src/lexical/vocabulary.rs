@@ -56,7 +56,7 @@ impl Lexical {
     }
 
     /// The words of [`vocabulary`](Self::vocabulary) that `table` has no
-    /// vector for (and still has room for).
+    /// vector for (at most as many as it holds).
     pub fn words_without_vectors(&mut self, table: &WordVectors) -> Result<Vec<String>> {
         let vocabulary = self.vocabulary()?;
         Ok(table.missing(vocabulary.iter().map(String::as_str)))
