@@ -30,7 +30,8 @@ pub mod words;
 #[cfg(feature = "lexical")]
 pub use lexical::Lexical;
 pub use rank::{
-    Fused, Matched, Neighbours, Params, Ranked, Semantic, Words, from_candidates, named_one,
+    Coverage, Fused, Matched, Neighbours, Params, Ranked, Semantic, Sittings, Words,
+    from_candidates, named_one, sitting_scores,
 };
 #[cfg(feature = "lexical")]
 pub use rank::{by_words, expand_and_fuse, expansion, rank};

@@ -512,7 +512,7 @@ fn in_range(filter: &Filter, order: u64, ts: f64) -> bool {
 
 mod sittings;
 use sittings::add_sittings;
-pub use sittings::{Sittings, sitting_scores};
+pub use sittings::{Coverage, Sittings, TermCounts, sitting_scores};
 
 #[cfg(feature = "lexical")]
 mod expand;

@@ -52,6 +52,7 @@ mod read;
 mod recalled;
 mod rows;
 mod search;
+mod sittings;
 mod speakers;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -188,6 +189,8 @@ struct Inner {
     group: group::Group,
     /// The compaction leases this replica took.
     leases: leases::Leases,
+    /// This replica's agents' sittings (ranking).
+    sittings: sittings::SittingCache,
 }
 
 impl PgStore {
@@ -232,6 +235,7 @@ impl PgStore {
                 opened: std::time::Instant::now(),
                 unembedded: std::sync::atomic::AtomicU64::new(0),
                 leases: leases::Leases::default(),
+                sittings: sittings::SittingCache::default(),
             }),
         };
         store.spawn_indexer();

@@ -5,6 +5,7 @@
 //! conversations are ranked the same way, together (`user_rank.rs`).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use engram_core::AgentId;
@@ -163,12 +164,29 @@ impl PgStore {
             self.query_vector(query),
             by_words(conn, who, query, wants, docs, hidden, &mut places, params)
         );
+        let (words, rare) = words?;
         let semantic = vectors
             .zip(query_vector.as_deref())
             .map(|(vectors, query)| Semantic { vectors, query });
-        let mut fused: Vec<Option<Fused>> = words?
+        let sittings = match words.iter().any(Option::is_some) {
+            true => {
+                let asked = vectors.zip(query_vector.as_deref());
+                let cache = &self.inner.sittings;
+                crate::sittings::scores(conn, cache, who, &rare, asked, params).await?
+            }
+            false => None,
+        };
+        let mut fused: Vec<Option<Fused>> = words
             .into_iter()
-            .map(|w| w.map(|w| w.fuse_all(semantic, params)))
+            .map(|w| {
+                w.map(|w| {
+                    let fused = w.fuse_all(semantic, params);
+                    match &sittings {
+                        Some((s, scores)) => fused.with_sittings(Arc::clone(s), Arc::clone(scores)),
+                        None => fused,
+                    }
+                })
+            })
             .collect();
         // The speaker prior: who said the candidates, and whether the
         // question names one of them.

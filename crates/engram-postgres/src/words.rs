@@ -58,6 +58,9 @@ struct Terms {
     idf: Vec<f64>,
     /// Whether the term picks the rows to score ([`PICKED_ROWS`]).
     picks: Vec<bool>,
+    /// The terms in fewer rows than rarity is counted to, and in at most
+    /// half of them: those a sitting's score counts (`sittings.rs`).
+    rare: Vec<String>,
     avgdl: f64,
 }
 
@@ -101,7 +104,7 @@ fn picks(counts: &[i64]) -> Vec<bool> {
 }
 
 /// A tsquery lexeme in quotes (quotes and backslashes escaped).
-fn quote(lexeme: &str) -> String {
+pub(crate) fn quote(lexeme: &str) -> String {
     format!("'{}'", lexeme.replace('\\', "\\\\").replace('\'', "''"))
 }
 
@@ -110,7 +113,9 @@ fn quote(lexeme: &str) -> String {
 pub(crate) type Hidden<'a> = Option<(&'a str, i64)>;
 
 /// The lexical half of each ranking `wants` asks for (`None` for a limit
-/// of 0) over `docs` items; where each place found lies goes to `places`.
+/// of 0) over `docs` items, and the query's terms that are not common
+/// (for the sittings' scores); where each place found lies goes to
+/// `places`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn by_words(
     conn: &mut PgConnection,
@@ -121,8 +126,9 @@ pub(crate) async fn by_words(
     hidden: Hidden<'_>,
     places: &mut Places<'_>,
     params: &Params,
-) -> Result<Vec<Option<Words>>> {
+) -> Result<(Vec<Option<Words>>, Vec<String>)> {
     let terms = terms(conn, who, query, params.max_terms, docs).await?;
+    let rare = terms.as_ref().map(|t| t.rare.clone()).unwrap_or_default();
     let mut out = Vec::with_capacity(wants.len());
     for (filter, limit) in wants {
         if limit == 0 {
@@ -155,7 +161,7 @@ pub(crate) async fn by_words(
             candidates, &around, &filter, limit, params,
         )));
     }
-    Ok(out)
+    Ok((out, rare))
 }
 
 /// The query's terms (the database's analysis), each one's rarity in the
@@ -240,11 +246,18 @@ async fn terms(
         .iter()
         .map(|&df| (1.0 + (n - df as f64 + 0.5) / (df as f64 + 0.5)).ln())
         .collect();
+    let rare = lexemes
+        .iter()
+        .zip(&counts)
+        .filter(|(_, df)| **df < cap && df.unsigned_abs() * 2 <= docs)
+        .map(|(l, _)| l.clone())
+        .collect();
     Ok(Some(Terms {
         quoted,
         lexemes,
         idf,
         picks: picks(&counts),
+        rare,
         avgdl: (total as f64 / n).max(1.0),
     }))
 }

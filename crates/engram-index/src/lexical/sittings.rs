@@ -8,12 +8,8 @@ use tantivy::schema::IndexRecordOption;
 use tantivy::{DocSet, TERMINATED, Term};
 
 use super::{Columns, Lexical};
-use crate::rank::Sittings;
+use crate::rank::{Coverage, Sittings};
 use crate::{Kind, Result};
-
-/// BM25's constants, as tantivy scores a message.
-const K1: f32 = 1.2;
-const B: f32 = 0.75;
 
 /// No sitting: a document that is no trace, or deleted.
 const NONE: u32 = u32::MAX;
@@ -85,15 +81,10 @@ impl Lexical {
         Ok(self.sittings.as_ref().expect("filled above"))
     }
 
-    /// Each sitting's BM25 for `terms` (each weighted), the sitting taken
-    /// as one document (its messages' words together), relative to a
-    /// sitting that holds each term once at the average length: how much
-    /// of the question the sitting covers, from 0 to 1. Not relative to the
-    /// best sitting: the one sitting that shares a single word with a
-    /// question would then count as if it held the whole question. A term
-    /// in more than half of the documents is passed over: it is in nearly
-    /// every sitting (next to no weight), and walking its postings is the
-    /// cost.
+    /// Each sitting's share of `terms` (each weighted), the sitting taken
+    /// as one document ([`Coverage`]). A term in more than half of the
+    /// documents is passed over: it is in nearly every sitting (next to
+    /// no weight), and walking its postings is the cost.
     pub fn sitting_words(
         &mut self,
         terms: &[(String, f32)],
@@ -110,25 +101,18 @@ impl Lexical {
         let searcher = self.reader.searcher();
         let table = self.sitting_table(gap)?;
         let sittings = Arc::clone(&table.sittings);
-        let mut scores = vec![0.0_f32; sittings.len()];
-        let held: Vec<usize> = (0..sittings.len())
-            .filter(|s| table.lengths[*s] > 0)
-            .collect();
-        if kept.is_empty() || held.is_empty() {
-            return Ok((sittings, scores));
+        let mut coverage = Coverage::new(&table.lengths);
+        if kept.is_empty() || coverage.is_empty() {
+            return Ok((sittings, coverage.scores()));
         }
-        let n = held.len() as f32;
-        let average = held.iter().map(|s| table.lengths[*s]).sum::<u64>() as f32 / n;
         let segments: Vec<_> = searcher
             .segment_readers()
             .iter()
             .zip(&table.docs)
             .map(|(segment, docs)| Ok((segment.inverted_index(field)?, docs)))
             .collect::<Result<_>>()?;
-        let mut freqs = vec![0_u32; sittings.len()];
-        let mut whole = 0.0_f32;
         for (term, weight) in kept {
-            freqs.iter_mut().for_each(|f| *f = 0);
+            let mut freqs = coverage.term(weight);
             for (inverted, docs) in &segments {
                 let Some(mut postings) =
                     inverted.read_postings(&term, IndexRecordOption::WithFreqs)?
@@ -138,24 +122,15 @@ impl Lexical {
                 let mut doc = postings.doc();
                 while doc != TERMINATED {
                     match docs.get(doc as usize) {
-                        Some(&s) if s != NONE => freqs[s as usize] += postings.term_freq(),
+                        Some(&s) if s != NONE => freqs.add(s as usize, postings.term_freq()),
                         _ => {}
                     }
                     doc = postings.advance();
                 }
             }
-            let df = freqs.iter().filter(|f| **f > 0).count() as f32;
-            let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
-            whole += weight * idf;
-            for (s, tf) in freqs.iter().enumerate().filter(|(_, tf)| **tf > 0) {
-                let tf = *tf as f32;
-                let length = table.lengths[s] as f32 / average;
-                scores[s] += weight * idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * length));
-            }
+            freqs.done();
         }
-        if whole > 0.0 {
-            scores.iter_mut().for_each(|s| *s = (*s / whole).min(1.0));
-        }
+        let scores = coverage.scores();
         Ok((sittings, scores))
     }
 }

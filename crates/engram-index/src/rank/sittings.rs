@@ -50,6 +50,13 @@ impl Sittings {
             }
             last = Some((order, ts));
         }
+        Self::from_starts(starts)
+    }
+
+    /// The sittings that start at `starts` (places, in any order).
+    pub fn from_starts(mut starts: Vec<u64>) -> Self {
+        starts.sort_unstable();
+        starts.dedup();
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         starts.hash(&mut hasher);
         Self {
@@ -77,6 +84,104 @@ impl Sittings {
     /// sittings at the same places.
     pub fn fingerprint(&self) -> u64 {
         self.fingerprint
+    }
+}
+
+/// BM25's constants, as tantivy scores a message.
+const K1: f32 = 1.2;
+const B: f32 = 0.75;
+
+/// Each sitting's BM25 for a question's terms, the sitting taken as one
+/// document (its messages' words together), relative to a sitting that
+/// holds each term once at the average length: how much of the question
+/// the sitting covers, from 0 to 1. Not relative to the best sitting: the
+/// one sitting that shares a single word with a question would then count
+/// as if it held the whole question. Fed term by term with where each
+/// term is ([`Coverage::term`]).
+#[derive(Debug)]
+pub struct Coverage<'a> {
+    /// Each sitting's length in words.
+    lengths: &'a [u64],
+    /// Sittings with any words, and their average length.
+    held: f32,
+    average: f32,
+    scores: Vec<f32>,
+    /// The score of a sitting that holds each term once.
+    whole: f32,
+}
+
+impl<'a> Coverage<'a> {
+    pub fn new(lengths: &'a [u64]) -> Self {
+        let held = lengths.iter().filter(|l| **l > 0).count() as f32;
+        let total: u64 = lengths.iter().sum();
+        Self {
+            lengths,
+            held,
+            average: if held > 0.0 { total as f32 / held } else { 0.0 },
+            scores: vec![0.0; lengths.len()],
+            whole: 0.0,
+        }
+    }
+
+    /// Whether no sitting holds a word.
+    pub fn is_empty(&self) -> bool {
+        self.held == 0.0
+    }
+
+    /// One term of the question, of `weight`: its counts by sitting go to
+    /// the returned [`TermCounts`].
+    pub fn term(&mut self, weight: f32) -> TermCounts<'_, 'a> {
+        let freqs = vec![0; self.lengths.len()];
+        TermCounts {
+            coverage: self,
+            weight,
+            freqs,
+        }
+    }
+
+    /// Each sitting's share of the question, 0 to 1.
+    pub fn scores(self) -> Vec<f32> {
+        let whole = self.whole;
+        let mut scores = self.scores;
+        if whole > 0.0 {
+            scores.iter_mut().for_each(|s| *s = (*s / whole).min(1.0));
+        }
+        scores
+    }
+}
+
+/// One term's occurrences, by sitting.
+#[derive(Debug)]
+pub struct TermCounts<'c, 'a> {
+    coverage: &'c mut Coverage<'a>,
+    weight: f32,
+    freqs: Vec<u32>,
+}
+
+impl TermCounts<'_, '_> {
+    /// `tf` more occurrences in `sitting`.
+    pub fn add(&mut self, sitting: usize, tf: u32) {
+        if let Some(f) = self.freqs.get_mut(sitting) {
+            *f = f.saturating_add(tf);
+        }
+    }
+
+    /// The term's BM25 added to each sitting that holds it.
+    pub fn done(self) {
+        let TermCounts {
+            coverage: c,
+            weight,
+            freqs,
+        } = self;
+        let n = c.held;
+        let df = freqs.iter().filter(|f| **f > 0).count() as f32;
+        let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
+        c.whole += weight * idf;
+        for (s, tf) in freqs.iter().enumerate().filter(|(_, tf)| **tf > 0) {
+            let tf = *tf as f32;
+            let length = c.lengths[s] as f32 / c.average;
+            c.scores[s] += weight * idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * length));
+        }
     }
 }
 
@@ -146,6 +251,8 @@ mod tests {
         assert_eq!(within.len(), 2);
         assert_eq!((within.of(c(1, 2)), within.of(c(2, 1))), (Some(0), Some(1)));
         assert_eq!(Sittings::split(traces, 3600.0).len(), 1);
+        let given = Sittings::from_starts(vec![c(2, 1), c(1, 1), c(1, 1)]);
+        assert_eq!(given, within, "sorted, each once");
     }
 
     #[test]

@@ -146,6 +146,79 @@ pub async fn a_question_naming_one_participant_prefers_their_messages<H: Harness
     assert_eq!(named, "I love pottery");
 }
 
+/// Sittings scored as wholes: of two messages that share one word with the
+/// question, the one whose sitting holds the question's other words comes
+/// first, though alone the other (shorter) scores higher and the words it
+/// lacks are too far away to lend it theirs as context.
+pub async fn a_sitting_that_holds_the_question_lifts_its_messages<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let a = id("sittings");
+    let at = |ts: f64, text: &str| NewEvent {
+        ts: Some(1_700_000_000.0 + ts),
+        ..NewEvent::user(text)
+    };
+    let filler = [
+        "the weather stayed grey all week",
+        "coffee tastes better in the morning",
+        "I repainted the hallway",
+        "the train was late again",
+    ];
+    ingest(
+        store.as_ref(),
+        &a,
+        &[at(0.0, "the camping weekend went well overall")],
+    )
+    .await;
+    for (i, text) in filler.iter().enumerate() {
+        ingest(store.as_ref(), &a, &[at(60.0 * (i + 1) as f64, text)]).await;
+    }
+    ingest(
+        store.as_ref(),
+        &a,
+        &[at(400.0, "the kids asked about the lake trip")],
+    )
+    .await;
+    // A day later: another sitting.
+    ingest(store.as_ref(), &a, &[at(86_400.0, "camping gear sale")]).await;
+    for (i, text) in filler.iter().enumerate() {
+        ingest(store.as_ref(), &a, &[at(86_460.0 + 60.0 * i as f64, text)]).await;
+    }
+    let texts = contents(
+        store.as_ref(),
+        &a,
+        &ranked("camping with the kids at the lake", 10),
+    )
+    .await;
+    let camping: Vec<&str> = texts
+        .iter()
+        .map(String::as_str)
+        .filter(|t| t.contains("camping"))
+        .collect();
+    let want = ["the camping weekend went well overall", "camping gear sale"];
+    assert_eq!(camping, want, "{texts:?}");
+    // Two days on, a sitting of its own with the question's other words.
+    // Counted with the day before's (sittings read before this write),
+    // they would lift the day before's camping message as well.
+    ingest(
+        store.as_ref(),
+        &a,
+        &[at(200_000.0, "the kids and the lake")],
+    )
+    .await;
+    let texts = contents(
+        store.as_ref(),
+        &a,
+        &ranked("camping with the kids at the lake", 10),
+    )
+    .await;
+    let camping: Vec<&str> = texts
+        .iter()
+        .map(String::as_str)
+        .filter(|t| t.contains("camping"))
+        .collect();
+    assert_eq!(camping, want, "{texts:?}");
+}
+
 /// Writes the index has not read yet (not searched since, then a restart,
 /// then a compaction that archived them) are found, archived or not.
 pub async fn ranked_search_covers_every_acknowledged_write_after_a_restart<H: Harness>(h: &H) {
