@@ -1,8 +1,11 @@
 //! Sittings scored as wholes on PostgreSQL (`engram_index::rank::sittings`
 //! says why and how). Each agent's sittings (where each starts, and its
-//! length in lexemes) come from one window statement over its traces, and
-//! are kept by this replica while the agent's version stands (every
-//! committed write moves it). A question's terms are then counted by
+//! length in lexemes) are read from its traces once and kept by this
+//! replica; a write moves the agent's version, and the traces written
+//! since are read on from the last one (all of them again after a
+//! compaction or a forget, which move its generation). Recall asks for a
+//! ranking after every message: it reads the new ones, not the whole
+//! conversation. A question's terms are then counted by
 //! sitting in the rows that hold them. The terms the search found common
 //! (in half of the rows, or in more than it counts rarity to) are passed
 //! over, as the file store passes over a word most messages hold: they
@@ -28,13 +31,50 @@ const MAX_KEPT: usize = 4096;
 const MAX_ROWS: i64 = 20_000;
 
 /// One agent's sittings as of a version.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct AgentSittings {
     incarnation: Uuid,
+    /// Compactions and forgets move it: what is kept is then read again.
+    generation: i64,
     version: i64,
     /// Where each sitting starts (`ord`), ascending, and its length.
     starts: Vec<i64>,
     lengths: Vec<u64>,
+    /// The last trace read (`seq`), and the latest in conversation order.
+    seq: i64,
+    last: Option<(i64, f64)>,
+}
+
+impl AgentSittings {
+    fn new(incarnation: Uuid, generation: i64, version: i64) -> Self {
+        Self {
+            incarnation,
+            generation,
+            version,
+            starts: Vec::new(),
+            lengths: Vec::new(),
+            seq: -1,
+            last: None,
+        }
+    }
+
+    /// A trace read (in the order written): a new sitting after a gap of
+    /// more than `gap` seconds; a late tool result (placed in its call's
+    /// turn, before the latest) counts in the sitting it is placed in.
+    fn add(&mut self, (seq, ord, ts, length): (i64, i64, f64, i64), gap: f64) {
+        self.seq = self.seq.max(seq);
+        if self.last.is_none_or(|(latest, _)| ord > latest) {
+            if self.last.is_none_or(|(_, t)| (ts - t).abs() > gap) {
+                self.starts.push(ord);
+                self.lengths.push(0);
+            }
+            self.last = Some((ord, ts));
+        }
+        let at = self.starts.partition_point(|s| *s <= ord).saturating_sub(1);
+        if let Some(l) = self.lengths.get_mut(at) {
+            *l += u64::try_from(length).unwrap_or(0);
+        }
+    }
 }
 
 /// A replica's agents' sittings.
@@ -44,30 +84,40 @@ pub(crate) struct SittingCache {
 }
 
 impl SittingCache {
-    /// The sittings of `agents`, read again for those written since.
+    /// The sittings of `agents`: those written since they were read are
+    /// read on from their last trace (every trace again after a
+    /// compaction or a forget).
     async fn of(
         &self,
         conn: &mut PgConnection,
         agents: &[String],
         gap: f64,
     ) -> Result<Vec<(String, Arc<AgentSittings>)>> {
-        let versions: Vec<(String, Uuid, i64)> =
-            sqlx::query_as("SELECT id, incarnation, version FROM agents WHERE id = ANY($1)")
-                .bind(agents)
-                .fetch_all(&mut *conn)
-                .await
-                .map_err(db("reading the agents' versions"))?;
+        let versions: Vec<(String, Uuid, i64, i64)> = sqlx::query_as(
+            "SELECT id, incarnation, generation, version FROM agents WHERE id = ANY($1)",
+        )
+        .bind(agents)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db("reading the agents' versions"))?;
         let mut out = Vec::with_capacity(versions.len());
-        let mut stale = HashMap::new();
+        let mut stale: HashMap<String, AgentSittings> = HashMap::new();
         {
             let held = engram_store::lock(&self.agents);
-            for (id, incarnation, version) in versions {
-                match held.get(&id) {
-                    Some(s) if s.incarnation == incarnation && s.version == version => {
-                        out.push((id, Arc::clone(s)));
+            for (id, incarnation, generation, version) in versions {
+                let kept = held
+                    .get(&id)
+                    .filter(|s| s.incarnation == incarnation && s.generation == generation);
+                match kept {
+                    Some(s) if s.version == version => out.push((id, Arc::clone(s))),
+                    Some(s) => {
+                        let mut s = AgentSittings::clone(s);
+                        s.version = version;
+                        stale.insert(id, s);
                     }
-                    _ => {
-                        stale.insert(id, (incarnation, version));
+                    None => {
+                        let s = AgentSittings::new(incarnation, generation, version);
+                        stale.insert(id, s);
                     }
                 }
             }
@@ -75,42 +125,32 @@ impl SittingCache {
         if stale.is_empty() {
             return Ok(out);
         }
-        let ids: Vec<&String> = stale.keys().collect();
-        // A sitting starts at an agent's first trace and after each gap;
-        // its number is the starts so far. Rows read after the version:
-        // at least as new as it (a later write moves the version again).
-        let rows: Vec<(String, i64, i64)> = sqlx::query_as(
-            "SELECT agent_id, min(ord), sum(len)::bigint FROM (
-                SELECT agent_id, ord, len,
-                       sum(starts::int) OVER (PARTITION BY agent_id ORDER BY ord) AS sitting
-                FROM (SELECT agent_id, ord, length(words) AS len,
-                             coalesce(abs(ts - lag(ts) OVER (PARTITION BY agent_id ORDER BY ord)) > $2, true) AS starts
-                      FROM traces WHERE agent_id = ANY($1)) a) b
-             GROUP BY agent_id, sitting ORDER BY agent_id, 2",
+        // Rows read after the version: at least as new as it (a later
+        // write moves the version again, and is read then).
+        let (ids, after): (Vec<String>, Vec<i64>) =
+            stale.iter().map(|(id, s)| (id.clone(), s.seq)).unzip();
+        let rows: Vec<(String, i64, i64, f64, i64)> = sqlx::query_as(
+            "SELECT t.agent_id, t.seq, t.ord, t.ts, length(t.words)::bigint
+             FROM unnest($1::text[], $2::bigint[]) AS s(agent, after)
+             JOIN traces t ON t.agent_id = s.agent AND t.seq > s.after
+             ORDER BY t.agent_id, t.seq",
         )
         .bind(&ids)
-        .bind(gap)
+        .bind(&after)
         .fetch_all(&mut *conn)
         .await
         .map_err(db("reading the agents' sittings"))?;
-        let mut read: HashMap<String, (Vec<i64>, Vec<u64>)> = HashMap::new();
-        for (agent, start, length) in rows {
-            let (starts, lengths) = read.entry(agent).or_default();
-            starts.push(start);
-            lengths.push(u64::try_from(length).unwrap_or(0));
+        for (agent, seq, ord, ts, length) in rows {
+            if let Some(s) = stale.get_mut(&agent) {
+                s.add((seq, ord, ts, length), gap);
+            }
         }
         let mut held = engram_store::lock(&self.agents);
         if held.len() + stale.len() > MAX_KEPT {
             held.clear();
         }
-        for (id, (incarnation, version)) in stale {
-            let (starts, lengths) = read.remove(&id).unwrap_or_default();
-            let sittings = Arc::new(AgentSittings {
-                incarnation,
-                version,
-                starts,
-                lengths,
-            });
+        for (id, sittings) in stale {
+            let sittings = Arc::new(sittings);
             held.insert(id.clone(), Arc::clone(&sittings));
             out.push((id, sittings));
         }
@@ -193,4 +233,24 @@ pub(crate) async fn scores(
     let cosines = semantic.map(|(vectors, query)| vectors.sitting_cosines(query, &sittings));
     let scores = sitting_scores(&words, cosines.as_deref(), params);
     Ok(Some((Arc::new(sittings), Arc::new(scores))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traces_read_in_the_order_written_make_sittings_by_their_gaps() {
+        let mut s = AgentSittings::new(Uuid::nil(), 0, 0);
+        let turn = |t: i64, seq: i64| (t << 32) | seq;
+        s.add((0, turn(1, 0), 0.0, 4), 3600.0);
+        s.add((1, turn(1, 1), 60.0, 3), 3600.0);
+        s.add((2, turn(2, 0), 10_000.0, 5), 3600.0);
+        // A late tool result, placed in turn 1: counts there, starts none.
+        s.add((3, turn(1, 2), 20_000.0, 2), 3600.0);
+        s.add((4, turn(2, 1), 10_060.0, 1), 3600.0);
+        assert_eq!(s.starts, [turn(1, 0), turn(2, 0)]);
+        assert_eq!(s.lengths, [9, 6]);
+        assert_eq!(s.seq, 4);
+    }
 }
