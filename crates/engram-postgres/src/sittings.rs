@@ -22,9 +22,10 @@ use uuid::Uuid;
 use crate::db;
 use crate::who::{Who, bind_who};
 
-/// Agents whose sittings a replica keeps at most (past it, it starts
-/// over: a search reads an agent's again in one statement).
-const MAX_KEPT: usize = 4096;
+/// Sittings a replica keeps at most, over all agents (16 bytes each):
+/// past it, it starts over (a search reads an agent's again in one
+/// statement).
+const MAX_KEPT: usize = 1_000_000;
 
 /// Rows a question's terms are counted in, at most (the rarest terms'
 /// rows are few; this bounds a search's work however the counts went).
@@ -146,7 +147,9 @@ impl SittingCache {
             }
         }
         let mut held = engram_store::lock(&self.agents);
-        if held.len() + stale.len() > MAX_KEPT {
+        let kept: usize = held.values().map(|s| s.starts.len()).sum::<usize>()
+            + stale.values().map(|s| s.starts.len()).sum::<usize>();
+        if kept > MAX_KEPT {
             held.clear();
         }
         for (id, sittings) in stale {
