@@ -183,19 +183,16 @@ pub async fn a_sitting_that_holds_the_question_lifts_its_messages<H: Harness>(h:
     for (i, text) in filler.iter().enumerate() {
         ingest(store.as_ref(), &a, &[at(86_460.0 + 60.0 * i as f64, text)]).await;
     }
-    let texts = contents(
-        store.as_ref(),
-        &a,
-        &ranked("camping with the kids at the lake", 10),
-    )
-    .await;
-    let camping: Vec<&str> = texts
-        .iter()
-        .map(String::as_str)
-        .filter(|t| t.contains("camping"))
-        .collect();
+    // The messages on camping, in their order among the results.
+    let camping = async || {
+        let question = ranked("camping with the kids at the lake", 10);
+        let texts = contents(store.as_ref(), &a, &question).await;
+        let camping = texts.iter().filter(|t| t.contains("camping")).cloned();
+        (camping.collect::<Vec<_>>(), texts)
+    };
     let want = ["the camping weekend went well overall", "camping gear sale"];
-    assert_eq!(camping, want, "{texts:?}");
+    let (found, texts) = camping().await;
+    assert_eq!(found, want, "{texts:?}");
     // Two days on, a sitting of its own with the question's other words.
     // Counted with the day before's (sittings read before this write),
     // they would lift the day before's camping message as well.
@@ -205,18 +202,8 @@ pub async fn a_sitting_that_holds_the_question_lifts_its_messages<H: Harness>(h:
         &[at(200_000.0, "the kids and the lake")],
     )
     .await;
-    let texts = contents(
-        store.as_ref(),
-        &a,
-        &ranked("camping with the kids at the lake", 10),
-    )
-    .await;
-    let camping: Vec<&str> = texts
-        .iter()
-        .map(String::as_str)
-        .filter(|t| t.contains("camping"))
-        .collect();
-    assert_eq!(camping, want, "{texts:?}");
+    let (found, texts) = camping().await;
+    assert_eq!(found, want, "{texts:?}");
 }
 
 /// Writes the index has not read yet (not searched since, then a restart,
