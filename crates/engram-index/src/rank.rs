@@ -172,7 +172,9 @@ pub struct Words {
     limit: usize,
     /// The one participant the question names (the speaker prior).
     named: Option<u32>,
-    /// The question's terms (what an expansion leaves out).
+    /// The question's terms (what an expansion leaves out; read only with
+    /// the index's own word search).
+    #[cfg_attr(not(feature = "lexical"), allow(dead_code))]
     terms: Vec<String>,
 }
 
