@@ -321,3 +321,61 @@ async fn words_given_up_for_others_are_embedded_again_for_a_search() {
     let scores = |page: &SearchPage| page.hits.iter().map(|h| h.score).collect::<Vec<_>>();
     assert_eq!(scores(&again), scores(&first));
 }
+
+/// After a restart the table of word vectors starts empty. A search
+/// across a user's conversations (not one of the agent's own) hands the
+/// user's conversations whose words it lacks to the indexer, which gives
+/// them again: the next user search expands as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_a_users_search_has_its_conversations_words_embedded_again() {
+    let local = local_model();
+    let dir = tempfile::tempdir().unwrap();
+    let ana = engram_core::UserId::parse("ana").unwrap();
+    let store = open(dir.path(), Some(Wrapped::new(&local, "m", "\u{0}"))).await;
+    let events: Vec<NewEvent> = MEMORIES.iter().map(|t| NewEvent::user(*t)).collect();
+    store
+        .ingest(&id("a"), &events, None, None, Some(&ana))
+        .await
+        .unwrap();
+    search(&store, "a", DOG, WAIT).await;
+    let held = |store: &FileStore| {
+        let indexer = store.inner.indexer.as_ref().unwrap();
+        indexer.words().contains("puppy")
+    };
+    assert!(held(&store));
+    store.close().await;
+    drop(store);
+
+    let store = open(dir.path(), Some(Wrapped::new(&local, "m", "\u{0}"))).await;
+    assert!(!held(&store), "a restart starts the table empty");
+    // What the indexer publishes for the agent, from before the search.
+    let mut progress = store
+        .existing_handle(&id("a"))
+        .unwrap()
+        .embedded
+        .subscribe();
+    progress.borrow_and_update();
+    let query = crate::MemoryQuery {
+        query: "Which pets does Caroline have?".into(),
+        limit: 10,
+        neighbours: 0,
+        wait_for_index: None,
+        archived_only: false,
+        episodic: 0,
+        semantic: 0,
+    };
+    store.rank_user_memories(&ana, &query, None).await.unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !held(&store) {
+        tokio::time::timeout_at(deadline, progress.changed())
+            .await
+            .expect("the indexer gives the user's words again")
+            .unwrap();
+    }
+    let ranked = store.rank_user_memories(&ana, &query, None).await.unwrap();
+    let first = &ranked.memories[0].memory;
+    assert!(
+        matches!(first, crate::Memory::Trace { trace, .. } if trace.content.contains("puppy")),
+        "{first:?}"
+    );
+}
