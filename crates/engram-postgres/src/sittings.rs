@@ -41,9 +41,11 @@ struct AgentSittings {
     /// Where each sitting starts (`ord`), ascending, and its length.
     starts: Vec<i64>,
     lengths: Vec<u64>,
-    /// The last trace read (`seq`), and the latest in conversation order.
+    /// The last trace read (`seq`), the latest in conversation order, and
+    /// the latest in event time (its time and `ord`).
     seq: i64,
     last: Option<(i64, f64)>,
+    newest: Option<(f64, i64)>,
 }
 
 impl AgentSittings {
@@ -56,6 +58,7 @@ impl AgentSittings {
             lengths: Vec::new(),
             seq: -1,
             last: None,
+            newest: None,
         }
     }
 
@@ -64,6 +67,9 @@ impl AgentSittings {
     /// turn, before the latest) counts in the sitting it is placed in.
     fn add(&mut self, (seq, ord, ts, length): (i64, i64, f64, i64), gap: f64) {
         self.seq = self.seq.max(seq);
+        if self.newest.is_none_or(|(t, _)| ts >= t) {
+            self.newest = Some((ts, ord));
+        }
         if self.last.is_none_or(|(latest, _)| ord > latest) {
             if self.last.is_none_or(|(_, t)| (ts - t).abs() > gap) {
                 self.starts.push(ord);
@@ -193,7 +199,14 @@ pub(crate) async fn scores(
         .collect();
     placed.sort_unstable();
     placed.dedup_by_key(|(place, _)| *place);
-    let sittings = Sittings::from_starts(placed.iter().map(|(p, _)| *p).collect());
+    // The sitting in progress: the latest event's, of all the agents.
+    let newest = by_agent
+        .iter()
+        .filter_map(|(agent, s)| s.newest.map(|(ts, ord)| (ts, who.place(agent, ord))))
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, place)| place);
+    let sittings =
+        Sittings::from_starts(placed.iter().map(|(p, _)| *p).collect()).with_latest(newest);
     let lengths: Vec<u64> = placed.iter().map(|(_, l)| *l).collect();
     let mut coverage = Coverage::new(&lengths);
     if !lexemes.is_empty() && !coverage.is_empty() {
@@ -255,5 +268,6 @@ mod tests {
         assert_eq!(s.starts, [turn(1, 0), turn(2, 0)]);
         assert_eq!(s.lengths, [9, 6]);
         assert_eq!(s.seq, 4);
+        assert_eq!(s.newest, Some((20_000.0, turn(1, 2))));
     }
 }

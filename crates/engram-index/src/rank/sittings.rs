@@ -23,6 +23,8 @@ pub struct Sittings {
     starts: Vec<u64>,
     /// Names this split (for caches built over it).
     fingerprint: u64,
+    /// The sitting of the latest event: the one in progress.
+    latest: Option<usize>,
 }
 
 impl Sittings {
@@ -44,13 +46,17 @@ impl Sittings {
         let of = |order: u64| conversation.map(|shift| order.checked_shr(shift).unwrap_or(0));
         let mut starts = Vec::new();
         let mut last: Option<(u64, f64)> = None;
+        let mut newest: Option<(f64, u64)> = None;
         for (order, ts) in traces {
             if last.is_none_or(|(o, t)| (ts - t).abs() > gap || of(o) != of(order)) {
                 starts.push(order);
             }
             last = Some((order, ts));
+            if newest.is_none_or(|(t, _)| ts >= t) {
+                newest = Some((ts, order));
+            }
         }
-        Self::from_starts(starts)
+        Self::from_starts(starts).with_latest(newest.map(|(_, order)| order))
     }
 
     /// The sittings that start at `starts` (places, in any order).
@@ -62,7 +68,20 @@ impl Sittings {
         Self {
             fingerprint: hasher.finish(),
             starts,
+            latest: None,
         }
+    }
+
+    /// These sittings with the one holding `place` (the latest event) as
+    /// the one in progress.
+    pub fn with_latest(mut self, place: Option<u64>) -> Self {
+        self.latest = place.and_then(|p| self.of(p));
+        self
+    }
+
+    /// The sitting in progress: the one of the latest event.
+    pub fn latest(&self) -> Option<usize> {
+        self.latest
     }
 
     /// How many sittings there are.
@@ -208,7 +227,12 @@ pub fn sitting_scores(words: &[f32], cosines: Option<&[Option<f32>]>, params: &P
 
 /// Each trace among `ranked` gains `params.sitting_weight` of its
 /// sitting's score (`scores`, one per sitting of `sittings`). Memories
-/// (summaries, facts) belong to no sitting.
+/// (summaries, facts) belong to no sitting. The sitting in progress gains
+/// nothing: the question is asked in it (recall stores the user's message
+/// there first; an agent asks about what it is discussing), so it holds
+/// the question by its making, not as evidence. On LoCoMo's compacted
+/// agents, whose latest sitting is every question asked so far, it had
+/// outranked the evidence (Retrieve all@10 0.647 → 0.613).
 pub(super) fn add_sittings(
     ranked: &mut [Ranked],
     sittings: &Sittings,
@@ -219,7 +243,8 @@ pub(super) fn add_sittings(
         return;
     }
     for r in ranked.iter_mut().filter(|r| r.kind == Kind::Trace) {
-        if let Some(score) = sittings.of(r.order).and_then(|s| scores.get(s)) {
+        let sitting = sittings.of(r.order).filter(|s| Some(*s) != sittings.latest);
+        if let Some(score) = sitting.and_then(|s| scores.get(s)) {
             r.score += params.sitting_weight * score;
         }
     }
@@ -239,6 +264,9 @@ mod tests {
         assert_eq!(s.of(4), Some(0), "a place between two traces");
         assert_eq!(s.of(5), Some(1));
         assert_eq!(s.of(99), Some(1));
+        assert_eq!(s.latest(), Some(1), "the sitting of the latest event");
+        let back = Sittings::split([(1, 50_000.0), (2, 50_060.0), (5, 10.0)], 3600.0);
+        assert_eq!(back.latest(), Some(0), "by event time, not place");
         let same = Sittings::split([(1, 5.0), (2, 6.0), (5, 20_000.0)], 3600.0);
         assert_eq!(s.fingerprint(), same.fingerprint());
         let other = Sittings::split([(1, 5.0), (2, 6.0), (4, 20_000.0)], 3600.0);
@@ -252,7 +280,31 @@ mod tests {
         assert_eq!((within.of(c(1, 2)), within.of(c(2, 1))), (Some(0), Some(1)));
         assert_eq!(Sittings::split(traces, 3600.0).len(), 1);
         let given = Sittings::from_starts(vec![c(2, 1), c(1, 1), c(1, 1)]);
-        assert_eq!(given, within, "sorted, each once");
+        assert_eq!(
+            given.with_latest(Some(c(2, 1))),
+            within,
+            "sorted, each once"
+        );
+    }
+
+    #[test]
+    fn messages_gain_their_sittings_share_but_in_the_sitting_in_progress() {
+        let sittings = Sittings::split([(1, 0.0), (5, 10_000.0)], 3600.0);
+        let trace = |order| Ranked {
+            kind: Kind::Trace,
+            order,
+            ts: 0.0,
+            score: 1.0,
+            lexical: 1.0,
+            expansion: 0.0,
+            semantic: None,
+            key: None,
+            candidate: None,
+        };
+        let mut ranked = vec![trace(1), trace(5)];
+        add_sittings(&mut ranked, &sittings, &[1.0, 1.0], &Params::default());
+        assert!((ranked[0].score - 1.3).abs() < 1e-6, "{ranked:?}");
+        assert_eq!(ranked[1].score, 1.0, "the latest sitting: none");
     }
 
     #[test]
