@@ -9,7 +9,9 @@
 //! messages' words together, and the closeness of its mean vector to the
 //! question's), by the same mix as a message, and its messages among the
 //! candidates gain `Params::sitting_weight` of that score (issue 28; the
-//! outside measurement on LoCoMo's dev half had 0.3 at +0.009 all@10).
+//! outside measurement on LoCoMo's dev half had 0.3 at +0.009 all@10),
+//! but for the sitting in progress, where the question is asked
+//! ([`add_sittings`]; docs/BENCHMARKS.md has both rules' measurements).
 
 use std::hash::{Hash, Hasher};
 
