@@ -14,6 +14,20 @@ async fn open(dir: &Path) -> FileStore {
     FileStore::open(StoreConfig::new(dir)).await.unwrap()
 }
 
+/// Recall's question `query`: ten memories, no context, no wait, every
+/// conversation's transcript searched.
+fn memory_query(query: &str) -> MemoryQuery {
+    MemoryQuery {
+        query: query.into(),
+        limit: 10,
+        neighbours: 0,
+        wait_for_index: None,
+        archived_only: false,
+        episodic: 0,
+        semantic: 0,
+    }
+}
+
 /// The contents of the agent's active traces, in order.
 async fn contents(store: &FileStore, agent: &AgentId) -> Vec<String> {
     store

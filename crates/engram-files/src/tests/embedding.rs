@@ -355,15 +355,7 @@ async fn after_a_restart_a_users_search_has_its_conversations_words_embedded_aga
         .embedded
         .subscribe();
     progress.borrow_and_update();
-    let query = crate::MemoryQuery {
-        query: "Which pets does Caroline have?".into(),
-        limit: 10,
-        neighbours: 0,
-        wait_for_index: None,
-        archived_only: false,
-        episodic: 0,
-        semantic: 0,
-    };
+    let query = super::memory_query("Which pets does Caroline have?");
     store.rank_user_memories(&ana, &query, None).await.unwrap();
     let deadline = tokio::time::Instant::now() + WAIT;
     while !held(&store) {

@@ -230,15 +230,7 @@ async fn a_users_index_copies_the_conversations_vectors() {
     }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     store.wait_embedded(&a, deadline).await.unwrap();
-    let query = crate::MemoryQuery {
-        query: "kayak".into(),
-        limit: 10,
-        neighbours: 0,
-        wait_for_index: None,
-        archived_only: false,
-        episodic: 0,
-        semantic: 0,
-    };
+    let query = super::memory_query("kayak");
     // The copy is background work: the indexer, done embedding, may
     // still hold the agent's index when a search comes (which then leaves
     // it to the indexer's catch-up that follows). Asked until it is there.
