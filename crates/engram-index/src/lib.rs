@@ -30,7 +30,7 @@ pub mod words;
 #[cfg(feature = "lexical")]
 pub use lexical::Lexical;
 pub use rank::{
-    Coverage, Fused, Matched, Neighbours, Params, Ranked, Semantic, Sittings, Words,
+    Coverage, Fused, Matched, Neighbours, Params, Ranked, Semantic, SittingScores, Sittings, Words,
     from_candidates, named_one, sitting_scores,
 };
 #[cfg(feature = "lexical")]

@@ -16,7 +16,6 @@
 //! ties.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use crate::{Candidate, Filter, Kind, Near, Placed, Vectors};
 #[cfg(feature = "lexical")]
@@ -234,21 +233,8 @@ pub fn from_candidates(
 }
 
 impl Words {
-    /// The second half of [`rank`]: meaning added, the speaker prior
-    /// applied (`speaker_of` says who said the trace at a place), best
-    /// `limit` first.
-    pub fn fuse(
-        self,
-        semantic: Option<Semantic<'_>>,
-        params: &Params,
-        speaker_of: &dyn Fn(u64) -> Option<u32>,
-    ) -> Vec<Ranked> {
-        self.fuse_all(semantic, params).best(params, speaker_of)
-    }
-
-    /// [`fuse`](Self::fuse) before the speaker prior and the cut: for a
-    /// backend that finds who said the candidates (and whom the question
-    /// names) only once it knows them.
+    /// Meaning added to the words' ranking: every candidate, before the
+    /// sittings' shares, the speaker prior and the cut ([`Fused::best`]).
     pub fn fuse_all(self, semantic: Option<Semantic<'_>>, params: &Params) -> Fused {
         let Words {
             mut ranked,
@@ -268,7 +254,6 @@ impl Words {
             ranked,
             limit,
             named,
-            sittings: None,
         }
     }
 }
@@ -279,8 +264,6 @@ pub struct Fused {
     ranked: Vec<Ranked>,
     limit: usize,
     named: Option<u32>,
-    /// The question's score for each sitting, when they were scored.
-    sittings: Option<(Arc<Sittings>, Arc<Vec<f32>>)>,
 }
 
 impl Fused {
@@ -297,25 +280,24 @@ impl Fused {
         self.named = named;
     }
 
-    /// The question's score for each sitting ([`sitting_scores`]).
-    pub fn with_sittings(mut self, sittings: Arc<Sittings>, scores: Arc<Vec<f32>>) -> Self {
-        self.sittings = Some((sittings, scores));
-        self
-    }
-
-    /// The sittings' shares and the speaker prior applied, best `limit`
-    /// first.
-    pub fn best(self, params: &Params, speaker_of: &dyn Fn(u64) -> Option<u32>) -> Vec<Ranked> {
+    /// The sittings' shares (when they were scored) and the speaker prior
+    /// applied (`speaker_of` says who said the trace at a place), best
+    /// `limit` first.
+    pub fn best(
+        self,
+        params: &Params,
+        speaker_of: &dyn Fn(u64) -> Option<u32>,
+        sittings: Option<&SittingScores>,
+    ) -> Vec<Ranked> {
         let Fused {
             mut ranked,
             limit,
             named,
-            sittings,
         } = self;
         // The sitting's share is evidence for the message like its own
         // score; the speaker prior then weighs the whole.
-        if let Some((sittings, scores)) = sittings {
-            add_sittings(&mut ranked, &sittings, &scores, params);
+        if let Some(sittings) = sittings {
+            add_sittings(&mut ranked, sittings, params);
         }
         if let Some(named) = named {
             prefer_speaker(&mut ranked, named, speaker_of, params);
@@ -514,7 +496,7 @@ fn in_range(filter: &Filter, order: u64, ts: f64) -> bool {
 
 mod sittings;
 use sittings::add_sittings;
-pub use sittings::{Coverage, Sittings, TermCounts, sitting_scores};
+pub use sittings::{Coverage, SittingScores, Sittings, TermCounts, sitting_scores};
 
 #[cfg(feature = "lexical")]
 mod expand;

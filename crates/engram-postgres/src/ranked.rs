@@ -5,7 +5,6 @@
 //! conversations are ranked the same way, together (`user_rank.rs`).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use async_trait::async_trait;
 use engram_core::AgentId;
@@ -178,15 +177,7 @@ impl PgStore {
         };
         let mut fused: Vec<Option<Fused>> = words
             .into_iter()
-            .map(|w| {
-                w.map(|w| {
-                    let fused = w.fuse_all(semantic, params);
-                    match &sittings {
-                        Some((s, scores)) => fused.with_sittings(Arc::clone(s), Arc::clone(scores)),
-                        None => fused,
-                    }
-                })
-            })
+            .map(|w| w.map(|w| w.fuse_all(semantic, params)))
             .collect();
         // The speaker prior: who said the candidates, and whether the
         // question names one of them.
@@ -197,7 +188,11 @@ impl PgStore {
         };
         let ranked = fused
             .into_iter()
-            .map(|f| f.map_or_else(Vec::new, |f| f.best(params, &|p| speakers.get(&p).copied())))
+            .map(|f| {
+                f.map_or_else(Vec::new, |f| {
+                    f.best(params, &|p| speakers.get(&p).copied(), sittings.as_ref())
+                })
+            })
             .collect();
         Ok((ranked, places))
     }

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use engram_index::{Coverage, Params, Sittings, Vectors, sitting_scores};
+use engram_index::{Coverage, Params, SittingScores, Sittings, Vectors, sitting_scores};
 use engram_store::Result;
 use sqlx::PgConnection;
 use uuid::Uuid;
@@ -23,8 +23,7 @@ use crate::db;
 use crate::who::{Who, bind_who};
 
 /// Sittings a replica keeps at most, over all agents (16 bytes each):
-/// past it, it starts over (a search reads an agent's again in one
-/// statement).
+/// past it, it starts over (a search reads an agent's again).
 const MAX_KEPT: usize = 1_000_000;
 
 /// Rows a question's terms are counted in, at most (the rarest terms'
@@ -84,83 +83,125 @@ impl AgentSittings {
     }
 }
 
-/// A replica's agents' sittings.
+/// A replica's agents' sittings, and how many it holds in all.
 #[derive(Debug, Default)]
 pub(crate) struct SittingCache {
-    agents: Mutex<HashMap<String, Arc<AgentSittings>>>,
+    held: Mutex<(HashMap<String, Arc<AgentSittings>>, usize)>,
+}
+
+/// An agent as a read finds it (id, incarnation, generation, version),
+/// with one trace written after the last kept (seq, ord, time, length),
+/// if any.
+type Read = (
+    String,
+    Uuid,
+    i64,
+    i64,
+    Option<i64>,
+    Option<i64>,
+    Option<f64>,
+    Option<i64>,
+);
+
+/// Each of `agents` with the traces it holds after `after` (its `seq`):
+/// one statement, so the version and the traces are of one moment.
+async fn read(conn: &mut PgConnection, agents: &[String], after: &[i64]) -> Result<Vec<Read>> {
+    sqlx::query_as(
+        "SELECT a.id, a.incarnation, a.generation, a.version,
+                t.seq, t.ord, t.ts, length(t.words)::bigint
+         FROM unnest($1::text[], $2::bigint[]) AS s(agent, after)
+         JOIN agents a ON a.id = s.agent
+         LEFT JOIN traces t ON t.agent_id = s.agent AND t.seq > s.after
+         ORDER BY a.id, t.seq",
+    )
+    .bind(agents)
+    .bind(after)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(db("reading the agents' sittings"))
 }
 
 impl SittingCache {
-    /// The sittings of `agents`: those written since they were read are
-    /// read on from their last trace (every trace again after a
-    /// compaction or a forget).
+    /// The sittings of `agents`, in one statement that reads each one's
+    /// version and the traces written since its kept sittings (every
+    /// trace of an agent not kept). After a compaction or a forget the
+    /// kept sittings are void: those agents are read again in full.
     async fn of(
         &self,
         conn: &mut PgConnection,
         agents: &[String],
         gap: f64,
     ) -> Result<Vec<(String, Arc<AgentSittings>)>> {
-        let versions: Vec<(String, Uuid, i64, i64)> = sqlx::query_as(
-            "SELECT id, incarnation, generation, version FROM agents WHERE id = ANY($1)",
-        )
-        .bind(agents)
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(db("reading the agents' versions"))?;
-        let mut out = Vec::with_capacity(versions.len());
-        let mut stale: HashMap<String, AgentSittings> = HashMap::new();
+        let kept: HashMap<&str, Arc<AgentSittings>> = {
+            let held = engram_store::lock(&self.held);
+            agents
+                .iter()
+                .filter_map(|a| Some((a.as_str(), Arc::clone(held.0.get(a)?))))
+                .collect()
+        };
+        let after: Vec<i64> = agents
+            .iter()
+            .map(|a| kept.get(a.as_str()).map_or(-1, |s| s.seq))
+            .collect();
+        let mut out = Vec::with_capacity(agents.len());
+        let mut fresh: HashMap<String, AgentSittings> = HashMap::new();
+        let mut again = Vec::new();
+        for (id, incarnation, generation, version, seq, ord, ts, length) in
+            read(conn, agents, &after).await?
         {
-            let held = engram_store::lock(&self.agents);
-            for (id, incarnation, generation, version) in versions {
-                let kept = held
-                    .get(&id)
-                    .filter(|s| s.incarnation == incarnation && s.generation == generation);
-                match kept {
-                    Some(s) if s.version == version => out.push((id, Arc::clone(s))),
+            let trace = seq.zip(ord).zip(ts.zip(length));
+            if !fresh.contains_key(&id) {
+                match kept.get(id.as_str()) {
+                    Some(s) if s.incarnation != incarnation || s.generation != generation => {
+                        if !again.contains(&id) {
+                            again.push(id);
+                        }
+                        continue;
+                    }
+                    Some(s) if s.version == version && trace.is_none() => {
+                        out.push((id, Arc::clone(s)));
+                        continue;
+                    }
                     Some(s) => {
                         let mut s = AgentSittings::clone(s);
                         s.version = version;
-                        stale.insert(id, s);
+                        fresh.insert(id.clone(), s);
                     }
                     None => {
                         let s = AgentSittings::new(incarnation, generation, version);
-                        stale.insert(id, s);
+                        fresh.insert(id.clone(), s);
                     }
                 }
             }
-        }
-        if stale.is_empty() {
-            return Ok(out);
-        }
-        // Rows read after the version: at least as new as it (a later
-        // write moves the version again, and is read then).
-        let (ids, after): (Vec<String>, Vec<i64>) =
-            stale.iter().map(|(id, s)| (id.clone(), s.seq)).unzip();
-        let rows: Vec<(String, i64, i64, f64, i64)> = sqlx::query_as(
-            "SELECT t.agent_id, t.seq, t.ord, t.ts, length(t.words)::bigint
-             FROM unnest($1::text[], $2::bigint[]) AS s(agent, after)
-             JOIN traces t ON t.agent_id = s.agent AND t.seq > s.after
-             ORDER BY t.agent_id, t.seq",
-        )
-        .bind(&ids)
-        .bind(&after)
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(db("reading the agents' sittings"))?;
-        for (agent, seq, ord, ts, length) in rows {
-            if let Some(s) = stale.get_mut(&agent) {
+            if let (Some(s), Some(((seq, ord), (ts, length)))) = (fresh.get_mut(&id), trace) {
                 s.add((seq, ord, ts, length), gap);
             }
         }
-        let mut held = engram_store::lock(&self.agents);
-        let kept: usize = held.values().map(|s| s.starts.len()).sum::<usize>()
-            + stale.values().map(|s| s.starts.len()).sum::<usize>();
-        if kept > MAX_KEPT {
-            held.clear();
+        if !again.is_empty() {
+            let all = vec![-1; again.len()];
+            for (id, incarnation, generation, version, seq, ord, ts, length) in
+                read(conn, &again, &all).await?
+            {
+                let s = fresh
+                    .entry(id)
+                    .or_insert_with(|| AgentSittings::new(incarnation, generation, version));
+                if let (Some(seq), Some(ord), Some(ts), Some(length)) = (seq, ord, ts, length) {
+                    s.add((seq, ord, ts, length), gap);
+                }
+            }
         }
-        for (id, sittings) in stale {
+        let mut held = engram_store::lock(&self.held);
+        let (agents, count) = &mut *held;
+        for (id, sittings) in fresh {
+            if *count + sittings.starts.len() > MAX_KEPT {
+                agents.clear();
+                *count = 0;
+            }
             let sittings = Arc::new(sittings);
-            held.insert(id.clone(), Arc::clone(&sittings));
+            *count += sittings.starts.len();
+            if let Some(old) = agents.insert(id.clone(), Arc::clone(&sittings)) {
+                *count = count.saturating_sub(old.starts.len());
+            }
             out.push((id, sittings));
         }
         Ok(out)
@@ -177,7 +218,7 @@ pub(crate) async fn scores(
     lexemes: &[String],
     semantic: Option<(&Vectors, &[f32])>,
     params: &Params,
-) -> Result<Option<(Arc<Sittings>, Arc<Vec<f32>>)>> {
+) -> Result<Option<SittingScores>> {
     if params.sitting_weight <= 0.0 {
         return Ok(None);
     }
@@ -248,7 +289,10 @@ pub(crate) async fn scores(
     let words = coverage.scores();
     let cosines = semantic.map(|(vectors, query)| vectors.sitting_cosines(query, &sittings));
     let scores = sitting_scores(&words, cosines.as_deref(), params);
-    Ok(Some((Arc::new(sittings), Arc::new(scores))))
+    Ok(Some(SittingScores {
+        sittings: Arc::new(sittings),
+        scores,
+    }))
 }
 
 #[cfg(test)]

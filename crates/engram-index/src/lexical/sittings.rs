@@ -55,7 +55,7 @@ impl Lexical {
             .is_some_and(|t| t.generation == generation && t.gap.to_bits() == gap.to_bits());
         if !fresh {
             let traces = self.traces.iter().map(|(o, t)| (*o, *t));
-            let sittings = Sittings::split_within(traces, gap, self.conversations);
+            let sittings = Sittings::split(traces, gap, self.conversations);
             let mut lengths = vec![0_u64; sittings.len()];
             let mut docs = Vec::with_capacity(searcher.segment_readers().len());
             for segment in searcher.segment_readers() {

@@ -12,9 +12,8 @@
 //! 0.211 → 0.296).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use super::{Params, Ranked, Semantic, Words, from_candidates, sitting_scores};
+use super::{Params, Ranked, Semantic, SittingScores, Words, from_candidates, sitting_scores};
 use crate::{Candidate, Lexical, Result, Vectors, WordVectors};
 
 /// The question's expansion: up to `params.expansion_words` terms of the
@@ -175,7 +174,7 @@ pub fn expand_and_fuse(
             .zip(query)
             .map(|(vectors, query)| vectors.sitting_cosines(query, &sittings));
         let scores = sitting_scores(&by_words, cosines.as_deref(), params);
-        Some((sittings, Arc::new(scores)))
+        Some(SittingScores { sittings, scores })
     } else {
         None
     };
@@ -187,11 +186,11 @@ pub fn expand_and_fuse(
         .into_iter()
         .map(|w| {
             w.map_or_else(Vec::new, |w| {
-                let mut fused = w.fuse_all(semantic, params);
-                if let Some((sittings, scores)) = &sittings {
-                    fused = fused.with_sittings(Arc::clone(sittings), Arc::clone(scores));
-                }
-                fused.best(params, &|order| lexical.speaker(order))
+                w.fuse_all(semantic, params).best(
+                    params,
+                    &|order| lexical.speaker(order),
+                    sittings.as_ref(),
+                )
             })
         })
         .collect())

@@ -14,6 +14,7 @@
 //! ([`add_sittings`]; docs/BENCHMARKS.md has both rules' measurements).
 
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use super::{Params, Ranked};
 use crate::Kind;
@@ -33,14 +34,10 @@ impl Sittings {
     /// The sittings of `traces` (place and event time, in conversation
     /// order): a new one starts after a gap longer than `gap` seconds.
     /// Event times out of order (an import) count by their distance.
-    pub fn split(traces: impl IntoIterator<Item = (u64, f64)>, gap: f64) -> Self {
-        Self::split_within(traces, gap, None)
-    }
-
-    /// [`split`](Self::split) for places that hold a conversation in
-    /// their bits from `conversation` up (a user's index): a new sitting
-    /// also starts with each conversation, however close in time.
-    pub fn split_within(
+    /// Where places hold a conversation in their bits from `conversation`
+    /// up (a user's index), a new sitting also starts with each
+    /// conversation, however close in time.
+    pub fn split(
         traces: impl IntoIterator<Item = (u64, f64)>,
         gap: f64,
         conversation: Option<u32>,
@@ -206,6 +203,13 @@ impl TermCounts<'_, '_> {
     }
 }
 
+/// A question's score for each of `sittings` ([`sitting_scores`]).
+#[derive(Debug, Clone)]
+pub struct SittingScores {
+    pub sittings: Arc<Sittings>,
+    pub scores: Vec<f32>,
+}
+
 /// Each sitting's score for a question, from its word score (`words`:
 /// how much of the question the sitting holds, 0 to 1) and its closeness
 /// in meaning (`cosines`, with the sitting's mean vector; `None` without
@@ -228,22 +232,18 @@ pub fn sitting_scores(words: &[f32], cosines: Option<&[Option<f32>]>, params: &P
 }
 
 /// Each trace among `ranked` gains `params.sitting_weight` of its
-/// sitting's score (`scores`, one per sitting of `sittings`). Memories
+/// sitting's score (one per sitting). Memories
 /// (summaries, facts) belong to no sitting. The sitting in progress gains
 /// nothing: the question is asked in it (recall stores the user's message
 /// there first; an agent asks about what it is discussing), so it holds
 /// the question by its making, not as evidence. On LoCoMo's compacted
 /// agents, whose latest sitting is every question asked so far, it had
 /// outranked the evidence (Retrieve all@10 0.647 → 0.613).
-pub(super) fn add_sittings(
-    ranked: &mut [Ranked],
-    sittings: &Sittings,
-    scores: &[f32],
-    params: &Params,
-) {
+pub(super) fn add_sittings(ranked: &mut [Ranked], sittings: &SittingScores, params: &Params) {
     if params.sitting_weight <= 0.0 {
         return;
     }
+    let SittingScores { sittings, scores } = sittings;
     for r in ranked.iter_mut().filter(|r| r.kind == Kind::Trace) {
         let sitting = sittings.of(r.order).filter(|s| Some(*s) != sittings.latest);
         if let Some(score) = sitting.and_then(|s| scores.get(s)) {
@@ -258,7 +258,11 @@ mod tests {
 
     #[test]
     fn a_long_gap_starts_a_sitting() {
-        let s = Sittings::split([(1, 0.0), (2, 60.0), (5, 10_000.0), (6, 10_030.0)], 3600.0);
+        let s = Sittings::split(
+            [(1, 0.0), (2, 60.0), (5, 10_000.0), (6, 10_030.0)],
+            3600.0,
+            None,
+        );
         assert_eq!(s.len(), 2);
         assert_eq!(s.of(0), None);
         assert_eq!(s.of(1), Some(0));
@@ -267,20 +271,20 @@ mod tests {
         assert_eq!(s.of(5), Some(1));
         assert_eq!(s.of(99), Some(1));
         assert_eq!(s.latest(), Some(1), "the sitting of the latest event");
-        let back = Sittings::split([(1, 50_000.0), (2, 50_060.0), (5, 10.0)], 3600.0);
+        let back = Sittings::split([(1, 50_000.0), (2, 50_060.0), (5, 10.0)], 3600.0, None);
         assert_eq!(back.latest(), Some(0), "by event time, not place");
-        let same = Sittings::split([(1, 5.0), (2, 6.0), (5, 20_000.0)], 3600.0);
+        let same = Sittings::split([(1, 5.0), (2, 6.0), (5, 20_000.0)], 3600.0, None);
         assert_eq!(s.fingerprint(), same.fingerprint());
-        let other = Sittings::split([(1, 5.0), (2, 6.0), (4, 20_000.0)], 3600.0);
+        let other = Sittings::split([(1, 5.0), (2, 6.0), (4, 20_000.0)], 3600.0, None);
         assert_ne!(s.fingerprint(), other.fingerprint());
-        assert!(Sittings::split([], 1.0).is_empty());
+        assert!(Sittings::split([], 1.0, None).is_empty());
         // A user's index: conversations 1 and 2 (from bit 40), minutes apart.
         let c = |conversation: u64, turn: u64| (conversation << 40) | turn;
         let traces = [(c(1, 1), 0.0), (c(1, 2), 60.0), (c(2, 1), 120.0)];
-        let within = Sittings::split_within(traces, 3600.0, Some(40));
+        let within = Sittings::split(traces, 3600.0, Some(40));
         assert_eq!(within.len(), 2);
         assert_eq!((within.of(c(1, 2)), within.of(c(2, 1))), (Some(0), Some(1)));
-        assert_eq!(Sittings::split(traces, 3600.0).len(), 1);
+        assert_eq!(Sittings::split(traces, 3600.0, None).len(), 1);
         let given = Sittings::from_starts(vec![c(2, 1), c(1, 1), c(1, 1)]);
         assert_eq!(
             given.with_latest(Some(c(2, 1))),
@@ -291,7 +295,7 @@ mod tests {
 
     #[test]
     fn messages_gain_their_sittings_share_but_in_the_sitting_in_progress() {
-        let sittings = Sittings::split([(1, 0.0), (5, 10_000.0)], 3600.0);
+        let sittings = Sittings::split([(1, 0.0), (5, 10_000.0)], 3600.0, None);
         let trace = |order| Ranked {
             kind: Kind::Trace,
             order,
@@ -304,7 +308,11 @@ mod tests {
             candidate: None,
         };
         let mut ranked = vec![trace(1), trace(5)];
-        add_sittings(&mut ranked, &sittings, &[1.0, 1.0], &Params::default());
+        let scored = SittingScores {
+            sittings: Arc::new(sittings),
+            scores: vec![1.0, 1.0],
+        };
+        add_sittings(&mut ranked, &scored, &Params::default());
         assert!((ranked[0].score - 1.3).abs() < 1e-6, "{ranked:?}");
         assert_eq!(ranked[1].score, 1.0, "the latest sitting: none");
     }

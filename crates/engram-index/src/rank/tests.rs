@@ -281,14 +281,15 @@ fn expansion_finds_by_the_conversations_own_words_what_the_question_names_otherw
     assert_eq!(chosen[0].0, "puppi");
     // Half of the question's one term.
     assert!((chosen[0].1 - 0.5).abs() < 1e-6, "{chosen:?}");
-    let plain = unexpanded.fuse(None, &one, &|_| None);
+    let plain = unexpanded.fuse_all(None, &one).best(&one, &|_| None, None);
     assert_eq!(keys(&lexical, &plain)[0], "t1");
     assert!(!keys(&lexical, &plain).contains(&"t2".to_owned()));
     let expanded = by_words(&mut lexical, "which pets", &Filter::default(), 10, &one)
         .unwrap()
         .expand(&lexical, &chosen, &one)
         .unwrap()
-        .fuse(None, &one, &|_| None);
+        .fuse_all(None, &one)
+        .best(&one, &|_| None, None);
     let found = keys(&lexical, &expanded);
     assert_eq!(found[0], "t1", "the question's own word first: {found:?}");
     assert!(found.contains(&"t2".to_owned()), "{found:?}");
@@ -309,7 +310,8 @@ fn expansion_finds_by_the_conversations_own_words_what_the_question_names_otherw
         .unwrap()
         .expand(&lexical, &chosen, &one)
         .unwrap()
-        .fuse(None, &one, &|_| None);
+        .fuse_all(None, &one)
+        .best(&one, &|_| None, None);
     assert!(unknown.is_empty(), "{:?}", keys(&lexical, &unknown));
 
     // Off: no expansion at all.
@@ -387,11 +389,11 @@ fn expand_and_fuse_ranks_as_its_steps_do() {
         vectors: &vectors,
         query: &query,
     };
-    let sequential =
-        words
-            .expand(&lexical, &chosen, &params)
-            .unwrap()
-            .fuse(Some(semantic), &params, &|o| lexical.speaker(o));
+    let sequential = words
+        .expand(&lexical, &chosen, &params)
+        .unwrap()
+        .fuse_all(Some(semantic), &params)
+        .best(&params, &|o| lexical.speaker(o), None);
     let words = vec![Some(ask(&mut lexical)), None];
     let together = expand_and_fuse(
         words,

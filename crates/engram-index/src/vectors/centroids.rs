@@ -124,7 +124,7 @@ mod tests {
         let mut v = Vectors::in_memory("m", 2);
         v.write(&[trace(1, vec![1.0, 0.0]), trace(2, vec![0.0, 1.0])], &[])
             .unwrap();
-        let sittings = Sittings::split([(1, 0.0), (2, 1.0), (3, 10_000.0)], 60.0);
+        let sittings = Sittings::split([(1, 0.0), (2, 1.0), (3, 10_000.0)], 60.0, None);
         let cos = v.sitting_cosines(&[1.0, 0.0], &sittings);
         assert_eq!(cos.len(), 2);
         let mean = cos[0].unwrap();
