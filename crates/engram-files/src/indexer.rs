@@ -52,10 +52,6 @@ const QUIET: Duration = Duration::from_millis(20);
 /// Pause after a failed embedding call before the agent is tried again.
 const RETRY_AFTER: Duration = Duration::from_secs(5);
 
-/// Words the table of word vectors holds at most, for every agent
-/// together (int8: about 20 MB with a 384-dimension model).
-const MAX_WORDS: usize = 50_000;
-
 /// The model the indexer embeds with.
 #[derive(Debug)]
 pub(crate) struct Indexer {
@@ -71,7 +67,7 @@ impl Indexer {
             id: embedder.model().to_owned(),
             dim: embedder.dim(),
         };
-        let words = RwLock::new(WordVectors::new(model.dim, MAX_WORDS));
+        let words = RwLock::new(WordVectors::new(model.dim, engram_index::words::MAX_WORDS));
         Self {
             embedder,
             model,
@@ -81,16 +77,14 @@ impl Indexer {
 
     /// The table of word vectors, to read.
     pub fn words(&self) -> std::sync::RwLockReadGuard<'_, WordVectors> {
-        self.words
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        engram_store::read(&self.words)
     }
 
-    /// The table of word vectors, to change.
+    /// The table of word vectors, to change (tests; the indexer fills it
+    /// through [`engram_store::embed_words`]).
+    #[cfg(test)]
     pub(crate) fn words_mut(&self) -> std::sync::RwLockWriteGuard<'_, WordVectors> {
-        self.words
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        engram_store::write(&self.words)
     }
 }
 
@@ -341,32 +335,10 @@ impl FileStore {
         let Some((generation, missing)) = asked else {
             return Ok(());
         };
-        for words in missing.chunks(BATCH) {
-            let words = words.to_vec();
-            let started = Instant::now();
-            match indexer.embedder.embed(&words).await {
-                Ok(vectors) if vectors.len() == words.len() => {
-                    let mut table = indexer.words_mut();
-                    for (word, vector) in words.iter().zip(&vectors) {
-                        table.insert(word, vector);
-                    }
-                    metrics::gauge!("engram_vocabulary_words").set(table.len() as f64);
-                }
-                Err(engram_core::embed::EmbedError::Unavailable(why)) => {
-                    return Err(crate::StoreError::Index(why));
-                }
-                // A batch refused (or out of shape) stays without vectors:
-                // those words are not used for expansion.
-                refused => {
-                    let why = refused
-                        .err()
-                        .map_or_else(|| "out of shape".to_owned(), |e| e.to_string());
-                    tracing::warn!(error = %why, words = words.len(), "the model refused a batch of words; they are not used for expansion");
-                    indexer.words_mut().refuse(&words);
-                }
-            }
-            metrics::histogram!("engram_embed_batch_seconds").record(started.elapsed());
-        }
+        let embedder = indexer.embedder.as_ref();
+        engram_store::embed_words(embedder, &indexer.words, &missing, BATCH)
+            .await
+            .map_err(crate::StoreError::Index)?;
         let evictions = indexer.words().evictions();
         let slot = Arc::clone(&handle.index).lock_owned().await;
         let left = blocking(move || {

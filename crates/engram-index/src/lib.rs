@@ -31,7 +31,7 @@ pub mod words;
 pub use lexical::Lexical;
 pub use rank::{
     Coverage, Fused, Matched, Neighbours, Params, Ranked, Semantic, SittingScores, Sittings, Words,
-    from_candidates, named_one, sitting_scores,
+    choose_expansion, from_candidates, named_one, sitting_scores, words_to_consider,
 };
 #[cfg(feature = "lexical")]
 pub use rank::{by_words, expand_and_fuse, expansion, rank};

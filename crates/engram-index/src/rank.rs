@@ -171,9 +171,7 @@ pub struct Words {
     limit: usize,
     /// The one participant the question names (the speaker prior).
     named: Option<u32>,
-    /// The question's terms (what an expansion leaves out; read only with
-    /// the index's own word search).
-    #[cfg_attr(not(feature = "lexical"), allow(dead_code))]
+    /// The question's terms (what an expansion leaves out).
     terms: Vec<String>,
 }
 
@@ -498,6 +496,8 @@ mod sittings;
 use sittings::add_sittings;
 pub use sittings::{Coverage, SittingScores, Sittings, TermCounts, sitting_scores};
 
+mod expansion;
+pub use expansion::{choose_expansion, words_to_consider};
 #[cfg(feature = "lexical")]
 mod expand;
 #[cfg(feature = "lexical")]

@@ -25,10 +25,25 @@ use crate::vectors::{dot, quantize, quantize_i16};
 /// shorter ones are mostly fragments ("ok", "th"), longer ones identifiers.
 pub const WORD_BYTES: std::ops::RangeInclusive<usize> = 3..=24;
 
+/// Words a table of word vectors holds at most, for every agent together
+/// (int8: about 20 MB with a 384-dimension model).
+pub const MAX_WORDS: usize = 50_000;
+
 /// Whether `word` is one the vocabulary embeds: letters only (numbers and
 /// codes say nothing a model can place), of a sensible length.
 pub fn is_word(word: &str) -> bool {
     WORD_BYTES.contains(&word.len()) && word.bytes().all(|b| b.is_ascii_lowercase())
+}
+
+/// The words of `text` a vocabulary holds ([`is_word`]), as a backend
+/// without the index's analyzer splits them: at anything not a letter or
+/// digit, lower-cased (a database's own parser stems them for its search;
+/// these are what a model reads).
+pub fn plain_words(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| WORD_BYTES.contains(&w.len()))
+        .map(str::to_lowercase)
+        .filter(|w| is_word(w))
 }
 
 /// The vectors of words, for one model.
@@ -194,6 +209,14 @@ mod tests {
     fn unit(v: &[f32]) -> Vec<f32> {
         let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
         v.iter().map(|x| x / norm).collect()
+    }
+
+    #[test]
+    fn plain_words_are_the_lower_cased_letters_between_the_rest() {
+        let words: Vec<String> =
+            plain_words("Caroline's PUPPY, adopted_2023 (a re-do) x4 ok naïve").collect();
+        // Too short, digits, not ASCII: none a word the model is asked for.
+        assert_eq!(words, ["caroline", "puppy", "adopted"]);
     }
 
     #[test]

@@ -83,13 +83,21 @@ impl PgStore {
         });
     }
 
-    /// The cached agents' memory, estimated (the engine's memory budget).
+    /// The cached agents' memory, estimated (the engine's memory budget),
+    /// and the vocabularies and word vectors of query expansion (bounded;
+    /// unloading agents does not shrink them).
     pub(crate) fn memory_bytes(&self) -> u64 {
         let handles: Vec<Arc<Handle>> = engram_store::lock(&self.inner.agents)
             .values()
             .map(Arc::clone)
             .collect();
-        handles.iter().map(|h| h.memory()).sum()
+        let words = self
+            .inner
+            .words
+            .as_ref()
+            .map_or(0, |w| engram_store::read(w).memory_bytes() as u64);
+        let expansion = words + self.inner.vocabulary.bytes();
+        handles.iter().map(|h| h.memory()).sum::<u64>() + expansion
     }
 
     /// Drops the caches nobody holds, least recently used first, until the
@@ -139,6 +147,7 @@ impl PgStore {
     /// Forgets the cache of `id` (after its deletion).
     pub(crate) fn forget(&self, id: &str) {
         engram_store::lock(&self.inner.agents).remove(id);
+        self.inner.vocabulary.forget(id);
     }
 }
 

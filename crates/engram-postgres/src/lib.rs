@@ -41,6 +41,7 @@ mod cache;
 mod compact;
 mod compaction_log;
 mod erase;
+mod expand;
 mod facts;
 mod forget;
 mod group;
@@ -62,6 +63,7 @@ mod user_managed;
 mod user_rank;
 mod user_vectors;
 mod vectors;
+mod vocabulary;
 mod who;
 mod words;
 mod write;
@@ -191,6 +193,12 @@ struct Inner {
     leases: leases::Leases,
     /// This replica's agents' sittings (ranking).
     sittings: sittings::SittingCache,
+    /// This replica's agents' vocabularies (query expansion).
+    vocabulary: vocabulary::VocabularyCache,
+    /// The vectors of their words, with a model (query expansion).
+    words: Option<Arc<std::sync::RwLock<engram_index::WordVectors>>>,
+    /// Whether a round of embedding words runs in the background.
+    embedding_words: std::sync::atomic::AtomicBool,
 }
 
 impl PgStore {
@@ -223,6 +231,10 @@ impl PgStore {
             );
         }
         let group = group::Group::start(pool.clone(), group_writers(config.pool_size));
+        let words = config
+            .embedder
+            .as_ref()
+            .and_then(|e| expand::word_table(&config.ranking, e.dim()));
         let store = Self {
             inner: Arc::new(Inner {
                 group,
@@ -236,6 +248,9 @@ impl PgStore {
                 unembedded: std::sync::atomic::AtomicU64::new(0),
                 leases: leases::Leases::default(),
                 sittings: sittings::SittingCache::default(),
+                vocabulary: vocabulary::VocabularyCache::default(),
+                words,
+                embedding_words: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         store.spawn_indexer();

@@ -17,6 +17,7 @@ use engram_store::{
 use sqlx::PgConnection;
 use uuid::Uuid;
 
+use crate::expand::{expand, sitting_terms};
 use crate::recalled::materialize;
 use crate::who::{Places, Who};
 use crate::words::{Hidden, by_words};
@@ -116,9 +117,9 @@ impl PgStore {
         wants: Vec<Want>,
         wait: Option<std::time::Duration>,
     ) -> Result<(Vec<Vec<Ranked>>, Places<'static>, IndexState)> {
-        if let Some(wait) = wait {
-            self.wait_embedded(id, std::time::Instant::now() + wait)
-                .await?;
+        let deadline = wait.map(|wait| std::time::Instant::now() + wait);
+        if let Some(deadline) = deadline {
+            self.wait_embedded(id, deadline).await?;
         }
         let (state, incarnation) = state(conn, id).await?;
         let who = Who::Agent(id);
@@ -131,7 +132,7 @@ impl PgStore {
                 &who,
                 query,
                 wants,
-                state.items,
+                (state.items, deadline),
                 None,
                 copy,
                 Places::default(),
@@ -145,7 +146,10 @@ impl PgStore {
 
     /// The rankings `wants` asks for over `who`'s `docs` items, `hidden`
     /// left out: the words ranked by the database while the query is
-    /// embedded, then fused with `vectors` (none without a model).
+    /// embedded, expanded by the vocabulary's words nearest the query
+    /// (`expand.rs`; a search that waits for the index until `deadline`
+    /// has its vocabulary embedded first), then fused with `vectors` (none
+    /// without a model).
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn rank_among<'p>(
         &self,
@@ -153,7 +157,7 @@ impl PgStore {
         who: &Who<'_>,
         query: &str,
         wants: Vec<Want>,
-        docs: u64,
+        (docs, deadline): (u64, Option<std::time::Instant>),
         hidden: Hidden<'_>,
         vectors: Option<&Vectors>,
         mut places: Places<'p>,
@@ -163,7 +167,26 @@ impl PgStore {
             self.query_vector(query),
             by_words(conn, who, query, wants, docs, hidden, &mut places, params)
         );
-        let (words, rare) = words?;
+        let (mut words, terms) = words?;
+        let mut expansion = Vec::new();
+        if let (Some(terms), Some(asked)) = (&terms, query_vector.as_deref())
+            && words.iter().any(Option::is_some)
+        {
+            let own = (asked, terms.lexemes.as_slice());
+            expansion = self.expansion(conn, who, own, docs, deadline).await?;
+            let expanding = (&expansion, terms);
+            words = expand(
+                conn,
+                who,
+                words,
+                expanding,
+                docs,
+                hidden,
+                &mut places,
+                params,
+            )
+            .await?;
+        }
         let semantic = vectors
             .zip(query_vector.as_deref())
             .map(|(vectors, query)| Semantic { vectors, query });
@@ -171,7 +194,9 @@ impl PgStore {
             true => {
                 let asked = vectors.zip(query_vector.as_deref());
                 let cache = &self.inner.sittings;
-                crate::sittings::scores(conn, cache, who, &rare, asked, params).await?
+                let rare = terms.as_ref().map_or(&[][..], |t| t.rare.as_slice());
+                let counted = sitting_terms(rare, &expansion);
+                crate::sittings::scores(conn, cache, who, &counted, asked, params).await?
             }
             false => None,
         };

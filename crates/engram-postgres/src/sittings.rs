@@ -209,13 +209,14 @@ impl SittingCache {
 }
 
 /// The question's score for each sitting of `who`'s conversations, by
-/// its `lexemes` (those the search did not find common) and, with
-/// vectors, its vector `query`; `None` when sittings are not scored.
+/// its weighted `lexemes` (those the search did not find common, and the
+/// expansion's) and, with vectors, its vector `query`; `None` when
+/// sittings are not scored.
 pub(crate) async fn scores(
     conn: &mut PgConnection,
     cache: &SittingCache,
     who: &Who<'_>,
-    lexemes: &[String],
+    lexemes: &[(String, f32)],
     semantic: Option<(&Vectors, &[f32])>,
     params: &Params,
 ) -> Result<Option<SittingScores>> {
@@ -253,7 +254,7 @@ pub(crate) async fn scores(
     if !lexemes.is_empty() && !coverage.is_empty() {
         let any = lexemes
             .iter()
-            .map(|l| crate::words::quote(l))
+            .map(|(l, _)| crate::words::quote(l))
             .collect::<Vec<_>>()
             .join(" | ");
         let sql = format!(
@@ -266,7 +267,7 @@ pub(crate) async fn scores(
         );
         let rows: Vec<(String, i64, String, i32)> = bind_who!(sqlx::query_as(&sql), who)
             .bind(&any)
-            .bind(lexemes)
+            .bind(lexemes.iter().map(|(l, _)| l.as_str()).collect::<Vec<_>>())
             .bind(MAX_ROWS)
             .fetch_all(&mut *conn)
             .await
@@ -278,8 +279,8 @@ pub(crate) async fn scores(
                 by_lexeme.entry(lexeme).or_default().push((s, tf));
             }
         }
-        for lexeme in lexemes {
-            let mut counts = coverage.term(1.0);
+        for (lexeme, weight) in lexemes {
+            let mut counts = coverage.term(*weight);
             for (s, tf) in by_lexeme.get(lexeme.as_str()).into_iter().flatten() {
                 counts.add(*s, *tf);
             }

@@ -193,3 +193,18 @@ pub async fn waits_for_user_scope(
     .fetch_one(conn)
     .await
 }
+
+/// Whether `store`'s table of word vectors holds `word` (query expansion).
+pub fn has_word_vector(store: &crate::PgStore, word: &str) -> bool {
+    store
+        .inner
+        .words
+        .as_ref()
+        .is_some_and(|t| engram_store::read(t).contains(word))
+}
+
+/// The words of `agent`'s vocabulary `store` holds, as its last search
+/// that expanded read them.
+pub fn held_vocabulary(store: &crate::PgStore, agent: &str) -> Vec<String> {
+    store.inner.vocabulary.words_of(agent)
+}

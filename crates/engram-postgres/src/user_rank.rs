@@ -34,10 +34,12 @@ impl PgStore {
         query: &MemoryQuery,
         current: Option<&AgentId>,
     ) -> Result<RankedMemories> {
-        if let (Some(wait), Some(id)) = (query.wait_for_index, current) {
+        let deadline = query
+            .wait_for_index
+            .map(|wait| std::time::Instant::now() + wait);
+        if let (Some(deadline), Some(id)) = (deadline, current) {
             // The current conversation's own items are embedded first.
-            self.wait_embedded(id.as_str(), std::time::Instant::now() + wait)
-                .await?;
+            self.wait_embedded(id.as_str(), deadline).await?;
         }
         let mut conn = self.conn().await?;
         // Where the current conversation's active transcript starts: what
@@ -61,7 +63,13 @@ impl PgStore {
             want.1 = want.1.min(MAX_RANKED);
         }
         let (ranked, places, state) = self
-            .rank_user(&mut conn, (&copy, traces), &query.query, wants, hidden)
+            .rank_user(
+                &mut conn,
+                (&copy, traces),
+                &query.query,
+                wants,
+                (hidden, deadline),
+            )
             .await?;
         let who = Who::User(&copy.placing);
         let (memories, episodic, semantic) =
@@ -89,6 +97,9 @@ impl PgStore {
             kinds: vec![Kind::Trace],
             ..engram_store::ranked::search_filter(search)
         };
+        let deadline = search
+            .wait_for_index
+            .map(|wait| std::time::Instant::now() + wait);
         let mut conn = self.conn().await?;
         let slot = self.user_slot(user);
         let (copy, traces) = self.caught_up_user(&mut conn, &slot, user).await?;
@@ -98,7 +109,7 @@ impl PgStore {
                 (&copy, traces),
                 &search.query,
                 vec![(filter, end + 1)],
-                None,
+                (None, deadline),
             )
             .await?;
         let ranked = ranked.pop().unwrap_or_default();
@@ -114,15 +125,16 @@ impl PgStore {
     }
 
     /// The rankings `wants` asks for over the user's rows as `copy` places
-    /// them (their agents holding `traces` traces), and the index state of
-    /// all of them.
+    /// them (their agents holding `traces` traces), `hidden` left out and
+    /// waiting for the index until `deadline`, and the index state of all
+    /// of them.
     async fn rank_user<'a>(
         &self,
         conn: &mut PgConnection,
         (copy, traces): (&'a UserCopy, u64),
         query: &str,
         wants: Vec<Want>,
-        hidden: Hidden<'_>,
+        (hidden, deadline): (Hidden<'_>, Option<std::time::Instant>),
     ) -> Result<UserRanked<'a>> {
         let who = Who::User(&copy.placing);
         // What waits for the model is counted only where there is one
@@ -146,7 +158,7 @@ impl PgStore {
                 &who,
                 query,
                 wants,
-                docs,
+                (docs, deadline),
                 hidden,
                 copy.vectors.as_ref(),
                 Places::besides(&copy.places),

@@ -51,20 +51,47 @@ const MAX_SCORED: i64 = 500;
 const PICKED_ROWS: i64 = 200;
 
 /// The query's terms and their statistics over the rows searched.
-struct Terms {
+pub(crate) struct Terms {
     /// `'lexeme'` quoted for tsquery input, and each one's IDF.
     quoted: Vec<String>,
-    lexemes: Vec<String>,
+    pub lexemes: Vec<String>,
     idf: Vec<f64>,
     /// Whether the term picks the rows to score ([`PICKED_ROWS`]).
     picks: Vec<bool>,
     /// The terms in fewer rows than rarity is counted to, and in at most
     /// half of them: those a sitting's score counts (`sittings.rs`).
-    rare: Vec<String>,
-    avgdl: f64,
+    pub rare: Vec<String>,
+    pub avgdl: f64,
+}
+
+/// BM25's rarity of a term in `df` of `n` rows.
+fn idf(df: u64, n: f64) -> f64 {
+    (1.0 + (n - df as f64 + 0.5) / (df as f64 + 0.5)).ln()
 }
 
 impl Terms {
+    /// Terms of a query expansion, each `(lexeme, weight, rows holding
+    /// it)`, among `docs` rows of average length `avgdl` (the question's):
+    /// each term's rarity weighted, as a query of both would weigh it.
+    pub(crate) fn weighted(terms: &[(String, f32, u64)], docs: u64, avgdl: f64) -> Terms {
+        let n = docs.max(1) as f64;
+        let counts: Vec<i64> = terms
+            .iter()
+            .map(|(_, _, df)| i64::try_from(*df).unwrap_or(i64::MAX))
+            .collect();
+        Terms {
+            quoted: terms.iter().map(|(l, _, _)| quote(l)).collect(),
+            lexemes: terms.iter().map(|(l, _, _)| l.clone()).collect(),
+            idf: terms
+                .iter()
+                .map(|(_, w, df)| idf(*df, n) * f64::from(*w))
+                .collect(),
+            picks: picks(&counts),
+            rare: Vec::new(),
+            avgdl,
+        }
+    }
+
     /// The rows to score, as a tsquery: those with any of the terms that
     /// pick them (selecting by every term of a long query would take
     /// nearly every row, for words worth next to nothing), or with any
@@ -113,9 +140,8 @@ pub(crate) fn quote(lexeme: &str) -> String {
 pub(crate) type Hidden<'a> = Option<(&'a str, i64)>;
 
 /// The lexical half of each ranking `wants` asks for (`None` for a limit
-/// of 0) over `docs` items, and the query's terms that are not common
-/// (for the sittings' scores); where each place found lies goes to
-/// `places`.
+/// of 0) over `docs` items, and the query's terms (`None`: no word to
+/// look for); where each place found lies goes to `places`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn by_words(
     conn: &mut PgConnection,
@@ -126,9 +152,8 @@ pub(crate) async fn by_words(
     hidden: Hidden<'_>,
     places: &mut Places<'_>,
     params: &Params,
-) -> Result<(Vec<Option<Words>>, Vec<String>)> {
+) -> Result<(Vec<Option<Words>>, Option<Terms>)> {
     let terms = terms(conn, who, query, params.max_terms, docs).await?;
-    let rare = terms.as_ref().map(|t| t.rare.clone()).unwrap_or_default();
     let mut out = Vec::with_capacity(wants.len());
     for (filter, limit) in wants {
         if limit == 0 {
@@ -149,19 +174,30 @@ pub(crate) async fn by_words(
         let want = params.candidates.max(limit);
         let candidates = candidates(conn, who, terms, &filter, want, hidden, places).await?;
         let placed = neighbours(conn, who, &candidates, params.neighbour_span, places).await?;
-        let around = |order: u64, n: usize| {
-            placed.get(&order).map_or_else(Default::default, |(b, a)| {
-                (
-                    b.iter().take(n).copied().collect(),
-                    a.iter().take(n).copied().collect(),
-                )
-            })
-        };
         out.push(Some(engram_index::from_candidates(
-            candidates, &around, &filter, limit, params,
+            candidates,
+            &around(&placed),
+            &filter,
+            limit,
+            params,
         )));
     }
-    Ok((out, rare))
+    Ok((out, terms))
+}
+
+/// The traces around places, as [`neighbours`] read them.
+pub(crate) type Around = HashMap<u64, (Vec<Placed>, Vec<Placed>)>;
+
+/// Up to `n` of `placed`'s traces each side of a place.
+pub(crate) fn around(placed: &Around) -> impl Fn(u64, usize) -> (Vec<Placed>, Vec<Placed>) + '_ {
+    |order, n| {
+        placed.get(&order).map_or_else(Default::default, |(b, a)| {
+            (
+                b.iter().take(n).copied().collect(),
+                a.iter().take(n).copied().collect(),
+            )
+        })
+    }
 }
 
 /// The query's terms (the database's analysis), each one's rarity in the
@@ -242,10 +278,7 @@ async fn terms(
         .map(|e| e.or_else(|| counted.next()).unwrap_or(0))
         .collect();
     let n = docs.max(1) as f64;
-    let idf = counts
-        .iter()
-        .map(|&df| (1.0 + (n - df as f64 + 0.5) / (df as f64 + 0.5)).ln())
-        .collect();
+    let idf = counts.iter().map(|&df| idf(df.unsigned_abs(), n)).collect();
     let rare = lexemes
         .iter()
         .zip(&counts)
@@ -291,7 +324,7 @@ async fn common_words(
 }
 
 /// The best `limit` items matching any term within `filter`, by BM25.
-async fn candidates(
+pub(crate) async fn candidates(
     conn: &mut PgConnection,
     who: &Who<'_>,
     terms: &Terms,
@@ -496,13 +529,13 @@ async fn user_fact_candidates(
 
 /// Up to `span` traces each side of every trace among `candidates`, nearest
 /// first, by place (each in its own agent).
-async fn neighbours(
+pub(crate) async fn neighbours(
     conn: &mut PgConnection,
     who: &Who<'_>,
     candidates: &[Candidate],
     span: usize,
     places: &mut Places<'_>,
-) -> Result<HashMap<u64, (Vec<Placed>, Vec<Placed>)>> {
+) -> Result<Around> {
     let (mut agents, mut orders, mut of) = (Vec::new(), Vec::new(), Vec::new());
     for c in candidates.iter().filter(|c| c.kind == Kind::Trace) {
         if let Some((agent, ord)) = places.locate(who, c.order) {
@@ -511,7 +544,7 @@ async fn neighbours(
             of.push(c.order as i64);
         }
     }
-    let mut out: HashMap<u64, (Vec<Placed>, Vec<Placed>)> = HashMap::new();
+    let mut out: Around = HashMap::new();
     if orders.is_empty() || span == 0 {
         return Ok(out);
     }

@@ -71,6 +71,8 @@ impl Harness for Postgres {
 engram_store::conformance_suite!(Postgres::new().await);
 
 // The forget's cases past the conformance suite's, in this one test binary.
+#[path = "pg/expansion.rs"]
+mod expansion;
 #[path = "pg/forget.rs"]
 mod forget;
 #[path = "pg/groups.rs"]

@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use engram_core::embed::{EmbedError, Embedder};
-use engram_index::{Embedded, Item};
+use engram_index::{Embedded, Item, WordVectors};
 
 /// What one batch came to; items in neither list were refused by the
 /// model (they are found by their words only).
@@ -68,6 +68,42 @@ pub async fn embed_batch(embedder: &dyn Embedder, batch: Vec<Item>) -> Outcome {
         retry: vec![],
         failed: None,
     }
+}
+
+/// Gives `words` (of a vocabulary, without vectors in `table`) their
+/// vectors, `batch` words per call to the model, with the table unlocked
+/// while it runs. A batch the model refuses (or answers out of shape) is
+/// noted as refused: those words are not used for expansion, and not
+/// asked for again. An unavailable model ends the round (`Err`, why); the
+/// words left are asked for at a later search.
+pub async fn embed_words(
+    embedder: &dyn Embedder,
+    table: &std::sync::RwLock<WordVectors>,
+    words: &[String],
+    batch: usize,
+) -> Result<(), String> {
+    for words in words.chunks(batch.max(1)) {
+        let started = Instant::now();
+        match embedder.embed(words).await {
+            Ok(vectors) if vectors.len() == words.len() => {
+                let mut table = crate::write(table);
+                for (word, vector) in words.iter().zip(&vectors) {
+                    table.insert(word, vector);
+                }
+                metrics::gauge!("engram_vocabulary_words").set(table.len() as f64);
+            }
+            Err(EmbedError::Unavailable(why)) => return Err(why),
+            refused => {
+                let why = refused
+                    .err()
+                    .map_or_else(|| "out of shape".to_owned(), |e| e.to_string());
+                tracing::warn!(error = %why, words = words.len(), "the model refused a batch of words; they are not used for expansion");
+                crate::write(table).refuse(words);
+            }
+        }
+        metrics::histogram!("engram_embed_batch_seconds").record(started.elapsed());
+    }
+    Ok(())
 }
 
 /// A search's query as a vector, or `None`: an empty query, or a model

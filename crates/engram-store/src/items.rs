@@ -75,6 +75,39 @@ pub fn trace_item(t: &RawTrace) -> Item {
     }
 }
 
+/// The words an item is searched by (its speaker, what it says, a
+/// memory's tags), from its stored body: a trace's JSON line, a summary's
+/// or a fact's JSON. `None` for a body that does not parse as `kind`.
+pub fn searched_text(kind: Kind, body: &str) -> Option<String> {
+    let (text, name) = match kind {
+        Kind::Trace => {
+            let t: RawTrace = serde_json::from_str(body).ok()?;
+            (trace_text(&t), t.name)
+        }
+        Kind::Episodic => {
+            let e: EpisodicItem = serde_json::from_str(body).ok()?;
+            (memory_words(&e.summary, &e.tags), None)
+        }
+        Kind::Semantic => {
+            let f: SemanticItem = serde_json::from_str(body).ok()?;
+            (memory_words(&f.fact, &f.tags), None)
+        }
+    };
+    Some(match name {
+        Some(name) => format!("{name}: {text}"),
+        None => text,
+    })
+}
+
+/// A memory's words: its text, then its tags ("devops", "travel").
+fn memory_words(text: &str, tags: &[String]) -> String {
+    let mut words = text.to_owned();
+    if !tags.is_empty() {
+        words = format!("{words}\n{}", tags.join(" "));
+    }
+    capped(words)
+}
+
 fn first_turn(turn_ids: &[String]) -> u64 {
     let turn = turn_ids
         .iter()
@@ -94,18 +127,13 @@ fn memory_item(
     (text, tags): (&str, &[String]),
     body: String,
 ) -> Item {
-    let mut words = text.to_owned();
-    if !tags.is_empty() {
-        // Tags are words of the memory too ("devops", "travel").
-        words = format!("{words}\n{}", tags.join(" "));
-    }
     Item {
         key: id.to_owned(),
         kind,
         trace_type: 0,
         order: first_turn(turn_ids),
         ts: source.to_ts.unwrap_or(ts),
-        text: capped(words),
+        text: memory_words(text, tags),
         name: None,
         body,
     }

@@ -52,10 +52,12 @@ pub mod prelude {
     };
 }
 pub use derived::AgentMeta;
-pub use embedding::{Outcome as Embedding, embed_batch, expect_query, query_vector};
+pub use embedding::{Outcome as Embedding, embed_batch, embed_words, expect_query, query_vector};
 pub use engram_core::state::Hiding;
 pub use error::{Result, StoreError};
-pub use items::{MAX_EMBEDDED_CHARS, episodic_item, for_embedding, semantic_item, trace_item};
+pub use items::{
+    MAX_EMBEDDED_CHARS, episodic_item, for_embedding, searched_text, semantic_item, trace_item,
+};
 pub use memo::Remembering;
 
 /// Work over more bytes than this (an agent's active traces and prompt, a
@@ -204,6 +206,19 @@ pub fn page<'a>(
 /// [`lock_or`] that takes what it finds.
 pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     lock_or(mutex, |_| {})
+}
+
+/// Reads what `lock` holds, as a writer that panicked left it (a table of
+/// derived data: at worst a half-made entry, which a reader tolerates).
+pub fn read<T>(lock: &std::sync::RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Changes what `lock` holds ([`read`] says why poison is ignored).
+pub fn write<T>(lock: &std::sync::RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

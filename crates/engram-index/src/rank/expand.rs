@@ -1,26 +1,13 @@
-//! Query expansion from the conversation's own vocabulary.
-//!
-//! A question that names a category ("what pets does she have?", "which
-//! cities has he visited?") shares no word with the messages that name the
-//! instances ("my pup", "Lisbon"), and its vector alone seldom lifts one
-//! message among hundreds. The words the conversation itself uses that
-//! are closest in meaning to the question ([`WordVectors`]) join its word
-//! query at a lower weight: the messages that say them now match by their
-//! words. Only the conversation's words are candidates, so every added
-//! term matches something, and the question's own words still decide
-//! (outside measurement on LoCoMo's dev half, issue 28: multi-hop all@10
-//! 0.211 → 0.296).
+//! Query expansion over the file store's index (`expansion.rs` says why
+//! and holds what every backend shares): the vocabulary is the index's
+//! own, and the expansion's terms are a second word search of it.
 
-use std::collections::HashMap;
+use super::{Params, Ranked, Semantic, SittingScores, Words, sitting_scores};
+use super::{choose_expansion, words_to_consider};
+use crate::{Lexical, Result, Vectors, WordVectors};
 
-use super::{Params, Ranked, Semantic, SittingScores, Words, from_candidates, sitting_scores};
-use crate::{Candidate, Lexical, Result, Vectors, WordVectors};
-
-/// The question's expansion: up to `params.expansion_words` terms of the
-/// index's vocabulary closest to the question's vector `query`, none of
-/// them one of its own `terms`, each with its weight. Together they weigh
-/// `params.expansion_weight` of the question's terms, shared by closeness
-/// (each at most one question term's weight).
+/// The question's expansion ([`choose_expansion`]) from the index's
+/// vocabulary words closest to the question's vector `query`.
 pub fn expansion(
     index: &mut Lexical,
     words: &WordVectors,
@@ -28,111 +15,38 @@ pub fn expansion(
     terms: &[String],
     params: &Params,
 ) -> Result<Vec<(String, f32)>> {
-    if params.expansion_words == 0 || params.expansion_weight <= 0.0 || terms.is_empty() {
+    let considered = words_to_consider(params, terms);
+    if considered == 0 {
         return Ok(Vec::new());
     }
     let vocabulary = index.vocabulary()?;
-    // More than wanted: the nearest are often the question's own words,
-    // or forms of one word ("dog", "dogs") that share a term.
-    let near = words.nearest(query, &vocabulary, params.expansion_words * 4);
+    let near = words.nearest(query, &vocabulary, considered);
     let documents = index.len();
-    let mut chosen: Vec<(String, f32)> = Vec::with_capacity(params.expansion_words);
-    for (word, cosine) in near {
-        if chosen.len() == params.expansion_words || cosine <= 0.0 {
-            break;
-        }
+    let term_of = |word: &str| -> Result<Option<(String, u64)>> {
         let Some(term) = index.term_of(word) else {
-            continue;
+            return Ok(None);
         };
-        if terms.contains(&term) || chosen.iter().any(|(t, _)| *t == term) {
-            continue;
-        }
-        // A word in most of the messages singles none out (BM25 gives it
-        // next to nothing), and walking its postings is a search's worst
-        // case: a speaker's name, a word the conversation always uses.
-        if index.doc_freq(&term)? * 2 > documents {
-            continue;
-        }
-        chosen.push((term, cosine));
-    }
-    let closeness: f32 = chosen.iter().map(|(_, c)| c).sum();
-    let budget = params.expansion_weight * terms.len() as f32;
-    for (_, weight) in &mut chosen {
-        *weight = (budget * *weight / closeness).min(1.0);
-    }
-    Ok(chosen)
+        let held = index.doc_freq(&term)?;
+        Ok(Some((term, held)))
+    };
+    choose_expansion(near, term_of, documents, terms, params)
 }
 
 impl Words {
-    /// The question's terms, as the index analyzed them.
-    pub fn terms(&self) -> &[String] {
-        &self.terms
-    }
-
-    /// This ranking with `expansion`'s terms in its word query: each
-    /// document's score is its score for the question's words plus its
-    /// score for the expansion (a query of both sums the two alike). A
-    /// document among the best of one search but not of the other misses
-    /// that side's share, which is small by then.
+    /// This ranking with `expansion`'s terms in its word query
+    /// ([`Words::expanded`]).
     pub fn expand(
         self,
         index: &Lexical,
         expansion: &[(String, f32)],
         params: &Params,
     ) -> Result<Words> {
-        // A question none of whose words the conversation uses is left to
-        // its meaning: scores are made relative to the best word match, so
-        // the nearest words would stand in for the whole question at full
-        // weight, and crowd out what its vector finds (the paraphrase test:
-        // 16/20 at 1 instead of 18/20).
-        let own_words = self.ranked.iter().any(|r| r.candidate.is_some());
-        if expansion.is_empty() || !own_words {
+        if expansion.is_empty() || !self.found_own_words() {
             return Ok(self);
         }
-        let extra =
-            index.search_weighted(expansion, &self.filter, params.candidates.max(self.limit))?;
-        let Words {
-            ranked,
-            filter,
-            limit,
-            named,
-            terms,
-            traces: _,
-        } = self;
-        let mut candidates: Vec<Candidate> =
-            ranked.into_iter().filter_map(|r| r.candidate).collect();
-        let mut at: HashMap<String, usize> = candidates
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (c.key.clone(), i))
-            .collect();
-        for c in extra {
-            match at.get(&c.key) {
-                Some(&i) => {
-                    candidates[i].score += c.score;
-                    candidates[i].expansion += c.score;
-                }
-                None => {
-                    at.insert(c.key.clone(), candidates.len());
-                    candidates.push(Candidate {
-                        expansion: c.score,
-                        ..c
-                    });
-                }
-            }
-        }
-        candidates.sort_by(|a, b| b.score.total_cmp(&a.score));
-        candidates.truncate(params.candidates.max(limit));
-        let mut words = from_candidates(
-            candidates,
-            &|order, n| index.neighbours(order, n),
-            &filter,
-            limit,
-            params,
-        );
-        words.named = named;
-        words.terms = terms;
-        Ok(words)
+        let extra = index.search_weighted(expansion, self.filter(), self.wanted(params))?;
+        let candidates = self.expanded(extra, params);
+        Ok(self.replaced(candidates, &|order, n| index.neighbours(order, n), params))
     }
 }
 

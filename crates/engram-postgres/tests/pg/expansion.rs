@@ -1,0 +1,198 @@
+//! Query expansion on PostgreSQL with the real local model: the words of an
+//! agent's rows closest in meaning to a question join its word query (the
+//! file store's own test says the same of its index), the vocabulary
+//! follows writes and forgets, and a user's conversations are expanded
+//! together.
+#![cfg(feature = "fault-injection")]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use engram_core::forget::Forget;
+use engram_core::{AgentId, NewEvent, UserId};
+use engram_embed::LocalModel;
+use engram_postgres::testing::{has_word_vector, held_vocabulary};
+use engram_postgres::{PgConfig, PgStore};
+use engram_store::prelude::*;
+use engram_store::{Memory, MemoryQuery, Policy, Search, SearchPage};
+
+use super::Postgres;
+
+const MEMORIES: [&str; 3] = [
+    "Caroline: I adopted a puppy from the shelter last week",
+    "Melanie: we painted a sunrise over the lake together",
+    "Caroline: the support group meets every Tuesday evening",
+];
+
+const PETS: &str = "Which pets does Caroline have?";
+const WAIT: Duration = Duration::from_secs(60);
+
+fn local_model() -> Arc<LocalModel> {
+    let dir = std::env::var_os("ENGRAM_TEST_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2")
+        });
+    Arc::new(
+        LocalModel::load(&dir).unwrap_or_else(|e| {
+            panic!("{e}: the local model is missing; `make models` installs it")
+        }),
+    )
+}
+
+async fn open(config: &PgConfig, model: &Arc<LocalModel>, expansion_words: usize) -> PgStore {
+    let mut config = config.clone();
+    config.embedder = Some(Arc::clone(model) as Arc<dyn engram_core::embed::Embedder>);
+    config.ranking.expansion_words = expansion_words;
+    PgStore::open(config).await.expect("the store opens")
+}
+
+/// Ranked search, waiting for the index.
+async fn search(store: &PgStore, agent: &AgentId, query: &str) -> SearchPage {
+    let search = Search {
+        query: query.into(),
+        limit: 3,
+        wait_for_index: Some(WAIT),
+        ..Search::default()
+    };
+    store.search(agent, &search).await.expect("searches")
+}
+
+/// Ingests each text as a user message; the turn of each.
+async fn ingest(
+    store: &PgStore,
+    agent: &AgentId,
+    texts: &[&str],
+    user: Option<&UserId>,
+) -> Vec<String> {
+    let mut turns = Vec::new();
+    for text in texts {
+        let ingested = store
+            .ingest(agent, &[NewEvent::user(*text)], None, None, user)
+            .await
+            .expect("ingest accepted");
+        turns.push(ingested.current_turn_id);
+    }
+    turns
+}
+
+/// The gap between the scores of the hits that hold `first` and `second`.
+fn lead(page: &SearchPage, first: &str, second: &str) -> f32 {
+    let score = |part: &str| {
+        page.hits
+            .iter()
+            .find(|h| h.trace.content.contains(part))
+            .unwrap_or_else(|| panic!("no hit holds {part:?}: {page:?}"))
+            .score
+    };
+    score(first) - score(second)
+}
+
+/// A question naming a category ("pets") shares no word with the message
+/// naming the instance ("puppy"), and names a participant both of whose
+/// messages match it by that name alone. The nearest words of the agent's
+/// rows join its word query: the puppy's message leads the other by more
+/// than without them. The vocabulary then follows the rows: a new
+/// message's words join it, and a forgotten turn's leave it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_naming_a_category_finds_the_instance_by_the_agents_words() {
+    let model = local_model();
+    let pg = Postgres::new().await;
+    let store = open(&pg.config, &model, 10).await;
+    let a = AgentId::parse("pets").unwrap();
+    let turns = ingest(&store, &a, &MEMORIES, None).await;
+    let expanded = search(&store, &a, PETS).await;
+    assert!(
+        expanded.hits[0].trace.content.contains("puppy"),
+        "{expanded:?}"
+    );
+    let words =
+        |store: &PgStore| ["puppy", "shelter", "sunrise"].map(|w| has_word_vector(store, w));
+    assert_eq!(words(&store), [true; 3], "the wait covered the words");
+
+    let off_pg = Postgres::new().await;
+    let off = open(&off_pg.config, &model, 0).await;
+    ingest(&off, &a, &MEMORIES, None).await;
+    let plain = search(&off, &a, PETS).await;
+    assert_eq!(words(&off), [false; 3], "no expansion: no word embedded");
+    let (with, without) = (
+        lead(&expanded, "puppy", "support group"),
+        lead(&plain, "puppy", "support group"),
+    );
+    assert!(with > without + 0.05, "{with} against {without}");
+
+    // Written after the vocabulary was read: read on from the last row.
+    ingest(&store, &a, &["Melanie: my kitten naps all day"], None).await;
+    let page = search(&store, &a, "Which pets does Melanie have?").await;
+    assert!(page.hits[0].trace.content.contains("kitten"), "{page:?}");
+    assert!(held_vocabulary(&store, a.as_str()).contains(&"kitten".to_owned()));
+
+    // A forget moves the agent's generation: its rows are read again, and
+    // the forgotten turn's words are gone from what this replica holds.
+    let policy = Policy {
+        raw_tail_turns: 1,
+        max_episodic: 3,
+        max_semantic: 20,
+        fact_ttl: None,
+    };
+    store
+        .forget(&a, &Forget::Turn(turns[0].clone()), policy)
+        .await
+        .expect("forgets");
+    search(&store, &a, PETS).await;
+    let held = held_vocabulary(&store, a.as_str());
+    assert!(held.contains(&"kitten".to_owned()), "{held:?}");
+    for gone in ["puppy", "shelter", "adopted"] {
+        assert!(!held.contains(&gone.to_owned()), "{gone}: {held:?}");
+    }
+}
+
+/// A user's conversations are expanded together: a question in one
+/// conversation finds the instance another names, leading by more than
+/// without the expansion; every conversation's vocabulary is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_conversations_are_expanded_together() {
+    let model = local_model();
+    let (on, off) = (Postgres::new().await, Postgres::new().await);
+    let (expanding, plain) = (
+        open(&on.config, &model, 10).await,
+        open(&off.config, &model, 0).await,
+    );
+    let ana = UserId::parse("ana").unwrap();
+    let (a, b) = (
+        AgentId::parse("ana-1").unwrap(),
+        AgentId::parse("ana-2").unwrap(),
+    );
+    let query = MemoryQuery {
+        query: PETS.into(),
+        limit: 3,
+        wait_for_index: Some(WAIT),
+        ..Default::default()
+    };
+    let mut leads = Vec::new();
+    for store in [&expanding, &plain] {
+        ingest(store, &a, &MEMORIES[..2], Some(&ana)).await;
+        ingest(store, &b, &MEMORIES[2..], Some(&ana)).await;
+        // The other conversation's items embedded (the wait below covers
+        // the current one's).
+        search(store, &a, "sunrise").await;
+        let ranked = store
+            .rank_user_memories(&ana, &query, Some(&b))
+            .await
+            .expect("ranks");
+        let first = &ranked.memories[0];
+        assert_eq!(first.agent_id.as_deref(), Some("ana-1"));
+        let score = |part: &str| {
+            let found = ranked.memories.iter().find(
+                |m| matches!(&m.memory, Memory::Trace { trace, .. } if trace.content.contains(part)),
+            );
+            found.unwrap_or_else(|| panic!("{part}: {ranked:?}")).score
+        };
+        assert_eq!(first.score, score("puppy"), "{first:?}");
+        leads.push(score("puppy") - score("support group"));
+    }
+    assert!(leads[0] > leads[1] + 0.05, "{leads:?}");
+    assert!(has_word_vector(&expanding, "puppy"));
+    assert!(held_vocabulary(&expanding, "ana-2").contains(&"tuesday".to_owned()));
+}
