@@ -12,7 +12,6 @@ use std::ops::Bound;
 use std::path::Path;
 
 use tantivy::collector::TopDocs;
-use tantivy::columnar::{Column, StrColumn};
 use tantivy::directory::MmapDirectory;
 use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery};
 use tantivy::schema::{
@@ -20,12 +19,11 @@ use tantivy::schema::{
     TextOptions, Value,
 };
 use tantivy::tokenizer::TextAnalyzer;
-use tantivy::{
-    DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, SegmentReader, TantivyDocument, Term,
-};
+use tantivy::{DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
 use crate::analyzer::{self, ANALYZER};
 use crate::{Address, Candidate, Filter, Item, Kind, Placed, Result};
+use columns::Columns;
 use speakers::Speakers;
 
 /// Memory the writer may buffer before it writes a segment (tantivy's
@@ -78,42 +76,6 @@ fn schema() -> (Schema, Fields) {
         ),
     };
     (b.build(), fields)
-}
-
-/// The fast-field columns a candidate is read from, of one segment.
-struct Columns {
-    key: Option<StrColumn>,
-    speaker: Option<StrColumn>,
-    kind: Column<u64>,
-    order: Column<u64>,
-    ts: Column<f64>,
-}
-
-impl Columns {
-    fn key_of(&self, doc: u32) -> Result<String> {
-        Self::str_of(self.key.as_ref(), doc)
-    }
-
-    fn str_of(column: Option<&StrColumn>, doc: u32) -> Result<String> {
-        let mut out = String::new();
-        if let Some(column) = column {
-            for ord in column.term_ords(doc) {
-                column.ord_to_str(ord, &mut out)?;
-            }
-        }
-        Ok(out)
-    }
-
-    fn of(segment: &SegmentReader) -> Result<Self> {
-        let fast = segment.fast_fields();
-        Ok(Self {
-            key: fast.str("key")?,
-            speaker: fast.str("speaker")?,
-            kind: fast.u64("kind")?,
-            order: fast.u64("order")?,
-            ts: fast.f64("ts")?,
-        })
-    }
 }
 
 /// One agent's lexical index.
@@ -418,17 +380,22 @@ impl Lexical {
         filter: &Filter,
         limit: usize,
     ) -> Result<Vec<Candidate>> {
-        let mut clauses: Vec<(Occur, Box<dyn Query>)> =
-            vec![(Occur::Must, Box::new(BooleanQuery::new(words)))];
-        for q in self.filter_queries(filter) {
-            clauses.push((Occur::Must, Box::new(ConstScoreQuery::new(q, 0.0))));
-        }
-        let query = BooleanQuery::new(clauses);
+        let filters = self.filter_queries(filter);
+        let query: Box<dyn Query> = if filters.is_empty() {
+            Box::new(BooleanQuery::new(words))
+        } else {
+            let mut clauses: Vec<(Occur, Box<dyn Query>)> =
+                vec![(Occur::Must, Box::new(BooleanQuery::new(words)))];
+            for q in filters {
+                clauses.push((Occur::Must, Box::new(ConstScoreQuery::new(q, 0.0))));
+            }
+            Box::new(BooleanQuery::new(clauses))
+        };
         let searcher = self.reader.searcher();
-        let top = searcher.search(&query, &TopDocs::with_limit(limit))?;
+        let top = searcher.search(&*query, &TopDocs::with_limit(limit))?;
         // Fast fields only: the stored document (its whole body) is read
         // for the few that make the page, not for every candidate. Each
-        // segment's columns are opened once.
+        // segment's columns are opened once, and its keys read together.
         let mut columns: HashMap<u32, Columns> = HashMap::new();
         let mut out = Vec::with_capacity(top.len());
         for (score, address) in top {
@@ -439,9 +406,8 @@ impl Lexical {
                 }
             };
             let doc = address.doc_id;
-            let key = c.key_of(doc)?;
             out.push(Candidate {
-                key,
+                key: String::new(),
                 kind: Kind::from_u64(c.kind.first(doc).unwrap_or_default()),
                 order: c.order.first(doc).unwrap_or_default(),
                 ts: c.ts.first(doc).unwrap_or_default(),
@@ -452,6 +418,19 @@ impl Lexical {
                     doc: address.doc_id,
                 }),
             });
+        }
+        for (segment, c) in &columns {
+            let mut ours: Vec<&mut Candidate> = out
+                .iter_mut()
+                .filter(|o| o.address.is_some_and(|a| a.segment == *segment))
+                .collect();
+            let docs: Vec<u32> = ours
+                .iter()
+                .filter_map(|o| o.address.map(|a| a.doc))
+                .collect();
+            for (candidate, key) in ours.iter_mut().zip(c.keys_of(&docs)?) {
+                candidate.key = key;
+            }
         }
         Ok(out)
     }
@@ -585,6 +564,7 @@ impl Lexical {
     }
 }
 
+mod columns;
 mod filter;
 mod sittings;
 mod speakers;

@@ -61,8 +61,8 @@ impl PgStore {
         let missing = {
             let table = engram_store::read(table);
             let mut missing = Vec::new();
-            for list in &lists {
-                missing.extend(table.missing(list.iter().map(String::as_str)));
+            for v in &vocabularies {
+                missing.extend(engram_store::lock(v).without_vectors(&table));
             }
             missing.sort_unstable();
             missing.dedup();

@@ -12,8 +12,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
-use engram_index::Kind;
 use engram_index::words::plain_words;
+use engram_index::{Kind, WordVectors};
 use engram_store::Result;
 use sqlx::PgConnection;
 use uuid::Uuid;
@@ -42,6 +42,9 @@ pub(crate) struct AgentVocabulary {
     listed: Arc<Vec<String>>,
     /// How many of its rows hold each lexeme.
     held: HashMap<String, u64>,
+    /// When every word had a vector: the words then, and the table's
+    /// evictions (a search then need not look again until either moves).
+    known: Option<(usize, u64)>,
 }
 
 impl AgentVocabulary {
@@ -80,6 +83,19 @@ impl AgentVocabulary {
     /// The words, in order.
     pub(crate) fn words(&self) -> &Arc<Vec<String>> {
         &self.listed
+    }
+
+    /// Its words `table` has no vector for.
+    pub(crate) fn without_vectors(&mut self, table: &WordVectors) -> Vec<String> {
+        let stamp = (self.listed.len(), table.evictions());
+        if self.known == Some(stamp) {
+            return Vec::new();
+        }
+        let missing = table.missing(self.listed.iter().map(String::as_str));
+        if missing.is_empty() {
+            self.known = Some(stamp);
+        }
+        missing
     }
 
     /// How many rows hold `lexeme`.

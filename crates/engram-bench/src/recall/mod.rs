@@ -51,6 +51,13 @@ pub struct Args {
         default_value = "search,prompt,users,paraphrase,latency"
     )]
     pub parts: Vec<String>,
+    /// store.backend of the servers the search part asks: files, or
+    /// postgres (each server in a fresh schema of --pg-url).
+    #[arg(long, default_value = "files")]
+    pub backend: String,
+    /// The database for --backend postgres (default as for `ingest`).
+    #[arg(long)]
+    pub pg_url: Option<String>,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -86,12 +93,24 @@ pub fn run(args: Args) -> Result<()> {
     let _ = std::fs::remove_dir_all(&args.data_dir);
     std::fs::create_dir_all(&args.data_dir)?;
     let rt = tokio::runtime::Runtime::new()?;
+    // The search part's store: the files under each run's directory, or a
+    // schema of its own per run.
+    let store = || -> Result<String> {
+        if args.backend != "postgres" {
+            return Ok(String::new());
+        }
+        let url = crate::ingest::pg_url(args.pg_url.as_deref())?;
+        let schema = rt.block_on(crate::ingest::fresh_schema(&url))?;
+        Ok(format!(
+            "[store]\nbackend = \"postgres\"\n[store.postgres]\nurl = {url:?}\nschema = {schema:?}\n"
+        ))
+    };
     if part("search") {
         let (served, timed) = rt.block_on(grpc::search_history(
             &args.engramd,
             &args.data_dir,
             &convs,
-            "",
+            &store()?,
         ))?;
         print!("{}", served.table("SearchHistory"));
         let mut latencies = grpc::latency_line("every mechanism", &timed);
@@ -119,7 +138,7 @@ pub fn run(args: Args) -> Result<()> {
                 &args.engramd,
                 &off,
                 &convs,
-                &format!("[search]\n{setting}\n"),
+                &format!("{}[search]\n{setting}\n", store()?),
             ))?;
             print!("{}", without.table(label));
             latencies.push_str(&grpc::latency_line(label, &timed));

@@ -120,3 +120,35 @@ fn a_deletion_file_left_by_a_kill_does_not_stop_the_next_commit() {
     assert_eq!(keys(&mut index, "kayak", &Filter::default()), ["a"]);
     assert_eq!(index.len(), 2);
 }
+
+/// Candidates' keys are read together per segment, in the order of the
+/// key dictionary: each still names its own document (a test item's body
+/// is its key), across segments and past a dictionary block.
+#[test]
+fn every_candidate_has_its_own_key() {
+    let mut index = Lexical::in_memory().unwrap();
+    for batch in 0..3 {
+        let items: Vec<Item> = (0..400)
+            .map(|i| {
+                let n = batch * 400 + i;
+                // Keys whose order is not the documents' order.
+                let key = format!("{:04}-{}", (n * 7919) % 1200, "x".repeat(n % 40));
+                let text = format!("kayak trip {}", "again ".repeat(n % 9));
+                trace(&key, n as u32 + 1, 0.0, &text)
+            })
+            .collect();
+        index.upsert(&items).unwrap();
+        index.commit("").unwrap();
+    }
+    let terms = index.query_terms("kayak trip", 8);
+    let found = index.search(&terms, &Filter::default(), 2000).unwrap();
+    assert_eq!(found.len(), 1200);
+    let segments: std::collections::HashSet<u32> = found
+        .iter()
+        .filter_map(|c| c.address.map(|a| a.segment))
+        .collect();
+    assert!(segments.len() > 1, "more than one segment searched");
+    for c in &found {
+        assert_eq!(c.key, index.body(c).unwrap());
+    }
+}
