@@ -13,7 +13,7 @@ use std::path::Path;
 
 use tantivy::collector::TopDocs;
 use tantivy::directory::MmapDirectory;
-use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery};
+use tantivy::query::{BooleanQuery, Occur, Query, RangeQuery, TermQuery};
 use tantivy::schema::{
     FAST, Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing,
     TextOptions, Value,
@@ -25,6 +25,7 @@ use crate::analyzer::{self, ANALYZER};
 use crate::{Address, Candidate, Filter, Item, Kind, Placed, Result};
 use columns::Columns;
 use speakers::Speakers;
+use top::FilteredTop;
 
 /// Memory the writer may buffer before it writes a segment (tantivy's
 /// floor): an agent's batch is small, the index is one of many.
@@ -380,19 +381,13 @@ impl Lexical {
         filter: &Filter,
         limit: usize,
     ) -> Result<Vec<Candidate>> {
-        let filters = self.filter_queries(filter);
-        let query: Box<dyn Query> = if filters.is_empty() {
-            Box::new(BooleanQuery::new(words))
-        } else {
-            let mut clauses: Vec<(Occur, Box<dyn Query>)> =
-                vec![(Occur::Must, Box::new(BooleanQuery::new(words)))];
-            for q in filters {
-                clauses.push((Occur::Must, Box::new(ConstScoreQuery::new(q, 0.0))));
-            }
-            Box::new(BooleanQuery::new(clauses))
-        };
+        // The filter is checked on what the union offers (`top.rs`).
+        let query = BooleanQuery::new(words);
         let searcher = self.reader.searcher();
-        let top = searcher.search(&*query, &TopDocs::with_limit(limit))?;
+        let top = match *filter == Filter::default() {
+            true => searcher.search(&query, &TopDocs::with_limit(limit))?,
+            false => searcher.search(&query, &FilteredTop { limit, filter })?,
+        };
         // Fast fields only: the stored document (its whole body) is read
         // for the few that make the page, not for every candidate. Each
         // segment's columns are opened once, and its keys read together.
@@ -565,9 +560,9 @@ impl Lexical {
 }
 
 mod columns;
-mod filter;
 mod sittings;
 mod speakers;
 #[cfg(test)]
 mod tests;
+mod top;
 mod vocabulary;

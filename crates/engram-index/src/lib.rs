@@ -171,6 +171,22 @@ pub struct Filter {
     pub traces_hidden: Option<(u64, u64)>,
 }
 
+impl Filter {
+    /// Whether an item of `kind` and `trace_type`, placed at `order` at
+    /// time `ts`, is one a search within this filter may return.
+    pub fn accepts(&self, kind: Kind, trace_type: u8, order: u64, ts: f64) -> bool {
+        let trace = kind == Kind::Trace;
+        (self.kinds.is_empty() || self.kinds.contains(&kind))
+            && (self.trace_types.is_empty() || self.trace_types.contains(&trace_type))
+            && self.order.is_none_or(|(lo, hi)| (lo..=hi).contains(&order))
+            && self.ts.is_none_or(|(lo, hi)| (lo..=hi).contains(&ts))
+            && self.traces_before.is_none_or(|end| !trace || order < end)
+            && self
+                .traces_hidden
+                .is_none_or(|(lo, hi)| !trace || !(lo..=hi).contains(&order))
+    }
+}
+
 /// A user message of turn `turn` as a test item; its body is its key.
 #[cfg(all(test, feature = "lexical"))]
 pub(crate) fn test_trace(key: &str, turn: u32, ts: f64, text: &str) -> Item {

@@ -316,7 +316,7 @@ impl Vectors {
             .entries
             .iter()
             .enumerate()
-            .filter(|(_, e)| e.live && accepts(filter, e))
+            .filter(|(_, e)| e.live && filter.accepts(e.kind, e.trace_type, e.order, e.ts))
             .map(|(i, e)| {
                 let values = &self.values[i * self.dim..(i + 1) * self.dim];
                 (dot(values, &query) as f32 * e.scale * query_scale, i)
@@ -342,21 +342,6 @@ impl Vectors {
             })
             .collect()
     }
-}
-
-fn accepts(filter: &Filter, e: &Entry) -> bool {
-    (filter.kinds.is_empty() || filter.kinds.contains(&e.kind))
-        && (filter.trace_types.is_empty() || filter.trace_types.contains(&e.trace_type))
-        && filter
-            .order
-            .is_none_or(|(lo, hi)| (lo..=hi).contains(&e.order))
-        && filter.ts.is_none_or(|(lo, hi)| (lo..=hi).contains(&e.ts))
-        && filter
-            .traces_before
-            .is_none_or(|end| e.kind != Kind::Trace || e.order < end)
-        && filter
-            .traces_hidden
-            .is_none_or(|(lo, hi)| e.kind != Kind::Trace || !(lo..=hi).contains(&e.order))
 }
 
 fn push_key(body: &mut Vec<u8>, key: &str) {

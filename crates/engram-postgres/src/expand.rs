@@ -97,7 +97,7 @@ impl PgStore {
                 (l, rows)
             }))
         };
-        let chosen = choose_expansion(near.clone(), term_of, docs, own, params)?;
+        let chosen = choose_expansion(near, term_of, docs, own, params)?;
         Ok(chosen
             .into_iter()
             .map(|(lexeme, weight)| {
@@ -116,10 +116,15 @@ impl PgStore {
         };
         if let Some(deadline) = deadline {
             let embedding = engram_store::embed_words(embedder.as_ref(), table, &words, BATCH);
-            if let Ok(Err(why)) = tokio::time::timeout_at(deadline.into(), embedding).await {
-                tracing::warn!(error = %why, "words of a vocabulary not embedded; the search is not expanded by them");
+            match tokio::time::timeout_at(deadline.into(), embedding).await {
+                Ok(Ok(())) => return,
+                Ok(Err(why)) => {
+                    tracing::warn!(error = %why, "words of a vocabulary not embedded; the search is not expanded by them");
+                    return;
+                }
+                // The wait is over: the rest in the background.
+                Err(_) => {}
             }
-            return;
         }
         if self.inner.embedding_words.swap(true, Ordering::AcqRel) {
             return;

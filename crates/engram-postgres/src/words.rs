@@ -73,12 +73,11 @@ impl Terms {
     /// Terms of a query expansion, each `(lexeme, weight, rows holding
     /// it)`, among `docs` rows of average length `avgdl` (the question's):
     /// each term's rarity weighted, as a query of both would weigh it.
+    /// Every term picks the rows to score: none is common (the expansion
+    /// passes over a word in half of the rows), and one statement then
+    /// finds them all.
     pub(crate) fn weighted(terms: &[(String, f32, u64)], docs: u64, avgdl: f64) -> Terms {
         let n = docs.max(1) as f64;
-        let counts: Vec<i64> = terms
-            .iter()
-            .map(|(_, _, df)| i64::try_from(*df).unwrap_or(i64::MAX))
-            .collect();
         Terms {
             quoted: terms.iter().map(|(l, _, _)| quote(l)).collect(),
             lexemes: terms.iter().map(|(l, _, _)| l.clone()).collect(),
@@ -86,7 +85,7 @@ impl Terms {
                 .iter()
                 .map(|(_, w, df)| idf(*df, n) * f64::from(*w))
                 .collect(),
-            picks: picks(&counts),
+            picks: vec![true; terms.len()],
             rare: Vec::new(),
             avgdl,
         }

@@ -156,3 +156,41 @@ pub fn semantic_item(f: &SemanticItem) -> Item {
         serde_json::to_string(f).expect("a fact serializes"),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use engram_core::NewEvent;
+
+    /// A backend that reads an item's words back from its stored body
+    /// finds those the index was given.
+    #[test]
+    fn the_searched_text_of_a_body_is_the_items_own() {
+        let named = NewEvent {
+            name: Some("Caroline".into()),
+            ..NewEvent::user("I adopted a puppy")
+        };
+        let call = NewEvent::tool_call("c1", "weather", serde_json::json!({"city": "Lisbon"}));
+        for trace in engram_core::turns::assign_all([named, call]) {
+            let item = trace_item(&trace);
+            let text = searched_text(Kind::Trace, &item.body);
+            assert_eq!(text.as_deref(), Some(item.full_text().as_str()));
+        }
+        let fact = SemanticItem {
+            id: "f1".into(),
+            ts: 0.0,
+            fact: "Caroline has a puppy".into(),
+            tags: vec!["pets".into()],
+            confidence: 1.0,
+            salience: 1.0,
+            superseded_by: None,
+            turn_ids: vec![],
+            source: Provenance::default(),
+            managed: Default::default(),
+        };
+        let item = semantic_item(&fact);
+        let text = searched_text(Kind::Semantic, &item.body);
+        assert_eq!(text.as_deref(), Some(item.full_text().as_str()));
+        assert_eq!(searched_text(Kind::Episodic, "not json"), None);
+    }
+}

@@ -152,3 +152,96 @@ fn every_candidate_has_its_own_key() {
         assert_eq!(c.key, index.body(c).unwrap());
     }
 }
+
+/// The filter is checked on what the pruned union offers (`top.rs`): for
+/// every filter, a search finds the best of what filtering every match
+/// would leave, in the same order.
+#[test]
+fn a_pruned_search_within_a_filter_finds_the_best_of_every_match() {
+    let mut index = Lexical::in_memory().unwrap();
+    let words = ["kayak", "trip", "lake", "paddle", "storm"];
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    for batch in 0..3 {
+        let items: Vec<Item> = (0..300)
+            .map(|i| {
+                let n = batch * 300 + i;
+                let text: Vec<&str> = (0..1 + next(12))
+                    .map(|_| words[next(words.len() as u64) as usize])
+                    .collect();
+                let mut item = trace(
+                    &format!("k{n}"),
+                    n as u32 / 3 + 1,
+                    n as f64,
+                    &text.join(" "),
+                );
+                item.kind = [Kind::Trace, Kind::Trace, Kind::Episodic, Kind::Semantic][n % 4];
+                item.trace_type = (n % 3) as u8;
+                item.order = crate::order(n as u32 / 3 + 1, n as u32 % 3);
+                item
+            })
+            .collect();
+        index.upsert(&items).unwrap();
+        index.commit("").unwrap();
+    }
+    index.remove(&["k5", "k17"]).unwrap();
+    index.commit("").unwrap();
+    let at = |turn: u32| crate::order(turn, 0);
+    let filters = [
+        Filter::default(),
+        Filter {
+            kinds: vec![Kind::Trace],
+            ..Filter::default()
+        },
+        Filter {
+            kinds: vec![Kind::Episodic, Kind::Semantic],
+            trace_types: vec![0],
+            ..Filter::default()
+        },
+        Filter {
+            trace_types: vec![1, 2],
+            order: Some((at(20), at(200))),
+            ts: Some((30.0, 700.0)),
+            ..Filter::default()
+        },
+        Filter {
+            traces_before: Some(at(150)),
+            traces_hidden: Some((at(40), at(90))),
+            ..Filter::default()
+        },
+    ];
+    for query in ["kayak trip", "storm", "paddle lake storm kayak"] {
+        let terms = index.query_terms(query, 8);
+        let every = index.search(&terms, &Filter::default(), 10_000).unwrap();
+        assert!(every.len() > 500, "{}", every.len());
+        for filter in &filters {
+            let fields = |c: &Candidate| {
+                let body = index.body(c).unwrap();
+                let n: usize = body[1..].parse().unwrap();
+                let kind = [Kind::Trace, Kind::Trace, Kind::Episodic, Kind::Semantic][n % 4];
+                (kind, (n % 3) as u8)
+            };
+            let want: Vec<String> = every
+                .iter()
+                .filter(|c| {
+                    let (kind, trace_type) = fields(c);
+                    filter.accepts(kind, trace_type, c.order, c.ts)
+                })
+                .take(25)
+                .map(|c| c.key.clone())
+                .collect();
+            let got: Vec<String> = index
+                .search(&terms, filter, 25)
+                .unwrap()
+                .into_iter()
+                .map(|c| c.key)
+                .collect();
+            assert_eq!(got, want, "{query:?} within {filter:?}");
+        }
+    }
+}
