@@ -13,6 +13,7 @@ use engram_embed::LocalModel;
 
 use super::id;
 use engram_store::MatchedBy;
+use engram_store::conformance::{PET_MEMORIES, PETS, lead};
 
 use crate::{FileStore, Search, SearchPage, StoreConfig};
 use engram_store::prelude::*;
@@ -79,12 +80,6 @@ async fn open(dir: &std::path::Path, embedder: Option<Arc<Wrapped>>) -> FileStor
     FileStore::open(config).await.unwrap()
 }
 
-const MEMORIES: [&str; 3] = [
-    "Caroline: I adopted a puppy from the shelter last week",
-    "Melanie: we painted a sunrise over the lake together",
-    "Caroline: the support group meets every Tuesday evening",
-];
-
 const DOG: &str = "a dog from the animal rescue";
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -124,7 +119,7 @@ async fn a_model_change_re_embeds_everything_with_the_new_model() {
     let local = local_model();
     let first = Wrapped::new(&local, "first-model", "\u{0}");
     let store = open(dir.path(), Some(first)).await;
-    ingest(&store, "a", &MEMORIES).await;
+    ingest(&store, "a", &PET_MEMORIES).await;
     let page = search(&store, "a", DOG, WAIT).await;
     assert_eq!(state(&page), ("first-model", 3, 3, 0));
     drop(store);
@@ -161,7 +156,7 @@ async fn a_refused_text_is_left_to_its_words_and_the_rest_is_embedded() {
     let dir = tempfile::tempdir().unwrap();
     let embedder = Wrapped::new(&local_model(), "m", "REFUSE");
     let store = open(dir.path(), Some(embedder)).await;
-    let mut texts = MEMORIES.to_vec();
+    let mut texts = PET_MEMORIES.to_vec();
     texts.insert(1, "a text the REFUSE model will not take");
     ingest(&store, "a", &texts).await;
     let page = search(&store, "a", DOG, WAIT).await;
@@ -182,7 +177,7 @@ async fn items_wait_while_the_model_is_down_and_are_embedded_when_it_answers() {
     let embedder = Wrapped::new(&local_model(), "m", "\u{0}");
     embedder.down.store(true, Ordering::SeqCst);
     let store = open(dir.path(), Some(Arc::clone(&embedder))).await;
-    ingest(&store, "a", &MEMORIES).await;
+    ingest(&store, "a", &PET_MEMORIES).await;
     let page = search(&store, "a", "puppy", Duration::from_millis(200)).await;
     assert_eq!(state(&page), ("m", 3, 0, 3));
     assert!(
@@ -222,19 +217,6 @@ async fn a_backlog_longer_than_the_queue_is_embedded_in_full() {
     assert_eq!(state(&page), ("m", 20, 20, 0));
 }
 
-/// The gap between the score of the first hit whose text holds `first` and
-/// that of the one holding `second`.
-fn lead(page: &SearchPage, first: &str, second: &str) -> f32 {
-    let score = |part: &str| {
-        page.hits
-            .iter()
-            .find(|h| h.trace.content.contains(part))
-            .unwrap_or_else(|| panic!("no hit holds {part:?}: {page:?}"))
-            .score
-    };
-    score(first) - score(second)
-}
-
 /// A question naming a category ("pets") shares no word with the message
 /// naming the instance ("puppy"), and names a participant both of whose
 /// messages match it by that name alone. The conversation's own words
@@ -244,11 +226,10 @@ fn lead(page: &SearchPage, first: &str, second: &str) -> f32 {
 /// search that waits for the index ranks as before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_question_naming_a_category_finds_the_instance_by_the_conversations_words() {
-    const PETS: &str = "Which pets does Caroline have?";
     let local = local_model();
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path(), Some(Wrapped::new(&local, "m", "\u{0}"))).await;
-    ingest(&store, "a", &MEMORIES).await;
+    ingest(&store, "a", &PET_MEMORIES).await;
     let expanded = search(&store, "a", PETS, WAIT).await;
     assert!(
         expanded.hits[0].trace.content.contains("puppy"),
@@ -267,7 +248,7 @@ async fn a_question_naming_a_category_finds_the_instance_by_the_conversations_wo
     config.embedder = Some(Wrapped::new(&local, "m", "\u{0}") as Arc<dyn Embedder>);
     config.ranking.expansion_words = 0;
     let off = FileStore::open(config).await.unwrap();
-    ingest(&off, "a", &MEMORIES).await;
+    ingest(&off, "a", &PET_MEMORIES).await;
     let plain = search(&off, "a", PETS, WAIT).await;
     assert_eq!(words(&off), [false; 3], "no expansion: no word embedded");
     let (with, without) = (
@@ -294,7 +275,6 @@ async fn a_question_naming_a_category_finds_the_instance_by_the_conversations_wo
 /// them again: its next search that waits hands it to the indexer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn words_given_up_for_others_are_embedded_again_for_a_search() {
-    const PETS: &str = "Which pets does Caroline have?";
     let local = local_model();
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path(), Some(Wrapped::new(&local, "m", "\u{0}"))).await;
@@ -302,7 +282,7 @@ async fn words_given_up_for_others_are_embedded_again_for_a_search() {
     let dim = indexer.embedder.dim();
     // A small table: the agent's words fit, with room to spare.
     *indexer.words_mut() = engram_index::WordVectors::new(dim, 60);
-    ingest(&store, "a", &MEMORIES).await;
+    ingest(&store, "a", &PET_MEMORIES).await;
     let first = search(&store, "a", PETS, WAIT).await;
     let held = || indexer.words().contains("puppy");
     assert!(held());
@@ -332,7 +312,7 @@ async fn after_a_restart_a_users_search_has_its_conversations_words_embedded_aga
     let dir = tempfile::tempdir().unwrap();
     let ana = engram_core::UserId::parse("ana").unwrap();
     let store = open(dir.path(), Some(Wrapped::new(&local, "m", "\u{0}"))).await;
-    let events: Vec<NewEvent> = MEMORIES.iter().map(|t| NewEvent::user(*t)).collect();
+    let events: Vec<NewEvent> = PET_MEMORIES.iter().map(|t| NewEvent::user(*t)).collect();
     store
         .ingest(&id("a"), &events, None, None, Some(&ana))
         .await

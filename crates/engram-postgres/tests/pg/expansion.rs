@@ -14,18 +14,12 @@ use engram_core::{AgentId, NewEvent, UserId};
 use engram_embed::LocalModel;
 use engram_postgres::testing::{has_word_vector, held_vocabulary};
 use engram_postgres::{PgConfig, PgStore};
+use engram_store::conformance::{PET_MEMORIES, PETS, lead};
 use engram_store::prelude::*;
 use engram_store::{Memory, MemoryQuery, Policy, Search, SearchPage};
 
 use super::Postgres;
 
-const MEMORIES: [&str; 3] = [
-    "Caroline: I adopted a puppy from the shelter last week",
-    "Melanie: we painted a sunrise over the lake together",
-    "Caroline: the support group meets every Tuesday evening",
-];
-
-const PETS: &str = "Which pets does Caroline have?";
 const WAIT: Duration = Duration::from_secs(60);
 
 fn local_model() -> Arc<LocalModel> {
@@ -77,18 +71,6 @@ async fn ingest(
     turns
 }
 
-/// The gap between the scores of the hits that hold `first` and `second`.
-fn lead(page: &SearchPage, first: &str, second: &str) -> f32 {
-    let score = |part: &str| {
-        page.hits
-            .iter()
-            .find(|h| h.trace.content.contains(part))
-            .unwrap_or_else(|| panic!("no hit holds {part:?}: {page:?}"))
-            .score
-    };
-    score(first) - score(second)
-}
-
 /// A question naming a category ("pets") shares no word with the message
 /// naming the instance ("puppy"), and names a participant both of whose
 /// messages match it by that name alone. The nearest words of the agent's
@@ -101,7 +83,7 @@ async fn a_question_naming_a_category_finds_the_instance_by_the_agents_words() {
     let pg = Postgres::new().await;
     let store = open(&pg.config, &model, 10).await;
     let a = AgentId::parse("pets").unwrap();
-    let turns = ingest(&store, &a, &MEMORIES, None).await;
+    let turns = ingest(&store, &a, &PET_MEMORIES, None).await;
     let expanded = search(&store, &a, PETS).await;
     assert!(
         expanded.hits[0].trace.content.contains("puppy"),
@@ -113,7 +95,7 @@ async fn a_question_naming_a_category_finds_the_instance_by_the_agents_words() {
 
     let off_pg = Postgres::new().await;
     let off = open(&off_pg.config, &model, 0).await;
-    ingest(&off, &a, &MEMORIES, None).await;
+    ingest(&off, &a, &PET_MEMORIES, None).await;
     let plain = search(&off, &a, PETS).await;
     assert_eq!(words(&off), [false; 3], "no expansion: no word embedded");
     let (with, without) = (
@@ -172,8 +154,8 @@ async fn a_users_conversations_are_expanded_together() {
     };
     let mut leads = Vec::new();
     for store in [&expanding, &plain] {
-        ingest(store, &a, &MEMORIES[..2], Some(&ana)).await;
-        ingest(store, &b, &MEMORIES[2..], Some(&ana)).await;
+        ingest(store, &a, &PET_MEMORIES[..2], Some(&ana)).await;
+        ingest(store, &b, &PET_MEMORIES[2..], Some(&ana)).await;
         // The other conversation's items embedded (the wait below covers
         // the current one's).
         search(store, &a, "sunrise").await;

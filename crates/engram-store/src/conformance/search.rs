@@ -343,3 +343,29 @@ pub async fn hostile_text_is_stored_whole_and_found<H: Harness>(h: &H) {
         assert_eq!(found.first(), Some(text), "{query}");
     }
 }
+
+/// Three messages for both stores' tests of query expansion with the real
+/// model: the one a question about [`PETS`] is after shares only the
+/// participant's name with it.
+pub const PET_MEMORIES: [&str; 3] = [
+    "Caroline: I adopted a puppy from the shelter last week",
+    "Melanie: we painted a sunrise over the lake together",
+    "Caroline: the support group meets every Tuesday evening",
+];
+
+/// A question naming a category ("pets") where [`PET_MEMORIES`] names the
+/// instance ("puppy").
+pub const PETS: &str = "Which pets does Caroline have?";
+
+/// The gap between the score of the first hit whose text holds `first` and
+/// that of the one holding `second`.
+pub fn lead(page: &crate::SearchPage, first: &str, second: &str) -> f32 {
+    let score = |part: &str| {
+        page.hits
+            .iter()
+            .find(|h| h.trace.content.contains(part))
+            .unwrap_or_else(|| panic!("no hit holds {part:?}: {page:?}"))
+            .score
+    };
+    score(first) - score(second)
+}
