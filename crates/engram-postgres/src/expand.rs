@@ -115,6 +115,10 @@ impl PgStore {
             return;
         };
         if let Some(deadline) = deadline {
+            // This search waits for the model: it does not count as a
+            // call the model's background work makes way for (it would
+            // make way for its own wait, until the deadline).
+            let _waiting = engram_core::load::Load::global().waiting();
             let embedding = engram_store::embed_words(embedder.as_ref(), table, &words, BATCH);
             match tokio::time::timeout_at(deadline.into(), embedding).await {
                 Ok(Ok(())) => return,
