@@ -20,11 +20,7 @@ fn memory_query(query: &str) -> MemoryQuery {
     MemoryQuery {
         query: query.into(),
         limit: 10,
-        neighbours: 0,
-        wait_for_index: None,
-        archived_only: false,
-        episodic: 0,
-        semantic: 0,
+        ..MemoryQuery::default()
     }
 }
 

@@ -10,6 +10,7 @@
 //! (`wait_for_index`) has them embedded before it ranks, as long as its
 //! wait allows.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
@@ -46,7 +47,7 @@ impl PgStore {
         let Some(table) = &self.inner.words else {
             return Ok(Vec::new());
         };
-        if considered == 0 || params.expansion_words == 0 {
+        if considered == 0 {
             return Ok(Vec::new());
         }
         let agents = match who {
@@ -84,24 +85,26 @@ impl PgStore {
         near.truncate(considered);
         let words: Vec<&str> = near.iter().map(|(w, _)| *w).collect();
         let lexemes = self.inner.vocabulary.lexemes(conn, &words).await?;
-        let held = |lexeme: &str| -> u64 {
-            vocabularies
-                .iter()
-                .map(|v| engram_store::lock(v).held(lexeme))
-                .sum()
-        };
+        // The rows holding each lexeme looked at, summed over the
+        // conversations once, for the choice and then the search.
+        let mut held: HashMap<String, u64> = HashMap::new();
         let term_of = |word: &str| -> Result<Option<(String, u64)>> {
-            let lexeme = lexemes.get(word).cloned().flatten();
-            Ok(lexeme.map(|l| {
-                let rows = held(&l);
-                (l, rows)
-            }))
+            let Some(lexeme) = lexemes.get(word).cloned().flatten() else {
+                return Ok(None);
+            };
+            let rows = *held.entry(lexeme.clone()).or_insert_with_key(|l| {
+                vocabularies
+                    .iter()
+                    .map(|v| engram_store::lock(v).held(l))
+                    .sum()
+            });
+            Ok(Some((lexeme, rows)))
         };
         let chosen = choose_expansion(near, term_of, docs, own, params)?;
         Ok(chosen
             .into_iter()
             .map(|(lexeme, weight)| {
-                let rows = held(&lexeme);
+                let rows = held.get(&lexeme).copied().unwrap_or(0);
                 (lexeme, weight, rows)
             })
             .collect())
