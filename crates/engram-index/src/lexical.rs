@@ -43,6 +43,8 @@ struct Fields {
     body: Field,
     /// The speaker's name, normalized ("" for none): the speaker prior.
     speaker: Field,
+    /// 1 for a message that mostly asks: the question prior.
+    asks: Field,
     /// The text's words, not stemmed, indexed for their dictionary only:
     /// the vocabulary query expansion draws on (`vocabulary.rs`).
     words: Field,
@@ -67,6 +69,7 @@ fn schema() -> (Schema, Fields) {
         when: b.add_text_field("when", text),
         body: b.add_text_field("body", STORED),
         speaker: b.add_text_field("speaker", STRING | FAST),
+        asks: b.add_u64_field("asks", FAST),
         words: b.add_text_field(
             "words",
             TextOptions::default().set_indexing_options(
@@ -167,7 +170,9 @@ impl Lexical {
                     self.traces
                         .insert(order, c.ts.first(doc).unwrap_or_default());
                     let speaker = Columns::str_of(c.speaker.as_ref(), doc)?;
-                    self.speakers.note(&mut self.analyzer, order, &speaker);
+                    let asks = c.asks.first(doc) == Some(1);
+                    self.speakers
+                        .note(&mut self.analyzer, order, &speaker, asks);
                 }
             }
         }
@@ -204,12 +209,14 @@ impl Lexical {
             doc.add_text(f.body, &item.body);
             let speaker = crate::rank::speaker_name(item.name.as_deref().unwrap_or_default());
             doc.add_text(f.speaker, &speaker);
+            doc.add_u64(f.asks, u64::from(item.asks()));
             writer.add_document(doc)?;
         }
         for item in items.iter().filter(|i| i.kind == Kind::Trace) {
             self.traces.insert(item.order, item.ts);
             let name = item.name.as_deref().unwrap_or_default();
-            self.speakers.note(&mut self.analyzer, item.order, name);
+            self.speakers
+                .note(&mut self.analyzer, item.order, name, item.asks());
         }
         Ok(())
     }
@@ -330,8 +337,9 @@ impl Lexical {
         self.speakers.named(terms)
     }
 
-    /// Who said the trace at `order`, when it was named.
-    pub fn speaker(&self, order: u64) -> Option<u32> {
+    /// Who said the trace at `order` (when it was named), and whether it
+    /// mostly asks: what the priors weigh it by.
+    pub fn said(&self, order: u64) -> crate::rank::Said {
         self.speakers.of(order)
     }
 

@@ -30,8 +30,9 @@ pub mod words;
 #[cfg(feature = "lexical")]
 pub use lexical::Lexical;
 pub use rank::{
-    Coverage, Fused, Matched, Neighbours, Params, Ranked, Semantic, SittingScores, Sittings, Words,
-    choose_expansion, from_candidates, named_one, sitting_scores, words_to_consider,
+    ASKING_CHARS, Coverage, Fused, Matched, Neighbours, Params, Ranked, Said, Semantic,
+    SittingScores, Sittings, Words, choose_expansion, from_candidates, mostly_asks, named_one,
+    sitting_scores, words_to_consider,
 };
 #[cfg(feature = "lexical")]
 pub use rank::{by_words, expand_and_fuse, expansion, rank};
@@ -103,7 +104,19 @@ impl Item {
             None => self.text.clone(),
         }
     }
+
+    /// A message (a user's or an assistant's, [`MESSAGE_TYPES`]) that
+    /// mostly asks: the question prior (`rank/asking.rs`).
+    pub fn asks(&self) -> bool {
+        self.kind == Kind::Trace
+            && MESSAGE_TYPES.contains(&self.trace_type)
+            && mostly_asks(&self.text)
+    }
 }
+
+/// The trace type numbers of messages, a user's and an assistant's (as
+/// the store numbers trace types; tool calls and results are 3 and 4).
+pub const MESSAGE_TYPES: [u8; 2] = [1, 2];
 
 /// A trace's conversation order and event time.
 pub type Placed = (u64, f64);

@@ -53,6 +53,9 @@ pub struct Params {
     /// Share of its sitting's score a message gains (0: sittings not
     /// scored; `rank/sittings.rs`).
     pub sitting_weight: f32,
+    /// The share of its score a message that mostly asks keeps (1: no
+    /// prior; `rank/asking.rs`).
+    pub question_prior: f32,
 }
 
 impl Default for Params {
@@ -69,6 +72,7 @@ impl Default for Params {
             expansion_words: 10,
             expansion_weight: 0.5,
             sitting_weight: 0.3,
+            question_prior: 0.5,
         }
     }
 }
@@ -278,13 +282,13 @@ impl Fused {
         self.named = named;
     }
 
-    /// The sittings' shares (when they were scored) and the speaker prior
-    /// applied (`speaker_of` says who said the trace at a place), best
-    /// `limit` first.
+    /// The sittings' shares (when they were scored), the speaker prior and
+    /// the question prior applied (`said` tells of the trace at a place),
+    /// best `limit` first.
     pub fn best(
         self,
         params: &Params,
-        speaker_of: &dyn Fn(u64) -> Option<u32>,
+        said: &dyn Fn(u64) -> Said,
         sittings: Option<&SittingScores>,
     ) -> Vec<Ranked> {
         let Fused {
@@ -298,13 +302,25 @@ impl Fused {
             add_sittings(&mut ranked, sittings, params);
         }
         if let Some(named) = named {
-            prefer_speaker(&mut ranked, named, speaker_of, params);
+            prefer_speaker(&mut ranked, named, said, params);
+        }
+        if params.question_prior < 1.0 {
+            prefer_telling(&mut ranked, said, params);
         }
         context_last(&mut ranked);
         ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.order.cmp(&a.order)));
         ranked.truncate(limit);
         ranked
     }
+}
+
+/// What a store knows of a trace at a place, for the priors.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Said {
+    /// Its speaker (an id of the store's), when named.
+    pub speaker: Option<u32>,
+    /// A message that mostly asks ([`mostly_asks`]).
+    pub asks: bool,
 }
 
 /// A participant's name as both stores compare it: trimmed, lower-cased.
@@ -355,15 +371,21 @@ fn context_last(ranked: &mut [Ranked]) {
 /// about what they said, so the other participants' messages keep
 /// `params.other_speakers` of their score (messages of nobody named, and
 /// memories, keep theirs). Over every candidate, before the best are cut.
-fn prefer_speaker(
-    ranked: &mut [Ranked],
-    named: u32,
-    speaker_of: &dyn Fn(u64) -> Option<u32>,
-    params: &Params,
-) {
+fn prefer_speaker(ranked: &mut [Ranked], named: u32, said: &dyn Fn(u64) -> Said, params: &Params) {
     for r in ranked.iter_mut().filter(|r| r.kind == Kind::Trace) {
-        if speaker_of(r.order).is_some_and(|s| s != named) {
+        if said(r.order).speaker.is_some_and(|s| s != named) {
             r.score *= params.other_speakers;
+        }
+    }
+}
+
+/// The question prior (`rank/asking.rs`): a message that mostly asks
+/// keeps `params.question_prior` of its score. Over every candidate,
+/// before the best are cut.
+fn prefer_telling(ranked: &mut [Ranked], said: &dyn Fn(u64) -> Said, params: &Params) {
+    for r in ranked.iter_mut().filter(|r| r.kind == Kind::Trace) {
+        if said(r.order).asks {
+            r.score *= params.question_prior;
         }
     }
 }
@@ -491,6 +513,9 @@ fn in_range(filter: &Filter, order: u64, ts: f64) -> bool {
             .traces_hidden
             .is_none_or(|(lo, hi)| !(lo..=hi).contains(&order))
 }
+
+mod asking;
+pub use asking::{ASKING_CHARS, mostly_asks};
 
 mod sittings;
 use sittings::add_sittings;

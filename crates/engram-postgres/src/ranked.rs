@@ -204,9 +204,9 @@ impl PgStore {
             .into_iter()
             .map(|w| w.map(|w| w.fuse_all(semantic, params)))
             .collect();
-        // The speaker prior: who said the candidates, and whether the
-        // question names one of them.
-        let speakers = if params.other_speakers < 1.0 {
+        // The priors: who said the candidates and whether they mostly
+        // ask, and whether the question names one of the speakers.
+        let said = if params.other_speakers < 1.0 || params.question_prior < 1.0 {
             crate::speakers::prior(conn, who, query, &mut fused, &places, params).await?
         } else {
             HashMap::new()
@@ -215,7 +215,11 @@ impl PgStore {
             .into_iter()
             .map(|f| {
                 f.map_or_else(Vec::new, |f| {
-                    f.best(params, &|p| speakers.get(&p).copied(), sittings.as_ref())
+                    f.best(
+                        params,
+                        &|p| said.get(&p).copied().unwrap_or_default(),
+                        sittings.as_ref(),
+                    )
                 })
             })
             .collect();

@@ -223,6 +223,9 @@ pub struct SearchSection {
     /// Share of its sitting's score (the sitting scored as one document)
     /// a message gains (0: sittings not scored).
     pub sitting_weight: f32,
+    /// The share of its score a message that mostly asks keeps (1: no
+    /// preference).
+    pub question_prior: f32,
 }
 
 impl SearchSection {
@@ -233,6 +236,7 @@ impl SearchSection {
             expansion_words: self.expansion_words,
             expansion_weight: self.expansion_weight,
             sitting_weight: self.sitting_weight,
+            question_prior: self.question_prior,
             ..engram_index::Params::default()
         }
     }

@@ -193,4 +193,24 @@ mod tests {
         assert_eq!(text.as_deref(), Some(item.full_text().as_str()));
         assert_eq!(searched_text(Kind::Episodic, "not json"), None);
     }
+
+    /// The index's messages (what the question prior weighs) are the user's
+    /// and the assistant's traces, as numbered here; a message's indexed
+    /// text is its content, what PostgreSQL reads for the prior.
+    #[test]
+    fn messages_are_the_user_and_assistant_traces_and_their_text_is_the_content() {
+        let types = [TraceType::User, TraceType::Assistant].map(trace_type_code);
+        assert_eq!(types, engram_index::MESSAGE_TYPES);
+        for t in [TraceType::ToolCall, TraceType::ToolResult] {
+            assert!(!engram_index::MESSAGE_TYPES.contains(&trace_type_code(t)));
+        }
+        let asks = "What do you play? Which one?";
+        for trace in
+            engram_core::turns::assign_all([NewEvent::user(asks), NewEvent::assistant(asks)])
+        {
+            let item = trace_item(&trace);
+            assert_eq!(item.text, trace.content);
+            assert!(item.asks());
+        }
+    }
 }

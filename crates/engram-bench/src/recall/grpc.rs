@@ -50,12 +50,23 @@ pub async fn search_history(
     let mut client = connect(&server.addr).await?;
     let mut score = Score::default();
     let mut timed = crate::ingest::histogram();
+    // RECALL_DEPTH: how deep a miss's evidence is looked for (the scores
+    // count the first 25 whatever it is).
+    let depth = std::env::var("RECALL_DEPTH")
+        .ok()
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(25u32)
+        .max(25);
+    let mut dump = match std::env::var("RECALL_DUMP") {
+        Ok(path) => Some(std::io::BufWriter::new(std::fs::File::create(path)?)),
+        Err(_) => None,
+    };
     for (n, conv) in convs.iter().enumerate() {
         let agent = format!("locomo-{n}");
         let ask = |question: &str, wait_for_index_ms: u32| pb::SearchHistoryRequest {
             agent_id: agent.clone(),
             query: question.to_owned(),
-            limit: 25,
+            limit: depth,
             wait_for_index_ms,
             ..Default::default()
         };
@@ -68,11 +79,24 @@ pub async fn search_history(
                 .search_history(ask(&q.question, 60_000))
                 .await?
                 .into_inner();
+            if let Some(dump) = dump.as_mut() {
+                use std::io::Write as _;
+                for m in &page.matches {
+                    if let Some(t) = &m.trace {
+                        writeln!(
+                            dump,
+                            "{n}\t{}\t{}\t{}\t{}",
+                            q.question, t.event_id, m.score, m.matched_by
+                        )?;
+                    }
+                }
+            }
             let ranked: Vec<String> = page
                 .matches
                 .into_iter()
                 .filter_map(|m| m.trace.map(|t| t.event_id))
                 .collect();
+            super::locomo::print_miss("served", conv, q, &ranked);
             score.add(q, &ranked);
         }
         for q in &conv.questions {

@@ -168,6 +168,31 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+/// With `RECALL_MISSES` set, prints a question whose evidence is not all
+/// in `ranked`'s top 10: where each piece ranked (of the 25) and the top
+/// three, labelled by retriever. Where ranking experiments start.
+pub fn print_miss(label: &str, conv: &Conversation, q: &Question, ranked: &[String]) {
+    let top = &ranked[..ranked.len().min(10)];
+    if std::env::var_os("RECALL_MISSES").is_none() || q.evidence.iter().all(|e| top.contains(e)) {
+        return;
+    }
+    let text = |id: &str| {
+        conv.messages
+            .iter()
+            .find(|m| m.dia_id == id)
+            .map(|m| format!("{id} {}: {}", m.speaker, m.text))
+            .unwrap_or_default()
+    };
+    println!("MISS [{label}] c{} {}", q.category, q.question);
+    for e in &q.evidence {
+        let pos = ranked.iter().position(|r| r == e);
+        println!("   want {pos:?} {}", text(e));
+    }
+    for r in ranked.iter().take(3) {
+        println!("   got {}", text(r));
+    }
+}
+
 pub const KS: [usize; 3] = [5, 10, 25];
 
 /// Evidence recall of one retriever: per category, per k, (all, any) hits.

@@ -55,10 +55,39 @@ pub struct Args {
     /// postgres (each server in a fresh schema of --pg-url).
     #[arg(long, default_value = "files")]
     pub backend: String,
+    /// Whether the search part also runs each ranking mechanism off
+    /// (`--ablations false`: only every mechanism, for quick experiments).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub ablations: bool,
     /// The database for --backend postgres (default as for `ingest`).
     #[arg(long)]
     pub pg_url: Option<String>,
 }
+
+/// Each ranking mechanism off in turn (issue 28): what it adds. Each is a
+/// scratch directory, a `[search]` setting and a label.
+const ABLATIONS: [(&str, &str, &str); 4] = [
+    (
+        "speaker-prior-off",
+        "speaker_prior = 1.0",
+        "SearchHistory, no speaker prior",
+    ),
+    (
+        "expansion-off",
+        "expansion_words = 0",
+        "SearchHistory, no expansion",
+    ),
+    (
+        "sittings-off",
+        "sitting_weight = 0.0",
+        "SearchHistory, no sitting scores",
+    ),
+    (
+        "question-prior-off",
+        "question_prior = 1.0",
+        "SearchHistory, no question prior",
+    ),
+];
 
 pub fn run(args: Args) -> Result<()> {
     let convs = locomo::load_dir(&args.data)?;
@@ -114,24 +143,8 @@ pub fn run(args: Args) -> Result<()> {
         ))?;
         print!("{}", served.table("SearchHistory"));
         let mut latencies = grpc::latency_line("every mechanism", &timed);
-        // Each ranking mechanism off in turn (issue 28): what it adds.
-        for (dir, setting, label) in [
-            (
-                "speaker-prior-off",
-                "speaker_prior = 1.0",
-                "SearchHistory, no speaker prior",
-            ),
-            (
-                "expansion-off",
-                "expansion_words = 0",
-                "SearchHistory, no expansion",
-            ),
-            (
-                "sittings-off",
-                "sitting_weight = 0.0",
-                "SearchHistory, no sitting scores",
-            ),
-        ] {
+        let ablations: &[(&str, &str, &str)] = if args.ablations { &ABLATIONS } else { &[] };
+        for &(dir, setting, label) in ablations {
             let off = args.data_dir.join(dir);
             std::fs::create_dir_all(&off)?;
             let (without, timed) = rt.block_on(grpc::search_history(
@@ -253,30 +266,7 @@ fn index_conv(conv: &Conversation, params: &Params, score: &mut Score) -> Result
             .iter()
             .map(|h| Ok(h.body(&lex)?.unwrap_or_default()))
             .collect::<Result<Vec<String>>>()?;
-        // RECALL_MISSES=1 prints each miss with its evidence and the top
-        // hits: where ranking experiments start.
-        if std::env::var_os("RECALL_MISSES").is_some()
-            && !q
-                .evidence
-                .iter()
-                .all(|e| ranked[..ranked.len().min(10)].contains(e))
-        {
-            let text = |id: &str| {
-                conv.messages
-                    .iter()
-                    .find(|m| m.dia_id == id)
-                    .map(|m| format!("{id} {}: {}", m.speaker, m.text))
-                    .unwrap_or_default()
-            };
-            println!("MISS c{} {}", q.category, q.question);
-            for e in &q.evidence {
-                let pos = ranked.iter().position(|r| r == e);
-                println!("   want {pos:?} {}", text(e));
-            }
-            for r in ranked.iter().take(3) {
-                println!("   got {}", text(r));
-            }
-        }
+        locomo::print_miss("words", conv, q, &ranked);
         score.add(q, &ranked);
     }
     Ok(())

@@ -8,6 +8,8 @@ use crate::Result;
 pub(super) struct Columns {
     pub key: Option<StrColumn>,
     pub speaker: Option<StrColumn>,
+    /// 1 for a message that mostly asks.
+    pub asks: Column<u64>,
     pub kind: Column<u64>,
     pub order: Column<u64>,
     pub ts: Column<f64>,
@@ -19,6 +21,7 @@ impl Columns {
         Ok(Self {
             key: fast.str("key")?,
             speaker: fast.str("speaker")?,
+            asks: fast.u64("asks")?,
             kind: fast.u64("kind")?,
             order: fast.u64("order")?,
             ts: fast.f64("ts")?,

@@ -1,15 +1,18 @@
 //! Who said each trace: the participants' names an index has seen, and
 //! which of them a question names. A question that names one participant
 //! ("What did Caroline research?") is about what that participant said;
-//! the ranking then weighs the others' messages less (`rank.rs`).
+//! the ranking then weighs the others' messages less (`rank.rs`). And
+//! which traces mostly ask (the question prior, `rank/asking.rs`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use tantivy::tokenizer::TextAnalyzer;
 
 use crate::analyzer;
+use crate::rank::Said;
 
-/// The participants of an index and each trace's speaker.
+/// The participants of an index, each trace's speaker, and the traces
+/// that mostly ask.
 #[derive(Debug, Default)]
 pub(crate) struct Speakers {
     /// By id - 1: the normalized name, and its terms as the analyzer
@@ -18,12 +21,19 @@ pub(crate) struct Speakers {
     ids: HashMap<String, u32>,
     /// A trace's speaker, by the trace's conversation order.
     by_order: BTreeMap<u64, u32>,
+    /// The places of the messages that mostly ask.
+    asking: BTreeSet<u64>,
 }
 
 impl Speakers {
     /// Notes that the trace at `order` was said by `name` ("" or blank:
-    /// by nobody named).
-    pub(crate) fn note(&mut self, analyzer: &mut TextAnalyzer, order: u64, name: &str) {
+    /// by nobody named), and whether it mostly `asks`.
+    pub(crate) fn note(&mut self, analyzer: &mut TextAnalyzer, order: u64, name: &str, asks: bool) {
+        if asks {
+            self.asking.insert(order);
+        } else {
+            self.asking.remove(&order);
+        }
         let name = crate::rank::speaker_name(name);
         if name.is_empty() {
             self.by_order.remove(&order);
@@ -47,11 +57,19 @@ impl Speakers {
         for order in gone {
             self.by_order.remove(&order);
         }
+        let gone: Vec<u64> = self.asking.range(lo..=hi).copied().collect();
+        for order in gone {
+            self.asking.remove(&order);
+        }
     }
 
-    /// The speaker of the trace at `order`, if it was named.
-    pub(crate) fn of(&self, order: u64) -> Option<u32> {
-        self.by_order.get(&order).copied()
+    /// What is known of the trace at `order`: its speaker, if it was
+    /// named, and whether it mostly asks.
+    pub(crate) fn of(&self, order: u64) -> Said {
+        Said {
+            speaker: self.by_order.get(&order).copied(),
+            asks: self.asking.contains(&order),
+        }
     }
 
     /// The one participant whose every name term is among `terms` (a
@@ -71,16 +89,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_question_names_one_participant_or_none() {
+    fn a_question_names_one_participant_or_none_and_asking_traces_are_kept() {
         let mut analyzer = analyzer::analyzer();
         let mut s = Speakers::default();
-        s.note(&mut analyzer, 1, "Caroline");
-        s.note(&mut analyzer, 2, " Melanie ");
-        s.note(&mut analyzer, 3, "caroline");
-        s.note(&mut analyzer, 4, "");
+        s.note(&mut analyzer, 1, "Caroline", false);
+        s.note(&mut analyzer, 2, " Melanie ", true);
+        s.note(&mut analyzer, 3, "caroline", false);
+        s.note(&mut analyzer, 4, "", true);
+        let of = |s: &Speakers, o| (s.of(o).speaker, s.of(o).asks);
         assert_eq!(
-            (s.of(1), s.of(2), s.of(3), s.of(4)),
-            (Some(1), Some(2), Some(1), None)
+            (of(&s, 1), of(&s, 2), of(&s, 3), of(&s, 4)),
+            (
+                (Some(1), false),
+                (Some(2), true),
+                (Some(1), false),
+                (None, true)
+            )
         );
         let terms = |q: &str| analyzer::terms(&mut analyzer::analyzer(), q, 64);
         assert_eq!(s.named(&terms("What did Caroline research?")), Some(1));
@@ -91,6 +115,10 @@ mod tests {
         assert_eq!(s.named(&terms("What do Caroline and Melanie share?")), None);
         assert_eq!(s.named(&terms("What is my job?")), None);
         s.forget_between(1, 2);
-        assert_eq!((s.of(1), s.of(3)), (None, Some(1)));
+        assert_eq!((of(&s, 1), of(&s, 2)), ((None, false), (None, false)));
+        assert_eq!((of(&s, 3), of(&s, 4)), ((Some(1), false), (None, true)));
+        // Written again, a trace's asking is what its new text says.
+        s.note(&mut analyzer, 4, "", false);
+        assert_eq!(of(&s, 4), (None, false));
     }
 }

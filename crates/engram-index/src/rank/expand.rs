@@ -102,7 +102,7 @@ pub fn expand_and_fuse(
             w.map_or_else(Vec::new, |w| {
                 w.fuse_all(semantic, params).best(
                     params,
-                    &|order| lexical.speaker(order),
+                    &|order| lexical.said(order),
                     sittings.as_ref(),
                 )
             })

@@ -200,6 +200,49 @@ fn a_question_that_names_one_participant_prefers_their_messages() {
     );
 }
 
+/// The question prior: a message that mostly asks ranks after the reply
+/// that tells, though it holds more of the question's words; a tool's
+/// output is no message, and no prior weighs it. Kept across a reopen.
+#[test]
+fn a_message_that_mostly_asks_ranks_after_one_that_tells() {
+    let dir = tempfile::tempdir().unwrap();
+    // A sitting each: no context between them.
+    let of_type = |turn: u32, trace_type: u8, text: &str| Item {
+        trace_type,
+        ..trace(turn, f64::from(turn) * 86_400.0, text)
+    };
+    let items = [
+        of_type(1, 1, "Which pottery class do you take? The pottery class?"),
+        of_type(2, 2, "I take a pottery class on Mondays."),
+        of_type(3, 4, "pottery? class? schedule?"),
+    ];
+    let mut lexical = Lexical::open(dir.path()).unwrap();
+    lexical.upsert(&items).unwrap();
+    lexical.commit("").unwrap();
+    let question = "Which pottery class does she take?";
+    let top = |lexical: &mut Lexical, params: &Params| {
+        let ranked = rank(lexical, None, question, &Filter::default(), 10, params).unwrap();
+        keys(lexical, &ranked)
+    };
+    let off = Params {
+        question_prior: 1.0,
+        ..Params::default()
+    };
+    assert_eq!(top(&mut lexical, &off)[0], "t1", "by the words");
+    assert_eq!(top(&mut lexical, &Params::default())[0], "t2");
+    let asks = |lexical: &Lexical| {
+        items
+            .iter()
+            .map(|i| lexical.said(i.order).asks)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(asks(&lexical), [true, false, false]);
+    drop(lexical);
+    let mut reopened = Lexical::open(dir.path()).unwrap();
+    assert_eq!(asks(&reopened), [true, false, false]);
+    assert_eq!(top(&mut reopened, &Params::default())[0], "t2");
+}
+
 /// A neighbour that matches nothing itself ranks after every real match,
 /// however strong the match it neighbours: it is context, not an answer.
 #[test]
@@ -281,7 +324,9 @@ fn expansion_finds_by_the_conversations_own_words_what_the_question_names_otherw
     assert_eq!(chosen[0].0, "puppi");
     // Half of the question's one term.
     assert!((chosen[0].1 - 0.5).abs() < 1e-6, "{chosen:?}");
-    let plain = unexpanded.fuse_all(None, &one).best(&one, &|_| None, None);
+    let plain = unexpanded
+        .fuse_all(None, &one)
+        .best(&one, &|_| Said::default(), None);
     assert_eq!(keys(&lexical, &plain)[0], "t1");
     assert!(!keys(&lexical, &plain).contains(&"t2".to_owned()));
     let expanded = by_words(&mut lexical, "which pets", &Filter::default(), 10, &one)
@@ -289,7 +334,7 @@ fn expansion_finds_by_the_conversations_own_words_what_the_question_names_otherw
         .expand(&lexical, &chosen, &one)
         .unwrap()
         .fuse_all(None, &one)
-        .best(&one, &|_| None, None);
+        .best(&one, &|_| Said::default(), None);
     let found = keys(&lexical, &expanded);
     assert_eq!(found[0], "t1", "the question's own word first: {found:?}");
     assert!(found.contains(&"t2".to_owned()), "{found:?}");
@@ -311,7 +356,7 @@ fn expansion_finds_by_the_conversations_own_words_what_the_question_names_otherw
         .expand(&lexical, &chosen, &one)
         .unwrap()
         .fuse_all(None, &one)
-        .best(&one, &|_| None, None);
+        .best(&one, &|_| Said::default(), None);
     assert!(unknown.is_empty(), "{:?}", keys(&lexical, &unknown));
 
     // Off: no expansion at all.
@@ -393,7 +438,7 @@ fn expand_and_fuse_ranks_as_its_steps_do() {
         .expand(&lexical, &chosen, &params)
         .unwrap()
         .fuse_all(Some(semantic), &params)
-        .best(&params, &|o| lexical.speaker(o), None);
+        .best(&params, &|o| lexical.said(o), None);
     let words = vec![Some(ask(&mut lexical)), None];
     let together = expand_and_fuse(
         words,

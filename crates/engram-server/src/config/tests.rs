@@ -374,19 +374,32 @@ fn the_compaction_strategy_is_set_globally_per_model_and_per_agent() {
     assert_eq!(defaults.policy.keep_last_turns, 8);
 }
 
-/// `[search] speaker_prior` reaches both stores' ranking; out of 0–1 it is
-/// refused naming the key.
+/// `[search] speaker_prior` and `question_prior` reach both stores'
+/// ranking; out of 0–1 either is refused naming its key.
 #[test]
-fn the_speaker_prior_is_a_share_and_reaches_both_stores() {
+fn the_priors_are_shares_and_reach_both_stores() {
     let defaults = Config::load_from(None, env(&[])).unwrap();
     assert_eq!(defaults.store_config().ranking.other_speakers, 0.5);
-    let off = Config::load_from(None, env(&[("ENGRAM__SEARCH__SPEAKER_PRIOR", "1")])).unwrap();
+    assert_eq!(defaults.store_config().ranking.question_prior, 0.5);
+    let off = Config::load_from(
+        None,
+        env(&[
+            ("ENGRAM__SEARCH__SPEAKER_PRIOR", "1"),
+            ("ENGRAM__SEARCH__QUESTION_PRIOR", "1"),
+        ]),
+    )
+    .unwrap();
     assert_eq!(off.store_config().ranking.other_speakers, 1.0);
     assert_eq!(off.postgres_config().ranking.other_speakers, 1.0);
-    let bad = Config::load_from(None, env(&[("ENGRAM__SEARCH__SPEAKER_PRIOR", "1.5")]))
-        .unwrap_err()
-        .to_string();
-    assert!(bad.contains("search.speaker_prior"), "{bad}");
+    assert_eq!(off.store_config().ranking.question_prior, 1.0);
+    assert_eq!(off.postgres_config().ranking.question_prior, 1.0);
+    for key in ["SPEAKER_PRIOR", "QUESTION_PRIOR"] {
+        let bad = Config::load_from(None, env(&[(&format!("ENGRAM__SEARCH__{key}"), "1.5")]))
+            .unwrap_err()
+            .to_string();
+        let want = format!("search.{}", key.to_lowercase());
+        assert!(bad.contains(&want), "{bad}");
+    }
 }
 
 /// `[search] expansion_words`, `expansion_weight` and `sitting_weight`

@@ -22,12 +22,24 @@ impl Config {
         if !(self.recall.min_score.is_finite() && self.recall.min_score >= 0.0) {
             return Err(invalid("recall.min_score", "must be a number >= 0"));
         }
-        let prior = self.search.speaker_prior;
-        if !(prior.is_finite() && (0.0..=1.0).contains(&prior)) {
-            return Err(invalid(
+        for (key, prior, off) in [
+            (
                 "search.speaker_prior",
-                "must be a share from 0 to 1 (1: no preference for a named participant)",
-            ));
+                self.search.speaker_prior,
+                "no preference for a named participant",
+            ),
+            (
+                "search.question_prior",
+                self.search.question_prior,
+                "no preference against messages that mostly ask",
+            ),
+        ] {
+            if !(prior.is_finite() && (0.0..=1.0).contains(&prior)) {
+                return Err(invalid(
+                    key,
+                    &format!("must be a share from 0 to 1 (1: {off})"),
+                ));
+            }
         }
         let weight = self.search.expansion_weight;
         if !(weight.is_finite() && weight >= 0.0) {

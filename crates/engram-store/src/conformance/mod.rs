@@ -103,6 +103,7 @@ macro_rules! conformance_suite {
             search_finds_active_and_archived_traces_in_pages,
             ranked_search_orders_by_relevance_with_context_and_filters,
             a_question_naming_one_participant_prefers_their_messages,
+            a_message_that_mostly_asks_ranks_after_one_that_tells,
             a_sitting_that_holds_the_question_lifts_its_messages,
             ranked_search_covers_every_acknowledged_write_after_a_restart,
             ranked_search_pages_and_refuses_foreign_tokens,

@@ -146,6 +146,36 @@ pub async fn a_question_naming_one_participant_prefers_their_messages<H: Harness
     assert_eq!(named, "I love pottery");
 }
 
+/// The question prior: a message that mostly asks ranks after the reply
+/// that tells, though it holds more of the question's words (each its own
+/// sitting: no context between them).
+pub async fn a_message_that_mostly_asks_ranks_after_one_that_tells<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let a = id("asking");
+    let day = |n: f64, event: NewEvent| NewEvent {
+        ts: Some(1_700_000_000.0 + n * 86_400.0),
+        ..event
+    };
+    let asks = day(
+        0.0,
+        NewEvent::user("Which pottery class do you take? The pottery class?"),
+    );
+    ingest(store.as_ref(), &a, &[asks]).await;
+    let tells = day(
+        1.0,
+        NewEvent::assistant("I take a pottery class on Mondays."),
+    );
+    ingest(store.as_ref(), &a, &[tells]).await;
+    let texts = contents(
+        store.as_ref(),
+        &a,
+        &ranked("Which pottery class does she take?", 10),
+    )
+    .await;
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    assert_eq!(texts[0], "I take a pottery class on Mondays.", "{texts:?}");
+}
+
 /// Sittings scored as wholes: of two messages that share one word with the
 /// question, the one whose sitting holds the question's other words comes
 /// first, though alone the other (shorter) scores higher and the words it
