@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
 use engram_store::items::{episodic_item, for_embedding, semantic_item, trace_item, trace_order};
+use engram_store::vector_model;
 
 use crate::agent::RAW_ARCHIVE;
 use crate::{AgentHandle, FileStore, IndexState, Result, StoreError};
@@ -158,7 +159,7 @@ impl AgentIndex {
             model: self
                 .vectors
                 .as_ref()
-                .map(|v| v.model().to_owned())
+                .map(|v| engram_store::model_of_vectors(v.model()).to_owned())
                 .unwrap_or_default(),
         }
     }
@@ -305,9 +306,10 @@ impl FileStore {
         });
         if let Some(delta) = delta {
             let dir = self.agent_dir(id);
+            let gap = self.inner.config.ranking.session_gap;
             guard = blocking(move || {
                 let mut guard = guard;
-                apply(guard.as_mut().expect("opened"), &dir, delta)?;
+                apply(guard.as_mut().expect("opened"), &dir, delta, gap)?;
                 Ok(guard)
             })
             .await?;
@@ -411,7 +413,8 @@ fn open(agent_dir: &Path, model: Option<&ModelId>) -> Result<AgentIndex> {
     if let Some(model) = model {
         // Another model's file is started over: its items are all pending.
         let vectors =
-            Vectors::open(&dir.join(VECTORS_FILE), &model.id, model.dim).map_err(index_error)?;
+            Vectors::open(&dir.join(VECTORS_FILE), &vector_model(&model.id), model.dim)
+                .map_err(index_error)?;
         // Items without a vector (after a crash, a model change, a period
         // without a model) are found as after an overflow.
         index.overflowed = (vectors.len() as u64) < index.lexical.len();
@@ -471,7 +474,9 @@ pub(crate) fn delta(state: &crate::agent::AgentState, from: Option<Cursor>) -> O
     })
 }
 
-fn apply(index: &mut AgentIndex, agent_dir: &Path, delta: Delta) -> Result<()> {
+/// Brings `index` up to `delta`; `gap` ends a sitting (what a trace is
+/// embedded in the context of).
+fn apply(index: &mut AgentIndex, agent_dir: &Path, delta: Delta, gap: f64) -> Result<()> {
     let from = index.cursor.unwrap_or_default();
     let embedding = index.vectors.is_some();
     let pending = &mut index.pending;
@@ -523,10 +528,21 @@ fn apply(index: &mut AgentIndex, agent_dir: &Path, delta: Delta) -> Result<()> {
         .chain(hidden.iter().map(|e| e.id.as_str()))
         .chain(delta.removed.iter().map(String::as_str))
         .collect();
+    // The trace after an erased one was embedded after its text: it is
+    // embedded again, after the trace now before it.
+    let erased: Vec<&str> = delta.removed.iter().map(String::as_str).collect();
+    let again = match index.vectors {
+        Some(_) => lexical.traces_after(&erased, gap).map_err(index_error)?,
+        None => Vec::new(),
+    };
     lexical.remove(&gone).map_err(index_error)?;
     if let Some(vectors) = &mut index.vectors {
+        let again: Vec<&str> = again.iter().map(String::as_str).collect();
         vectors.write(&[], &gone).map_err(index_error)?;
+        vectors.write(&[], &again).map_err(index_error)?;
         index.pending.retain(|i| !gone.contains(&i.key.as_str()));
+        // Found again as after an overflow, once the queue runs empty.
+        index.overflowed |= !again.is_empty();
     }
     let payload = serde_json::to_string(&Committed {
         format: ITEM_FORMAT,

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use engram_core::AgentId;
 use engram_core::embed::Embedder;
-use engram_index::{Item, WordVectors};
+use engram_index::{Item, Kind, WordVectors};
 use tokio::sync::mpsc;
 
 use engram_store::embedding::embed_batch;
@@ -249,7 +249,8 @@ impl FileStore {
                     Err(e) => return Err(e),
                 }
             };
-            let batch: Vec<Item> = blocking(move || {
+            let gap = self.inner.config.ranking.session_gap;
+            let batch: Vec<(Item, Option<String>)> = blocking(move || {
                 let mut slot = slot;
                 let Some(index) = slot.as_mut() else {
                     return Ok(vec![]);
@@ -257,7 +258,24 @@ impl FileStore {
                 index.refill()?;
                 let n = index.pending.len().min(BATCH);
                 index.in_flight = n;
-                Ok(index.pending.drain(..n).collect())
+                let batch: Vec<Item> = index.pending.drain(..n).collect();
+                // Each trace read after the one before it, as the index
+                // holds it now (unreadable: alone, rather than lose the
+                // batch).
+                Ok(batch
+                    .into_iter()
+                    .map(|item| {
+                        let before = match item.kind {
+                            Kind::Trace => index.lexical.text_before(item.order, gap),
+                            _ => Ok(None),
+                        };
+                        let before = before.unwrap_or_else(|e| {
+                            tracing::warn!(error = %e, "the trace before one to embed is unreadable");
+                            None
+                        });
+                        (item, before)
+                    })
+                    .collect())
             })
             .await?;
             if batch.is_empty() {

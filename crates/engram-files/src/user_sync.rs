@@ -103,6 +103,8 @@ impl FileStore {
             if batch.is_empty() {
                 return;
             }
+            // Facts stand alone: no text before them.
+            let batch = batch.into_iter().map(|item| (item, None)).collect();
             let outcome = engram_store::embed_batch(indexer.embedder.as_ref(), batch).await;
             let embedded = outcome.embedded;
             let done = embedded.is_empty();

@@ -248,6 +248,14 @@ impl Lexical {
         if keys.is_empty() {
             return Ok(());
         }
+        // A removed trace is no one's neighbour, nor the trace another is
+        // embedded after.
+        for key in keys {
+            if let Some(order) = self.trace_order_of(key)? {
+                self.traces.remove(&order);
+                self.speakers.forget_between(order, order);
+            }
+        }
         let field = self.fields.key;
         let writer = self.writer()?;
         for key in keys {
@@ -456,19 +464,7 @@ impl Lexical {
 
     /// The body of the item with conversation order `order` (a trace).
     pub fn body_at(&self, order: u64) -> Result<Option<String>> {
-        let q = TermQuery::new(
-            Term::from_field_u64(self.fields.order, order),
-            IndexRecordOption::Basic,
-        );
-        let kind = TermQuery::new(
-            Term::from_field_u64(self.fields.kind, Kind::Trace as u64),
-            IndexRecordOption::Basic,
-        );
-        let both = BooleanQuery::new(vec![
-            (Occur::Must, Box::new(q) as Box<dyn Query>),
-            (Occur::Must, Box::new(kind)),
-        ]);
-        self.first_body(&both)
+        self.stored_at(order, self.fields.body)
     }
 
     /// The body of the item of this key.
@@ -481,15 +477,11 @@ impl Lexical {
     }
 
     fn first_body(&self, query: &dyn Query) -> Result<Option<String>> {
-        let searcher = self.reader.searcher();
-        let Some((_, address)) = searcher.search(query, &TopDocs::with_limit(1))?.pop() else {
-            return Ok(None);
-        };
-        let doc: TantivyDocument = searcher.doc(address)?;
-        Ok(doc
-            .get_first(self.fields.body)
-            .and_then(|v| v.as_str())
-            .map(str::to_owned))
+        Ok(self.first_doc(query)?.and_then(|doc| {
+            doc.get_first(self.fields.body)
+                .and_then(|v| v.as_str())
+                .map(str::to_owned)
+        }))
     }
 
     /// Up to `limit` committed items `skip` does not name, without their
@@ -568,6 +560,7 @@ impl Lexical {
 }
 
 mod columns;
+mod context;
 mod sittings;
 mod speakers;
 #[cfg(test)]

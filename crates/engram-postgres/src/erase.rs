@@ -17,15 +17,22 @@ use crate::db;
 
 /// Carries out `erasure` for agent `id` (of `user`, whose scope lock the
 /// caller holds) whose facts are `semantic`, at `now`: every row but the
-/// agent's own.
+/// agent's own. `gap` ends a sitting.
 pub(crate) async fn erase(
     tx: &mut PgConnection,
     (id, user): (&str, Option<&UserId>),
     erasure: &Erasure,
     semantic: &[SemanticItem],
-    now: f64,
+    (now, gap): (f64, f64),
 ) -> Result<()> {
     let traces: Vec<&str> = erasure.trace_ids.iter().map(String::as_str).collect();
+    let placed: Vec<(i64, f64)> =
+        sqlx::query_as("SELECT ord, ts FROM traces WHERE agent_id = $1 AND trace_id = ANY($2)")
+            .bind(id)
+            .bind(&traces)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db("reading the erased traces' places"))?;
     // Their words leave BM25's average length too.
     sqlx::query(
         "WITH gone AS (DELETE FROM traces WHERE agent_id = $1 AND trace_id = ANY($2)
@@ -39,6 +46,28 @@ pub(crate) async fn erase(
     .execute(&mut *tx)
     .await
     .map_err(db("erasing traces"))?;
+    // The trace after an erased one, of its sitting, was embedded after its
+    // text (`engram_store::in_context`): its vector is dropped, to be
+    // embedded again after the trace now before it.
+    if !placed.is_empty() {
+        let (ords, times): (Vec<i64>, Vec<f64>) = placed.into_iter().unzip();
+        sqlx::query(
+            "UPDATE traces t SET vector = NULL, vector_model = NULL, embed_claimed = NULL,
+                                 vector_seq = nextval('vector_seq')
+             FROM (SELECT n.seq FROM unnest($2::bigint[], $3::float8[]) AS g(ord, ts)
+                   CROSS JOIN LATERAL (SELECT seq, ts FROM traces
+                                       WHERE agent_id = $1 AND ord > g.ord ORDER BY ord LIMIT 1) n
+                   WHERE abs(n.ts - g.ts) <= $4) a
+             WHERE t.agent_id = $1 AND t.seq = a.seq",
+        )
+        .bind(id)
+        .bind(&ords)
+        .bind(&times)
+        .bind(gap)
+        .execute(&mut *tx)
+        .await
+        .map_err(db("dropping the vectors embedded after erased traces"))?;
+    }
     // By the path every erased trace's whole result would be stored at
     // (`spill_path`): the spilled ones are among them, and a row of
     // another is not left behind whatever its trace says.

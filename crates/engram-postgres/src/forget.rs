@@ -82,7 +82,8 @@ impl Forgets for PgStore {
             ..derived.meta.after_forget(&intent)
         };
         let who = (id.as_str(), user.as_ref());
-        let erased = erase(&mut tx, who, &intent.erasure, &derived.semantic, now).await;
+        let gap = self.inner.config.ranking.session_gap;
+        let erased = erase(&mut tx, who, &intent.erasure, &derived.semantic, (now, gap)).await;
         let erased = match erased {
             Ok(()) => new_incarnation(&mut tx, id.as_str(), &meta, &tracker).await,
             e => e,

@@ -143,7 +143,7 @@ impl PgStore {
         )
         .bind(&agents)
         .bind(&seen)
-        .bind(embedder.model())
+        .bind(engram_store::vector_model(embedder.model()))
         .fetch_all(&mut *conn)
         .await
         .map_err(db("reading a user's vectors"))?;

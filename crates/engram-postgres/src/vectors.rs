@@ -40,6 +40,10 @@ pub(crate) struct AgentVectors {
 /// trace type, the vector, its number, and whether its item is live.
 type VectorRow = (String, i16, i64, f64, i16, Vec<u8>, i64, bool);
 
+/// An item claimed to embed: its agent, table, the item, and the text
+/// it is read after (a trace's context, `engram_store::in_context`).
+type Claimed = (String, &'static str, Item, Option<String>);
+
 /// Per agent, next to its cache.
 pub(crate) type VectorSlot = AsyncMutex<Option<AgentVectors>>;
 
@@ -68,7 +72,8 @@ impl PgStore {
         };
         let store = self.clone();
         tokio::spawn(async move {
-            if let Err(e) = store.forget_other_models(embedder.model()).await {
+            let tag = engram_store::vector_model(embedder.model());
+            if let Err(e) = store.forget_other_models(&tag).await {
                 tracing::warn!(error = %e, "could not clear another model's vectors");
             }
             loop {
@@ -84,9 +89,10 @@ impl PgStore {
         });
     }
 
-    /// Vectors of another model are never compared with this one's: they
-    /// are dropped, and their items embedded again (every replica of a
-    /// deployment runs one model).
+    /// Vectors of another model (or embedded otherwise: the tag
+    /// `engram_store::vector_model` makes) are never compared with this
+    /// one's: they are dropped, and their items embedded again (every
+    /// replica of a deployment runs one model).
     async fn forget_other_models(&self, model: &str) -> Result<()> {
         for table in ["traces", "memories"] {
             let sql = format!(
@@ -118,9 +124,11 @@ impl PgStore {
             return Ok(0);
         }
         let n = claimed.len();
-        let items: Vec<Item> = claimed
+        // Read for the model as `claim` made them: a trace with the text
+        // before it.
+        let items: Vec<(Item, Option<String>)> = claimed
             .iter()
-            .map(|(_, _, item)| engram_store::for_embedding(item.clone()))
+            .map(|(_, _, item, before)| (item.clone(), before.clone()))
             .collect();
         let outcome = engram_store::embed_batch(embedder, items).await;
         if let Some(why) = &outcome.failed {
@@ -139,7 +147,7 @@ impl PgStore {
         // A refused text gets an empty vector: it is not asked again.
         let rows: Vec<(&str, &str, &str, Vec<u8>)> = claimed
             .iter()
-            .map(|(agent, table, item)| {
+            .map(|(agent, table, item, _)| {
                 let vector = vectors
                     .get(item.key.as_str())
                     .map(|e| encode(&e.vector))
@@ -152,33 +160,53 @@ impl PgStore {
         lock_vector_writes(&mut tx, agents).await?;
         for table in ["traces", "memories"] {
             let of_table = rows.iter().filter(|r| r.1 == table);
-            store_vectors(&mut tx, table, of_table, embedder.model()).await?;
+            store_vectors(&mut tx, table, of_table, &engram_store::vector_model(embedder.model()))
+                .await?;
         }
         tx.commit().await.map_err(db("storing vectors"))?;
         Ok(n)
     }
 
     /// Up to [`BATCH`] items without a vector nobody is embedding: the
-    /// agent, the table and the item each.
-    async fn claim(&self) -> Result<Vec<(String, &'static str, Item)>> {
+    /// agent, the table and the item each, and a trace's context (the
+    /// full text of the trace before it in its sitting).
+    async fn claim(&self) -> Result<Vec<Claimed>> {
         let mut out = Vec::new();
-        let traces: Vec<(String, String)> = sqlx::query_as(
+        // Each with the trace before it (its body and time): a trace is
+        // embedded after it when they are of one sitting
+        // (`engram_store::in_context`).
+        let traces: Vec<(String, String, f64, Option<String>, Option<f64>)> = sqlx::query_as(
             "UPDATE traces t SET embed_claimed = now()
              FROM (SELECT agent_id, seq FROM traces
                    WHERE vector IS NULL
                      AND (embed_claimed IS NULL OR embed_claimed < now() - make_interval(secs => $2))
                    LIMIT $1 FOR UPDATE SKIP LOCKED) c
              WHERE t.agent_id = c.agent_id AND t.seq = c.seq
-             RETURNING t.agent_id, t.body",
+             RETURNING t.agent_id, t.body, t.ts,
+                       (SELECT p.body FROM traces p WHERE p.agent_id = t.agent_id AND p.ord < t.ord
+                        ORDER BY p.ord DESC LIMIT 1),
+                       (SELECT p.ts FROM traces p WHERE p.agent_id = t.agent_id AND p.ord < t.ord
+                        ORDER BY p.ord DESC LIMIT 1)",
         )
         .bind(BATCH)
         .bind(CLAIM_SECS)
         .fetch_all(&self.inner.pool)
         .await
         .map_err(db("claiming traces to embed"))?;
-        for (agent, body) in traces {
+        let gap = self.inner.config.ranking.session_gap;
+        for (agent, body, ts, before, then) in traces {
             let trace = crate::parse_trace(&agent, &body)?;
-            out.push((agent, "traces", engram_store::trace_item(&trace)));
+            let before = match (before, then) {
+                // Unreadable, it is left out rather than hold this up.
+                (Some(before), Some(then)) if (ts - then).abs() <= gap => {
+                    crate::parse_trace(&agent, &before)
+                        .ok()
+                        .map(|before| engram_store::trace_item(&before).full_text())
+                }
+                _ => None,
+            };
+            let item = engram_store::for_embedding(engram_store::trace_item(&trace));
+            out.push((agent, "traces", item, before));
         }
         let memories: Vec<(String, i8, String)> = sqlx::query_as(
             "UPDATE memories m SET embed_claimed = now()
@@ -200,13 +228,13 @@ impl PgStore {
             } else {
                 engram_store::semantic_item(&crate::parse(&agent, "fact", &body)?)
             };
-            out.push((agent, "memories", item));
+            out.push((agent, "memories", engram_store::for_embedding(item), None));
         }
         Ok(out)
     }
 
-    async fn release(&self, claimed: &[(String, &'static str, Item)]) -> Result<()> {
-        for (agent, table, item) in claimed {
+    async fn release(&self, claimed: &[Claimed]) -> Result<()> {
+        for (agent, table, item, _) in claimed {
             let key = if *table == "traces" { "trace_id" } else { "id" };
             let sql = format!(
                 "UPDATE {table} SET embed_claimed = NULL WHERE agent_id = $1 AND {key} = $2"
@@ -251,7 +279,7 @@ impl PgStore {
         )
         .bind(id)
         .bind(copy.seen)
-        .bind(embedder.model())
+        .bind(engram_store::vector_model(embedder.model()))
         .fetch_all(&mut *conn)
         .await
         .map_err(db("reading vectors"))?;

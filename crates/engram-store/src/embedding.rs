@@ -17,16 +17,22 @@ pub struct Outcome {
     pub failed: Option<String>,
 }
 
-/// Embeds `batch`. A model that refuses the batch (a remote one may refuse
-/// a text it cannot take) gets each item alone; an item refused alone is
-/// left to the words (counted, logged; the next load of the agent tries it
-/// again), so one text never holds up its agent's queue.
-pub async fn embed_batch(embedder: &dyn Embedder, batch: Vec<Item>) -> Outcome {
-    let texts: Vec<String> = batch.iter().map(|i| i.text.clone()).collect();
+/// Embeds `batch`: each item with the text of the trace before it, if it
+/// is read in that context ([`crate::in_context`]). A model that refuses
+/// the batch (a remote one may refuse a text it cannot take) gets each
+/// item alone; an item refused in its context is tried on its own text
+/// (the text before it is not its to answer for); an item refused alone
+/// is left to the words (counted, logged; the next load of the agent
+/// tries it again), so one text never holds up its agent's queue.
+pub async fn embed_batch(embedder: &dyn Embedder, batch: Vec<(Item, Option<String>)>) -> Outcome {
+    let texts: Vec<String> = batch
+        .iter()
+        .map(|(i, before)| crate::in_context(&i.text, before.as_deref()))
+        .collect();
     let why = match embedder.embed(&texts).await {
         Ok(vectors) if vectors.len() == batch.len() => {
             return Outcome {
-                embedded: batch.into_iter().zip(vectors).map(embedded).collect(),
+                embedded: batch.into_iter().map(|(i, _)| i).zip(vectors).map(embedded).collect(),
                 retry: vec![],
                 failed: None,
             };
@@ -34,7 +40,7 @@ pub async fn embed_batch(embedder: &dyn Embedder, batch: Vec<Item>) -> Outcome {
         Err(EmbedError::Unavailable(why)) => {
             return Outcome {
                 embedded: vec![],
-                retry: batch,
+                retry: batch.into_iter().map(|(i, _)| i).collect(),
                 failed: Some(why),
             };
         }
@@ -43,14 +49,20 @@ pub async fn embed_batch(embedder: &dyn Embedder, batch: Vec<Item>) -> Outcome {
     };
     tracing::warn!(error = %why, items = batch.len(), "the model refused a batch; embedding its items one by one");
     let mut out = Vec::with_capacity(batch.len());
-    let mut items = batch.into_iter();
-    while let Some(item) = items.next() {
-        match embedder.embed(std::slice::from_ref(&item.text)).await {
+    let mut items = batch.into_iter().zip(texts);
+    while let Some(((item, before), text)) = items.next() {
+        let mut answer = embedder.embed(std::slice::from_ref(&text)).await;
+        if before.is_some() && matches!(answer, Err(EmbedError::BadAnswer(_))) {
+            answer = embedder.embed(std::slice::from_ref(&item.text)).await;
+        }
+        match answer {
             Ok(mut v) if v.len() == 1 => out.push(embedded((item, v.remove(0)))),
             Err(EmbedError::Unavailable(why)) => {
                 return Outcome {
                     embedded: out,
-                    retry: std::iter::once(item).chain(items).collect(),
+                    retry: std::iter::once(item)
+                        .chain(items.map(|((i, _), _)| i))
+                        .collect(),
                     failed: Some(why),
                 };
             }

@@ -26,6 +26,48 @@ pub fn for_embedding(mut item: Item) -> Item {
     item
 }
 
+/// Characters of the trace before it that a trace's vector reads: the
+/// end of its text, so a long one never crowds out the trace's own.
+pub const CONTEXT_CHARS: usize = 300;
+
+/// What the model reads of an item whose own text (as the embedding
+/// queue keeps it, [`for_embedding`]) is `text`: a trace's after the end
+/// of `before`, the full text (name and words) of the trace before it in
+/// its sitting. A message is seldom understood alone: "Super good! Rich
+/// and creamy." answers "How was the coconut ice cream?", and its vector
+/// should say so, as its words gain their neighbours' share in the word
+/// ranking (LoCoMo's dev half: docs/BENCHMARKS.md). Memories stand alone
+/// (`before` is `None`).
+pub fn in_context(text: &str, before: Option<&str>) -> String {
+    match before {
+        Some(before) => {
+            let start = before
+                .char_indices()
+                .rev()
+                .nth(CONTEXT_CHARS - 1)
+                .map_or(0, |(i, _)| i);
+            format!("{}\n{text}", &before[start..])
+        }
+        None => text.to_owned(),
+    }
+}
+
+/// How a store tags the vectors it keeps: the model's name, and that
+/// traces are embedded in context ([`in_context`]), so that vectors an
+/// earlier version embedded otherwise are dropped and embedded again, as
+/// another model's are.
+pub fn vector_model(model: &str) -> String {
+    format!("{model}{IN_CONTEXT}")
+}
+
+/// The model's name from a tag [`vector_model`] made (what a client is
+/// told its vectors are of).
+pub fn model_of_vectors(tag: &str) -> &str {
+    tag.strip_suffix(IN_CONTEXT).unwrap_or(tag)
+}
+
+const IN_CONTEXT: &str = "; traces in context";
+
 /// The conversation order of a trace: its turn, then its seq.
 pub fn trace_order(t: &RawTrace) -> u64 {
     engram_index::order(turn_number(&t.turn_id).unwrap_or(0), t.seq)

@@ -56,7 +56,8 @@ pub use embedding::{Outcome as Embedding, embed_batch, embed_words, expect_query
 pub use engram_core::state::Hiding;
 pub use error::{Result, StoreError};
 pub use items::{
-    MAX_EMBEDDED_CHARS, episodic_item, for_embedding, searched_text, semantic_item, trace_item,
+    CONTEXT_CHARS, MAX_EMBEDDED_CHARS, episodic_item, for_embedding, in_context, model_of_vectors,
+    vector_model, searched_text, semantic_item, trace_item,
 };
 pub use memo::Remembering;
 

@@ -2,6 +2,7 @@
 //! on LoCoMo (docs/BENCHMARKS.md), next to a plain BM25 in the same run.
 
 mod baseline;
+mod context_exp;
 mod grpc;
 mod latency;
 pub mod locomo;
@@ -111,6 +112,9 @@ pub fn run(args: Args) -> Result<()> {
         println!("| retriever | category | all / any @5 | @10 | @25 |\n|---|---|---|---|---|");
         print!("{}", base.table("plain BM25"));
         print!("{}", index.table("words only (in process)"));
+    }
+    if part("context") {
+        context_exp::run(&convs, &params)?;
     }
     if !args.engramd.exists() {
         eprintln!(

@@ -1,0 +1,105 @@
+//! What a trace's vector reads besides its own text: the trace before it
+//! in its sitting (`engram_store::in_context`). The index knows every
+//! trace's place and time, and keeps each one's text; when a trace is
+//! removed (a forget), the trace after it was embedded after its text and
+//! is embedded again.
+
+use std::collections::BTreeSet;
+use std::ops::Bound;
+
+use tantivy::TantivyDocument;
+use tantivy::collector::TopDocs;
+use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
+use tantivy::schema::{Field, IndexRecordOption, Value};
+use tantivy::Term;
+
+use super::Lexical;
+use crate::{Kind, Result};
+
+impl Lexical {
+    /// The stored text (name and words) of the trace before the one at
+    /// `order`, when it is no more than `gap` seconds earlier: what that
+    /// trace is embedded after.
+    pub fn text_before(&self, order: u64, gap: f64) -> Result<Option<String>> {
+        let Some(&ts) = self.traces.get(&order) else {
+            return Ok(None);
+        };
+        let Some((&before, &then)) = self.traces.range(..order).next_back() else {
+            return Ok(None);
+        };
+        if (ts - then).abs() > gap {
+            return Ok(None);
+        }
+        self.stored_at(before, self.fields.text)
+    }
+
+    /// The keys of the traces each right after one of `keys`' traces and
+    /// no more than `gap` seconds later (none of `keys` themselves): the
+    /// traces embedded after theirs, to embed again once they are gone.
+    pub fn traces_after(&self, keys: &[&str], gap: f64) -> Result<Vec<String>> {
+        let mut gone = BTreeSet::new();
+        for key in keys {
+            if let Some(order) = self.trace_order_of(key)? {
+                gone.insert(order);
+            }
+        }
+        let mut after = BTreeSet::new();
+        for &order in &gone {
+            let ts = self.traces.get(&order).copied().unwrap_or(f64::NAN);
+            let next = self
+                .traces
+                .range((Bound::Excluded(order), Bound::Unbounded))
+                .find(|(o, _)| !gone.contains(o));
+            if let Some((&next, &then)) = next
+                && (then - ts).abs() <= gap
+            {
+                after.insert(next);
+            }
+        }
+        let mut keys = Vec::with_capacity(after.len());
+        for order in after {
+            keys.extend(self.stored_at(order, self.fields.key)?);
+        }
+        Ok(keys)
+    }
+
+    /// The place of the committed trace of this key.
+    pub(super) fn trace_order_of(&self, key: &str) -> Result<Option<u64>> {
+        let q = TermQuery::new(
+            Term::from_field_text(self.fields.key, key),
+            IndexRecordOption::Basic,
+        );
+        let Some(doc) = self.first_doc(&q)? else {
+            return Ok(None);
+        };
+        let number = |field| doc.get_first(field).and_then(|v| v.as_u64());
+        Ok(number(self.fields.order).filter(|_| number(self.fields.kind) == Some(Kind::Trace as u64)))
+    }
+
+    /// A stored field of the committed trace at `order`.
+    pub(super) fn stored_at(&self, order: u64, field: Field) -> Result<Option<String>> {
+        let at = TermQuery::new(
+            Term::from_field_u64(self.fields.order, order),
+            IndexRecordOption::Basic,
+        );
+        let kind = TermQuery::new(
+            Term::from_field_u64(self.fields.kind, Kind::Trace as u64),
+            IndexRecordOption::Basic,
+        );
+        let both = BooleanQuery::new(vec![
+            (Occur::Must, Box::new(at) as Box<dyn Query>),
+            (Occur::Must, Box::new(kind)),
+        ]);
+        Ok(self
+            .first_doc(&both)?
+            .and_then(|doc| doc.get_first(field).and_then(|v| v.as_str()).map(str::to_owned)))
+    }
+
+    pub(super) fn first_doc(&self, query: &dyn Query) -> Result<Option<TantivyDocument>> {
+        let searcher = self.reader.searcher();
+        let Some((_, address)) = searcher.search(query, &TopDocs::with_limit(1))?.pop() else {
+            return Ok(None);
+        };
+        Ok(Some(searcher.doc(address)?))
+    }
+}
