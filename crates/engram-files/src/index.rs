@@ -412,9 +412,8 @@ fn open(agent_dir: &Path, model: Option<&ModelId>) -> Result<AgentIndex> {
     };
     if let Some(model) = model {
         // Another model's file is started over: its items are all pending.
-        let vectors =
-            Vectors::open(&dir.join(VECTORS_FILE), &vector_model(&model.id), model.dim)
-                .map_err(index_error)?;
+        let vectors = Vectors::open(&dir.join(VECTORS_FILE), &vector_model(&model.id), model.dim)
+            .map_err(index_error)?;
         // Items without a vector (after a crash, a model change, a period
         // without a model) are found as after an overflow.
         index.overflowed = (vectors.len() as u64) < index.lexical.len();

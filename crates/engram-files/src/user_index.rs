@@ -147,7 +147,13 @@ impl UserIndex {
         // each conversation's runs of messages are scored as wholes).
         lexical.set_conversation_bits(engram_store::ranked::CONVERSATION_BITS);
         let vectors = model
-            .map(|m| Vectors::open(&dir.join(VECTORS_FILE), &engram_store::vector_model(&m.id), m.dim))
+            .map(|m| {
+                Vectors::open(
+                    &dir.join(VECTORS_FILE),
+                    &engram_store::vector_model(&m.id),
+                    m.dim,
+                )
+            })
             .transpose()
             .map_err(index_error)?;
         let mut index = Self {

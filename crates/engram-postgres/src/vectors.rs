@@ -160,8 +160,13 @@ impl PgStore {
         lock_vector_writes(&mut tx, agents).await?;
         for table in ["traces", "memories"] {
             let of_table = rows.iter().filter(|r| r.1 == table);
-            store_vectors(&mut tx, table, of_table, &engram_store::vector_model(embedder.model()))
-                .await?;
+            store_vectors(
+                &mut tx,
+                table,
+                of_table,
+                &engram_store::vector_model(embedder.model()),
+            )
+            .await?;
         }
         tx.commit().await.map_err(db("storing vectors"))?;
         Ok(n)

@@ -32,7 +32,12 @@ pub async fn embed_batch(embedder: &dyn Embedder, batch: Vec<(Item, Option<Strin
     let why = match embedder.embed(&texts).await {
         Ok(vectors) if vectors.len() == batch.len() => {
             return Outcome {
-                embedded: batch.into_iter().map(|(i, _)| i).zip(vectors).map(embedded).collect(),
+                embedded: batch
+                    .into_iter()
+                    .map(|(i, _)| i)
+                    .zip(vectors)
+                    .map(embedded)
+                    .collect(),
                 retry: vec![],
                 failed: None,
             };

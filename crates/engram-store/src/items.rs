@@ -26,8 +26,8 @@ pub fn for_embedding(mut item: Item) -> Item {
     item
 }
 
-/// Characters of the trace before it that a trace's vector reads: the
-/// end of its text, so a long one never crowds out the trace's own.
+/// Characters of the trace before it that a trace's vector reads at most:
+/// the end of its text.
 pub const CONTEXT_CHARS: usize = 300;
 
 /// What the model reads of an item whose own text (as the embedding
@@ -36,20 +36,22 @@ pub const CONTEXT_CHARS: usize = 300;
 /// its sitting. A message is seldom understood alone: "Super good! Rich
 /// and creamy." answers "How was the coconut ice cream?", and its vector
 /// should say so, as its words gain their neighbours' share in the word
-/// ranking (LoCoMo's dev half: docs/BENCHMARKS.md). Memories stand alone
-/// (`before` is `None`).
+/// ranking (LoCoMo's dev half: docs/BENCHMARKS.md). The end of a message
+/// is what its reply answers, and it is never longer than the reply
+/// itself (nor than [`CONTEXT_CHARS`]): the context colours a message's
+/// meaning without outweighing it, so a short message after a long one on
+/// another topic is still about its own. Memories stand alone (`before`
+/// is `None`).
 pub fn in_context(text: &str, before: Option<&str>) -> String {
-    match before {
-        Some(before) => {
-            let start = before
-                .char_indices()
-                .rev()
-                .nth(CONTEXT_CHARS - 1)
-                .map_or(0, |(i, _)| i);
-            format!("{}\n{text}", &before[start..])
-        }
-        None => text.to_owned(),
-    }
+    let Some(before) = before else {
+        return text.to_owned();
+    };
+    let keep = text.chars().count().min(CONTEXT_CHARS);
+    let Some(last) = keep.checked_sub(1) else {
+        return text.to_owned();
+    };
+    let start = before.char_indices().rev().nth(last).map_or(0, |(i, _)| i);
+    format!("{}\n{text}", &before[start..])
 }
 
 /// How a store tags the vectors it keeps: the model's name, and that
@@ -254,5 +256,25 @@ mod tests {
             assert_eq!(item.text, trace.content);
             assert!(item.asks());
         }
+    }
+
+    /// A trace is read after the end of the one before it, never more of
+    /// it than its own length, nor more than [`CONTEXT_CHARS`].
+    #[test]
+    fn a_trace_is_read_after_the_end_of_the_one_before_it() {
+        let asked = "Melanie: We made coconut milk ice cream. How did it taste?";
+        assert_eq!(
+            in_context("Nate: Super good!", Some(asked)),
+            "How did it taste?\nNate: Super good!"
+        );
+        assert_eq!(in_context("Nate: Super good!", None), "Nate: Super good!");
+        assert_eq!(in_context("", Some(asked)), "");
+        let long = "é".repeat(5 * CONTEXT_CHARS);
+        let read = in_context(&long, Some(&long));
+        assert_eq!(
+            read.chars().count(),
+            CONTEXT_CHARS + 1 + long.chars().count()
+        );
+        assert_eq!(in_context("ab", Some("x")), "x\nab");
     }
 }

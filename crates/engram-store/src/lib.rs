@@ -57,7 +57,7 @@ pub use engram_core::state::Hiding;
 pub use error::{Result, StoreError};
 pub use items::{
     CONTEXT_CHARS, MAX_EMBEDDED_CHARS, episodic_item, for_embedding, in_context, model_of_vectors,
-    vector_model, searched_text, semantic_item, trace_item,
+    searched_text, semantic_item, trace_item, vector_model,
 };
 pub use memo::Remembering;
 

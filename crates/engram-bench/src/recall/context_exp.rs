@@ -49,19 +49,24 @@ pub fn run(convs: &[Conversation], params: &Params) -> Result<()> {
                         }
                         ("prev_cap", Some(p)) if (m.ts - p.ts).abs() <= 3600.0 => {
                             let chars: Vec<char> = p.text.chars().collect();
-                            let tail: String = chars[chars.len().saturating_sub(300)..].iter().collect();
+                            let tail: String =
+                                chars[chars.len().saturating_sub(300)..].iter().collect();
                             format!("{}: {tail}\n{own}", p.speaker)
                         }
                         ("prev_own", Some(p)) if (m.ts - p.ts).abs() <= 3600.0 => {
                             let n = m.text.chars().count() + m.speaker.chars().count() + 2;
                             let chars: Vec<char> = p.text.chars().collect();
-                            let tail: String = chars[chars.len().saturating_sub(n.min(300))..].iter().collect();
+                            let tail: String = chars[chars.len().saturating_sub(n.min(300))..]
+                                .iter()
+                                .collect();
                             format!("{tail}\n{own}")
                         }
                         ("prev_own2", Some(p)) if (m.ts - p.ts).abs() <= 3600.0 => {
                             let n = 2 * (m.text.chars().count() + m.speaker.chars().count() + 2);
                             let chars: Vec<char> = p.text.chars().collect();
-                            let tail: String = chars[chars.len().saturating_sub(n.min(300))..].iter().collect();
+                            let tail: String = chars[chars.len().saturating_sub(n.min(300))..]
+                                .iter()
+                                .collect();
                             format!("{tail}\n{own}")
                         }
                         ("prev_any", Some(p)) => format!("{}: {}\n{own}", p.speaker, p.text),
@@ -85,11 +90,22 @@ pub fn run(convs: &[Conversation], params: &Params) -> Result<()> {
                 }
             }
             vectors.write(&embedded, &[])?;
-            let questions: Vec<String> = conv.questions.iter().map(|q| q.question.clone()).collect();
+            let questions: Vec<String> =
+                conv.questions.iter().map(|q| q.question.clone()).collect();
             let qv = model.embed_blocking(&questions)?;
             for (q, v) in conv.questions.iter().zip(&qv) {
-                let semantic = Some(Semantic { vectors: &vectors, query: v });
-                let hits = engram_index::rank(&mut lex, semantic, &q.question, &Filter::default(), 25, params)?;
+                let semantic = Some(Semantic {
+                    vectors: &vectors,
+                    query: v,
+                });
+                let hits = engram_index::rank(
+                    &mut lex,
+                    semantic,
+                    &q.question,
+                    &Filter::default(),
+                    25,
+                    params,
+                )?;
                 let ranked = hits
                     .iter()
                     .map(|h| Ok(h.body(&lex)?.unwrap_or_default()))

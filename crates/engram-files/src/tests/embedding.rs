@@ -9,23 +9,26 @@ use std::time::Duration;
 
 use engram_core::NewEvent;
 use engram_core::embed::{EmbedError, EmbedFuture, Embedder};
+use engram_core::forget::Forget;
 use engram_embed::LocalModel;
 
 use super::id;
-use engram_store::MatchedBy;
+use engram_store::{MatchedBy, Policy};
 use engram_store::conformance::{PET_MEMORIES, PETS, lead};
 
 use crate::{FileStore, Search, SearchPage, StoreConfig};
 use engram_store::prelude::*;
 
 /// The local model under the name `id`; down while `down` is set; refusing
-/// any batch holding a text with `refuse` in it.
+/// any batch holding a text with `refuse` in it; noting every text it
+/// embeds.
 #[derive(Debug)]
 struct Wrapped {
     model: Arc<LocalModel>,
     id: String,
     down: AtomicBool,
     refuse: &'static str,
+    seen: std::sync::Mutex<Vec<String>>,
 }
 
 impl Wrapped {
@@ -35,6 +38,7 @@ impl Wrapped {
             id: id.into(),
             down: AtomicBool::new(false),
             refuse,
+            seen: Default::default(),
         })
     }
 }
@@ -56,6 +60,7 @@ impl Embedder for Wrapped {
             if texts.iter().any(|t| t.contains(self.refuse)) {
                 return Err(EmbedError::BadAnswer("refused for the test".into()));
             }
+            self.seen.lock().unwrap().extend_from_slice(texts);
             self.model.embed(texts).await
         })
     }
@@ -350,4 +355,63 @@ async fn after_a_restart_a_users_search_has_its_conversations_words_embedded_aga
         matches!(first, crate::Memory::Trace { trace, .. } if trace.content.contains("puppy")),
         "{first:?}"
     );
+}
+
+/// A trace is embedded after the end of the trace before it in its
+/// sitting (what it answers), and alone in a sitting of its own; once the
+/// trace before it is forgotten, it is embedded again, alone. A text the
+/// model refuses does not take the trace after it along.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_is_embedded_after_what_it_answers_and_again_once_that_is_forgotten() {
+    let dir = tempfile::tempdir().unwrap();
+    let embedder = Wrapped::new(&local_model(), "m", "REFUSE");
+    let store = open(dir.path(), Some(Arc::clone(&embedder))).await;
+    let at = |days: f64, event: NewEvent| NewEvent {
+        ts: Some(1_700_000_000.0 + days * 86_400.0),
+        ..event
+    };
+    let asked = "We made coconut milk ice cream. How did it taste?";
+    let reply = "Super good! Rich and creamy.";
+    let events = [
+        at(0.0, NewEvent::assistant(asked)),
+        at(0.001, NewEvent::user(reply)),
+        at(2.0, NewEvent::user("Super good, and rich!")),
+        at(2.001, NewEvent::user("REFUSE this one")),
+        at(2.002, NewEvent::user("and this one is fine")),
+    ];
+    store
+        .ingest(&id("a"), &events, None, None, None)
+        .await
+        .unwrap();
+    let page = search(&store, "a", "ice cream", WAIT).await;
+    assert_eq!(state(&page), ("m", 5, 4, 0));
+    let seen = |text: &str| {
+        let seen = embedder.seen.lock().unwrap();
+        seen.iter().filter(|t| *t == text).count()
+    };
+    let in_context = format!("ice cream. How did it taste?\n{reply}");
+    assert_eq!(in_context, engram_store::in_context(reply, Some(asked)));
+    assert_eq!(seen(&in_context), 1, "{:?}", embedder.seen.lock().unwrap());
+    assert_eq!(seen(reply), 0);
+    assert_eq!(seen("Super good, and rich!"), 1, "alone in a sitting of its own");
+    assert_eq!(
+        seen("and this one is fine"),
+        1,
+        "after a refused text: alone"
+    );
+
+    let policy = Policy {
+        raw_tail_turns: 1,
+        max_episodic: 3,
+        max_semantic: 20,
+        fact_ttl: None,
+    };
+    store
+        .forget(&id("a"), &Forget::Turn("turn_0001".into()), policy)
+        .await
+        .unwrap();
+    let page = search(&store, "a", "ice cream", WAIT).await;
+    assert_eq!(state(&page), ("m", 4, 3, 0));
+    assert_eq!(seen(reply), 1, "embedded again, with nothing before it");
+    assert_eq!(seen(&in_context), 1);
 }

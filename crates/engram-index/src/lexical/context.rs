@@ -8,10 +8,10 @@ use std::collections::BTreeSet;
 use std::ops::Bound;
 
 use tantivy::TantivyDocument;
+use tantivy::Term;
 use tantivy::collector::TopDocs;
 use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
 use tantivy::schema::{Field, IndexRecordOption, Value};
-use tantivy::Term;
 
 use super::Lexical;
 use crate::{Kind, Result};
@@ -73,7 +73,8 @@ impl Lexical {
             return Ok(None);
         };
         let number = |field| doc.get_first(field).and_then(|v| v.as_u64());
-        Ok(number(self.fields.order).filter(|_| number(self.fields.kind) == Some(Kind::Trace as u64)))
+        Ok(number(self.fields.order)
+            .filter(|_| number(self.fields.kind) == Some(Kind::Trace as u64)))
     }
 
     /// A stored field of the committed trace at `order`.
@@ -90,9 +91,11 @@ impl Lexical {
             (Occur::Must, Box::new(at) as Box<dyn Query>),
             (Occur::Must, Box::new(kind)),
         ]);
-        Ok(self
-            .first_doc(&both)?
-            .and_then(|doc| doc.get_first(field).and_then(|v| v.as_str()).map(str::to_owned)))
+        Ok(self.first_doc(&both)?.and_then(|doc| {
+            doc.get_first(field)
+                .and_then(|v| v.as_str())
+                .map(str::to_owned)
+        }))
     }
 
     pub(super) fn first_doc(&self, query: &dyn Query) -> Result<Option<TantivyDocument>> {

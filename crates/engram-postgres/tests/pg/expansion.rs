@@ -2,7 +2,8 @@
 //! agent's rows closest in meaning to a question join its word query (the
 //! file store's own test says the same of its index), the vocabulary
 //! follows writes and forgets, and a user's conversations are expanded
-//! together.
+//! together. A trace is embedded after the trace before it, and again
+//! once that is forgotten.
 #![cfg(feature = "fault-injection")]
 
 use std::path::PathBuf;
@@ -53,6 +54,9 @@ async fn search(store: &PgStore, agent: &AgentId, query: &str) -> SearchPage {
     store.search(agent, &search).await.expect("searches")
 }
 
+/// The day the next message is said on.
+static DAYS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Ingests each text as a user message; the turn of each.
 async fn ingest(
     store: &PgStore,
@@ -62,8 +66,15 @@ async fn ingest(
 ) -> Vec<String> {
     let mut turns = Vec::new();
     for text in texts {
+        // Unrelated statements, each a sitting of its own (a day apart):
+        // none is read in the context of another.
+        let day = DAYS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let event = NewEvent {
+            ts: Some(1_700_000_000.0 + 86_400.0 * day as f64),
+            ..NewEvent::user(*text)
+        };
         let ingested = store
-            .ingest(agent, &[NewEvent::user(*text)], None, None, user)
+            .ingest(agent, &[event], None, None, user)
             .await
             .expect("ingest accepted");
         turns.push(ingested.current_turn_id);
@@ -177,4 +188,77 @@ async fn a_users_conversations_are_expanded_together() {
     assert!(leads[0] > leads[1] + 0.05, "{leads:?}");
     assert!(has_word_vector(&expanding, "puppy"));
     assert!(held_vocabulary(&expanding, "ana-2").contains(&"tuesday".to_owned()));
+}
+
+/// The stored vector of the agent's trace whose text holds `text`.
+async fn stored_vector(pg: &Postgres, agent: &AgentId, text: &str) -> Vec<f32> {
+    let schema = pg.config.schema.as_deref().expect("a schema");
+    let pool = sqlx::PgPool::connect(&pg.config.url)
+        .await
+        .expect("connects");
+    let bytes: Vec<u8> = sqlx::query_scalar(&format!(
+        "SELECT vector FROM {schema}.traces
+         WHERE agent_id = $1 AND strpos(body, $2) > 0 AND vector IS NOT NULL"
+    ))
+    .bind(agent.as_str())
+    .bind(text)
+    .fetch_one(&pool)
+    .await
+    .expect("the trace's vector");
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// A trace is embedded after the end of the trace before it in its
+/// sitting (what it answers); once that trace is forgotten, it is
+/// embedded again, alone (the file store's own test says the same).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_is_embedded_after_what_it_answers_and_again_once_that_is_forgotten() {
+    let model = local_model();
+    let pg = Postgres::new().await;
+    let store = open(&pg.config, &model, 10).await;
+    let a = AgentId::parse("reply").unwrap();
+    let asked = "We made coconut milk ice cream. How did it taste?";
+    let reply = "Super good! Rich and creamy.";
+    let at = |secs: f64, event: NewEvent| NewEvent {
+        ts: Some(1_700_000_000.0 + secs),
+        ..event
+    };
+    let events = [
+        at(0.0, NewEvent::assistant(asked)),
+        at(60.0, NewEvent::user(reply)),
+    ];
+    store
+        .ingest(&a, &events, None, None, None)
+        .await
+        .expect("ingest accepted");
+    search(&store, &a, "ice cream").await;
+    let embed = |text: &str| model.embed_blocking(&[text.to_owned()]).unwrap().remove(0);
+    let cosine = |x: &[f32], y: &[f32]| x.iter().zip(y).map(|(a, b)| a * b).sum::<f32>();
+    let (in_context, alone) = (
+        embed(&engram_store::in_context(reply, Some(asked))),
+        embed(reply),
+    );
+    assert!(
+        cosine(&in_context, &alone) < 0.99,
+        "the two readings differ"
+    );
+    let stored = stored_vector(&pg, &a, reply).await;
+    assert!(cosine(&stored, &in_context) > 0.999);
+
+    let policy = Policy {
+        raw_tail_turns: 1,
+        max_episodic: 3,
+        max_semantic: 20,
+        fact_ttl: None,
+    };
+    store
+        .forget(&a, &Forget::Turn("turn_0001".into()), policy)
+        .await
+        .expect("forgets");
+    search(&store, &a, "ice cream").await;
+    let stored = stored_vector(&pg, &a, reply).await;
+    assert!(cosine(&stored, &alone) > 0.999, "embedded again, alone");
 }
