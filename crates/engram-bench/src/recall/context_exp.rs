@@ -61,6 +61,15 @@ pub fn run(convs: &[Conversation], params: &Params) -> Result<()> {
                                 .collect();
                             format!("{tail}\n{own}")
                         }
+                        ("prev_q", Some(p))
+                            if (m.ts - p.ts).abs() <= 3600.0
+                                && p.text.chars().rev().find(|c| matches!(c, '.' | '!' | '?')) == Some('?') =>
+                        {
+                            let n = m.text.chars().count() + m.speaker.chars().count() + 2;
+                            let chars: Vec<char> = p.text.chars().collect();
+                            let tail: String = chars[chars.len().saturating_sub(n.min(300))..].iter().collect();
+                            format!("{tail}\n{own}")
+                        }
                         ("prev_own2", Some(p)) if (m.ts - p.ts).abs() <= 3600.0 => {
                             let n = 2 * (m.text.chars().count() + m.speaker.chars().count() + 2);
                             let chars: Vec<char> = p.text.chars().collect();
