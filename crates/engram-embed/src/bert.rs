@@ -322,6 +322,18 @@ impl Bert {
     pub fn mean_pooled_yielding(
         &self,
         sequences: &[Vec<u32>],
+        between: impl FnMut(),
+    ) -> Result<Vec<Vec<f32>>> {
+        self.pooled_from(sequences, &[], between)
+    }
+
+    /// [`Self::mean_pooled_yielding`], each sequence's mean taken from its
+    /// token `skips[i]` on (the tokens before it are read, as context,
+    /// but not averaged in; none skipped where `skips` is shorter).
+    pub fn pooled_from(
+        &self,
+        sequences: &[Vec<u32>],
+        skips: &[usize],
         mut between: impl FnMut(),
     ) -> Result<Vec<Vec<f32>>> {
         let lengths: Vec<usize> = sequences.iter().map(Vec::len).collect();
@@ -344,12 +356,13 @@ impl Bert {
         }
         let mut out = Vec::with_capacity(sequences.len());
         let mut start = 0;
-        for &n in &lengths {
+        for (i, &n) in lengths.iter().enumerate() {
             if n == 0 {
                 out.push(vec![0.0; self.hidden]);
                 continue;
             }
-            out.push(x.narrow(0, start, n)?.mean(0)?.to_vec1::<f32>()?);
+            let skip = skips.get(i).copied().unwrap_or(0).min(n - 1);
+            out.push(x.narrow(0, start + skip, n - skip)?.mean(0)?.to_vec1::<f32>()?);
             start += n;
         }
         Ok(out)

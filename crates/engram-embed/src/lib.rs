@@ -164,6 +164,56 @@ impl LocalModel {
         self.encode(texts, |pass| self.inner.bert.mean_pooled(pass))
     }
 
+    /// EXPERIMENT: each text read after its context (when it has one),
+    /// its vector the mean of its own tokens only: the context is read by
+    /// attention but not averaged in. A text the joint reading truncates
+    /// is read alone.
+    pub fn embed_after_blocking(
+        &self,
+        pairs: &[(Option<String>, String)],
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let tokenize = |text: &str| -> Result<Vec<u32>, EmbedError> {
+            Ok(self
+                .inner
+                .tokenizer
+                .encode(text, true)
+                .map_err(|e| EmbedError::BadAnswer(format!("tokenizer: {e}")))?
+                .get_ids()
+                .to_vec())
+        };
+        let mut out = Vec::with_capacity(pairs.len());
+        for chunk in pairs.chunks(16) {
+            let mut sequences = Vec::new();
+            let mut skips = Vec::new();
+            for (before, text) in chunk {
+                let own = tokenize(text)?;
+                let joint = match before {
+                    Some(before) => tokenize(&format!("{before}\n{text}"))?,
+                    None => own.clone(),
+                };
+                // [CLS] context own [SEP]: own[1..] is the joint's tail.
+                let tail = own.len() - 1;
+                if joint.len() > tail && joint[joint.len() - tail..] == own[1..] {
+                    skips.push(joint.len() - tail);
+                    sequences.push(joint);
+                } else {
+                    skips.push(0);
+                    sequences.push(own);
+                }
+            }
+            let pooled = self
+                .inner
+                .bert
+                .pooled_from(&sequences, &skips, || ())
+                .map_err(|e| EmbedError::BadAnswer(format!("encoder: {e}")))?;
+            for mut v in pooled {
+                normalize(&mut v);
+                out.push(v);
+            }
+        }
+        Ok(out)
+    }
+
     /// Embeds `texts` in passes of alike lengths (sorted by length: a
     /// pass's attention blocks are alike), each run by `run`.
     fn encode(

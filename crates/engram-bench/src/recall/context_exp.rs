@@ -1,6 +1,6 @@
 //! EXPERIMENT (not kept as is): the in-process ranking with the local
 //! model's vectors, each message embedded alone or after the message
-//! before it in its sitting.
+//! before it in its sitting; on LoCoMo and on the paraphrase set.
 
 use anyhow::Result;
 use engram_embed::LocalModel;
@@ -8,9 +8,86 @@ use engram_index::{Embedded, Filter, Item, Kind, Lexical, Params, Semantic, Vect
 
 use super::locomo::{Conversation, Score};
 
+/// (speaker, text, ts) of each message, in order.
+type Said<'a> = (&'a str, &'a str, f64);
+
+fn embed(model: &LocalModel, mode: &str, msgs: &[Said]) -> Result<Vec<Vec<f32>>> {
+    let own = |(speaker, text, _): &Said| format!("{speaker}: {text}");
+    let before = |i: usize| -> Option<String> {
+        let prev = i.checked_sub(1).map(|j| &msgs[j])?;
+        ((msgs[i].2 - prev.2).abs() <= 3600.0).then(|| own(prev))
+    };
+    let tail = |s: &str, n: usize| -> String {
+        let chars: Vec<char> = s.chars().collect();
+        chars[chars.len().saturating_sub(n)..].iter().collect()
+    };
+    match mode {
+        "pool_own" | "pool_own_all" => {
+            let pairs: Vec<(Option<String>, String)> = (0..msgs.len())
+                .map(|i| {
+                    let cap = if mode == "pool_own" { 300 } else { 100_000 };
+                    (before(i).map(|b| tail(&b, cap)), own(&msgs[i]))
+                })
+                .collect();
+            Ok(model.embed_after_blocking(&pairs)?)
+        }
+        _ => {
+            let texts: Vec<String> = (0..msgs.len())
+                .map(|i| {
+                    let text = own(&msgs[i]);
+                    match (mode, before(i)) {
+                        ("prev", Some(b)) => format!("{b}\n{text}"),
+                        ("prev_own", Some(b)) => {
+                            format!("{}\n{text}", tail(&b, text.chars().count().min(300)))
+                        }
+                        _ => text,
+                    }
+                })
+                .collect();
+            Ok(model.embed_blocking(&texts)?)
+        }
+    }
+}
+
+fn index(items: &[Item], vectors: Vec<Vec<f32>>) -> Result<(Lexical, Vectors)> {
+    let mut lex = Lexical::in_memory()?;
+    lex.upsert(items)?;
+    lex.commit("")?;
+    let mut v = Vectors::in_memory("m", 384);
+    let embedded: Vec<Embedded> = items
+        .iter()
+        .zip(vectors)
+        .map(|(item, vector)| Embedded {
+            key: item.key.clone(),
+            kind: Kind::Trace,
+            trace_type: item.trace_type,
+            order: item.order,
+            ts: item.ts,
+            vector,
+        })
+        .collect();
+    v.write(&embedded, &[])?;
+    Ok((lex, v))
+}
+
+fn ranked(
+    lex: &mut Lexical,
+    vectors: &Vectors,
+    model: &LocalModel,
+    question: &str,
+    params: &Params,
+) -> Result<Vec<String>> {
+    let q = model.embed_blocking(&[question.to_owned()])?.remove(0);
+    let semantic = Some(Semantic { vectors, query: &q });
+    let hits = engram_index::rank(lex, semantic, question, &Filter::default(), 25, params)?;
+    hits.iter()
+        .map(|h| Ok(h.body(lex)?.unwrap_or_default()))
+        .collect()
+}
+
 pub fn run(convs: &[Conversation], params: &Params) -> Result<()> {
     let model = LocalModel::load(std::path::Path::new("models/all-MiniLM-L6-v2"))?;
-    let modes = std::env::var("RECALL_CONTEXT_MODES").unwrap_or("plain,prev".into());
+    let modes = std::env::var("RECALL_CONTEXT_MODES").unwrap_or("plain,prev_own,pool_own".into());
     for mode in modes.split(',') {
         let mut score = Score::default();
         for conv in convs {
@@ -30,99 +107,42 @@ pub fn run(convs: &[Conversation], params: &Params) -> Result<()> {
                     body: m.dia_id.clone(),
                 })
                 .collect();
-            let mut lex = Lexical::in_memory()?;
-            lex.upsert(&items)?;
-            lex.commit("")?;
-            let texts: Vec<String> = conv
+            let msgs: Vec<Said> = conv
                 .messages
                 .iter()
-                .enumerate()
-                .map(|(i, m)| {
-                    let own = format!("{}: {}", m.speaker, m.text);
-                    let prev = i.checked_sub(1).map(|j| &conv.messages[j]);
-                    match (mode, prev) {
-                        ("prev", Some(p)) if (m.ts - p.ts).abs() <= 3600.0 => {
-                            format!("{}: {}\n{own}", p.speaker, p.text)
-                        }
-                        ("own_first", Some(p)) if (m.ts - p.ts).abs() <= 3600.0 => {
-                            format!("{own}\n{}: {}", p.speaker, p.text)
-                        }
-                        ("prev_cap", Some(p)) if (m.ts - p.ts).abs() <= 3600.0 => {
-                            let chars: Vec<char> = p.text.chars().collect();
-                            let tail: String =
-                                chars[chars.len().saturating_sub(300)..].iter().collect();
-                            format!("{}: {tail}\n{own}", p.speaker)
-                        }
-                        ("prev_own", Some(p)) if (m.ts - p.ts).abs() <= 3600.0 => {
-                            let n = m.text.chars().count() + m.speaker.chars().count() + 2;
-                            let chars: Vec<char> = p.text.chars().collect();
-                            let tail: String = chars[chars.len().saturating_sub(n.min(300))..]
-                                .iter()
-                                .collect();
-                            format!("{tail}\n{own}")
-                        }
-                        ("prev_q", Some(p))
-                            if (m.ts - p.ts).abs() <= 3600.0
-                                && p.text.chars().rev().find(|c| matches!(c, '.' | '!' | '?')) == Some('?') =>
-                        {
-                            let n = m.text.chars().count() + m.speaker.chars().count() + 2;
-                            let chars: Vec<char> = p.text.chars().collect();
-                            let tail: String = chars[chars.len().saturating_sub(n.min(300))..].iter().collect();
-                            format!("{tail}\n{own}")
-                        }
-                        ("prev_own2", Some(p)) if (m.ts - p.ts).abs() <= 3600.0 => {
-                            let n = 2 * (m.text.chars().count() + m.speaker.chars().count() + 2);
-                            let chars: Vec<char> = p.text.chars().collect();
-                            let tail: String = chars[chars.len().saturating_sub(n.min(300))..]
-                                .iter()
-                                .collect();
-                            format!("{tail}\n{own}")
-                        }
-                        ("prev_any", Some(p)) => format!("{}: {}\n{own}", p.speaker, p.text),
-                        _ => own,
-                    }
-                })
+                .map(|m| (m.speaker.as_str(), m.text.as_str(), m.ts))
                 .collect();
-            let mut vectors = Vectors::in_memory("m", 384);
-            let mut embedded = vec![];
-            for (chunk, items) in texts.chunks(64).zip(items.chunks(64)) {
-                let vs = model.embed_blocking(chunk)?;
-                for (v, item) in vs.into_iter().zip(items) {
-                    embedded.push(Embedded {
-                        key: item.key.clone(),
-                        kind: Kind::Trace,
-                        trace_type: item.trace_type,
-                        order: item.order,
-                        ts: item.ts,
-                        vector: v,
-                    });
-                }
-            }
-            vectors.write(&embedded, &[])?;
-            let questions: Vec<String> =
-                conv.questions.iter().map(|q| q.question.clone()).collect();
-            let qv = model.embed_blocking(&questions)?;
-            for (q, v) in conv.questions.iter().zip(&qv) {
-                let semantic = Some(Semantic {
-                    vectors: &vectors,
-                    query: v,
-                });
-                let hits = engram_index::rank(
-                    &mut lex,
-                    semantic,
-                    &q.question,
-                    &Filter::default(),
-                    25,
-                    params,
-                )?;
-                let ranked = hits
-                    .iter()
-                    .map(|h| Ok(h.body(&lex)?.unwrap_or_default()))
-                    .collect::<Result<Vec<String>>>()?;
-                score.add(q, &ranked);
+            let (mut lex, vectors) = index(&items, embed(&model, mode, &msgs)?)?;
+            for q in &conv.questions {
+                score.add(q, &ranked(&mut lex, &vectors, &model, &q.question, params)?);
             }
         }
         print!("{}", score.table(&format!("in process, {mode}")));
+        // The paraphrase set, in process with the same reading.
+        let msgs = super::paraphrase::messages();
+        let items: Vec<Item> = msgs
+            .iter()
+            .enumerate()
+            .map(|(i, (name, text, ts))| Item {
+                key: i.to_string(),
+                kind: Kind::Trace,
+                trace_type: if *name == "Jordan" { 1 } else { 2 },
+                order: engram_index::order(i as u32 + 1, 0),
+                ts: *ts,
+                text: (*text).into(),
+                name: Some((*name).into()),
+                body: (*text).into(),
+            })
+            .collect();
+        let (mut lex, vectors) = index(&items, embed(&model, mode, &msgs)?)?;
+        let (mut at1, mut at5) = (0, 0);
+        for (said, question) in super::paraphrase::PAIRS {
+            let r = ranked(&mut lex, &vectors, &model, question, params)?;
+            let at = r.iter().position(|b| b == said);
+            at1 += usize::from(at == Some(0));
+            at5 += usize::from(at.is_some_and(|i| i < 5));
+        }
+        println!("paraphrases, {mode}: {at1}/20 @1, {at5}/20 @5");
     }
     Ok(())
 }

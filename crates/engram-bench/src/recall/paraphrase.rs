@@ -127,7 +127,7 @@ impl Hits {
 
 /// The conversation: each memory said by Jordan, one reply by Sam, a day
 /// apart (so no message is another's context).
-fn messages() -> Vec<(&'static str, &'static str, f64)> {
+pub(crate) fn messages() -> Vec<(&'static str, &'static str, f64)> {
     PAIRS
         .iter()
         .enumerate()
