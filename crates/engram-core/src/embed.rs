@@ -33,6 +33,18 @@ pub trait Embedder: Send + Sync + std::fmt::Debug {
     /// computes on the CPU does so off the async workers.
     fn embed<'a>(&'a self, texts: &'a [String]) -> EmbedFuture<'a>;
 
+    /// One vector per text, each text read after its context (the first
+    /// of its pair, when there is one): the text's meaning as the context
+    /// makes it, but of the text's own tokens, so a context never stands
+    /// in for the text. A model that cannot read part of a text that way
+    /// (a remote one) reads each text alone.
+    fn embed_after<'a>(&'a self, items: &'a [(Option<String>, String)]) -> EmbedFuture<'a> {
+        Box::pin(async move {
+            let texts: Vec<String> = items.iter().map(|(_, text)| text.clone()).collect();
+            self.embed(&texts).await
+        })
+    }
+
     /// Whether this embedder remembers recent vectors already (see
     /// `engram_store::Remembering`), so that it is not wrapped twice.
     fn remembers(&self) -> bool {

@@ -309,27 +309,14 @@ impl Bert {
         self.hidden
     }
 
-    /// The mean of each sequence's last hidden states. Every id must be
-    /// below [`Self::vocab`] and no sequence longer than the checkpoint's
+    /// Each sequence's vector: the mean of its last layer's tokens from
+    /// token `skips[i]` on (the tokens before are read, as context, but
+    /// not averaged in; none skipped where `skips` is shorter), calling
+    /// `between` before each of a layer's four matrix products (where
+    /// background work can make way for requests: a product of a
+    /// 256-token text is ~2 ms on one core). Every id must be below
+    /// [`Self::vocab`] and no sequence longer than the checkpoint's
     /// `max_position_embeddings` (the caller's tokenizer truncates).
-    pub fn mean_pooled(&self, sequences: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
-        self.mean_pooled_yielding(sequences, || ())
-    }
-
-    /// [`Self::mean_pooled`], calling `between` before each of a layer's
-    /// four matrix products (where background work can make way for
-    /// requests: a product of a 256-token text is ~2 ms on one core).
-    pub fn mean_pooled_yielding(
-        &self,
-        sequences: &[Vec<u32>],
-        between: impl FnMut(),
-    ) -> Result<Vec<Vec<f32>>> {
-        self.pooled_from(sequences, &[], between)
-    }
-
-    /// [`Self::mean_pooled_yielding`], each sequence's mean taken from its
-    /// token `skips[i]` on (the tokens before it are read, as context,
-    /// but not averaged in; none skipped where `skips` is shorter).
     pub fn pooled_from(
         &self,
         sequences: &[Vec<u32>],
@@ -362,7 +349,11 @@ impl Bert {
                 continue;
             }
             let skip = skips.get(i).copied().unwrap_or(0).min(n - 1);
-            out.push(x.narrow(0, start + skip, n - skip)?.mean(0)?.to_vec1::<f32>()?);
+            out.push(
+                x.narrow(0, start + skip, n - skip)?
+                    .mean(0)?
+                    .to_vec1::<f32>()?,
+            );
             start += n;
         }
         Ok(out)

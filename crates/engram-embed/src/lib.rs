@@ -161,78 +161,84 @@ impl LocalModel {
     /// Embeds `texts` on the calling thread (CPU-heavy: call it from a
     /// blocking thread).
     pub fn embed_blocking(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        self.encode(texts, |pass| self.inner.bert.mean_pooled(pass))
+        let read = self.read_alone(texts)?;
+        self.encode(read, |pass, skips| {
+            self.inner.bert.pooled_from(pass, skips, || ())
+        })
     }
 
-    /// EXPERIMENT: each text read after its context (when it has one),
-    /// its vector the mean of its own tokens only: the context is read by
-    /// attention but not averaged in. A text the joint reading truncates
-    /// is read alone.
+    /// [`Embedder::embed_after`] on the calling thread (CPU-heavy: call
+    /// it from a blocking thread): each text's vector the mean of its own
+    /// tokens, read after its context.
     pub fn embed_after_blocking(
         &self,
-        pairs: &[(Option<String>, String)],
+        items: &[(Option<String>, String)],
     ) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let tokenize = |text: &str| -> Result<Vec<u32>, EmbedError> {
-            Ok(self
-                .inner
-                .tokenizer
-                .encode(text, true)
-                .map_err(|e| EmbedError::BadAnswer(format!("tokenizer: {e}")))?
-                .get_ids()
-                .to_vec())
-        };
-        let mut out = Vec::with_capacity(pairs.len());
-        for chunk in pairs.chunks(16) {
-            let mut sequences = Vec::new();
-            let mut skips = Vec::new();
-            for (before, text) in chunk {
-                let own = tokenize(text)?;
-                let joint = match before {
-                    Some(before) => tokenize(&format!("{before}\n{text}"))?,
-                    None => own.clone(),
-                };
-                // [CLS] context own [SEP]: own[1..] is the joint's tail.
-                let tail = own.len() - 1;
-                if joint.len() > tail && joint[joint.len() - tail..] == own[1..] {
-                    skips.push(joint.len() - tail);
-                    sequences.push(joint);
-                } else {
-                    skips.push(0);
-                    sequences.push(own);
-                }
-            }
-            let pooled = self
-                .inner
-                .bert
-                .pooled_from(&sequences, &skips, || ())
-                .map_err(|e| EmbedError::BadAnswer(format!("encoder: {e}")))?;
-            for mut v in pooled {
-                normalize(&mut v);
-                out.push(v);
-            }
-        }
-        Ok(out)
+        let read = self.read_after(items)?;
+        self.encode(read, |pass, skips| {
+            self.inner.bert.pooled_from(pass, skips, || ())
+        })
     }
 
-    /// Embeds `texts` in passes of alike lengths (sorted by length: a
+    /// The token ids of `text`, with the model's special tokens.
+    fn tokens(&self, text: &str) -> Result<Vec<u32>, EmbedError> {
+        Ok(self
+            .inner
+            .tokenizer
+            .encode(text, true)
+            .map_err(|e| EmbedError::BadAnswer(format!("tokenizer: {e}")))?
+            .get_ids()
+            .to_vec())
+    }
+
+    /// Each of `texts`, whole: its tokens, none skipped.
+    fn read_alone(&self, texts: &[String]) -> Result<Vec<(Vec<u32>, usize)>, EmbedError> {
+        texts.iter().map(|t| Ok((self.tokens(t)?, 0))).collect()
+    }
+
+    /// Each text after its context: the tokens of both read together, and
+    /// how many come before the text's own (`[CLS]` and the context's),
+    /// which are read but not averaged in. A text whose own tokens the
+    /// joint reading does not end with (cut at the model's length) is
+    /// read alone.
+    fn read_after(
+        &self,
+        items: &[(Option<String>, String)],
+    ) -> Result<Vec<(Vec<u32>, usize)>, EmbedError> {
+        items
+            .iter()
+            .map(|(before, text)| {
+                let own = self.tokens(text)?;
+                let Some(before) = before else {
+                    return Ok((own, 0));
+                };
+                let joint = self.tokens(&format!("{before}\n{text}"))?;
+                // [CLS] context… own… [SEP]: own[1..] is the joint's tail.
+                let tail = own.len().saturating_sub(1);
+                let ends_with_own =
+                    joint.len() > tail + 1 && joint[joint.len() - tail..] == own[1..];
+                Ok(if ends_with_own {
+                    let skip = joint.len() - tail;
+                    (joint, skip)
+                } else {
+                    (own, 0)
+                })
+            })
+            .collect()
+    }
+
+    /// Embeds `read` (each text's tokens, and how many of them to read
+    /// but not average) in passes of alike lengths (sorted by length: a
     /// pass's attention blocks are alike), each run by `run`.
     fn encode(
         &self,
-        texts: &[String],
-        mut run: impl FnMut(&[Vec<u32>]) -> candle_core::Result<Vec<Vec<f32>>>,
+        read: Vec<(Vec<u32>, usize)>,
+        mut run: impl FnMut(&[Vec<u32>], &[usize]) -> candle_core::Result<Vec<Vec<f32>>>,
     ) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let inner = &self.inner;
-        let mut ids = Vec::with_capacity(texts.len());
-        for text in texts {
-            let encoding = inner
-                .tokenizer
-                .encode(text.as_str(), true)
-                .map_err(|e| EmbedError::BadAnswer(format!("tokenizer: {e}")))?;
-            ids.push(encoding.get_ids().to_vec());
-        }
-        let mut order: Vec<usize> = (0..texts.len()).collect();
+        let (mut ids, skips): (Vec<Vec<u32>>, Vec<usize>) = read.into_iter().unzip();
+        let mut order: Vec<usize> = (0..ids.len()).collect();
         order.sort_by_key(|&i| ids[i].len());
-        let mut out = vec![Vec::new(); texts.len()];
+        let mut out = vec![Vec::new(); ids.len()];
         let mut rest = &order[..];
         while !rest.is_empty() {
             let mut tokens = 0;
@@ -248,7 +254,9 @@ impl LocalModel {
             let (chunk, later) = rest.split_at(take);
             rest = later;
             let pass: Vec<Vec<u32>> = chunk.iter().map(|&i| std::mem::take(&mut ids[i])).collect();
-            let pooled = run(&pass).map_err(|e| EmbedError::BadAnswer(format!("encoder: {e}")))?;
+            let pass_skips: Vec<usize> = chunk.iter().map(|&i| skips[i]).collect();
+            let pooled = run(&pass, &pass_skips)
+                .map_err(|e| EmbedError::BadAnswer(format!("encoder: {e}")))?;
             for (&i, mut v) in chunk.iter().zip(pooled) {
                 normalize(&mut v);
                 out[i] = v;
@@ -262,16 +270,19 @@ impl LocalModel {
     /// waits while a call is in flight, up to [`REST`] times as long as it
     /// last worked: a server with moderate traffic (mostly no call in
     /// flight) still embeds at a core's speed, a saturated one barely.
-    fn embed_in_background(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+    fn embed_in_background(
+        &self,
+        read: Vec<(Vec<u32>, usize)>,
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
         let load = Load::global();
         let bert = &self.inner.bert;
-        self.encode(texts, |pass| {
+        self.encode(read, |pass, skips| {
             if !load.busy(QUIET) {
-                return background(Threads::All).install(|| bert.mean_pooled(pass));
+                return background(Threads::All).install(|| bert.pooled_from(pass, skips, || ()));
             }
             background(Threads::One).install(|| {
                 let mut worked_since = Instant::now();
-                bert.mean_pooled_yielding(pass, || {
+                bert.pooled_from(pass, skips, || {
                     let worked = worked_since.elapsed();
                     let until = Instant::now() + worked * REST;
                     while load.in_flight() && Instant::now() < until {
@@ -296,25 +307,42 @@ impl Embedder for LocalModel {
     /// The indexer's batches: on the background threads, which only get
     /// the CPU that Ingest, PrepareRequest and searches leave.
     fn embed<'a>(&'a self, texts: &'a [String]) -> EmbedFuture<'a> {
-        self.off_the_workers(texts.to_vec(), true)
+        self.off_the_workers(Input::Alone(texts.to_vec()), true)
+    }
+
+    /// The indexer's batches of traces, each read after the one before.
+    fn embed_after<'a>(&'a self, items: &'a [(Option<String>, String)]) -> EmbedFuture<'a> {
+        self.off_the_workers(Input::After(items.to_vec()), true)
     }
 
     /// A search's query: at normal priority, a search is waiting for it.
     fn embed_query<'a>(&'a self, text: &'a str) -> EmbedFuture<'a> {
-        self.off_the_workers(vec![text.to_owned()], false)
+        self.off_the_workers(Input::Alone(vec![text.to_owned()]), false)
     }
+}
+
+/// What a call gives the model to read.
+enum Input {
+    Alone(Vec<String>),
+    After(Vec<(Option<String>, String)>),
 }
 
 impl LocalModel {
     /// Embeds on a blocking thread, or on the [`background`] threads.
-    fn off_the_workers(&self, texts: Vec<String>, background_work: bool) -> EmbedFuture<'static> {
+    fn off_the_workers(&self, input: Input, background_work: bool) -> EmbedFuture<'static> {
         let model = self.clone();
         Box::pin(async move {
             tokio::task::spawn_blocking(move || {
+                let read = match &input {
+                    Input::Alone(texts) => model.read_alone(texts)?,
+                    Input::After(items) => model.read_after(items)?,
+                };
                 if background_work {
-                    model.embed_in_background(&texts)
+                    model.embed_in_background(read)
                 } else {
-                    model.embed_blocking(&texts)
+                    model.encode(read, |pass, skips| {
+                        model.inner.bert.pooled_from(pass, skips, || ())
+                    })
                 }
             })
             .await
@@ -391,8 +419,43 @@ mod tests {
         ];
         let serving = Load::global().serving();
         assert!(Load::global().busy(QUIET));
-        let background = model.embed_in_background(&texts).unwrap();
+        let background = model
+            .embed_in_background(model.read_alone(&texts).unwrap())
+            .unwrap();
         drop(serving);
         assert_eq!(background, model.embed_blocking(&texts).unwrap());
+    }
+
+    /// A text read after its context: of its own tokens, neither its
+    /// reading alone nor the joint text's; without a context, or when the
+    /// joint reading would cut the text, it is read alone.
+    #[test]
+    fn a_text_read_after_its_context_keeps_its_own_meaning() {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2");
+        let model = LocalModel::load(&dir).expect("`make models` installs the model");
+        let reply = "Super good! Rich and creamy.".to_owned();
+        let asked = "We made coconut milk ice cream. How did it taste?".to_owned();
+        let long = "word ".repeat(400);
+        let got = model
+            .embed_after_blocking(&[
+                (None, reply.clone()),
+                (Some(asked.clone()), reply.clone()),
+                (Some(long), reply.clone()),
+            ])
+            .unwrap();
+        let alone = model
+            .embed_blocking(std::slice::from_ref(&reply))
+            .unwrap()
+            .remove(0);
+        let joint = model
+            .embed_blocking(&[format!("{asked}\n{reply}")])
+            .unwrap()
+            .remove(0);
+        let cosine = |x: &[f32], y: &[f32]| x.iter().zip(y).map(|(a, b)| a * b).sum::<f32>();
+        assert_eq!(got[0], alone);
+        assert_eq!(got[2], alone, "cut by the joint reading: alone");
+        let (to_alone, to_joint) = (cosine(&got[1], &alone), cosine(&got[1], &joint));
+        assert!(to_alone < 0.999, "the context counts: {to_alone}");
+        assert!(to_joint < 0.999, "its own tokens only: {to_joint}");
     }
 }

@@ -47,7 +47,7 @@ pub(crate) async fn erase(
     .await
     .map_err(db("erasing traces"))?;
     // The trace after an erased one, of its sitting, was embedded after its
-    // text (`engram_store::in_context`): its vector is dropped, to be
+    // text (`engram_store::context_of`): its vector is dropped, to be
     // embedded again after the trace now before it.
     if !placed.is_empty() {
         let (ords, times): (Vec<i64>, Vec<f64>) = placed.into_iter().unzip();

@@ -41,8 +41,12 @@ pub(crate) struct AgentVectors {
 type VectorRow = (String, i16, i64, f64, i16, Vec<u8>, i64, bool);
 
 /// An item claimed to embed: its agent, table, the item, and the text
-/// it is read after (a trace's context, `engram_store::in_context`).
+/// it is read after (a trace's context, `engram_store::context_of`).
 type Claimed = (String, &'static str, Item, Option<String>);
+
+/// A claimed trace's row: its agent, body and time, and the body and time
+/// of the trace before it.
+type ClaimedTrace = (String, String, f64, Option<String>, Option<f64>);
 
 /// Per agent, next to its cache.
 pub(crate) type VectorSlot = AsyncMutex<Option<AgentVectors>>;
@@ -179,8 +183,8 @@ impl PgStore {
         let mut out = Vec::new();
         // Each with the trace before it (its body and time): a trace is
         // embedded after it when they are of one sitting
-        // (`engram_store::in_context`).
-        let traces: Vec<(String, String, f64, Option<String>, Option<f64>)> = sqlx::query_as(
+        // (`engram_store::context_of`).
+        let traces: Vec<ClaimedTrace> = sqlx::query_as(
             "UPDATE traces t SET embed_claimed = now()
              FROM (SELECT agent_id, seq FROM traces
                    WHERE vector IS NULL

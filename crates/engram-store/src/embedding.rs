@@ -18,18 +18,19 @@ pub struct Outcome {
 }
 
 /// Embeds `batch`: each item with the text of the trace before it, if it
-/// is read in that context ([`crate::in_context`]). A model that refuses
-/// the batch (a remote one may refuse a text it cannot take) gets each
-/// item alone; an item refused in its context is tried on its own text
-/// (the text before it is not its to answer for); an item refused alone
-/// is left to the words (counted, logged; the next load of the agent
-/// tries it again), so one text never holds up its agent's queue.
+/// is read after it ([`crate::context_of`], `Embedder::embed_after`). A
+/// model that refuses the batch (a remote one may refuse a text it cannot
+/// take) gets each item alone; an item refused after its context is tried
+/// on its own (the text before it is not its to answer for); an item
+/// refused alone is left to the words (counted, logged; the next load of
+/// the agent tries it again), so one text never holds up its agent's
+/// queue.
 pub async fn embed_batch(embedder: &dyn Embedder, batch: Vec<(Item, Option<String>)>) -> Outcome {
-    let texts: Vec<String> = batch
+    let read: Vec<(Option<String>, String)> = batch
         .iter()
-        .map(|(i, before)| crate::in_context(&i.text, before.as_deref()))
+        .map(|(i, before)| (before.as_deref().map(crate::context_of), i.text.clone()))
         .collect();
-    let why = match embedder.embed(&texts).await {
+    let why = match embedder.embed_after(&read).await {
         Ok(vectors) if vectors.len() == batch.len() => {
             return Outcome {
                 embedded: batch
@@ -50,14 +51,14 @@ pub async fn embed_batch(embedder: &dyn Embedder, batch: Vec<(Item, Option<Strin
             };
         }
         Err(EmbedError::BadAnswer(why)) => why,
-        Ok(v) => format!("{} vectors for {} texts", v.len(), texts.len()),
+        Ok(v) => format!("{} vectors for {} texts", v.len(), read.len()),
     };
     tracing::warn!(error = %why, items = batch.len(), "the model refused a batch; embedding its items one by one");
     let mut out = Vec::with_capacity(batch.len());
-    let mut items = batch.into_iter().zip(texts);
-    while let Some(((item, before), text)) = items.next() {
-        let mut answer = embedder.embed(std::slice::from_ref(&text)).await;
-        if before.is_some() && matches!(answer, Err(EmbedError::BadAnswer(_))) {
+    let mut items = batch.into_iter().map(|(i, _)| i).zip(read);
+    while let Some((item, one)) = items.next() {
+        let mut answer = embedder.embed_after(std::slice::from_ref(&one)).await;
+        if one.0.is_some() && matches!(answer, Err(EmbedError::BadAnswer(_))) {
             answer = embedder.embed(std::slice::from_ref(&item.text)).await;
         }
         match answer {
@@ -65,9 +66,7 @@ pub async fn embed_batch(embedder: &dyn Embedder, batch: Vec<(Item, Option<Strin
             Err(EmbedError::Unavailable(why)) => {
                 return Outcome {
                     embedded: out,
-                    retry: std::iter::once(item)
-                        .chain(items.map(|((i, _), _)| i))
-                        .collect(),
+                    retry: std::iter::once(item).chain(items.map(|(i, _)| i)).collect(),
                     failed: Some(why),
                 };
             }

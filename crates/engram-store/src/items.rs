@@ -26,36 +26,31 @@ pub fn for_embedding(mut item: Item) -> Item {
     item
 }
 
-/// Characters of the trace before it that a trace's vector reads at most:
-/// the end of its text.
+/// Characters of the trace before it that a trace is read after at most:
+/// the end of its text, what a reply answers.
 pub const CONTEXT_CHARS: usize = 300;
 
-/// What the model reads of an item whose own text (as the embedding
-/// queue keeps it, [`for_embedding`]) is `text`: a trace's after the end
-/// of `before`, the full text (name and words) of the trace before it in
-/// its sitting. A message is seldom understood alone: "Super good! Rich
-/// and creamy." answers "How was the coconut ice cream?", and its vector
-/// should say so, as its words gain their neighbours' share in the word
-/// ranking (LoCoMo's dev half: docs/BENCHMARKS.md). The end of a message
-/// is what its reply answers, and it is never longer than the reply
-/// itself (nor than [`CONTEXT_CHARS`]): the context colours a message's
-/// meaning without outweighing it, so a short message after a long one on
-/// another topic is still about its own. Memories stand alone (`before`
-/// is `None`).
-pub fn in_context(text: &str, before: Option<&str>) -> String {
-    let Some(before) = before else {
-        return text.to_owned();
-    };
-    let keep = text.chars().count().min(CONTEXT_CHARS);
-    let Some(last) = keep.checked_sub(1) else {
-        return text.to_owned();
-    };
-    let start = before.char_indices().rev().nth(last).map_or(0, |(i, _)| i);
-    format!("{}\n{text}", &before[start..])
+/// What a trace is read after when it is embedded: the end of `before`,
+/// the full text (name and words) of the trace before it in its sitting.
+/// A message is seldom understood alone: "Super good! Rich and creamy."
+/// answers "How was the coconut ice cream?", and its vector should say so,
+/// as its words gain their neighbours' share in the word ranking. The
+/// model reads both and averages the trace's own tokens only
+/// (`Embedder::embed_after`), so a reply that says nothing of its own
+/// ("That sounds great!") does not take the meaning of what it answers
+/// and compete with it (LoCoMo's dev half and the paraphrase test:
+/// docs/BENCHMARKS.md). Memories stand alone.
+pub fn context_of(before: &str) -> String {
+    let start = before
+        .char_indices()
+        .rev()
+        .nth(CONTEXT_CHARS - 1)
+        .map_or(0, |(i, _)| i);
+    before[start..].to_owned()
 }
 
 /// How a store tags the vectors it keeps: the model's name, and that
-/// traces are embedded in context ([`in_context`]), so that vectors an
+/// traces are read in context ([`context_of`]), so that vectors an
 /// earlier version embedded otherwise are dropped and embedded again, as
 /// another model's are.
 pub fn vector_model(model: &str) -> String {
@@ -258,23 +253,18 @@ mod tests {
         }
     }
 
-    /// A trace is read after the end of the one before it, never more of
-    /// it than its own length, nor more than [`CONTEXT_CHARS`].
+    /// A trace is read after the end of the one before it, at most
+    /// [`CONTEXT_CHARS`] of it.
     #[test]
     fn a_trace_is_read_after_the_end_of_the_one_before_it() {
         let asked = "Melanie: We made coconut milk ice cream. How did it taste?";
-        assert_eq!(
-            in_context("Nate: Super good!", Some(asked)),
-            "How did it taste?\nNate: Super good!"
+        assert_eq!(context_of(asked), asked);
+        let long = format!(
+            "{}{}",
+            "é".repeat(5 * CONTEXT_CHARS),
+            "x".repeat(CONTEXT_CHARS)
         );
-        assert_eq!(in_context("Nate: Super good!", None), "Nate: Super good!");
-        assert_eq!(in_context("", Some(asked)), "");
-        let long = "é".repeat(5 * CONTEXT_CHARS);
-        let read = in_context(&long, Some(&long));
-        assert_eq!(
-            read.chars().count(),
-            CONTEXT_CHARS + 1 + long.chars().count()
-        );
-        assert_eq!(in_context("ab", Some("x")), "x\nab");
+        assert_eq!(context_of(&long), "x".repeat(CONTEXT_CHARS));
+        assert_eq!(context_of(""), "");
     }
 }

@@ -56,7 +56,7 @@ pub use embedding::{Outcome as Embedding, embed_batch, embed_words, expect_query
 pub use engram_core::state::Hiding;
 pub use error::{Result, StoreError};
 pub use items::{
-    CONTEXT_CHARS, MAX_EMBEDDED_CHARS, episodic_item, for_embedding, in_context, model_of_vectors,
+    CONTEXT_CHARS, MAX_EMBEDDED_CHARS, context_of, episodic_item, for_embedding, model_of_vectors,
     searched_text, semantic_item, trace_item, vector_model,
 };
 pub use memo::Remembering;

@@ -158,6 +158,18 @@ impl Embedder for Remembering {
         Box::pin(self.items(texts))
     }
 
+    /// A text read after a context is not the text alone: such a batch is
+    /// not remembered (each of its texts has its own context).
+    fn embed_after<'a>(&'a self, items: &'a [(Option<String>, String)]) -> EmbedFuture<'a> {
+        if items.iter().any(|(before, _)| before.is_some()) {
+            return self.inner.embed_after(items);
+        }
+        Box::pin(async move {
+            let texts: Vec<String> = items.iter().map(|(_, text)| text.clone()).collect();
+            self.items(&texts).await
+        })
+    }
+
     fn embed_query<'a>(&'a self, text: &'a str) -> EmbedFuture<'a> {
         Box::pin(async move {
             let cell = self.query_cell(text);

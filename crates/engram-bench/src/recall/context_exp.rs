@@ -1,4 +1,4 @@
-//! EXPERIMENT (not kept as is): the in-process ranking with the local
+//! `--parts context`: the in-process ranking with the local
 //! model's vectors, each message embedded alone or after the message
 //! before it in its sitting; on LoCoMo and on the paraphrase set.
 

@@ -45,7 +45,10 @@ pub struct Args {
     /// Parts to run: search (evidence recall of SearchHistory and the
     /// baselines), prompt (Retrieve and the prompt at an 8k window, recall
     /// on and off), users (each session a conversation of one user, each
-    /// question a new conversation's first prompt), paraphrase, latency.
+    /// question a new conversation's first prompt), paraphrase, latency;
+    /// and on request, context (the in-process ranking with each message
+    /// embedded alone or read after the one before, LoCoMo and the
+    /// paraphrases: `RECALL_CONTEXT_MODES`).
     #[arg(
         long,
         value_delimiter = ',',

@@ -13,8 +13,8 @@ use engram_core::forget::Forget;
 use engram_embed::LocalModel;
 
 use super::id;
-use engram_store::{MatchedBy, Policy};
 use engram_store::conformance::{PET_MEMORIES, PETS, lead};
+use engram_store::{MatchedBy, Policy};
 
 use crate::{FileStore, Search, SearchPage, StoreConfig};
 use engram_store::prelude::*;
@@ -62,6 +62,24 @@ impl Embedder for Wrapped {
             }
             self.seen.lock().unwrap().extend_from_slice(texts);
             self.model.embed(texts).await
+        })
+    }
+
+    /// Noted as the text after its context, on a line of its own.
+    fn embed_after<'a>(&'a self, items: &'a [(Option<String>, String)]) -> EmbedFuture<'a> {
+        Box::pin(async move {
+            if self.down.load(Ordering::SeqCst) {
+                return Err(EmbedError::Unavailable("down for the test".into()));
+            }
+            let read = |(before, text): &(Option<String>, String)| match before {
+                Some(before) => format!("{before}\n{text}"),
+                None => text.clone(),
+            };
+            if items.iter().any(|i| read(i).contains(self.refuse)) {
+                return Err(EmbedError::BadAnswer("refused for the test".into()));
+            }
+            self.seen.lock().unwrap().extend(items.iter().map(read));
+            self.model.embed_after(items).await
         })
     }
 }
@@ -389,11 +407,14 @@ async fn a_reply_is_embedded_after_what_it_answers_and_again_once_that_is_forgot
         let seen = embedder.seen.lock().unwrap();
         seen.iter().filter(|t| *t == text).count()
     };
-    let in_context = format!("ice cream. How did it taste?\n{reply}");
-    assert_eq!(in_context, engram_store::in_context(reply, Some(asked)));
+    let in_context = format!("{asked}\n{reply}");
     assert_eq!(seen(&in_context), 1, "{:?}", embedder.seen.lock().unwrap());
     assert_eq!(seen(reply), 0);
-    assert_eq!(seen("Super good, and rich!"), 1, "alone in a sitting of its own");
+    assert_eq!(
+        seen("Super good, and rich!"),
+        1,
+        "alone in a sitting of its own"
+    );
     assert_eq!(
         seen("and this one is fine"),
         1,

@@ -1,5 +1,5 @@
 //! What a trace's vector reads besides its own text: the trace before it
-//! in its sitting (`engram_store::in_context`). The index knows every
+//! in its sitting (`engram_store::context_of`). The index knows every
 //! trace's place and time, and keeps each one's text; when a trace is
 //! removed (a forget), the trace after it was embedded after its text and
 //! is embedded again.

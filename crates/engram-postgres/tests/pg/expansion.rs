@@ -235,12 +235,12 @@ async fn a_reply_is_embedded_after_what_it_answers_and_again_once_that_is_forgot
         .await
         .expect("ingest accepted");
     search(&store, &a, "ice cream").await;
-    let embed = |text: &str| model.embed_blocking(&[text.to_owned()]).unwrap().remove(0);
+    let embed = |before: Option<&str>| {
+        let item = (before.map(str::to_owned), reply.to_owned());
+        model.embed_after_blocking(&[item]).unwrap().remove(0)
+    };
     let cosine = |x: &[f32], y: &[f32]| x.iter().zip(y).map(|(a, b)| a * b).sum::<f32>();
-    let (in_context, alone) = (
-        embed(&engram_store::in_context(reply, Some(asked))),
-        embed(reply),
-    );
+    let (in_context, alone) = (embed(Some(asked)), embed(None));
     assert!(
         cosine(&in_context, &alone) < 0.99,
         "the two readings differ"
