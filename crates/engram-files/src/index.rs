@@ -17,20 +17,17 @@
 //! directory of a deleted agent again.
 
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 use std::sync::Arc;
 
-use engram_core::memory::{EpisodicItem, SemanticItem};
-use engram_core::{AgentId, RawTrace};
+use engram_core::AgentId;
 use engram_index::{Item, Lexical, Vectors};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
-use engram_store::items::{episodic_item, for_embedding, semantic_item, trace_item, trace_order};
+use engram_store::items::{for_embedding, trace_order};
 use engram_store::vector_model;
 
-use crate::agent::RAW_ARCHIVE;
 use crate::{AgentHandle, FileStore, IndexState, Result, StoreError};
 
 /// The index directory inside an agent's directory.
@@ -177,43 +174,6 @@ impl std::fmt::Debug for AgentIndex {
 /// (catching up, searching); never the agent's own lock, so Ingest never
 /// waits for the index.
 pub(crate) type IndexSlot = Arc<AsyncMutex<Option<AgentIndex>>>;
-
-/// What changed in an agent since a cursor, read under its lock.
-pub(crate) struct Delta {
-    pub to: Cursor,
-    /// The cursor's epoch is gone: every active trace is re-checked and
-    /// the archive read on from the cursor.
-    pub full: bool,
-    pub traces: Vec<RawTrace>,
-    pub episodic: Vec<EpisodicItem>,
-    pub semantic: Vec<SemanticItem>,
-    /// Keys a forget erased: removed, and the segments that held them
-    /// rewritten (`AgentMeta::unpurged`).
-    pub removed: Vec<String>,
-}
-
-impl Delta {
-    /// Whether a search of the archive and the memories (a prompt's
-    /// recall) may leave the delta to the background indexer: it holds
-    /// only active traces written since `from` (same epoch, no memories,
-    /// facts or forgets), or it is a compaction's new epoch with no forget
-    /// and no client's change of facts since `from`. The traces a
-    /// compaction archived were read in while active (or are about to be,
-    /// as active traces are), and its summary and facts are in the prompt
-    /// that asks; reading them in before the recall cost the compacting
-    /// turn's prompt a commit of 25–55 ms.
-    fn may_wait(&self, from: Cursor) -> bool {
-        let to = self.to;
-        if !self.removed.is_empty() || to.facts != from.facts {
-            return false;
-        }
-        if self.full {
-            return to.epoch > from.epoch;
-        }
-        (to.epoch, to.episodic, to.semantic, to.archive)
-            == (from.epoch, from.episodic, from.semantic, from.archive)
-    }
-}
 
 /// What a search may leave unread in the index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -427,181 +387,6 @@ pub(crate) fn index_error(e: engram_index::IndexError) -> StoreError {
     StoreError::Index(e.to_string())
 }
 
-/// What the agent holds beyond `from`; `None` when the index has it all.
-pub(crate) fn delta(state: &crate::agent::AgentState, from: Option<Cursor>) -> Option<Delta> {
-    let archive_len = || std::fs::metadata(state.dir.join(RAW_ARCHIVE)).map_or(0, |m| m.len());
-    let same = from.is_some_and(|from| {
-        from.epoch == state.meta.epoch
-            && from.active <= state.traces.len()
-            && from.episodic <= state.episodic.len()
-            && from.semantic <= state.semantic.len()
-            // A compaction's later pass in its own epoch (a trim keeping
-            // fewer turns, a summary after microcompact) archives too.
-            && from.archive == archive_len()
-    });
-    let from = from.unwrap_or_default();
-    // Within an epoch the files only grow and the archive stays as it is
-    // (but for the later passes checked above); a new epoch (a
-    // compaction) may have archived what was not read.
-    let (a, e, s, archive) = if same {
-        // Facts changed in place: all of them read again (a few hundred
-        // at most, and rarely).
-        let s = if from.facts == state.fact_lines {
-            from.semantic
-        } else {
-            0
-        };
-        (from.active, from.episodic, s, from.archive)
-    } else {
-        (0, 0, 0, archive_len())
-    };
-    let to = Cursor {
-        epoch: state.meta.epoch,
-        active: state.traces.len(),
-        episodic: state.episodic.len(),
-        semantic: state.semantic.len(),
-        archive,
-        facts: state.fact_lines,
-    };
-    (!same || to != from).then(|| Delta {
-        to,
-        full: !same,
-        traces: state.traces[a..].to_vec(),
-        episodic: state.episodic[e..].to_vec(),
-        semantic: state.semantic[s..].to_vec(),
-        removed: state.meta.unpurged.clone(),
-    })
-}
-
-/// Brings `index` up to `delta`; `gap` ends a sitting (what a trace is
-/// embedded in the context of).
-fn apply(index: &mut AgentIndex, agent_dir: &Path, delta: Delta, gap: f64) -> Result<()> {
-    let from = index.cursor.unwrap_or_default();
-    let embedding = index.vectors.is_some();
-    let pending = &mut index.pending;
-    let overflowed = &mut index.overflowed;
-    let mut queue = |items: &[Item]| {
-        if !embedding || *overflowed {
-            return;
-        }
-        let room = MAX_PENDING.saturating_sub(pending.len());
-        pending.extend(items.iter().take(room).cloned().map(for_embedding));
-        *overflowed = items.len() > room;
-    };
-    let lexical = &mut index.lexical;
-    if delta.full {
-        // Traces a compaction archived before the index read them.
-        let path = agent_dir.join(RAW_ARCHIVE);
-        let mut batch = Vec::new();
-        read_archive(
-            &path,
-            from.archive.min(delta.to.archive),
-            delta.to.archive,
-            |t| {
-                batch.push(t);
-                if batch.len() == BATCH {
-                    queue(&upsert_missing(lexical, std::mem::take(&mut batch))?);
-                }
-                Ok(())
-            },
-        )?;
-        queue(&upsert_missing(lexical, batch)?);
-        queue(&upsert_missing(lexical, delta.traces)?);
-    } else {
-        let items: Vec<Item> = delta.traces.iter().map(trace_item).collect();
-        lexical.upsert(&items).map_err(index_error)?;
-        queue(&items);
-    }
-    // A summary a forget hid is not searched until it is rewritten.
-    let (shown, hidden): (Vec<_>, Vec<_>) = delta.episodic.iter().partition(|e| e.is_shown());
-    let memories: Vec<Item> = shown.into_iter().map(episodic_item).collect();
-    lexical.upsert(&memories).map_err(index_error)?;
-    queue(&memories);
-    let (live, gone): (Vec<_>, Vec<_>) = delta.semantic.iter().partition(|f| f.is_live());
-    let facts: Vec<Item> = live.into_iter().map(semantic_item).collect();
-    lexical.upsert(&facts).map_err(index_error)?;
-    queue(&facts);
-    let gone: Vec<&str> = gone
-        .iter()
-        .map(|f| f.id.as_str())
-        .chain(hidden.iter().map(|e| e.id.as_str()))
-        .chain(delta.removed.iter().map(String::as_str))
-        .collect();
-    // The trace after an erased one was embedded after its text: it is
-    // embedded again, after the trace now before it.
-    let erased: Vec<&str> = delta.removed.iter().map(String::as_str).collect();
-    let again = match index.vectors {
-        Some(_) => lexical.traces_after(&erased, gap).map_err(index_error)?,
-        None => Vec::new(),
-    };
-    lexical.remove(&gone).map_err(index_error)?;
-    if let Some(vectors) = &mut index.vectors {
-        let again: Vec<&str> = again.iter().map(String::as_str).collect();
-        vectors.write(&[], &gone).map_err(index_error)?;
-        vectors.write(&[], &again).map_err(index_error)?;
-        index.pending.retain(|i| !gone.contains(&i.key.as_str()));
-        // Found again as after an overflow, once the queue runs empty.
-        index.overflowed |= !again.is_empty();
-    }
-    let payload = serde_json::to_string(&Committed {
-        format: ITEM_FORMAT,
-        cursor: delta.to,
-    })
-    .expect("a cursor serializes");
-    lexical.commit(&payload).map_err(index_error)?;
-    index.cursor = Some(delta.to);
-    if !delta.removed.is_empty() {
-        // Removed items stay in their segments until these are rewritten.
-        index.lexical.purge_removed().map_err(index_error)?;
-    }
-    // A writer holds threads and a memory arena; agents are many and
-    // their writes come in bursts, so it is opened per catch-up. Its
-    // merges are finished here, under the index slot: left running, they
-    // would write into the directory while a delete removes it.
-    index.lexical.release_writer().map_err(index_error)
-}
-
-/// Indexes the traces the index does not hold yet (a trace is immutable
-/// once written, so one that is there is current); returns those.
-fn upsert_missing(lexical: &mut Lexical, traces: Vec<RawTrace>) -> Result<Vec<Item>> {
-    let mut items = Vec::new();
-    for t in &traces {
-        if !lexical.contains(&t.id).map_err(index_error)? {
-            items.push(trace_item(t));
-        }
-    }
-    lexical.upsert(&items).map_err(index_error)?;
-    Ok(items)
-}
-
-/// Calls `f` on each whole archived trace in bytes `from..to`.
-pub(crate) fn read_archive(
-    path: &Path,
-    from: u64,
-    to: u64,
-    mut f: impl FnMut(RawTrace) -> Result<()>,
-) -> Result<()> {
-    if from >= to {
-        return Ok(());
-    }
-    let mut file = std::fs::File::open(path).map_err(StoreError::io("opening", path))?;
-    file.seek(SeekFrom::Start(from))
-        .map_err(StoreError::io("seeking in", path))?;
-    let mut reader = BufReader::new(file).take(to - from);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        let n = reader
-            .read_until(b'\n', &mut line)
-            .map_err(StoreError::io("reading", path))?;
-        if n == 0 || line.last() != Some(&b'\n') {
-            return Ok(());
-        }
-        match RawTrace::from_line(&line) {
-            Ok(t) => f(t)?,
-            Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "unreadable archived trace skipped by the index")
-            }
-        }
-    }
-}
+mod delta;
+use delta::apply;
+pub(crate) use delta::{Delta, delta, read_archive};

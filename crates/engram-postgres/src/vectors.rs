@@ -185,17 +185,18 @@ impl PgStore {
         // embedded after it when they are of one sitting
         // (`engram_store::context_of`).
         let traces: Vec<ClaimedTrace> = sqlx::query_as(
-            "UPDATE traces t SET embed_claimed = now()
-             FROM (SELECT agent_id, seq FROM traces
-                   WHERE vector IS NULL
-                     AND (embed_claimed IS NULL OR embed_claimed < now() - make_interval(secs => $2))
-                   LIMIT $1 FOR UPDATE SKIP LOCKED) c
-             WHERE t.agent_id = c.agent_id AND t.seq = c.seq
-             RETURNING t.agent_id, t.body, t.ts,
-                       (SELECT p.body FROM traces p WHERE p.agent_id = t.agent_id AND p.ord < t.ord
-                        ORDER BY p.ord DESC LIMIT 1),
-                       (SELECT p.ts FROM traces p WHERE p.agent_id = t.agent_id AND p.ord < t.ord
-                        ORDER BY p.ord DESC LIMIT 1)",
+            "WITH claimed AS (
+                 UPDATE traces t SET embed_claimed = now()
+                 FROM (SELECT agent_id, seq FROM traces
+                       WHERE vector IS NULL
+                         AND (embed_claimed IS NULL OR embed_claimed < now() - make_interval(secs => $2))
+                       LIMIT $1 FOR UPDATE SKIP LOCKED) c
+                 WHERE t.agent_id = c.agent_id AND t.seq = c.seq
+                 RETURNING t.agent_id, t.body, t.ts, t.ord)
+             SELECT c.agent_id, c.body, c.ts, p.body, p.ts FROM claimed c
+             LEFT JOIN LATERAL (SELECT body, ts FROM traces
+                                WHERE agent_id = c.agent_id AND ord < c.ord
+                                ORDER BY ord DESC LIMIT 1) p ON true",
         )
         .bind(BATCH)
         .bind(CLAIM_SECS)

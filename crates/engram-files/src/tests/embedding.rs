@@ -13,8 +13,8 @@ use engram_core::forget::Forget;
 use engram_embed::LocalModel;
 
 use super::id;
-use engram_store::conformance::{PET_MEMORIES, PETS, lead};
-use engram_store::{MatchedBy, Policy};
+use engram_store::MatchedBy;
+use engram_store::conformance::{PET_MEMORIES, PETS, TEST_POLICY, lead};
 
 use crate::{FileStore, Search, SearchPage, StoreConfig};
 use engram_store::prelude::*;
@@ -421,12 +421,7 @@ async fn a_reply_is_embedded_after_what_it_answers_and_again_once_that_is_forgot
         "after a refused text: alone"
     );
 
-    let policy = Policy {
-        raw_tail_turns: 1,
-        max_episodic: 3,
-        max_semantic: 20,
-        fact_ttl: None,
-    };
+    let policy = TEST_POLICY;
     store
         .forget(&id("a"), &Forget::Turn("turn_0001".into()), policy)
         .await

@@ -15,9 +15,9 @@ use engram_core::{AgentId, NewEvent, UserId};
 use engram_embed::LocalModel;
 use engram_postgres::testing::{has_word_vector, held_vocabulary};
 use engram_postgres::{PgConfig, PgStore};
-use engram_store::conformance::{PET_MEMORIES, PETS, lead};
+use engram_store::conformance::{PET_MEMORIES, PETS, TEST_POLICY, lead};
 use engram_store::prelude::*;
-use engram_store::{Memory, MemoryQuery, Policy, Search, SearchPage};
+use engram_store::{Memory, MemoryQuery, Search, SearchPage};
 
 use super::Postgres;
 
@@ -123,12 +123,7 @@ async fn a_question_naming_a_category_finds_the_instance_by_the_agents_words() {
 
     // A forget moves the agent's generation: its rows are read again, and
     // the forgotten turn's words are gone from what this replica holds.
-    let policy = Policy {
-        raw_tail_turns: 1,
-        max_episodic: 3,
-        max_semantic: 20,
-        fact_ttl: None,
-    };
+    let policy = TEST_POLICY;
     store
         .forget(&a, &Forget::Turn(turns[0].clone()), policy)
         .await
@@ -248,12 +243,7 @@ async fn a_reply_is_embedded_after_what_it_answers_and_again_once_that_is_forgot
     let stored = stored_vector(&pg, &a, reply).await;
     assert!(cosine(&stored, &in_context) > 0.999);
 
-    let policy = Policy {
-        raw_tail_turns: 1,
-        max_episodic: 3,
-        max_semantic: 20,
-        fact_ttl: None,
-    };
+    let policy = TEST_POLICY;
     store
         .forget(&a, &Forget::Turn("turn_0001".into()), policy)
         .await

@@ -7,7 +7,9 @@ use super::{Harness, id, ingest, is_invalid, ranked};
 use crate::prelude::*;
 use crate::{MatchedBy, Policy, Search, Store};
 
-const POLICY: Policy = Policy {
+/// A compaction policy for tests: the last turn kept raw, a few summaries
+/// and facts (the stores' search tests forget and compact with it).
+pub const TEST_POLICY: Policy = Policy {
     raw_tail_turns: 1,
     max_episodic: 3,
     max_semantic: 20,
@@ -266,7 +268,7 @@ pub async fn ranked_search_covers_every_acknowledged_write_after_a_restart<H: Ha
     ingest(store.as_ref(), &a, &[NewEvent::user("the gerenuk report")]).await;
     ingest(store.as_ref(), &a, &[NewEvent::user("the ibex report")]).await;
     let job = store
-        .begin_compaction(&a, POLICY)
+        .begin_compaction(&a, TEST_POLICY)
         .await
         .unwrap()
         .job()
@@ -277,7 +279,7 @@ pub async fn ranked_search_covers_every_acknowledged_write_after_a_restart<H: Ha
         "never indexed, now archived"
     );
     store
-        .finish_compaction(&a, job, Some(super::agents::summary()), POLICY)
+        .finish_compaction(&a, job, Some(super::agents::summary()), TEST_POLICY)
         .await
         .unwrap();
     let store = h.reopen(store).await;
