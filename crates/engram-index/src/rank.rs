@@ -50,8 +50,8 @@ pub struct Params {
     /// The expansion's words together weigh this share of the question's
     /// own words (each at most as much as one of them).
     pub expansion_weight: f32,
-    /// Share of its sitting's score a message gains (0: sittings not
-    /// scored; `rank/sittings.rs`).
+    /// How much its sitting's score weighs a message: its score times 1 +
+    /// this × the sitting's (0: sittings not scored; `rank/sittings.rs`).
     pub sitting_weight: f32,
     /// The share of its score a message that mostly asks keeps (1: no
     /// prior; `rank/asking.rs`).
@@ -296,8 +296,8 @@ impl Fused {
             limit,
             named,
         } = self;
-        // The sitting's share is evidence for the message like its own
-        // score; the speaker prior then weighs the whole.
+        // Three priors, each scaling what the message holds itself: where
+        // it was said (its sitting), who said it, whether it asks.
         if let Some(sittings) = sittings {
             add_sittings(&mut ranked, sittings, params);
         }

@@ -220,8 +220,9 @@ pub struct SearchSection {
     /// The share of the question's own words' weight those words carry
     /// together.
     pub expansion_weight: f32,
-    /// Share of its sitting's score (the sitting scored as one document)
-    /// a message gains (0: sittings not scored).
+    /// How much its sitting's score (the sitting scored as one document)
+    /// weighs a message: its score times 1 + this × the sitting's (0:
+    /// sittings not scored).
     pub sitting_weight: f32,
     /// The share of its score a message that mostly asks keeps (1: no
     /// preference).

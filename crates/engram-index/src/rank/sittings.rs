@@ -7,11 +7,19 @@
 //! shares the question's words and meaning where none of its messages
 //! does alone. So each sitting is scored as one document (BM25 over its
 //! messages' words together, and the closeness of its mean vector to the
-//! question's), by the same mix as a message, and its messages among the
-//! candidates gain `Params::sitting_weight` of that score (issue 28; the
-//! outside measurement on LoCoMo's dev half had 0.3 at +0.009 all@10),
-//! but for the sitting in progress, where the question is asked
-//! ([`add_sittings`]; docs/BENCHMARKS.md has both rules' measurements).
+//! question's), by the same mix as a message (issue 28; the outside
+//! measurement on LoCoMo's dev half had 0.3 at +0.009 all@10).
+//!
+//! That score is a prior on where the answer is, like the speaker and
+//! question priors, so it scales a message's own score rather than adding
+//! to it: each message among the candidates is weighed by 1 +
+//! `Params::sitting_weight` × its sitting's score ([`add_sittings`]). An
+//! added share lifted every message of a sitting alike, so a well-matched
+//! sitting's small talk ("Thanks!") passed another sitting's evidence;
+//! once each message is read after the one before it, its own score
+//! already carries its neighbours' meaning, and the added share counted
+//! it twice (docs/BENCHMARKS.md has both forms' measurements). The sitting
+//! in progress, where the question is asked, weighs nothing.
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -231,9 +239,11 @@ pub fn sitting_scores(words: &[f32], cosines: Option<&[Option<f32>]>, params: &P
         .collect()
 }
 
-/// Each trace among `ranked` gains `params.sitting_weight` of its
-/// sitting's score (one per sitting). Memories
-/// (summaries, facts) belong to no sitting. The sitting in progress gains
+/// Each trace among `ranked` weighed by its sitting: its score times 1 +
+/// `params.sitting_weight` × the sitting's score (one per sitting), so the
+/// messages of a sitting keep their order against each other and one
+/// that matches nothing itself gains nothing. Memories (summaries, facts)
+/// belong to no sitting. The sitting in progress gains
 /// nothing: the question is asked in it (recall stores the user's message
 /// there first; an agent asks about what it is discussing), so it holds
 /// the question by its making, not as evidence. On LoCoMo's compacted
@@ -247,7 +257,7 @@ pub(super) fn add_sittings(ranked: &mut [Ranked], sittings: &SittingScores, para
     for r in ranked.iter_mut().filter(|r| r.kind == Kind::Trace) {
         let sitting = sittings.of(r.order).filter(|s| Some(*s) != sittings.latest);
         if let Some(score) = sitting.and_then(|s| scores.get(s)) {
-            r.score += params.sitting_weight * score;
+            r.score *= 1.0 + params.sitting_weight * score;
         }
     }
 }
@@ -294,7 +304,7 @@ mod tests {
     }
 
     #[test]
-    fn messages_gain_their_sittings_share_but_in_the_sitting_in_progress() {
+    fn messages_are_weighed_by_their_sitting_but_in_the_sitting_in_progress() {
         let sittings = Sittings::split([(1, 0.0), (5, 10_000.0)], 3600.0, None);
         let trace = |order| Ranked {
             kind: Kind::Trace,
@@ -315,6 +325,50 @@ mod tests {
         add_sittings(&mut ranked, &scored, &Params::default());
         assert!((ranked[0].score - 1.3).abs() < 1e-6, "{ranked:?}");
         assert_eq!(ranked[1].score, 1.0, "the latest sitting: none");
+    }
+
+    /// The sitting scales a message's own evidence: a well-matched
+    /// sitting's weak message (small talk) stays after a stronger match in
+    /// a sitting that matched nothing as a whole, where an added share
+    /// (0.5 + 0.3 against 0.7) had put it first.
+    #[test]
+    fn a_sitting_weighs_its_messages_own_evidence_and_adds_none() {
+        let sittings = Sittings::split(
+            [
+                (1, 0.0),
+                (2, 10.0),
+                (5, 10_000.0),
+                (9, 20_000.0),
+                (12, 30_000.0),
+            ],
+            3600.0,
+            None,
+        );
+        let trace = |order, score| Ranked {
+            kind: Kind::Trace,
+            order,
+            ts: 0.0,
+            score,
+            lexical: score,
+            expansion: 0.0,
+            semantic: None,
+            key: None,
+            candidate: None,
+        };
+        let mut ranked = vec![trace(1, 1.0), trace(2, 0.5), trace(5, 0.7), trace(9, 0.0)];
+        let scored = SittingScores {
+            sittings: Arc::new(sittings),
+            scores: vec![1.0, 0.0, 1.0, 0.0],
+        };
+        add_sittings(&mut ranked, &scored, &Params::default());
+        let scores: Vec<f32> = ranked.iter().map(|r| r.score).collect();
+        assert!((scores[0] - 1.3).abs() < 1e-6, "{scores:?}");
+        assert!((scores[1] - 0.65).abs() < 1e-6, "{scores:?}");
+        assert!(
+            scores[1] < scores[2],
+            "small talk after evidence: {scores:?}"
+        );
+        assert_eq!(scores[3], 0.0, "nothing of its own, nothing gained");
     }
 
     #[test]

@@ -55,7 +55,8 @@ fn meaning_finds_what_shares_no_word_and_lifts_what_does() {
         vectors: &vectors,
         query: &query,
     });
-    // One message a sitting here: each would gain its own score again.
+    // One message a sitting here: each would be weighed by its own score
+    // again.
     let params = Params {
         sitting_weight: 0.0,
         ..Params::default()
