@@ -47,27 +47,9 @@ pub(crate) async fn erase(
     .await
     .map_err(db("erasing traces"))?;
     // The trace after an erased one, of its sitting, was embedded after its
-    // text (`engram_store::context_of`): its vector is dropped, to be
-    // embedded again after the trace now before it.
-    if !placed.is_empty() {
-        let (ords, times): (Vec<i64>, Vec<f64>) = placed.into_iter().unzip();
-        sqlx::query(
-            "UPDATE traces t SET vector = NULL, vector_model = NULL, embed_claimed = NULL,
-                                 vector_seq = nextval('vector_seq')
-             FROM (SELECT n.seq FROM unnest($2::bigint[], $3::float8[]) AS g(ord, ts)
-                   CROSS JOIN LATERAL (SELECT seq, ts FROM traces
-                                       WHERE agent_id = $1 AND ord > g.ord ORDER BY ord LIMIT 1) n
-                   WHERE abs(n.ts - g.ts) <= $4) a
-             WHERE t.agent_id = $1 AND t.seq = a.seq",
-        )
-        .bind(id)
-        .bind(&ords)
-        .bind(&times)
-        .bind(gap)
-        .execute(&mut *tx)
-        .await
-        .map_err(db("dropping the vectors embedded after erased traces"))?;
-    }
+    // text (`engram_store::context_of`): it is embedded again after the
+    // trace now before it.
+    embed_again_after(tx, id, placed, gap).await?;
     // By the path every erased trace's whole result would be stored at
     // (`spill_path`): the spilled ones are among them, and a row of
     // another is not left behind whatever its trace says.
@@ -205,5 +187,40 @@ async fn forget_in_last_conversation(
         }
     };
     written.map_err(db("storing a user's last conversation"))?;
+    Ok(())
+}
+
+/// Drops the vector of the trace right after each of `placed` (places and
+/// times) that is no more than `gap` seconds from it, to be embedded again
+/// after the trace now before it: it was embedded after another text
+/// (`engram_store::context_of`), or alone. For a place erased, or one
+/// written before traces the agent held (a late tool result, whose
+/// next trace is dropped whatever the gap).
+pub(crate) async fn embed_again_after(
+    tx: &mut PgConnection,
+    id: &str,
+    placed: Vec<(i64, f64)>,
+    gap: f64,
+) -> Result<()> {
+    if placed.is_empty() {
+        return Ok(());
+    }
+    let (ords, times): (Vec<i64>, Vec<f64>) = placed.into_iter().unzip();
+    sqlx::query(
+        "UPDATE traces t SET vector = NULL, vector_model = NULL, embed_claimed = NULL,
+                             vector_seq = nextval('vector_seq')
+         FROM (SELECT n.seq FROM unnest($2::bigint[], $3::float8[]) AS g(ord, ts)
+               CROSS JOIN LATERAL (SELECT seq, ts FROM traces
+                                   WHERE agent_id = $1 AND ord > g.ord ORDER BY ord LIMIT 1) n
+               WHERE abs(n.ts - g.ts) <= $4) a
+         WHERE t.agent_id = $1 AND t.seq = a.seq",
+    )
+    .bind(id)
+    .bind(&ords)
+    .bind(&times)
+    .bind(gap)
+    .execute(&mut *tx)
+    .await
+    .map_err(db("dropping the vectors embedded after other text"))?;
     Ok(())
 }

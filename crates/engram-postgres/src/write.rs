@@ -8,6 +8,7 @@
 
 use async_trait::async_trait;
 use engram_core::{AgentId, CoreError, NewEvent, Outcome, RawTrace, Usage, UserId};
+use engram_store::items::{placed_before, trace_order};
 use engram_store::{AgentMeta, Ingested, PrepareInput, Prepared, Result, StoreError, Writes};
 use sqlx::{PgConnection, Postgres, Transaction};
 
@@ -214,6 +215,11 @@ impl PgStore {
         let empty = engram_core::TurnTracker::default();
         let tracker = slot.as_ref().map_or(&empty, |c| &c.derived.tracker);
         let plan = self.plan(tracker, events, usage, model)?;
+        // Placed before traces embedded without them (`placed_before`).
+        let late: Vec<(i64, f64)> = placed_before(tracker.turn_count(), &plan.new_traces)
+            .into_iter()
+            .map(|t| (trace_order(t) as i64, t.ts))
+            .collect();
         let mut claim = None;
         match slot.as_ref() {
             None => {
@@ -252,6 +258,9 @@ impl PgStore {
         }
         let first = cached.next_seq;
         insert_traces(tx, id.as_str(), first, &plan.new_traces).await?;
+        // The trace after a late one was embedded after another text, or
+        // alone, whatever their times: it is embedded again.
+        crate::erase::embed_again_after(tx, id.as_str(), late, f64::MAX).await?;
         let next = first + plan.new_traces.len() as i64;
         let version: i64 = sqlx::query_scalar(
             "UPDATE agents SET version = version + 1, next_seq = $2 WHERE id = $1 RETURNING version",
@@ -303,6 +312,12 @@ impl PgStore {
         };
         let all_new = plan.outcomes.iter().all(|o| matches!(o, Outcome::New(_)));
         if !plan.spills.is_empty() || !all_new || plan.new_traces.is_empty() {
+            return Ok(None);
+        }
+        // A late tool result also drops the vector of the trace after it:
+        // a statement of its own, on the locked path.
+        let latest = cached.derived.tracker.turn_count();
+        if !placed_before(latest, &plan.new_traces).is_empty() {
             return Ok(None);
         }
         let first = cached.next_seq;

@@ -70,6 +70,24 @@ pub fn trace_order(t: &RawTrace) -> u64 {
     engram_index::order(turn_number(&t.turn_id).unwrap_or(0), t.seq)
 }
 
+/// Those of `traces` (new, as written) placed before a trace the agent
+/// held, whose latest turn was `latest_turn`, or one written before them:
+/// a late tool result, placed in its call's turn. The trace after such a
+/// place was embedded after another text ([`context_of`]) and is embedded
+/// again. Every other trace is placed after all the agent holds.
+pub fn placed_before(latest_turn: u32, traces: &[RawTrace]) -> Vec<&RawTrace> {
+    let mut latest = latest_turn;
+    traces
+        .iter()
+        .filter(|t| {
+            let turn = turn_number(&t.turn_id).unwrap_or(0);
+            let before = turn < latest;
+            latest = latest.max(turn);
+            before
+        })
+        .collect()
+}
+
 pub fn trace_type_code(t: TraceType) -> u8 {
     match t {
         TraceType::User => 1,
@@ -266,5 +284,26 @@ mod tests {
         );
         assert_eq!(context_of(&long), "x".repeat(CONTEXT_CHARS));
         assert_eq!(context_of(""), "");
+    }
+
+    /// A late tool result is placed in its call's turn, before the next
+    /// turn's traces: its place is one the trace after it was embedded
+    /// without. Appended traces are placed after everything.
+    #[test]
+    fn a_late_tool_result_is_placed_before_the_traces_after_it() {
+        let traces = engram_core::turns::assign_all([
+            NewEvent::user("Preheat the oven."),
+            NewEvent::tool_call("c1", "oven", serde_json::json!({})),
+            NewEvent::user("What next?"),
+            NewEvent::tool_result("c1", serde_json::json!("220 degrees")),
+            NewEvent::assistant("Knead the dough."),
+        ]);
+        let late = &traces[3];
+        assert_eq!(late.turn_id, "turn_0001");
+        assert!(trace_order(late) < trace_order(&traces[2]));
+        assert_eq!(placed_before(0, &traces), [late]);
+        assert_eq!(placed_before(2, &traces[3..4]), [late]);
+        assert!(placed_before(2, &traces[4..]).is_empty(), "appended");
+        assert!(placed_before(0, &traces[..3]).is_empty());
     }
 }

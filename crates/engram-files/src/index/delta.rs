@@ -119,6 +119,13 @@ pub(super) fn apply(
         *overflowed = items.len() > room;
     };
     let lexical = &mut index.lexical;
+    // The places of the traces indexed now (what a trace after them was
+    // embedded without).
+    let mut placed: Vec<u64> = Vec::new();
+    let mut queue_traces = |items: &[Item]| {
+        placed.extend(items.iter().map(|i| i.order));
+        queue(items);
+    };
     if delta.full {
         // Traces a compaction archived before the index read them.
         let path = agent_dir.join(RAW_ARCHIVE);
@@ -130,17 +137,17 @@ pub(super) fn apply(
             |t| {
                 batch.push(t);
                 if batch.len() == BATCH {
-                    queue(&upsert_missing(lexical, std::mem::take(&mut batch))?);
+                    queue_traces(&upsert_missing(lexical, std::mem::take(&mut batch))?);
                 }
                 Ok(())
             },
         )?;
-        queue(&upsert_missing(lexical, batch)?);
-        queue(&upsert_missing(lexical, delta.traces)?);
+        queue_traces(&upsert_missing(lexical, batch)?);
+        queue_traces(&upsert_missing(lexical, delta.traces)?);
     } else {
         let items: Vec<Item> = delta.traces.iter().map(trace_item).collect();
         lexical.upsert(&items).map_err(index_error)?;
-        queue(&items);
+        queue_traces(&items);
     }
     // A summary a forget hid is not searched until it is rewritten.
     let (shown, hidden): (Vec<_>, Vec<_>) = delta.episodic.iter().partition(|e| e.is_shown());
@@ -160,8 +167,13 @@ pub(super) fn apply(
     // The trace after an erased one was embedded after its text: it is
     // embedded again, after the trace now before it.
     let erased: Vec<&str> = delta.removed.iter().map(String::as_str).collect();
+    // So is the trace after one placed before it (a late tool result).
     let again = match index.vectors {
-        Some(_) => lexical.traces_after(&erased, gap).map_err(index_error)?,
+        Some(_) => {
+            let mut again = lexical.traces_after(&erased, gap).map_err(index_error)?;
+            again.extend(lexical.traces_after_placed(&placed).map_err(index_error)?);
+            again
+        }
         None => Vec::new(),
     };
     lexical.remove(&gone).map_err(index_error)?;

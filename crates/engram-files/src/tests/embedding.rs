@@ -431,3 +431,58 @@ async fn a_reply_is_embedded_after_what_it_answers_and_again_once_that_is_forgot
     assert_eq!(seen(reply), 1, "embedded again, with nothing before it");
     assert_eq!(seen(&in_context), 1);
 }
+
+/// A tool result that comes after the next turn began is placed in its
+/// call's turn, before that turn's message: the message, embedded after
+/// the call, is embedded again after the result, as a rebuild would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_message_after_a_late_tool_result_is_embedded_again_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let embedder = Wrapped::new(&local_model(), "m", "\u{0}");
+    let store = open(dir.path(), Some(Arc::clone(&embedder))).await;
+    let at = |seconds: f64, event: NewEvent| NewEvent {
+        ts: Some(1_700_000_000.0 + seconds),
+        ..event
+    };
+    let next = "And what comes next for the bread?";
+    let events = [
+        at(0.0, NewEvent::user("Preheat the oven, please.")),
+        at(
+            1.0,
+            NewEvent::tool_call("c1", "oven", serde_json::json!({})),
+        ),
+        at(60.0, NewEvent::user(next)),
+    ];
+    store
+        .ingest(&id("a"), &events, None, None, None)
+        .await
+        .unwrap();
+    let page = search(&store, "a", "bread", WAIT).await;
+    assert_eq!(state(&page), ("m", 3, 3, 0));
+    let read_after = |word: &str| {
+        let seen = embedder.seen.lock().unwrap();
+        seen.iter()
+            .filter(|t| t.ends_with(&format!("\n{next}")) && t.contains(word))
+            .count()
+    };
+    assert_eq!(read_after("oven"), 1, "{:?}", embedder.seen.lock().unwrap());
+    assert_eq!(read_after("degrees"), 0);
+
+    let late = NewEvent::tool_result("c1", serde_json::json!("reached 220 degrees"));
+    let stored = store
+        .ingest(&id("a"), &[at(90.0, late)], None, None, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        stored.traces[0].turn_id, "turn_0001",
+        "placed in its call's turn"
+    );
+    let page = search(&store, "a", "bread", WAIT).await;
+    assert_eq!(state(&page), ("m", 4, 4, 0));
+    assert_eq!(
+        read_after("degrees"),
+        1,
+        "{:?}",
+        embedder.seen.lock().unwrap()
+    );
+}

@@ -2,7 +2,8 @@
 //! in its sitting (`engram_store::context_of`). The index knows every
 //! trace's place and time, and keeps each one's text; when a trace is
 //! removed (a forget), the trace after it was embedded after its text and
-//! is embedded again.
+//! is embedded again; so is the trace after one placed in the middle of
+//! the conversation (a late tool result).
 
 use std::collections::BTreeSet;
 use std::ops::Bound;
@@ -43,21 +44,47 @@ impl Lexical {
                 gone.insert(order);
             }
         }
-        let mut after = BTreeSet::new();
-        for &order in &gone {
-            let ts = self.traces.get(&order).copied().unwrap_or(f64::NAN);
-            let next = self
+        let after = self
+            .after_runs(&gone)
+            .filter(|(_, then, last)| (then - last).abs() <= gap)
+            .map(|(next, _, _)| next);
+        self.keys_at(after.collect())
+    }
+
+    /// The keys of the traces each right after one of `orders` (traces
+    /// just indexed; none of them): a trace placed in the middle of the
+    /// conversation (a late tool result, in its call's turn) now comes
+    /// before one that was embedded after another text, or alone, to
+    /// embed again. After the latest trace, as for every other append,
+    /// there is none.
+    pub fn traces_after_placed(&self, orders: &[u64]) -> Result<Vec<String>> {
+        let placed: BTreeSet<u64> = orders.iter().copied().collect();
+        let after = self.after_runs(&placed).map(|(next, _, _)| next);
+        self.keys_at(after.collect())
+    }
+
+    /// For each run of consecutive traces of `run` (places), the trace
+    /// right after it that is not in `run`: its place, its time and the
+    /// time of the run's last trace (the one it was embedded after). One
+    /// step per place: only a run's last trace looks further.
+    fn after_runs<'a>(
+        &'a self,
+        run: &'a BTreeSet<u64>,
+    ) -> impl Iterator<Item = (u64, f64, f64)> + 'a {
+        run.iter().filter_map(move |&order| {
+            let last = self.traces.get(&order).copied().unwrap_or(f64::NAN);
+            let (&next, &then) = self
                 .traces
                 .range((Bound::Excluded(order), Bound::Unbounded))
-                .find(|(o, _)| !gone.contains(o));
-            if let Some((&next, &then)) = next
-                && (then - ts).abs() <= gap
-            {
-                after.insert(next);
-            }
-        }
-        let mut keys = Vec::with_capacity(after.len());
-        for order in after {
+                .next()?;
+            (!run.contains(&next)).then_some((next, then, last))
+        })
+    }
+
+    /// The keys of the committed traces at `orders`.
+    fn keys_at(&self, orders: BTreeSet<u64>) -> Result<Vec<String>> {
+        let mut keys = Vec::with_capacity(orders.len());
+        for order in orders {
             keys.extend(self.stored_at(order, self.fields.key)?);
         }
         Ok(keys)

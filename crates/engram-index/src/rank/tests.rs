@@ -488,7 +488,7 @@ fn a_sitting_that_holds_the_question_lifts_its_messages() {
     }
     items.push(trace(6, 400.0, "the kids asked about the lake trip"));
     // Another sitting, a day later: one shorter message on camping alone.
-    items.push(trace(7, 86_400.0, "camping gear sale"));
+    items.push(trace(7, 86_400.0, "camping gear sale this week"));
     for (i, text) in filler.iter().enumerate() {
         items.push(trace(8 + i as u32, 86_460.0 + 60.0 * i as f64, text));
     }

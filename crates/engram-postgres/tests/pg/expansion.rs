@@ -252,3 +252,56 @@ async fn a_reply_is_embedded_after_what_it_answers_and_again_once_that_is_forgot
     let stored = stored_vector(&pg, &a, reply).await;
     assert!(cosine(&stored, &alone) > 0.999, "embedded again, alone");
 }
+
+/// A tool result that comes after the next turn began is placed in its
+/// call's turn, before that turn's message: the message, embedded after
+/// the call, is embedded again after the result (the file store's own
+/// test says the same).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_message_after_a_late_tool_result_is_embedded_again_after_it() {
+    let model = local_model();
+    let pg = Postgres::new().await;
+    let store = open(&pg.config, &model, 10).await;
+    let a = AgentId::parse("late").unwrap();
+    let next = "And what comes next for the bread?";
+    let at = |secs: f64, event: NewEvent| NewEvent {
+        ts: Some(1_700_000_000.0 + secs),
+        ..event
+    };
+    let events = [
+        at(0.0, NewEvent::user("Preheat the oven, please.")),
+        at(
+            1.0,
+            NewEvent::tool_call("c1", "oven", serde_json::json!({})),
+        ),
+        at(60.0, NewEvent::user(next)),
+    ];
+    let written = store
+        .ingest(&a, &events, None, None, None)
+        .await
+        .expect("ingest accepted");
+    search(&store, &a, "bread").await;
+    let embed = |before: &engram_core::RawTrace| {
+        let text = engram_store::trace_item(before).full_text();
+        let item = (Some(engram_store::context_of(&text)), next.to_owned());
+        model.embed_after_blocking(&[item]).unwrap().remove(0)
+    };
+    let cosine = |x: &[f32], y: &[f32]| x.iter().zip(y).map(|(a, b)| a * b).sum::<f32>();
+    let after_call = embed(&written.traces[1]);
+    assert!(cosine(&stored_vector(&pg, &a, next).await, &after_call) > 0.999);
+
+    let late = NewEvent::tool_result("c1", serde_json::json!("reached 220 degrees"));
+    let written = store
+        .ingest(&a, &[at(90.0, late)], None, None, None)
+        .await
+        .expect("ingest accepted");
+    assert_eq!(written.traces[0].turn_id, "turn_0001", "in its call's turn");
+    search(&store, &a, "bread").await;
+    let after_result = embed(&written.traces[0]);
+    assert!(cosine(&after_call, &after_result) < 0.99, "the two differ");
+    let stored = stored_vector(&pg, &a, next).await;
+    assert!(
+        cosine(&stored, &after_result) > 0.999,
+        "embedded again after it"
+    );
+}
