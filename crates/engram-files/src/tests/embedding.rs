@@ -14,7 +14,9 @@ use engram_embed::LocalModel;
 
 use super::id;
 use engram_store::MatchedBy;
-use engram_store::conformance::{PET_MEMORIES, PETS, TEST_POLICY, lead};
+use engram_store::conformance::{
+    AFTER_LATE_CALL, PET_MEMORIES, PETS, TEST_POLICY, late_call, lead,
+};
 
 use crate::{FileStore, Search, SearchPage, StoreConfig};
 use engram_store::prelude::*;
@@ -444,17 +446,9 @@ async fn the_message_after_a_late_tool_result_is_embedded_again_after_it() {
         ts: Some(1_700_000_000.0 + seconds),
         ..event
     };
-    let next = "And what comes next for the bread?";
-    let events = [
-        at(0.0, NewEvent::user("Preheat the oven, please.")),
-        at(
-            1.0,
-            NewEvent::tool_call("c1", "oven", serde_json::json!({})),
-        ),
-        at(60.0, NewEvent::user(next)),
-    ];
+    let next = AFTER_LATE_CALL;
     store
-        .ingest(&id("a"), &events, None, None, None)
+        .ingest(&id("a"), &late_call(1_700_000_000.0), None, None, None)
         .await
         .unwrap();
     let page = search(&store, "a", "bread", WAIT).await;

@@ -15,7 +15,9 @@ use engram_core::{AgentId, NewEvent, UserId};
 use engram_embed::LocalModel;
 use engram_postgres::testing::{has_word_vector, held_vocabulary};
 use engram_postgres::{PgConfig, PgStore};
-use engram_store::conformance::{PET_MEMORIES, PETS, TEST_POLICY, lead};
+use engram_store::conformance::{
+    AFTER_LATE_CALL, PET_MEMORIES, PETS, TEST_POLICY, late_call, lead,
+};
 use engram_store::prelude::*;
 use engram_store::{Memory, MemoryQuery, Search, SearchPage};
 
@@ -263,21 +265,9 @@ async fn the_message_after_a_late_tool_result_is_embedded_again_after_it() {
     let pg = Postgres::new().await;
     let store = open(&pg.config, &model, 10).await;
     let a = AgentId::parse("late").unwrap();
-    let next = "And what comes next for the bread?";
-    let at = |secs: f64, event: NewEvent| NewEvent {
-        ts: Some(1_700_000_000.0 + secs),
-        ..event
-    };
-    let events = [
-        at(0.0, NewEvent::user("Preheat the oven, please.")),
-        at(
-            1.0,
-            NewEvent::tool_call("c1", "oven", serde_json::json!({})),
-        ),
-        at(60.0, NewEvent::user(next)),
-    ];
+    let next = AFTER_LATE_CALL;
     let written = store
-        .ingest(&a, &events, None, None, None)
+        .ingest(&a, &late_call(1_700_000_000.0), None, None, None)
         .await
         .expect("ingest accepted");
     search(&store, &a, "bread").await;
@@ -290,9 +280,12 @@ async fn the_message_after_a_late_tool_result_is_embedded_again_after_it() {
     let after_call = embed(&written.traces[1]);
     assert!(cosine(&stored_vector(&pg, &a, next).await, &after_call) > 0.999);
 
-    let late = NewEvent::tool_result("c1", serde_json::json!("reached 220 degrees"));
+    let late = NewEvent {
+        ts: Some(1_700_000_090.0),
+        ..NewEvent::tool_result("c1", serde_json::json!("reached 220 degrees"))
+    };
     let written = store
-        .ingest(&a, &[at(90.0, late)], None, None, None)
+        .ingest(&a, &[late], None, None, None)
         .await
         .expect("ingest accepted");
     assert_eq!(written.traces[0].turn_id, "turn_0001", "in its call's turn");

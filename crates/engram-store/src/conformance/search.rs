@@ -397,6 +397,28 @@ pub const PET_MEMORIES: [&str; 3] = [
 /// instance ("puppy").
 pub const PETS: &str = "Which pets does Caroline have?";
 
+/// The message of both stores' tests of a late tool result: said after a
+/// call that is answered only once it was ([`late_call`]).
+pub const AFTER_LATE_CALL: &str = "And what comes next for the bread?";
+
+/// A request, its tool call and the next turn's message
+/// ([`AFTER_LATE_CALL`]), at 0, 1 and 60 seconds past `start`; the call
+/// (`c1`) is not answered yet.
+pub fn late_call(start: f64) -> [NewEvent; 3] {
+    let at = |seconds: f64, event: NewEvent| NewEvent {
+        ts: Some(start + seconds),
+        ..event
+    };
+    [
+        at(0.0, NewEvent::user("Preheat the oven, please.")),
+        at(
+            1.0,
+            NewEvent::tool_call("c1", "oven", serde_json::json!({})),
+        ),
+        at(60.0, NewEvent::user(AFTER_LATE_CALL)),
+    ]
+}
+
 /// The gap between the score of the first hit whose text holds `first` and
 /// that of the one holding `second`.
 pub fn lead(page: &crate::SearchPage, first: &str, second: &str) -> f32 {
