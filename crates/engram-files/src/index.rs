@@ -16,7 +16,7 @@
 //! search reads files being removed and no late catch-up creates the
 //! directory of a deleted agent again.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -80,6 +80,10 @@ pub(crate) struct AgentIndex {
     /// Items taken from `pending` by the indexer and not yet written back
     /// (as vectors, or to `pending` again).
     pub in_flight: usize,
+    /// Keys a catch-up removed (a forget), or placed another text before,
+    /// while a batch was in flight: that batch's vectors for them are
+    /// not written back.
+    pub stale_in_flight: HashSet<String>,
     /// More items lack a vector than `pending` holds: it is filled again
     /// from the index when it runs empty.
     overflowed: bool,
@@ -367,6 +371,7 @@ fn open(agent_dir: &Path, model: Option<&ModelId>) -> Result<AgentIndex> {
         vectors: None,
         pending: VecDeque::new(),
         in_flight: 0,
+        stale_in_flight: HashSet::new(),
         overflowed: false,
         words_at: None,
     };

@@ -286,17 +286,24 @@ impl FileStore {
             metrics::histogram!("engram_embed_batch_seconds").record(started.elapsed());
             metrics::counter!("engram_embedded_items_total")
                 .increment(outcome.embedded.len() as u64);
-            let embedded = outcome.embedded;
+            let mut embedded = outcome.embedded;
             // The index as it is: what was written since is a later
             // catch-up's, not this batch's. Deleted or unloaded meanwhile,
             // the slot is empty and the batch is dropped.
             let slot = Arc::clone(&handle.index).lock_owned().await;
-            let retry = outcome.retry;
+            let mut retry = outcome.retry;
             let (slot, written) = blocking(move || {
                 let mut slot = slot;
                 // Unloaded meanwhile: reopening finds these items unembedded.
                 let mut written = Ok(());
                 if let Some(index) = slot.as_mut() {
+                    // What a catch-up erased meanwhile is not written back
+                    // (an erased text's vector would outlive it), nor what
+                    // it placed another text before (read anew once the
+                    // queue runs empty).
+                    let stale = std::mem::take(&mut index.stale_in_flight);
+                    embedded.retain(|e| !stale.contains(&e.key));
+                    retry.retain(|i| !stale.contains(&i.key));
                     if let Some(vectors) = index.vectors.as_mut() {
                         written = vectors.write(&embedded, &[]).map_err(index_error);
                     }

@@ -182,6 +182,10 @@ pub(super) fn apply(
         vectors.write(&[], &gone).map_err(index_error)?;
         vectors.write(&[], &again).map_err(index_error)?;
         index.pending.retain(|i| !gone.contains(&i.key.as_str()));
+        if index.in_flight > 0 {
+            let stale = gone.iter().chain(&again).map(|k| (*k).to_owned());
+            index.stale_in_flight.extend(stale);
+        }
         // Found again as after an overflow, once the queue runs empty.
         index.overflowed |= !again.is_empty();
     }

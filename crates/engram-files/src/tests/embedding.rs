@@ -23,7 +23,8 @@ use engram_store::prelude::*;
 
 /// The local model under the name `id`; down while `down` is set; refusing
 /// any batch holding a text with `refuse` in it; noting every text it
-/// embeds.
+/// embeds; holding a batch with a text with `hold` in it (when set) until
+/// `gate` has a permit, once it said so through `entered`.
 #[derive(Debug)]
 struct Wrapped {
     model: Arc<LocalModel>,
@@ -31,6 +32,9 @@ struct Wrapped {
     down: AtomicBool,
     refuse: &'static str,
     seen: std::sync::Mutex<Vec<String>>,
+    hold: std::sync::Mutex<Option<&'static str>>,
+    gate: tokio::sync::Semaphore,
+    entered: tokio::sync::Notify,
 }
 
 impl Wrapped {
@@ -41,7 +45,29 @@ impl Wrapped {
             down: AtomicBool::new(false),
             refuse,
             seen: Default::default(),
+            hold: Default::default(),
+            gate: tokio::sync::Semaphore::new(0),
+            entered: Default::default(),
         })
+    }
+
+    /// Embeds batches with a text holding `text` only once [`Self::release`]
+    /// is called.
+    fn hold(&self, text: &'static str) {
+        *self.hold.lock().unwrap() = Some(text);
+    }
+
+    /// Until a batch [`Self::hold`] named is being embedded (not a sleep:
+    /// the embedder says so).
+    async fn held(&self) {
+        tokio::time::timeout(WAIT, self.entered.notified())
+            .await
+            .expect("the held batch is taken");
+    }
+
+    fn release(&self) {
+        *self.hold.lock().unwrap() = None;
+        self.gate.add_permits(1);
     }
 }
 
@@ -79,6 +105,11 @@ impl Embedder for Wrapped {
             };
             if items.iter().any(|i| read(i).contains(self.refuse)) {
                 return Err(EmbedError::BadAnswer("refused for the test".into()));
+            }
+            let hold = *self.hold.lock().unwrap();
+            if hold.is_some_and(|h| items.iter().any(|i| read(i).contains(h))) {
+                self.entered.notify_one();
+                let _released = self.gate.acquire().await;
             }
             self.seen.lock().unwrap().extend(items.iter().map(read));
             self.model.embed_after(items).await
@@ -478,5 +509,74 @@ async fn the_message_after_a_late_tool_result_is_embedded_again_after_it() {
         1,
         "{:?}",
         embedder.seen.lock().unwrap()
+    );
+}
+
+/// While a batch is being embedded (the index unlocked), a search catches
+/// up with a late tool result placed before one of its traces: that
+/// trace's vector, read after the call, is not written back when the batch
+/// comes back; it is read again after the result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vector_read_after_a_text_since_displaced_is_not_written_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let embedder = Wrapped::new(&local_model(), "m", "\u{0}");
+    embedder.hold(AFTER_LATE_CALL);
+    let store = open(dir.path(), Some(Arc::clone(&embedder))).await;
+    store
+        .ingest(&id("a"), &late_call(1_700_000_000.0), None, None, None)
+        .await
+        .unwrap();
+    embedder.held().await;
+    let late = NewEvent {
+        ts: Some(1_700_000_090.0),
+        ..NewEvent::tool_result("c1", serde_json::json!("reached 220 degrees"))
+    };
+    store
+        .ingest(&id("a"), &[late], None, None, None)
+        .await
+        .unwrap();
+    search(&store, "a", "bread", Duration::ZERO).await;
+    embedder.release();
+    let page = search(&store, "a", "bread", WAIT).await;
+    assert_eq!(state(&page), ("m", 4, 4, 0));
+    let seen = embedder.seen.lock().unwrap();
+    let readings: Vec<&String> = seen
+        .iter()
+        .filter(|t| t.ends_with(&format!("\n{AFTER_LATE_CALL}")))
+        .collect();
+    assert_eq!(readings.len(), 2, "read again: {seen:?}");
+    assert!(!readings[0].contains("degrees") && readings[1].contains("degrees"));
+}
+
+/// While a batch is being embedded, its trace is forgotten: its vector is
+/// not written back when the batch comes back (it would outlive the text).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vector_of_a_trace_forgotten_while_it_is_embedded_is_not_written_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let embedder = Wrapped::new(&local_model(), "m", "\u{0}");
+    embedder.hold("secret");
+    let store = open(dir.path(), Some(Arc::clone(&embedder))).await;
+    let turns = [
+        NewEvent::user("The bread needs an hour to rise."),
+        NewEvent::user("My secret is the sourdough starter."),
+    ];
+    for event in turns {
+        store
+            .ingest(&id("a"), &[event], None, None, None)
+            .await
+            .unwrap();
+    }
+    embedder.held().await;
+    store
+        .forget(&id("a"), &Forget::Turn("turn_0002".into()), TEST_POLICY)
+        .await
+        .unwrap();
+    search(&store, "a", "bread", Duration::ZERO).await;
+    embedder.release();
+    let page = search(&store, "a", "bread", WAIT).await;
+    assert_eq!(
+        state(&page),
+        ("m", 1, 1, 0),
+        "no vector of the forgotten one"
     );
 }
