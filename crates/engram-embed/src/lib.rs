@@ -161,10 +161,7 @@ impl LocalModel {
     /// Embeds `texts` on the calling thread (CPU-heavy: call it from a
     /// blocking thread).
     pub fn embed_blocking(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let read = self.read_alone(texts)?;
-        self.encode(read, |pass, skips| {
-            self.inner.bert.pooled_from(pass, skips, || ())
-        })
+        self.encode_now(self.read_alone(texts)?)
     }
 
     /// [`Embedder::embed_after`] on the calling thread (CPU-heavy: call
@@ -174,7 +171,11 @@ impl LocalModel {
         &self,
         items: &[(Option<String>, String)],
     ) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let read = self.read_after(items)?;
+        self.encode_now(self.read_after(items)?)
+    }
+
+    /// [`Self::encode`] on the calling thread, without making way.
+    fn encode_now(&self, read: Vec<(Vec<u32>, usize)>) -> Result<Vec<Vec<f32>>, EmbedError> {
         self.encode(read, |pass, skips| {
             self.inner.bert.pooled_from(pass, skips, || ())
         })
@@ -340,9 +341,7 @@ impl LocalModel {
                 if background_work {
                     model.embed_in_background(read)
                 } else {
-                    model.encode(read, |pass, skips| {
-                        model.inner.bert.pooled_from(pass, skips, || ())
-                    })
+                    model.encode_now(read)
                 }
             })
             .await

@@ -243,16 +243,21 @@ impl Lexical {
         Ok(self.writer.as_mut().expect("opened above"))
     }
 
-    /// Removes the items of these keys. Visible after `commit`.
-    pub fn remove(&mut self, keys: &[&str]) -> Result<()> {
+    /// Removes the items of these keys. Visible after `commit`. Returns
+    /// the place and time of each trace among them (what
+    /// [`Self::traces_after_removed`] reads).
+    pub fn remove(&mut self, keys: &[&str]) -> Result<Vec<Placed>> {
+        let mut removed = Vec::new();
         if keys.is_empty() {
-            return Ok(());
+            return Ok(removed);
         }
         // A removed trace is no one's neighbour, nor the trace another is
         // embedded after.
         for key in keys {
             if let Some(order) = self.trace_order_of(key)? {
-                self.traces.remove(&order);
+                if let Some(ts) = self.traces.remove(&order) {
+                    removed.push((order, ts));
+                }
                 self.speakers.forget_between(order, order);
             }
         }
@@ -261,7 +266,7 @@ impl Lexical {
         for key in keys {
             writer.delete_term(Term::from_field_text(field, key));
         }
-        Ok(())
+        Ok(removed)
     }
 
     /// Removes every item placed in `lo..=hi` (one conversation's, in an

@@ -26,24 +26,19 @@ pub(crate) async fn erase(
     (now, gap): (f64, f64),
 ) -> Result<()> {
     let traces: Vec<&str> = erasure.trace_ids.iter().map(String::as_str).collect();
-    let placed: Vec<(i64, f64)> =
-        sqlx::query_as("SELECT ord, ts FROM traces WHERE agent_id = $1 AND trace_id = ANY($2)")
-            .bind(id)
-            .bind(&traces)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(db("reading the erased traces' places"))?;
-    // Their words leave BM25's average length too.
-    sqlx::query(
+    // Their words leave BM25's average length too; their places and times
+    // say which traces were embedded after them.
+    let placed: Vec<(i64, f64)> = sqlx::query_as(
         "WITH gone AS (DELETE FROM traces WHERE agent_id = $1 AND trace_id = ANY($2)
-                       RETURNING length(words) AS lexemes)
-         UPDATE agents
-         SET words_total = greatest(words_total - (SELECT coalesce(sum(lexemes), 0) FROM gone), 0)
-         WHERE id = $1",
+                       RETURNING ord, ts, length(words) AS lexemes),
+              counted AS (UPDATE agents
+                          SET words_total = greatest(words_total - (SELECT coalesce(sum(lexemes), 0) FROM gone), 0)
+                          WHERE id = $1)
+         SELECT ord, ts FROM gone",
     )
     .bind(id)
     .bind(&traces)
-    .execute(&mut *tx)
+    .fetch_all(&mut *tx)
     .await
     .map_err(db("erasing traces"))?;
     // The trace after an erased one, of its sitting, was embedded after its

@@ -11,11 +11,12 @@ use super::locomo::{Conversation, Score};
 /// (speaker, text, ts) of each message, in order.
 type Said<'a> = (&'a str, &'a str, f64);
 
-fn embed(model: &LocalModel, mode: &str, msgs: &[Said]) -> Result<Vec<Vec<f32>>> {
+/// Each message's vector as `mode` reads it; `gap` ends a sitting.
+fn embed(model: &LocalModel, mode: &str, msgs: &[Said], gap: f64) -> Result<Vec<Vec<f32>>> {
     let own = |(speaker, text, _): &Said| format!("{speaker}: {text}");
     let before = |i: usize| -> Option<String> {
         let prev = i.checked_sub(1).map(|j| &msgs[j])?;
-        ((msgs[i].2 - prev.2).abs() <= 3600.0).then(|| own(prev))
+        ((msgs[i].2 - prev.2).abs() <= gap).then(|| own(prev))
     };
     let tail = |s: &str, n: usize| -> String {
         let chars: Vec<char> = s.chars().collect();
@@ -23,10 +24,16 @@ fn embed(model: &LocalModel, mode: &str, msgs: &[Said]) -> Result<Vec<Vec<f32>>>
     };
     match mode {
         "pool_own" | "pool_own_all" => {
+            // The kept reading is the stores' own (`context_of`).
             let pairs: Vec<(Option<String>, String)> = (0..msgs.len())
                 .map(|i| {
-                    let cap = if mode == "pool_own" { 300 } else { 100_000 };
-                    (before(i).map(|b| tail(&b, cap)), own(&msgs[i]))
+                    let b = before(i);
+                    let b = if mode == "pool_own" {
+                        b.as_deref().map(engram_store::context_of)
+                    } else {
+                        b
+                    };
+                    (b, own(&msgs[i]))
                 })
                 .collect();
             Ok(model.embed_after_blocking(&pairs)?)
@@ -112,7 +119,8 @@ pub fn run(convs: &[Conversation], params: &Params) -> Result<()> {
                 .iter()
                 .map(|m| (m.speaker.as_str(), m.text.as_str(), m.ts))
                 .collect();
-            let (mut lex, vectors) = index(&items, embed(&model, mode, &msgs)?)?;
+            let (mut lex, vectors) =
+                index(&items, embed(&model, mode, &msgs, params.session_gap)?)?;
             for q in &conv.questions {
                 score.add(q, &ranked(&mut lex, &vectors, &model, &q.question, params)?);
             }
@@ -134,7 +142,7 @@ pub fn run(convs: &[Conversation], params: &Params) -> Result<()> {
                 body: (*text).into(),
             })
             .collect();
-        let (mut lex, vectors) = index(&items, embed(&model, mode, &msgs)?)?;
+        let (mut lex, vectors) = index(&items, embed(&model, mode, &msgs, params.session_gap)?)?;
         let (mut at1, mut at5) = (0, 0);
         for (said, question) in super::paraphrase::PAIRS {
             let r = ranked(&mut lex, &vectors, &model, question, params)?;

@@ -164,19 +164,20 @@ pub(super) fn apply(
         .chain(hidden.iter().map(|e| e.id.as_str()))
         .chain(delta.removed.iter().map(String::as_str))
         .collect();
+    let removed = lexical.remove(&gone).map_err(index_error)?;
     // The trace after an erased one was embedded after its text: it is
-    // embedded again, after the trace now before it.
-    let erased: Vec<&str> = delta.removed.iter().map(String::as_str).collect();
-    // So is the trace after one placed before it (a late tool result).
+    // embedded again, after the trace now before it. So is the trace after
+    // one placed before it (a late tool result).
     let again = match index.vectors {
         Some(_) => {
-            let mut again = lexical.traces_after(&erased, gap).map_err(index_error)?;
+            let mut again = lexical
+                .traces_after_removed(&removed, gap)
+                .map_err(index_error)?;
             again.extend(lexical.traces_after_placed(&placed).map_err(index_error)?);
             again
         }
         None => Vec::new(),
     };
-    lexical.remove(&gone).map_err(index_error)?;
     if let Some(vectors) = &mut index.vectors {
         let again: Vec<&str> = again.iter().map(String::as_str).collect();
         vectors.write(&[], &gone).map_err(index_error)?;

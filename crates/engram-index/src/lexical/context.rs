@@ -5,7 +5,7 @@
 //! is embedded again; so is the trace after one placed in the middle of
 //! the conversation (a late tool result).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 
 use tantivy::TantivyDocument;
@@ -15,7 +15,7 @@ use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
 use tantivy::schema::{Field, IndexRecordOption, Value};
 
 use super::Lexical;
-use crate::{Kind, Result};
+use crate::{Kind, Placed, Result};
 
 impl Lexical {
     /// The stored text (name and words) of the trace before the one at
@@ -34,20 +34,33 @@ impl Lexical {
         self.stored_at(before, self.fields.text)
     }
 
-    /// The keys of the traces each right after one of `keys`' traces and
-    /// no more than `gap` seconds later (none of `keys` themselves): the
-    /// traces embedded after theirs, to embed again once they are gone.
-    pub fn traces_after(&self, keys: &[&str], gap: f64) -> Result<Vec<String>> {
-        let mut gone = BTreeSet::new();
-        for key in keys {
-            if let Some(order) = self.trace_order_of(key)? {
-                gone.insert(order);
+    /// The keys of the traces each right after one of `removed` (the
+    /// places and times [`Lexical::remove`] returned) and no more than
+    /// `gap` seconds after the last removed one before it: embedded after
+    /// its text, to embed again now it is gone.
+    pub fn traces_after_removed(&self, removed: &[Placed], gap: f64) -> Result<Vec<String>> {
+        let mut removed = removed.to_vec();
+        removed.sort_by_key(|(order, _)| *order);
+        // Each remaining trace after a removed one, with the time of the
+        // last removed before it (in ascending order, the last one wins).
+        let mut after: BTreeMap<u64, f64> = BTreeMap::new();
+        for (order, ts) in removed {
+            if let Some((&next, _)) = self
+                .traces
+                .range((Bound::Excluded(order), Bound::Unbounded))
+                .next()
+            {
+                after.insert(next, ts);
             }
         }
-        let after = self
-            .after_runs(&gone)
-            .filter(|(_, then, last)| (then - last).abs() <= gap)
-            .map(|(next, _, _)| next);
+        let after = after
+            .into_iter()
+            .filter(|(next, last)| {
+                self.traces
+                    .get(next)
+                    .is_some_and(|then| (then - last).abs() <= gap)
+            })
+            .map(|(next, _)| next);
         self.keys_at(after.collect())
     }
 
@@ -56,29 +69,18 @@ impl Lexical {
     /// conversation (a late tool result, in its call's turn) now comes
     /// before one that was embedded after another text, or alone, to
     /// embed again. After the latest trace, as for every other append,
-    /// there is none.
+    /// there is none. One step per place: only the last of a run of
+    /// consecutive ones finds a trace that is not new.
     pub fn traces_after_placed(&self, orders: &[u64]) -> Result<Vec<String>> {
         let placed: BTreeSet<u64> = orders.iter().copied().collect();
-        let after = self.after_runs(&placed).map(|(next, _, _)| next);
-        self.keys_at(after.collect())
-    }
-
-    /// For each run of consecutive traces of `run` (places), the trace
-    /// right after it that is not in `run`: its place, its time and the
-    /// time of the run's last trace (the one it was embedded after). One
-    /// step per place: only a run's last trace looks further.
-    fn after_runs<'a>(
-        &'a self,
-        run: &'a BTreeSet<u64>,
-    ) -> impl Iterator<Item = (u64, f64, f64)> + 'a {
-        run.iter().filter_map(move |&order| {
-            let last = self.traces.get(&order).copied().unwrap_or(f64::NAN);
-            let (&next, &then) = self
+        let after = placed.iter().filter_map(|&order| {
+            let (&next, _) = self
                 .traces
                 .range((Bound::Excluded(order), Bound::Unbounded))
                 .next()?;
-            (!run.contains(&next)).then_some((next, then, last))
-        })
+            (!placed.contains(&next)).then_some(next)
+        });
+        self.keys_at(after.collect())
     }
 
     /// The keys of the committed traces at `orders`.
