@@ -1,6 +1,6 @@
 //! The agents as a whole: listing, deleting, forking.
 
-use engram_store::Visible;
+use engram_store::{Visible, VisibleAgent};
 
 use crate::api::{AgentPage, ListAgentsRequest, ListUsersRequest, UserPage};
 use crate::error::{EngineError, Result};
@@ -8,11 +8,11 @@ use crate::{Engine, limits};
 
 impl Engine {
     /// A page of agent ids, sorted, of those `visible` accepts (a
-    /// caller's scope), so pages stay full.
+    /// caller's scope, shown each agent's user), so pages stay full.
     pub async fn list_agents(
         &self,
         req: &ListAgentsRequest,
-        visible: Visible<'_>,
+        visible: VisibleAgent<'_>,
     ) -> Result<AgentPage> {
         let token = page_token(&req.page_token, |t| engram_core::AgentId::parse(t).is_ok())?;
         let size = limits::page_size(req.page_size);
@@ -23,11 +23,14 @@ impl Engine {
                 limits::MAX_ID_FILTER_CHARS
             )));
         }
-        let visible = |id: &str| id.contains(part) && visible(id);
         let (agent_ids, next_page_token) = match limits::optional_user(Some(&req.user_id))? {
-            None => self.store.list_agents(size, token, &visible).await?,
+            None => {
+                let visible = |id: &str, user: Option<&str>| id.contains(part) && visible(id, user);
+                self.store.list_agents(size, token, &visible).await?
+            }
             Some(user) => {
                 let ids = self.store.user_agents(&user).await?;
+                let visible = |id: &str| id.contains(part) && visible(id, Some(user.as_str()));
                 engram_store::page(ids.iter().map(|id| id.as_str()), size, token, &visible)
             }
         };

@@ -84,8 +84,8 @@ pub use durable::FsyncPolicy;
 pub(crate) use engram_store::{
     AgentContext, Begun, Bundle, CommitStep, Committed, Hidden, Hiding, Hit, IndexState, Ingested,
     Job, Memory, MemoryQuery, Policy, PrepareInput, Prepared, RankedMemories, Recalled, Result,
-    Search, SearchMode, SearchPage, SeenBlocks, StoreError, Visible, derived, drop_later, error,
-    intent, offload, offload_over, query_vector, unix_now,
+    Search, SearchMode, SearchPage, SeenBlocks, StoreError, Visible, VisibleAgent, derived,
+    drop_later, error, intent, offload, offload_over, query_vector, unix_now,
 };
 
 /// File store settings (the `[store]` and `[limits]` config sections).

@@ -16,26 +16,62 @@ use crate::agent::AgentState;
 use crate::gate::Mark;
 use crate::index::blocking;
 use crate::{
-    AgentHandle, FileStore, FsyncPolicy, Result, StoreError, TRASH_PREFIX, Visible, jsonl, offload,
-    wal,
+    AgentHandle, FileStore, FsyncPolicy, Result, StoreError, TRASH_PREFIX, Visible, VisibleAgent,
+    jsonl, offload, wal,
 };
+
+/// Agents whose settings a listing reads at a time, for their users.
+const OWNER_BATCH: usize = 256;
 
 #[async_trait]
 impl Admin for FileStore {
     /// Agent ids after `page_token`, sorted, at most `page_size`; the token
     /// of the next page when more remain.
     /// Only ids `visible` accepts count (an auth scope), so pages stay full.
+    /// Each is shown its user: the settings of the agents some user marked
+    /// (`users`) are read, a batch at a time, as the page fills.
     async fn list_agents(
         &self,
         page_size: usize,
         page_token: Option<&str>,
-        visible: Visible<'_>,
+        visible: VisibleAgent<'_>,
     ) -> Result<(Vec<String>, Option<String>)> {
         let dir = self.inner.agents_dir.clone();
-        let ids =
-            engram_store::blocking(move || list_dirs(&dir, |name| AgentId::parse(name).is_ok()))
-                .await?;
-        Ok(page_of(ids, page_size, page_token, visible))
+        let users = self.users_dir();
+        let (mut ids, marked) = engram_store::blocking(move || -> Result<_> {
+            let ids = list_dirs(&dir, |name| AgentId::parse(name).is_ok())?;
+            Ok((ids, crate::users::marked_agents(&users)?))
+        })
+        .await?;
+        ids.sort_unstable();
+        ids.retain(|id| page_token.is_none_or(|t| id.as_str() > t));
+        let mut page = Vec::new();
+        for batch in ids.chunks(OWNER_BATCH) {
+            let dir = self.inner.agents_dir.clone();
+            let asked: Vec<Option<String>> = batch
+                .iter()
+                .map(|id| marked.contains(id).then(|| id.clone()))
+                .collect();
+            let owners = engram_store::blocking(move || -> Result<Vec<Option<String>>> {
+                Ok(asked
+                    .into_iter()
+                    .map(|id| id.and_then(|id| crate::users::owner(&dir.join(id))))
+                    .collect())
+            })
+            .await?;
+            for (id, owner) in batch.iter().zip(owners) {
+                if !visible(id, owner.as_deref()) {
+                    continue;
+                }
+                if page.len() == page_size {
+                    // One more visible id exists: the page has a successor.
+                    let next = page.last().cloned();
+                    return Ok((page, next));
+                }
+                page.push(id.clone());
+            }
+        }
+        Ok((page, None))
     }
 
     /// The users with a directory (agents bound, blocks, facts).

@@ -12,6 +12,7 @@
 //! directory). So an erasure takes one pass however busy the user is, and
 //! holds no lock that a binder waits on while it waits on the binder.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use engram_core::{AgentId, UserId};
@@ -182,8 +183,25 @@ pub(crate) fn marked(dir: &Path) -> Result<Vec<AgentId>> {
     Ok(ids)
 }
 
+/// Every agent id some user's directory marks (a superset of the bound
+/// agents: [`owner`] is the truth).
+pub(crate) fn marked_agents(users: &Path) -> Result<HashSet<String>> {
+    let entries = match std::fs::read_dir(users) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(HashSet::new()),
+        Err(e) => return Err(StoreError::io("listing", users)(e)),
+    };
+    let mut all = HashSet::new();
+    for entry in entries {
+        let entry = entry.map_err(StoreError::io("listing", users))?;
+        let ids = marked(&entry.path().join(AGENTS))?;
+        all.extend(ids.into_iter().map(|id| id.as_str().to_owned()));
+    }
+    Ok(all)
+}
+
 /// The user the agent in `dir` belongs to, by its settings on disk.
-fn owner(dir: &Path) -> Option<String> {
+pub(crate) fn owner(dir: &Path) -> Option<String> {
     let path: PathBuf = dir.join(STATE);
     let bytes = std::fs::read(path).ok()?;
     serde_json::from_slice::<AgentMeta>(&bytes).ok()?.user_id

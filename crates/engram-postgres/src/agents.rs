@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 use engram_core::{AgentId, CoreError, UserId};
-use engram_store::{Admin, Result, StoreError, Visible};
+use engram_store::{Admin, Result, StoreError, Visible, VisibleAgent};
 
 use crate::{PgStore, db};
 
@@ -19,10 +19,10 @@ impl Admin for PgStore {
         &self,
         page_size: usize,
         page_token: Option<&str>,
-        visible: Visible<'_>,
+        visible: VisibleAgent<'_>,
     ) -> Result<(Vec<String>, Option<String>)> {
         self.list_ids(
-            "SELECT id FROM agents WHERE id > $1 ORDER BY id LIMIT $2",
+            "SELECT id, user_id FROM agents WHERE id > $1 ORDER BY id LIMIT $2",
             "listing agents",
             (page_size, page_token),
             visible,
@@ -39,7 +39,7 @@ impl Admin for PgStore {
         visible: Visible<'_>,
     ) -> Result<(Vec<String>, Option<String>)> {
         self.list_ids(
-            "SELECT u FROM (
+            "SELECT u, NULL::text FROM (
                SELECT user_id AS u FROM agents WHERE user_id IS NOT NULL
                UNION SELECT user_id FROM user_facts
                UNION SELECT user_id FROM user_conversations
@@ -47,7 +47,7 @@ impl Admin for PgStore {
              ) users WHERE u > $1 ORDER BY u LIMIT $2",
             "listing users",
             (page_size, page_token),
-            visible,
+            &|user, _| visible(user),
         )
         .await
     }
@@ -243,28 +243,29 @@ pub(crate) async fn delete_user_memory(
 }
 
 impl PgStore {
-    /// A page of the ids `query` lists (`$1`: after, `$2`: how many), of
-    /// those `visible` accepts, read in batches so that pages stay full.
+    /// A page of the ids `query` lists (`$1`: after, `$2`: how many; each
+    /// with its user, or NULL), of those `visible` accepts, read in
+    /// batches so that pages stay full.
     async fn list_ids(
         &self,
         query: &'static str,
         what: &'static str,
         (page_size, page_token): (usize, Option<&str>),
-        visible: Visible<'_>,
+        visible: VisibleAgent<'_>,
     ) -> Result<(Vec<String>, Option<String>)> {
         let mut after = page_token.unwrap_or_default().to_owned();
         let mut page = Vec::new();
         loop {
-            let ids: Vec<String> = sqlx::query_scalar(query)
+            let ids: Vec<(String, Option<String>)> = sqlx::query_as(query)
                 .bind(&after)
                 .bind(LIST_BATCH)
                 .fetch_all(&self.inner.pool)
                 .await
                 .map_err(db(what))?;
             let exhausted = (ids.len() as i64) < LIST_BATCH;
-            for id in ids {
+            for (id, owner) in ids {
                 after.clone_from(&id);
-                if !visible(&id) {
+                if !visible(&id, owner.as_deref()) {
                     continue;
                 }
                 if page.len() == page_size {

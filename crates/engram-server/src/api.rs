@@ -4,11 +4,11 @@
 //! auth → convert → engine → convert; the blocks', facts' and
 //! export/import calls are in `blocks`, `facts` and `portable`.
 
-use engram_engine::{AgentPermit, Engine};
+use engram_engine::Engine;
 use engram_proto::pb;
 use tonic::Status;
 
-use crate::auth::{self, Caller};
+use crate::auth::{self, Access, Caller};
 use crate::convert;
 use crate::status::from_engine;
 
@@ -55,27 +55,16 @@ impl Api {
 /// The calls, each auth → convert → engine → convert; the protocols put
 /// each behind the request boundary.
 impl Api {
-    /// A read of one agent, or (no agent named) of all of a user's
-    /// conversations: the token must cover the agent, or the user.
-    async fn authorize_agent_or_user(
-        &self,
-        caller: &Caller,
-        agent_id: &str,
-        user_id: &str,
-    ) -> Result<AgentPermit, Status> {
-        if agent_id.is_empty() && !user_id.is_empty() {
-            auth::authorize_user(caller, user_id).map(|()| AgentPermit::none())
-        } else {
-            auth::authorize(&self.engine, caller, agent_id, "").await
-        }
-    }
-
     pub async fn ingest(
         &self,
         caller: &Caller,
         req: pb::IngestRequest,
     ) -> Result<pb::IngestResponse, Status> {
-        let _agent = auth::authorize(&self.engine, caller, &req.agent_id, &req.user_id).await?;
+        let access = Access::Agent {
+            id: &req.agent_id,
+            binds: &req.user_id,
+        };
+        let _agent = auth::authorize(&self.engine, caller, access).await?;
         let req = convert::ingest_from_pb(req);
         let out = self.engine.ingest(req).await.map_err(from_engine)?;
         Ok(convert::ingested_to_pb(out))
@@ -86,7 +75,11 @@ impl Api {
         caller: &Caller,
         req: pb::PrepareRequestRequest,
     ) -> Result<pb::PrepareRequestResponse, Status> {
-        let _agent = auth::authorize(&self.engine, caller, &req.agent_id, &req.user_id).await?;
+        let access = Access::Agent {
+            id: &req.agent_id,
+            binds: &req.user_id,
+        };
+        let _agent = auth::authorize(&self.engine, caller, access).await?;
         let req = convert::prepare_from_pb(req).map_err(from_engine)?;
         let prepared = self.engine.prepare(req).await.map_err(from_engine)?;
         self.fits(convert::prepared_to_pb(prepared), "prompt")
@@ -97,7 +90,7 @@ impl Api {
         caller: &Caller,
         req: pb::CompactRequest,
     ) -> Result<pb::CompactResponse, Status> {
-        let _agent = auth::authorize(&self.engine, caller, &req.agent_id, "").await?;
+        let _agent = auth::authorize(&self.engine, caller, Access::agent(&req.agent_id)).await?;
         let strategy = convert::strategy_from_pb(&req.strategy).map_err(from_engine)?;
         let report = self
             .engine
@@ -114,9 +107,11 @@ impl Api {
         caller: &Caller,
         req: pb::RetrieveRequest,
     ) -> Result<pb::RetrieveResponse, Status> {
-        let _agent = self
-            .authorize_agent_or_user(caller, &req.agent_id, &req.user_id)
-            .await?;
+        let access = Access::AgentOrUser {
+            agent: &req.agent_id,
+            user: &req.user_id,
+        };
+        let _agent = auth::authorize(&self.engine, caller, access).await?;
         let req = convert::retrieve_from_pb(req);
         let retrieved = self.engine.retrieve(req).await.map_err(from_engine)?;
         self.fits(convert::retrieved_to_pb(retrieved), "answer")
@@ -127,9 +122,11 @@ impl Api {
         caller: &Caller,
         req: pb::SearchHistoryRequest,
     ) -> Result<pb::SearchHistoryResponse, Status> {
-        let _agent = self
-            .authorize_agent_or_user(caller, &req.agent_id, &req.user_id)
-            .await?;
+        let access = Access::AgentOrUser {
+            agent: &req.agent_id,
+            user: &req.user_id,
+        };
+        let _agent = auth::authorize(&self.engine, caller, access).await?;
         let req = convert::search_from_pb(req).map_err(from_engine)?;
         let page = self.engine.search(req).await.map_err(from_engine)?;
         let response = pb::SearchHistoryResponse {
@@ -145,7 +142,7 @@ impl Api {
         caller: &Caller,
         req: pb::GetContextStatsRequest,
     ) -> Result<pb::GetContextStatsResponse, Status> {
-        let _agent = auth::authorize(&self.engine, caller, &req.agent_id, "").await?;
+        let _agent = auth::authorize(&self.engine, caller, Access::agent(&req.agent_id)).await?;
         let stats = self
             .engine
             .context_stats(&req.agent_id, Some(req.model.as_str()))
@@ -159,7 +156,7 @@ impl Api {
         caller: &Caller,
         req: pb::ListCompactionsRequest,
     ) -> Result<pb::ListCompactionsResponse, Status> {
-        let _agent = auth::authorize(&self.engine, caller, &req.agent_id, "").await?;
+        let _agent = auth::authorize(&self.engine, caller, Access::agent(&req.agent_id)).await?;
         let req = engram_engine::ListCompactionsRequest {
             agent_id: req.agent_id,
             page_size: req.page_size,
@@ -178,11 +175,10 @@ impl Api {
         caller: &Caller,
         req: pb::ListAgentsRequest,
     ) -> Result<pb::ListAgentsResponse, Status> {
-        let scope = caller.scope();
-        // A token that covers the user sees all of its agents; otherwise
-        // (and without a user) the ids its agent patterns match.
-        let user_covered =
-            !req.user_id.is_empty() && scope.is_none_or(|s| s.covers_user(&req.user_id));
+        if !req.user_id.is_empty() {
+            // A user's agents: only for a token that covers the user.
+            let _user = auth::authorize(&self.engine, caller, Access::User(&req.user_id)).await?;
+        }
         let req = engram_engine::ListAgentsRequest {
             page_size: req.page_size,
             page_token: req.page_token,
@@ -191,9 +187,7 @@ impl Api {
         };
         let page = self
             .engine
-            .list_agents(&req, &|id| {
-                user_covered || scope.is_none_or(|s| s.allows(id))
-            })
+            .list_agents(&req, &|id, owner| caller.sees_agent(id, owner))
             .await
             .map_err(from_engine)?;
         Ok(convert::agent_page_to_pb(page))
@@ -204,14 +198,13 @@ impl Api {
         caller: &Caller,
         req: pb::ListUsersRequest,
     ) -> Result<pb::ListUsersResponse, Status> {
-        let scope = caller.scope();
         let req = engram_engine::ListUsersRequest {
             page_size: req.page_size,
             page_token: req.page_token,
         };
         let page = self
             .engine
-            .list_users(&req, &|user| scope.is_none_or(|s| s.covers_user(user)))
+            .list_users(&req, &|user| caller.sees_user(user))
             .await
             .map_err(from_engine)?;
         Ok(convert::user_page_to_pb(page))
@@ -222,7 +215,7 @@ impl Api {
         caller: &Caller,
         req: pb::DeleteAgentRequest,
     ) -> Result<pb::DeleteAgentResponse, Status> {
-        auth::require_admin(caller, "DeleteAgent")?;
+        let _admin = auth::authorize(&self.engine, caller, Access::Admin("DeleteAgent")).await?;
         let id = req.agent_id;
         self.engine.delete_agent(&id).await.map_err(from_engine)?;
         Ok(pb::DeleteAgentResponse {})
@@ -233,7 +226,7 @@ impl Api {
         caller: &Caller,
         req: pb::DeleteUserRequest,
     ) -> Result<pb::DeleteUserResponse, Status> {
-        auth::require_admin(caller, "DeleteUser")?;
+        let _admin = auth::authorize(&self.engine, caller, Access::Admin("DeleteUser")).await?;
         let user = req.user_id;
         let erased = self.engine.delete_user(&user).await.map_err(from_engine)?;
         Ok(pb::DeleteUserResponse {
@@ -246,15 +239,13 @@ impl Api {
         caller: &Caller,
         req: pb::ForkAgentRequest,
     ) -> Result<pb::ForkAgentResponse, Status> {
-        let _agent = auth::authorize(&self.engine, caller, &req.source_agent_id, "").await?;
-        // The copy belongs to the source's user.
-        let user = self
-            .engine
-            .agent_user(&req.source_agent_id)
-            .await
-            .map_err(from_engine)?
-            .unwrap_or_default();
-        let _agent = auth::authorize(&self.engine, caller, &req.target_agent_id, &user).await?;
+        let _source =
+            auth::authorize(&self.engine, caller, Access::agent(&req.source_agent_id)).await?;
+        let into = Access::ForkInto {
+            source: &req.source_agent_id,
+            target: &req.target_agent_id,
+        };
+        let _target = auth::authorize(&self.engine, caller, into).await?;
         let agent_id = self
             .engine
             .fork_agent(&req.source_agent_id, &req.target_agent_id)

@@ -1,6 +1,7 @@
 //! Bearer-token auth: who is calling (a tower layer, before any handler)
-//! and what they may touch (checked in the handlers, which know the agent).
-//! This file speaks no protocol; `auth/grpc.rs` is the gRPC side.
+//! and what they may touch (`reach`: one rule, which every call's
+//! `calls::authorize` applies). This file speaks no protocol;
+//! `auth/grpc.rs` is the gRPC side.
 //!
 //! Tokens are kept only as SHA-256 digests and compared in constant time;
 //! a configured plaintext `token` is hashed at start. Health and reflection
@@ -13,8 +14,9 @@ use tonic::codegen::http;
 
 mod calls;
 mod grpc;
+mod reach;
 
-pub use calls::{Caller, authorize, authorize_scope, authorize_user, require_admin};
+pub use calls::{Access, Caller, authorize};
 pub use grpc::{Auth, caller};
 
 /// One `[[auth.tokens]]` table. Its Debug output hides the secret.
@@ -66,31 +68,30 @@ pub struct Scope {
 }
 
 impl Scope {
-    /// Admin tokens reach every agent; others the ids their agent patterns
-    /// match (and, see [`check_agent`], the agents of users they cover).
-    pub fn allows(&self, agent: &str) -> bool {
-        self.admin || self.patterns.iter().any(|p| glob(p, agent))
+    /// Whether an agent-id pattern matches `agent` (which reaches it only
+    /// when it has no user: `reach`).
+    fn matches_agent(&self, agent: &str) -> bool {
+        self.patterns.iter().any(|p| glob(p, agent))
     }
 
-    /// Whether the token covers `user` (its blocks, its agents).
-    pub fn covers_user(&self, user: &str) -> bool {
+    /// Whether the token covers `user` (its memory, its agents).
+    fn covers_user(&self, user: &str) -> bool {
         self.admin || self.users.iter().any(|p| glob(p, user))
     }
 
-    /// Whether the token reaches any agent through a user: only then does
-    /// an agent's user need looking up.
-    pub fn has_users(&self) -> bool {
-        !self.users.is_empty()
-    }
-
+    /// What the token reaches, for its refusals: its own patterns, never
+    /// anything of another token's.
     fn describe(&self) -> String {
         let mut what = vec![];
         if !self.patterns.is_empty() {
-            what.push(format!("agents {}", self.patterns.join(", ")));
+            what.push(format!(
+                "the agents {} that belong to no user",
+                self.patterns.join(", ")
+            ));
         }
         if !self.users.is_empty() {
             what.push(format!(
-                "the agents and blocks of users {}",
+                "the memory and agents of users {}",
                 self.users.join(", ")
             ));
         }
@@ -206,45 +207,6 @@ pub enum Refusal {
     Denied(String),
 }
 
-/// Whether `scope` (none: auth is off) may use `agent`, which belongs to
-/// `owner` (its stored user, else the one the request binds it to).
-pub fn check_agent(scope: Option<&Scope>, agent: &str, owner: Option<&str>) -> Result<(), Refusal> {
-    match scope {
-        Some(scope) if !scope.allows(agent) && !owner.is_some_and(|u| scope.covers_user(u)) => {
-            let whose = owner.map_or(String::new(), |u| format!(" (of user {u:?})"));
-            Err(Refusal::Denied(format!(
-                "token {} may not use agent {agent:?}{whose}; it covers {}",
-                scope.name,
-                scope.describe()
-            )))
-        }
-        _ => Ok(()),
-    }
-}
-
-/// Whether `scope` (none: auth is off) covers `user`.
-pub fn check_user(scope: Option<&Scope>, user: &str) -> Result<(), Refusal> {
-    match scope {
-        Some(scope) if !scope.covers_user(user) => Err(Refusal::Denied(format!(
-            "token {} may not use user {user:?}; it covers {}",
-            scope.name,
-            scope.describe()
-        ))),
-        _ => Ok(()),
-    }
-}
-
-/// Whether `scope` (none: auth is off) may make the admin call `what`.
-pub fn check_admin(scope: Option<&Scope>, what: &str) -> Result<(), Refusal> {
-    match scope {
-        Some(scope) if !scope.admin => Err(Refusal::Denied(format!(
-            "{what} needs an admin token; token {} is not one",
-            scope.name
-        ))),
-        _ => Ok(()),
-    }
-}
-
 /// `*` matches any run of characters (none included); all else literally.
 fn glob(pattern: &str, text: &str) -> bool {
     let (p, t) = (pattern.as_bytes(), text.as_bytes());
@@ -337,11 +299,11 @@ mod tests {
         let a = auth
             .authenticate(Some(&bearer("Bearer first-secret-token")))
             .unwrap();
-        assert!(a.allows("team-a-x") && !a.allows("team-b-x") && !a.admin);
+        assert!(a.matches_agent("team-a-x") && !a.matches_agent("team-b-x") && !a.admin);
         let ops = auth
             .authenticate(Some(&bearer("bearer second-secret-token")))
             .unwrap();
-        assert!(ops.admin && ops.allows("anyone"));
+        assert!(ops.admin && reach::reaches_agent(Some(&ops), "anyone", Some("anybody")));
         for bad in [
             None,
             Some(bearer("Bearer nope-nope-nope-nope")),
@@ -399,17 +361,25 @@ mod tests {
             .authenticate(Some(&bearer("Bearer user-scoped-token-1")))
             .unwrap();
         assert!(t.covers_user("acme-ana") && !t.covers_user("other-bo"));
-        assert!(check_agent(Some(&t), "chat-1", Some("acme-ana")).is_ok());
-        let err = check_agent(Some(&t), "chat-1", Some("other-bo")).unwrap_err();
+        assert!(reach::reaches_agent(Some(&t), "chat-1", Some("acme-ana")));
+        let err = reach::decide(
+            Some(&t),
+            reach::Target::Agent {
+                id: "chat-1",
+                owner: Some("other-bo"),
+                binds: None,
+            },
+        )
+        .unwrap_err();
         assert!(
-            matches!(&err, Refusal::Denied(m) if m.contains("other-bo") && m.contains("acme-*")),
+            matches!(&err, Refusal::Denied(m) if !m.contains("other-bo") && m.contains("acme-*")),
             "{err:?}"
         );
         assert!(
-            check_agent(Some(&t), "chat-1", None).is_err(),
+            !reach::reaches_agent(Some(&t), "chat-1", None),
             "no user: not covered"
         );
-        assert!(check_user(Some(&t), "other-bo").is_err() && check_user(None, "x").is_ok());
+        assert!(!reach::reaches_user(Some(&t), "other-bo") && reach::reaches_user(None, "x"));
     }
 
     #[test]

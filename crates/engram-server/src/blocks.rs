@@ -5,7 +5,7 @@ use engram_proto::pb;
 use tonic::Status;
 
 use crate::api::Api;
-use crate::auth::{self, Caller};
+use crate::auth::{self, Access, Caller};
 use crate::convert;
 use crate::status::from_engine;
 
@@ -15,7 +15,8 @@ impl Api {
         caller: &Caller,
         req: pb::ListMemoryBlocksRequest,
     ) -> Result<pb::ListMemoryBlocksResponse, Status> {
-        let _agent = auth::authorize_scope(self.engine(), caller, &req.scope, "", false).await?;
+        let _agent =
+            auth::authorize(self.engine(), caller, Access::scope(&req.scope, false)).await?;
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let blocks = self
             .engine()
@@ -35,7 +36,8 @@ impl Api {
         caller: &Caller,
         req: pb::GetMemoryBlockRequest,
     ) -> Result<pb::GetMemoryBlockResponse, Status> {
-        let _agent = auth::authorize_scope(self.engine(), caller, &req.scope, "", false).await?;
+        let _agent =
+            auth::authorize(self.engine(), caller, Access::scope(&req.scope, false)).await?;
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let (block, history) = self
             .engine()
@@ -56,8 +58,12 @@ impl Api {
         caller: &Caller,
         req: pb::PutMemoryBlockRequest,
     ) -> Result<pb::PutMemoryBlockResponse, Status> {
-        let _agent =
-            auth::authorize_scope(self.engine(), caller, &req.scope, &req.user_id, true).await?;
+        let access = Access::Scope {
+            scope: req.scope.as_ref(),
+            binds: &req.user_id,
+            write: true,
+        };
+        let _agent = auth::authorize(self.engine(), caller, access).await?;
         let write = convert::put_from_pb(req).map_err(from_engine)?;
         let block = self
             .engine()
@@ -74,8 +80,12 @@ impl Api {
         caller: &Caller,
         req: pb::EditMemoryBlockRequest,
     ) -> Result<pb::EditMemoryBlockResponse, Status> {
-        let _agent =
-            auth::authorize_scope(self.engine(), caller, &req.scope, &req.user_id, true).await?;
+        let access = Access::Scope {
+            scope: req.scope.as_ref(),
+            binds: &req.user_id,
+            write: true,
+        };
+        let _agent = auth::authorize(self.engine(), caller, access).await?;
         let write = convert::edit_from_pb(req).map_err(from_engine)?;
         let block = self
             .engine()
@@ -92,7 +102,8 @@ impl Api {
         caller: &Caller,
         req: pb::DeleteMemoryBlockRequest,
     ) -> Result<pb::DeleteMemoryBlockResponse, Status> {
-        let _agent = auth::authorize_scope(self.engine(), caller, &req.scope, "", true).await?;
+        let _agent =
+            auth::authorize(self.engine(), caller, Access::scope(&req.scope, true)).await?;
         let write = convert::delete_from_pb(req).map_err(from_engine)?;
         let block = self
             .engine()

@@ -10,7 +10,7 @@ use tonic::Status;
 use engram_engine::limits;
 
 use crate::api::Api;
-use crate::auth::{self, Caller};
+use crate::auth::{self, Access, Caller};
 use crate::convert;
 use crate::convert::facts::{change_from_pb, listing_from_pb, new_fact_from_pb};
 use crate::convert::semantic_to_pb as fact_to_pb;
@@ -22,7 +22,8 @@ impl Api {
         caller: &Caller,
         req: pb::AddMemoriesRequest,
     ) -> Result<pb::AddMemoriesResponse, Status> {
-        let _agent = auth::authorize_scope(self.engine(), caller, &req.scope, "", true).await?;
+        let _agent =
+            auth::authorize(self.engine(), caller, Access::scope(&req.scope, true)).await?;
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let new = req.memories.into_iter().map(new_fact_from_pb).collect();
         let added = self
@@ -51,7 +52,8 @@ impl Api {
         caller: &Caller,
         req: pb::ListMemoriesRequest,
     ) -> Result<pb::ListMemoriesResponse, Status> {
-        let _agent = auth::authorize_scope(self.engine(), caller, &req.scope, "", false).await?;
+        let _agent =
+            auth::authorize(self.engine(), caller, Access::scope(&req.scope, false)).await?;
         let listing = listing_from_pb(&req);
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let page = self
@@ -73,7 +75,8 @@ impl Api {
         caller: &Caller,
         req: pb::GetMemoryRequest,
     ) -> Result<pb::GetMemoryResponse, Status> {
-        let _agent = auth::authorize_scope(self.engine(), caller, &req.scope, "", false).await?;
+        let _agent =
+            auth::authorize(self.engine(), caller, Access::scope(&req.scope, false)).await?;
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let fact = self
             .engine()
@@ -90,7 +93,8 @@ impl Api {
         caller: &Caller,
         req: pb::GetMemoryHistoryRequest,
     ) -> Result<pb::GetMemoryHistoryResponse, Status> {
-        let _agent = auth::authorize_scope(self.engine(), caller, &req.scope, "", false).await?;
+        let _agent =
+            auth::authorize(self.engine(), caller, Access::scope(&req.scope, false)).await?;
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let versions = self
             .engine()
@@ -110,7 +114,8 @@ impl Api {
         caller: &Caller,
         req: pb::UpdateMemoryRequest,
     ) -> Result<pb::UpdateMemoryResponse, Status> {
-        let _agent = auth::authorize_scope(self.engine(), caller, &req.scope, "", true).await?;
+        let _agent =
+            auth::authorize(self.engine(), caller, Access::scope(&req.scope, true)).await?;
         let mut req = req;
         let scope = convert::scope_from_pb(req.scope.take()).map_err(from_engine)?;
         let id = std::mem::take(&mut req.id);
@@ -130,7 +135,8 @@ impl Api {
         caller: &Caller,
         req: pb::DeleteMemoryRequest,
     ) -> Result<pb::DeleteMemoryResponse, Status> {
-        let _agent = auth::authorize_scope(self.engine(), caller, &req.scope, "", true).await?;
+        let _agent =
+            auth::authorize(self.engine(), caller, Access::scope(&req.scope, true)).await?;
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let version = self
             .engine()
@@ -146,7 +152,7 @@ impl Api {
         req: pb::ForgetTurnRequest,
     ) -> Result<pb::ForgetResponse, Status> {
         let agent = req.agent_id.clone();
-        let _agent = auth::authorize(self.engine(), caller, &agent, "").await?;
+        let _agent = auth::authorize(self.engine(), caller, Access::agent(&agent)).await?;
         let what = limits::forget_turn(&req.turn_id).map_err(from_engine)?;
         self.forget(&agent, what).await
     }
@@ -157,7 +163,7 @@ impl Api {
         req: pb::ForgetEventsRequest,
     ) -> Result<pb::ForgetResponse, Status> {
         let agent = req.agent_id.clone();
-        let _agent = auth::authorize(self.engine(), caller, &agent, "").await?;
+        let _agent = auth::authorize(self.engine(), caller, Access::agent(&agent)).await?;
         let what = limits::forget_events(&req.ids).map_err(from_engine)?;
         self.forget(&agent, what).await
     }

@@ -11,7 +11,7 @@ use futures_util::{Stream, StreamExt};
 use tonic::Status;
 
 use crate::api::{Api, ExportStream};
-use crate::auth::{self, Caller};
+use crate::auth::{self, Access, Caller};
 use crate::convert;
 use crate::status::from_engine;
 
@@ -21,7 +21,8 @@ impl Api {
         caller: &Caller,
         req: pb::ExportMemoryRequest,
     ) -> Result<ExportStream, Status> {
-        let _agent = auth::authorize_scope(self.engine(), caller, &req.scope, "", false).await?;
+        let _agent =
+            auth::authorize(self.engine(), caller, Access::scope(&req.scope, false)).await?;
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let export = self
             .engine()
@@ -53,7 +54,7 @@ impl Api {
             import.push(&piece.lines).map_err(from_engine)?;
             if !user_checked && let Some(BundleScope::User(user)) = import.scope() {
                 // Refused before the rest of a large bundle is read.
-                auth::authorize_user(caller, user)?;
+                let _user = auth::authorize(self.engine(), caller, Access::User(user)).await?;
                 user_checked = true;
             }
         }
@@ -61,11 +62,15 @@ impl Api {
         if let BundleScope::User(user) = &bundle.scope
             && !user_checked
         {
-            auth::authorize_user(caller, user)?;
+            let _user = auth::authorize(self.engine(), caller, Access::User(user)).await?;
         }
         for agent in &bundle.agents {
             let user = agent.meta.user_id.as_deref().unwrap_or_default();
-            let _agent = auth::authorize(self.engine(), caller, agent.id.as_str(), user).await?;
+            let access = Access::Agent {
+                id: agent.id.as_str(),
+                binds: user,
+            };
+            let _agent = auth::authorize(self.engine(), caller, access).await?;
         }
         let imported = self
             .engine()

@@ -69,7 +69,7 @@ pub async fn reindex(
             let mut token: Option<String> = None;
             loop {
                 let (page, next) =
-                    Admin::list_agents(&store, 1000, token.as_deref(), &|_| true).await?;
+                    Admin::list_agents(&store, 1000, token.as_deref(), &|_, _| true).await?;
                 all.extend(page);
                 match next {
                     Some(next) => token = Some(next),

@@ -367,8 +367,12 @@ pub struct Hidden {
     pub context: AgentContext,
 }
 
-/// Which agent ids a listing shows (an auth scope).
+/// Which ids a listing shows (an auth scope).
 pub type Visible<'a> = &'a (dyn Fn(&str) -> bool + Send + Sync);
+
+/// Which agents a listing shows (an auth scope): by the agent's id and the
+/// user it belongs to, if any.
+pub type VisibleAgent<'a> = &'a (dyn Fn(&str, Option<&str>) -> bool + Send + Sync);
 
 /// What a forget erased (ForgetTurn, ForgetEvents).
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -35,6 +35,7 @@ pub use api::{
     AgentContext, Begun, Bundle, CommitStep, Committed, Forgotten, Hidden, Hit, Imported,
     IndexState, Ingested, Job, MatchedBy, Memory, MemoryQuery, Policy, PrepareInput, Prepared,
     RankedMemories, Recalled, RewriteJob, Search, SearchMode, SearchPage, SeenBlocks, Visible,
+    VisibleAgent,
 };
 pub use traits::{
     Admin, Blocks, Compacts, Facts, Forgets, Portable, Ranks, Reads, Runtime, Searches, Store,

@@ -42,7 +42,7 @@ use engram_core::{AgentId, NewEvent, Usage, UserId};
 use crate::{
     AgentContext, Begun, Bundle, Committed, Forgotten, Hidden, Hiding, Imported, IndexState,
     Ingested, Job, MemoryQuery, Policy, PrepareInput, Prepared, RankedMemories, Result, RewriteJob,
-    Search, SearchPage, Visible,
+    Search, SearchPage, Visible, VisibleAgent,
 };
 
 /// Engram's storage. Every write that returns `Ok` is durable (per the
@@ -250,12 +250,13 @@ pub trait Compacts {
 #[async_trait]
 pub trait Admin {
     /// Agent ids after `page_token`, sorted, at most `page_size`, of those
-    /// `visible` accepts; the token of the next page when more remain.
+    /// `visible` accepts (shown each agent's id and user); the token of the
+    /// next page when more remain.
     async fn list_agents(
         &self,
         page_size: usize,
         page_token: Option<&str>,
-        visible: Visible<'_>,
+        visible: VisibleAgent<'_>,
     ) -> Result<(Vec<String>, Option<String>)>;
 
     /// A page of the users the store holds memory of (agents bound to

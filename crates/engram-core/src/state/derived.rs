@@ -176,9 +176,10 @@ impl Derived {
             (_, None) => false,
             (None, Some(_)) => true,
             (Some(own), Some(user)) if own == user.as_str() => false,
-            (Some(own), Some(user)) => {
+            (Some(_), Some(user)) => {
+                // Whose it is stays unsaid: the caller may not cover that user.
                 return Err(CoreError::Precondition(format!(
-                    "this agent belongs to user {own:?}, not {:?}; an agent's user is fixed by its first write that names one (use a new agent_id for the other user's conversation)",
+                    "this agent belongs to a user other than {:?}; an agent's user is fixed by its first write that names one (use a new agent_id for this user's conversation)",
                     user.as_str()
                 )));
             }

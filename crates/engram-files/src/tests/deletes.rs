@@ -297,7 +297,7 @@ async fn reads_and_writes_that_meet_deletes_answer_as_before_or_after_them() {
             "agents/{name} is left without an agent's files"
         );
     }
-    let (listed, _) = store.list_agents(100, None, &|_| true).await.unwrap();
+    let (listed, _) = store.list_agents(100, None, &|_, _| true).await.unwrap();
     for agent in listed {
         let agent = id(&agent);
         let traces = store.read(&agent, |s| s.traces.len()).await.unwrap();
@@ -356,7 +356,7 @@ async fn a_catch_up_that_waited_out_a_delete_does_not_bring_the_agent_back() {
         !dir.path().join("agents/resurrected").exists(),
         "the deleted agent's directory came back"
     );
-    let (listed, _) = store.list_agents(10, None, &|_| true).await.unwrap();
+    let (listed, _) = store.list_agents(10, None, &|_, _| true).await.unwrap();
     assert!(listed.is_empty(), "{listed:?}");
     assert!(matches!(
         store.search(&a, &ranked("okapi", None)).await,

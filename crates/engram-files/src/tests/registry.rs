@@ -80,13 +80,13 @@ async fn list_agents_pages_in_order() {
             .unwrap();
     }
     std::fs::create_dir(dir.path().join("agents/.deleted-junk")).unwrap();
-    let (p1, t1) = store.list_agents(2, None, &|_| true).await.unwrap();
+    let (p1, t1) = store.list_agents(2, None, &|_, _| true).await.unwrap();
     let (p2, t2) = store
-        .list_agents(2, t1.as_deref(), &|_| true)
+        .list_agents(2, t1.as_deref(), &|_, _| true)
         .await
         .unwrap();
     let (p3, t3) = store
-        .list_agents(2, t2.as_deref(), &|_| true)
+        .list_agents(2, t2.as_deref(), &|_, _| true)
         .await
         .unwrap();
     assert_eq!(
@@ -99,7 +99,7 @@ async fn list_agents_pages_in_order() {
     );
     assert_eq!(t3, None);
     // A scope filter applies before paging: pages stay full.
-    let visible = |id: &str| id != "b" && id != "c";
+    let visible = |id: &str, _: Option<&str>| id != "b" && id != "c";
     let (q1, u1) = store.list_agents(2, None, &visible).await.unwrap();
     let (q2, u2) = store.list_agents(2, u1.as_deref(), &visible).await.unwrap();
     assert_eq!(

@@ -1,14 +1,17 @@
-//! The checks a call makes with its caller's scope, whatever protocol
-//! brought it: each answers PERMISSION_DENIED (the API's statuses are
-//! gRPC's; the HTTP side maps them) when the scope does not cover what the
-//! call touches.
+//! What a call asks to reach, and the one entry every call's handler goes
+//! through: the lookups the rule needs (an agent's stored user), the rule
+//! (`reach::decide`), then the call's place among the agent's calls in
+//! flight. Each refusal is PERMISSION_DENIED (the API's statuses are
+//! gRPC's; the HTTP side maps them). Listings filter with the same rule.
 
 use std::sync::Arc;
 
 use engram_engine::{AgentPermit, Engine};
+use engram_proto::pb;
 use tonic::Status;
 
-use super::{Scope, check_admin, check_agent, check_user};
+use super::Scope;
+use super::reach::{self, Target};
 use crate::status;
 
 /// Who is calling: the scope of their token, or none when auth is off.
@@ -26,25 +29,113 @@ impl Caller {
     pub fn scope(&self) -> Option<&Scope> {
         self.scope.as_deref()
     }
+
+    /// Whether the caller reaches the agent `id` of `owner`: what
+    /// ListAgents shows.
+    pub fn sees_agent(&self, id: &str, owner: Option<&str>) -> bool {
+        reach::reaches_agent(self.scope(), id, owner)
+    }
+
+    /// Whether the caller reaches `user`: what ListUsers shows.
+    pub fn sees_user(&self, user: &str) -> bool {
+        reach::reaches_user(self.scope(), user)
+    }
 }
 
-/// PERMISSION_DENIED unless the caller's scope covers `agent`: by its id,
-/// or by its user — the stored one, else `named_user`, whom the request
-/// binds it to ("" for none). The user is looked up only for a token
-/// scoped by users that does not cover the id itself. Without a scope on
-/// the request (auth off) everything is allowed.
+/// What a call touches, as its request says it.
+#[derive(Debug, Clone, Copy)]
+pub enum Access<'a> {
+    /// One agent, and the user the request names for it ("" for none),
+    /// which binds the agent when it has none.
+    Agent { id: &'a str, binds: &'a str },
+    /// A user's own memory.
+    User(&'a str),
+    /// An agent's conversation, or (no agent named) all of a user's: the
+    /// reads that take either (Retrieve, SearchHistory).
+    AgentOrUser { agent: &'a str, user: &'a str },
+    /// A memory scope (blocks, facts, an export); `binds` as for an agent
+    /// (a block write on an agent may name its user).
+    Scope {
+        scope: Option<&'a pb::MemoryScope>,
+        binds: &'a str,
+        write: bool,
+    },
+    /// The new agent a fork makes of `source`: it inherits the source's
+    /// user, so the token must cover that user.
+    ForkInto { source: &'a str, target: &'a str },
+    /// A call for admin tokens only.
+    Admin(&'static str),
+}
+
+impl<'a> Access<'a> {
+    /// A call on one agent that names no user for it.
+    pub fn agent(id: &'a str) -> Self {
+        Self::Agent { id, binds: "" }
+    }
+
+    /// A call on a memory scope that names no user for it.
+    pub fn scope(scope: &'a Option<pb::MemoryScope>, write: bool) -> Self {
+        Self::Scope {
+            scope: scope.as_ref(),
+            binds: "",
+            write,
+        }
+    }
+}
+
+/// PERMISSION_DENIED unless the caller reaches what `access` touches
+/// (`reach::decide`, with the agent's stored user looked up when the rule
+/// needs it). Without a scope on the request (auth off) everything is
+/// allowed.
 ///
-/// Allowed, the call takes its place among the agent's calls in flight
-/// (`Engine::admit`): the permit holds it until the call ends, and a call
-/// past `server.max_calls_per_agent` is refused RESOURCE_EXHAUSTED. Then,
-/// past the memory budget, it waits for room.
+/// Allowed, a call on an agent takes its place among the agent's calls in
+/// flight (`Engine::admit`): the permit holds it until the call ends, and
+/// a call past `server.max_calls_per_agent` is refused RESOURCE_EXHAUSTED.
+/// Then, past the memory budget, it waits for room.
 pub async fn authorize(
     engine: &Engine,
     caller: &Caller,
-    agent: &str,
-    named_user: &str,
+    access: Access<'_>,
 ) -> Result<AgentPermit, Status> {
-    check_scope(engine, caller, agent, named_user).await?;
+    use pb::memory_scope::Scope as S;
+    let scope = caller.scope();
+    let agent = match access {
+        Access::Agent { id, binds } => {
+            check_agent(engine, scope, id, binds).await?;
+            id
+        }
+        Access::AgentOrUser { agent, user } if agent.is_empty() && !user.is_empty() => {
+            return check_user(scope, user);
+        }
+        Access::AgentOrUser { agent, .. } => {
+            check_agent(engine, scope, agent, "").await?;
+            agent
+        }
+        Access::User(user) => return check_user(scope, user),
+        Access::Scope {
+            scope: memory,
+            binds,
+            write,
+        } => match memory.and_then(|s| s.scope.as_ref()) {
+            Some(S::AgentId(id)) => {
+                check_agent(engine, scope, id, binds).await?;
+                id
+            }
+            Some(S::UserId(user)) => return check_user(scope, user),
+            Some(S::Global(true)) => return decided(scope, Target::Global { write }),
+            // Names no memory: the conversion's refusal, for every token.
+            _ => {
+                let invalid = crate::convert::scope_from_pb(None).expect_err("names no scope");
+                return Err(status::from_engine(invalid));
+            }
+        },
+        Access::ForkInto { source, target } => {
+            let inherited = owner(engine, scope, source).await?;
+            check_agent(engine, scope, target, inherited.as_deref().unwrap_or("")).await?;
+            target
+        }
+        Access::Admin(what) => return decided(scope, Target::Admin(what)),
+    };
     let permit = engine.admit(agent).map_err(status::from_engine)?;
     // Past the memory budget, the call waits for room before it loads
     // anything (`Engine::make_room`).
@@ -52,54 +143,47 @@ pub async fn authorize(
     Ok(permit)
 }
 
-async fn check_scope(
+/// The rule on an agent, its stored user looked up (auth on, not admin).
+async fn check_agent(
     engine: &Engine,
-    caller: &Caller,
-    agent: &str,
-    named_user: &str,
+    scope: Option<&Scope>,
+    id: &str,
+    binds: &str,
 ) -> Result<(), Status> {
-    let Some(scope) = caller.scope() else {
-        return Ok(());
+    let binds = Some(binds).filter(|u| !u.is_empty());
+    // The named user first, before anything stored is read: a refusal for
+    // it says the same whether `id` exists or not.
+    if binds.is_some() {
+        let named = Target::Agent {
+            id,
+            owner: None,
+            binds,
+        };
+        reach::decide(scope, named).map_err(status::from_refusal)?;
+    }
+    let owner = owner(engine, scope, id).await?;
+    let target = Target::Agent {
+        id,
+        owner: owner.as_deref(),
+        binds,
     };
-    let owner = if scope.allows(agent) || !scope.has_users() {
-        None
-    } else {
-        let stored = engine
-            .agent_user(agent)
-            .await
-            .map_err(status::from_engine)?;
-        stored.or_else(|| Some(named_user.to_owned()).filter(|u| !u.is_empty()))
-    };
-    check_agent(Some(scope), agent, owner.as_deref()).map_err(status::from_refusal)
+    reach::decide(scope, target).map_err(status::from_refusal)
 }
 
-/// Who may act on a memory scope: a token covering the agent (by id or by
-/// its user) for an agent's blocks and facts; a token covering the user
-/// for a user's (every agent of the user sees them, and the token covers
-/// all of those); the global scope is shown to every agent, so anyone
-/// reads it and only an admin token changes it.
-pub async fn authorize_scope(
-    engine: &Engine,
-    caller: &Caller,
-    scope: &Option<engram_proto::pb::MemoryScope>,
-    user: &str,
-    write: bool,
-) -> Result<AgentPermit, Status> {
-    use engram_proto::pb::memory_scope::Scope as S;
-    match scope.as_ref().and_then(|s| s.scope.as_ref()) {
-        Some(S::AgentId(agent)) => authorize(engine, caller, agent, user).await,
-        Some(S::UserId(user)) => authorize_user(caller, user).map(|()| AgentPermit::none()),
-        Some(S::Global(_)) if !write => Ok(AgentPermit::none()),
-        _ => require_admin(caller, "the global memory blocks").map(|()| AgentPermit::none()),
+/// The user `id` belongs to, when the rule needs it (auth on, not admin).
+async fn owner(engine: &Engine, scope: Option<&Scope>, id: &str) -> Result<Option<String>, Status> {
+    match scope {
+        Some(scope) if !scope.admin => engine.agent_user(id).await.map_err(status::from_engine),
+        _ => Ok(None),
     }
 }
 
-/// PERMISSION_DENIED unless the caller's scope covers `user`.
-pub fn authorize_user(caller: &Caller, user: &str) -> Result<(), Status> {
-    check_user(caller.scope(), user).map_err(status::from_refusal)
+fn check_user(scope: Option<&Scope>, user: &str) -> Result<AgentPermit, Status> {
+    decided(scope, Target::User(user))
 }
 
-/// PERMISSION_DENIED unless the caller holds an admin token (or auth is off).
-pub fn require_admin(caller: &Caller, what: &str) -> Result<(), Status> {
-    check_admin(caller.scope(), what).map_err(status::from_refusal)
+fn decided(scope: Option<&Scope>, target: Target<'_>) -> Result<AgentPermit, Status> {
+    reach::decide(scope, target)
+        .map(|()| AgentPermit::none())
+        .map_err(status::from_refusal)
 }

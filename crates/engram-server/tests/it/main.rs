@@ -34,4 +34,5 @@ mod semantic;
 mod snip;
 mod storage_faults;
 mod strategies;
+mod tenancy;
 mod users;

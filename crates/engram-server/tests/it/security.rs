@@ -16,14 +16,14 @@ const TEAM_A: &str = "team-a-token-0123456789";
 const OPS: &str = "ops-admin-token-0123456789";
 const ACME: &str = "acme-users-token-0123456789";
 
-type Authed = MemoryServiceClient<
+pub(crate) type Authed = MemoryServiceClient<
     InterceptedService<
         Channel,
         Box<dyn FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Send>,
     >,
 >;
 
-fn authed(channel: Channel, token: &str) -> Authed {
+pub(crate) fn authed(channel: Channel, token: &str) -> Authed {
     let header: tonic::metadata::MetadataValue<_> = format!("Bearer {token}").parse().unwrap();
     MemoryServiceClient::with_interceptor(
         channel,

@@ -103,7 +103,7 @@ pub async fn delete_removes_the_agent_and_everything_it_holds<H: Harness>(h: &H)
     assert!(is_not_found(store.search(&a, &ranked(MARK, 10)).await));
     assert!(is_not_found(store.delete_agent(&a).await));
     assert!(is_not_found(store.begin_compaction(&a, POLICY).await));
-    let listed = store.list_agents(10, None, &|_| true).await.unwrap().0;
+    let listed = store.list_agents(10, None, &|_, _| true).await.unwrap().0;
     assert_eq!(listed, ["bystander"]);
     let again = ingest(store.as_ref(), &a, &[NewEvent::user("zebra anew")]).await;
     assert_eq!(again.current_turn_id, "turn_0001", "a new agent");
@@ -119,19 +119,19 @@ pub async fn list_agents_pages_in_order_and_filters<H: Harness>(h: &H) {
     for name in ["team-b.x", "team-a.y", "team-a.x", "solo", "team-a.z"] {
         ingest(store.as_ref(), &id(name), &[NewEvent::user("hi")]).await;
     }
-    let (page, next) = store.list_agents(2, None, &|_| true).await.unwrap();
+    let (page, next) = store.list_agents(2, None, &|_, _| true).await.unwrap();
     assert_eq!(page, ["solo", "team-a.x"]);
     let (page, next) = store
-        .list_agents(2, next.as_deref(), &|_| true)
+        .list_agents(2, next.as_deref(), &|_, _| true)
         .await
         .unwrap();
     assert_eq!(page, ["team-a.y", "team-a.z"]);
     let (page, next) = store
-        .list_agents(2, next.as_deref(), &|_| true)
+        .list_agents(2, next.as_deref(), &|_, _| true)
         .await
         .unwrap();
     assert_eq!((page, next), (vec!["team-b.x".to_owned()], None));
-    let team_a = |id: &str| id.starts_with("team-a.");
+    let team_a = |id: &str, _: Option<&str>| id.starts_with("team-a.");
     let (page, next) = store.list_agents(2, None, &team_a).await.unwrap();
     assert_eq!(page, ["team-a.x", "team-a.y"]);
     let (page, next) = store
@@ -179,6 +179,30 @@ pub async fn list_users_pages_the_users_with_memory<H: Harness>(h: &H) {
     let (page, next) = store.list_users(2, next.as_deref(), &all).await.unwrap();
     assert_eq!(page, ["lu-cy", "lu-dee"]);
     assert_eq!(next, None);
+    // A listing of agents is shown each one's user (auth hides the agents
+    // of users a token does not cover), and pages stay full past them.
+    let seen = std::sync::Mutex::new(vec![]);
+    let no_ana = |id: &str, user: Option<&str>| {
+        seen.lock()
+            .unwrap()
+            .push((id.to_owned(), user.map(str::to_owned)));
+        user != Some("lu-ana")
+    };
+    let (page, next) = store.list_agents(2, None, &no_ana).await.unwrap();
+    assert_eq!(
+        (page, next.as_deref()),
+        (vec!["a-1".into(), "a-4".into()], Some("a-4"))
+    );
+    let (page, next) = store
+        .list_agents(2, next.as_deref(), &no_ana)
+        .await
+        .unwrap();
+    assert_eq!((page, next), (vec!["a-5".to_owned()], None));
+    let seen = seen.into_inner().unwrap();
+    let owner = |a: &str| seen.iter().find(|(id, _)| id == a).unwrap().1.clone();
+    assert_eq!(owner("a-1").as_deref(), Some("lu-bo"));
+    assert_eq!(owner("a-3").as_deref(), Some("lu-ana"));
+    assert_eq!(owner("a-5"), None);
     let not_bo = |u: &str| u != "lu-bo";
     let (page, next) = store.list_users(2, None, &not_bo).await.unwrap();
     assert_eq!(page, ["lu-ana", "lu-cy"]);

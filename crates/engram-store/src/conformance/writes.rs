@@ -108,7 +108,7 @@ pub async fn refused_writes_change_nothing<H: Harness>(h: &H) {
         .await;
     assert!(is_invalid(&refused), "{refused:?}");
     assert!(is_not_found(store.context(&fresh).await));
-    let listed = store.list_agents(10, None, &|_| true).await.unwrap().0;
+    let listed = store.list_agents(10, None, &|_, _| true).await.unwrap().0;
     assert!(listed.is_empty(), "{listed:?}");
 
     let a = id("kept");
