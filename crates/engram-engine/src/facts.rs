@@ -3,6 +3,8 @@
 //! decides; the store keeps every version; an agent's prompt shows the
 //! change at its next request (the snapshot's facts section).
 
+use std::collections::HashSet;
+
 use engram_core::blocks::Scope;
 use engram_core::facts::{self, Added, Change, Listing, NewFact, Op, Outcome};
 use engram_core::memory::SemanticItem;
@@ -53,12 +55,14 @@ impl Engine {
     }
 
     /// A page of the scope's facts as `listing` selects them.
+    /// `source_agent` (a user's scope only; "" for any): only the user's
+    /// facts that agent's compactions said.
     pub async fn list_memories(
         &self,
         scope: &ScopeRequest,
         listing: &Listing,
-        page_size: u32,
-        page_token: &str,
+        source_agent: &str,
+        (page_size, page_token): (u32, &str),
     ) -> Result<FactPage> {
         let scope = fact_scope(scope)?;
         let from = match page_token {
@@ -73,7 +77,24 @@ impl Engine {
                 })?,
         };
         let size = limits::page_size(page_size);
-        let all = self.store.facts(&scope).await?;
+        let mut all = self.store.facts(&scope).await?;
+        if !source_agent.is_empty() {
+            let source = limits::agent_id("source_agent_id", source_agent)?;
+            let Scope::User(user) = &scope else {
+                return Err(EngineError::invalid(
+                    "source_agent_id selects among a user's facts: give scope.user_id",
+                ));
+            };
+            let from: HashSet<String> = self
+                .store
+                .user_facts(user)
+                .await?
+                .into_iter()
+                .filter(|f| f.sources.iter().any(|s| s.agent_id == source.as_str()))
+                .map(|f| f.fact.id)
+                .collect();
+            all.retain(|f| from.contains(&f.id));
+        }
         let listed = facts::listed(&all, listing, engram_store::unix_now());
         let end = from.saturating_add(size).min(listed.len());
         let page = listed.get(from..end).unwrap_or_default().to_vec();

@@ -58,7 +58,12 @@ impl Api {
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
         let page = self
             .engine()
-            .list_memories(&scope, &listing, req.page_size, &req.page_token)
+            .list_memories(
+                &scope,
+                &listing,
+                &req.source_agent_id,
+                (req.page_size, &req.page_token),
+            )
             .await
             .map_err(from_engine)?;
         self.fits(

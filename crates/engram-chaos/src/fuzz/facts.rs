@@ -171,6 +171,11 @@ pub(super) fn request(g: &mut Gen, method: &str) -> Vec<u8> {
             } else {
                 g.unicode(0..20)
             },
+            source_agent_id: if g.rng.random_bool(0.8) {
+                String::new()
+            } else {
+                g.unicode(0..20)
+            },
         }
         .encode_to_vec(),
         "GetMemory" => pb::GetMemoryRequest { scope, id: id(g) }.encode_to_vec(),

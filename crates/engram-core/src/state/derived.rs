@@ -547,9 +547,10 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(changed.user_id.as_deref(), Some("ana"), "the user stays");
+        // Refused without naming whose it is.
         assert!(matches!(
             agent.settings_for(Some(&bo), None),
-            Err(CoreError::Precondition(m)) if m.contains("\"ana\"")
+            Err(CoreError::Precondition(m)) if m.contains("\"bo\"") && !m.contains("ana")
         ));
     }
 }

@@ -268,15 +268,17 @@ async fn tokens_scoped_by_users_cover_their_agents_only() {
         "another user's conversations",
     );
 
-    // Listing: a covered user's agents; nothing of another user's.
+    // Listing: a covered user's agents; another user's are refused.
     let list = |user_id: &str| pb::ListAgentsRequest {
         user_id: user_id.into(),
         ..Default::default()
     };
     let mine = acme.list_agents(list("acme-ana")).await.unwrap();
     assert_eq!(mine.into_inner().agent_ids, ["chat-1"]);
-    let theirs = acme.list_agents(list("other-bo")).await.unwrap();
-    assert!(theirs.into_inner().agent_ids.is_empty());
+    denied(
+        acme.list_agents(list("other-bo")).await,
+        "another user's agents",
+    );
     // The users: a scoped token lists those it covers; an admin all.
     let users = pb::ListUsersRequest::default();
     let covered = acme.list_users(users.clone()).await.unwrap().into_inner();
