@@ -260,6 +260,8 @@ export interface ListMemoriesOptions {
   includeSuperseded?: boolean;
   includeExpired?: boolean;
   pageSize?: number;
+  /** A user's scope only: the user's facts this conversation's compactions said. */
+  sourceAgentId?: string;
 }
 
 export interface UpdateMemoryOptions {
@@ -632,7 +634,7 @@ export class EngramClient {
       const page = await this.call("ListMemories", {
         scope: scopeOf(scope), query: opts.query ?? "", tags: opts.tags ?? [],
         include_superseded: opts.includeSuperseded ?? false, include_expired: opts.includeExpired ?? false,
-        page_size: opts.pageSize ?? 0, page_token: token,
+        page_size: opts.pageSize ?? 0, page_token: token, source_agent_id: opts.sourceAgentId ?? "",
       });
       out.push(...page.memories);
       token = page.next_page_token;

@@ -481,16 +481,18 @@ class EngramClient:
     def list_memories(self, *, agent_id: Optional[str] = None, user_id: Optional[str] = None,
                       query: str = "", tags: Sequence[str] = (),
                       include_superseded: bool = False, include_expired: bool = False,
-                      page_size: int = 0) -> Iterator[types.SemanticItem]:
+                      page_size: int = 0,
+                      source_agent_id: str = "") -> Iterator[types.SemanticItem]:
         """Every fact of the scope that contains each word of `query` and has
         every one of `tags`: pinned first, then newest first (follows the
-        pages)."""
+        pages). `source_agent_id` (a user's scope only): just the user's
+        facts that conversation's compactions said."""
         token = ""
         while True:
             page = self._call("ListMemories", facts.ListMemoriesRequest(
                 scope=_scope(agent_id, user_id, False), query=query, tags=list(tags),
                 include_superseded=include_superseded, include_expired=include_expired,
-                page_size=page_size, page_token=token))
+                page_size=page_size, page_token=token, source_agent_id=source_agent_id))
             yield from page.memories
             token = page.next_page_token
             if not token:
