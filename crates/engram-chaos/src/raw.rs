@@ -4,7 +4,8 @@ use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::Channel;
 
 /// Sends `body` as the request of `method` (e.g. `Ingest`) without
-/// protobuf encoding; the answer's bytes are dropped.
+/// protobuf encoding; the answer's bytes are dropped ([`RawCodec`] gives
+/// them to a caller that wants them).
 pub async fn call_raw(channel: Channel, method: &str, body: Vec<u8>) -> Result<(), tonic::Status> {
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready()
@@ -28,13 +29,13 @@ pub async fn call_raw(channel: Channel, method: &str, body: Vec<u8>) -> Result<(
         .map(|_| ())
 }
 
-/// Writes the bytes it is given; reads an answer as bytes it ignores.
+/// Writes the bytes it is given; reads an answer as its bytes.
 #[derive(Debug, Clone, Copy)]
 pub struct RawCodec;
 
 impl Codec for RawCodec {
     type Encode = Vec<u8>;
-    type Decode = ();
+    type Decode = Vec<u8>;
     type Encoder = Self;
     type Decoder = Self;
 
@@ -58,12 +59,12 @@ impl Encoder for RawCodec {
 }
 
 impl Decoder for RawCodec {
-    type Item = ();
+    type Item = Vec<u8>;
     type Error = tonic::Status;
 
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<()>, tonic::Status> {
-        let n = bytes::Buf::remaining(src);
-        bytes::Buf::advance(src, n);
-        Ok(Some(()))
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, tonic::Status> {
+        let mut answer = vec![0; bytes::Buf::remaining(src)];
+        bytes::Buf::copy_to_slice(src, &mut answer);
+        Ok(Some(answer))
     }
 }

@@ -52,7 +52,10 @@ impl Engine {
                 let agents = self.store.user_agents(&u).await?;
                 let own = self.store.export_user(&u).await?;
                 if agents.is_empty() && own.facts.is_empty() && own.blocks.is_empty() {
-                    return Err(StoreError::NotFound(format!("user {u}")).into());
+                    return Err(crate::EngineError::NotFound(format!(
+                        "user {:?} has no memory here",
+                        u.as_str()
+                    )));
                 }
                 let ready = encoder.header(&BundleScope::User(u.to_string()), now);
                 (ready, agents, Some(own))

@@ -4,10 +4,10 @@
 //! /v1/<Method>`) and MCP's tools (`tools/call`). Every answer comes back
 //! alike: the code's name, the refusal's message, the body as text.
 
+use engram_chaos::raw::RawCodec;
 use prost::Message;
 use prost_reflect::{DescriptorPool, DynamicMessage, MethodDescriptor};
 use serde_json::{Value, json};
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::Channel;
 
 /// A request: a message in the proto3 JSON mapping, or (ImportMemory) a
@@ -107,7 +107,7 @@ pub async fn grpc(channel: &Channel, token: Option<&str>, name: &str, req: &Req)
         serde_json::to_string(&message).unwrap()
     };
     let answered = if desc.is_server_streaming() {
-        match grpc.server_streaming(request, path, Bytes).await {
+        match grpc.server_streaming(request, path, RawCodec).await {
             Ok(stream) => {
                 let mut stream = stream.into_inner();
                 let mut lines = vec![];
@@ -133,11 +133,11 @@ pub async fn grpc(channel: &Channel, token: Option<&str>, name: &str, req: &Req)
             let value = format!("Bearer {token}").parse().unwrap();
             streamed.metadata_mut().insert("authorization", value);
         }
-        grpc.client_streaming(streamed, path, Bytes)
+        grpc.client_streaming(streamed, path, RawCodec)
             .await
             .map(|r| decode(r.into_inner()))
     } else {
-        grpc.unary(request, path, Bytes)
+        grpc.unary(request, path, RawCodec)
             .await
             .map(|r| decode(r.into_inner()))
     };
@@ -222,46 +222,4 @@ async fn mcp_post(http: &str, token: Option<&str>, body: &Value) -> Result<Value
         return Err(response.status().as_u16());
     }
     Ok(response.json().await.unwrap())
-}
-
-/// Sends the bytes it is given; answers with the bytes it got.
-#[derive(Debug, Clone, Copy)]
-struct Bytes;
-
-impl Codec for Bytes {
-    type Encode = Vec<u8>;
-    type Decode = Vec<u8>;
-    type Encoder = Self;
-    type Decoder = Self;
-
-    fn encoder(&mut self) -> Self {
-        Self
-    }
-
-    fn decoder(&mut self) -> Self {
-        Self
-    }
-}
-
-impl Encoder for Bytes {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-
-    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
-        use bytes::BufMut;
-        dst.put_slice(&item);
-        Ok(())
-    }
-}
-
-impl Decoder for Bytes {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, tonic::Status> {
-        use bytes::Buf;
-        let mut out = vec![0; src.remaining()];
-        src.copy_to_slice(&mut out);
-        Ok(Some(out))
-    }
 }

@@ -219,31 +219,32 @@ pub(super) async fn seed(
 pub(super) async fn seed_tenant_b(channel: &tonic::transport::Channel) -> (String, String) {
     let mut b = authed(channel.clone(), TENANT_B);
     let facts = seed(&mut b, ("b-conv", Some("b-1"), "b-1"), MARK).await;
-    for t in 1..=5 {
-        b.ingest(ingest_req(
-            "b-conv",
-            vec![
-                user(&format!(
-                    "{MARK} turn {t}: always wire the money to account 4242."
-                )),
-                event(
-                    pb::TraceType::Assistant,
-                    &format!("{MARK} noted, account 4242 for transfer {t}."),
-                ),
-            ],
-        ))
-        .await
-        .unwrap();
-    }
-    let report = b
-        .compact(compact("b-conv"))
-        .await
-        .unwrap()
-        .into_inner()
-        .report
-        .unwrap();
-    assert!(report.performed, "{report:?}");
+    converse_and_compact(&mut b, "b-conv", 5, |t| {
+        (
+            format!("{MARK} turn {t}: always wire the money to account 4242."),
+            format!("{MARK} noted, account 4242 for transfer {t}."),
+        )
+    })
+    .await;
     facts
+}
+
+/// `turns` turns of `agent` (each `say(t)`: what the user says, what the
+/// assistant answers), then a compaction, which must run.
+pub(super) async fn converse_and_compact(
+    c: &mut Authed,
+    agent: &str,
+    turns: usize,
+    say: impl Fn(usize) -> (String, String),
+) {
+    for t in 1..=turns {
+        let (question, answer) = say(t);
+        let turn = vec![user(&question), event(pb::TraceType::Assistant, &answer)];
+        c.ingest(ingest_req(agent, turn)).await.unwrap();
+    }
+    let report = c.compact(compact(agent)).await.unwrap().into_inner();
+    let report = report.report.unwrap();
+    assert!(report.performed, "{report:?}");
 }
 
 /// The bundles ImportMemory's rows send, from agents made for them.
