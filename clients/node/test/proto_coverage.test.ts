@@ -184,6 +184,7 @@ async function callEveryHelper(engram: EngramClient) {
     });
     await engram.deleteMemory(scope, "m", 3);
   }
+  await engram.listMemories({ userId: "u" }, { sourceAgentId: "a" });
   await engram.forgetTurn("a", "turn_0001");
   await engram.forgetEvents("a", ["e1"]);
   for (const scope of [{ agentId: "a" }, { userId: "u" }]) await engram.exportMemory(scope);

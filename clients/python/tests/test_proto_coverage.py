@@ -155,6 +155,7 @@ def call_every_helper(engram):
         engram.update_memory("m", text="t", tags=["x"], pinned=True, expires_at=9.0,
                              metadata={"k": "v"}, expected_version=2, **scope)
         engram.delete_memory("m", expected_version=3, **scope)
+    list(engram.list_memories(user_id="u", source_agent_id="a"))
     engram.forget_turn("a", "turn_0001")
     engram.forget_events("a", ["e1"])
     for scope in (dict(agent_id="a"), dict(user_id="u")):
