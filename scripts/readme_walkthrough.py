@@ -69,6 +69,7 @@ def fail(message):
 
 class Session:
     def __init__(self, line, settings, root):
+        # "FILE:LINE": where the session starts.
         self.line = line
         self.env = {}
         self.twice = False
@@ -84,11 +85,13 @@ class Session:
             self.env[key] = path if os.path.exists(path) else value
 
 
-def parse(readme):
-    """(sessions, skipped blocks [(line, lang, reason)], sh blocks' text)."""
+def parse(readme, root):
+    """(sessions, skipped blocks [(line, lang, reason)], sh blocks' text) of
+    one Markdown file; every path in it (a session's settings, a then-file)
+    is the checkout's, from `root`. Lines are named FILE:LINE."""
     text = open(readme, encoding="utf-8").read()
-    root = os.path.dirname(os.path.abspath(readme))
-    line_of = lambda pos: text.count("\n", 0, pos) + 1
+    name = os.path.relpath(os.path.abspath(readme), root)
+    line_of = lambda pos: f"{name}:{text.count(chr(10), 0, pos) + 1}"
     regions = []
     for m in START.finditer(text):
         end = text.find(END, m.end())
@@ -118,8 +121,9 @@ def parse(readme):
         if kind is None:
             fail(f"line {line}: a ```{lang or 'plain'} block inside a walkthrough session cannot run")
         if kind == "sh":
+            file, first = line.rsplit(":", 1)
             for cmd, expects, offset in commands(body):
-                session.steps.append(("sh", cmd, expects, line + offset))
+                session.steps.append(("sh", cmd, expects, f"{file}:{int(first) + offset}"))
             continue
         then = THEN.match(text[block.end():])
         if then:
@@ -130,8 +134,6 @@ def parse(readme):
     for session in sessions:
         if not session.steps:
             fail(f"line {session.line}: a walkthrough session runs nothing")
-    if not sessions:
-        fail("the README has no walkthrough session")
     return sessions, skipped, shell
 
 
@@ -292,7 +294,7 @@ class Runner:
         elif kind == "python":
             # Run from the checkout, as the reader would: what the session's
             # commands generated there is importable.
-            script = f"readme_line_{line}.py"
+            script = "readme_line_" + re.sub(r"\W", "_", line) + ".py"
             with open(os.path.join(work, script), "w", encoding="utf-8") as f:
                 f.write(text)
             argv, shown = ["python", script], f"python snippet of line {line}"
@@ -323,7 +325,7 @@ class Runner:
         if not os.path.exists(os.path.join(node, "dist", "src", "index.js")) or not os.path.exists(tsc):
             fail(f"line {line}: the ts snippet needs clients/node built; the session's commands "
                  "should build it first")
-        project = tempfile.mkdtemp(prefix=f"ts_line_{line}_", dir=tmp)
+        project = tempfile.mkdtemp(prefix="ts_line_" + re.sub(r"\W", "_", line) + "_", dir=tmp)
         os.makedirs(os.path.join(project, "node_modules", "@engram"))
         os.symlink(node, os.path.join(project, "node_modules", "@engram", "client"))
         os.symlink(os.path.join(node, "node_modules", "@types"),
@@ -368,9 +370,17 @@ def check_run_has_the_tools(root):
 
 
 def main():
-    readme, engramd = sys.argv[1], sys.argv[2]
+    if len(sys.argv) < 3:
+        fail("usage: readme_walkthrough.py README.md [GUIDE.md ...] path/to/engramd")
+    readme, guides, engramd = sys.argv[1], sys.argv[2:-1], sys.argv[-1]
+    # The checkout: where the README is.
     root = os.path.dirname(os.path.abspath(readme))
-    sessions, skipped, shell = parse(readme)
+    sessions, skipped, shell = parse(readme, root)
+    if not sessions:
+        fail("the README has no walkthrough session")
+    for guide in guides:
+        more = parse(guide, root)
+        sessions, skipped, shell = sessions + more[0], skipped + more[1], shell + more[2]
     targets = check_make_targets(root, shell)
     check_run_has_the_tools(root)
     runner = Runner(root, engramd)
@@ -381,7 +391,8 @@ def main():
         runner.model.close()
     twice = sum(s.twice for s in sessions)
     print(f"walkthrough: {runner.count} commands and snippets ok in {len(sessions)} sessions "
-          f"({twice} run twice); make targets exist: {', '.join(sorted(targets))}")
+          f"of {1 + len(guides)} files ({twice} run twice); "
+          f"make targets exist: {', '.join(sorted(targets))}")
     for line, lang, reason in skipped:
         print(f"not run: ```{lang} block of line {line}: {reason}")
 
