@@ -27,7 +27,7 @@ run: build models ## Build and serve: gRPC on 127.0.0.1:50051, the JSON API on 1
 	ENGRAM__SERVER__LISTEN=$(ADDR) ENGRAM__HTTP__LISTEN=$(HTTP_ADDR) ENGRAM__STORE__DATA_DIR=$(DATA_DIR) ENGRAM__EMBED__MODEL_DIR=$(MODEL_DIR) ./target/release/engramd
 
 .PHONY: test
-test: fmt-check clippy unit walkthrough clients deploy-check ## Everything CI runs: fmt, clippy, all tests, the README walkthrough, clients, deploy manifests
+test: fmt-check clippy unit walkthrough clients deploy-check ## Everything CI runs: fmt, clippy, all tests, the walkthrough of the README and guides, clients, deploy manifests
 
 .PHONY: fmt-check
 fmt-check: ## cargo fmt --check
@@ -100,7 +100,7 @@ walkthrough: venv ## Check every relative link of the docs, then run the README'
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) scripts/readme_walkthrough.py README.md $(GUIDES) target/debug/engramd
 
 .PHONY: release-check
-release-check: build venv ## The README walkthrough against the release engramd (an optimizer-only bug once broke its start; make test runs debug builds)
+release-check: build venv ## The walkthrough of the README and guides against the release engramd (an optimizer-only bug once broke its start; make test runs debug builds)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) scripts/readme_walkthrough.py README.md $(GUIDES) target/release/engramd
 
 .PHONY: bench

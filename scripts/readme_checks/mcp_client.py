@@ -1,4 +1,4 @@
-# Appended to the README's MCP snippet: the fact is in the memory the
+# Appended to the MCP guide's snippet (docs/guide/mcp.md): the fact is in the memory the
 # server's default (mcp.agent_id) names, and search found it.
 
 

@@ -3,7 +3,7 @@ driven by Playwright for Python (pinned to the release built for the same
 Chromium major; no browser download), against a real engramd with data
 made here. Any console error, uncaught exception or failed request fails
 the test. Screenshots of each page go to target/console/ (or
-ENGRAM_CONSOLE_SHOTS); the README shows a copy from docs/console/."""
+ENGRAM_CONSOLE_SHOTS); docs/guide/console.md shows a copy from docs/console/."""
 
 import json
 import os
