@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -81,6 +82,11 @@ def shot(page, name, whole=True, of=None):
 
 def test_the_console_in_a_browser(start_engramd_http, tmp_path, browser):
     _, base = start_engramd_http(ENGRAM__AUTH__TOKENS_FILE=tokens_file(tmp_path))
+    # A turn whose fact the compaction below draws (the extractive
+    # summarizer keeps "I live …" sayings), then eight more.
+    post(base, "Ingest", {"agentId": "ana-desk", "userId": "ana", "events": [
+        {"traceType": "TRACE_TYPE_USER", "content": "I live in Lisbon, next to the zoo."},
+        {"traceType": "TRACE_TYPE_ASSISTANT", "content": "Lisbon it is."}]})
     conversation(base, "ana-desk", "ana", 8)
     conversation(base, "bo-desk", "bo", 2)
     post(base, "AddMemories", {"scope": {"agentId": "ana-desk"},
@@ -172,6 +178,12 @@ def test_the_console_in_a_browser(start_engramd_http, tmp_path, browser):
     assert after < before, (before, after)
     summary = page.locator("ol.timeline li").first
     expect(summary).to_contain_text("turn_0001")
+    # A compaction's fact links to the turns it came from (it once showed
+    # the links' addresses as text).
+    drawn = page.locator(".fact", has_text="Lisbon")
+    expect(drawn.locator(".provenance a").first).to_have_attribute("href", re.compile(r"#/agent/ana-desk\?turn=turn_\d+$"))
+    expect(drawn.locator(".muted").first).not_to_contain_text("http")
+    expect(page.locator("#facts")).not_to_contain_text("http")
     # From the compaction log: what asked for it and what it saved.
     logged = post(base, "ListCompactions", {"agentId": "ana-desk"})["compactions"][0]["report"]
     expect(summary.locator(".how")).to_contain_text(
@@ -196,16 +208,36 @@ def test_the_console_in_a_browser(start_engramd_http, tmp_path, browser):
     expect(target).to_contain_text("turn_")
     assert turn.startswith("turn_")
 
-    # A narrow screen: the same page, nothing cut off sideways.
-    page.set_viewport_size({"width": 390, "height": 800})
+    # A user's own page: the conversations, the user's blocks and facts.
+    post(base, "PutMemoryBlock", {"scope": {"userId": "ana"}, "label": "profile",
+                                  "value": "Ana, okapi keeper."})
     page.goto(f"{base}/console/#/agent/ana-desk")
-    expect(page.get_by_role("meter")).to_be_visible()
-    width = page.evaluate("document.documentElement.scrollWidth")
-    assert width <= 390, width
-    shot(page, "agent-narrow")
+    page.locator("#facts-title").locator("..").get_by_role("link", name="ana", exact=True).click()
+    expect(page.get_by_role("heading", name="User ana", exact=True)).to_be_visible()
+    expect(page.locator("#user-agents").get_by_role("link", name="ana-desk")).to_be_visible()
+    expect(page.locator('.block[data-label="profile"] pre')).to_have_text("Ana, okapi keeper.")
+    expect(page.locator("#facts")).to_contain_text("Lisbon")
+    shot(page, "user")
+
+    # A narrow screen: every page, nothing cut off sideways.
+    page.set_viewport_size({"width": 390, "height": 800})
+    for name, path, ready in [
+        ("agents-narrow", "#/", "#agents"),
+        ("agent-narrow", "#/agent/ana-desk", "[role=meter]"),
+        ("user-narrow", "#/user/ana", "#user-agents"),
+        ("search-narrow", "#/search?" + urllib.parse.urlencode({"scope": "agent", "id": "ana-desk", "q": "okapi number 1"}), "#results"),
+    ]:
+        page.goto(f"{base}/console/{path}")
+        expect(page.locator(ready)).to_be_visible()
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390, (name, width)
+        # Search's long list: the screen a reader sees first.
+        shot(page, name, whole=not name.startswith("search"))
 
     # Keyboard: the skip link is the first stop and leads to the content;
     # the sections are links in the tab order.
+    page.goto(f"{base}/console/#/agent/ana-desk")
+    expect(page.get_by_role("meter")).to_be_visible()
     page.reload()
     expect(page.get_by_role("meter")).to_be_visible()
     page.keyboard.press("Tab")

@@ -47,7 +47,10 @@ function h(tag, attrs, ...children) {
     else if (v === true) el.setAttribute(k, "");
     else el.setAttribute(k, String(v));
   }
-  for (const c of children.flat()) {
+  // Nested lists too (a part of a line may be a list of links), each child
+  // a node: a list given as one child would otherwise read as its links'
+  // hrefs joined by commas.
+  for (const c of children.flat(Infinity)) {
     if (c === undefined || c === null || c === false) continue;
     el.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -90,9 +93,9 @@ async function attempt(status, f) {
   }
 }
 
-/// A link to the agents of user `u`.
+/// A link to user `u`'s page (its own memory and its conversations).
 function userLink(u) {
-  return h("a", { href: "#/?" + new URLSearchParams({ find: u, by: "user" }) }, u);
+  return h("a", { href: "#/user/" + encodeURIComponent(u) }, u);
 }
 
 /// An "Edit" button that shows `field` (filled with `value()`) and a
@@ -131,7 +134,8 @@ async function render() {
   const view = document.getElementById("view");
   document.getElementById("sign-in").hidden = true;
   for (const a of document.querySelectorAll("[data-nav]")) {
-    const current = (parts[0] || "agents") === a.dataset.nav || (parts[0] === "agent" && a.dataset.nav === "agents");
+    const current =
+      (parts[0] || "agents") === a.dataset.nav || (["agent", "user"].includes(parts[0]) && a.dataset.nav === "agents");
     if (current) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");
   }
@@ -140,6 +144,7 @@ async function render() {
   try {
     let page;
     if (parts[0] === "agent" && parts[1]) page = await agentPage(parts[1], params);
+    else if (parts[0] === "user" && parts[1]) page = await userPage(parts[1]);
     else if (parts[0] === "search") page = await searchPage(params);
     else page = await agentsPage(params);
     view.replaceChildren(page);
@@ -308,9 +313,52 @@ async function agentPage(id, params) {
     transcript(prompt),
   );
   const blocks = h("section", { "aria-labelledby": "blocks-title" }, h("h2", { id: "blocks-title" }, "Memory blocks"));
-  const facts = h("section", { "aria-labelledby": "facts-title" }, h("h2", { id: "facts-title" }, "Facts"));
+  const facts = h(
+    "section",
+    { "aria-labelledby": "facts-title" },
+    h("h2", { id: "facts-title" }, "Facts"),
+    stats.userId
+      ? h("p", { class: "muted" }, "This conversation's own facts. Its user's, from all of their conversations, are on ", userLink(stats.userId), "'s page.")
+      : null,
+  );
   page.append(blocks, facts);
   await Promise.all([fillBlocks(blocks, id, stats.userId), fillFacts(facts, { agentId: id })]);
+  return page;
+}
+
+// ---------------------------------------------------------------- one user
+
+/// A user's own memory: the blocks every conversation of theirs shows,
+/// the facts all of them gave (and clients wrote), and the conversations.
+async function userPage(id) {
+  const listed = await api("ListAgents", { userId: id, pageSize: 50 });
+  const agents = listed.agentIds || [];
+  const page = h(
+    "div",
+    {},
+    h("h1", {}, "User ", id),
+    h(
+      "p",
+      { class: "muted" },
+      "What every conversation of this user shares: the user's memory blocks (in each of their prompts) and the user's facts (from all of their conversations' compactions, and from clients). Each conversation's own memory is on its agent's page. · ",
+      h("a", { href: "#/search?" + new URLSearchParams({ scope: "user", id }) }, "Search this user"),
+    ),
+  );
+  const conversations = h(
+    "section",
+    { "aria-labelledby": "conversations-title" },
+    h("h2", { id: "conversations-title" }, "Conversations"),
+    agents.length === 0
+      ? h("p", { class: "muted" }, "No conversation of this user.")
+      : h("ul", { class: "chips", id: "user-agents" }, agents.map((a) => h("li", { class: "chip" }, h("a", { href: "#/agent/" + encodeURIComponent(a) }, a)))),
+    listed.nextPageToken
+      ? h("p", {}, h("a", { href: "#/?" + new URLSearchParams({ find: id, by: "user" }) }, "All of them, with their figures"))
+      : null,
+  );
+  const blocks = h("section", { "aria-labelledby": "blocks-title" }, h("h2", { id: "blocks-title" }, "Memory blocks"));
+  const facts = h("section", { "aria-labelledby": "facts-title" }, h("h2", { id: "facts-title" }, "Facts"));
+  page.append(conversations, blocks, facts);
+  await Promise.all([fillBlocks(blocks, null, id), fillFacts(facts, { userId: id })]);
   return page;
 }
 
@@ -463,166 +511,6 @@ function transcript(p) {
       ),
     ),
   );
-}
-
-async function fillBlocks(section, agentId, userId) {
-  const scopes = [{ agentId }];
-  if (userId) scopes.push({ userId });
-  for (const scope of scopes) {
-    let answer;
-    try {
-      answer = await api("ListMemoryBlocks", { scope });
-    } catch (e) {
-      section.append(failure(e));
-      continue;
-    }
-    const blocks = (answer.blocks || []).filter((b) => !b.deleted);
-    section.append(h("h3", {}, scope.agentId ? "This agent's blocks" : `User ${scope.userId}'s blocks`));
-    if (blocks.length === 0) section.append(h("p", { class: "muted" }, "None."));
-    for (const b of blocks) section.append(block(scope, b));
-  }
-  section.append(newBlockForm({ agentId }));
-}
-
-/// A block, with an editor that saves against the version shown.
-function block(scope, b) {
-  const shown = h("pre", { class: "value" }, b.value || "");
-  const status = h("p", { role: "status" });
-  const el = h(
-    "div",
-    { class: "panel block", "data-label": b.label },
-    h("h3", {}, b.label, b.readOnly ? " (read-only)" : ""),
-    h("p", { class: "muted" }, `version ${b.version || 0} · ${b.format === "BLOCK_FORMAT_JSON" ? "JSON" : "text"} · updated ${when(b.updatedAt)}`),
-    b.description ? h("p", {}, b.description) : null,
-    shown,
-    status,
-  );
-  if (!b.readOnly) {
-    const [edit, editor, save] = inlineEditor(
-      h("textarea", { "aria-label": `New value of ${b.label}` }),
-      () => b.value || "",
-      async (value) => {
-        try {
-          const answer = await api("PutMemoryBlock", {
-            scope,
-            label: b.label,
-            value,
-            format: b.format || "BLOCK_FORMAT_TEXT",
-            limitChars: b.limitChars || 0,
-            expectedVersion: String(b.version || 0),
-          });
-          el.replaceWith(block(scope, answer.block));
-        } catch (e) {
-          status.replaceChildren(
-            e instanceof ApiError && e.status === 409 ? h("span", { class: "error" }, "Changed meanwhile: reload to see the new version.") : failure(e),
-          );
-        }
-      },
-    );
-    el.append(h("div", { class: "actions" }, edit), editor, h("div", { class: "actions" }, save));
-  }
-  return el;
-}
-
-function newBlockForm(scope) {
-  const status = h("p", { role: "status" });
-  const form = h(
-    "form",
-    { class: "panel", id: "new-block" },
-    h("h3", {}, "Add a block to this agent"),
-    h("p", {}, h("label", { for: "new-block-label" }, "Label"), h("input", { id: "new-block-label", name: "label", required: true })),
-    h("p", {}, h("label", { for: "new-block-value" }, "Value"), h("textarea", { id: "new-block-value", name: "value", required: true })),
-    h("button", { type: "submit" }, "Add block"),
-    status,
-  );
-  form.addEventListener("submit", (ev) => {
-    ev.preventDefault();
-    attempt(status, async () => {
-      await api("PutMemoryBlock", {
-        scope,
-        label: form.label.value.trim(),
-        value: form.value.value,
-        format: "BLOCK_FORMAT_TEXT",
-        expectedVersion: "0",
-      });
-      await render();
-    });
-  });
-  return form;
-}
-
-async function fillFacts(section, scope) {
-  const answer = await api("ListMemories", { scope, pageSize: 100 });
-  const facts = answer.memories || [];
-  if (facts.length === 0) section.append(h("p", { class: "muted" }, "No facts."));
-  const list = h("div", { id: "facts" });
-  for (const f of facts) list.append(fact(scope, f));
-  section.append(list);
-}
-
-/// A fact: pin, edit, delete (each against the version shown), history.
-function fact(scope, f) {
-  const status = h("p", { role: "status" });
-  const el = h(
-    "div",
-    { class: "fact", "data-id": f.id },
-    h("p", { class: "text" }, f.pinned ? [h("span", { class: "chip" }, "pinned"), " "] : null, f.fact),
-    h(
-      "p",
-      { class: "muted" },
-      `version ${f.version || 0} · ${when(f.ts)}`,
-      (f.turnIds || []).length ? [" · from ", provenance(scope.agentId, f.turnIds)] : null,
-    ),
-    status,
-  );
-  const update = (change) =>
-    attempt(status, async () => {
-      const answer = await api("UpdateMemory", { scope, id: f.id, expectedVersion: String(f.version || 0), ...change });
-      el.replaceWith(fact(scope, answer.memory));
-    });
-  const pin = h("button", { type: "button", class: "plain" }, f.pinned ? "Unpin" : "Pin");
-  pin.addEventListener("click", () => update({ pinned: !f.pinned }));
-  const [edit, editor, save] = inlineEditor(
-    h("input", { "aria-label": "New text of the fact", size: 60 }),
-    () => f.fact,
-    (text) => update({ text }),
-  );
-  const del = h("button", { type: "button", class: "danger" }, "Delete");
-  del.addEventListener("click", () =>
-    attempt(status, async () => {
-      await api("DeleteMemory", { scope, id: f.id, expectedVersion: String(f.version || 0) });
-      el.remove();
-    }),
-  );
-  const historyBox = h("ol", { class: "history", hidden: true });
-  const history = h("button", { type: "button", class: "plain", "aria-expanded": "false" }, "History");
-  history.addEventListener("click", async () => {
-    if (!historyBox.hidden) {
-      historyBox.hidden = true;
-      history.setAttribute("aria-expanded", "false");
-      return;
-    }
-    await attempt(status, async () => {
-      const answer = await api("GetMemoryHistory", { scope, id: f.id });
-      historyBox.replaceChildren(
-        ...(answer.versions || []).map((v) =>
-          h("li", {}, `v${v.version || 0} ${when(v.ts)}: `, v.deletedAt ? h("em", {}, "deleted") : v.fact, v.pinned ? " (pinned)" : ""),
-        ),
-      );
-      historyBox.hidden = false;
-      history.setAttribute("aria-expanded", "true");
-    });
-  });
-  el.append(h("div", { class: "actions" }, pin, edit, del, history), h("div", { class: "actions" }, editor, save), historyBox);
-  return el;
-}
-
-/// Links from turn ids into the agent's timeline.
-function provenance(agentId, turnIds) {
-  if (!agentId || !turnIds || turnIds.length === 0) return (turnIds || []).join(", ");
-  const link = (t) => h("a", { href: `#/agent/${encodeURIComponent(agentId)}?turn=${encodeURIComponent(t)}` }, t);
-  if (turnIds.length === 1) return link(turnIds[0]);
-  return [link(turnIds[0]), " … ", link(turnIds[turnIds.length - 1])];
 }
 
 // ---------------------------------------------------------------- search

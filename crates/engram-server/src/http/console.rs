@@ -7,7 +7,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 
 /// The files, by the name the page asks for.
-const FILES: [(&str, &str, &str); 4] = [
+const FILES: [(&str, &str, &str); 5] = [
     (
         "index.html",
         "text/html; charset=utf-8",
@@ -22,6 +22,11 @@ const FILES: [(&str, &str, &str); 4] = [
         "console.js",
         "text/javascript; charset=utf-8",
         include_str!("../../console/console.js"),
+    ),
+    (
+        "memory.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../console/memory.js"),
     ),
     (
         "favicon.svg",

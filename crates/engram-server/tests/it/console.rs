@@ -32,6 +32,11 @@ async fn the_console_is_served_without_a_token_and_its_data_is_not() {
             "text/javascript; charset=utf-8",
             "/v1/",
         ),
+        (
+            "/console/memory.js",
+            "text/javascript; charset=utf-8",
+            "ListMemories",
+        ),
         ("/console/console.css", "text/css; charset=utf-8", ".gauge"),
         ("/console/favicon.svg", "image/svg+xml", "<svg"),
     ] {

@@ -1,0 +1,176 @@
+// Engram console: memory blocks and facts, on an agent's page and a user's.
+// Loaded before console.js, whose helpers (h, api, attempt, when, failure,
+// inlineEditor, render, ApiError) these call once the page runs.
+"use strict";
+
+/// The blocks of `agentId` (none: a user's page) and of `userId`, and a
+/// form that adds one to the first of them.
+async function fillBlocks(section, agentId, userId) {
+  const scopes = agentId ? [{ agentId }] : [];
+  if (userId) scopes.push({ userId });
+  for (const scope of scopes) {
+    let answer;
+    try {
+      answer = await api("ListMemoryBlocks", { scope });
+    } catch (e) {
+      section.append(failure(e));
+      continue;
+    }
+    const blocks = (answer.blocks || []).filter((b) => !b.deleted);
+    section.append(h("h3", {}, scope.agentId ? "This agent's blocks" : `User ${scope.userId}'s blocks`));
+    if (blocks.length === 0) section.append(h("p", { class: "muted" }, "None."));
+    for (const b of blocks) section.append(block(scope, b));
+  }
+  section.append(newBlockForm(scopes[0]));
+}
+
+/// A block, with an editor that saves against the version shown.
+function block(scope, b) {
+  const shown = h("pre", { class: "value" }, b.value || "");
+  const status = h("p", { role: "status" });
+  const el = h(
+    "div",
+    { class: "panel block", "data-label": b.label },
+    h("h3", {}, b.label, b.readOnly ? " (read-only)" : ""),
+    h("p", { class: "muted" }, `version ${b.version || 0} · ${b.format === "BLOCK_FORMAT_JSON" ? "JSON" : "text"} · updated ${when(b.updatedAt)}`),
+    b.description ? h("p", {}, b.description) : null,
+    shown,
+    status,
+  );
+  if (!b.readOnly) {
+    const [edit, editor, save] = inlineEditor(
+      h("textarea", { "aria-label": `New value of ${b.label}` }),
+      () => b.value || "",
+      async (value) => {
+        try {
+          const answer = await api("PutMemoryBlock", {
+            scope,
+            label: b.label,
+            value,
+            format: b.format || "BLOCK_FORMAT_TEXT",
+            limitChars: b.limitChars || 0,
+            expectedVersion: String(b.version || 0),
+          });
+          el.replaceWith(block(scope, answer.block));
+        } catch (e) {
+          status.replaceChildren(
+            e instanceof ApiError && e.status === 409 ? h("span", { class: "error" }, "Changed meanwhile: reload to see the new version.") : failure(e),
+          );
+        }
+      },
+    );
+    el.append(h("div", { class: "actions" }, edit), editor, h("div", { class: "actions" }, save));
+  }
+  return el;
+}
+
+function newBlockForm(scope) {
+  const status = h("p", { role: "status" });
+  const form = h(
+    "form",
+    { class: "panel", id: "new-block" },
+    h("h3", {}, scope.agentId ? "Add a block to this agent" : "Add a block to this user"),
+    h("p", {}, h("label", { for: "new-block-label" }, "Label"), h("input", { id: "new-block-label", name: "label", required: true })),
+    h("p", {}, h("label", { for: "new-block-value" }, "Value"), h("textarea", { id: "new-block-value", name: "value", required: true })),
+    h("button", { type: "submit" }, "Add block"),
+    status,
+  );
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    attempt(status, async () => {
+      await api("PutMemoryBlock", {
+        scope,
+        label: form.label.value.trim(),
+        value: form.value.value,
+        format: "BLOCK_FORMAT_TEXT",
+        expectedVersion: "0",
+      });
+      await render();
+    });
+  });
+  return form;
+}
+
+async function fillFacts(section, scope) {
+  const answer = await api("ListMemories", { scope, pageSize: 100 });
+  const facts = answer.memories || [];
+  if (facts.length === 0) section.append(h("p", { class: "muted" }, "No facts."));
+  const list = h("div", { id: "facts" });
+  for (const f of facts) list.append(fact(scope, f));
+  section.append(list);
+}
+
+/// A fact: pin, edit, delete (each against the version shown), history.
+function fact(scope, f) {
+  const status = h("p", { role: "status" });
+  const el = h(
+    "div",
+    { class: "fact", "data-id": f.id },
+    h("p", { class: "text" }, f.pinned ? [h("span", { class: "chip" }, "pinned"), " "] : null, f.fact),
+    h(
+      "p",
+      { class: "muted" },
+      `version ${f.version || 0} · ${when(f.ts)}`,
+      (f.turnIds || []).length ? [" · from ", provenance(scope.agentId, f.turnIds)] : null,
+    ),
+    status,
+  );
+  const update = (change) =>
+    attempt(status, async () => {
+      const answer = await api("UpdateMemory", { scope, id: f.id, expectedVersion: String(f.version || 0), ...change });
+      el.replaceWith(fact(scope, answer.memory));
+    });
+  const pin = h("button", { type: "button", class: "plain" }, f.pinned ? "Unpin" : "Pin");
+  pin.addEventListener("click", () => update({ pinned: !f.pinned }));
+  const [edit, editor, save] = inlineEditor(
+    h("input", { "aria-label": "New text of the fact", size: 60 }),
+    () => f.fact,
+    (text) => update({ text }),
+  );
+  const del = h("button", { type: "button", class: "danger" }, "Delete");
+  del.addEventListener("click", () =>
+    attempt(status, async () => {
+      await api("DeleteMemory", { scope, id: f.id, expectedVersion: String(f.version || 0) });
+      el.remove();
+    }),
+  );
+  const historyBox = h("ol", { class: "history", hidden: true });
+  const history = h("button", { type: "button", class: "plain", "aria-expanded": "false" }, "History");
+  history.addEventListener("click", async () => {
+    if (!historyBox.hidden) {
+      historyBox.hidden = true;
+      history.setAttribute("aria-expanded", "false");
+      return;
+    }
+    await attempt(status, async () => {
+      const answer = await api("GetMemoryHistory", { scope, id: f.id });
+      historyBox.replaceChildren(
+        ...(answer.versions || []).map((v) =>
+          h("li", {}, `v${v.version || 0} ${when(v.ts)}: `, v.deletedAt ? h("em", {}, "deleted") : v.fact, v.pinned ? " (pinned)" : ""),
+        ),
+      );
+      historyBox.hidden = false;
+      history.setAttribute("aria-expanded", "true");
+    });
+  });
+  el.append(h("div", { class: "actions" }, pin, edit, del, history), h("div", { class: "actions" }, editor, save), historyBox);
+  return el;
+}
+
+/// Links from turn ids into the agent's timeline: the first few, then how
+/// many more (all of them in the tooltip). Without an agent (a user's
+/// fact: its turns are of several conversations) the ids, as text.
+function provenance(agentId, turnIds) {
+  const FEW = 3;
+  const ids = turnIds || [];
+  const link = (t) =>
+    agentId ? h("a", { href: `#/agent/${encodeURIComponent(agentId)}?turn=${encodeURIComponent(t)}` }, t) : t;
+  const shown = ids.slice(0, FEW).flatMap((t, i) => (i ? [", ", link(t)] : [link(t)]));
+  const rest = ids.length - FEW;
+  return h(
+    "span",
+    { class: "provenance", title: rest > 0 ? ids.join(", ") : null },
+    shown,
+    rest > 0 ? ` and ${rest} more` : null,
+  );
+}
