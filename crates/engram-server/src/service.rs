@@ -1,6 +1,7 @@
 //! The `engram.v1.MemoryService` over gRPC: each call takes its caller
 //! from the request (auth's hook put the token's scope there) and runs the
-//! API's call (`api`) behind the request boundary.
+//! API's call (`api`) behind the request boundary. A method is one line of
+//! the table below: the `Api` call of the same name does the work.
 
 use engram_engine::Engine;
 use engram_proto::pb;
@@ -25,399 +26,64 @@ impl Engram {
     }
 }
 
-#[tonic::async_trait]
-impl MemoryService for Engram {
-    async fn ingest(
-        &self,
-        request: Request<pb::IngestRequest>,
-    ) -> Result<Response<pb::IngestResponse>, Status> {
-        let agent = request.get_ref().agent_id.clone();
-        let caller = auth::caller(&request);
-        catch_panics(
-            "Ingest",
-            &agent,
-            self.api.ingest(&caller, request.into_inner()),
-        )
-        .await
-        .map(Response::new)
-    }
+/// The service's methods: `name(request) -> answer, "Method"`, and the
+/// request's field naming what the call is about (an agent or a user),
+/// which a panic's log line names. Each is the `Api` call `name` behind
+/// the request boundary.
+macro_rules! methods {
+    ($($name:ident($request:ty) -> $answer:ty, $method:literal $(, $about:ident)?;)*) => {
+        #[tonic::async_trait]
+        impl MemoryService for Engram {
+            type ExportMemoryStream = ExportStream;
 
-    async fn prepare_request(
-        &self,
-        request: Request<pb::PrepareRequestRequest>,
-    ) -> Result<Response<pb::PrepareRequestResponse>, Status> {
-        let agent = request.get_ref().agent_id.clone();
-        let caller = auth::caller(&request);
-        catch_panics(
-            "PrepareRequest",
-            &agent,
-            self.api.prepare_request(&caller, request.into_inner()),
-        )
-        .await
-        .map(Response::new)
-    }
+            $(
+                async fn $name(
+                    &self,
+                    request: Request<$request>,
+                ) -> Result<Response<$answer>, Status> {
+                    let about = methods!(@about request $(, $about)?);
+                    let caller = auth::caller(&request);
+                    catch_panics($method, &about, self.api.$name(&caller, request.into_inner()))
+                        .await
+                        .map(Response::new)
+                }
+            )*
+        }
+    };
+    (@about $request:ident) => {
+        String::new()
+    };
+    (@about $request:ident, $about:ident) => {
+        $request.get_ref().$about.clone()
+    };
+}
 
-    async fn compact(
-        &self,
-        request: Request<pb::CompactRequest>,
-    ) -> Result<Response<pb::CompactResponse>, Status> {
-        let agent = request.get_ref().agent_id.clone();
-        let caller = auth::caller(&request);
-        catch_panics(
-            "Compact",
-            &agent,
-            self.api.compact(&caller, request.into_inner()),
-        )
-        .await
-        .map(Response::new)
-    }
-
-    async fn retrieve(
-        &self,
-        request: Request<pb::RetrieveRequest>,
-    ) -> Result<Response<pb::RetrieveResponse>, Status> {
-        let agent = request.get_ref().agent_id.clone();
-        let caller = auth::caller(&request);
-        catch_panics(
-            "Retrieve",
-            &agent,
-            self.api.retrieve(&caller, request.into_inner()),
-        )
-        .await
-        .map(Response::new)
-    }
-
-    async fn search_history(
-        &self,
-        request: Request<pb::SearchHistoryRequest>,
-    ) -> Result<Response<pb::SearchHistoryResponse>, Status> {
-        let agent = request.get_ref().agent_id.clone();
-        let caller = auth::caller(&request);
-        catch_panics(
-            "SearchHistory",
-            &agent,
-            self.api.search_history(&caller, request.into_inner()),
-        )
-        .await
-        .map(Response::new)
-    }
-
-    async fn get_context_stats(
-        &self,
-        request: Request<pb::GetContextStatsRequest>,
-    ) -> Result<Response<pb::GetContextStatsResponse>, Status> {
-        let agent = request.get_ref().agent_id.clone();
-        let caller = auth::caller(&request);
-        catch_panics(
-            "GetContextStats",
-            &agent,
-            self.api.get_context_stats(&caller, request.into_inner()),
-        )
-        .await
-        .map(Response::new)
-    }
-
-    async fn list_compactions(
-        &self,
-        request: Request<pb::ListCompactionsRequest>,
-    ) -> Result<Response<pb::ListCompactionsResponse>, Status> {
-        let agent = request.get_ref().agent_id.clone();
-        let caller = auth::caller(&request);
-        catch_panics(
-            "ListCompactions",
-            &agent,
-            self.api.list_compactions(&caller, request.into_inner()),
-        )
-        .await
-        .map(Response::new)
-    }
-
-    async fn list_agents(
-        &self,
-        request: Request<pb::ListAgentsRequest>,
-    ) -> Result<Response<pb::ListAgentsResponse>, Status> {
-        let agent = String::new();
-        let caller = auth::caller(&request);
-        catch_panics(
-            "ListAgents",
-            &agent,
-            self.api.list_agents(&caller, request.into_inner()),
-        )
-        .await
-        .map(Response::new)
-    }
-
-    async fn list_users(
-        &self,
-        request: Request<pb::ListUsersRequest>,
-    ) -> Result<Response<pb::ListUsersResponse>, Status> {
-        let agent = String::new();
-        let caller = auth::caller(&request);
-        catch_panics(
-            "ListUsers",
-            &agent,
-            self.api.list_users(&caller, request.into_inner()),
-        )
-        .await
-        .map(Response::new)
-    }
-
-    async fn delete_agent(
-        &self,
-        request: Request<pb::DeleteAgentRequest>,
-    ) -> Result<Response<pb::DeleteAgentResponse>, Status> {
-        let agent = request.get_ref().agent_id.clone();
-        let caller = auth::caller(&request);
-        catch_panics(
-            "DeleteAgent",
-            &agent,
-            self.api.delete_agent(&caller, request.into_inner()),
-        )
-        .await
-        .map(Response::new)
-    }
-
-    async fn fork_agent(
-        &self,
-        request: Request<pb::ForkAgentRequest>,
-    ) -> Result<Response<pb::ForkAgentResponse>, Status> {
-        let agent = request.get_ref().source_agent_id.clone();
-        let caller = auth::caller(&request);
-        catch_panics(
-            "ForkAgent",
-            &agent,
-            self.api.fork_agent(&caller, request.into_inner()),
-        )
-        .await
-        .map(Response::new)
-    }
-
-    async fn delete_user(
-        &self,
-        request: Request<pb::DeleteUserRequest>,
-    ) -> Result<Response<pb::DeleteUserResponse>, Status> {
-        let user = request.get_ref().user_id.clone();
-        let caller = auth::caller(&request);
-        catch_panics(
-            "DeleteUser",
-            &user,
-            self.api.delete_user(&caller, request.into_inner()),
-        )
-        .await
-        .map(Response::new)
-    }
-
-    async fn list_memory_blocks(
-        &self,
-        request: Request<pb::ListMemoryBlocksRequest>,
-    ) -> Result<Response<pb::ListMemoryBlocksResponse>, Status> {
-        let caller = auth::caller(&request);
-        catch_panics(
-            "ListMemoryBlocks",
-            "",
-            self.api.list_memory_blocks(&caller, request.into_inner()),
-        )
-        .await
-        .map(Response::new)
-    }
-
-    async fn get_memory_block(
-        &self,
-        request: Request<pb::GetMemoryBlockRequest>,
-    ) -> Result<Response<pb::GetMemoryBlockResponse>, Status> {
-        let caller = auth::caller(&request);
-        catch_panics(
-            "GetMemoryBlock",
-            "",
-            self.api.get_memory_block(&caller, request.into_inner()),
-        )
-        .await
-        .map(Response::new)
-    }
-
-    async fn put_memory_block(
-        &self,
-        request: Request<pb::PutMemoryBlockRequest>,
-    ) -> Result<Response<pb::PutMemoryBlockResponse>, Status> {
-        let caller = auth::caller(&request);
-        catch_panics(
-            "PutMemoryBlock",
-            "",
-            self.api.put_memory_block(&caller, request.into_inner()),
-        )
-        .await
-        .map(Response::new)
-    }
-
-    async fn edit_memory_block(
-        &self,
-        request: Request<pb::EditMemoryBlockRequest>,
-    ) -> Result<Response<pb::EditMemoryBlockResponse>, Status> {
-        let caller = auth::caller(&request);
-        catch_panics(
-            "EditMemoryBlock",
-            "",
-            self.api.edit_memory_block(&caller, request.into_inner()),
-        )
-        .await
-        .map(Response::new)
-    }
-
-    async fn delete_memory_block(
-        &self,
-        request: Request<pb::DeleteMemoryBlockRequest>,
-    ) -> Result<Response<pb::DeleteMemoryBlockResponse>, Status> {
-        let caller = auth::caller(&request);
-        catch_panics(
-            "DeleteMemoryBlock",
-            "",
-            self.api.delete_memory_block(&caller, request.into_inner()),
-        )
-        .await
-        .map(Response::new)
-    }
-
-    async fn add_memories(
-        &self,
-        request: Request<pb::AddMemoriesRequest>,
-    ) -> Result<Response<pb::AddMemoriesResponse>, Status> {
-        let caller = auth::caller(&request);
-        catch_panics(
-            "AddMemories",
-            "",
-            self.api.add_memories(&caller, request.into_inner()),
-        )
-        .await
-        .map(Response::new)
-    }
-
-    async fn list_memories(
-        &self,
-        request: Request<pb::ListMemoriesRequest>,
-    ) -> Result<Response<pb::ListMemoriesResponse>, Status> {
-        let caller = auth::caller(&request);
-        catch_panics(
-            "ListMemories",
-            "",
-            self.api.list_memories(&caller, request.into_inner()),
-        )
-        .await
-        .map(Response::new)
-    }
-
-    async fn get_memory(
-        &self,
-        request: Request<pb::GetMemoryRequest>,
-    ) -> Result<Response<pb::GetMemoryResponse>, Status> {
-        let caller = auth::caller(&request);
-        catch_panics(
-            "GetMemory",
-            "",
-            self.api.get_memory(&caller, request.into_inner()),
-        )
-        .await
-        .map(Response::new)
-    }
-
-    async fn get_memory_history(
-        &self,
-        request: Request<pb::GetMemoryHistoryRequest>,
-    ) -> Result<Response<pb::GetMemoryHistoryResponse>, Status> {
-        let caller = auth::caller(&request);
-        catch_panics(
-            "GetMemoryHistory",
-            "",
-            self.api.get_memory_history(&caller, request.into_inner()),
-        )
-        .await
-        .map(Response::new)
-    }
-
-    async fn update_memory(
-        &self,
-        request: Request<pb::UpdateMemoryRequest>,
-    ) -> Result<Response<pb::UpdateMemoryResponse>, Status> {
-        let caller = auth::caller(&request);
-        catch_panics(
-            "UpdateMemory",
-            "",
-            self.api.update_memory(&caller, request.into_inner()),
-        )
-        .await
-        .map(Response::new)
-    }
-
-    async fn delete_memory(
-        &self,
-        request: Request<pb::DeleteMemoryRequest>,
-    ) -> Result<Response<pb::DeleteMemoryResponse>, Status> {
-        let caller = auth::caller(&request);
-        catch_panics(
-            "DeleteMemory",
-            "",
-            self.api.delete_memory(&caller, request.into_inner()),
-        )
-        .await
-        .map(Response::new)
-    }
-
-    async fn forget_turn(
-        &self,
-        request: Request<pb::ForgetTurnRequest>,
-    ) -> Result<Response<pb::ForgetResponse>, Status> {
-        let agent = request.get_ref().agent_id.clone();
-        let caller = auth::caller(&request);
-        catch_panics(
-            "ForgetTurn",
-            &agent,
-            self.api.forget_turn(&caller, request.into_inner()),
-        )
-        .await
-        .map(Response::new)
-    }
-
-    async fn forget_events(
-        &self,
-        request: Request<pb::ForgetEventsRequest>,
-    ) -> Result<Response<pb::ForgetResponse>, Status> {
-        let agent = request.get_ref().agent_id.clone();
-        let caller = auth::caller(&request);
-        catch_panics(
-            "ForgetEvents",
-            &agent,
-            self.api.forget_events(&caller, request.into_inner()),
-        )
-        .await
-        .map(Response::new)
-    }
-
-    type ExportMemoryStream = ExportStream;
-
-    async fn export_memory(
-        &self,
-        request: Request<pb::ExportMemoryRequest>,
-    ) -> Result<Response<Self::ExportMemoryStream>, Status> {
-        let caller = auth::caller(&request);
-        catch_panics(
-            "ExportMemory",
-            "",
-            self.api.export_memory(&caller, request.into_inner()),
-        )
-        .await
-        .map(Response::new)
-    }
-
-    async fn import_memory(
-        &self,
-        request: Request<tonic::Streaming<pb::ImportMemoryRequest>>,
-    ) -> Result<Response<pb::ImportMemoryResponse>, Status> {
-        let caller = auth::caller(&request);
-        catch_panics(
-            "ImportMemory",
-            "",
-            self.api.import_memory(&caller, request.into_inner()),
-        )
-        .await
-        .map(Response::new)
-    }
+methods! {
+    ingest(pb::IngestRequest) -> pb::IngestResponse, "Ingest", agent_id;
+    prepare_request(pb::PrepareRequestRequest) -> pb::PrepareRequestResponse, "PrepareRequest", agent_id;
+    compact(pb::CompactRequest) -> pb::CompactResponse, "Compact", agent_id;
+    retrieve(pb::RetrieveRequest) -> pb::RetrieveResponse, "Retrieve", agent_id;
+    search_history(pb::SearchHistoryRequest) -> pb::SearchHistoryResponse, "SearchHistory", agent_id;
+    get_context_stats(pb::GetContextStatsRequest) -> pb::GetContextStatsResponse, "GetContextStats", agent_id;
+    list_compactions(pb::ListCompactionsRequest) -> pb::ListCompactionsResponse, "ListCompactions", agent_id;
+    list_agents(pb::ListAgentsRequest) -> pb::ListAgentsResponse, "ListAgents";
+    list_users(pb::ListUsersRequest) -> pb::ListUsersResponse, "ListUsers";
+    delete_agent(pb::DeleteAgentRequest) -> pb::DeleteAgentResponse, "DeleteAgent", agent_id;
+    fork_agent(pb::ForkAgentRequest) -> pb::ForkAgentResponse, "ForkAgent", source_agent_id;
+    delete_user(pb::DeleteUserRequest) -> pb::DeleteUserResponse, "DeleteUser", user_id;
+    list_memory_blocks(pb::ListMemoryBlocksRequest) -> pb::ListMemoryBlocksResponse, "ListMemoryBlocks";
+    get_memory_block(pb::GetMemoryBlockRequest) -> pb::GetMemoryBlockResponse, "GetMemoryBlock";
+    put_memory_block(pb::PutMemoryBlockRequest) -> pb::PutMemoryBlockResponse, "PutMemoryBlock";
+    edit_memory_block(pb::EditMemoryBlockRequest) -> pb::EditMemoryBlockResponse, "EditMemoryBlock";
+    delete_memory_block(pb::DeleteMemoryBlockRequest) -> pb::DeleteMemoryBlockResponse, "DeleteMemoryBlock";
+    add_memories(pb::AddMemoriesRequest) -> pb::AddMemoriesResponse, "AddMemories";
+    list_memories(pb::ListMemoriesRequest) -> pb::ListMemoriesResponse, "ListMemories";
+    get_memory(pb::GetMemoryRequest) -> pb::GetMemoryResponse, "GetMemory";
+    get_memory_history(pb::GetMemoryHistoryRequest) -> pb::GetMemoryHistoryResponse, "GetMemoryHistory";
+    update_memory(pb::UpdateMemoryRequest) -> pb::UpdateMemoryResponse, "UpdateMemory";
+    delete_memory(pb::DeleteMemoryRequest) -> pb::DeleteMemoryResponse, "DeleteMemory";
+    forget_turn(pb::ForgetTurnRequest) -> pb::ForgetResponse, "ForgetTurn", agent_id;
+    forget_events(pb::ForgetEventsRequest) -> pb::ForgetResponse, "ForgetEvents", agent_id;
+    export_memory(pb::ExportMemoryRequest) -> ExportStream, "ExportMemory";
+    import_memory(tonic::Streaming<pb::ImportMemoryRequest>) -> pb::ImportMemoryResponse, "ImportMemory";
 }
