@@ -43,8 +43,9 @@ pub struct Args {
     #[arg(long)]
     pub neighbour_span: Option<usize>,
     /// Parts to run: search (evidence recall of SearchHistory and the
-    /// baselines), prompt (Retrieve and the prompt at an 8k window, recall
-    /// on and off), users (each session a conversation of one user, each
+    /// baselines), prompt (Retrieve and the prompt at an 8k window: recall
+    /// on with the questions back to back, paced and after the index; and
+    /// off), users (each session a conversation of one user, each
     /// question a new conversation's first prompt), paraphrase, latency;
     /// and on request, context (the in-process ranking with each message
     /// embedded alone or read after the one before, LoCoMo and the
@@ -66,6 +67,13 @@ pub struct Args {
     /// The database for --backend postgres (default as for `ingest`).
     #[arg(long)]
     pub pg_url: Option<String>,
+    /// The prompt part's paced run: the pause after each conversation
+    /// before its first question, and between questions (ms), as an agent
+    /// waiting for its model would leave.
+    #[arg(long, default_value_t = 15_000)]
+    pub pace_after_ms: u64,
+    #[arg(long, default_value_t = 500)]
+    pub pace_between_ms: u64,
 }
 
 /// Each ranking mechanism off in turn (issue 28): what it adds. Each is a
@@ -166,27 +174,44 @@ pub fn run(args: Args) -> Result<()> {
         print!("\n{latencies}");
     }
     if part("prompt") {
+        use prompt::Pace;
+        let paced = Pace::Paced {
+            after: std::time::Duration::from_millis(args.pace_after_ms),
+            between: std::time::Duration::from_millis(args.pace_between_ms),
+        };
+        // Recall on, the questions back to back, paced, and after the
+        // index; then off (pace does not matter without recall).
         let mut runs = vec![];
-        for recall in [true, false] {
-            let data = args
-                .data_dir
-                .join(if recall { "prompt" } else { "prompt-off" });
+        for (name, recall, pace) in [
+            ("prompt-fast", true, Pace::BackToBack),
+            ("prompt-paced", true, paced),
+            ("prompt", true, Pace::Waited),
+            ("prompt-off", false, Pace::BackToBack),
+        ] {
+            let data = args.data_dir.join(name);
             std::fs::create_dir_all(&data)?;
-            runs.push(rt.block_on(prompt::run(&args.engramd, &data, &convs, recall))?);
+            let run = rt.block_on(prompt::run(&args.engramd, &data, &convs, recall, pace))?;
+            runs.push((recall, pace, run));
         }
         println!("\n| retriever | category | all / any @5 | @10 | @25 |\n|---|---|---|---|---|");
-        print!("{}", runs[0].1.table("Retrieve (compacted, 8k)"));
-        let on = &runs[0].0;
+        print!("{}", runs[2].2.1.table("Retrieve (compacted, 8k)"));
+        let on = &runs[0].2.0;
         println!(
-            "\nEvidence in the PrepareRequest prompt (8,192-token window): {} questions, {} compactions, a recall block in {} prompts (~{} tokens each)\n",
+            "\nEvidence in the PrepareRequest prompt (8,192-token window): {} questions, {} compactions, a recall block in {} prompts (~{} tokens each), back to back\n",
             on.questions(),
             on.compactions,
             on.with_block,
             on.block_tokens / on.with_block.max(1) as u64
         );
         println!("| prompt | category | all / any evidence in it |\n|---|---|---|");
-        print!("{}", on.table("recall on"));
-        print!("{}", runs[1].0.table("recall off"));
+        for (recall, pace, (shares, _)) in &runs {
+            let name = if *recall {
+                format!("recall on, {}", pace.label())
+            } else {
+                "recall off".to_owned()
+            };
+            print!("{}", shares.table(&name));
+        }
     }
     if part("users") {
         let data = args.data_dir.join("users");

@@ -7,6 +7,12 @@
 //! when the text of its evidence messages appears in the prompt, verbatim
 //! (whitespace aside): in the recalled block, the snapshot or the active
 //! transcript. Retrieve(query) is asked on the same compacted agents.
+//!
+//! How the questions follow the conversation ([`Pace`]) is what an agent
+//! meets: back to back (a fast loop, or an agent that imports history and
+//! asks at once: nothing waits for the index), paced (an LLM call's time
+//! between turns), or after Retrieve has waited for the index to catch up
+//! (the kindest case, which earlier runs measured alone).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -72,13 +78,44 @@ impl Shares {
     }
 }
 
-/// The prompt's evidence with recall on or off; with it on, Retrieve's
-/// ranking on the same agents too.
+/// How the questions come after the conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pace {
+    /// Each question right after the last message and the one before it.
+    BackToBack,
+    /// A pause after the conversation, and one between questions: an
+    /// agent whose every turn waits for its model.
+    Paced {
+        after: std::time::Duration,
+        between: std::time::Duration,
+    },
+    /// Before each question, Retrieve(question) waits for the index to
+    /// take in everything (and its ranking is scored).
+    Waited,
+}
+
+impl Pace {
+    pub fn label(self) -> String {
+        match self {
+            Pace::BackToBack => "back to back".into(),
+            Pace::Paced { after, between } => format!(
+                "paced ({} s after, {} ms between)",
+                after.as_secs_f64(),
+                between.as_millis()
+            ),
+            Pace::Waited => "after the index (Retrieve waits)".into(),
+        }
+    }
+}
+
+/// The prompt's evidence with recall on or off, the questions coming as
+/// `pace` says; when waited, Retrieve's ranking on the same agents too.
 pub async fn run(
     engramd: &Path,
     data: &Path,
     convs: &[Conversation],
     recall: bool,
+    pace: Pace,
 ) -> anyhow::Result<(Shares, Score)> {
     let server = Server::start_with(engramd, data, WINDOW)?;
     let mut client = connect(&server.addr).await?;
@@ -103,15 +140,22 @@ pub async fn run(
                 shares.compactions += u32::from(p.compaction.is_some_and(|c| c.performed));
             }
         }
+        if let Pace::Paced { after, .. } = pace {
+            tokio::time::sleep(after).await;
+        }
         let text: HashMap<&str, String> = conv
             .messages
             .iter()
             .map(|m| (m.dia_id.as_str(), fold_whitespace(&m.text)))
             .collect();
-        for q in &conv.questions {
-            // Ranked first: asking the question adds it to the agent.
-            if recall {
-                retrieve.add(q, &retrieved(&mut client, &agent, q).await?);
+        for (k, q) in conv.questions.iter().enumerate() {
+            match pace {
+                // Ranked first: asking the question adds it to the agent.
+                Pace::Waited if recall => {
+                    retrieve.add(q, &retrieved(&mut client, &agent, q).await?);
+                }
+                Pace::Paced { between, .. } if k > 0 => tokio::time::sleep(between).await,
+                _ => {}
             }
             let question = pb::TraceEvent {
                 trace_type: pb::TraceType::User.into(),
