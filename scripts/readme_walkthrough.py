@@ -91,7 +91,8 @@ def parse(readme, root):
     is the checkout's, from `root`. Lines are named FILE:LINE."""
     text = open(readme, encoding="utf-8").read()
     name = os.path.relpath(os.path.abspath(readme), root)
-    line_of = lambda pos: f"{name}:{text.count(chr(10), 0, pos) + 1}"
+    number_of = lambda pos: text.count("\n", 0, pos) + 1
+    line_of = lambda pos, offset=0: f"{name}:{number_of(pos) + offset}"
     regions = []
     for m in START.finditer(text):
         end = text.find(END, m.end())
@@ -121,9 +122,8 @@ def parse(readme, root):
         if kind is None:
             fail(f"line {line}: a ```{lang or 'plain'} block inside a walkthrough session cannot run")
         if kind == "sh":
-            file, first = line.rsplit(":", 1)
             for cmd, expects, offset in commands(body):
-                session.steps.append(("sh", cmd, expects, f"{file}:{int(first) + offset}"))
+                session.steps.append(("sh", cmd, expects, line_of(block.start(), offset)))
             continue
         then = THEN.match(text[block.end():])
         if then:

@@ -3,12 +3,10 @@
 //! decides; the store keeps every version; an agent's prompt shows the
 //! change at its next request (the snapshot's facts section).
 
-use std::collections::HashSet;
-
 use engram_core::blocks::Scope;
 use engram_core::facts::{self, Added, Change, Listing, NewFact, Op, Outcome};
 use engram_core::memory::SemanticItem;
-use engram_core::users::FactSource;
+use engram_core::users::{FactSource, UserFact};
 use engram_core::{AgentId, UserId};
 
 use crate::api::ScopeRequest;
@@ -77,24 +75,25 @@ impl Engine {
                 })?,
         };
         let size = limits::page_size(page_size);
-        let mut all = self.store.facts(&scope).await?;
-        if !source_agent.is_empty() {
-            let source = limits::agent_id("source_agent_id", source_agent)?;
-            let Scope::User(user) = &scope else {
+        let all = match (source_agent, &scope) {
+            ("", _) => self.store.facts(&scope).await?,
+            // The user's facts as `facts` reads them (the live ones), each
+            // with its sources: one read.
+            (source, Scope::User(user)) => {
+                let source = limits::agent_id("source_agent_id", source)?;
+                let said = |f: &UserFact| f.sources.iter().any(|s| s.agent_id == source.as_str());
+                let facts = self.store.user_facts(user).await?.into_iter();
+                facts
+                    .filter(|f| f.fact.managed.deleted_at.is_none() && said(f))
+                    .map(|f| f.fact)
+                    .collect()
+            }
+            _ => {
                 return Err(EngineError::invalid(
                     "source_agent_id selects among a user's facts: give scope.user_id",
                 ));
-            };
-            let from: HashSet<String> = self
-                .store
-                .user_facts(user)
-                .await?
-                .into_iter()
-                .filter(|f| f.sources.iter().any(|s| s.agent_id == source.as_str()))
-                .map(|f| f.fact.id)
-                .collect();
-            all.retain(|f| from.contains(&f.id));
-        }
+            }
+        };
         let listed = facts::listed(&all, listing, engram_store::unix_now());
         let end = from.saturating_add(size).min(listed.len());
         let page = listed.get(from..end).unwrap_or_default().to_vec();

@@ -20,7 +20,8 @@ use crate::{
     jsonl, offload, wal,
 };
 
-/// Agents whose settings a listing reads at a time, for their users.
+/// Agents whose settings a listing reads at a time, at most, for their
+/// users.
 const OWNER_BATCH: usize = 256;
 
 #[async_trait]
@@ -46,7 +47,15 @@ impl Admin for FileStore {
         ids.sort_unstable();
         ids.retain(|id| page_token.is_none_or(|t| id.as_str() > t));
         let mut page = Vec::new();
-        for batch in ids.chunks(OWNER_BATCH) {
+        let mut rest = ids.as_slice();
+        while !rest.is_empty() {
+            // As many as the page still wants (and the one that says a next
+            // page exists), up to a batch: a short page reads few settings.
+            let take = (page_size + 1 - page.len())
+                .clamp(1, OWNER_BATCH)
+                .min(rest.len());
+            let (batch, after) = rest.split_at(take);
+            rest = after;
             let dir = self.inner.agents_dir.clone();
             let asked: Vec<Option<String>> = batch
                 .iter()

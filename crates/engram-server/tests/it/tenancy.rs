@@ -58,6 +58,9 @@ struct Cell {
     parts: Vec<Part>,
     /// Allowed: the code on a target that exists, on a missing one.
     codes: (&'static str, &'static str),
+    /// Whether the call may change its target (`Some(true)`: the global
+    /// blocks), which is then made again before its next use.
+    writes: Option<bool>,
 }
 
 #[derive(Default)]
@@ -70,8 +73,9 @@ struct Tally {
 
 impl World {
     /// Asserts what `cell` answered: the code the rule's model expects,
-    /// nothing of B's in it, B as it was if the call named B's ids.
-    async fn judge(&self, cell: &Cell, answer: &Answer, tally: &mut Tally) {
+    /// nothing of B's in it, B as it was if the call named B's ids; and
+    /// notes a write that changed its target.
+    async fn judge(&mut self, cell: &Cell, answer: &Answer, tally: &mut Tally) {
         let Cell { tok, aim, .. } = *cell;
         let what = format!("{} {tok:?} {aim:?} {:?}", cell.name, cell.surface);
         let want = expected(tok, aim, &cell.parts, cell.codes.0, cell.codes.1);
@@ -84,6 +88,10 @@ impl World {
             let key = (cell.name.clone(), tok, cell.surface);
             let shaped = shape(&answer.message, &cell.ids);
             tally.refusals.entry(key).or_default().insert(aim, shaped);
+        }
+        if let (Some(global), "OK") = (cell.writes, answer.code.as_str()) {
+            self.dirty.insert((tok, aim));
+            self.global_dirty |= global;
         }
         tally.cells += 1;
     }
@@ -144,13 +152,10 @@ async fn matrix(backend: &[(String, String)]) {
                         surface,
                         parts: (row.touches)(&ids),
                         codes: (row.present, row.missing),
+                        writes: row.write.then_some(row.form == "global"),
                         ids,
                     };
                     world.judge(&cell, &answer, &mut tally).await;
-                    if row.write && answer.code == "OK" {
-                        world.dirty.insert((tok, aim));
-                        world.global_dirty |= row.form == "global";
-                    }
                 }
             }
         }
@@ -169,12 +174,10 @@ async fn matrix(backend: &[(String, String)]) {
                     surface: Surface::Mcp,
                     parts: (tool.touches)(&ids),
                     codes: (tool.present, tool.missing),
+                    writes: tool.write.then_some(false),
                     ids,
                 };
                 world.judge(&cell, &answer, &mut tally).await;
-                if tool.write && answer.code == "OK" {
-                    world.dirty.insert((tok, aim));
-                }
             }
         }
         world.check_b(tool.tool).await;

@@ -24,7 +24,7 @@ pub struct Ids {
     pub user_fact: String,
     /// The bundles ImportMemory sends: one agent with no user, one agent of
     /// a user, a user's (each a template with its ids put in).
-    pub bundles: Bundles,
+    pub bundles: std::sync::Arc<Bundles>,
 }
 
 #[derive(Debug, Clone, Default)]

@@ -5,6 +5,7 @@
 //! alike: the code's name, the refusal's message, the body as text.
 
 use engram_chaos::raw::RawCodec;
+use engram_server::observe::code_name;
 use prost::Message;
 use prost_reflect::{DescriptorPool, DynamicMessage, MethodDescriptor};
 use serde_json::{Value, json};
@@ -47,33 +48,22 @@ impl Answer {
     }
 }
 
-/// The service's descriptors: every method the matrix must cover.
-pub fn methods() -> Vec<MethodDescriptor> {
-    let pool = DescriptorPool::decode(engram_proto::FILE_DESCRIPTOR_SET).unwrap();
-    let service = pool.get_service_by_name("engram.v1.MemoryService").unwrap();
-    service.methods().collect()
+/// The service's descriptors: every method the matrix must cover
+/// (decoded once: every gRPC cell looks its method up).
+pub fn methods() -> &'static [MethodDescriptor] {
+    static METHODS: std::sync::OnceLock<Vec<MethodDescriptor>> = std::sync::OnceLock::new();
+    METHODS.get_or_init(|| {
+        let pool = DescriptorPool::decode(engram_proto::FILE_DESCRIPTOR_SET).unwrap();
+        let service = pool.get_service_by_name("engram.v1.MemoryService").unwrap();
+        service.methods().collect()
+    })
 }
 
-fn method(name: &str) -> MethodDescriptor {
+fn method(name: &str) -> &'static MethodDescriptor {
     methods()
-        .into_iter()
+        .iter()
         .find(|m| m.name() == name)
         .unwrap_or_else(|| panic!("no method {name}"))
-}
-
-pub fn code_name(code: tonic::Code) -> String {
-    let camel = format!("{code:?}");
-    let mut out = String::new();
-    for (i, c) in camel.chars().enumerate() {
-        if c.is_uppercase() && i > 0 {
-            out.push('_');
-        }
-        out.push(c.to_ascii_uppercase());
-    }
-    if out == "OK" || camel == "Ok" {
-        return "OK".into();
-    }
-    out
 }
 
 /// `name` over gRPC with `token` (none: no header).
@@ -143,7 +133,7 @@ pub async fn grpc(channel: &Channel, token: Option<&str>, name: &str, req: &Req)
     };
     match answered {
         Ok(body) => Answer::ok(body),
-        Err(status) => Answer::refused(&code_name(status.code()), status.message()),
+        Err(status) => Answer::refused(code_name(status.code()), status.message()),
     }
 }
 

@@ -4,10 +4,11 @@
 //! again whenever a write may have changed it.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use engram_proto::pb;
 use pb::memory_scope::Scope as S;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::rows::{Bundles, Ids, Part};
 use super::surfaces::{self, Answer, Req};
@@ -129,7 +130,7 @@ pub(super) struct World {
     pub(super) channel: tonic::transport::Channel,
     pub(super) http: String,
     pub(super) admin: Authed,
-    pub(super) bundles: Bundles,
+    pub(super) bundles: Arc<Bundles>,
     pub(super) b_facts: (String, String),
     pub(super) baseline: String,
     pub(super) n: usize,
@@ -251,44 +252,25 @@ pub(super) async fn converse_and_compact(
 pub(super) async fn templates(c: &mut Authed, channel: &tonic::transport::Channel) -> Bundles {
     seed(c, ("tpl-solo", None, "tpl-0"), "template").await;
     seed(c, ("tpl-conv", Some("tpl-1"), "tpl-1"), "template").await;
-    let export = |s: S| {
-        let channel = channel.clone();
-        async move { export_of(&channel, s).await }
-    };
     Bundles {
-        solo: export(S::AgentId("tpl-solo".into())).await,
-        bound: export(S::AgentId("tpl-conv".into())).await,
-        user: export(S::UserId("tpl-1".into())).await,
+        solo: export_of(channel, json!({"agent_id": "tpl-solo"})).await,
+        bound: export_of(channel, json!({"agent_id": "tpl-conv"})).await,
+        user: export_of(channel, json!({"user_id": "tpl-1"})).await,
     }
 }
 
-/// A scope's bundle, as the admin exports it.
-pub(super) async fn export_of(channel: &tonic::transport::Channel, s: S) -> String {
-    let req = Req::Json(serde_json::to_value(ExportScope::from(s)).unwrap());
+/// The bundle of `scope` (a MemoryScope in proto3 JSON), as the admin
+/// exports it.
+pub(super) async fn export_of(channel: &tonic::transport::Channel, scope: Value) -> String {
+    let req = Req::Json(json!({ "scope": scope }));
     let answer = surfaces::grpc(channel, Some(ADMIN), "ExportMemory", &req).await;
     assert_eq!(answer.code, "OK", "{answer:?}");
     answer.body
 }
 
-#[derive(serde::Serialize)]
-pub(super) struct ExportScope {
-    scope: Value,
-}
-
-impl From<S> for ExportScope {
-    fn from(s: S) -> Self {
-        let scope = match s {
-            S::AgentId(a) => serde_json::json!({"agent_id": a}),
-            S::UserId(u) => serde_json::json!({"user_id": u}),
-            S::Global(_) => serde_json::json!({"global": true}),
-        };
-        Self { scope }
-    }
-}
-
 /// B's whole memory as its export says it, minus the export's own time.
 pub(super) async fn tenant_b(channel: &tonic::transport::Channel) -> String {
-    let bundle = export_of(channel, S::UserId("b-1".into())).await;
+    let bundle = export_of(channel, json!({"user_id": "b-1"})).await;
     let header_end = bundle.find('\n').unwrap();
     let header: Value = serde_json::from_str(&bundle[..header_end]).unwrap();
     assert!(header["exported_at"].is_number(), "{header}");
@@ -298,13 +280,18 @@ pub(super) async fn tenant_b(channel: &tonic::transport::Channel) -> String {
 }
 
 impl World {
+    /// A client of the world's server with `token`.
+    pub(super) fn client(&self, token: &str) -> Authed {
+        authed(self.channel.clone(), token)
+    }
+
     pub(super) async fn new(backend: &[(String, String)], dir: &std::path::Path) -> Self {
         let server = server(backend, dir).await;
         let channel = server.channel().await;
         let http = server.http.unwrap().to_string();
         let mut admin = authed(channel.clone(), ADMIN);
         let b_facts = seed_tenant_b(&channel).await;
-        let bundles = templates(&mut admin, &channel).await;
+        let bundles = Arc::new(templates(&mut admin, &channel).await);
         let baseline = tenant_b(&channel).await;
         assert!(baseline.contains(MARK) && baseline.contains("b-conv"));
         Self {
@@ -340,7 +327,7 @@ impl World {
                     fresh,
                     agent_fact: format!("fact-missing-{n}"),
                     user_fact: format!("fact-missing-{n}"),
-                    bundles: self.bundles.clone(),
+                    bundles: Arc::clone(&self.bundles),
                 };
             }
             (Tok::Admin, Aim::Other) => ("c-conv", Some("c-1"), "c-1"),
@@ -352,7 +339,7 @@ impl World {
                     fresh,
                     agent_fact: self.b_facts.0.clone(),
                     user_fact: self.b_facts.1.clone(),
-                    bundles: self.bundles.clone(),
+                    bundles: Arc::clone(&self.bundles),
                 };
             }
             (Tok::None | Tok::Unknown, Aim::Own) => Tok::User.own(),
@@ -374,7 +361,7 @@ impl World {
             fresh,
             agent_fact,
             user_fact,
-            bundles: self.bundles.clone(),
+            bundles: Arc::clone(&self.bundles),
         }
     }
 
