@@ -184,8 +184,8 @@ pub(crate) type IndexSlot = Arc<AsyncMutex<Option<AgentIndex>>>;
 pub(crate) enum Lag {
     /// Nothing: every acknowledged write is searchable.
     None,
-    /// Active traces, and a compaction's new epoch (see
-    /// [`FileStore::caught_up_as`]).
+    /// Active traces written since the last catch-up, when nothing else
+    /// was (see [`FileStore::caught_up_as`]).
     ActiveTraces,
 }
 
@@ -225,11 +225,11 @@ impl FileStore {
     }
 
     /// The agent's index for a search that may `lag`: with
-    /// [`Lag::ActiveTraces`], active traces written since the last commit,
-    /// and a compaction's new epoch, are left to the background indexer
+    /// [`Lag::ActiveTraces`], active traces written since the last commit
+    /// are left to the background indexer when nothing else was written
     /// ([`Delta::may_wait`]: a prompt's recall leaves the active transcript
-    /// out, and the compaction's summary is in its prompt; a commit before
-    /// it would cost the prompt 10–55 ms and change no answer).
+    /// out). Whatever else is read in at once: in memory, so a request
+    /// pays for no file written (the indexer persists it later).
     pub(crate) async fn caught_up_as(
         &self,
         id: &AgentId,
@@ -277,6 +277,13 @@ impl FileStore {
                 Ok(guard)
             })
             .await?;
+            // Read in, in memory: the indexer writes it out.
+            if guard
+                .as_ref()
+                .is_some_and(|i| i.lexical.unpersisted_bytes() > 0)
+            {
+                self.inner.queue.enqueue(id);
+            }
         }
         if let Some(index) = guard.as_ref()
             && index.vectors.is_some()

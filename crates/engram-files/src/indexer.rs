@@ -192,9 +192,11 @@ impl FileStore {
                     if let Err(e) = store.catch_up_open(&id).await {
                         tracing::debug!(agent = %id, error = %e, "an index was not caught up; its next search does it");
                     }
+                    store.persist_open(&id).await;
                     continue;
                 }
                 let embedded = store.embed_pending(&id).await;
+                store.persist_open(&id).await;
                 // Its user's index reads it in now, not at the user's next
                 // prompt (which would pay for it).
                 store.user_catch_up_later(&id).await;
@@ -221,6 +223,34 @@ impl FileStore {
         match self.caught_up_with(id, handle).await {
             Ok(_) | Err(crate::StoreError::NotFound(_)) => Ok(()),
             Err(e) => Err(e),
+        }
+    }
+
+    /// Writes out what the agent's open index holds in memory only (what
+    /// searches read in): off the request path, so that requests write
+    /// and sync no index file. Failing, it stays in memory, and is tried
+    /// again at the next catch-up.
+    pub(crate) async fn persist_open(&self, id: &AgentId) {
+        let Ok(handle) = self.existing_handle(id) else {
+            return;
+        };
+        let slot = Arc::clone(&handle.index).lock_owned().await;
+        if !slot
+            .as_ref()
+            .is_some_and(|i| i.lexical.unpersisted_bytes() > 0)
+        {
+            return;
+        }
+        let persisted = blocking(move || {
+            let mut slot = slot;
+            match slot.as_mut() {
+                Some(index) => index.lexical.persist().map_err(index_error),
+                None => Ok(()),
+            }
+        })
+        .await;
+        if let Err(e) = persisted {
+            tracing::warn!(agent = %id, error = %e, "an index commit was not written out; kept in memory until the next try");
         }
     }
 

@@ -12,7 +12,6 @@ use std::ops::Bound;
 use std::path::Path;
 
 use tantivy::collector::TopDocs;
-use tantivy::directory::MmapDirectory;
 use tantivy::query::{BooleanQuery, Occur, Query, RangeQuery, TermQuery};
 use tantivy::schema::{
     FAST, Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing,
@@ -85,6 +84,8 @@ fn schema() -> (Schema, Fields) {
 /// One agent's lexical index.
 pub struct Lexical {
     index: Index,
+    /// On disk: where commits wait in memory until persisted (`tiered.rs`).
+    tiered: Option<tiered::Tiered>,
     reader: IndexReader,
     writer: Option<IndexWriter>,
     fields: Fields,
@@ -120,8 +121,11 @@ impl Lexical {
     pub fn open(dir: &Path) -> Result<Self> {
         std::fs::create_dir_all(dir)?;
         let (schema, fields) = schema();
-        let index = Index::open_or_create(MmapDirectory::open(dir)?, schema)?;
-        Self::with(index, fields)
+        let tiered = tiered::Tiered::open(dir)?;
+        let index = Index::open_or_create(tiered.clone(), schema)?;
+        let mut me = Self::with(index, fields)?;
+        me.tiered = Some(tiered);
+        Ok(me)
     }
 
     /// An index that lives in memory only.
@@ -145,6 +149,7 @@ impl Lexical {
             .collect();
         let mut me = Self {
             index,
+            tiered: None,
             reader,
             writer: None,
             fields,
@@ -288,6 +293,15 @@ impl Lexical {
 
     /// Makes every upsert so far durable and searchable, with `payload`.
     pub fn commit(&mut self, payload: &str) -> Result<()> {
+        self.commit_in_memory(payload)?;
+        self.persist()
+    }
+
+    /// Makes every upsert so far searchable, with `payload`, without
+    /// writing to disk: on disk, the index stays at its last persisted
+    /// commit until [`Self::persist`] (what a request may afford: no file
+    /// written or synced).
+    pub fn commit_in_memory(&mut self, payload: &str) -> Result<()> {
         let Some(writer) = self.writer.as_mut() else {
             return Ok(());
         };
@@ -298,9 +312,26 @@ impl Lexical {
         Ok(())
     }
 
+    /// Writes the commits held in memory to disk, synced (see
+    /// `tiered.rs`). A merge still running is persisted next time.
+    pub fn persist(&mut self) -> Result<()> {
+        match &self.tiered {
+            Some(tiered) => Ok(tiered.persist()?),
+            None => Ok(()),
+        }
+    }
+
+    /// Bytes of commits held in memory, not persisted yet.
+    pub fn unpersisted_bytes(&self) -> usize {
+        self.tiered
+            .as_ref()
+            .map_or(0, tiered::Tiered::unpersisted_bytes)
+    }
+
     /// Rewrites the committed segments that hold removed items without
     /// them, and deletes the files they leave: an erased item's text is
-    /// then in no file of the index (a removal alone only marks it).
+    /// then in no file of the index (a removal alone only marks it). It
+    /// persists what the index held in memory.
     pub fn purge_removed(&mut self) -> Result<()> {
         let with_removed: Vec<tantivy::index::SegmentId> = self
             .index
@@ -317,7 +348,9 @@ impl Lexical {
         self.reader.reload()?;
         let writer = self.writer()?;
         writer.garbage_collect_files().wait()?;
-        self.release_writer()
+        self.release_writer()?;
+        // Done once the segments that held them are off the disk too.
+        self.persist()
     }
 
     /// Closes the writer (its threads and memory) until the next upsert,
@@ -335,7 +368,8 @@ impl Lexical {
     /// Closes the index: when this returns, nothing of it writes in its
     /// directory any more, and the directory may be removed.
     pub fn close(mut self) -> Result<()> {
-        self.release_writer()
+        self.release_writer()?;
+        self.persist()
     }
 
     /// The analyzer's distinct terms of a query, at most `max`.
@@ -570,5 +604,6 @@ mod sittings;
 mod speakers;
 #[cfg(test)]
 mod tests;
+mod tiered;
 mod top;
 mod vocabulary;

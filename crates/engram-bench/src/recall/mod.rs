@@ -74,6 +74,14 @@ pub struct Args {
     pub pace_after_ms: u64,
     #[arg(long, default_value_t = 500)]
     pub pace_between_ms: u64,
+    /// The prompt part's runs: back-to-back, paced, waited (after the
+    /// index), off (recall off). Retrieve's table needs `waited`.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "back-to-back,paced,waited,off"
+    )]
+    pub prompt_runs: Vec<String>,
 }
 
 /// Each ranking mechanism off in turn (issue 28): what it adds. Each is a
@@ -182,26 +190,36 @@ pub fn run(args: Args) -> Result<()> {
         // Recall on, the questions back to back, paced, and after the
         // index; then off (pace does not matter without recall).
         let mut runs = vec![];
-        for (name, recall, pace) in [
-            ("prompt-fast", true, Pace::BackToBack),
-            ("prompt-paced", true, paced),
-            ("prompt", true, Pace::Waited),
-            ("prompt-off", false, Pace::BackToBack),
+        for (run, name, recall, pace) in [
+            ("back-to-back", "prompt-fast", true, Pace::BackToBack),
+            ("paced", "prompt-paced", true, paced),
+            ("waited", "prompt", true, Pace::Waited),
+            ("off", "prompt-off", false, Pace::BackToBack),
         ] {
+            if !args.prompt_runs.iter().any(|r| r == run) {
+                continue;
+            }
             let data = args.data_dir.join(name);
             std::fs::create_dir_all(&data)?;
             let run = rt.block_on(prompt::run(&args.engramd, &data, &convs, recall, pace))?;
             runs.push((recall, pace, run));
         }
-        println!("\n| retriever | category | all / any @5 | @10 | @25 |\n|---|---|---|---|---|");
-        print!("{}", runs[2].2.1.table("Retrieve (compacted, 8k)"));
-        let on = &runs[0].2.0;
+        if let Some((_, _, (_, retrieve))) = runs.iter().find(|r| r.1 == Pace::Waited) {
+            println!(
+                "\n| retriever | category | all / any @5 | @10 | @25 |\n|---|---|---|---|---|"
+            );
+            print!("{}", retrieve.table("Retrieve (compacted, 8k)"));
+        }
+        let Some((_, first, (on, _))) = runs.first() else {
+            anyhow::bail!("--prompt-runs names no run");
+        };
         println!(
-            "\nEvidence in the PrepareRequest prompt (8,192-token window): {} questions, {} compactions, a recall block in {} prompts (~{} tokens each), back to back\n",
+            "\nEvidence in the PrepareRequest prompt (8,192-token window): {} questions, {} compactions, a recall block in {} prompts (~{} tokens each), {}\n",
             on.questions(),
             on.compactions,
             on.with_block,
-            on.block_tokens / on.with_block.max(1) as u64
+            on.block_tokens / on.with_block.max(1) as u64,
+            first.label()
         );
         println!("| prompt | category | all / any evidence in it |\n|---|---|---|");
         for (recall, pace, (shares, _)) in &runs {

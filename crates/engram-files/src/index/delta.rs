@@ -33,22 +33,21 @@ impl Delta {
     /// Whether a search of the archive and the memories (a prompt's
     /// recall) may leave the delta to the background indexer: it holds
     /// only active traces written since `from` (same epoch, no memories,
-    /// facts or forgets), or it is a compaction's new epoch with no forget
-    /// and no client's change of facts since `from`. The traces a
-    /// compaction archived were read in while active (or are about to be,
-    /// as active traces are), and its summary and facts are in the prompt
-    /// that asks; reading them in before the recall cost the compacting
-    /// turn's prompt a commit of 25–55 ms.
+    /// facts or forgets), which such a search leaves out. A compaction's
+    /// new epoch is never left: what it archived is what recall is for,
+    /// and it is read in at once (in memory: no file written).
     pub(super) fn may_wait(&self, from: Cursor) -> bool {
         let to = self.to;
-        if !self.removed.is_empty() || to.facts != from.facts {
-            return false;
-        }
-        if self.full {
-            return to.epoch > from.epoch;
-        }
-        (to.epoch, to.episodic, to.semantic, to.archive)
-            == (from.epoch, from.episodic, from.semantic, from.archive)
+        !self.full
+            && self.removed.is_empty()
+            && (to.epoch, to.episodic, to.semantic, to.archive, to.facts)
+                == (
+                    from.epoch,
+                    from.episodic,
+                    from.semantic,
+                    from.archive,
+                    from.facts,
+                )
     }
 }
 
@@ -195,18 +194,32 @@ pub(super) fn apply(
         cursor: delta.to,
     })
     .expect("a cursor serializes");
-    lexical.commit(&payload).map_err(index_error)?;
+    // Searchable at once, on disk once the indexer persists it (a request
+    // writes and syncs no file: `engram_index::Lexical::commit_in_memory`).
+    lexical.commit_in_memory(&payload).map_err(index_error)?;
     index.cursor = Some(delta.to);
     if !delta.removed.is_empty() {
-        // Removed items stay in their segments until these are rewritten.
+        // Removed items stay in their segments until these are rewritten
+        // (and the rewritten ones are on disk: a forget is done when the
+        // erased text is in no file).
         index.lexical.purge_removed().map_err(index_error)?;
     }
     // A writer holds threads and a memory arena; agents are many and
     // their writes come in bursts, so it is opened per catch-up. Its
     // merges are finished here, under the index slot: left running, they
     // would write into the directory while a delete removes it.
-    index.lexical.release_writer().map_err(index_error)
+    index.lexical.release_writer().map_err(index_error)?;
+    // Memory holds at most so much not yet on disk.
+    if index.lexical.unpersisted_bytes() > MAX_UNPERSISTED {
+        index.lexical.persist().map_err(index_error)?;
+    }
+    Ok(())
 }
+
+/// Bytes of an agent's index commits held in memory at most before a
+/// catch-up writes them out itself (the indexer persists them well before,
+/// off the request path): a large import read in by its first search.
+const MAX_UNPERSISTED: usize = 32 << 20;
 
 /// Indexes the traces the index does not hold yet (a trace is immutable
 /// once written, so one that is there is current); returns those.

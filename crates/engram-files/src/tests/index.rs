@@ -128,13 +128,12 @@ async fn recall_leaves_new_active_traces_to_the_background_and_nothing_else() {
     assert_eq!(committed().await, 4);
 }
 
-/// A prompt's recall after a compaction searches the index as it was
-/// (the archived traces were read in while active; the summary is in the
-/// prompt) and leaves the new epoch to the background: no commit on the
-/// compacting turn. A forget is read in before the next recall, whatever
-/// else is left.
+/// A prompt's recall after a compaction sees the new epoch at once (what
+/// it archived, its summary), read in memory: the disk's index is written
+/// by the indexer, off the request path. A forget is read in before the
+/// next recall, and on disk before it is done.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn recall_leaves_a_compactions_epoch_to_the_background_but_not_a_forget() {
+async fn recall_reads_a_compactions_epoch_in_at_once_in_memory_and_a_forget_to_disk() {
     use crate::Policy;
     use engram_core::compaction::Summary;
     use engram_core::forget::Forget;
@@ -192,15 +191,15 @@ async fn recall_leaves_a_compactions_epoch_to_the_background_but_not_a_forget() 
             .collect();
         texts.iter().any(|t| t.contains("okapi1"))
     };
+    let on_disk = || std::fs::read(store.agent_dir(&a).join(".index/meta.json")).ok();
+    let persisted = on_disk();
     assert!(recalled().await, "the archived turn");
-    assert_eq!(
-        committed().await,
-        12,
-        "recall committed the compaction's epoch"
-    );
-    // The summary waits for the background (it is in the prompt).
     let found = store.rank_memories(&a, &recall("zebra")).await.unwrap();
-    assert!(found.memories.is_empty(), "{found:?}");
+    assert_eq!(found.memories.len(), 1, "the summary: {found:?}");
+    assert_eq!(committed().await, 13, "the summary read in");
+    assert_eq!(on_disk(), persisted, "nothing written by the request");
+    store.persist_open(&a).await;
+    assert_ne!(on_disk(), persisted, "written out by the indexer");
 
     // A forget is read in first: the forgotten turn is not recalled.
     store

@@ -245,3 +245,78 @@ fn a_pruned_search_within_a_filter_finds_the_best_of_every_match() {
         }
     }
 }
+
+/// Every file under `dir`, read whole: what the disk holds.
+fn disk_bytes(dir: &std::path::Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        out.extend(std::fs::read(entry.unwrap().path()).unwrap_or_default());
+    }
+    out
+}
+
+#[test]
+fn a_commit_in_memory_is_searchable_at_once_and_on_disk_only_once_persisted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut index = Lexical::open(dir.path()).unwrap();
+    index
+        .upsert(&[trace("a", 1, 0.0, "the kayak on the lake")])
+        .unwrap();
+    index.commit("one").unwrap();
+    index
+        .upsert(&[trace("b", 2, 0.0, "a zeppelin over the harbour")])
+        .unwrap();
+    index.commit_in_memory("two").unwrap();
+    index.release_writer().unwrap();
+    assert_eq!(keys(&mut index, "zeppelin", &Filter::default()), ["b"]);
+    assert!(index.unpersisted_bytes() > 0);
+    let zeppelin = |bytes: &[u8]| bytes.windows(8).any(|w| w == b"zeppelin");
+    assert!(!zeppelin(&disk_bytes(dir.path())), "nothing written");
+
+    // Killed before a persist: the disk holds the last persisted commit.
+    drop(index);
+    let mut index = Lexical::open(dir.path()).unwrap();
+    assert_eq!(index.payload().unwrap().as_deref(), Some("one"));
+    assert!(keys(&mut index, "zeppelin", &Filter::default()).is_empty());
+    assert_eq!(keys(&mut index, "kayak", &Filter::default()), ["a"]);
+
+    index
+        .upsert(&[trace("b", 2, 0.0, "a zeppelin over the harbour")])
+        .unwrap();
+    index.commit_in_memory("two").unwrap();
+    index.release_writer().unwrap();
+    index.persist().unwrap();
+    assert_eq!(index.unpersisted_bytes(), 0);
+    drop(index);
+    let mut index = Lexical::open(dir.path()).unwrap();
+    assert_eq!(index.payload().unwrap().as_deref(), Some("two"));
+    assert_eq!(keys(&mut index, "zeppelin", &Filter::default()), ["b"]);
+}
+
+#[test]
+fn an_erased_item_leaves_the_disk_once_persisted_and_not_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut index = Lexical::open(dir.path()).unwrap();
+    index
+        .upsert(&[
+            trace("a", 1, 0.0, "my secret is xylophone"),
+            trace("b", 2, 0.0, "the weather is fine"),
+        ])
+        .unwrap();
+    index.commit("one").unwrap();
+    index.remove(&["a"]).unwrap();
+    index.commit_in_memory("two").unwrap();
+    index.purge_removed().unwrap();
+    let secret = |bytes: &[u8]| bytes.windows(9).any(|w| w == b"xylophone");
+    assert!(keys(&mut index, "xylophone", &Filter::default()).is_empty());
+    assert!(
+        secret(&disk_bytes(dir.path())),
+        "the persisted commit still names its segment"
+    );
+    index.persist().unwrap();
+    assert!(!secret(&disk_bytes(dir.path())));
+    drop(index);
+    let mut index = Lexical::open(dir.path()).unwrap();
+    assert_eq!(index.payload().unwrap().as_deref(), Some("two"));
+    assert_eq!(keys(&mut index, "weather", &Filter::default()), ["b"]);
+}
