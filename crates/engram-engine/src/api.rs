@@ -69,6 +69,8 @@ pub struct Prepared {
     pub warnings: Vec<String>,
     /// What the recall block attached to the current user message holds.
     pub recalled: Vec<Recalled>,
+    /// What recall ranked and left out (`None`: recall did not run).
+    pub recall: Option<crate::RecallReport>,
     /// The memory blocks in the system message, in order.
     pub blocks: Vec<engram_core::blocks::Shown>,
 }

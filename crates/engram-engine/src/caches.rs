@@ -86,10 +86,12 @@ pub struct TurnRecall {
     pub transcript: u64,
     pub epoch: u32,
     pub turn_id: String,
-    pub min_score: f32,
+    pub floor: crate::recall::Floor,
     /// The index of the current user message in the epoch's messages.
     pub at: usize,
     pub entries: Vec<RecallEntry>,
+    /// What the ranking held and the entries leave out.
+    pub report: crate::recall::Report,
 }
 
 #[derive(Debug)]

@@ -62,6 +62,7 @@ pub use api::*;
 pub use error::EngineError;
 pub use memory::{Heap, use_heap};
 pub use portable::{Export, Import};
+pub use recall::Report as RecallReport;
 pub use settings::Settings;
 
 use budget::Budgets;

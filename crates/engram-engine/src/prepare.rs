@@ -327,6 +327,10 @@ fn build(
         let counted = &mut caches.recall_tokens;
         recall::attach(recall, &context.messages, encoding, room(max), counted)
     });
+    let recall_report = recalled.map(|(recall, _)| {
+        let shown = attached.as_ref().map_or(0, |a| a.recalled.len());
+        recall.report.showing(recall.entries.len(), shown)
+    });
     // Compaction is about the transcript: its report leaves the block out;
     // the prompt's estimate counts it.
     let transcript_tokens = size.prompt_tokens();
@@ -397,6 +401,7 @@ fn build(
         epoch: context.epoch,
         warnings,
         recalled: attached.map(|a| a.recalled).unwrap_or_default(),
+        recall: recall_report,
         blocks: vec![],
     }
 }

@@ -13,7 +13,10 @@
 //!   agent's caches for the turn's later prompts (a tool loop's calls), so
 //!   those send the same block and hit the cache up to their newest message.
 //! - How much: entries in rank order while they fit `max_tokens` and the
-//!   room the input budget leaves.
+//!   room the input budget leaves, none scoring under the floor: a share
+//!   of the best score of the same question (`recall.relative_floor`), so
+//!   a question with one good answer does not fill the block with
+//!   near-misses; the response says what each rule left out.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -44,7 +47,7 @@ const MAX_LINE: usize = 600;
 pub struct Settings {
     pub enabled: bool,
     pub max_tokens: u32,
-    pub min_score: f32,
+    pub floor: Floor,
 }
 
 impl Settings {
@@ -52,9 +55,53 @@ impl Settings {
         Self {
             enabled: req.recall.unwrap_or(config.enabled),
             max_tokens: req.recall_max_tokens.unwrap_or(config.max_tokens),
-            min_score: config.min_score,
+            floor: Floor {
+                min_score: config.min_score,
+                relative: config.relative_floor,
+            },
         }
     }
+}
+
+/// The score under which a memory is not recalled: `min_score`, or
+/// `relative` × the best score of the same question when that is higher.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Floor {
+    pub min_score: f32,
+    pub relative: f32,
+}
+
+impl Report {
+    /// This report for a block that holds `shown` of the entries.
+    pub fn showing(self, entries: usize, shown: usize) -> Self {
+        Self {
+            over_budget: entries.saturating_sub(shown) as u32,
+            ..self
+        }
+    }
+}
+
+impl Floor {
+    pub fn under(&self, best: f32) -> f32 {
+        self.min_score.max(self.relative * best)
+    }
+}
+
+/// What recall ranked for a prompt and what it left out, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Report {
+    /// Memories ranked for the current user message.
+    pub ranked: u32,
+    /// The best score among them, and the floor it set.
+    pub best_score: f32,
+    pub floor: f32,
+    /// Left out for scoring under the floor.
+    pub below_floor: u32,
+    /// Left out as already in the prompt: the snapshot shows it, or it is
+    /// a neighbour of a better entry.
+    pub already_shown: u32,
+    /// Left out for want of room (`recall.max_tokens`, the input budget).
+    pub over_budget: u32,
 }
 
 /// The block attached: the message that carries it and what it holds.
@@ -103,7 +150,7 @@ pub async fn for_turn(
             && r.epoch == context.epoch
             && r.turn_id == context.current_turn_id
             && r.at == at
-            && r.min_score == settings.min_score
+            && r.floor == settings.floor
     }) {
         return Some(kept);
     }
@@ -142,32 +189,42 @@ pub async fn for_turn(
         .first()
         .filter(|m| m.role == Role::System)
         .map_or("", |m| m.content.as_str());
+    let (entries, report) = entries(memories, snapshot, settings.floor, id.as_str());
     let recall = Arc::new(TurnRecall {
         transcript: context.transcript,
         epoch: context.epoch,
         turn_id: context.current_turn_id.clone(),
-        min_score: settings.min_score,
+        floor: settings.floor,
         at,
-        entries: entries(memories, snapshot, settings.min_score, id.as_str()),
+        entries,
+        report,
     });
     caches::lock(&cell).recall = Some(Arc::clone(&recall));
     Some(recall)
 }
 
-/// The entries of the block, best first: below `min_score`, already in
-/// the snapshot, or already shown (a neighbour of a better hit) left out.
-/// An entry from another of the user's conversations than `current` says
-/// which.
+/// The entries of the block, best first: under the `floor`, already in
+/// the snapshot, or already shown (a neighbour of a better hit) left out,
+/// and counted as such. An entry from another of the user's conversations
+/// than `current` says which.
 pub fn entries(
     memories: Vec<Recalled>,
     snapshot: &str,
-    min_score: f32,
+    floor: Floor,
     current: &str,
-) -> Vec<Entry> {
+) -> (Vec<Entry>, Report) {
+    let best_score = memories.iter().map(|r| r.score).fold(0.0, f32::max);
+    let mut report = Report {
+        ranked: memories.len() as u32,
+        best_score,
+        floor: floor.under(best_score),
+        ..Report::default()
+    };
     let mut shown: HashSet<String> = HashSet::new();
     let mut out = Vec::new();
     for r in memories {
-        if r.score < min_score {
+        if r.score < report.floor {
+            report.below_floor += 1;
             continue;
         }
         let whose = match r.agent_id.as_deref() {
@@ -177,6 +234,7 @@ pub fn entries(
         let text = match &r.memory {
             Memory::Trace { trace, .. } => {
                 if !shown.insert(trace.id.clone()) {
+                    report.already_shown += 1;
                     continue;
                 }
                 let mut lines = vec![format!("- ({whose}{})", when_and_turn(trace))];
@@ -203,11 +261,14 @@ pub fn entries(
                     one_line(&f.fact)
                 )
             }
-            Memory::Episodic(_) | Memory::Semantic(_) => continue,
+            Memory::Episodic(_) | Memory::Semantic(_) => {
+                report.already_shown += 1;
+                continue;
+            }
         };
         out.push(Entry { text, memory: r });
     }
-    out
+    (out, report)
 }
 
 /// The block for a prompt: the entries that fit `room` tokens, attached to

@@ -55,6 +55,9 @@ pub struct RecallSection {
     pub enabled: bool,
     pub max_tokens: u32,
     pub min_score: f32,
+    /// A memory scoring under this share of the best score of the same
+    /// question is not recalled (0: no floor).
+    pub relative_floor: f32,
 }
 
 /// `[users]`: memory that follows a user across conversations.

@@ -39,11 +39,9 @@ impl FileStore {
         query: &MemoryQuery,
         current: Option<&AgentId>,
     ) -> Result<RankedMemories> {
-        if let (Some(wait), Some(id)) = (query.wait_for_index, current) {
-            // The current conversation's own items are embedded first.
-            let _ = self
-                .wait_embedded(id, std::time::Instant::now() + wait)
-                .await;
+        if let Some(wait) = query.wait_for_index {
+            self.wait_user_embedded(user, current, std::time::Instant::now() + wait)
+                .await?;
         }
         // Where the current conversation's active transcript starts, and
         // its epoch.
@@ -120,6 +118,10 @@ impl FileStore {
         };
         let context = search.neighbours.min(MAX_CONTEXT);
         let wants = move |_: &UserIndex| vec![(filter, end + 1)];
+        if let Some(wait) = search.wait_for_index {
+            self.wait_user_embedded(user, None, std::time::Instant::now() + wait)
+                .await?;
+        }
         let caught_up = self.user_caught_up(user, None);
         self.user_ranked(user, &search.query, caught_up, None, wants, move |r| {
             let ranked = r.ranked.into_iter().next().unwrap_or_default();
@@ -135,6 +137,29 @@ impl FileStore {
             })
         })
         .await
+    }
+
+    /// Waits until every conversation of `user` has nothing left to embed
+    /// (`current` first: its own items matter most), or `deadline`; the
+    /// user's index copies their vectors as it catches up.
+    async fn wait_user_embedded(
+        &self,
+        user: &UserId,
+        current: Option<&AgentId>,
+        deadline: std::time::Instant,
+    ) -> Result<()> {
+        let others = self.agents_of(user).await?;
+        let agents = current
+            .into_iter()
+            .chain(others.iter().filter(|a| Some(*a) != current));
+        for agent in agents {
+            match self.wait_embedded(agent, deadline).await {
+                // Deleted meanwhile: nothing of it to wait for.
+                Ok(()) | Err(crate::StoreError::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     /// Ranks `text` over `user`'s index, caught up, for what `wants` asks
@@ -210,10 +235,21 @@ impl FileStore {
                     state: IndexState::default(),
                 });
             };
+            // The user's vectors are copied from the conversations' (and
+            // may hold a few the lexical side has since replaced): what
+            // is embedded is counted among the items, the rest pending.
+            let items = index.lexical.len();
+            let embedded = index.vectors.as_ref().map_or(0, |v| v.len() as u64);
             let state = IndexState {
-                items: index.lexical.len(),
-                embedded: index.vectors.as_ref().map_or(0, |v| v.len() as u64),
-                ..IndexState::default()
+                items,
+                embedded: embedded.min(items),
+                pending: match index.vectors {
+                    Some(_) => items.saturating_sub(embedded),
+                    None => 0,
+                },
+                model: index.vectors.as_ref().map_or(String::new(), |v| {
+                    engram_store::model_of_vectors(v.model()).to_owned()
+                }),
             };
             // The user's vocabulary: every conversation's words (their
             // vectors given by the indexer as it embeds each agent).

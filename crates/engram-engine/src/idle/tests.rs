@@ -46,6 +46,7 @@ pub(crate) fn settings() -> Settings {
             enabled: false,
             max_tokens: 1500,
             min_score: 0.0,
+            relative_floor: 0.0,
         },
         blocks: BlocksSection { max_share: 0.25 },
         memory: MemorySection {

@@ -78,7 +78,7 @@ fn entries_show_when_and_who_with_neighbours_once() {
         ..SemanticItem::new("f1", "Caroline goes to a support group")
     };
     let known = SemanticItem::new("f2", "Caroline likes tea");
-    let entries = entries(
+    let (entries, report) = entries(
         vec![
             hit(&t, 0, 1.5),
             // Shown already as the first hit's neighbour.
@@ -92,9 +92,14 @@ fn entries_show_when_and_who_with_neighbours_once() {
             hit(&t, 2, 0.1),
         ],
         "[MEMORY:SEMANTIC]\n- Caroline likes tea\n",
-        0.5,
+        Floor {
+            min_score: 0.5,
+            relative: 0.0,
+        },
         "agent",
     );
+    let left = (report.below_floor, report.already_shown, report.floor);
+    assert_eq!(left, (1, 2, 0.5), "{report:?}");
     let texts: Vec<&str> = entries.iter().map(|e| e.text.as_str()).collect();
     assert_eq!(
         texts[..3],
@@ -135,7 +140,7 @@ fn the_block_goes_on_the_current_user_message_and_fits_its_room() {
         transcript: 1,
         epoch: 0,
         turn_id: "turn_0003".into(),
-        min_score: 0.0,
+        floor: Floor::default(),
         at: 1,
         entries: entries(
             vec![
@@ -143,9 +148,11 @@ fn the_block_goes_on_the_current_user_message_and_fits_its_room() {
                 memory(Memory::Episodic(summary("Talked about the group.")), 0.9),
             ],
             "",
-            0.0,
+            Floor::default(),
             "agent",
-        ),
+        )
+        .0,
+        report: Default::default(),
     };
     let messages = vec![
         Message::text(Role::System, "snapshot"),
@@ -193,11 +200,44 @@ fn an_entry_from_another_conversation_says_which() {
     other.agent_id = Some("trip-2023".into());
     let mut own = hit(&t, 2, 0.9);
     own.agent_id = Some("agent".into());
-    let shown = entries(vec![other, own], "", 0.0, "agent");
+    let (shown, _) = entries(vec![other, own], "", Floor::default(), "agent");
     assert!(
         shown[0].text.starts_with("- (conversation trip-2023, "),
         "{}",
         shown[0].text
     );
     assert!(!shown[1].text.contains("conversation"), "{}", shown[1].text);
+}
+
+#[test]
+fn the_floor_is_a_share_of_the_best_score_of_the_same_question() {
+    let t = talk();
+    let floor = Floor {
+        min_score: 0.05,
+        relative: 0.2,
+    };
+    let ranked = |best: f32| {
+        vec![
+            hit(&t, 0, best),
+            memory(Memory::Episodic(summary("Talked about the group.")), 0.4),
+            hit(&t, 4, 0.1),
+        ]
+    };
+    // A strong best match: the near-misses under a fifth of it go.
+    let (kept, report) = entries(ranked(1.66), "", floor, "agent");
+    assert_eq!(kept.len(), 2, "{report:?}");
+    assert_eq!(report.below_floor, 1);
+    assert!((report.floor - 0.332).abs() < 1e-4, "{report:?}");
+    assert_eq!((report.ranked, report.best_score), (3, 1.66));
+    // A weak best match (0.4): the same entries are all there is, and stay
+    // (min_score alone applies).
+    let (kept, report) = entries(ranked(0.3), "", floor, "agent");
+    assert_eq!((kept.len(), report.below_floor), (3, 0), "{report:?}");
+    assert!((report.floor - 0.08).abs() < 1e-6, "{report:?}");
+    // No floor: everything.
+    let (kept, _) = entries(ranked(1.66), "", Floor::default(), "agent");
+    assert_eq!(kept.len(), 3);
+    // What did not fit is counted with the block.
+    let left = report.showing(3, 1);
+    assert_eq!(left.over_budget, 2);
 }

@@ -580,3 +580,51 @@ async fn a_vector_of_a_trace_forgotten_while_it_is_embedded_is_not_written_back(
         "no vector of the forgotten one"
     );
 }
+
+/// SearchHistory over a user's conversations waits, when asked, for every
+/// one of them to be embedded, and says how far the user's index is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_search_waits_for_all_its_conversations_to_be_embedded() {
+    let local = local_model();
+    let dir = tempfile::tempdir().unwrap();
+    let bea = engram_core::UserId::parse("bea").unwrap();
+    let wrapped = Wrapped::new(&local, "m", "\u{0}");
+    wrapped.hold("lighthouse");
+    let store = open(dir.path(), Some(Arc::clone(&wrapped))).await;
+    let said =
+        |texts: &[&str]| -> Vec<NewEvent> { texts.iter().map(|t| NewEvent::user(*t)).collect() };
+    let (first, second) = (
+        said(&["the lighthouse keeper waved", "a storm came in at night"]),
+        said(&PET_MEMORIES),
+    );
+    for (agent, events) in [("b1", &first), ("b2", &second)] {
+        store
+            .ingest(&id(agent), events, None, None, Some(&bea))
+            .await
+            .unwrap();
+    }
+    // The first conversation's batch is held in the model: its items and
+    // the second's wait; the search is asked to wait for them.
+    wrapped.held().await;
+    wrapped.release();
+    let page = store
+        .search_user(
+            &bea,
+            &Search {
+                query: DOG.into(),
+                limit: 3,
+                wait_for_index: Some(WAIT),
+                ..Search::default()
+            },
+        )
+        .await
+        .unwrap();
+    let (model, items, embedded, pending) = state(&page);
+    assert_eq!(items, (first.len() + second.len()) as u64);
+    assert_eq!(
+        (model, embedded, pending),
+        ("m", items, 0),
+        "{:?}",
+        page.index
+    );
+}

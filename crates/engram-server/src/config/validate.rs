@@ -22,6 +22,12 @@ impl Config {
         if !(self.recall.min_score.is_finite() && self.recall.min_score >= 0.0) {
             return Err(invalid("recall.min_score", "must be a number >= 0"));
         }
+        if !(0.0..=1.0).contains(&self.recall.relative_floor) {
+            return Err(invalid(
+                "recall.relative_floor",
+                "must be a number from 0 to 1",
+            ));
+        }
         for (key, prior, off) in [
             (
                 "search.speaker_prior",

@@ -69,6 +69,14 @@ pub fn prepared_to_pb(p: Prepared) -> pb::PrepareRequestResponse {
         epoch: p.epoch,
         warnings: p.warnings,
         recalled: p.recalled.into_iter().map(recalled_into_pb).collect(),
+        recall: p.recall.map(|r| pb::RecallReport {
+            ranked: r.ranked,
+            best_score: r.best_score,
+            floor: r.floor,
+            below_floor: r.below_floor,
+            already_shown: r.already_shown,
+            over_budget: r.over_budget,
+        }),
     }
 }
 

@@ -103,6 +103,16 @@ async fn a_question_recalls_what_was_archived_and_the_prefix_stays_the_same() {
         block.contains("Caroline: My dog is called Biscuit and he loves the beach."),
         "{block}"
     );
+    // What recall ranked is accounted for: shown, or left out and why;
+    // nothing shown scores under the floor (a share of the best score).
+    let report = with.recall.unwrap();
+    let shown = with.recalled.len() as u32;
+    let left = report.below_floor + report.already_shown + report.over_budget;
+    assert_eq!(report.ranked, shown + left, "{report:?}");
+    assert!(report.floor > 0.0, "{report:?}");
+    assert!((report.floor - 0.2 * report.best_score).abs() < 1e-4);
+    assert!(with.recalled.iter().all(|r| r.score >= report.floor));
+    assert!(report.below_floor > 0, "the near-misses: {report:?}");
     let first = &with.recalled[0];
     assert_eq!(first.kind, pb::MemoryKind::Trace as i32);
     assert!(first.archived);
@@ -168,6 +178,8 @@ async fn recall_stays_within_its_tokens_and_can_be_turned_off() {
     let server = TestServer::start_with(&[
         ("ENGRAM__EMBED__PROVIDER", "none"),
         ("ENGRAM__RECALL__ENABLED", "false"),
+        // Every memory ranked may go in: the budget alone decides.
+        ("ENGRAM__RECALL__RELATIVE_FLOOR", "0"),
     ])
     .await;
     let mut c = server.client().await;
@@ -179,6 +191,7 @@ async fn recall_stays_within_its_tokens_and_can_be_turned_off() {
         .unwrap()
         .into_inner();
     assert!(off.recalled.is_empty(), "off in the config");
+    assert_eq!(off.recall, None, "recall did not run");
     assert_eq!(off.messages.last().unwrap().content, question);
 
     let small = c
@@ -204,6 +217,13 @@ async fn recall_stays_within_its_tokens_and_can_be_turned_off() {
         .unwrap()
         .into_inner();
     assert!(all.recalled.len() > small.recalled.len());
+    let (small_left, all_left) = (small.recall.unwrap(), all.recall.unwrap());
+    assert_eq!(small_left.below_floor, 0, "no floor: {small_left:?}");
+    assert_eq!(
+        small_left.over_budget - all_left.over_budget,
+        (all.recalled.len() - small.recalled.len()) as u32,
+        "what did not fit is counted"
+    );
     assert!(
         small.estimated_prompt_tokens <= off.estimated_prompt_tokens + 80,
         "{} vs {}",
@@ -219,5 +239,7 @@ async fn recall_stays_within_its_tokens_and_can_be_turned_off() {
         .unwrap()
         .into_inner();
     assert!(none.recalled.is_empty(), "nothing fits in 5 tokens");
+    let left = none.recall.unwrap();
+    assert!(left.over_budget > 0, "{left:?}");
     assert_eq!(none.messages.last().unwrap().content, question);
 }
