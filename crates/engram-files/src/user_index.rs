@@ -513,10 +513,22 @@ impl UserIndex {
         // The writer stays open, its merges running in the background:
         // a prompt that reads a conversation in must not wait for them (a
         // user's index is one per user, not per conversation). `close`,
-        // which DeleteUser calls before the directory goes, waits.
-        self.lexical.commit(&payload).map_err(index_error)?;
+        // which DeleteUser calls before the directory goes, waits. In
+        // memory: a prompt that reads a conversation in writes no file;
+        // the background work after it persists (`persist`).
+        self.lexical
+            .commit_in_memory(&payload)
+            .map_err(index_error)?;
         self.written = false;
         Ok(())
+    }
+
+    /// Writes out the commits held in memory (background work only).
+    pub fn persist(&mut self) -> Result<()> {
+        if self.lexical.unpersisted_bytes() == 0 {
+            return Ok(());
+        }
+        self.lexical.persist().map_err(index_error)
     }
 
     pub fn close(self) -> Result<()> {

@@ -39,10 +39,26 @@ impl FileStore {
     /// background work that calls it (the indexer, after embedding).
     pub(crate) async fn user_catch_up_later(&self, id: &AgentId) {
         let user = engram_store::lock(&self.inner.agent_users).get(id).cloned();
-        if let Some(user) = user
-            && let Err(e) = self.user_caught_up(&user, None).await
-        {
-            tracing::debug!(user = %user, error = %e, "a user's index was not caught up; its next search does it");
+        if let Some(user) = user {
+            if let Err(e) = self.user_caught_up(&user, None).await {
+                tracing::debug!(user = %user, error = %e, "a user's index was not caught up; its next search does it");
+            }
+            self.persist_user_index(&user).await;
+        }
+    }
+
+    /// Writes out what the user's open index holds in memory only (what
+    /// prompts read in): background work, so that requests write no index
+    /// file. Failing, it stays in memory until the next try.
+    async fn persist_user_index(&self, user: &UserId) {
+        let mut guard = self.user_slot(user).lock_owned().await;
+        let persisted = blocking(move || match guard.as_mut() {
+            Some(index) => index.persist(),
+            None => Ok(()),
+        })
+        .await;
+        if let Err(e) = persisted {
+            tracing::warn!(user = %user, error = %e, "a user's index commit was not written out; kept in memory until the next try");
         }
     }
 
@@ -62,6 +78,20 @@ impl FileStore {
             if open && let Err(e) = self.user_caught_up(&user, None).await {
                 tracing::debug!(user = %user, error = %e, "a user's index was not caught up; its next search does it");
             }
+        }
+        // What prompts read in since, in memory only.
+        let unpersisted: Vec<UserId> = engram_store::lock(&self.inner.user_indexes)
+            .iter()
+            .filter(|(_, slot)| {
+                slot.try_lock().is_ok_and(|s| {
+                    s.as_ref()
+                        .is_some_and(|i| i.lexical.unpersisted_bytes() > 0)
+                })
+            })
+            .map(|(user, _)| user.clone())
+            .collect();
+        for user in unpersisted {
+            self.persist_user_index(&user).await;
         }
         // Facts a client wrote that an earlier try could not embed.
         let waiting: Vec<UserId> = engram_store::lock(&self.inner.user_indexes)

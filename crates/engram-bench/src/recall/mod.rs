@@ -56,8 +56,8 @@ pub struct Args {
         default_value = "search,prompt,users,paraphrase,latency"
     )]
     pub parts: Vec<String>,
-    /// store.backend of the servers the search part asks: files, or
-    /// postgres (each server in a fresh schema of --pg-url).
+    /// store.backend of the servers the search and prompt parts ask:
+    /// files, or postgres (each server in a fresh schema of --pg-url).
     #[arg(long, default_value = "files")]
     pub backend: String,
     /// Whether the search part also runs each ranking mechanism off
@@ -145,8 +145,8 @@ pub fn run(args: Args) -> Result<()> {
     let _ = std::fs::remove_dir_all(&args.data_dir);
     std::fs::create_dir_all(&args.data_dir)?;
     let rt = tokio::runtime::Runtime::new()?;
-    // The search part's store: the files under each run's directory, or a
-    // schema of its own per run.
+    // The search and prompt parts' store: the files under each run's
+    // directory, or a schema of its own per run.
     let store = || -> Result<String> {
         if args.backend != "postgres" {
             return Ok(String::new());
@@ -201,7 +201,9 @@ pub fn run(args: Args) -> Result<()> {
             }
             let data = args.data_dir.join(name);
             std::fs::create_dir_all(&data)?;
-            let run = rt.block_on(prompt::run(&args.engramd, &data, &convs, recall, pace))?;
+            let store = store()?;
+            let on = (args.engramd.as_path(), data.as_path(), store.as_str());
+            let run = rt.block_on(prompt::run(on, &convs, recall, pace))?;
             runs.push((recall, pace, run));
         }
         if let Some((_, _, (_, retrieve))) = runs.iter().find(|r| r.1 == Pace::Waited) {

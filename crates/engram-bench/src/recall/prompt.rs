@@ -109,15 +109,15 @@ impl Pace {
 }
 
 /// The prompt's evidence with recall on or off, the questions coming as
-/// `pace` says; when waited, Retrieve's ranking on the same agents too.
+/// `pace` says, on the store `store` configures ("": files under `data`);
+/// when waited, Retrieve's ranking on the same agents too.
 pub async fn run(
-    engramd: &Path,
-    data: &Path,
+    (engramd, data, store): (&Path, &Path, &str),
     convs: &[Conversation],
     recall: bool,
     pace: Pace,
 ) -> anyhow::Result<(Shares, Score)> {
-    let server = Server::start_with(engramd, data, WINDOW)?;
+    let server = Server::start_with(engramd, data, &format!("{store}{WINDOW}"))?;
     let mut client = connect(&server.addr).await?;
     let mut shares = Shares::default();
     let mut retrieve = Score::default();
