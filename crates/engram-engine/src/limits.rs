@@ -18,8 +18,9 @@ pub const DEFAULT_RAW_TAIL_TURNS: u32 = 4;
 /// Retrieve(query): memories ranked.
 pub const DEFAULT_MAX_RECALLED: u32 = 10;
 pub const MAX_RECALLED: u32 = 100;
-/// Neighbouring messages around a ranked trace, each side.
-pub const MAX_CONTEXT_MESSAGES: u32 = 10;
+/// Neighbouring messages around a ranked trace, each side: the bound a
+/// store holds to as well (one value, the store's).
+pub const MAX_CONTEXT_MESSAGES: u32 = engram_store::ranked::MAX_CONTEXT as u32;
 /// SearchHistory: matches per page.
 pub const DEFAULT_SEARCH_LIMIT: u32 = 20;
 pub const MAX_SEARCH_LIMIT: u32 = 200;

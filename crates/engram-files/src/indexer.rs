@@ -235,9 +235,9 @@ impl FileStore {
             return;
         };
         let slot = Arc::clone(&handle.index).lock_owned().await;
-        if !slot
+        if slot
             .as_ref()
-            .is_some_and(|i| i.lexical.unpersisted_bytes() > 0)
+            .is_none_or(|i| i.lexical.unpersisted_bytes() == 0)
         {
             return;
         }
@@ -251,6 +251,25 @@ impl FileStore {
         .await;
         if let Err(e) = persisted {
             tracing::warn!(agent = %id, error = %e, "an index commit was not written out; kept in memory until the next try");
+        }
+    }
+
+    /// Writes out what every open index, an agent's or a user's, holds in
+    /// memory only (a clean shutdown).
+    pub(crate) async fn persist_open_indexes(&self) {
+        let agents: Vec<AgentId> = engram_store::lock(&self.inner.agents)
+            .keys()
+            .cloned()
+            .collect();
+        for id in &agents {
+            self.persist_open(id).await;
+        }
+        let users: Vec<engram_core::UserId> = engram_store::lock(&self.inner.user_indexes)
+            .keys()
+            .cloned()
+            .collect();
+        for user in &users {
+            self.persist_user_index(user).await;
         }
     }
 

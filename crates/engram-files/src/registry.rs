@@ -241,7 +241,10 @@ impl Runtime for FileStore {
     }
 
     /// Flushes and checkpoints: the last call before the process exits.
+    /// The open indexes write out what requests read in (in memory only
+    /// until then; lost, it would be read in again at the next start).
     async fn close(&self) {
+        self.persist_open_indexes().await;
         if let Err(e) = self.checkpoint().await {
             tracing::error!(error = %e, "final checkpoint failed; the log will be replayed at start");
         }

@@ -128,9 +128,11 @@ impl UserIndex {
             Ok((lexical, Some(payload))) => (lexical, payload),
             // Derived data: an unreadable or older index starts over.
             other => {
-                if let Err(e) = other {
+                if let Err(e) = &other {
                     tracing::warn!(dir = %dir.display(), error = %e, "a user's search index is unreadable; rebuilding it");
                 }
+                // Closed before its directory goes.
+                drop(other);
                 std::fs::remove_dir_all(&dir).map_err(StoreError::io("removing", &dir))?;
                 let lexical = Lexical::open(&dir).map_err(index_error)?;
                 (

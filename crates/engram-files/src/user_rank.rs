@@ -159,6 +159,35 @@ impl FileStore {
                 Err(e) => return Err(e),
             }
         }
+        // The user's index copies a conversation's vectors as it catches
+        // up, unless that conversation's index is busy at that moment (the
+        // indexer writing it out): such a one is waited for, and copied at
+        // the next round. A few rounds: a vector the model refused is
+        // never there to copy.
+        for _ in 0..3 {
+            self.user_caught_up(user, None).await?;
+            let waiting = match self.user_slot(user).lock().await.as_ref() {
+                Some(index) => index.waiting_for_vectors(),
+                None => return Ok(()),
+            };
+            let busy: Vec<_> = waiting
+                .iter()
+                .filter_map(|a| AgentId::parse(a).ok())
+                .filter_map(|a| self.existing_handle(&a).ok())
+                .collect();
+            if busy.is_empty() || std::time::Instant::now() >= deadline {
+                return Ok(());
+            }
+            for handle in busy {
+                let free = handle.index.lock();
+                if tokio::time::timeout_at(deadline.into(), free)
+                    .await
+                    .is_err()
+                {
+                    return Ok(());
+                }
+            }
+        }
         Ok(())
     }
 

@@ -50,7 +50,7 @@ impl FileStore {
     /// Writes out what the user's open index holds in memory only (what
     /// prompts read in): background work, so that requests write no index
     /// file. Failing, it stays in memory until the next try.
-    async fn persist_user_index(&self, user: &UserId) {
+    pub(crate) async fn persist_user_index(&self, user: &UserId) {
         let mut guard = self.user_slot(user).lock_owned().await;
         let persisted = blocking(move || match guard.as_mut() {
             Some(index) => index.persist(),

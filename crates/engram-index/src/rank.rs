@@ -45,7 +45,7 @@ pub struct Params {
     /// score the other participants' messages keep (1: no prior).
     pub other_speakers: f32,
     /// Words of the conversation closest in meaning to the question added
-    /// to its word query (0: no expansion; `rank/expand.rs`).
+    /// to its word query (0: no expansion; `rank/lexical_expansion.rs`).
     pub expansion_words: usize,
     /// The expansion's words together weigh this share of the question's
     /// own words (each at most as much as one of them).
@@ -524,9 +524,9 @@ pub use sittings::{Coverage, SittingScores, Sittings, TermCounts, sitting_scores
 mod expansion;
 pub use expansion::{choose_expansion, words_to_consider};
 #[cfg(feature = "lexical")]
-mod expand;
+mod lexical_expansion;
 #[cfg(feature = "lexical")]
-pub use expand::{expand_and_fuse, expansion};
+pub use lexical_expansion::{expand_and_fuse, expansion};
 
 #[cfg(all(test, feature = "lexical"))]
 mod tests;

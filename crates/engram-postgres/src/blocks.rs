@@ -59,7 +59,7 @@ impl PgStore {
         .await
         .map_err(db("reading memory blocks"))?;
         let (pinned, blocks): (Vec<_>, Vec<_>) = found.into_iter().partition(|(s, _)| s.is_empty());
-        let user_pinned = crate::user_managed::pinned(pinned.iter().map(|(_, b)| b.as_str()))?;
+        let user_pinned = crate::user_fact_changes::pinned(pinned.iter().map(|(_, b)| b.as_str()))?;
         let rows = blocks
             .into_iter()
             .map(|(scope, body)| Ok((scope, parse(&body)?)))

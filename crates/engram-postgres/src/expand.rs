@@ -20,7 +20,7 @@ use engram_store::Result;
 use sqlx::PgConnection;
 
 use crate::PgStore;
-use crate::who::{Places, Who};
+use crate::covered::{Covered, PlaceOrigins};
 use crate::words::{Hidden, Terms, around, candidates, neighbours};
 
 /// Words per call to the model when the vocabulary is embedded.
@@ -37,7 +37,7 @@ impl PgStore {
     pub(crate) async fn expansion(
         &self,
         conn: &mut PgConnection,
-        who: &Who<'_>,
+        who: &Covered<'_>,
         (query, own): (&[f32], &[String]),
         docs: u64,
         deadline: Option<Instant>,
@@ -51,8 +51,8 @@ impl PgStore {
             return Ok(Vec::new());
         }
         let agents = match who {
-            Who::Agent(id) => vec![(*id).to_owned()],
-            Who::User(p) => p.agents.clone(),
+            Covered::Agent(id) => vec![(*id).to_owned()],
+            Covered::User(p) => p.agents.clone(),
         };
         let vocabularies = self.inner.vocabulary.of(conn, &agents).await?;
         let lists: Vec<Arc<Vec<String>>> = vocabularies
@@ -167,12 +167,12 @@ pub(crate) fn word_table(params: &Params, dim: usize) -> Option<Arc<RwLock<WordV
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn expand(
     conn: &mut PgConnection,
-    who: &Who<'_>,
+    who: &Covered<'_>,
     words: Vec<Option<Words>>,
     (expansion, terms): (&Expansion, &Terms),
     docs: u64,
     hidden: Hidden<'_>,
-    places: &mut Places<'_>,
+    places: &mut PlaceOrigins<'_>,
     params: &Params,
 ) -> Result<Vec<Option<Words>>> {
     if expansion.is_empty() {

@@ -25,7 +25,7 @@ impl Facts for PgStore {
         let id = match fact_owner(scope)? {
             FactOwner::User(user) => {
                 let mut conn = self.conn().await?;
-                let facts = crate::user_managed::load(&mut conn, user).await?;
+                let facts = crate::user_fact_changes::load(&mut conn, user).await?;
                 let facts = facts.into_iter().map(|f| f.fact);
                 return Ok(facts.filter(|f| f.managed.deleted_at.is_none()).collect());
             }

@@ -11,7 +11,7 @@
 //! superseded it wrote it again at the same version), so it stands for its
 //! version over that version's row in `fact_versions`.
 //!
-//! An import is one transaction (`imported.rs` writes its rows): the
+//! An import is one transaction (`import_rows.rs` writes its rows): the
 //! users' scope locks, then the agents' rows, then their vectors' locks,
 //! the order every writer takes them in. What exists is found under those
 //! locks; refused, it wrote nothing. Replaced agents are deleted (their
@@ -127,9 +127,9 @@ async fn write(tx: &mut PgConnection, bundle: &MemoryBundle, replace: bool) -> R
     if let Some(u) = &bundle.user {
         crate::agents::delete_user_memory(tx, &u.id, "replacing a user's memory").await?;
     }
-    crate::imported::agents(tx, &bundle.agents).await?;
+    crate::import_rows::agents(tx, &bundle.agents).await?;
     if let Some(u) = &bundle.user {
-        crate::imported::user(tx, u).await?;
+        crate::import_rows::user(tx, u).await?;
     }
     Ok(())
 }
@@ -307,7 +307,7 @@ async fn blocks_of(tx: &mut PgConnection, scope: &Scope) -> Result<Vec<Block>> {
 
 /// The user's own records in the snapshot `tx`; none for an unknown user.
 async fn user_records(tx: &mut PgConnection, user: &UserId) -> Result<UserRecords> {
-    let rows = crate::user_managed::load(&mut *tx, user).await?;
+    let rows = crate::user_fact_changes::load(&mut *tx, user).await?;
     let versions: Vec<(String, String)> = sqlx::query_as(
         "SELECT id, body FROM user_fact_versions WHERE user_id = $1 ORDER BY id, version",
     )
@@ -317,7 +317,7 @@ async fn user_records(tx: &mut PgConnection, user: &UserId) -> Result<UserRecord
     .map_err(db("reading a user's facts' versions"))?;
     let mut older: HashMap<String, Vec<UserFact>> = HashMap::new();
     for (fact, body) in &versions {
-        let version = crate::user_managed::parse(body)?;
+        let version = crate::user_fact_changes::parse(body)?;
         older.entry(fact.clone()).or_default().push(version);
     }
     let facts = with_versions(rows, older, |f| &f.fact);

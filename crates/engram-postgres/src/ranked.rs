@@ -17,9 +17,9 @@ use engram_store::{
 use sqlx::PgConnection;
 use uuid::Uuid;
 
+use crate::covered::{Covered, PlaceOrigins};
 use crate::expand::{expand, sitting_terms};
 use crate::recalled::materialize;
-use crate::who::{Places, Who};
 use crate::words::{Hidden, by_words};
 use crate::{PgStore, db};
 
@@ -32,7 +32,7 @@ impl Ranks for PgStore {
         for want in &mut wants {
             want.1 = want.1.min(MAX_RANKED);
         }
-        let who = Who::Agent(id.as_str());
+        let who = Covered::Agent(id.as_str());
         let (ranked, places, state) = self
             .ranking(
                 &mut conn,
@@ -97,7 +97,7 @@ impl PgStore {
         let ranked = ranked.pop().unwrap_or_default();
         let more = ranked.len() > end;
         let page: Vec<Ranked> = ranked.into_iter().take(end).skip(from).collect();
-        let who = Who::Agent(id.as_str());
+        let who = Covered::Agent(id.as_str());
         let recalled = materialize(&mut conn, &who, &places, &page, search.neighbours).await?;
         let hits = recalled.into_iter().filter_map(Hit::of).collect();
         Ok(SearchPage {
@@ -116,13 +116,13 @@ impl PgStore {
         query: &str,
         wants: Vec<Want>,
         wait: Option<std::time::Duration>,
-    ) -> Result<(Vec<Vec<Ranked>>, Places<'static>, IndexState)> {
+    ) -> Result<(Vec<Vec<Ranked>>, PlaceOrigins<'static>, IndexState)> {
         let deadline = wait.map(|wait| std::time::Instant::now() + wait);
         if let Some(deadline) = deadline {
             self.wait_embedded(id, deadline).await?;
         }
         let (state, incarnation) = state(conn, id).await?;
-        let who = Who::Agent(id);
+        let who = Covered::Agent(id);
         let handle = self.handle(id);
         let held = self.vectors(conn, id, incarnation, &handle.vectors).await?;
         let copy = held.as_deref().and_then(|v| v.as_ref()).map(|c| &c.vectors);
@@ -135,7 +135,7 @@ impl PgStore {
                 (state.items, deadline),
                 None,
                 copy,
-                Places::default(),
+                PlaceOrigins::default(),
             )
             .await?;
         let embedded = copy.map_or(0, Vectors::len);
@@ -154,14 +154,14 @@ impl PgStore {
     pub(crate) async fn rank_among<'p>(
         &self,
         conn: &mut PgConnection,
-        who: &Who<'_>,
+        who: &Covered<'_>,
         query: &str,
         wants: Vec<Want>,
         (docs, deadline): (u64, Option<std::time::Instant>),
         hidden: Hidden<'_>,
         vectors: Option<&Vectors>,
-        mut places: Places<'p>,
-    ) -> Result<(Vec<Vec<Ranked>>, Places<'p>)> {
+        mut places: PlaceOrigins<'p>,
+    ) -> Result<(Vec<Vec<Ranked>>, PlaceOrigins<'p>)> {
         let params = &self.inner.config.ranking;
         let (query_vector, words) = tokio::join!(
             self.query_vector(query),
@@ -266,8 +266,8 @@ async fn state(conn: &mut PgConnection, id: &str) -> Result<(IndexState, Uuid)> 
 /// and facts alone), read back.
 pub(crate) async fn recalled_memories(
     conn: &mut PgConnection,
-    who: &Who<'_>,
-    places: &Places<'_>,
+    who: &Covered<'_>,
+    places: &PlaceOrigins<'_>,
     ranked: Vec<Vec<Ranked>>,
     neighbours: usize,
 ) -> Result<(

@@ -11,7 +11,7 @@ use engram_store::ranked::{MAX_CONTEXT, matched_by, split_key};
 use engram_store::{Memory, Recalled, Result};
 use sqlx::PgConnection;
 
-use crate::who::{Places, Who};
+use crate::covered::{Covered, PlaceOrigins};
 use crate::{db, parse, parse_trace};
 
 /// The memories `ranked` names, in order, each trace with up to `context`
@@ -19,8 +19,8 @@ use crate::{db, parse, parse_trace};
 /// is a user.
 pub(crate) async fn materialize(
     conn: &mut PgConnection,
-    who: &Who<'_>,
-    places: &Places<'_>,
+    who: &Covered<'_>,
+    places: &PlaceOrigins<'_>,
     ranked: &[Ranked],
     context: usize,
 ) -> Result<Vec<Recalled>> {
@@ -39,7 +39,7 @@ pub(crate) async fn materialize(
             }),
             _ => match (hit.key().map(split_key), who) {
                 // The user's own fact (a client wrote it).
-                (Some((None, id)), Who::User(_)) => {
+                (Some((None, id)), Covered::User(_)) => {
                     own_ids.push(id.to_owned());
                     Some(Spot::Own(id.to_owned()))
                 }
@@ -91,7 +91,7 @@ pub(crate) async fn materialize(
         .map(|(a, id, body)| ((a, id), body))
         .collect();
     let mut own = match who {
-        Who::User(placing) if !own_ids.is_empty() => {
+        Covered::User(placing) if !own_ids.is_empty() => {
             own_facts(conn, &placing.user, &own_ids).await?
         }
         _ => HashMap::new(),
@@ -176,7 +176,7 @@ async fn own_facts(
     let now = engram_store::unix_now();
     let mut out = HashMap::new();
     for body in bodies {
-        let fact = crate::user_managed::parse(&body)?.fact;
+        let fact = crate::user_fact_changes::parse(&body)?.fact;
         if fact.is_shown(now) {
             out.insert(fact.id.clone(), fact);
         }

@@ -19,8 +19,8 @@ use engram_store::Result;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
+use crate::covered::{Covered, bind_covered};
 use crate::db;
-use crate::who::{Who, bind_who};
 
 /// Sittings a replica keeps at most, over all agents (16 bytes each):
 /// past it, it starts over (a search reads an agent's again).
@@ -89,26 +89,26 @@ pub(crate) struct SittingCache {
     held: Mutex<(HashMap<String, Arc<AgentSittings>>, usize)>,
 }
 
-/// An agent as a read finds it (id, incarnation, generation, version),
-/// with one trace written after the last kept (seq, ord, time, length),
-/// if any.
-type Read = (
-    String,
-    Uuid,
-    i64,
-    i64,
-    Option<i64>,
-    Option<i64>,
-    Option<f64>,
-    Option<i64>,
-);
+/// An agent as a read finds it, with one trace written after the last
+/// kept, if any (its place, time and length).
+#[derive(sqlx::FromRow)]
+struct Read {
+    id: String,
+    incarnation: Uuid,
+    generation: i64,
+    version: i64,
+    seq: Option<i64>,
+    ord: Option<i64>,
+    ts: Option<f64>,
+    length: Option<i64>,
+}
 
 /// Each of `agents` with the traces it holds after `after` (its `seq`):
 /// one statement, so the version and the traces are of one moment.
 async fn read(conn: &mut PgConnection, agents: &[String], after: &[i64]) -> Result<Vec<Read>> {
     sqlx::query_as(
         "SELECT a.id, a.incarnation, a.generation, a.version,
-                t.seq, t.ord, t.ts, length(t.words)::bigint
+                t.seq, t.ord, t.ts, length(t.words)::bigint AS length
          FROM unnest($1::text[], $2::bigint[]) AS s(agent, after)
          JOIN agents a ON a.id = s.agent
          LEFT JOIN traces t ON t.agent_id = s.agent AND t.seq > s.after
@@ -146,8 +146,16 @@ impl SittingCache {
         let mut out = Vec::with_capacity(agents.len());
         let mut fresh: HashMap<String, AgentSittings> = HashMap::new();
         let mut again = Vec::new();
-        for (id, incarnation, generation, version, seq, ord, ts, length) in
-            read(conn, agents, &after).await?
+        for Read {
+            id,
+            incarnation,
+            generation,
+            version,
+            seq,
+            ord,
+            ts,
+            length,
+        } in read(conn, agents, &after).await?
         {
             let trace = seq.zip(ord).zip(ts.zip(length));
             if !fresh.contains_key(&id) {
@@ -179,8 +187,16 @@ impl SittingCache {
         }
         if !again.is_empty() {
             let all = vec![-1; again.len()];
-            for (id, incarnation, generation, version, seq, ord, ts, length) in
-                read(conn, &again, &all).await?
+            for Read {
+                id,
+                incarnation,
+                generation,
+                version,
+                seq,
+                ord,
+                ts,
+                length,
+            } in read(conn, &again, &all).await?
             {
                 let s = fresh
                     .entry(id)
@@ -215,7 +231,7 @@ impl SittingCache {
 pub(crate) async fn scores(
     conn: &mut PgConnection,
     cache: &SittingCache,
-    who: &Who<'_>,
+    who: &Covered<'_>,
     lexemes: &[(String, f32)],
     semantic: Option<(&Vectors, &[f32])>,
     params: &Params,
@@ -224,8 +240,8 @@ pub(crate) async fn scores(
         return Ok(None);
     }
     let agents = match who {
-        Who::Agent(id) => vec![(*id).to_owned()],
-        Who::User(p) => p.agents.clone(),
+        Covered::Agent(id) => vec![(*id).to_owned()],
+        Covered::User(p) => p.agents.clone(),
     };
     let by_agent = cache.of(conn, &agents, params.session_gap).await?;
     // Every agent's sittings in one order, by place (a user's agents each
@@ -265,7 +281,7 @@ pub(crate) async fn scores(
              WHERE w.lexeme = ANY($3)",
             who = who.clause("agent_id", 1),
         );
-        let rows: Vec<(String, i64, String, i32)> = bind_who!(sqlx::query_as(&sql), who)
+        let rows: Vec<(String, i64, String, i32)> = bind_covered!(sqlx::query_as(&sql), who)
             .bind(&any)
             .bind(lexemes.iter().map(|(l, _)| l.as_str()).collect::<Vec<_>>())
             .bind(MAX_ROWS)

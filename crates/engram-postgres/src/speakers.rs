@@ -12,18 +12,18 @@ use engram_index::{ASKING_CHARS, Fused, MESSAGE_TYPES, Params, Said};
 use engram_store::Result;
 use sqlx::PgConnection;
 
+use crate::covered::{Covered, PlaceOrigins};
 use crate::db;
-use crate::who::{Places, Who};
 
 /// Notes on each of `fused` the participant the question names (if it
 /// names exactly one of those who said a candidate, and the speaker prior
 /// is on) and returns what is known of each candidate trace, by place.
 pub(crate) async fn prior(
     conn: &mut PgConnection,
-    who: &Who<'_>,
+    who: &Covered<'_>,
     query: &str,
     fused: &mut [Option<Fused>],
-    places: &Places<'_>,
+    places: &PlaceOrigins<'_>,
     params: &Params,
 ) -> Result<HashMap<u64, Said>> {
     let mut seen = HashSet::new();

@@ -14,7 +14,7 @@ use engram_core::users::{self, Folded, LastConversation, UserFact};
 use engram_core::{AgentId, UserId};
 use engram_store::{Result, StoreError, UserMemory};
 
-use crate::user_managed::{load, store_row};
+use crate::user_fact_changes::{load, store_row};
 use crate::{PgStore, db};
 
 #[async_trait]

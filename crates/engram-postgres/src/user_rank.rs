@@ -1,5 +1,5 @@
 //! Ranking across a user's conversations on the database: one search over
-//! the rows of all of the user's agents (`Who::User`: BM25 with the term
+//! the rows of all of the user's agents (`Covered::User`: BM25 with the term
 //! rarity of all of them, each agent's places in a range of its own),
 //! fused with this replica's copy of the user's vectors
 //! (`user_vectors.rs`), the current conversation's active transcript left
@@ -15,16 +15,16 @@ use engram_store::ranked::{MAX_RANKED, Want, memory_wants, place, range};
 use engram_store::{Hit, IndexState, MemoryQuery, RankedMemories, Result, Search, SearchPage};
 use sqlx::PgConnection;
 
+use crate::covered::{Covered, PlaceOrigins};
 use crate::ranked::{first_active, recalled_memories};
 use crate::recalled::materialize;
 use crate::user_vectors::UserCopy;
-use crate::who::{Places, Who};
 use crate::words::Hidden;
 use crate::{PgStore, db};
 
 /// What a ranking over a user gives back: the rankings, where their places
 /// lie, and the index state.
-type UserRanked<'a> = (Vec<Vec<Ranked>>, Places<'a>, IndexState);
+type UserRanked<'a> = (Vec<Vec<Ranked>>, PlaceOrigins<'a>, IndexState);
 
 impl PgStore {
     /// Recall and Retrieve across `user`'s conversations.
@@ -71,7 +71,7 @@ impl PgStore {
                 (hidden, deadline),
             )
             .await?;
-        let who = Who::User(&copy.placing);
+        let who = Covered::User(&copy.placing);
         let (memories, episodic, semantic) =
             recalled_memories(&mut conn, &who, &places, ranked, query.neighbours).await?;
         // The user's facts are folded from each conversation's: the same
@@ -115,7 +115,7 @@ impl PgStore {
         let ranked = ranked.pop().unwrap_or_default();
         let more = ranked.len() > end;
         let page: Vec<Ranked> = ranked.into_iter().take(end).skip(from).collect();
-        let who = Who::User(&copy.placing);
+        let who = Covered::User(&copy.placing);
         let recalled = materialize(&mut conn, &who, &places, &page, search.neighbours).await?;
         Ok(SearchPage {
             hits: recalled.into_iter().filter_map(Hit::of).collect(),
@@ -136,7 +136,7 @@ impl PgStore {
         wants: Vec<Want>,
         (hidden, deadline): (Hidden<'_>, Option<std::time::Instant>),
     ) -> Result<UserRanked<'a>> {
-        let who = Who::User(&copy.placing);
+        let who = Covered::User(&copy.placing);
         // What waits for the model is counted only where there is one
         // (without, every row waits: a count of all of them per search).
         let (memories, pending): (i64, i64) = sqlx::query_as(
@@ -161,7 +161,7 @@ impl PgStore {
                 (docs, deadline),
                 hidden,
                 copy.vectors.as_ref(),
-                Places::besides(&copy.places),
+                PlaceOrigins::besides(&copy.places),
             )
             .await?;
         let mut state = IndexState {

@@ -18,14 +18,14 @@ use sqlx::PgConnection;
 use tokio::sync::Mutex as AsyncMutex;
 use uuid::Uuid;
 
+use crate::covered::{Covered, UserOrdinals};
 use crate::vectors::decode;
-use crate::who::{Placing, Who};
 use crate::{PgStore, db};
 
 /// What a replica holds of one user.
 #[derive(Debug, Default)]
 pub(crate) struct UserCopy {
-    pub placing: Placing,
+    pub placing: UserOrdinals,
     /// Each agent's incarnation and the highest `vector_seq` folded in.
     seen: HashMap<String, (Uuid, i64)>,
     /// The vectors, placed (none without a model).
@@ -148,7 +148,7 @@ impl PgStore {
         .await
         .map_err(db("reading a user's vectors"))?;
         let dim = embedder.dim();
-        let who = Who::User(&copy.placing);
+        let who = Covered::User(&copy.placing);
         let (mut add, mut gone) = (Vec::new(), Vec::new());
         for (agent, key, kind, ord, ts, trace_type, vector, seq, live) in rows {
             if let Some(s) = copy.seen.get_mut(&agent) {

@@ -112,17 +112,18 @@ struct Row {
     lexemes: Vec<String>,
 }
 
-/// An agent as a read finds it (id, incarnation, generation), with one
-/// row written after those kept (kind, seq, body, lexemes), if any.
-type Read = (
-    String,
-    Uuid,
-    i64,
-    Option<i8>,
-    Option<i64>,
-    Option<String>,
-    Option<Vec<String>>,
-);
+/// An agent as a read finds it, with one row written after those kept,
+/// if any (its kind, place, body and lexemes).
+#[derive(sqlx::FromRow)]
+struct Read {
+    id: String,
+    incarnation: Uuid,
+    generation: i64,
+    kind: Option<i8>,
+    seq: Option<i64>,
+    body: Option<String>,
+    lexemes: Option<Vec<String>>,
+}
 
 /// Each of `agents` with its traces after `traces` and its live memories
 /// after `memories` (by `seq`, memories first, each in order): one
@@ -162,11 +163,20 @@ type Rows = HashMap<String, (Uuid, i64, Vec<Row>)>;
 fn rows_of(read: Vec<Read>) -> Rows {
     let bytes: u64 = read
         .iter()
-        .map(|r| r.5.as_ref().map_or(0, |b| b.len() as u64))
+        .map(|r| r.body.as_ref().map_or(0, |b| b.len() as u64))
         .sum();
     engram_store::offload_over(bytes, move || {
         let mut out: Rows = HashMap::new();
-        for (id, incarnation, generation, kind, seq, body, lexemes) in read {
+        for Read {
+            id,
+            incarnation,
+            generation,
+            kind,
+            seq,
+            body,
+            lexemes,
+        } in read
+        {
             let agent = out
                 .entry(id)
                 .or_insert_with(|| (incarnation, generation, Vec::new()));

@@ -17,8 +17,8 @@ use engram_store::ranked::{Want, key_of};
 use engram_store::{Result, StoreError};
 use sqlx::PgConnection;
 
+use crate::covered::{Covered, PlaceOrigins, bind_covered};
 use crate::db;
-use crate::who::{Places, Who, bind_who};
 
 /// BM25's parameters (tantivy's, as the file store's index uses).
 const K1: f64 = 1.2;
@@ -144,12 +144,12 @@ pub(crate) type Hidden<'a> = Option<(&'a str, i64)>;
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn by_words(
     conn: &mut PgConnection,
-    who: &Who<'_>,
+    who: &Covered<'_>,
     query: &str,
     wants: Vec<Want>,
     docs: u64,
     hidden: Hidden<'_>,
-    places: &mut Places<'_>,
+    places: &mut PlaceOrigins<'_>,
     params: &Params,
 ) -> Result<(Vec<Option<Words>>, Option<Terms>)> {
     let terms = terms(conn, who, query, params.max_terms, docs).await?;
@@ -204,7 +204,7 @@ pub(crate) fn around(placed: &Around) -> impl Fn(u64, usize) -> (Vec<Placed>, Ve
 /// is left.
 async fn terms(
     conn: &mut PgConnection,
-    who: &Who<'_>,
+    who: &Covered<'_>,
     query: &str,
     max: usize,
     docs: u64,
@@ -229,8 +229,8 @@ async fn terms(
     // rows is common: its rarity is that estimate, not counted (counting
     // a word in most of a user's 100,000 messages took most of a search).
     let cap = match who {
-        Who::Agent(_) => DF_CAP,
-        Who::User(_) => USER_DF_CAP,
+        Covered::Agent(_) => DF_CAP,
+        Covered::User(_) => USER_DF_CAP,
     };
     // An estimate is a share of `docs`: below the cap, none can reach it
     // (most agents), and the statistics are not read.
@@ -258,7 +258,7 @@ async fn terms(
         traces = who.clause("t.agent_id", 1),
         memories = who.clause("m.agent_id", 1),
     );
-    let (total, counted): (Option<i64>, Vec<i64>) = bind_who!(sqlx::query_as(&sql), who)
+    let (total, counted): (Option<i64>, Vec<i64>) = bind_covered!(sqlx::query_as(&sql), who)
         .bind(&counted)
         .bind(cap)
         .fetch_one(&mut *conn)
@@ -325,12 +325,12 @@ async fn common_words(
 /// The best `limit` items matching any term within `filter`, by BM25.
 pub(crate) async fn candidates(
     conn: &mut PgConnection,
-    who: &Who<'_>,
+    who: &Covered<'_>,
     terms: &Terms,
     filter: &Filter,
     limit: usize,
     hidden: Hidden<'_>,
-    places: &mut Places<'_>,
+    places: &mut PlaceOrigins<'_>,
 ) -> Result<Vec<Candidate>> {
     let kinds = |k: Kind| filter.kinds.is_empty() || filter.kinds.contains(&k);
     let memory_kinds: Vec<i8> = [(Kind::Episodic, b'e'), (Kind::Semantic, b's')]
@@ -354,7 +354,7 @@ pub(crate) async fn candidates(
         if !memory_kinds.is_empty() {
             let memories = memory_candidates(conn, who, terms, &query, &memory_kinds, limit);
             found.extend(memories.await?);
-            if let Who::User(placing) = who
+            if let Covered::User(placing) = who
                 && kinds(Kind::Semantic)
             {
                 let own = user_fact_candidates(conn, &placing.user, terms, &query, limit);
@@ -380,12 +380,12 @@ fn bm25_sql() -> String {
 /// The best `limit` traces for `terms` that pass `filter`.
 async fn trace_candidates(
     conn: &mut PgConnection,
-    who: &Who<'_>,
+    who: &Covered<'_>,
     terms: &Terms,
     (query, hidden): (&str, Hidden<'_>),
     filter: &Filter,
     limit: usize,
-    places: &mut Places<'_>,
+    places: &mut PlaceOrigins<'_>,
 ) -> Result<Vec<Candidate>> {
     let types: Option<Vec<i16>> = (!filter.trace_types.is_empty())
         .then(|| filter.trace_types.iter().map(|&t| i16::from(t)).collect());
@@ -411,7 +411,7 @@ async fn trace_candidates(
         score = bm25_sql(),
         who = who.clause("agent_id", 1),
     );
-    let rows: Vec<(String, String, i64, f64, f32)> = bind_who!(sqlx::query_as(&sql), who)
+    let rows: Vec<(String, String, i64, f64, f32)> = bind_covered!(sqlx::query_as(&sql), who)
         .bind(&terms.lexemes)
         .bind(&terms.idf)
         .bind(terms.avgdl)
@@ -442,7 +442,7 @@ async fn trace_candidates(
 /// The best `limit` live summaries and facts (of `kinds`) for `terms`.
 async fn memory_candidates(
     conn: &mut PgConnection,
-    who: &Who<'_>,
+    who: &Covered<'_>,
     terms: &Terms,
     query: &str,
     kinds: &[i8],
@@ -461,7 +461,7 @@ async fn memory_candidates(
         score = bm25_sql(),
         who = who.clause("agent_id", 1),
     );
-    let rows: Vec<(String, String, i8, i64, f64, f32)> = bind_who!(sqlx::query_as(&sql), who)
+    let rows: Vec<(String, String, i8, i64, f64, f32)> = bind_covered!(sqlx::query_as(&sql), who)
         .bind(&terms.lexemes)
         .bind(&terms.idf)
         .bind(terms.avgdl)
@@ -530,10 +530,10 @@ async fn user_fact_candidates(
 /// first, by place (each in its own agent).
 pub(crate) async fn neighbours(
     conn: &mut PgConnection,
-    who: &Who<'_>,
+    who: &Covered<'_>,
     candidates: &[Candidate],
     span: usize,
-    places: &mut Places<'_>,
+    places: &mut PlaceOrigins<'_>,
 ) -> Result<Around> {
     let (mut agents, mut orders, mut of) = (Vec::new(), Vec::new(), Vec::new());
     for c in candidates.iter().filter(|c| c.kind == Kind::Trace) {

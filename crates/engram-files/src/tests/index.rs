@@ -208,3 +208,31 @@ async fn recall_reads_a_compactions_epoch_in_at_once_in_memory_and_a_forget_to_d
         .unwrap();
     assert!(!recalled().await, "the forgotten turn");
 }
+
+/// What searches read in memory only is written out at a clean shutdown:
+/// the next start reads nothing of it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_shutdown_writes_out_what_searches_read_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = id("closing");
+    let store = open(dir.path()).await;
+    store
+        .ingest(
+            &a,
+            &[NewEvent::user("the narwhal report")],
+            None,
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+    // The background indexer is kept away: only the search reads it in.
+    engram_store::lock(&store.inner.queue.queued).insert(a.clone());
+    let page = store.search(&a, &search("narwhal")).await.unwrap();
+    assert_eq!(page.hits.len(), 1);
+    let meta = store.agent_dir(&a).join(".index/meta.json");
+    assert!(!meta.exists(), "in memory only");
+    store.close().await;
+    let written = std::fs::read_to_string(&meta).unwrap();
+    assert!(written.contains(r#"\"active\":1"#), "{written}");
+}

@@ -2,7 +2,7 @@
 //! backend shares: which of the nearest words join the question's word
 //! query and at what weight ([`choose_expansion`]), and how what their
 //! search found joins the question's ranking ([`Words::expanded`]). The
-//! word searches themselves are the backend's (`expand.rs` for the file
+//! word searches themselves are the backend's (`lexical_expansion.rs` for the file
 //! store's index, a statement for a database).
 //!
 //! A question that names a category ("what pets does she have?", "which

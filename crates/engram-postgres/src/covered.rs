@@ -4,7 +4,7 @@
 //! keys prefixed with its id, so that one search ranks them all together
 //! as the file store's user index does. The statements read `agent_id =
 //! $1` for one agent (its indexes as ever) and the user's agents as a
-//! filter of what the words find ([`Who::clause`]).
+//! filter of what the words find ([`Covered::clause`]).
 
 use std::collections::HashMap;
 
@@ -12,14 +12,14 @@ use engram_store::ranked::{key_of, place, split_key};
 
 /// The agents a ranking covers.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Who<'a> {
+pub(crate) enum Covered<'a> {
     Agent(&'a str),
-    User(&'a Placing),
+    User(&'a UserOrdinals),
 }
 
 /// A user's agents and the ordinal each one's places are moved by.
 #[derive(Debug, Default)]
-pub(crate) struct Placing {
+pub(crate) struct UserOrdinals {
     /// The user.
     pub user: String,
     /// The user's agents now, sorted.
@@ -30,7 +30,7 @@ pub(crate) struct Placing {
     next: u32,
 }
 
-impl Placing {
+impl UserOrdinals {
     /// Takes the user's agents as they are now; returns the ordinals of
     /// the agents that left (their places are void).
     pub(crate) fn update(&mut self, agents: Vec<String>) -> Vec<u32> {
@@ -57,15 +57,15 @@ impl Placing {
     }
 }
 
-impl Who<'_> {
+impl Covered<'_> {
     /// The condition on the agent id `column` against `$n`. A user's
     /// agents filter the rows a search's words find (`COLLATE "C"` keeps
     /// the planner from probing the (agent, words) index once per agent
     /// and word: a thousand conversations made that a thousand probes).
     pub(crate) fn clause(&self, column: &str, n: usize) -> String {
         match self {
-            Who::Agent(_) => format!("{column} = ${n}"),
-            Who::User(_) => format!("({column} COLLATE \"C\") = ANY(${n})"),
+            Covered::Agent(_) => format!("{column} = ${n}"),
+            Covered::User(_) => format!("({column} COLLATE \"C\") = ANY(${n})"),
         }
     }
 
@@ -73,24 +73,24 @@ impl Who<'_> {
     pub(crate) fn place(&self, agent: &str, ord: i64) -> u64 {
         let ord = u64::try_from(ord).unwrap_or(0);
         match self {
-            Who::Agent(_) => ord,
-            Who::User(p) => place(p.ordinal(agent).unwrap_or(u32::MAX), ord),
+            Covered::Agent(_) => ord,
+            Covered::User(p) => place(p.ordinal(agent).unwrap_or(u32::MAX), ord),
         }
     }
 
     /// The key of the agent's item `key`.
     pub(crate) fn key(&self, agent: &str, key: String) -> String {
         match self {
-            Who::Agent(_) => key,
-            Who::User(_) => key_of(agent, &key),
+            Covered::Agent(_) => key,
+            Covered::User(_) => key_of(agent, &key),
         }
     }
 
     /// The agent and its own key of an item's `key` ([`Self::key`] undone).
     pub(crate) fn unkey(&self, key: &str) -> Option<(String, String)> {
         match self {
-            Who::Agent(id) => Some(((*id).to_owned(), key.to_owned())),
-            Who::User(_) => match split_key(key) {
+            Covered::Agent(id) => Some(((*id).to_owned(), key.to_owned())),
+            Covered::User(_) => match split_key(key) {
                 (Some(agent), key) => Some((agent.to_owned(), key.to_owned())),
                 (None, _) => None,
             },
@@ -100,33 +100,33 @@ impl Who<'_> {
     /// The one agent, if it is one.
     pub(crate) fn agent(&self) -> Option<&str> {
         match self {
-            Who::Agent(id) => Some(id),
-            Who::User(_) => None,
+            Covered::Agent(id) => Some(id),
+            Covered::User(_) => None,
         }
     }
 }
 
-/// Binds a [`Who`] to a statement: one id, or the user's ids.
-macro_rules! bind_who {
+/// Binds a [`Covered`] to a statement: one id, or the user's ids.
+macro_rules! bind_covered {
     ($query:expr, $who:expr) => {
         match $who {
-            $crate::who::Who::Agent(id) => $query.bind(*id),
-            $crate::who::Who::User(p) => $query.bind(&p.agents),
+            $crate::covered::Covered::Agent(id) => $query.bind(*id),
+            $crate::covered::Covered::User(p) => $query.bind(&p.agents),
         }
     };
 }
-pub(crate) use bind_who;
+pub(crate) use bind_covered;
 
 /// Where each place found so far came from (agent, `ord`): a user's
 /// places squeeze an agent's turn and seq, so they are looked up, not
 /// undone; `known` holds those of a copy of the user's vectors.
 #[derive(Debug, Default)]
-pub(crate) struct Places<'a> {
+pub(crate) struct PlaceOrigins<'a> {
     of: HashMap<u64, (String, i64)>,
     known: Option<&'a HashMap<u64, (String, i64)>>,
 }
 
-impl<'a> Places<'a> {
+impl<'a> PlaceOrigins<'a> {
     /// Places found by a search, besides those in `known`.
     pub(crate) fn besides(known: &'a HashMap<u64, (String, i64)>) -> Self {
         Self {
@@ -145,10 +145,10 @@ impl<'a> Places<'a> {
     }
 
     /// The agent and `ord` of `place` (for one agent: itself).
-    pub(crate) fn locate(&self, who: &Who<'_>, place: u64) -> Option<(String, i64)> {
+    pub(crate) fn locate(&self, who: &Covered<'_>, place: u64) -> Option<(String, i64)> {
         match who {
-            Who::Agent(id) => Some(((*id).to_owned(), i64::try_from(place).ok()?)),
-            Who::User(_) => self
+            Covered::Agent(id) => Some(((*id).to_owned(), i64::try_from(place).ok()?)),
+            Covered::User(_) => self
                 .of
                 .get(&place)
                 .or_else(|| self.known?.get(&place))

@@ -458,7 +458,7 @@ pub(crate) async fn user(tx: &mut PgConnection, u: &UserRecords) -> Result<()> {
         engram_store::offload_over(bytes, || {
             for fact in batch {
                 let f = &fact.fact;
-                let looked = crate::user_managed::looked_up(f);
+                let looked = crate::user_fact_changes::looked_up(f);
                 cols.0.push(f.id.as_str());
                 cols.1
                     .push(serde_json::to_string(*fact).expect("facts serialize"));
