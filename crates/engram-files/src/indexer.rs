@@ -244,7 +244,12 @@ impl FileStore {
         let persisted = blocking(move || {
             let mut slot = slot;
             match slot.as_mut() {
-                Some(index) => index.lexical.persist().map_err(index_error),
+                // Its merges finished first: what they wrote goes out too.
+                Some(index) => index
+                    .lexical
+                    .release_writer()
+                    .and_then(|()| index.lexical.persist())
+                    .map_err(index_error),
                 None => Ok(()),
             }
         })

@@ -204,13 +204,16 @@ pub(super) fn apply(
         // erased text is in no file).
         index.lexical.purge_removed().map_err(index_error)?;
     }
-    // A writer holds threads and a memory arena; agents are many and
-    // their writes come in bursts, so it is opened per catch-up. Its
-    // merges are finished here, under the index slot: left running, they
-    // would write into the directory while a delete removes it.
-    index.lexical.release_writer().map_err(index_error)?;
+    // The writer stays open, its merges running (into memory), until the
+    // indexer writes the commit out (`FileStore::persist_open`): a request
+    // neither opens a writer for every catch-up nor waits for a merge. A
+    // writer holds threads and a memory arena, and agents are many, so
+    // it is closed then; a delete or an unload closes the index first,
+    // which waits for the merges, so none writes into a directory being
+    // removed.
     // Memory holds at most so much not yet on disk.
     if index.lexical.unpersisted_bytes() > MAX_UNPERSISTED {
+        index.lexical.release_writer().map_err(index_error)?;
         index.lexical.persist().map_err(index_error)?;
     }
     Ok(())
