@@ -86,12 +86,12 @@ pub struct TurnRecall {
     pub transcript: u64,
     pub epoch: u32,
     pub turn_id: String,
-    pub floor: crate::recall::Floor,
+    pub floor: crate::recall::floor::Floor,
     /// The index of the current user message in the epoch's messages.
     pub at: usize,
     pub entries: Vec<RecallEntry>,
     /// What the ranking held and the entries leave out.
-    pub report: crate::recall::Report,
+    pub report: crate::recall::floor::Report,
 }
 
 #[derive(Debug)]

@@ -103,6 +103,13 @@ struct Read {
     length: Option<i64>,
 }
 
+impl Read {
+    /// The trace read, if any: ((seq, ord), (time, length)).
+    fn trace(&self) -> Option<((i64, i64), (f64, i64))> {
+        self.seq.zip(self.ord).zip(self.ts.zip(self.length))
+    }
+}
+
 /// Each of `agents` with the traces it holds after `after` (its `seq`):
 /// one statement, so the version and the traces are of one moment.
 async fn read(conn: &mut PgConnection, agents: &[String], after: &[i64]) -> Result<Vec<Read>> {
@@ -146,18 +153,15 @@ impl SittingCache {
         let mut out = Vec::with_capacity(agents.len());
         let mut fresh: HashMap<String, AgentSittings> = HashMap::new();
         let mut again = Vec::new();
-        for Read {
-            id,
-            incarnation,
-            generation,
-            version,
-            seq,
-            ord,
-            ts,
-            length,
-        } in read(conn, agents, &after).await?
-        {
-            let trace = seq.zip(ord).zip(ts.zip(length));
+        for row in read(conn, agents, &after).await? {
+            let trace = row.trace();
+            let Read {
+                id,
+                incarnation,
+                generation,
+                version,
+                ..
+            } = row;
             if !fresh.contains_key(&id) {
                 match kept.get(id.as_str()) {
                     Some(s) if s.incarnation != incarnation || s.generation != generation => {
@@ -187,21 +191,12 @@ impl SittingCache {
         }
         if !again.is_empty() {
             let all = vec![-1; again.len()];
-            for Read {
-                id,
-                incarnation,
-                generation,
-                version,
-                seq,
-                ord,
-                ts,
-                length,
-            } in read(conn, &again, &all).await?
-            {
-                let s = fresh
-                    .entry(id)
-                    .or_insert_with(|| AgentSittings::new(incarnation, generation, version));
-                if let (Some(seq), Some(ord), Some(ts), Some(length)) = (seq, ord, ts, length) {
+            for row in read(conn, &again, &all).await? {
+                let trace = row.trace();
+                let s = fresh.entry(row.id).or_insert_with(|| {
+                    AgentSittings::new(row.incarnation, row.generation, row.version)
+                });
+                if let Some(((seq, ord), (ts, length))) = trace {
                     s.add((seq, ord, ts, length), gap);
                 }
             }
