@@ -154,6 +154,7 @@ impl Directory for Tiered {
 
     fn delete(&self, path: &Path) -> Result<(), DeleteError> {
         let mut fresh = self.fresh();
+        fresh.writing.remove(path);
         let held = match fresh.files.remove(path) {
             Some((data, _)) => {
                 fresh.bytes -= data.len();
@@ -198,15 +199,17 @@ impl Directory for Tiered {
     }
 
     fn atomic_read(&self, path: &Path) -> Result<Vec<u8>, OpenReadError> {
-        let in_memory = self.fresh().files.get(path).map(|(d, _)| d.clone());
+        let (in_memory, doomed) = {
+            let fresh = self.fresh();
+            let held = fresh.files.get(path).map(|(d, _)| d.clone());
+            (held, fresh.doomed.contains(path))
+        };
         match in_memory {
             Some(data) => data
                 .read_bytes()
                 .map(|b| b.as_slice().to_vec())
                 .map_err(|e| OpenReadError::wrap_io_error(e, path.to_owned())),
-            None if self.fresh().doomed.contains(path) => {
-                Err(OpenReadError::FileDoesNotExist(path.to_owned()))
-            }
+            None if doomed => Err(OpenReadError::FileDoesNotExist(path.to_owned())),
             None => self.disk.atomic_read(path),
         }
     }
