@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use engram_core::{AgentId, RawTrace};
-use engram_index::{Kind, Ranked, Words};
-use engram_index::{Lexical, Placed};
+use engram_index::lexical::IndexSource;
+use engram_index::{Kind, Lexical, Placed, Ranked, pipeline, rank_index};
 use engram_store::Ranks;
 
 use engram_store::ranked::{
@@ -161,17 +161,16 @@ impl FileStore {
                         .note_known_words(&indexer.words(), expanding)?;
                 }
                 let words_left = current.index().left_to_embed() > 0;
-                let lexical = &mut current.index().lexical;
-                let words = wants
-                    .iter()
-                    .map(|(filter, limit)| match (*limit).min(MAX_RANKED) {
-                        0 => Ok(None),
-                        limit => engram_index::by_words(lexical, &query, filter, limit, &params)
-                            .map(Some)
-                            .map_err(index_error),
-                    })
-                    .collect::<Result<Vec<Option<Words>>>>()?;
-                Ok((current, words, words_left))
+                let wants: Vec<Want> = wants
+                    .into_iter()
+                    .map(|(filter, limit)| (filter, limit.min(MAX_RANKED)))
+                    .collect();
+                let mut source = IndexSource::new(&mut current.index().lexical, None, None);
+                let lexed = rank_index(&mut source, |s| {
+                    pipeline::by_words(s, &query, &wants, &params)
+                })
+                .map_err(index_error)?;
+                Ok((current, lexed, words_left))
             })
             .await
         };
@@ -184,15 +183,14 @@ impl FileStore {
             let first_active = current.first_active;
             let index = current.index();
             let state = index.state();
-            let ranked = engram_index::expand_and_fuse(
-                words,
-                &mut index.lexical,
-                index.vectors.as_ref(),
-                indexer.as_ref().map(|i| i.words()).as_deref(),
-                query_vector.as_deref(),
-                &fusing,
-            )
+            let table = indexer.as_ref().map(|i| i.words());
+            let mut source =
+                IndexSource::new(&mut index.lexical, index.vectors.as_ref(), table.as_deref());
+            let ranked = rank_index(&mut source, |s| {
+                pipeline::by_meaning(s, words, query_vector.as_deref(), &fusing)
+            })
             .map_err(index_error)?;
+            drop(table);
             work(Ranking {
                 lexical: &mut index.lexical,
                 ranked,

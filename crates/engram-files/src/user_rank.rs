@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use engram_core::users::UserFact;
 use engram_core::{AgentId, RawTrace, UserId};
-use engram_index::{Filter, Kind, Lexical, Ranked, Words};
+use engram_index::lexical::IndexSource;
+use engram_index::{Filter, Kind, Lexical, Ranked, pipeline, rank_index};
 use engram_store::items::trace_order;
 use engram_store::ranked::{
     MAX_CONTEXT, MAX_RANKED, Want, matched_by, memory_wants, page_bounds, page_token, place, range,
@@ -214,7 +215,7 @@ impl FileStore {
         let words = blocking(move || {
             let mut guard = guard;
             let Some(index) = guard.as_mut() else {
-                return Ok((guard, vec![], vec![]));
+                return Ok((guard, None, vec![]));
             };
             let unvisited = match &noting {
                 Some(indexer) if params.expansion_words > 0 => {
@@ -222,19 +223,16 @@ impl FileStore {
                 }
                 _ => Vec::new(),
             };
-            let wants = wants(index);
-            let words = wants
-                .iter()
-                .map(|(filter, limit)| match (*limit).min(MAX_RANKED) {
-                    0 => Ok(None),
-                    limit => {
-                        engram_index::by_words(&mut index.lexical, &text, filter, limit, &params)
-                            .map(Some)
-                            .map_err(index_error)
-                    }
-                })
-                .collect::<Result<Vec<Option<Words>>>>()?;
-            Ok((guard, words, unvisited))
+            let wants: Vec<Want> = wants(index)
+                .into_iter()
+                .map(|(filter, limit)| (filter, limit.min(MAX_RANKED)))
+                .collect();
+            let mut source = IndexSource::new(&mut index.lexical, None, None);
+            let lexed = rank_index(&mut source, |s| {
+                pipeline::by_words(s, &text, &wants, &params)
+            })
+            .map_err(index_error)?;
+            Ok((guard, Some(lexed), unvisited))
         });
         let query_vector = async {
             match self.inner.indexer.as_ref() {
@@ -282,15 +280,19 @@ impl FileStore {
             };
             // The user's vocabulary: every conversation's words (their
             // vectors given by the indexer as it embeds each agent).
-            let ranked = engram_index::expand_and_fuse(
-                words,
-                &mut index.lexical,
-                index.vectors.as_ref(),
-                indexer.as_ref().map(|i| i.words()).as_deref(),
-                query_vector.as_deref(),
-                &fusing,
-            )
-            .map_err(index_error)?;
+            let ranked = match words {
+                Some(words) => {
+                    let table = indexer.as_ref().map(|i| i.words());
+                    let vectors = index.vectors.as_ref();
+                    let mut source =
+                        IndexSource::new(&mut index.lexical, vectors, table.as_deref());
+                    rank_index(&mut source, |s| {
+                        pipeline::by_meaning(s, words, query_vector.as_deref(), &fusing)
+                    })
+                    .map_err(index_error)?
+                }
+                None => Vec::new(),
+            };
             let index = &*index;
             let by_ordinal = index.agents_by_ordinal();
             work(Ranking {

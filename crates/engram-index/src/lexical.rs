@@ -23,6 +23,7 @@ use tantivy::{DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, Tantivy
 use crate::analyzer::{self, ANALYZER};
 use crate::{Address, Candidate, Filter, Item, Kind, Placed, Result};
 use columns::Columns;
+pub use source::IndexSource;
 use speakers::Speakers;
 use top::FilteredTop;
 
@@ -192,13 +193,6 @@ impl Lexical {
     /// The analyzer's distinct terms of a query, at most `max`.
     pub fn query_terms(&mut self, text: &str, max: usize) -> Vec<String> {
         analyzer::terms(&mut self.analyzer, text, max)
-    }
-
-    /// The participant a question (its analyzed `terms`) names, when it
-    /// names exactly one of those who said something here (the speaker
-    /// prior, `rank.rs`).
-    pub fn named_speaker(&self, terms: &[String]) -> Option<u32> {
-        self.speakers.named(terms)
     }
 
     /// Who said the trace at `order` (when it was named), and whether it
@@ -418,6 +412,7 @@ impl Lexical {
 mod columns;
 mod context;
 mod sittings;
+mod source;
 mod speakers;
 #[cfg(test)]
 mod tests;

@@ -10,13 +10,15 @@
 //! - [`vectors`]: one embedding per item, exact cosine.
 //! - [`words`]: every agent's words embedded once, for query expansion.
 //! - [`rank`]: from a question to ranked items — query terms, candidates,
-//!   context from a hit's neighbouring messages, fusion with the vectors.
+//!   context from a hit's neighbouring messages, fusion with the vectors —
+//!   written once ([`pipeline`]) over the primitives every backend gives
+//!   ([`Source`]; [`lexical::IndexSource`] for this crate's index).
 //!
 //! The `lexical` feature (on by default) brings tantivy: the analyzer, the
 //! per-agent index and ranking over it. Without it, what is left is what a
 //! backend with its own word search needs (a database's full-text search):
 //! items, filters, vectors, and ranking from its candidates
-//! ([`from_candidates`], [`Words::fuse_all`]).
+//! (the [`pipeline`] over its own [`Source`]).
 
 #[cfg(feature = "lexical")]
 pub mod analyzer;
@@ -30,12 +32,12 @@ pub mod words;
 #[cfg(feature = "lexical")]
 pub use lexical::Lexical;
 pub use rank::{
-    ASKING_CHARS, Coverage, Fused, Matched, Neighbours, Params, Ranked, Said, Semantic,
-    SittingScores, Sittings, Words, choose_expansion, from_candidates, mostly_asks, named_one,
-    sitting_scores, words_to_consider,
+    ASKING_CHARS, Around, Ask, Coverage, Fused, Lookup, Matched, Neighbours, Params, Ranked, Said,
+    Semantic, SittingCounts, SittingScores, Sittings, Source, Term, Words, choose_expansion,
+    from_candidates, mostly_asks, named_one, pipeline, sitting_scores, words_to_consider,
 };
 #[cfg(feature = "lexical")]
-pub use rank::{by_words, expand_and_fuse, expansion, rank};
+pub use rank::{rank, rank_index};
 pub use vectors::{Embedded, Near, Vectors};
 pub use words::WordVectors;
 

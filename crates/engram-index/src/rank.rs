@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use crate::{Candidate, Filter, Kind, Near, Placed, Vectors};
 #[cfg(feature = "lexical")]
 use crate::{Lexical, Result};
+pub use pipeline::ready;
 
 /// How ranking works; the defaults are what the benchmark chose
 /// (docs/BENCHMARKS.md).
@@ -148,7 +149,7 @@ pub struct Semantic<'a> {
 
 /// The best `limit` items for `query` within `filter`, from the lexical
 /// index and, when given, the vectors (every step of a ranking but the
-/// expansion, which needs the table of word vectors).
+/// expansion, which needs the table of word vectors: [`rank_index`]).
 #[cfg(feature = "lexical")]
 pub fn rank(
     index: &mut Lexical,
@@ -158,10 +159,31 @@ pub fn rank(
     limit: usize,
     params: &Params,
 ) -> Result<Vec<Ranked>> {
-    let words = by_words(index, query, filter, limit, params)?;
-    let (vectors, query) = semantic.map(|s| (s.vectors, s.query)).unzip();
-    let mut ranked = expand_and_fuse(vec![Some(words)], index, vectors, None, query, params)?;
+    let (vectors, vector) = semantic.map(|s| (s.vectors, s.query)).unzip();
+    let mut source = crate::lexical::IndexSource::new(index, vectors, None);
+    let wants = [(filter.clone(), limit)];
+    let lexed = rank_index(&mut source, |s| pipeline::by_words(s, query, &wants, params))?;
+    let mut ranked = rank_index(&mut source, |s| {
+        pipeline::by_meaning(s, lexed, vector, params)
+    })?;
     Ok(ranked.pop().unwrap_or_default())
+}
+
+/// Runs a step of the pipeline over a lexical index, which answers each
+/// primitive when called, to its end on this thread.
+#[cfg(feature = "lexical")]
+pub fn rank_index<'s, 'a, T, F>(
+    source: &'s mut crate::lexical::IndexSource<'a>,
+    step: impl FnOnce(&'s mut crate::lexical::IndexSource<'a>) -> F,
+) -> Result<T>
+where
+    F: std::future::Future<Output = Result<T>>,
+{
+    pipeline::ready(step(source)).unwrap_or_else(|| {
+        Err(crate::IndexError::Io(std::io::Error::other(
+            "a ranking step waited on the index, which answers at once",
+        )))
+    })
 }
 
 /// The lexical half of a ranking: what the words found, with context,
@@ -173,35 +195,8 @@ pub struct Words {
     traces: HashMap<u64, usize>,
     filter: Filter,
     limit: usize,
-    /// The one participant the question names (the speaker prior).
-    named: Option<u32>,
     /// The question's terms (what an expansion leaves out).
     terms: Vec<String>,
-}
-
-/// The first half of [`rank`].
-#[cfg(feature = "lexical")]
-pub fn by_words(
-    index: &mut Lexical,
-    query: &str,
-    filter: &Filter,
-    limit: usize,
-    params: &Params,
-) -> Result<Words> {
-    let terms = index.query_terms(query, params.max_terms);
-    let candidates = index.search(&terms, filter, params.candidates.max(limit))?;
-    let mut words = from_candidates(
-        candidates,
-        &|order, n| index.neighbours(order, n),
-        filter,
-        limit,
-        params,
-    );
-    if params.other_speakers < 1.0 {
-        words.named = index.named_speaker(&terms);
-    }
-    words.terms = terms;
-    Ok(words)
 }
 
 /// What the traces around a place are: up to `n` on each side, nearest
@@ -229,7 +224,6 @@ pub fn from_candidates(
         traces,
         filter: filter.clone(),
         limit,
-        named: None,
         terms: Vec::new(),
     }
 }
@@ -243,7 +237,6 @@ impl Words {
             traces,
             filter,
             limit,
-            named,
             terms: _,
         } = self;
         if let Some(s) = semantic {
@@ -255,7 +248,7 @@ impl Words {
         Fused {
             ranked,
             limit,
-            named,
+            named: None,
         }
     }
 }
@@ -523,10 +516,9 @@ pub use sittings::{Coverage, SittingScores, Sittings, TermCounts, sitting_scores
 
 mod expansion;
 pub use expansion::{choose_expansion, words_to_consider};
-#[cfg(feature = "lexical")]
-mod lexical_expansion;
-#[cfg(feature = "lexical")]
-pub use lexical_expansion::{expand_and_fuse, expansion};
+pub mod pipeline;
+mod source;
+pub use source::{Around, Ask, Lookup, SittingCounts, Source, Term};
 
 #[cfg(all(test, feature = "lexical"))]
 mod tests;

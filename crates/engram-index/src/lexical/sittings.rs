@@ -1,6 +1,7 @@
 //! The index's traces in sittings, and each sitting's BM25 as one
 //! document (`rank/sittings.rs`).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use tantivy::postings::Postings;
@@ -8,7 +9,7 @@ use tantivy::schema::IndexRecordOption;
 use tantivy::{DocSet, TERMINATED, Term};
 
 use super::{Columns, Lexical};
-use crate::rank::{Coverage, Sittings};
+use crate::rank::{SittingCounts, Sittings};
 use crate::{Kind, Result};
 
 /// No sitting: a document that is no trace, or deleted.
@@ -81,29 +82,20 @@ impl Lexical {
         Ok(self.sittings.as_ref().expect("filled above"))
     }
 
-    /// Each sitting's share of `terms` (each weighted), the sitting taken
-    /// as one document ([`Coverage`]). A term in more than half of the
-    /// documents is passed over: it is in nearly every sitting (next to
-    /// no weight), and walking its postings is the cost.
-    pub fn sitting_words(
-        &mut self,
-        terms: &[(String, f32)],
-        gap: f64,
-    ) -> Result<(Arc<Sittings>, Vec<f32>)> {
-        let documents = self.len();
-        let mut kept = Vec::with_capacity(terms.len());
-        for (term, weight) in terms {
-            if *weight > 0.0 && self.doc_freq(term)? * 2 <= documents {
-                kept.push((Term::from_field_text(self.fields.text, term), *weight));
-            }
-        }
+    /// The sittings split by `gap` and each one's length, and where each
+    /// of `terms` (analyzed query terms) falls in them: its occurrences by
+    /// sitting, walked over its postings.
+    pub fn sitting_counts(&mut self, terms: &[&str], gap: f64) -> Result<SittingCounts> {
         let field = self.fields.text;
         let searcher = self.reader.searcher();
         let table = self.sitting_table(gap)?;
-        let sittings = Arc::clone(&table.sittings);
-        let mut coverage = Coverage::new(&table.lengths);
-        if kept.is_empty() || coverage.is_empty() {
-            return Ok((sittings, coverage.scores()));
+        let mut counted = SittingCounts {
+            sittings: Arc::clone(&table.sittings),
+            lengths: table.lengths.clone(),
+            counts: vec![Vec::new(); terms.len()],
+        };
+        if terms.is_empty() {
+            return Ok(counted);
         }
         let segments: Vec<_> = searcher
             .segment_readers()
@@ -111,8 +103,9 @@ impl Lexical {
             .zip(&table.docs)
             .map(|(segment, docs)| Ok((segment.inverted_index(field)?, docs)))
             .collect::<Result<_>>()?;
-        for (term, weight) in kept {
-            let mut freqs = coverage.term(weight);
+        for (term, counts) in terms.iter().zip(&mut counted.counts) {
+            let term = Term::from_field_text(field, term);
+            let mut by_sitting: HashMap<usize, u32> = HashMap::new();
             for (inverted, docs) in &segments {
                 let Some(mut postings) =
                     inverted.read_postings(&term, IndexRecordOption::WithFreqs)?
@@ -122,16 +115,18 @@ impl Lexical {
                 let mut doc = postings.doc();
                 while doc != TERMINATED {
                     match docs.get(doc as usize) {
-                        Some(&s) if s != NONE => freqs.add(s as usize, postings.term_freq()),
+                        Some(&s) if s != NONE => {
+                            let tf = by_sitting.entry(s as usize).or_default();
+                            *tf = tf.saturating_add(postings.term_freq());
+                        }
                         _ => {}
                     }
                     doc = postings.advance();
                 }
             }
-            freqs.done();
+            counts.extend(by_sitting);
         }
-        let scores = coverage.scores();
-        Ok((sittings, scores))
+        Ok(counted)
     }
 }
 

@@ -2,8 +2,8 @@
 //! backend shares: which of the nearest words join the question's word
 //! query and at what weight ([`choose_expansion`]), and how what their
 //! search found joins the question's ranking ([`Words::expanded`]). The
-//! word searches themselves are the backend's (`lexical_expansion.rs` for the file
-//! store's index, a statement for a database).
+//! word searches themselves are the backend's primitives, which the
+//! pipeline asks (`pipeline.rs`).
 //!
 //! A question that names a category ("what pets does she have?", "which
 //! cities has he visited?") shares no word with the messages that name the
@@ -145,7 +145,6 @@ impl Words {
         params: &Params,
     ) -> Words {
         let mut words = from_candidates(candidates, neighbours, &self.filter, self.limit, params);
-        words.named = self.named;
         words.terms = self.terms;
         words
     }

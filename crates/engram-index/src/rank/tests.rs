@@ -1,4 +1,5 @@
 use super::*;
+use crate::lexical::IndexSource;
 use crate::{Embedded, Item, WordVectors, order, test_trace};
 
 fn trace(turn: u32, ts: f64, text: &str) -> Item {
@@ -45,6 +46,50 @@ fn keys(lexical: &Lexical, ranked: &[Ranked]) -> Vec<String> {
         .iter()
         .map(|r| r.body(lexical).unwrap().unwrap())
         .collect()
+}
+
+/// The pipeline's words step over `lexical` for one ranking.
+fn by_words(lexical: &mut Lexical, query: &str, params: &Params) -> Words {
+    let mut source = IndexSource::new(lexical, None, None);
+    let wants = [(Filter::default(), 10)];
+    let lexed = rank_index(&mut source, |s| pipeline::by_words(s, query, &wants, params)).unwrap();
+    lexed.into_words().pop().flatten().unwrap()
+}
+
+/// The pipeline's expansion of a question of `terms` by its vector.
+fn expansion(
+    lexical: &mut Lexical,
+    words: &WordVectors,
+    query: &[f32],
+    terms: &[String],
+    params: &Params,
+) -> Vec<(String, f32)> {
+    let mut source = IndexSource::new(lexical, None, Some(words));
+    rank_index(&mut source, |s| pipeline::expansion(s, query, terms, params)).unwrap()
+}
+
+/// `words` with `chosen` in its word query, as the pipeline expands it.
+fn expand(lexical: &mut Lexical, words: Words, chosen: &[(String, f32)], params: &Params) -> Words {
+    let mut source = IndexSource::new(lexical, None, None);
+    let expanded = rank_index(&mut source, |s| {
+        pipeline::expand(s, vec![Some(words)], chosen, params)
+    });
+    expanded.unwrap().pop().flatten().unwrap()
+}
+
+/// How much of the question each sitting holds, by its weighted terms.
+fn sitting_shares(lexical: &mut Lexical, terms: &[(&str, f32)]) -> Vec<f32> {
+    let asked: Vec<&str> = terms.iter().map(|(t, _)| *t).collect();
+    let counted = lexical.sitting_counts(&asked, 3600.0).unwrap();
+    let mut coverage = Coverage::new(&counted.lengths);
+    for ((_, weight), counts) in terms.iter().zip(&counted.counts) {
+        let mut term = coverage.term(*weight);
+        for (sitting, tf) in counts {
+            term.add(*sitting, *tf);
+        }
+        term.done();
+    }
+    coverage.scores()
 }
 
 #[test]
@@ -316,10 +361,10 @@ fn expansion_finds_by_the_conversations_own_words_what_the_question_names_otherw
         expansion_words: 1,
         ..Params::default()
     };
-    let unexpanded = by_words(&mut lexical, "which pets", &Filter::default(), 10, &one).unwrap();
+    let unexpanded = by_words(&mut lexical, "which pets", &one);
     let terms = unexpanded.terms().to_vec();
     assert_eq!(terms, ["pet"]);
-    let chosen = expansion(&mut lexical, &words, &question, &terms, &one).unwrap();
+    let chosen = expansion(&mut lexical, &words, &question, &terms, &one);
     // "puppy" and "puppies" share one term, and "pets" is the question's.
     assert_eq!(chosen.len(), 1, "{chosen:?}");
     assert_eq!(chosen[0].0, "puppi");
@@ -330,10 +375,8 @@ fn expansion_finds_by_the_conversations_own_words_what_the_question_names_otherw
         .best(&one, &|_| Said::default(), None);
     assert_eq!(keys(&lexical, &plain)[0], "t1");
     assert!(!keys(&lexical, &plain).contains(&"t2".to_owned()));
-    let expanded = by_words(&mut lexical, "which pets", &Filter::default(), 10, &one)
-        .unwrap()
-        .expand(&lexical, &chosen, &one)
-        .unwrap()
+    let asked = by_words(&mut lexical, "which pets", &one);
+    let expanded = expand(&mut lexical, asked, &chosen, &one)
         .fuse_all(None, &one)
         .best(&one, &|_| Said::default(), None);
     let found = keys(&lexical, &expanded);
@@ -352,10 +395,8 @@ fn expansion_finds_by_the_conversations_own_words_what_the_question_names_otherw
 
     // A question none of whose words the conversation uses is left to its
     // meaning: the expansion alone would stand in for it at full weight.
-    let unknown = by_words(&mut lexical, "which kittens", &Filter::default(), 10, &one)
-        .unwrap()
-        .expand(&lexical, &chosen, &one)
-        .unwrap()
+    let asked = by_words(&mut lexical, "which kittens", &one);
+    let unknown = expand(&mut lexical, asked, &chosen, &one)
         .fuse_all(None, &one)
         .best(&one, &|_| Said::default(), None);
     assert!(unknown.is_empty(), "{:?}", keys(&lexical, &unknown));
@@ -366,9 +407,7 @@ fn expansion_finds_by_the_conversations_own_words_what_the_question_names_otherw
         ..Params::default()
     };
     assert!(
-        expansion(&mut lexical, &words, &question, &terms, &off)
-            .unwrap()
-            .is_empty()
+        expansion(&mut lexical, &words, &question, &terms, &off).is_empty()
     );
     // Each word weighs at most as much as one of the question's.
     let many = Params {
@@ -376,7 +415,7 @@ fn expansion_finds_by_the_conversations_own_words_what_the_question_names_otherw
         expansion_weight: 50.0,
         ..Params::default()
     };
-    let heavy = expansion(&mut lexical, &words, &question, &terms, &many).unwrap();
+    let heavy = expansion(&mut lexical, &words, &question, &terms, &many);
     assert!(heavy.iter().all(|(_, w)| *w <= 1.0), "{heavy:?}");
 }
 
@@ -403,17 +442,16 @@ fn expansion_passes_over_a_word_most_messages_hold() {
         &toward(1, 0.9),
         &["pet".to_owned()],
         &params,
-    )
-    .unwrap();
+    );
     let terms: Vec<&str> = chosen.iter().map(|(t, _)| t.as_str()).collect();
     assert_eq!(terms, ["cat"]);
 }
 
-/// Expanding and fusing each ranking of a question in one step ranks as
-/// the steps one after the other do; without a table there is no
-/// expansion.
+/// The pipeline's second half ranks each ranking of a question as its
+/// steps one after the other do; without a table of word vectors there
+/// is no expansion.
 #[test]
-fn expand_and_fuse_ranks_as_its_steps_do() {
+fn the_pipeline_ranks_as_its_steps_do() {
     let (mut lexical, vectors) = setup();
     let mut table = WordVectors::new(4, 100);
     table.insert("puppy", &toward(3, 0.95));
@@ -424,45 +462,36 @@ fn expand_and_fuse_ranks_as_its_steps_do() {
         sitting_weight: 0.0,
         ..Params::default()
     };
-    let ask = |lexical: &mut Lexical| {
-        by_words(lexical, "the stolen race", &Filter::default(), 10, &params).unwrap()
-    };
-    let words = ask(&mut lexical);
-    let chosen = expansion(&mut lexical, &table, &query, words.terms(), &params).unwrap();
+    let question = "the stolen race";
+    let words = by_words(&mut lexical, question, &params);
+    let chosen = expansion(&mut lexical, &table, &query, words.terms(), &params);
     // "bicycle" is in two messages of three: passed over.
     assert_eq!(chosen, [("puppi".to_owned(), 1.0)]);
     let semantic = Semantic {
         vectors: &vectors,
         query: &query,
     };
-    let sequential = words
-        .expand(&lexical, &chosen, &params)
-        .unwrap()
+    let sequential = expand(&mut lexical, words, &chosen, &params)
         .fuse_all(Some(semantic), &params)
         .best(&params, &|o| lexical.said(o), None);
-    let words = vec![Some(ask(&mut lexical)), None];
-    let together = expand_and_fuse(
-        words,
-        &mut lexical,
-        Some(&vectors),
-        Some(&table),
-        Some(&query),
-        &params,
-    )
-    .unwrap();
+    let whole = |lexical: &mut Lexical, table: Option<&WordVectors>| {
+        let mut source = IndexSource::new(lexical, Some(&vectors), table);
+        let wants = [(Filter::default(), 10), (Filter::default(), 0)];
+        let lexed = rank_index(&mut source, |s| {
+            pipeline::by_words(s, question, &wants, &params)
+        })
+        .unwrap();
+        rank_index(&mut source, |s| {
+            pipeline::by_meaning(s, lexed, Some(&query), &params)
+        })
+        .unwrap()
+    };
+    let together = whole(&mut lexical, Some(&table));
     assert_eq!(together.len(), 2);
     assert!(together[1].is_empty(), "nothing asked, nothing ranked");
     assert_eq!(together[0], sequential);
     assert_eq!(keys(&lexical, &together[0])[0], "t3");
-    let unexpanded = expand_and_fuse(
-        vec![Some(ask(&mut lexical))],
-        &mut lexical,
-        Some(&vectors),
-        None,
-        Some(&query),
-        &params,
-    )
-    .unwrap();
+    let unexpanded = whole(&mut lexical, None);
     assert!(unexpanded[0].iter().all(|r| r.expansion == 0.0));
     assert!(together[0].iter().any(|r| r.expansion > 0.0));
 }
@@ -529,18 +558,12 @@ fn a_sitting_that_holds_the_question_lifts_its_messages() {
     );
     // How much of the question each sitting holds: the first both words,
     // the second one of the two.
-    let (_, scores) = lexical
-        .sitting_words(&[("kid".to_owned(), 1.0), ("camp".to_owned(), 1.0)], 3600.0)
-        .unwrap();
+    let scores = sitting_shares(&mut lexical, &[("kid", 1.0), ("camp", 1.0)]);
     assert!(scores[0] > 0.8 && scores[0] <= 1.0, "{scores:?}");
     assert!(scores[1] > 0.2 && scores[1] < 0.6, "{scores:?}");
     // The word the second lacks weighs less: it holds more of the question.
-    let (_, weighted) = lexical
-        .sitting_words(&[("kid".to_owned(), 0.5), ("camp".to_owned(), 1.0)], 3600.0)
-        .unwrap();
+    let weighted = sitting_shares(&mut lexical, &[("kid", 0.5), ("camp", 1.0)]);
     assert!(weighted[1] > scores[1], "{weighted:?}");
-    let (_, none) = lexical
-        .sitting_words(&[("zebra".to_owned(), 1.0)], 3600.0)
-        .unwrap();
+    let none = sitting_shares(&mut lexical, &[("zebra", 1.0)]);
     assert_eq!(none, [0.0, 0.0]);
 }

@@ -1,0 +1,133 @@
+//! The ranking's primitives over a lexical index and its vectors (the
+//! file store's, an agent's or a user's): tantivy's BM25 and postings,
+//! the index's own tables of traces, speakers and vocabulary. Each call
+//! is done when it returns: the ranking runs to its end with
+//! [`crate::rank::ready`], on the caller's thread.
+
+use async_trait::async_trait;
+
+use super::Lexical;
+use crate::rank::{Around, Ask, Lookup, Said, SittingCounts, Source, Term};
+use crate::{Candidate, IndexError, Vectors, WordVectors};
+
+/// A lexical index ranked as a [`Source`], with its vectors and the table
+/// of word vectors its vocabulary is looked up in (none: no model).
+pub struct IndexSource<'a> {
+    lexical: &'a mut Lexical,
+    vectors: Option<&'a Vectors>,
+    words: Option<&'a WordVectors>,
+    /// The question's terms, as [`Source::terms`] gave them.
+    question: Vec<String>,
+}
+
+impl<'a> IndexSource<'a> {
+    pub fn new(
+        lexical: &'a mut Lexical,
+        vectors: Option<&'a Vectors>,
+        words: Option<&'a WordVectors>,
+    ) -> Self {
+        Self {
+            lexical,
+            vectors,
+            words,
+            question: Vec::new(),
+        }
+    }
+
+    /// The index, to read what was found.
+    pub fn lexical(&self) -> &Lexical {
+        self.lexical
+    }
+}
+
+#[async_trait]
+impl Source for IndexSource<'_> {
+    type Error = IndexError;
+
+    fn documents(&self) -> u64 {
+        self.lexical.len()
+    }
+
+    async fn terms(&mut self, query: &str, max: usize) -> Result<Vec<Term>, IndexError> {
+        self.question = self.lexical.query_terms(query, max);
+        self.question
+            .iter()
+            .map(|t| {
+                let held = self.lexical.doc_freq(t)?;
+                Ok(Term {
+                    text: t.clone(),
+                    held,
+                })
+            })
+            .collect()
+    }
+
+    async fn postings(&mut self, asks: &[Ask<'_>]) -> Result<Vec<Vec<Candidate>>, IndexError> {
+        asks.iter()
+            .map(|ask| match ask.lookup {
+                Lookup::Question => self.lexical.search(&self.question, ask.filter, ask.limit),
+                Lookup::Weighted(terms) => {
+                    self.lexical.search_weighted(terms, ask.filter, ask.limit)
+                }
+            })
+            .collect()
+    }
+
+    async fn neighbours(&mut self, places: &[u64], span: usize) -> Result<Around, IndexError> {
+        // A user's index holds conversations one after another: the last
+        // message of one is no context of the next one's first.
+        let shift = self.lexical.conversations;
+        let of = |place: u64| shift.map(|s| place.checked_shr(s).unwrap_or(0));
+        Ok(places
+            .iter()
+            .map(|&place| {
+                let (mut before, mut after) = self.lexical.neighbours(place, span);
+                before.retain(|(p, _)| of(*p) == of(place));
+                after.retain(|(p, _)| of(*p) == of(place));
+                (place, (before, after))
+            })
+            .collect())
+    }
+
+    async fn vocabulary_near(
+        &mut self,
+        query: &[f32],
+        n: usize,
+    ) -> Result<Vec<(String, f32)>, IndexError> {
+        let Some(table) = self.words else {
+            return Ok(Vec::new());
+        };
+        let vocabulary = self.lexical.vocabulary()?;
+        let near = table.nearest(query, &vocabulary, n);
+        Ok(near.into_iter().map(|(w, c)| (w.to_owned(), c)).collect())
+    }
+
+    async fn terms_of(&mut self, words: &[&str]) -> Result<Vec<Option<Term>>, IndexError> {
+        words
+            .iter()
+            .map(|word| {
+                let Some(text) = self.lexical.term_of(word) else {
+                    return Ok(None);
+                };
+                let held = self.lexical.doc_freq(&text)?;
+                Ok(Some(Term { text, held }))
+            })
+            .collect()
+    }
+
+    async fn sittings(&mut self, terms: &[&str], gap: f64) -> Result<SittingCounts, IndexError> {
+        self.lexical.sitting_counts(terms, gap)
+    }
+
+    async fn said(&mut self, places: &[u64]) -> Result<Vec<Said>, IndexError> {
+        Ok(places.iter().map(|p| self.lexical.said(*p)).collect())
+    }
+
+    async fn speakers(&mut self, ids: &[u32]) -> Result<Vec<Vec<String>>, IndexError> {
+        Ok(ids.iter().map(|id| self.lexical.speakers.terms_of(*id)).collect())
+    }
+
+    fn vectors(&self) -> Option<&Vectors> {
+        self.vectors
+    }
+}
