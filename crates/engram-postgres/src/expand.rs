@@ -1,8 +1,8 @@
-//! Query expansion on PostgreSQL (`engram_index::rank::expansion` says why
-//! and how the terms are chosen): the nearest words of the vocabulary of
-//! `who`'s rows (`vocabulary.rs`) in this replica's table of word vectors,
-//! their lexemes and the rows that hold them, then a second word search
-//! with those terms weighted, whose finds join the question's ranking.
+//! The vocabulary's primitives on PostgreSQL (`engram_index::rank::expansion`
+//! says why a question is expanded and how the terms are chosen): the
+//! nearest words of the vocabulary of `who`'s rows (`vocabulary.rs`) in
+//! this replica's table of word vectors, and their lexemes and the rows
+//! that hold them.
 //!
 //! The table is filled in the background: a search that finds words of
 //! its vocabulary without vectors has them embedded after it answers (one
@@ -15,45 +15,34 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
-use engram_index::{Params, WordVectors, Words, choose_expansion, words_to_consider};
+use engram_index::{Params, Term, WordVectors};
 use engram_store::Result;
 use sqlx::PgConnection;
 
 use crate::PgStore;
-use crate::covered::{Covered, PlaceOrigins};
-use crate::words::{Hidden, Terms, around, candidates, neighbours};
+use crate::covered::Covered;
+use crate::vocabulary::Shared;
 
 /// Words per call to the model when the vocabulary is embedded.
 const BATCH: usize = 64;
 
-/// An expansion's terms: lexeme, weight, rows of `who` that hold it.
-pub(crate) type Expansion = Vec<(String, f32, u64)>;
-
 impl PgStore {
-    /// The expansion of a question whose terms are `own`, by its vector
-    /// `query`, over `who`'s `docs` rows; `deadline`: the search waits
-    /// for the index until then (its vocabulary's words are embedded
-    /// first). Empty without a model, or with the expansion turned off.
-    pub(crate) async fn expansion(
+    /// The `n` words of `who`'s vocabulary closest to `query` (the
+    /// nearest of each conversation's, then of them all), closest first;
+    /// `deadline`: the search waits for the index until then (its
+    /// vocabulary's words are embedded first). Empty without a model, or
+    /// with the expansion turned off.
+    pub(crate) async fn vocabulary_near(
         &self,
         conn: &mut PgConnection,
         who: &Covered<'_>,
-        (query, own): (&[f32], &[String]),
-        docs: u64,
+        (query, n): (&[f32], usize),
         deadline: Option<Instant>,
-    ) -> Result<Expansion> {
-        let params = &self.inner.config.ranking;
-        let considered = words_to_consider(params, own);
+    ) -> Result<(Vec<(String, f32)>, Vec<Shared>)> {
         let Some(table) = &self.inner.words else {
-            return Ok(Vec::new());
+            return Ok(Default::default());
         };
-        if considered == 0 {
-            return Ok(Vec::new());
-        }
-        let agents = match who {
-            Covered::Agent(id) => vec![(*id).to_owned()],
-            Covered::User(p) => p.agents.clone(),
-        };
+        let agents = agents_of(who);
         let vocabularies = self.inner.vocabulary.of(conn, &agents).await?;
         let lists: Vec<Arc<Vec<String>>> = vocabularies
             .iter()
@@ -72,45 +61,46 @@ impl PgStore {
         if !missing.is_empty() {
             self.embed_words(missing, deadline).await;
         }
-        // The nearest of each conversation's words, then of them all.
-        let mut near: Vec<(&str, f32)> = {
-            let table = engram_store::read(table);
-            lists
-                .iter()
-                .flat_map(|list| table.nearest(query, list, considered))
-                .collect()
-        };
+        let table = engram_store::read(table);
+        let mut near: Vec<(&str, f32)> = lists
+            .iter()
+            .flat_map(|list| table.nearest(query, list, n))
+            .collect();
         near.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
         near.dedup_by(|a, b| a.0 == b.0);
-        near.truncate(considered);
-        let words: Vec<&str> = near.iter().map(|(w, _)| *w).collect();
-        let lexemes = self.inner.vocabulary.lexemes(conn, &words).await?;
-        // The rows holding each lexeme looked at, summed over the
-        // conversations once, for the choice and then the search.
+        near.truncate(n);
+        let near = near.into_iter().map(|(w, c)| (w.to_owned(), c)).collect();
+        drop(table);
+        Ok((near, vocabularies))
+    }
+
+    /// Each word's lexeme (`None`: a stop word) and the rows holding it,
+    /// summed over the conversations' `vocabularies` (as
+    /// [`Self::vocabulary_near`] read them).
+    pub(crate) async fn vocabulary_terms(
+        &self,
+        conn: &mut PgConnection,
+        vocabularies: &[Shared],
+        words: &[&str],
+    ) -> Result<Vec<Option<Term>>> {
+        let lexemes = self.inner.vocabulary.lexemes(conn, words).await?;
         let mut held: HashMap<String, u64> = HashMap::new();
-        let term_of = |word: &str| -> Result<Option<(String, u64)>> {
-            let Some(lexeme) = lexemes.get(word).cloned().flatten() else {
-                return Ok(None);
-            };
-            let rows = *held.entry(lexeme.clone()).or_insert_with_key(|l| {
-                vocabularies
-                    .iter()
-                    .map(|v| engram_store::lock(v).held(l))
-                    .sum()
-            });
-            Ok(Some((lexeme, rows)))
-        };
-        let chosen = choose_expansion(near, term_of, docs, own, params)?;
-        Ok(chosen
-            .into_iter()
-            .map(|(lexeme, weight)| {
-                let rows = held.get(&lexeme).copied().unwrap_or(0);
-                (lexeme, weight, rows)
+        Ok(words
+            .iter()
+            .map(|word| {
+                let text = lexemes.get(*word).cloned().flatten()?;
+                let rows = *held.entry(text.clone()).or_insert_with_key(|l| {
+                    vocabularies
+                        .iter()
+                        .map(|v| engram_store::lock(v).held(l))
+                        .sum()
+                });
+                Some(Term { text, held: rows })
             })
             .collect())
     }
 
-    /// Embeds `words` into the table of word vectors: now, when a search
+/// Embeds `words` into the table of word vectors: now, when a search
     /// waits until `deadline` (what is left then is embedded in the
     /// background); else in the background, one round at a time.
     async fn embed_words(&self, words: Vec<String>, deadline: Option<Instant>) {
@@ -160,48 +150,10 @@ pub(crate) fn word_table(params: &Params, dim: usize) -> Option<Arc<RwLock<WordV
     })
 }
 
-/// Each ranking of `words` with `expansion`'s terms in its word query
-/// ([`Words::expanded`]): a second search of `who`'s rows (the question's
-/// `terms` give the rows' average length), and the traces around what it
-/// found.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn expand(
-    conn: &mut PgConnection,
-    who: &Covered<'_>,
-    words: Vec<Option<Words>>,
-    (expansion, terms): (&Expansion, &Terms),
-    docs: u64,
-    hidden: Hidden<'_>,
-    places: &mut PlaceOrigins<'_>,
-    params: &Params,
-) -> Result<Vec<Option<Words>>> {
-    if expansion.is_empty() {
-        return Ok(words);
+/// The agents whose rows a ranking reads.
+fn agents_of(who: &Covered<'_>) -> Vec<String> {
+    match who {
+        Covered::Agent(id) => vec![(*id).to_owned()],
+        Covered::User(p) => p.agents.clone(),
     }
-    let weighted = Terms::weighted(expansion, docs, terms.avgdl);
-    let mut out = Vec::with_capacity(words.len());
-    for w in words {
-        let w = match w {
-            Some(w) if w.found_own_words() => w,
-            other => {
-                out.push(other);
-                continue;
-            }
-        };
-        let (filter, wanted) = (w.filter().clone(), w.wanted(params));
-        let extra = candidates(conn, who, &weighted, &filter, wanted, hidden, places).await?;
-        let merged = w.expanded(extra, params);
-        let placed = neighbours(conn, who, &merged, params.neighbour_span, places).await?;
-        out.push(Some(w.replaced(merged, &around(&placed), params)));
-    }
-    Ok(out)
-}
-
-/// The weighted terms a sitting's score counts: the question's `rare`
-/// ones, then the expansion's.
-pub(crate) fn sitting_terms(rare: &[String], expansion: &Expansion) -> Vec<(String, f32)> {
-    rare.iter()
-        .map(|l| (l.clone(), 1.0))
-        .chain(expansion.iter().map(|(l, w, _)| (l.clone(), *w)))
-        .collect()
 }

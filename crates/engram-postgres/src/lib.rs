@@ -55,6 +55,7 @@ mod recalled;
 mod rows;
 mod search;
 mod sittings;
+mod source;
 mod speakers;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -4,11 +4,9 @@
 //! (`vectors.rs`), and read back from the rows (`recalled.rs`). A user's
 //! conversations are ranked the same way, together (`user_rank.rs`).
 
-use std::collections::HashMap;
-
 use async_trait::async_trait;
 use engram_core::AgentId;
-use engram_index::{Fused, Ranked, Semantic, Vectors};
+use engram_index::{Ranked, Vectors, pipeline};
 use engram_store::ranked::{MAX_RANKED, Want, memory_wants};
 use engram_store::{
     Hit, IndexState, Memory, MemoryQuery, RankedMemories, Ranks, Result, Search, SearchPage,
@@ -18,9 +16,9 @@ use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::covered::{Covered, PlaceOrigins};
-use crate::expand::{expand, sitting_terms};
 use crate::recalled::materialize;
-use crate::words::{Hidden, by_words};
+use crate::source::PgSource;
+use crate::words::Hidden;
 use crate::{PgStore, db};
 
 #[async_trait]
@@ -145,11 +143,11 @@ impl PgStore {
     }
 
     /// The rankings `wants` asks for over `who`'s `docs` items, `hidden`
-    /// left out: the words ranked by the database while the query is
-    /// embedded, expanded by the vocabulary's words nearest the query
-    /// (`expand.rs`; a search that waits for the index until `deadline`
-    /// has its vocabulary embedded first), then fused with `vectors` (none
-    /// without a model).
+    /// left out, by the one ranking (`engram_index::pipeline`) over the
+    /// database's primitives (`source.rs`): the words ranked while the
+    /// query is embedded, then the expansion, sittings, meaning (`vectors`,
+    /// none without a model) and the priors. A search that waits for the
+    /// index until `deadline` has its vocabulary embedded first.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn rank_among<'p>(
         &self,
@@ -160,70 +158,18 @@ impl PgStore {
         (docs, deadline): (u64, Option<std::time::Instant>),
         hidden: Hidden<'_>,
         vectors: Option<&Vectors>,
-        mut places: PlaceOrigins<'p>,
+        places: PlaceOrigins<'p>,
     ) -> Result<(Vec<Vec<Ranked>>, PlaceOrigins<'p>)> {
         let params = &self.inner.config.ranking;
-        let (query_vector, words) = tokio::join!(
+        let asked = (docs, hidden, deadline);
+        let mut source = PgSource::new(self, conn, *who, places, asked, vectors);
+        let (query_vector, lexed) = tokio::join!(
             self.query_vector(query),
-            by_words(conn, who, query, wants, docs, hidden, &mut places, params)
+            pipeline::by_words(&mut source, query, &wants, params)
         );
-        let (mut words, terms) = words?;
-        let mut expansion = Vec::new();
-        if let (Some(terms), Some(asked)) = (&terms, query_vector.as_deref())
-            && words.iter().any(Option::is_some)
-        {
-            let own = (asked, terms.lexemes.as_slice());
-            expansion = self.expansion(conn, who, own, docs, deadline).await?;
-            let expanding = (&expansion, terms);
-            words = expand(
-                conn,
-                who,
-                words,
-                expanding,
-                docs,
-                hidden,
-                &mut places,
-                params,
-            )
-            .await?;
-        }
-        let semantic = vectors
-            .zip(query_vector.as_deref())
-            .map(|(vectors, query)| Semantic { vectors, query });
-        let sittings = match words.iter().any(Option::is_some) {
-            true => {
-                let asked = vectors.zip(query_vector.as_deref());
-                let cache = &self.inner.sittings;
-                let rare = terms.as_ref().map_or(&[][..], |t| t.rare.as_slice());
-                let counted = sitting_terms(rare, &expansion);
-                crate::sittings::scores(conn, cache, who, &counted, asked, params).await?
-            }
-            false => None,
-        };
-        let mut fused: Vec<Option<Fused>> = words
-            .into_iter()
-            .map(|w| w.map(|w| w.fuse_all(semantic, params)))
-            .collect();
-        // The priors: who said the candidates and whether they mostly
-        // ask, and whether the question names one of the speakers.
-        let said = if params.other_speakers < 1.0 || params.question_prior < 1.0 {
-            crate::speakers::prior(conn, who, query, &mut fused, &places, params).await?
-        } else {
-            HashMap::new()
-        };
-        let ranked = fused
-            .into_iter()
-            .map(|f| {
-                f.map_or_else(Vec::new, |f| {
-                    f.best(
-                        params,
-                        &|p| said.get(&p).copied().unwrap_or_default(),
-                        sittings.as_ref(),
-                    )
-                })
-            })
-            .collect();
-        Ok((ranked, places))
+        let ranked = pipeline::by_meaning(&mut source, lexed?, query_vector.as_deref(), params);
+        let ranked = ranked.await?;
+        Ok((ranked, source.places))
     }
 
     /// The query's vector, or `None` (no model; see

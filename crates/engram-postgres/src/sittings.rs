@@ -5,16 +5,13 @@
 //! since are read on from the last one (all of them again after a
 //! compaction or a forget, which move its generation). Recall asks for a
 //! ranking after every message: it reads the new ones, not the whole
-//! conversation. A question's terms are then counted by
-//! sitting in the rows that hold them. The terms the search found common
-//! (in half of the rows, or in more than it counts rarity to) are passed
-//! over, as the file store passes over a word most messages hold: they
-//! weigh next to nothing, and the rows read stay bounded.
+//! conversation. A question's terms are then counted by sitting in the
+//! rows that hold them (the ranking's sittings primitive, `source.rs`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use engram_index::{Coverage, Params, SittingScores, Sittings, Vectors, sitting_scores};
+use engram_index::{SittingCounts, Sittings};
 use engram_store::Result;
 use sqlx::PgConnection;
 use uuid::Uuid;
@@ -219,26 +216,21 @@ impl SittingCache {
     }
 }
 
-/// The question's score for each sitting of `who`'s conversations, by
-/// its weighted `lexemes` (those the search did not find common, and the
-/// expansion's) and, with vectors, its vector `query`; `None` when
-/// sittings are not scored.
-pub(crate) async fn scores(
+/// The sittings of `who`'s conversations split by `gap`, each one's
+/// length, and where each of `lexemes` falls in them (counted in at most
+/// [`MAX_ROWS`] rows).
+pub(crate) async fn counts(
     conn: &mut PgConnection,
     cache: &SittingCache,
     who: &Covered<'_>,
-    lexemes: &[(String, f32)],
-    semantic: Option<(&Vectors, &[f32])>,
-    params: &Params,
-) -> Result<Option<SittingScores>> {
-    if params.sitting_weight <= 0.0 {
-        return Ok(None);
-    }
+    lexemes: &[&str],
+    gap: f64,
+) -> Result<SittingCounts> {
     let agents = match who {
         Covered::Agent(id) => vec![(*id).to_owned()],
         Covered::User(p) => p.agents.clone(),
     };
-    let by_agent = cache.of(conn, &agents, params.session_gap).await?;
+    let by_agent = cache.of(conn, &agents, gap).await?;
     // Every agent's sittings in one order, by place (a user's agents each
     // in a range of its own).
     let mut placed: Vec<(u64, u64)> = by_agent
@@ -261,11 +253,11 @@ pub(crate) async fn scores(
     let sittings =
         Sittings::from_starts(placed.iter().map(|(p, _)| *p).collect()).with_latest(newest);
     let lengths: Vec<u64> = placed.iter().map(|(_, l)| *l).collect();
-    let mut coverage = Coverage::new(&lengths);
-    if !lexemes.is_empty() && !coverage.is_empty() {
+    let mut counts = vec![Vec::new(); lexemes.len()];
+    if !lexemes.is_empty() && lengths.iter().any(|l| *l > 0) {
         let any = lexemes
             .iter()
-            .map(|(l, _)| crate::words::quote(l))
+            .map(|l| crate::words::quote(l))
             .collect::<Vec<_>>()
             .join(" | ");
         let sql = format!(
@@ -278,33 +270,29 @@ pub(crate) async fn scores(
         );
         let rows: Vec<(String, i64, String, i32)> = bind_covered!(sqlx::query_as(&sql), who)
             .bind(&any)
-            .bind(lexemes.iter().map(|(l, _)| l.as_str()).collect::<Vec<_>>())
+            .bind(lexemes)
             .bind(MAX_ROWS)
             .fetch_all(&mut *conn)
             .await
             .map_err(db("counting a question's words by sitting"))?;
-        let mut by_lexeme: HashMap<&str, Vec<(usize, u32)>> = HashMap::new();
+        let at: HashMap<&str, usize> = lexemes.iter().enumerate().map(|(i, l)| (*l, i)).collect();
+        let mut by_term: Vec<HashMap<usize, u32>> = vec![HashMap::new(); lexemes.len()];
         for (agent, ord, lexeme, tf) in &rows {
-            if let Some(s) = sittings.of(who.place(agent, *ord)) {
+            if let (Some(s), Some(&i)) = (sittings.of(who.place(agent, *ord)), at.get(lexeme.as_str())) {
                 let tf = u32::try_from(*tf).unwrap_or(0);
-                by_lexeme.entry(lexeme).or_default().push((s, tf));
+                let n = by_term[i].entry(s).or_default();
+                *n = n.saturating_add(tf);
             }
         }
-        for (lexeme, weight) in lexemes {
-            let mut counts = coverage.term(*weight);
-            for (s, tf) in by_lexeme.get(lexeme.as_str()).into_iter().flatten() {
-                counts.add(*s, *tf);
-            }
-            counts.done();
+        for (counts, by_sitting) in counts.iter_mut().zip(by_term) {
+            counts.extend(by_sitting);
         }
     }
-    let words = coverage.scores();
-    let cosines = semantic.map(|(vectors, query)| vectors.sitting_cosines(query, &sittings));
-    let scores = sitting_scores(&words, cosines.as_deref(), params);
-    Ok(Some(SittingScores {
+    Ok(SittingCounts {
         sittings: Arc::new(sittings),
-        scores,
-    }))
+        lengths,
+        counts,
+    })
 }
 
 #[cfg(test)]

@@ -2,8 +2,8 @@
 //! search (`english` configuration: Snowball stemming and stop words) over
 //! the GIN index of an agent's rows, or of a user's agents' rows, scored
 //! with BM25 in the statement itself (term rarity counted in the rows
-//! searched, document length from their lexeme totals); then the file
-//! store's own steps on the candidates (`engram_index::from_candidates`).
+//! searched, document length from their lexeme totals): the word
+//! primitives of the ranking (`source.rs`).
 //! The database keeps no count of the rows a word is in, and the statement
 //! sums over every word of every row it scores, so a search bounds both:
 //! rarity is counted up to a cap (past it, the planner's statistics
@@ -12,8 +12,8 @@
 
 use std::collections::HashMap;
 
-use engram_index::{Candidate, Filter, Kind, Params, Placed, Words};
-use engram_store::ranked::{Want, key_of};
+use engram_index::{Around, Candidate, Filter, Kind};
+use engram_store::ranked::key_of;
 use engram_store::{Result, StoreError};
 use sqlx::PgConnection;
 
@@ -55,6 +55,8 @@ pub(crate) struct Terms {
     /// `'lexeme'` quoted for tsquery input, and each one's IDF.
     quoted: Vec<String>,
     pub lexemes: Vec<String>,
+    /// The rows holding each (counted up to a cap, or estimated past it).
+    pub held: Vec<u64>,
     idf: Vec<f64>,
     /// Whether the term picks the rows to score ([`PICKED_ROWS`]).
     picks: Vec<bool>,
@@ -81,6 +83,7 @@ impl Terms {
         Terms {
             quoted: terms.iter().map(|(l, _, _)| quote(l)).collect(),
             lexemes: terms.iter().map(|(l, _, _)| l.clone()).collect(),
+            held: terms.iter().map(|(_, _, held)| *held).collect(),
             idf: terms
                 .iter()
                 .map(|(_, w, df)| idf(*df, n) * f64::from(*w))
@@ -138,71 +141,10 @@ pub(crate) fn quote(lexeme: &str) -> String {
 /// conversation's active transcript, from `ord` on (a user's search).
 pub(crate) type Hidden<'a> = Option<(&'a str, i64)>;
 
-/// The lexical half of each ranking `wants` asks for (`None` for a limit
-/// of 0) over `docs` items, and the query's terms (`None`: no word to
-/// look for); where each place found lies goes to `places`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn by_words(
-    conn: &mut PgConnection,
-    who: &Covered<'_>,
-    query: &str,
-    wants: Vec<Want>,
-    docs: u64,
-    hidden: Hidden<'_>,
-    places: &mut PlaceOrigins<'_>,
-    params: &Params,
-) -> Result<(Vec<Option<Words>>, Option<Terms>)> {
-    let terms = terms(conn, who, query, params.max_terms, docs).await?;
-    let mut out = Vec::with_capacity(wants.len());
-    for (filter, limit) in wants {
-        if limit == 0 {
-            out.push(None);
-            continue;
-        }
-        let Some(terms) = &terms else {
-            // No word to look for: meaning alone ranks.
-            out.push(Some(engram_index::from_candidates(
-                Vec::new(),
-                &|_, _| Default::default(),
-                &filter,
-                limit,
-                params,
-            )));
-            continue;
-        };
-        let want = params.candidates.max(limit);
-        let candidates = candidates(conn, who, terms, &filter, want, hidden, places).await?;
-        let placed = neighbours(conn, who, &candidates, params.neighbour_span, places).await?;
-        out.push(Some(engram_index::from_candidates(
-            candidates,
-            &around(&placed),
-            &filter,
-            limit,
-            params,
-        )));
-    }
-    Ok((out, terms))
-}
-
-/// The traces around places, as [`neighbours`] read them.
-pub(crate) type Around = HashMap<u64, (Vec<Placed>, Vec<Placed>)>;
-
-/// Up to `n` of `placed`'s traces each side of a place.
-pub(crate) fn around(placed: &Around) -> impl Fn(u64, usize) -> (Vec<Placed>, Vec<Placed>) + '_ {
-    |order, n| {
-        placed.get(&order).map_or_else(Default::default, |(b, a)| {
-            (
-                b.iter().take(n).copied().collect(),
-                a.iter().take(n).copied().collect(),
-            )
-        })
-    }
-}
-
 /// The query's terms (the database's analysis), each one's rarity in the
 /// `docs` items searched, and their average length; `None` when no term
 /// is left.
-async fn terms(
+pub(crate) async fn terms(
     conn: &mut PgConnection,
     who: &Covered<'_>,
     query: &str,
@@ -287,6 +229,7 @@ async fn terms(
     Ok(Some(Terms {
         quoted,
         lexemes,
+        held: counts.iter().map(|c| c.unsigned_abs()).collect(),
         idf,
         picks: picks(&counts),
         rare,
@@ -526,21 +469,21 @@ async fn user_fact_candidates(
         .collect())
 }
 
-/// Up to `span` traces each side of every trace among `candidates`, nearest
+/// Up to `span` traces each side of each of `at` (places of traces), nearest
 /// first, by place (each in its own agent).
 pub(crate) async fn neighbours(
     conn: &mut PgConnection,
     who: &Covered<'_>,
-    candidates: &[Candidate],
+    at: &[u64],
     span: usize,
     places: &mut PlaceOrigins<'_>,
 ) -> Result<Around> {
     let (mut agents, mut orders, mut of) = (Vec::new(), Vec::new(), Vec::new());
-    for c in candidates.iter().filter(|c| c.kind == Kind::Trace) {
-        if let Some((agent, ord)) = places.locate(who, c.order) {
+    for &place in at {
+        if let Some((agent, ord)) = places.locate(who, place) {
             agents.push(agent);
             orders.push(ord);
-            of.push(c.order as i64);
+            of.push(place as i64);
         }
     }
     let mut out: Around = HashMap::new();
