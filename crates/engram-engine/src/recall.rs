@@ -18,6 +18,7 @@
 //!   a question with one good answer does not fill the block with
 //!   near-misses; the response says what each rule left out.
 
+use engram_store::ranking::RankedReads;
 use std::collections::HashSet;
 use std::sync::Arc;
 

@@ -5,6 +5,7 @@ use engram_core::UserId;
 use engram_core::memory::{recent_episodic, top_shown};
 use engram_core::retrieve::tool_interactions;
 use engram_store::SearchPage;
+use engram_store::ranking::RankedReads;
 
 use crate::api::{RetrieveRequest, Retrieved, SearchRequest};
 use crate::error::Result;

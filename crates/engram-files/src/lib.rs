@@ -83,10 +83,12 @@ pub use durable::FsyncPolicy;
 // every module names them the one way.
 pub(crate) use engram_store::{
     AgentContext, Begun, Bundle, CommitStep, Committed, Hidden, Hiding, Hit, IndexState, Ingested,
-    Job, Memory, MemoryQuery, Policy, PrepareInput, Prepared, RankedMemories, Recalled, Result,
-    Search, SearchMode, SearchPage, SeenBlocks, StoreError, Visible, VisibleAgent, derived,
-    drop_later, error, intent, offload, offload_over, query_vector, unix_now,
+    Job, Memory, Policy, PrepareInput, Prepared, Recalled, Result, Search, SearchPage, SeenBlocks,
+    StoreError, Visible, VisibleAgent, derived, drop_later, error, intent, offload, offload_over,
+    query_vector, unix_now,
 };
+#[cfg(test)]
+pub(crate) use engram_store::{MemoryQuery, SearchMode};
 
 /// File store settings (the `[store]` and `[limits]` config sections).
 #[derive(Debug, Clone)]

@@ -1,7 +1,8 @@
-//! SearchHistory's ranked mode and Retrieve(query): the agent's index,
-//! caught up with every acknowledged write, ranks its traces (and for
-//! Retrieve, its summaries and facts too) for the query — by their words,
-//! and by meaning over what the indexer has embedded so far.
+//! A ranked read's plan (`engram_store::ranking`) over the agent's index,
+//! caught up with every acknowledged write: `engram_index::pipeline` over
+//! the index (by the words, and by meaning over what the indexer has
+//! embedded so far), and the ranked items read back from it. A user's
+//! index is ranked alike (`user_rank.rs`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -12,15 +13,14 @@ use engram_index::lexical::IndexSource;
 use engram_index::{Kind, Lexical, Placed, Ranked, pipeline, rank_index};
 use engram_store::Ranks;
 
-use engram_store::ranked::{
-    MAX_CONTEXT, MAX_RANKED, Want, matched_by, memory_wants, page_bounds, search_filter,
-};
+use engram_store::ranked::{MAX_RANKED, matched_by};
+use engram_store::ranking::{Found, Over, Plan};
 
 use crate::index::{Lag, blocking, index_error};
-use crate::{
-    FileStore, Hit, IndexState, Memory, MemoryQuery, RankedMemories, Recalled, Result, Search,
-    SearchPage, StoreError,
-};
+use crate::{FileStore, IndexState, Memory, Recalled, Result, StoreError};
+
+/// A ranking to make: the best `.1` within `.0`.
+pub(crate) type Want = (engram_index::Filter, usize);
 
 /// What ranking work gets: the agent's index caught up with every
 /// acknowledged write, and the rankings it asked for.
@@ -35,56 +35,11 @@ struct Ranking<'a> {
 
 #[async_trait]
 impl Ranks for FileStore {
-    /// Retrieve(query) and recall: traces, summaries and live facts ranked
-    /// together by the same index and fusion as SearchHistory.
-    async fn rank_memories(&self, id: &AgentId, query: &MemoryQuery) -> Result<RankedMemories> {
-        let asked = query.clone();
-        let wants = move |first_active: Option<u64>| memory_wants(&asked, first_active);
-        let context = query.neighbours.min(MAX_CONTEXT);
-        // Recall searches the archive and the memories only: the active
-        // traces written since the last commit can wait for the indexer.
-        let lag = if query.archived_only {
-            Lag::ActiveTraces
-        } else {
-            Lag::None
-        };
-        let asked = (query.query.as_str(), query.wait_for_index, lag);
-        self.ranking(id, asked, wants, move |r| {
-            let lexical = r.lexical;
-            let mut ranked = r.ranked.into_iter();
-            let (all, episodic, semantic) = (
-                ranked.next().unwrap_or_default(),
-                ranked.next().unwrap_or_default(),
-                ranked.next().unwrap_or_default(),
-            );
-            let mut memories = Vec::with_capacity(all.len());
-            for hit in &all {
-                memories.extend(recalled(hit, lexical, r.first_active, context)?);
-            }
-            // Expired: gone from search at once (upkeep purges it), as
-            // every other ranking of facts drops it.
-            let now = engram_store::unix_now();
-            let semantic: Vec<engram_core::memory::SemanticItem> = items(&semantic, lexical)?;
-            Ok(RankedMemories {
-                memories,
-                episodic: items(&episodic, lexical)?,
-                semantic: semantic
-                    .into_iter()
-                    .filter(|f| !f.is_expired(now))
-                    .collect(),
-                index: r.state,
-            })
-        })
-        .await
-    }
-
-    async fn rank_user_memories(
-        &self,
-        user: &engram_core::UserId,
-        query: &MemoryQuery,
-        current: Option<&AgentId>,
-    ) -> Result<RankedMemories> {
-        self.user_ranking(user, query, current).await
+    async fn rank(&self, over: Over<'_>, plan: &Plan) -> Result<Found> {
+        match over {
+            Over::Agent(id) => self.agent_rank(id, plan).await,
+            Over::User { user, current } => self.user_rank(user, current, plan).await,
+        }
     }
 
     fn expect_query(&self, text: &str) {
@@ -100,26 +55,37 @@ impl Ranks for FileStore {
 }
 
 impl FileStore {
-    pub(crate) async fn ranked_search(&self, id: &AgentId, search: &Search) -> Result<SearchPage> {
-        let (from, end) = page_bounds(search)?;
-        let filter = search_filter(search);
-        let context = search.neighbours.min(MAX_CONTEXT);
-        let wants = move |_| vec![(filter, end + 1)];
-        let asked = (search.query.as_str(), search.wait_for_index, Lag::None);
+    /// A plan over the agent's index, caught up with every acknowledged
+    /// write (what no want may find, the active traces written since the
+    /// last commit, left to the indexer).
+    async fn agent_rank(&self, id: &AgentId, plan: &Plan) -> Result<Found> {
+        let lag = match plan.wants.iter().any(|w| w.may_find_active()) {
+            true => Lag::None,
+            false => Lag::ActiveTraces,
+        };
+        let asked = plan.wants.clone();
+        let wants = move |first_active: Option<u64>| {
+            let wants = asked
+                .iter()
+                .map(|w| (w.agent_filter(first_active), w.limit));
+            wants.collect()
+        };
+        let read = plan.wants.clone();
+        let asked = (plan.query.as_str(), plan.wait, lag);
         self.ranking(id, asked, wants, move |r| {
-            let lexical = r.lexical;
-            let ranked = r.ranked.into_iter().next().unwrap_or_default();
-            let more = ranked.len() > end;
-            let mut hits = Vec::new();
-            for hit in ranked.iter().take(end).skip(from) {
-                let found = recalled(hit, lexical, r.first_active, context)?;
-                hits.extend(found.and_then(Hit::of));
-            }
-            Ok(SearchPage {
-                hits,
-                next_page_token: more.then(|| engram_store::ranked::page_token(end)),
+            let mut found = Found {
                 index: r.state,
-            })
+                ..Found::default()
+            };
+            for (want, ranked) in read.iter().zip(r.ranked) {
+                let mut memories = Vec::new();
+                for hit in ranked.iter().take(want.read.end).skip(want.read.start) {
+                    memories.extend(recalled(hit, r.lexical, r.first_active, want.context)?);
+                }
+                found.read.push(memories);
+                found.ranked.push(ranked.len());
+            }
+            Ok(found)
         })
         .await
     }
@@ -229,14 +195,7 @@ fn recalled(
             neighbours(lexical, hit.order, context)?,
         ),
         Kind::Episodic => (Memory::Episodic(item(&body)?), Default::default()),
-        Kind::Semantic => {
-            let fact: engram_core::memory::SemanticItem = item(&body)?;
-            // Expired: gone from search at once (upkeep purges it).
-            if fact.is_expired(engram_store::unix_now()) {
-                return Ok(None);
-            }
-            (Memory::Semantic(fact), Default::default())
-        }
+        Kind::Semantic => (Memory::Semantic(item(&body)?), Default::default()),
     };
     Ok(Some(Recalled {
         agent_id: None,
@@ -264,17 +223,6 @@ fn neighbours(lexical: &Lexical, order: u64, n: usize) -> Result<(Vec<RawTrace>,
     let mut before = traces_at(before)?;
     before.reverse();
     Ok((before, traces_at(after)?))
-}
-
-/// The summaries or facts `ranked` names.
-fn items<T: serde::de::DeserializeOwned>(ranked: &[Ranked], lexical: &Lexical) -> Result<Vec<T>> {
-    let mut out = Vec::with_capacity(ranked.len());
-    for hit in ranked {
-        if let Some(body) = hit.body(lexical).map_err(index_error)? {
-            out.push(item(&body)?);
-        }
-    }
-    Ok(out)
 }
 
 /// A summary or fact as the index stores it (its line).

@@ -19,7 +19,7 @@ use engram_store::Searches;
 use engram_store::search::Query;
 
 use crate::agent::RAW_ARCHIVE;
-use crate::{FileStore, Hit, Result, Search, SearchMode, SearchPage, StoreError};
+use crate::{FileStore, Hit, Result, Search, SearchPage, StoreError};
 
 const BLOCK: usize = 64 * 1024;
 
@@ -52,19 +52,8 @@ impl Cursor {
 
 #[async_trait]
 impl Searches for FileStore {
-    /// One page of SearchHistory, in the request's mode.
-    async fn search(&self, id: &AgentId, search: &Search) -> Result<SearchPage> {
-        match search.mode {
-            SearchMode::Ranked if search.query.trim().is_empty() => {
-                Err(CoreError::Invalid(engram_store::search::EMPTY_QUERY.into()).into())
-            }
-            SearchMode::Ranked => self.ranked_search(id, search).await,
-            SearchMode::AllWords => self.all_words(id, search).await,
-        }
-    }
-
-    async fn search_user(&self, user: &engram_core::UserId, search: &Search) -> Result<SearchPage> {
-        self.user_search(user, search).await
+    async fn search_all_words(&self, id: &AgentId, search: &Search) -> Result<SearchPage> {
+        self.all_words(id, search).await
     }
 }
 

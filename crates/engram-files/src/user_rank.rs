@@ -1,7 +1,7 @@
 //! Ranking across a user's conversations: the user's index (`user_index`),
 //! caught up with every acknowledged write of the user's agents and facts,
-//! ranks them as an agent's index ranks its own (words and meaning fused):
-//! for recall and Retrieve (every kind, the current conversation's active
+//! runs a ranked read's plan as an agent's index does (`ranked.rs`): for
+//! recall and Retrieve (every kind, the current conversation's active
 //! transcript hidden) and for SearchHistory (traces, in pages).
 
 use std::collections::HashMap;
@@ -10,132 +10,79 @@ use std::sync::Arc;
 use engram_core::users::UserFact;
 use engram_core::{AgentId, RawTrace, UserId};
 use engram_index::lexical::IndexSource;
-use engram_index::{Filter, Kind, Lexical, Ranked, pipeline, rank_index};
+use engram_index::{Kind, Lexical, Ranked, pipeline, rank_index};
 use engram_store::items::trace_order;
-use engram_store::ranked::{
-    MAX_CONTEXT, MAX_RANKED, Want, matched_by, memory_wants, page_bounds, page_token, place, range,
-    search_filter, split_key,
-};
+use engram_store::ranked::{MAX_RANKED, matched_by, place, range, split_key};
+use engram_store::ranking::{Found, Plan};
 
 use crate::index::{blocking, index_error};
-use crate::ranked::{item, parse};
+use crate::ranked::{Want, item, parse};
 use crate::user_index::UserIndex;
-use crate::{
-    FileStore, Hit, IndexState, Memory, MemoryQuery, RankedMemories, Recalled, Result, Search,
-    SearchPage,
-};
+use crate::{FileStore, IndexState, Memory, Recalled, Result};
 
 /// What ranking work gets: the hits' reader, and the rankings asked for.
 struct Ranking<'a> {
-    found: Found<'a>,
+    found: Hits<'a>,
     ranked: Vec<Vec<Ranked>>,
     state: IndexState,
 }
 
 impl FileStore {
-    /// Recall and Retrieve across `user`'s conversations.
-    pub(crate) async fn user_ranking(
+    /// A plan over `user`'s index, caught up with every conversation of
+    /// the user (`current`'s active transcript, when a want leaves it out,
+    /// kept out of the index's reach).
+    pub(crate) async fn user_rank(
         &self,
         user: &UserId,
-        query: &MemoryQuery,
         current: Option<&AgentId>,
-    ) -> Result<RankedMemories> {
-        if let Some(wait) = query.wait_for_index {
+        plan: &Plan,
+    ) -> Result<Found> {
+        if let Some(wait) = plan.wait {
             self.wait_user_embedded(user, current, std::time::Instant::now() + wait)
                 .await?;
         }
+        let archived_only = plan.wants.iter().any(|w| w.archived_only);
         // Where the current conversation's active transcript starts, and
         // its epoch.
         let (first_active, epoch) = match current {
             Some(id) => {
                 let read = self.read(id, |s| (s.traces.first().map(trace_order), s.meta.epoch));
                 match read.await {
-                    Ok((first, epoch)) => (first.filter(|_| query.archived_only), Some(epoch)),
+                    Ok((first, epoch)) => (first.filter(|_| archived_only), Some(epoch)),
                     Err(crate::StoreError::NotFound(_)) => (None, None),
                     Err(e) => return Err(e),
                 }
             }
             None => (None, None),
         };
-        let hidden_current = current.zip(epoch).filter(|_| query.archived_only);
-        let asked = query.clone();
+        let hidden_current = current.zip(epoch).filter(|_| archived_only);
+        let asked = plan.wants.clone();
         let own = current.map(|c| c.to_string());
         let wants = move |index: &UserIndex| {
-            let hidden = match (&own, first_active) {
+            let active = match (&own, first_active) {
                 (Some(id), Some(first)) => index.ordinal(id).map(|o| (place(o, first), range(o).1)),
                 _ => None,
             };
-            let mut wants = memory_wants(&asked, None);
-            wants[0].0.traces_before = None;
-            wants[0].0.traces_hidden = hidden;
-            wants
+            let wants = asked.iter().map(|w| (w.user_filter(active), w.limit));
+            wants.collect()
         };
-        let context = query.neighbours.min(MAX_CONTEXT);
+        let read = plan.wants.clone();
         let current = current.map(|c| c.to_string());
         let caught_up = self.user_caught_up(user, hidden_current);
-        self.user_ranked(user, &query.query, caught_up, current, wants, move |r| {
-            let mut ranked = r.ranked.into_iter();
-            let (all, episodic, semantic) = (
-                ranked.next().unwrap_or_default(),
-                ranked.next().unwrap_or_default(),
-                ranked.next().unwrap_or_default(),
-            );
-            let mut memories = Vec::with_capacity(all.len());
-            for hit in &all {
-                memories.extend(r.found.recalled(hit, context)?);
-            }
-            let only = |hits: &[Ranked]| -> Result<Vec<Memory>> {
-                let mut out = vec![];
-                for hit in hits {
-                    out.extend(r.found.recalled(hit, 0)?.map(|r| r.memory));
-                }
-                Ok(out)
+        self.user_ranked(user, &plan.query, caught_up, current, wants, move |r| {
+            let mut found = Found {
+                index: r.state,
+                ..Found::default()
             };
-            let episodic = only(&episodic)?.into_iter().filter_map(|m| match m {
-                Memory::Episodic(e) => Some(e),
-                _ => None,
-            });
-            let semantic = only(&semantic)?.into_iter().filter_map(|m| match m {
-                Memory::Semantic(f) => Some(f),
-                _ => None,
-            });
-            Ok(RankedMemories {
-                memories,
-                episodic: episodic.collect(),
-                semantic: semantic.collect(),
-                index: r.state,
-            })
-        })
-        .await
-    }
-
-    /// A ranked page of SearchHistory over `user`'s conversations.
-    pub(crate) async fn user_search(&self, user: &UserId, search: &Search) -> Result<SearchPage> {
-        engram_store::ranked::check_user_search(search)?;
-        let (from, end) = page_bounds(search)?;
-        let filter = Filter {
-            kinds: vec![Kind::Trace],
-            ..search_filter(search)
-        };
-        let context = search.neighbours.min(MAX_CONTEXT);
-        let wants = move |_: &UserIndex| vec![(filter, end + 1)];
-        if let Some(wait) = search.wait_for_index {
-            self.wait_user_embedded(user, None, std::time::Instant::now() + wait)
-                .await?;
-        }
-        let caught_up = self.user_caught_up(user, None);
-        self.user_ranked(user, &search.query, caught_up, None, wants, move |r| {
-            let ranked = r.ranked.into_iter().next().unwrap_or_default();
-            let more = ranked.len() > end;
-            let mut hits = Vec::new();
-            for hit in ranked.iter().take(end).skip(from) {
-                hits.extend(r.found.recalled(hit, context)?.and_then(Hit::of));
+            for (want, ranked) in read.iter().zip(r.ranked) {
+                let mut memories = Vec::new();
+                for hit in ranked.iter().take(want.read.end).skip(want.read.start) {
+                    memories.extend(r.found.recalled(hit, want.context)?);
+                }
+                found.read.push(memories);
+                found.ranked.push(ranked.len());
             }
-            Ok(SearchPage {
-                hits,
-                next_page_token: more.then(|| page_token(end)),
-                index: r.state,
-            })
+            Ok(found)
         })
         .await
     }
@@ -253,7 +200,7 @@ impl FileStore {
                 let empty = Lexical::in_memory().map_err(index_error)?;
                 let by_ordinal = HashMap::new();
                 return work(Ranking {
-                    found: Found {
+                    found: Hits {
                         lexical: &empty,
                         by_ordinal: &by_ordinal,
                         current: None,
@@ -296,7 +243,7 @@ impl FileStore {
             let index = &*index;
             let by_ordinal = index.agents_by_ordinal();
             work(Ranking {
-                found: Found {
+                found: Hits {
                     lexical: &index.lexical,
                     by_ordinal: &by_ordinal,
                     current: current.as_deref(),
@@ -310,13 +257,13 @@ impl FileStore {
 }
 
 /// What the hits of a user's index are read with.
-struct Found<'a> {
+struct Hits<'a> {
     lexical: &'a Lexical,
     by_ordinal: &'a HashMap<u32, String>,
     current: Option<&'a str>,
 }
 
-impl Found<'_> {
+impl Hits<'_> {
     /// The memory a hit of the user's index is, naming its conversation,
     /// with up to `context` neighbours each side from the same one.
     fn recalled(&self, hit: &Ranked, context: usize) -> Result<Option<Recalled>> {
@@ -342,9 +289,6 @@ impl Found<'_> {
             Kind::Episodic => (Memory::Episodic(item(&body)?), Default::default()),
             Kind::Semantic => {
                 let fact: UserFact = item(&body)?;
-                if fact.fact.is_expired(engram_store::unix_now()) {
-                    return Ok(None);
-                }
                 (Memory::Semantic(fact.fact), Default::default())
             }
         };

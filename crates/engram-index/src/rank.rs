@@ -162,7 +162,9 @@ pub fn rank(
     let (vectors, vector) = semantic.map(|s| (s.vectors, s.query)).unzip();
     let mut source = crate::lexical::IndexSource::new(index, vectors, None);
     let wants = [(filter.clone(), limit)];
-    let lexed = rank_index(&mut source, |s| pipeline::by_words(s, query, &wants, params))?;
+    let lexed = rank_index(&mut source, |s| {
+        pipeline::by_words(s, query, &wants, params)
+    })?;
     let mut ranked = rank_index(&mut source, |s| {
         pipeline::by_meaning(s, lexed, vector, params)
     })?;

@@ -100,7 +100,7 @@ impl PgStore {
             .collect())
     }
 
-/// Embeds `words` into the table of word vectors: now, when a search
+    /// Embeds `words` into the table of word vectors: now, when a search
     /// waits until `deadline` (what is left then is embedded in the
     /// background); else in the background, one round at a time.
     async fn embed_words(&self, words: Vec<String>, deadline: Option<Instant>) {

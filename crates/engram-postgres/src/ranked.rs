@@ -1,17 +1,18 @@
-//! Ranked SearchHistory and Retrieve(query) on the database, for one
-//! agent: its words ranked by the database (`words.rs`), fused with the
-//! closeness in meaning of this replica's copy of its vectors
-//! (`vectors.rs`), and read back from the rows (`recalled.rs`). A user's
-//! conversations are ranked the same way, together (`user_rank.rs`).
+//! A ranked read's plan (`engram_store::ranking`) on the database, for one
+//! agent: `engram_index::pipeline` over the database's primitives
+//! (`source.rs`) and this replica's copy of the agent's vectors
+//! (`vectors.rs`), the ranked items read back from the rows
+//! (`recalled.rs`). A user's conversations are ranked the same way,
+//! together (`user_rank.rs`).
+
+/// A ranking to make: the best `.1` within `.0`.
+pub(crate) type Want = (Filter, usize);
 
 use async_trait::async_trait;
 use engram_core::AgentId;
-use engram_index::{Ranked, Vectors, pipeline};
-use engram_store::ranked::{MAX_RANKED, Want, memory_wants};
-use engram_store::{
-    Hit, IndexState, Memory, MemoryQuery, RankedMemories, Ranks, Result, Search, SearchPage,
-    StoreError,
-};
+use engram_index::{Filter, Ranked, Vectors, pipeline};
+use engram_store::ranking::{Found, Over, Plan};
+use engram_store::{IndexState, Ranks, Result, StoreError};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
@@ -23,40 +24,11 @@ use crate::{PgStore, db};
 
 #[async_trait]
 impl Ranks for PgStore {
-    async fn rank_memories(&self, id: &AgentId, query: &MemoryQuery) -> Result<RankedMemories> {
-        let mut conn = self.conn().await?;
-        let first_active = first_active(&mut conn, id.as_str()).await?;
-        let mut wants = memory_wants(query, first_active.map(|o| o as u64));
-        for want in &mut wants {
-            want.1 = want.1.min(MAX_RANKED);
+    async fn rank(&self, over: Over<'_>, plan: &Plan) -> Result<Found> {
+        match over {
+            Over::Agent(id) => self.agent_rank(id, plan).await,
+            Over::User { user, current } => self.user_rank(user, current, plan).await,
         }
-        let who = Covered::Agent(id.as_str());
-        let (ranked, places, state) = self
-            .ranking(
-                &mut conn,
-                id.as_str(),
-                &query.query,
-                wants,
-                query.wait_for_index,
-            )
-            .await?;
-        let (memories, episodic, semantic) =
-            recalled_memories(&mut conn, &who, &places, ranked, query.neighbours).await?;
-        Ok(RankedMemories {
-            memories,
-            episodic,
-            semantic,
-            index: state,
-        })
-    }
-
-    async fn rank_user_memories(
-        &self,
-        user: &engram_core::UserId,
-        query: &MemoryQuery,
-        current: Option<&AgentId>,
-    ) -> Result<RankedMemories> {
-        self.user_ranking(user, query, current).await
     }
 
     fn expect_query(&self, text: &str) {
@@ -79,30 +51,20 @@ impl Ranks for PgStore {
 }
 
 impl PgStore {
-    pub(crate) async fn ranked_search(&self, id: &AgentId, search: &Search) -> Result<SearchPage> {
-        let (from, end) = engram_store::ranked::page_bounds(search)?;
+    /// A plan over one agent's rows.
+    async fn agent_rank(&self, id: &AgentId, plan: &Plan) -> Result<Found> {
         let mut conn = self.conn().await?;
-        let filter = engram_store::ranked::search_filter(search);
-        let (mut ranked, places, state) = self
-            .ranking(
-                &mut conn,
-                id.as_str(),
-                &search.query,
-                vec![(filter, end + 1)],
-                search.wait_for_index,
-            )
+        let first_active = first_active(&mut conn, id.as_str()).await?;
+        let wants = plan
+            .wants
+            .iter()
+            .map(|w| (w.agent_filter(first_active.map(|o| o as u64)), w.limit))
+            .collect();
+        let (ranked, places, state) = self
+            .ranking(&mut conn, id.as_str(), &plan.query, wants, plan.wait)
             .await?;
-        let ranked = ranked.pop().unwrap_or_default();
-        let more = ranked.len() > end;
-        let page: Vec<Ranked> = ranked.into_iter().take(end).skip(from).collect();
         let who = Covered::Agent(id.as_str());
-        let recalled = materialize(&mut conn, &who, &places, &page, search.neighbours).await?;
-        let hits = recalled.into_iter().filter_map(Hit::of).collect();
-        Ok(SearchPage {
-            hits,
-            next_page_token: more.then(|| engram_store::ranked::page_token(end)),
-            index: state,
-        })
+        read_back(&mut conn, &who, &places, plan, ranked, state).await
     }
 
     /// The rankings `wants` asks for over one agent, where their places
@@ -208,38 +170,28 @@ async fn state(conn: &mut PgConnection, id: &str) -> Result<(IndexState, Uuid)> 
     Ok((state, incarnation))
 }
 
-/// The memories of Retrieve's three rankings (every kind, then summaries
-/// and facts alone), read back.
-pub(crate) async fn recalled_memories(
+/// What `plan` asked of `ranked` (each want's `read` range), read back.
+pub(crate) async fn read_back(
     conn: &mut PgConnection,
     who: &Covered<'_>,
     places: &PlaceOrigins<'_>,
+    plan: &Plan,
     ranked: Vec<Vec<Ranked>>,
-    neighbours: usize,
-) -> Result<(
-    Vec<engram_store::Recalled>,
-    Vec<engram_core::memory::EpisodicItem>,
-    Vec<engram_core::memory::SemanticItem>,
-)> {
-    let mut ranked = ranked.into_iter();
-    let (all, episodic, semantic) = (
-        ranked.next().unwrap_or_default(),
-        ranked.next().unwrap_or_default(),
-        ranked.next().unwrap_or_default(),
-    );
-    let memories = materialize(conn, who, places, &all, neighbours).await?;
-    let only = |r: Vec<engram_store::Recalled>| r.into_iter().map(|r| r.memory);
-    let episodic = only(materialize(conn, who, places, &episodic, 0).await?)
-        .filter_map(|m| match m {
-            Memory::Episodic(e) => Some(e),
-            _ => None,
-        })
-        .collect();
-    let semantic = only(materialize(conn, who, places, &semantic, 0).await?)
-        .filter_map(|m| match m {
-            Memory::Semantic(s) => Some(s),
-            _ => None,
-        })
-        .collect();
-    Ok((memories, episodic, semantic))
+    index: IndexState,
+) -> Result<Found> {
+    let mut found = Found {
+        index,
+        ..Found::default()
+    };
+    for (want, ranked) in plan.wants.iter().zip(ranked) {
+        let end = want.read.end.min(ranked.len());
+        let page = ranked
+            .get(want.read.start.min(end)..end)
+            .unwrap_or_default();
+        found
+            .read
+            .push(materialize(conn, who, places, page, want.context).await?);
+        found.ranked.push(ranked.len());
+    }
+    Ok(found)
 }

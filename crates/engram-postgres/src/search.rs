@@ -9,7 +9,7 @@
 use async_trait::async_trait;
 use engram_core::{AgentId, CoreError};
 use engram_store::search::Query;
-use engram_store::{Hit, IndexState, Result, Search, SearchMode, SearchPage, Searches, StoreError};
+use engram_store::{Hit, IndexState, Result, Search, SearchPage, Searches, StoreError};
 
 use crate::{PgStore, db};
 
@@ -47,18 +47,8 @@ impl Place {
 
 #[async_trait]
 impl Searches for PgStore {
-    async fn search(&self, id: &AgentId, search: &Search) -> Result<SearchPage> {
-        match search.mode {
-            SearchMode::Ranked if search.query.trim().is_empty() => {
-                Err(CoreError::Invalid("query is empty; give one or more keywords".into()).into())
-            }
-            SearchMode::Ranked => self.ranked_search(id, search).await,
-            SearchMode::AllWords => self.all_words(id, search).await,
-        }
-    }
-
-    async fn search_user(&self, user: &engram_core::UserId, search: &Search) -> Result<SearchPage> {
-        self.user_search(user, search).await
+    async fn search_all_words(&self, id: &AgentId, search: &Search) -> Result<SearchPage> {
+        self.all_words(id, search).await
     }
 }
 

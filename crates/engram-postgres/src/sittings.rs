@@ -278,7 +278,9 @@ pub(crate) async fn counts(
         let at: HashMap<&str, usize> = lexemes.iter().enumerate().map(|(i, l)| (*l, i)).collect();
         let mut by_term: Vec<HashMap<usize, u32>> = vec![HashMap::new(); lexemes.len()];
         for (agent, ord, lexeme, tf) in &rows {
-            if let (Some(s), Some(&i)) = (sittings.of(who.place(agent, *ord)), at.get(lexeme.as_str())) {
+            if let (Some(s), Some(&i)) =
+                (sittings.of(who.place(agent, *ord)), at.get(lexeme.as_str()))
+            {
                 let tf = u32::try_from(*tf).unwrap_or(0);
                 let n = by_term[i].entry(s).or_default();
                 *n = n.saturating_add(tf);

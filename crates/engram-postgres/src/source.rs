@@ -114,8 +114,15 @@ impl Source for PgSource<'_, '_, '_, '_> {
                 }
             };
             let (who, hidden) = (&self.who, self.hidden);
-            let found =
-                candidates(self.conn, who, terms, ask.filter, ask.limit, hidden, &mut self.places);
+            let found = candidates(
+                self.conn,
+                who,
+                terms,
+                ask.filter,
+                ask.limit,
+                hidden,
+                &mut self.places,
+            );
             out.push(found.await?);
         }
         Ok(out)
@@ -156,8 +163,11 @@ impl Source for PgSource<'_, '_, '_, '_> {
         let counted: Vec<&str> = terms.iter().copied().filter(|t| !common(t)).collect();
         let cache = &self.store.inner.sittings;
         let mut found = crate::sittings::counts(self.conn, cache, &self.who, &counted, gap).await?;
-        let mut by_term: HashMap<&str, Vec<(usize, u32)>> =
-            counted.iter().copied().zip(std::mem::take(&mut found.counts)).collect();
+        let mut by_term: HashMap<&str, Vec<(usize, u32)>> = counted
+            .iter()
+            .copied()
+            .zip(std::mem::take(&mut found.counts))
+            .collect();
         found.counts = terms
             .iter()
             .map(|t| by_term.remove(t).unwrap_or_default())
@@ -175,7 +185,8 @@ impl Source for PgSource<'_, '_, '_, '_> {
             .iter()
             .map(|id| {
                 let at = (*id as usize).checked_sub(1);
-                at.and_then(|i| self.names.get(i)).map_or("", String::as_str)
+                at.and_then(|i| self.names.get(i))
+                    .map_or("", String::as_str)
             })
             .collect();
         crate::speakers::name_terms(self.conn, &names).await

@@ -73,7 +73,10 @@ pub(crate) async fn said(
 }
 
 /// Each of `names` as the database analyzes a question's words.
-pub(crate) async fn name_terms(conn: &mut PgConnection, names: &[&str]) -> Result<Vec<Vec<String>>> {
+pub(crate) async fn name_terms(
+    conn: &mut PgConnection,
+    names: &[&str],
+) -> Result<Vec<Vec<String>>> {
     if names.is_empty() {
         return Ok(Vec::new());
     }

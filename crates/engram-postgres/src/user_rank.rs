@@ -6,18 +6,15 @@
 //! out; each memory names its conversation. Its cost grows with the rows
 //! that match, not with the number of conversations.
 
-use std::collections::HashSet;
-
-use engram_core::compaction::normalize;
 use engram_core::{AgentId, UserId};
-use engram_index::{Filter, Kind, Ranked};
-use engram_store::ranked::{MAX_RANKED, Want, memory_wants, place, range};
-use engram_store::{Hit, IndexState, MemoryQuery, RankedMemories, Result, Search, SearchPage};
+use engram_index::Ranked;
+use engram_store::ranked::{place, range};
+use engram_store::ranking::{Found, Plan};
+use engram_store::{IndexState, Result};
 use sqlx::PgConnection;
 
 use crate::covered::{Covered, PlaceOrigins};
-use crate::ranked::{first_active, recalled_memories};
-use crate::recalled::materialize;
+use crate::ranked::{Want, first_active, read_back};
 use crate::user_vectors::UserCopy;
 use crate::words::Hidden;
 use crate::{PgStore, db};
@@ -27,16 +24,15 @@ use crate::{PgStore, db};
 type UserRanked<'a> = (Vec<Vec<Ranked>>, PlaceOrigins<'a>, IndexState);
 
 impl PgStore {
-    /// Recall and Retrieve across `user`'s conversations.
-    pub(crate) async fn user_ranking(
+    /// A plan over `user`'s conversations (`current`'s active transcript
+    /// left out of what a want leaves it out of).
+    pub(crate) async fn user_rank(
         &self,
         user: &UserId,
-        query: &MemoryQuery,
         current: Option<&AgentId>,
-    ) -> Result<RankedMemories> {
-        let deadline = query
-            .wait_for_index
-            .map(|wait| std::time::Instant::now() + wait);
+        plan: &Plan,
+    ) -> Result<Found> {
+        let deadline = plan.wait.map(|wait| std::time::Instant::now() + wait);
         if let (Some(deadline), Some(id)) = (deadline, current) {
             // The current conversation's own items are embedded first.
             self.wait_embedded(id.as_str(), deadline).await?;
@@ -44,7 +40,8 @@ impl PgStore {
         let mut conn = self.conn().await?;
         // Where the current conversation's active transcript starts: what
         // the prompt shows already.
-        let hidden: Option<(&str, i64)> = match current.filter(|_| query.archived_only) {
+        let archived_only = plan.wants.iter().any(|w| w.archived_only);
+        let hidden: Option<(&str, i64)> = match current.filter(|_| archived_only) {
             Some(id) => first_active(&mut conn, id.as_str())
                 .await?
                 .map(|first| (id.as_str(), first)),
@@ -52,76 +49,26 @@ impl PgStore {
         };
         let slot = self.user_slot(user);
         let (copy, traces) = self.caught_up_user(&mut conn, &slot, user).await?;
-        let hide = hidden.and_then(|(id, first)| {
+        let active = hidden.and_then(|(id, first)| {
             let ordinal = copy.placing.ordinal(id)?;
             Some((place(ordinal, first as u64), range(ordinal).1))
         });
-        let mut wants = memory_wants(query, None);
-        wants[0].0.traces_before = None;
-        wants[0].0.traces_hidden = hide;
-        for want in &mut wants {
-            want.1 = want.1.min(MAX_RANKED);
-        }
+        let wants = plan
+            .wants
+            .iter()
+            .map(|w| (w.user_filter(active), w.limit))
+            .collect();
         let (ranked, places, state) = self
             .rank_user(
                 &mut conn,
                 (&copy, traces),
-                &query.query,
+                &plan.query,
                 wants,
                 (hidden, deadline),
             )
             .await?;
         let who = Covered::User(&copy.placing);
-        let (memories, episodic, semantic) =
-            recalled_memories(&mut conn, &who, &places, ranked, query.neighbours).await?;
-        // The user's facts are folded from each conversation's: the same
-        // fact found in several is shown once.
-        let mut seen = HashSet::new();
-        let semantic = semantic
-            .into_iter()
-            .filter(|f| seen.insert(normalize(&f.fact)))
-            .collect();
-        Ok(RankedMemories {
-            memories,
-            episodic,
-            semantic,
-            index: state,
-        })
-    }
-
-    /// A ranked page over the user's conversations.
-    pub(crate) async fn user_search(&self, user: &UserId, search: &Search) -> Result<SearchPage> {
-        engram_store::ranked::check_user_search(search)?;
-        let (from, end) = engram_store::ranked::page_bounds(search)?;
-        let filter = Filter {
-            kinds: vec![Kind::Trace],
-            ..engram_store::ranked::search_filter(search)
-        };
-        let deadline = search
-            .wait_for_index
-            .map(|wait| std::time::Instant::now() + wait);
-        let mut conn = self.conn().await?;
-        let slot = self.user_slot(user);
-        let (copy, traces) = self.caught_up_user(&mut conn, &slot, user).await?;
-        let (mut ranked, places, state) = self
-            .rank_user(
-                &mut conn,
-                (&copy, traces),
-                &search.query,
-                vec![(filter, end + 1)],
-                (None, deadline),
-            )
-            .await?;
-        let ranked = ranked.pop().unwrap_or_default();
-        let more = ranked.len() > end;
-        let page: Vec<Ranked> = ranked.into_iter().take(end).skip(from).collect();
-        let who = Covered::User(&copy.placing);
-        let recalled = materialize(&mut conn, &who, &places, &page, search.neighbours).await?;
-        Ok(SearchPage {
-            hits: recalled.into_iter().filter_map(Hit::of).collect(),
-            next_page_token: more.then(|| engram_store::ranked::page_token(end)),
-            index: state,
-        })
+        read_back(&mut conn, &who, &places, plan, ranked, state).await
     }
 
     /// The rankings `wants` asks for over the user's rows as `copy` places

@@ -25,6 +25,7 @@ pub mod intent;
 pub mod items;
 mod memo;
 pub mod ranked;
+pub mod ranking;
 pub mod search;
 mod traits;
 
@@ -47,6 +48,7 @@ pub use traits::{
 /// methods are callable only with its trait in scope (on a `dyn Store`
 /// they are callable as they are).
 pub mod prelude {
+    pub use crate::ranking::RankedReads;
     pub use crate::traits::{
         Admin, Blocks, Compacts, Facts, Forgets, Portable, Ranks, Reads, Runtime, Searches, Store,
         UserMemory, Writes,

@@ -6,7 +6,7 @@ use engram_core::CoreError;
 use engram_index::{Filter, Kind, Matched, Ranked};
 
 use crate::items::trace_type_code;
-use crate::{MatchedBy, MemoryQuery, Search};
+use crate::{MatchedBy, Search};
 
 /// How deep ranked pages go: further than anyone reads, and a bound on the
 /// work of one request.
@@ -67,9 +67,6 @@ pub fn page_bounds(search: &Search) -> std::result::Result<(usize, usize), CoreE
     Ok((from, end))
 }
 
-/// A ranking to make: the best `.1` within `.0`.
-pub type Want = (Filter, usize);
-
 /// The items a ranked SearchHistory may return: traces, as its filters
 /// say.
 pub fn search_filter(search: &Search) -> Filter {
@@ -90,28 +87,6 @@ pub fn search_filter(search: &Search) -> Filter {
         traces_before: None,
         traces_hidden: None,
     }
-}
-
-/// What Retrieve(query) ranks, given where the active transcript starts:
-/// every kind together, then summaries alone and facts alone (so that a
-/// few summaries are not crowded out by hundreds of messages; one
-/// embedding of the query serves all three).
-pub fn memory_wants(query: &MemoryQuery, first_active: Option<u64>) -> Vec<Want> {
-    let only = |kind: Kind| Filter {
-        kinds: vec![kind],
-        ..Filter::default()
-    };
-    let all = Filter {
-        traces_before: query
-            .archived_only
-            .then(|| first_active.unwrap_or(u64::MAX)),
-        ..Filter::default()
-    };
-    vec![
-        (all, query.limit),
-        (only(Kind::Episodic), query.episodic),
-        (only(Kind::Semantic), query.semantic),
-    ]
 }
 
 /// Why a ranked item matched, as the store says it.

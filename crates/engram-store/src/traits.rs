@@ -8,8 +8,8 @@
 //! |---|---|---|---|
 //! | [`Writes`] | ingest, mark, prepare | `write.rs` | `write.rs` |
 //! | [`Reads`] | context, bundle, sizes | `read.rs` | `read.rs` |
-//! | [`Searches`] | SearchHistory | `search.rs` | `search.rs` |
-//! | [`Ranks`] | memories ranked for a text, index state | `ranked.rs` | `ranked.rs` |
+//! | [`Searches`] | SearchHistory's MATCH_ALL_WORDS | `search.rs` | `search.rs` |
+//! | [`Ranks`] | a ranked read's plan run (`crate::ranking`), index state | `ranked.rs`, `user_rank.rs` | `ranked.rs`, `user_rank.rs` |
 //! | [`Compacts`] | begin, abort, finish, microcompact, the compaction log | `compact.rs` | `compact.rs` |
 //! | [`Admin`] | list, delete, fork | `registry.rs` | `agents.rs` |
 //! | [`Blocks`] | memory blocks of every scope | `blocks.rs` | `blocks.rs` |
@@ -39,10 +39,11 @@ use engram_core::memory::{EpisodicItem, SemanticItem};
 use engram_core::users::{Folded, LastConversation, UserFact};
 use engram_core::{AgentId, NewEvent, Usage, UserId};
 
+use crate::ranking::{Found, Over, Plan};
 use crate::{
     AgentContext, Begun, Bundle, Committed, Forgotten, Hidden, Hiding, Imported, IndexState,
-    Ingested, Job, MemoryQuery, Policy, PrepareInput, Prepared, RankedMemories, Result, RewriteJob,
-    Search, SearchPage, Visible, VisibleAgent,
+    Ingested, Job, Policy, PrepareInput, Prepared, Result, RewriteJob, Search, SearchPage, Visible,
+    VisibleAgent,
 };
 
 /// Engram's storage. Every write that returns `Ok` is durable (per the
@@ -140,39 +141,27 @@ pub trait Reads {
     async fn file_sizes(&self, id: &AgentId) -> Result<Vec<(String, u64)>>;
 }
 
-/// SearchHistory.
+/// SearchHistory's MATCH_ALL_WORDS mode (the ranked mode is a plan run
+/// by [`Ranks::rank`]; `crate::ranking` has both).
 #[async_trait]
 pub trait Searches {
-    /// SearchHistory over traces, active and archived: ranked by relevance
-    /// (the index caught up first: every acknowledged write is searchable),
-    /// or every word of the query, newest first.
-    async fn search(&self, id: &AgentId, search: &Search) -> Result<SearchPage>;
-
-    /// A ranked page over every conversation of `user` (traces only; each
-    /// hit names its agent). INVALID_ARGUMENT for MATCH_ALL_WORDS or a turn
-    /// range, which are one agent's.
-    async fn search_user(&self, user: &UserId, search: &Search) -> Result<SearchPage>;
+    /// Every word of the query, in active and archived traces, newest
+    /// first, paged.
+    async fn search_all_words(&self, id: &AgentId, search: &Search) -> Result<SearchPage>;
 }
 
-/// Memories of every kind ranked for a text (Retrieve, recall).
+/// Ranked reads' one duty of a backend: a [`Plan`] run. The ranking is
+/// `engram_index::pipeline`'s, over the backend's primitives; what is
+/// asked and what is made of it is `crate::ranking`'s (SearchHistory,
+/// Retrieve, recall, of an agent or a user).
 #[async_trait]
 pub trait Ranks {
-    /// Traces (active and archived), summaries and live facts ranked
-    /// together for `query.query`, from the same index as
-    /// [`Searches::search`].
-    async fn rank_memories(&self, id: &AgentId, query: &MemoryQuery) -> Result<RankedMemories>;
-
-    /// Ranks for `query` everything `user` owns, as one search: every
-    /// conversation's traces (archived or not) and summaries, and the
-    /// user's facts; with `archived_only`, `current`'s active transcript
-    /// is left out (its prompt shows it). Each memory names the
-    /// conversation it is from. Covers every acknowledged write.
-    async fn rank_user_memories(
-        &self,
-        user: &UserId,
-        query: &MemoryQuery,
-        current: Option<&AgentId>,
-    ) -> Result<RankedMemories>;
+    /// Each of `plan`'s wants ranked over `over`'s memory (every
+    /// acknowledged write searchable; once `plan.wait`, at most, has let
+    /// what is searched be embedded) and its `read` range read back.
+    /// NOT_FOUND for an agent that does not exist; nothing found for a
+    /// user with no memory.
+    async fn rank(&self, over: Over<'_>, plan: &Plan) -> Result<Found>;
 
     /// Starts embedding `text`, which a search is about to ask for (a
     /// prompt's recall of the message it is storing), so that the model

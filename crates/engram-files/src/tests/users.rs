@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use engram_core::blocks::{Change, Put, Scope};
 use engram_core::{NewEvent, UserId};
-use engram_store::Ranks;
 use engram_store::prelude::*;
+use engram_store::ranking::RankedReads;
 
 use super::{id, open};
 use crate::StoreError;

@@ -124,7 +124,10 @@ impl Source for IndexSource<'_> {
     }
 
     async fn speakers(&mut self, ids: &[u32]) -> Result<Vec<Vec<String>>, IndexError> {
-        Ok(ids.iter().map(|id| self.lexical.speakers.terms_of(*id)).collect())
+        Ok(ids
+            .iter()
+            .map(|id| self.lexical.speakers.terms_of(*id))
+            .collect())
     }
 
     fn vectors(&self) -> Option<&Vectors> {

@@ -142,12 +142,18 @@ async fn around<S: Source + ?Sized>(
     if places.is_empty() || params.neighbour_weight <= 0.0 || params.neighbour_span == 0 {
         return Ok(Default::default());
     }
-    let places: Vec<u64> = places.into_iter().collect::<BTreeSet<_>>().into_iter().collect();
+    let places: Vec<u64> = places
+        .into_iter()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
     source.neighbours(&places, params.neighbour_span).await
 }
 
 /// [`super::Neighbours`] over what [`around`] read.
-fn near(around: &super::source::Around) -> impl Fn(u64, usize) -> (Vec<crate::Placed>, Vec<crate::Placed>) + '_ {
+fn near(
+    around: &super::source::Around,
+) -> impl Fn(u64, usize) -> (Vec<crate::Placed>, Vec<crate::Placed>) + '_ {
     |place, n| {
         around.get(&place).map_or_else(Default::default, |(b, a)| {
             (
@@ -179,11 +185,7 @@ pub(crate) async fn expansion<S: Source + ?Sized>(
     let of: HashMap<&str, Option<Term>> = words.iter().copied().zip(found).collect();
     let near = near.iter().map(|(w, c)| (w.as_str(), *c)).collect();
     let term_of = |word: &str| -> Result<Option<(String, u64)>, S::Error> {
-        Ok(of
-            .get(word)
-            .cloned()
-            .flatten()
-            .map(|t| (t.text, t.held)))
+        Ok(of.get(word).cloned().flatten().map(|t| (t.text, t.held)))
     };
     choose_expansion(near, term_of, source.documents(), terms, params)
 }

@@ -52,7 +52,10 @@ fn keys(lexical: &Lexical, ranked: &[Ranked]) -> Vec<String> {
 fn by_words(lexical: &mut Lexical, query: &str, params: &Params) -> Words {
     let mut source = IndexSource::new(lexical, None, None);
     let wants = [(Filter::default(), 10)];
-    let lexed = rank_index(&mut source, |s| pipeline::by_words(s, query, &wants, params)).unwrap();
+    let lexed = rank_index(&mut source, |s| {
+        pipeline::by_words(s, query, &wants, params)
+    })
+    .unwrap();
     lexed.into_words().pop().flatten().unwrap()
 }
 
@@ -65,7 +68,10 @@ fn expansion(
     params: &Params,
 ) -> Vec<(String, f32)> {
     let mut source = IndexSource::new(lexical, None, Some(words));
-    rank_index(&mut source, |s| pipeline::expansion(s, query, terms, params)).unwrap()
+    rank_index(&mut source, |s| {
+        pipeline::expansion(s, query, terms, params)
+    })
+    .unwrap()
 }
 
 /// `words` with `chosen` in its word query, as the pipeline expands it.
@@ -406,9 +412,7 @@ fn expansion_finds_by_the_conversations_own_words_what_the_question_names_otherw
         expansion_words: 0,
         ..Params::default()
     };
-    assert!(
-        expansion(&mut lexical, &words, &question, &terms, &off).is_empty()
-    );
+    assert!(expansion(&mut lexical, &words, &question, &terms, &off).is_empty());
     // Each word weighs at most as much as one of the question's.
     let many = Params {
         expansion_words: 10,

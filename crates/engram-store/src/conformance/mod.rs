@@ -28,6 +28,7 @@ mod writes;
 
 use std::sync::Arc;
 
+use crate::ranking::RankedReads;
 use async_trait::async_trait;
 use engram_core::{AgentId, NewEvent, RawTrace};
 use serde_json::json;
