@@ -108,6 +108,7 @@ macro_rules! conformance_suite {
             a_sitting_that_holds_the_question_lifts_its_messages,
             ranked_search_covers_every_acknowledged_write_after_a_restart,
             ranked_search_pages_and_refuses_foreign_tokens,
+            a_plan_ranks_and_reads_back_each_want,
             hostile_text_is_stored_whole_and_found,
             blocks_keep_versions_and_reach_the_prompt,
             an_agents_user_is_fixed_once,

@@ -1,5 +1,9 @@
-//! Cases of ranked search: relevance, context, filters, paging, and an
-//! index that never misses an acknowledged write.
+//! Cases of ranked search: relevance, context, filters, paging, a plan's
+//! wants, and an index that never misses an acknowledged write. The
+//! ranking's policy is written once (`engram_index::pipeline`, unit-tested
+//! in `engram-index` over an in-memory index); the cases of the priors
+//! and sittings here check that each backend's primitives give it what it
+//! weighs — who said a message, whether it asks, where sittings start.
 
 use engram_core::{NewEvent, TraceType};
 
@@ -125,7 +129,8 @@ pub async fn ranked_search_orders_by_relevance_with_context_and_filters<H: Harne
     assert!(nothing.is_empty());
 }
 
-/// The speaker prior: a question that names one participant ranks what
+/// The primitives behind the speaker prior (who said each message, each
+/// name's terms): a question that names one participant ranks what
 /// they said above what another participant said, though the other's
 /// message matches more of its words; a question naming both, or nobody,
 /// ranks by the words.
@@ -148,7 +153,8 @@ pub async fn a_question_naming_one_participant_prefers_their_messages<H: Harness
     assert_eq!(named, "I love pottery");
 }
 
-/// The question prior: a message that mostly asks ranks after the reply
+/// The primitive behind the question prior (which messages mostly ask):
+/// a message that mostly asks ranks after the reply
 /// that tells, though it holds more of the question's words (each its own
 /// sitting: no context between them).
 pub async fn a_message_that_mostly_asks_ranks_after_one_that_tells<H: Harness>(h: &H) {
@@ -178,7 +184,8 @@ pub async fn a_message_that_mostly_asks_ranks_after_one_that_tells<H: Harness>(h
     assert_eq!(texts[0], "I take a pottery class on Mondays.", "{texts:?}");
 }
 
-/// Sittings scored as wholes: of two messages that share one word with the
+/// The primitives behind sittings (their spans by event time, a term's
+/// counts by sitting): of two messages that share one word with the
 /// question, the one whose sitting holds the question's other words comes
 /// first, though alone the other (shorter) scores higher and the words it
 /// lacks are too far away to lend it theirs as context.
@@ -430,4 +437,86 @@ pub fn lead(page: &crate::SearchPage, first: &str, second: &str) -> f32 {
             .score
     };
     score(first) - score(second)
+}
+
+/// A backend's one ranked duty, a [`Plan`](crate::ranking::Plan) run:
+/// each want ranked within its filter and read back over its range (with
+/// its context), how many it ranked counted; a want of 0 ranks nothing;
+/// an `archived_only` want leaves the active transcript out, which after
+/// a compaction still holds the newest turn; a want of summaries alone
+/// finds the compaction's; an unknown agent is NOT_FOUND.
+pub async fn a_plan_ranks_and_reads_back_each_want<H: Harness>(h: &H) {
+    use crate::ranking::{Over, Plan, Want};
+    use engram_index::{Filter, Kind};
+    let store = h.open().await;
+    let a = id("planned");
+    super::conversation(store.as_ref(), &a, 4).await;
+    let job = store
+        .begin_compaction(&a, TEST_POLICY)
+        .await
+        .unwrap()
+        .job()
+        .unwrap();
+    let summary = engram_core::compaction::Summary {
+        episodic_summary: "zebra talk about lookups".into(),
+        tags: vec![],
+        salience: 0.5,
+        semantic_facts: vec![],
+    };
+    store
+        .finish_compaction(&a, job, Some(summary), TEST_POLICY)
+        .await
+        .unwrap();
+    let want = |kinds: Vec<Kind>, limit: usize, archived_only: bool, read, context| Want {
+        filter: Filter {
+            kinds,
+            ..Filter::default()
+        },
+        limit,
+        archived_only,
+        read,
+        context,
+    };
+    let plan = Plan {
+        query: "zebra answer".into(),
+        wants: vec![
+            want(vec![Kind::Trace], 10, false, 1..3, 1),
+            want(vec![Kind::Trace], 10, true, 0..10, 0),
+            want(vec![], 0, false, 0..10, 0),
+            want(vec![Kind::Episodic], 5, false, 0..5, 0),
+        ],
+        wait: None,
+    };
+    let found = store.rank(Over::Agent(&a), &plan).await.unwrap();
+    assert_eq!(found.read.len(), 4);
+    assert_eq!(found.ranked.len(), 4);
+    // Sixteen traces, every one with "zebra".
+    assert_eq!(found.ranked[0], 10, "{:?}", found.ranked);
+    assert_eq!(found.read[0].len(), 2, "the range asked, read back");
+    for r in &found.read[0] {
+        assert!(matches!(r.memory, crate::Memory::Trace { .. }));
+        assert!(r.before.len() <= 1 && r.after.len() <= 1);
+        assert!(r.before.len() + r.after.len() > 0, "{r:?}");
+    }
+    let archived = &found.read[1];
+    assert!(!archived.is_empty());
+    assert!(
+        archived.iter().all(|r| matches!(
+            r.memory,
+            crate::Memory::Trace { archived: true, .. }
+        )),
+        "only what the compaction archived: {archived:?}"
+    );
+    assert!(found.ranked[1] < 16, "the active tail left out");
+    assert_eq!((found.ranked[2], found.read[2].len()), (0, 0));
+    assert!(
+        found.read[3]
+            .iter()
+            .any(|r| matches!(&r.memory, crate::Memory::Episodic(e) if e.summary.contains("lookups"))),
+        "{:?}",
+        found.read[3]
+    );
+    assert!(super::is_not_found(
+        store.rank(Over::Agent(&id("unplanned")), &plan).await
+    ));
 }
