@@ -4,16 +4,18 @@
 //! embedded so far), and the ranked items read back from it. A user's
 //! index is ranked alike (`user_rank.rs`).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
+use engram_core::users::UserFact;
 use engram_core::{AgentId, RawTrace};
 use engram_index::lexical::IndexSource;
 use engram_index::{Kind, Lexical, Placed, Ranked, pipeline, rank_index};
 use engram_store::Ranks;
 
-use engram_store::ranked::{MAX_RANKED, matched_by};
+use engram_store::ranked::{CONVERSATION_BITS, MAX_RANKED, matched_by, split_key};
 use engram_store::ranking::{Found, Over, Plan};
 
 use crate::index::{Lag, blocking, index_error};
@@ -80,7 +82,10 @@ impl FileStore {
             for (want, ranked) in read.iter().zip(r.ranked) {
                 let mut memories = Vec::new();
                 for hit in ranked.iter().take(want.read.end).skip(want.read.start) {
-                    memories.extend(recalled(hit, r.lexical, r.first_active, want.context)?);
+                    let whose = Whose::Agent {
+                        first_active: r.first_active,
+                    };
+                    memories.extend(recalled(hit, r.lexical, whose, want.context)?);
                 }
                 found.read.push(memories);
                 found.ranked.push(ranked.len());
@@ -174,31 +179,60 @@ impl FileStore {
     }
 }
 
+/// Whose index a ranked item is read back from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Whose<'a> {
+    /// An agent's: a trace placed before `first_active` is archived.
+    Agent { first_active: Option<u64> },
+    /// A user's: each item names its conversation (by its place's
+    /// ordinal; the user's own facts name none), and what is found of
+    /// `current` was archived (its active transcript is hidden).
+    User {
+        by_ordinal: &'a HashMap<u32, String>,
+        current: Option<&'a str>,
+    },
+}
+
 /// The memory a ranked item is, with up to `context` neighbours each side
-/// for a trace (archived when placed before `first_active`); `None` when
-/// the index no longer holds it.
-fn recalled(
+/// for a trace (of its own conversation); `None` when the index no longer
+/// holds it.
+pub(crate) fn recalled(
     hit: &Ranked,
     lexical: &Lexical,
-    first_active: Option<u64>,
+    whose: Whose<'_>,
     context: usize,
 ) -> Result<Option<Recalled>> {
     let Some(body) = hit.body(lexical).map_err(index_error)? else {
         return Ok(None);
     };
+    // By its place (a hit found as a neighbour has no key at hand).
+    let agent = match (whose, hit.key().map(split_key)) {
+        (Whose::Agent { .. }, _) | (Whose::User { .. }, Some((None, _))) => None,
+        (Whose::User { by_ordinal, .. }, _) => by_ordinal
+            .get(&((hit.order >> CONVERSATION_BITS) as u32))
+            .cloned(),
+    };
     let (memory, (before, after)) = match hit.kind {
-        Kind::Trace => (
-            Memory::Trace {
-                trace: Box::new(parse(&body)?),
-                archived: first_active.is_none_or(|first| hit.order < first),
-            },
-            neighbours(lexical, hit.order, context)?,
-        ),
+        Kind::Trace => {
+            let archived = match whose {
+                Whose::Agent { first_active } => first_active.is_none_or(|f| hit.order < f),
+                Whose::User { current, .. } => agent.as_deref() == current,
+            };
+            let trace = Box::new(parse(&body)?);
+            let sides = neighbours(lexical, hit.order, context)?;
+            (Memory::Trace { trace, archived }, sides)
+        }
         Kind::Episodic => (Memory::Episodic(item(&body)?), Default::default()),
-        Kind::Semantic => (Memory::Semantic(item(&body)?), Default::default()),
+        Kind::Semantic => match whose {
+            Whose::Agent { .. } => (Memory::Semantic(item(&body)?), Default::default()),
+            Whose::User { .. } => {
+                let fact: UserFact = item(&body)?;
+                (Memory::Semantic(fact.fact), Default::default())
+            }
+        },
     };
     Ok(Some(Recalled {
-        agent_id: None,
+        agent_id: agent,
         memory,
         score: hit.score,
         matched_by: matched_by(hit),
@@ -207,7 +241,8 @@ fn recalled(
     }))
 }
 
-/// Up to `n` traces on each side of the one at `order`, oldest first.
+/// Up to `n` traces on each side of the one at `order` (of its own
+/// conversation), oldest first.
 fn neighbours(lexical: &Lexical, order: u64, n: usize) -> Result<(Vec<RawTrace>, Vec<RawTrace>)> {
     let traces_at = |placed: Vec<Placed>| -> Result<Vec<RawTrace>> {
         let mut out = Vec::with_capacity(placed.len());

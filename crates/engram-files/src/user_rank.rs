@@ -7,22 +7,22 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use engram_core::users::UserFact;
-use engram_core::{AgentId, RawTrace, UserId};
+use engram_core::{AgentId, UserId};
 use engram_index::lexical::IndexSource;
-use engram_index::{Kind, Lexical, Ranked, pipeline, rank_index};
+use engram_index::{Lexical, Ranked, pipeline, rank_index};
 use engram_store::items::trace_order;
-use engram_store::ranked::{MAX_RANKED, matched_by, place, range, split_key};
+use engram_store::ranked::{MAX_RANKED, place, range};
 use engram_store::ranking::{Found, Plan};
 
 use crate::index::{blocking, index_error};
-use crate::ranked::{Want, item, parse};
+use crate::ranked::{Want, Whose, recalled};
 use crate::user_index::UserIndex;
-use crate::{FileStore, IndexState, Memory, Recalled, Result};
+use crate::{FileStore, IndexState, Result};
 
 /// What ranking work gets: the hits' reader, and the rankings asked for.
 struct Ranking<'a> {
-    found: Hits<'a>,
+    lexical: &'a Lexical,
+    whose: Whose<'a>,
     ranked: Vec<Vec<Ranked>>,
     state: IndexState,
 }
@@ -77,7 +77,7 @@ impl FileStore {
             for (want, ranked) in read.iter().zip(r.ranked) {
                 let mut memories = Vec::new();
                 for hit in ranked.iter().take(want.read.end).skip(want.read.start) {
-                    memories.extend(r.found.recalled(hit, want.context)?);
+                    memories.extend(recalled(hit, r.lexical, r.whose, want.context)?);
                 }
                 found.read.push(memories);
                 found.ranked.push(ranked.len());
@@ -200,8 +200,8 @@ impl FileStore {
                 let empty = Lexical::in_memory().map_err(index_error)?;
                 let by_ordinal = HashMap::new();
                 return work(Ranking {
-                    found: Hits {
-                        lexical: &empty,
+                    lexical: &empty,
+                    whose: Whose::User {
                         by_ordinal: &by_ordinal,
                         current: None,
                     },
@@ -243,8 +243,8 @@ impl FileStore {
             let index = &*index;
             let by_ordinal = index.agents_by_ordinal();
             work(Ranking {
-                found: Hits {
-                    lexical: &index.lexical,
+                lexical: &index.lexical,
+                whose: Whose::User {
                     by_ordinal: &by_ordinal,
                     current: current.as_deref(),
                 },
@@ -254,74 +254,4 @@ impl FileStore {
         })
         .await
     }
-}
-
-/// What the hits of a user's index are read with.
-struct Hits<'a> {
-    lexical: &'a Lexical,
-    by_ordinal: &'a HashMap<u32, String>,
-    current: Option<&'a str>,
-}
-
-impl Hits<'_> {
-    /// The memory a hit of the user's index is, naming its conversation,
-    /// with up to `context` neighbours each side from the same one.
-    fn recalled(&self, hit: &Ranked, context: usize) -> Result<Option<Recalled>> {
-        let Some(body) = hit.body(self.lexical).map_err(index_error)? else {
-            return Ok(None);
-        };
-        // By its place (a hit found as a neighbour has no key at hand); the
-        // user's facts have none.
-        let agent = match hit.key().map(split_key) {
-            Some((None, _)) => None,
-            _ => self.by_ordinal.get(&((hit.order >> 40) as u32)).cloned(),
-        };
-        let (memory, (before, after)) = match hit.kind {
-            Kind::Trace => (
-                Memory::Trace {
-                    trace: Box::new(parse(&body)?),
-                    // Its own conversation's active traces are hidden:
-                    // what is found of it was archived.
-                    archived: agent.as_deref() == self.current,
-                },
-                neighbours_within(self.lexical, hit.order, context)?,
-            ),
-            Kind::Episodic => (Memory::Episodic(item(&body)?), Default::default()),
-            Kind::Semantic => {
-                let fact: UserFact = item(&body)?;
-                (Memory::Semantic(fact.fact), Default::default())
-            }
-        };
-        Ok(Some(Recalled {
-            memory,
-            score: hit.score,
-            matched_by: matched_by(hit),
-            before,
-            after,
-            agent_id: agent,
-        }))
-    }
-}
-
-/// Up to `n` traces on each side of the one at `order`, of the same
-/// conversation (its ordinal's range), oldest first.
-fn neighbours_within(
-    lexical: &Lexical,
-    order: u64,
-    n: usize,
-) -> Result<(Vec<RawTrace>, Vec<RawTrace>)> {
-    let (lo, hi) = range((order >> 40) as u32);
-    let traces = |placed: Vec<engram_index::Placed>| -> Result<Vec<RawTrace>> {
-        let mut out = Vec::new();
-        for (at, _) in placed.into_iter().filter(|(at, _)| (lo..=hi).contains(at)) {
-            if let Some(body) = lexical.body_at(at).map_err(index_error)? {
-                out.push(parse(&body)?);
-            }
-        }
-        Ok(out)
-    };
-    let (before, after) = lexical.neighbours(order, n);
-    let mut before = traces(before)?;
-    before.reverse();
-    Ok((before, traces(after)?))
 }

@@ -390,18 +390,24 @@ impl Lexical {
     }
 
     /// The traces next to `order` in conversation order, up to `n` on each
-    /// side, with their event times: (before, after), nearest first.
+    /// side, with their event times: (before, after), nearest first. In a
+    /// user's index, only those of the same conversation: the last message
+    /// of one is no context of the next one's first.
     pub fn neighbours(&self, order: u64, n: usize) -> (Vec<Placed>, Vec<Placed>) {
+        let of = |o: u64| self.conversations.map(|s| o.checked_shr(s).unwrap_or(0));
+        let same = |(o, _): &(&u64, &f64)| of(**o) == of(order);
         let before = self
             .traces
             .range(..order)
             .rev()
+            .take_while(same)
             .take(n)
             .map(|(o, t)| (*o, *t))
             .collect();
         let after = self
             .traces
             .range((Bound::Excluded(order), Bound::Unbounded))
+            .take_while(same)
             .take(n)
             .map(|(o, t)| (*o, *t))
             .collect();

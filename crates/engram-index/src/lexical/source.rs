@@ -74,19 +74,8 @@ impl Source for IndexSource<'_> {
     }
 
     async fn neighbours(&mut self, places: &[u64], span: usize) -> Result<Around, IndexError> {
-        // A user's index holds conversations one after another: the last
-        // message of one is no context of the next one's first.
-        let shift = self.lexical.conversations;
-        let of = |place: u64| shift.map(|s| place.checked_shr(s).unwrap_or(0));
-        Ok(places
-            .iter()
-            .map(|&place| {
-                let (mut before, mut after) = self.lexical.neighbours(place, span);
-                before.retain(|(p, _)| of(*p) == of(place));
-                after.retain(|(p, _)| of(*p) == of(place));
-                (place, (before, after))
-            })
-            .collect())
+        let around = |place: &u64| (*place, self.lexical.neighbours(*place, span));
+        Ok(places.iter().map(around).collect())
     }
 
     async fn vocabulary_near(

@@ -323,3 +323,30 @@ fn an_erased_item_leaves_the_disk_once_purged_and_not_before() {
     assert_eq!(index.payload().unwrap().as_deref(), Some("two"));
     assert_eq!(keys(&mut index, "weather", &Filter::default()), ["b"]);
 }
+
+/// In a user's index (conversations one after another, by their places'
+/// high bits), a message's neighbours are of its own conversation only.
+#[test]
+fn neighbours_stay_within_their_conversation() {
+    let mut index = Lexical::in_memory().unwrap();
+    index.set_conversation_bits(40);
+    let at = |conversation: u64, turn: u32| (conversation << 40) | crate::order(turn, 0);
+    let mut items = vec![];
+    for (key, conversation, turn) in [("a1", 1, 1), ("a2", 1, 2), ("b1", 2, 1), ("b2", 2, 2)] {
+        let mut item = trace(key, turn, 60.0 * f64::from(turn), "hello there");
+        item.order = at(conversation, turn);
+        items.push(item);
+    }
+    index.upsert(&items).unwrap();
+    index.commit("").unwrap();
+    let places = |v: Vec<crate::Placed>| v.into_iter().map(|(o, _)| o).collect::<Vec<_>>();
+    let (before, after) = index.neighbours(at(2, 1), 2);
+    assert_eq!(
+        places(before),
+        Vec::<u64>::new(),
+        "conversation 1 is not its context"
+    );
+    assert_eq!(places(after), [at(2, 2)]);
+    let (before, after) = index.neighbours(at(1, 2), 2);
+    assert_eq!((places(before), places(after)), (vec![at(1, 1)], vec![]));
+}

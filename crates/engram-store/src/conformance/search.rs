@@ -501,18 +501,17 @@ pub async fn a_plan_ranks_and_reads_back_each_want<H: Harness>(h: &H) {
     let archived = &found.read[1];
     assert!(!archived.is_empty());
     assert!(
-        archived.iter().all(|r| matches!(
-            r.memory,
-            crate::Memory::Trace { archived: true, .. }
-        )),
+        archived
+            .iter()
+            .all(|r| matches!(r.memory, crate::Memory::Trace { archived: true, .. })),
         "only what the compaction archived: {archived:?}"
     );
     assert!(found.ranked[1] < 16, "the active tail left out");
     assert_eq!((found.ranked[2], found.read[2].len()), (0, 0));
     assert!(
-        found.read[3]
-            .iter()
-            .any(|r| matches!(&r.memory, crate::Memory::Episodic(e) if e.summary.contains("lookups"))),
+        found.read[3].iter().any(
+            |r| matches!(&r.memory, crate::Memory::Episodic(e) if e.summary.contains("lookups"))
+        ),
         "{:?}",
         found.read[3]
     );
