@@ -23,7 +23,7 @@ use tantivy::{DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, Tantivy
 use crate::analyzer::{self, ANALYZER};
 use crate::{Address, Candidate, Filter, Item, Kind, Placed, Result};
 use columns::Columns;
-pub use source::IndexSource;
+pub use source::{IndexSource, rank, rank_index};
 use speakers::Speakers;
 use top::FilteredTop;
 

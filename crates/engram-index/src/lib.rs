@@ -31,13 +31,13 @@ pub mod words;
 
 #[cfg(feature = "lexical")]
 pub use lexical::Lexical;
+#[cfg(feature = "lexical")]
+pub use lexical::{rank, rank_index};
 pub use rank::{
     ASKING_CHARS, Around, Ask, Coverage, Fused, Lookup, Matched, Neighbours, Params, Ranked, Said,
     Semantic, SittingCounts, SittingScores, Sittings, Source, Term, Words, choose_expansion,
     from_candidates, mostly_asks, named_one, pipeline, sitting_scores, words_to_consider,
 };
-#[cfg(feature = "lexical")]
-pub use rank::{rank, rank_index};
 pub use vectors::{Embedded, Near, Vectors};
 pub use words::WordVectors;
 

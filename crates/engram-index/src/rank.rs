@@ -147,47 +147,6 @@ pub struct Semantic<'a> {
     pub query: &'a [f32],
 }
 
-/// The best `limit` items for `query` within `filter`, from the lexical
-/// index and, when given, the vectors (every step of a ranking but the
-/// expansion, which needs the table of word vectors: [`rank_index`]).
-#[cfg(feature = "lexical")]
-pub fn rank(
-    index: &mut Lexical,
-    semantic: Option<Semantic<'_>>,
-    query: &str,
-    filter: &Filter,
-    limit: usize,
-    params: &Params,
-) -> Result<Vec<Ranked>> {
-    let (vectors, vector) = semantic.map(|s| (s.vectors, s.query)).unzip();
-    let mut source = crate::lexical::IndexSource::new(index, vectors, None);
-    let wants = [(filter.clone(), limit)];
-    let lexed = rank_index(&mut source, |s| {
-        pipeline::by_words(s, query, &wants, params)
-    })?;
-    let mut ranked = rank_index(&mut source, |s| {
-        pipeline::by_meaning(s, lexed, vector, params)
-    })?;
-    Ok(ranked.pop().unwrap_or_default())
-}
-
-/// Runs a step of the pipeline over a lexical index, which answers each
-/// primitive when called, to its end on this thread.
-#[cfg(feature = "lexical")]
-pub fn rank_index<'s, 'a, T, F>(
-    source: &'s mut crate::lexical::IndexSource<'a>,
-    step: impl FnOnce(&'s mut crate::lexical::IndexSource<'a>) -> F,
-) -> Result<T>
-where
-    F: std::future::Future<Output = Result<T>>,
-{
-    pipeline::ready(step(source)).unwrap_or_else(|| {
-        Err(crate::IndexError::Io(std::io::Error::other(
-            "a ranking step waited on the index, which answers at once",
-        )))
-    })
-}
-
 /// The lexical half of a ranking: what the words found, with context,
 /// waiting for the query's vector (which a caller may compute meanwhile).
 #[derive(Debug)]

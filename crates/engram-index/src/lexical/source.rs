@@ -7,8 +7,10 @@
 use async_trait::async_trait;
 
 use super::Lexical;
-use crate::rank::{Around, Ask, Lookup, Said, SittingCounts, Source, Term};
-use crate::{Candidate, IndexError, Vectors, WordVectors};
+use crate::rank::{
+    Around, Ask, Lookup, Params, Ranked, Said, Semantic, SittingCounts, Source, Term,
+};
+use crate::{Candidate, Filter, IndexError, Vectors, WordVectors};
 
 /// A lexical index ranked as a [`Source`], with its vectors and the table
 /// of word vectors its vocabulary is looked up in (none: no model).
@@ -122,4 +124,43 @@ impl Source for IndexSource<'_> {
     fn vectors(&self) -> Option<&Vectors> {
         self.vectors
     }
+}
+
+/// The best `limit` items for `query` within `filter`, from the lexical
+/// index and, when given, the vectors (every step of a ranking but the
+/// expansion, which needs the table of word vectors: [`rank_index`]).
+pub fn rank(
+    index: &mut Lexical,
+    semantic: Option<Semantic<'_>>,
+    query: &str,
+    filter: &Filter,
+    limit: usize,
+    params: &Params,
+) -> crate::Result<Vec<Ranked>> {
+    let (vectors, vector) = semantic.map(|s| (s.vectors, s.query)).unzip();
+    let mut source = IndexSource::new(index, vectors, None);
+    let wants = [(filter.clone(), limit)];
+    let lexed = rank_index(&mut source, |s| {
+        crate::rank::pipeline::by_words(s, query, &wants, params)
+    })?;
+    let mut ranked = rank_index(&mut source, |s| {
+        crate::rank::pipeline::by_meaning(s, lexed, vector, params)
+    })?;
+    Ok(ranked.pop().unwrap_or_default())
+}
+
+/// Runs a step of the pipeline over a lexical index, which answers each
+/// primitive when called, to its end on this thread.
+pub fn rank_index<'s, 'a, T, F>(
+    source: &'s mut IndexSource<'a>,
+    step: impl FnOnce(&'s mut IndexSource<'a>) -> F,
+) -> crate::Result<T>
+where
+    F: std::future::Future<Output = crate::Result<T>>,
+{
+    crate::rank::pipeline::ready(step(source)).unwrap_or_else(|| {
+        Err(crate::IndexError::Io(std::io::Error::other(
+            "a ranking step waited on the index, which answers at once",
+        )))
+    })
 }

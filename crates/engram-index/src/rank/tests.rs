@@ -1,5 +1,5 @@
 use super::*;
-use crate::lexical::IndexSource;
+use crate::lexical::{IndexSource, rank, rank_index};
 use crate::{Embedded, Item, WordVectors, order, test_trace};
 
 fn trace(turn: u32, ts: f64, text: &str) -> Item {
