@@ -46,7 +46,7 @@ pub struct Params {
     /// score the other participants' messages keep (1: no prior).
     pub other_speakers: f32,
     /// Words of the conversation closest in meaning to the question added
-    /// to its word query (0: no expansion; `rank/lexical_expansion.rs`).
+    /// to its word query (0: no expansion; `rank/expansion.rs`).
     pub expansion_words: usize,
     /// The expansion's words together weigh this share of the question's
     /// own words (each at most as much as one of them).
