@@ -5,9 +5,6 @@
 //! (`recalled.rs`). A user's conversations are ranked the same way,
 //! together (`user_rank.rs`).
 
-/// A ranking to make: the best `.1` within `.0`.
-pub(crate) type Want = (Filter, usize);
-
 use async_trait::async_trait;
 use engram_core::AgentId;
 use engram_index::{Filter, Ranked, Vectors, pipeline};
@@ -21,6 +18,9 @@ use crate::recalled::materialize;
 use crate::source::PgSource;
 use crate::words::Hidden;
 use crate::{PgStore, db};
+
+/// A ranking to make: the best `.1` within `.0`.
+pub(crate) type Want = (Filter, usize);
 
 #[async_trait]
 impl Ranks for PgStore {
