@@ -15,20 +15,18 @@ use engram_index::lexical::IndexSource;
 use engram_index::{Kind, Lexical, Placed, Ranked, pipeline, rank_index};
 use engram_store::Ranks;
 
-use engram_store::ranked::{CONVERSATION_BITS, MAX_RANKED, matched_by, split_key};
+use engram_index::pipeline::Wanted;
+use engram_store::ranked::{CONVERSATION_BITS, matched_by, split_key};
 use engram_store::ranking::{Found, Over, Plan};
 
 use crate::index::{Lag, blocking, index_error};
 use crate::{FileStore, IndexState, Memory, Recalled, Result, StoreError};
 
-/// A ranking to make: the best `.1` within `.0`.
-pub(crate) type Want = (engram_index::Filter, usize);
-
 /// What ranking work gets: the agent's index caught up with every
 /// acknowledged write, and the rankings it asked for.
 struct Ranking<'a> {
     lexical: &'a mut Lexical,
-    /// One per [`Want`], in order.
+    /// One per [`Wanted`], in order.
     ranked: Vec<Vec<Ranked>>,
     state: IndexState,
     /// Conversation order of the first active trace: earlier is archived.
@@ -75,22 +73,12 @@ impl FileStore {
         let read = plan.wants.clone();
         let asked = (plan.query.as_str(), plan.wait, lag);
         self.ranking(id, asked, wants, move |r| {
-            let mut found = Found {
-                index: r.state,
-                ..Found::default()
+            let whose = Whose::Agent {
+                first_active: r.first_active,
             };
-            for (want, ranked) in read.iter().zip(r.ranked) {
-                let mut memories = Vec::new();
-                for hit in ranked.iter().take(want.read.end).skip(want.read.start) {
-                    let whose = Whose::Agent {
-                        first_active: r.first_active,
-                    };
-                    memories.extend(recalled(hit, r.lexical, whose, want.context)?);
-                }
-                found.read.push(memories);
-                found.ranked.push(ranked.len());
-            }
-            Ok(found)
+            Found::read_back(&read, &r.ranked, r.state, |hit, context| {
+                recalled(hit, r.lexical, whose, context)
+            })
         })
         .await
     }
@@ -106,7 +94,7 @@ impl FileStore {
         &self,
         id: &AgentId,
         (query, wait, lag): (&str, Option<std::time::Duration>, Lag),
-        wants: impl FnOnce(Option<u64>) -> Vec<Want> + Send + 'static,
+        wants: impl FnOnce(Option<u64>) -> Vec<Wanted> + Send + 'static,
         work: impl FnOnce(Ranking<'_>) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         if let Some(wait) = wait {
@@ -132,10 +120,6 @@ impl FileStore {
                         .note_known_words(&indexer.words(), expanding)?;
                 }
                 let words_left = current.index().left_to_embed() > 0;
-                let wants: Vec<Want> = wants
-                    .into_iter()
-                    .map(|(filter, limit)| (filter, limit.min(MAX_RANKED)))
-                    .collect();
                 let mut source = IndexSource::new(&mut current.index().lexical, None, None);
                 let lexed = rank_index(&mut source, |s| {
                     pipeline::by_words(s, &query, &wants, &params)

@@ -9,13 +9,14 @@ use std::sync::Arc;
 
 use engram_core::{AgentId, UserId};
 use engram_index::lexical::IndexSource;
+use engram_index::pipeline::Wanted;
 use engram_index::{Lexical, Ranked, pipeline, rank_index};
 use engram_store::items::trace_order;
-use engram_store::ranked::{MAX_RANKED, place, range};
+use engram_store::ranked::{place, range};
 use engram_store::ranking::{Found, Plan};
 
 use crate::index::{blocking, index_error};
-use crate::ranked::{Want, Whose, recalled};
+use crate::ranked::{Whose, recalled};
 use crate::user_index::UserIndex;
 use crate::{FileStore, IndexState, Result};
 
@@ -70,19 +71,9 @@ impl FileStore {
         let current = current.map(|c| c.to_string());
         let caught_up = self.user_caught_up(user, hidden_current);
         self.user_ranked(user, &plan.query, caught_up, current, wants, move |r| {
-            let mut found = Found {
-                index: r.state,
-                ..Found::default()
-            };
-            for (want, ranked) in read.iter().zip(r.ranked) {
-                let mut memories = Vec::new();
-                for hit in ranked.iter().take(want.read.end).skip(want.read.start) {
-                    memories.extend(recalled(hit, r.lexical, r.whose, want.context)?);
-                }
-                found.read.push(memories);
-                found.ranked.push(ranked.len());
-            }
-            Ok(found)
+            Found::read_back(&read, &r.ranked, r.state, |hit, context| {
+                recalled(hit, r.lexical, r.whose, context)
+            })
         })
         .await
     }
@@ -148,7 +139,7 @@ impl FileStore {
         text: &str,
         caught_up: impl std::future::Future<Output = Result<()>>,
         current: Option<String>,
-        wants: impl FnOnce(&UserIndex) -> Vec<Want> + Send + 'static,
+        wants: impl FnOnce(&UserIndex) -> Vec<Wanted> + Send + 'static,
         work: impl FnOnce(Ranking<'_>) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         caught_up.await?;
@@ -170,10 +161,7 @@ impl FileStore {
                 }
                 _ => Vec::new(),
             };
-            let wants: Vec<Want> = wants(index)
-                .into_iter()
-                .map(|(filter, limit)| (filter, limit.min(MAX_RANKED)))
-                .collect();
+            let wants = wants(index);
             let mut source = IndexSource::new(&mut index.lexical, None, None);
             let lexed = rank_index(&mut source, |s| {
                 pipeline::by_words(s, &text, &wants, &params)

@@ -156,8 +156,6 @@ pub struct Words {
     traces: HashMap<u64, usize>,
     filter: Filter,
     limit: usize,
-    /// The question's terms (what an expansion leaves out).
-    terms: Vec<String>,
 }
 
 /// What the traces around a place are: up to `n` on each side, nearest
@@ -185,7 +183,6 @@ pub fn from_candidates(
         traces,
         filter: filter.clone(),
         limit,
-        terms: Vec::new(),
     }
 }
 
@@ -198,7 +195,6 @@ impl Words {
             traces,
             filter,
             limit,
-            terms: _,
         } = self;
         if let Some(s) = semantic {
             let near = s

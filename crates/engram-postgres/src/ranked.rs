@@ -7,7 +7,8 @@
 
 use async_trait::async_trait;
 use engram_core::AgentId;
-use engram_index::{Filter, Ranked, Vectors, pipeline};
+use engram_index::pipeline::{self, Wanted};
+use engram_index::{Ranked, Vectors};
 use engram_store::ranking::{Found, Over, Plan};
 use engram_store::{IndexState, Ranks, Result, StoreError};
 use sqlx::PgConnection;
@@ -18,9 +19,6 @@ use crate::recalled::materialize;
 use crate::source::PgSource;
 use crate::words::Hidden;
 use crate::{PgStore, db};
-
-/// A ranking to make: the best `.1` within `.0`.
-pub(crate) type Want = (Filter, usize);
 
 #[async_trait]
 impl Ranks for PgStore {
@@ -74,7 +72,7 @@ impl PgStore {
         conn: &mut PgConnection,
         id: &str,
         query: &str,
-        wants: Vec<Want>,
+        wants: Vec<Wanted>,
         wait: Option<std::time::Duration>,
     ) -> Result<(Vec<Vec<Ranked>>, PlaceOrigins<'static>, IndexState)> {
         let deadline = wait.map(|wait| std::time::Instant::now() + wait);
@@ -116,7 +114,7 @@ impl PgStore {
         conn: &mut PgConnection,
         who: &Covered<'_>,
         query: &str,
-        wants: Vec<Want>,
+        wants: Vec<Wanted>,
         (docs, deadline): (u64, Option<std::time::Instant>),
         hidden: Hidden<'_>,
         vectors: Option<&Vectors>,
@@ -184,10 +182,7 @@ pub(crate) async fn read_back(
         ..Found::default()
     };
     for (want, ranked) in plan.wants.iter().zip(ranked) {
-        let end = want.read.end.min(ranked.len());
-        let page = ranked
-            .get(want.read.start.min(end)..end)
-            .unwrap_or_default();
+        let page = want.to_read(&ranked);
         found
             .read
             .push(materialize(conn, who, places, page, want.context).await?);

@@ -218,12 +218,13 @@ impl SittingCache {
 
 /// The sittings of `who`'s conversations split by `gap`, each one's
 /// length, and where each of `lexemes` falls in them (counted in at most
-/// [`MAX_ROWS`] rows).
+/// [`MAX_ROWS`] rows; those `passed` over have no counts).
 pub(crate) async fn counts(
     conn: &mut PgConnection,
     cache: &SittingCache,
     who: &Covered<'_>,
     lexemes: &[&str],
+    passed: &(dyn Fn(&str) -> bool + Sync),
     gap: f64,
 ) -> Result<SittingCounts> {
     let agents = match who {
@@ -254,8 +255,9 @@ pub(crate) async fn counts(
         Sittings::from_starts(placed.iter().map(|(p, _)| *p).collect()).with_latest(newest);
     let lengths: Vec<u64> = placed.iter().map(|(_, l)| *l).collect();
     let mut counts = vec![Vec::new(); lexemes.len()];
-    if !lexemes.is_empty() && lengths.iter().any(|l| *l > 0) {
-        let any = lexemes
+    let counted: Vec<&str> = lexemes.iter().copied().filter(|l| !passed(l)).collect();
+    if !counted.is_empty() && lengths.iter().any(|l| *l > 0) {
+        let any = counted
             .iter()
             .map(|l| crate::words::quote(l))
             .collect::<Vec<_>>()
@@ -270,29 +272,23 @@ pub(crate) async fn counts(
         );
         let rows: Vec<(String, i64, String, i32)> = bind_covered!(sqlx::query_as(&sql), who)
             .bind(&any)
-            .bind(lexemes)
+            .bind(&counted)
             .bind(MAX_ROWS)
             .fetch_all(&mut *conn)
             .await
             .map_err(db("counting a question's words by sitting"))?;
         let at: HashMap<&str, usize> = lexemes.iter().enumerate().map(|(i, l)| (*l, i)).collect();
-        let mut by_term: Vec<HashMap<usize, u32>> = vec![HashMap::new(); lexemes.len()];
         for (agent, ord, lexeme, tf) in &rows {
             if let (Some(s), Some(&i)) =
                 (sittings.of(who.place(agent, *ord)), at.get(lexeme.as_str()))
             {
-                let tf = u32::try_from(*tf).unwrap_or(0);
-                let n = by_term[i].entry(s).or_default();
-                *n = n.saturating_add(tf);
+                counts[i].push((s, u32::try_from(*tf).unwrap_or(0)));
             }
-        }
-        for (counts, by_sitting) in counts.iter_mut().zip(by_term) {
-            counts.extend(by_sitting);
         }
     }
     Ok(SittingCounts {
         sittings: Arc::new(sittings),
-        lengths,
+        lengths: Arc::new(lengths),
         counts,
     })
 }

@@ -20,19 +20,19 @@ use crate::words::{Hidden, Terms, candidates, neighbours};
 
 /// One ranking's view of `who`'s rows.
 pub(crate) struct PgSource<'s, 'c, 'w, 'p> {
-    pub store: &'s PgStore,
-    pub conn: &'c mut PgConnection,
-    pub who: Covered<'w>,
+    store: &'s PgStore,
+    conn: &'c mut PgConnection,
+    who: Covered<'w>,
     /// Where each place found lies (read back from it afterwards).
-    pub places: PlaceOrigins<'p>,
+    pub(crate) places: PlaceOrigins<'p>,
     /// Rows searched.
-    pub docs: u64,
+    docs: u64,
     /// The current conversation's active transcript, left out.
-    pub hidden: Hidden<'w>,
+    hidden: Hidden<'w>,
     /// A search that waits for the index until then has its vocabulary
     /// embedded first.
-    pub deadline: Option<Instant>,
-    pub vectors: Option<&'s Vectors>,
+    deadline: Option<Instant>,
+    vectors: Option<&'s Vectors>,
     /// The question's terms and their statistics ([`Source::terms`]).
     question: Option<Terms>,
     /// The conversations' vocabularies, as the expansion read them.
@@ -155,24 +155,13 @@ impl Source for PgSource<'_, '_, '_, '_> {
         // A question's term in as many rows as rarity is counted to is
         // common: counting it by sitting would read every row it is in,
         // for next to no weight. It is passed over (no counts).
+        let question = self.question.as_ref();
         let common = |t: &str| {
-            self.question
-                .as_ref()
+            question
                 .is_some_and(|q| q.lexemes.iter().any(|l| l == t) && !q.rare.iter().any(|r| r == t))
         };
-        let counted: Vec<&str> = terms.iter().copied().filter(|t| !common(t)).collect();
         let cache = &self.store.inner.sittings;
-        let mut found = crate::sittings::counts(self.conn, cache, &self.who, &counted, gap).await?;
-        let mut by_term: HashMap<&str, Vec<(usize, u32)>> = counted
-            .iter()
-            .copied()
-            .zip(std::mem::take(&mut found.counts))
-            .collect();
-        found.counts = terms
-            .iter()
-            .map(|t| by_term.remove(t).unwrap_or_default())
-            .collect();
-        Ok(found)
+        crate::sittings::counts(self.conn, cache, &self.who, terms, &common, gap).await
     }
 
     async fn said(&mut self, places: &[u64]) -> Result<Vec<Said>> {

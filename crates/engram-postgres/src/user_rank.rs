@@ -14,10 +14,11 @@ use engram_store::{IndexState, Result};
 use sqlx::PgConnection;
 
 use crate::covered::{Covered, PlaceOrigins};
-use crate::ranked::{Want, first_active, read_back};
+use crate::ranked::{first_active, read_back};
 use crate::user_vectors::UserCopy;
 use crate::words::Hidden;
 use crate::{PgStore, db};
+use engram_index::pipeline::Wanted;
 
 /// What a ranking over a user gives back: the rankings, where their places
 /// lie, and the index state.
@@ -80,7 +81,7 @@ impl PgStore {
         conn: &mut PgConnection,
         (copy, traces): (&'a UserCopy, u64),
         query: &str,
-        wants: Vec<Want>,
+        wants: Vec<Wanted>,
         (hidden, deadline): (Hidden<'_>, Option<std::time::Instant>),
     ) -> Result<UserRanked<'a>> {
         let who = Covered::User(&copy.placing);

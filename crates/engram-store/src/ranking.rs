@@ -66,6 +66,12 @@ impl Want {
         }
     }
 
+    /// The ranked items this want reads back (its `read` range of them).
+    pub fn to_read<'r, T>(&self, ranked: &'r [T]) -> &'r [T] {
+        let end = self.read.end.min(ranked.len());
+        &ranked[self.read.start.min(end)..end]
+    }
+
     /// Whether what this want finds may hold the active transcript's
     /// traces.
     pub fn may_find_active(&self) -> bool {
@@ -92,6 +98,31 @@ pub struct Found {
     /// For each want, how many it ranked.
     pub ranked: Vec<usize>,
     pub index: IndexState,
+}
+
+impl Found {
+    /// What `wants` asked of `ranked` (one ranking per want, in order),
+    /// each item read back by `read` with the want's context.
+    pub fn read_back<T>(
+        wants: &[Want],
+        ranked: &[Vec<T>],
+        index: IndexState,
+        mut read: impl FnMut(&T, usize) -> Result<Option<Recalled>>,
+    ) -> Result<Found> {
+        let mut found = Found {
+            index,
+            ..Found::default()
+        };
+        for (want, ranked) in wants.iter().zip(ranked) {
+            let mut memories = Vec::new();
+            for hit in want.to_read(ranked) {
+                memories.extend(read(hit, want.context)?);
+            }
+            found.read.push(memories);
+            found.ranked.push(ranked.len());
+        }
+        Ok(found)
+    }
 }
 
 /// Ranked reads over any store: callers keep calling them as methods.
@@ -169,7 +200,7 @@ async fn page<S: crate::Ranks + Sync + ?Sized>(
     let (from, end) = page_bounds(search)?;
     let want = Want {
         filter: crate::ranked::search_filter(search),
-        limit: end + 1,
+        limit: (end + 1).min(MAX_RANKED),
         archived_only: false,
         read: from..end,
         context: search.neighbours.min(MAX_CONTEXT),

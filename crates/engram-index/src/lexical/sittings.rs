@@ -1,7 +1,6 @@
 //! The index's traces in sittings, and each sitting's BM25 as one
 //! document (`rank/sittings.rs`).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use tantivy::postings::Postings;
@@ -23,7 +22,7 @@ pub(super) struct SittingTable {
     generation: u64,
     gap: f64,
     sittings: Arc<Sittings>,
-    lengths: Vec<u64>,
+    lengths: Arc<Vec<u64>>,
     docs: Vec<Vec<u32>>,
 }
 
@@ -75,7 +74,7 @@ impl Lexical {
                 generation,
                 gap,
                 sittings: Arc::new(sittings),
-                lengths,
+                lengths: Arc::new(lengths),
                 docs,
             });
         }
@@ -91,7 +90,7 @@ impl Lexical {
         let table = self.sitting_table(gap)?;
         let mut counted = SittingCounts {
             sittings: Arc::clone(&table.sittings),
-            lengths: table.lengths.clone(),
+            lengths: Arc::clone(&table.lengths),
             counts: vec![Vec::new(); terms.len()],
         };
         if terms.is_empty() {
@@ -105,7 +104,6 @@ impl Lexical {
             .collect::<Result<_>>()?;
         for (term, counts) in terms.iter().zip(&mut counted.counts) {
             let term = Term::from_field_text(field, term);
-            let mut by_sitting: HashMap<usize, u32> = HashMap::new();
             for (inverted, docs) in &segments {
                 let Some(mut postings) =
                     inverted.read_postings(&term, IndexRecordOption::WithFreqs)?
@@ -115,16 +113,12 @@ impl Lexical {
                 let mut doc = postings.doc();
                 while doc != TERMINATED {
                     match docs.get(doc as usize) {
-                        Some(&s) if s != NONE => {
-                            let tf = by_sitting.entry(s as usize).or_default();
-                            *tf = tf.saturating_add(postings.term_freq());
-                        }
+                        Some(&s) if s != NONE => counts.push((s as usize, postings.term_freq())),
                         _ => {}
                     }
                     doc = postings.advance();
                 }
             }
-            counts.extend(by_sitting);
         }
         Ok(counted)
     }

@@ -35,11 +35,6 @@ impl<'a> IndexSource<'a> {
             question: Vec::new(),
         }
     }
-
-    /// The index, to read what was found.
-    pub fn lexical(&self) -> &Lexical {
-        self.lexical
-    }
 }
 
 #[async_trait]

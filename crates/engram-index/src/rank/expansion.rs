@@ -74,11 +74,6 @@ pub fn choose_expansion<E>(
 }
 
 impl Words {
-    /// The question's terms, as the index analyzed them.
-    pub fn terms(&self) -> &[String] {
-        &self.terms
-    }
-
     /// What this ranking was asked within.
     pub fn filter(&self) -> &crate::Filter {
         &self.filter
@@ -144,8 +139,6 @@ impl Words {
         neighbours: Neighbours<'_>,
         params: &Params,
     ) -> Words {
-        let mut words = from_candidates(candidates, neighbours, &self.filter, self.limit, params);
-        words.terms = self.terms;
-        words
+        from_candidates(candidates, neighbours, &self.filter, self.limit, params)
     }
 }

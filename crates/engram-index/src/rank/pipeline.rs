@@ -20,6 +20,9 @@ use super::{
 };
 use crate::{Filter, Kind};
 
+/// A ranking asked for: the best `.1` within `.0`.
+pub type Wanted = (Filter, usize);
+
 /// What the words found for each ranking asked (`None`: a limit of 0),
 /// and the question's terms.
 #[derive(Debug)]
@@ -29,9 +32,10 @@ pub struct Lexed {
 }
 
 impl Lexed {
-    /// What the words found, for each ranking asked.
-    pub fn into_words(self) -> Vec<Option<Words>> {
-        self.words
+    /// What the words found, for each ranking asked, and the question's
+    /// terms.
+    pub fn into_parts(self) -> (Vec<Option<Words>>, Vec<Term>) {
+        (self.words, self.terms)
     }
 }
 
@@ -40,7 +44,7 @@ impl Lexed {
 pub async fn by_words<S: Source + ?Sized>(
     source: &mut S,
     query: &str,
-    wants: &[(Filter, usize)],
+    wants: &[Wanted],
     params: &Params,
 ) -> Result<Lexed, S::Error> {
     let terms = source.terms(query, params.max_terms).await?;
@@ -64,23 +68,14 @@ pub async fn by_words<S: Source + ?Sized>(
     };
     let mut by_want: HashMap<usize, Vec<crate::Candidate>> =
         asked.iter().map(|(i, _)| *i).zip(found).collect();
-    let places: Vec<u64> = by_want
-        .values()
-        .flatten()
-        .filter(|c| c.kind == Kind::Trace)
-        .map(|c| c.order)
-        .collect();
-    let around = around(source, places, params).await?;
-    let texts: Vec<String> = terms.iter().map(|t| t.text.clone()).collect();
+    let around = around(source, trace_places(by_want.values()), params).await?;
     let words = wants
         .iter()
         .enumerate()
         .map(|(i, (filter, limit))| {
             (*limit > 0).then(|| {
                 let candidates = by_want.remove(&i).unwrap_or_default();
-                let mut words = from_candidates(candidates, &near(&around), filter, *limit, params);
-                words.terms = texts.clone();
-                words
+                from_candidates(candidates, &near(&around), filter, *limit, params)
             })
         })
         .collect();
@@ -132,8 +127,28 @@ pub async fn by_meaning<S: Source + ?Sized>(
         .collect())
 }
 
-/// The traces around `places` (each once), as [`Source::neighbours`]
-/// reads them; nothing when context lends nothing.
+/// The places of the traces among `candidates`, each once, in order.
+fn trace_places<'c>(candidates: impl IntoIterator<Item = &'c Vec<crate::Candidate>>) -> Vec<u64> {
+    distinct(
+        candidates
+            .into_iter()
+            .flatten()
+            .filter(|c| c.kind == Kind::Trace)
+            .map(|c| c.order),
+    )
+}
+
+/// Each of `items` once, in order.
+fn distinct<T: Ord>(items: impl IntoIterator<Item = T>) -> Vec<T> {
+    items
+        .into_iter()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+/// The traces around `places`, as [`Source::neighbours`] reads them;
+/// nothing when context lends nothing.
 async fn around<S: Source + ?Sized>(
     source: &mut S,
     places: Vec<u64>,
@@ -142,11 +157,6 @@ async fn around<S: Source + ?Sized>(
     if places.is_empty() || params.neighbour_weight <= 0.0 || params.neighbour_span == 0 {
         return Ok(Default::default());
     }
-    let places: Vec<u64> = places
-        .into_iter()
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
     source.neighbours(&places, params.neighbour_span).await
 }
 
@@ -223,14 +233,7 @@ pub(crate) async fn expand<S: Source + ?Sized>(
             false => None,
         })
         .collect();
-    let places = merged
-        .iter()
-        .flatten()
-        .flatten()
-        .filter(|c| c.kind == Kind::Trace)
-        .map(|c| c.order)
-        .collect();
-    let around = around(source, places, params).await?;
+    let around = around(source, trace_places(merged.iter().flatten()), params).await?;
     Ok(words
         .into_iter()
         .zip(merged)
@@ -300,13 +303,7 @@ async fn priors<S: Source + ?Sized>(
     if params.other_speakers >= 1.0 && params.question_prior >= 1.0 {
         return Ok(HashMap::new());
     }
-    let places: Vec<u64> = fused
-        .iter()
-        .flatten()
-        .flat_map(Fused::trace_places)
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
+    let places = distinct(fused.iter().flatten().flat_map(Fused::trace_places));
     if places.is_empty() {
         return Ok(HashMap::new());
     }
@@ -316,12 +313,7 @@ async fn priors<S: Source + ?Sized>(
         .zip(source.said(&places).await?)
         .collect();
     if params.other_speakers < 1.0 {
-        let ids: Vec<u32> = said
-            .values()
-            .filter_map(|s| s.speaker)
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
+        let ids = distinct(said.values().filter_map(|s| s.speaker));
         if !ids.is_empty() {
             let names = source.speakers(&ids).await?;
             let named = named_one(

@@ -48,10 +48,10 @@ pub type Around = HashMap<u64, (Vec<Placed>, Vec<Placed>)>;
 pub struct SittingCounts {
     pub sittings: Arc<Sittings>,
     /// Each sitting's length in words.
-    pub lengths: Vec<u64>,
-    /// For each term asked, in order: its occurrences by sitting
-    /// (sitting, count); a term the backend passed over (too costly to
-    /// walk) has none.
+    pub lengths: Arc<Vec<u64>>,
+    /// For each term asked, in order: its occurrences as (sitting, count),
+    /// a sitting perhaps several times (the counts add up); a term the
+    /// backend passed over (too costly to walk) has none.
     pub counts: Vec<Vec<(usize, u32)>>,
 }
 

@@ -48,15 +48,18 @@ fn keys(lexical: &Lexical, ranked: &[Ranked]) -> Vec<String> {
         .collect()
 }
 
-/// The pipeline's words step over `lexical` for one ranking.
-fn by_words(lexical: &mut Lexical, query: &str, params: &Params) -> Words {
+/// The pipeline's words step over `lexical` for one ranking, and the
+/// question's terms.
+fn by_words(lexical: &mut Lexical, query: &str, params: &Params) -> (Words, Vec<String>) {
     let mut source = IndexSource::new(lexical, None, None);
     let wants = [(Filter::default(), 10)];
     let lexed = rank_index(&mut source, |s| {
         pipeline::by_words(s, query, &wants, params)
     })
     .unwrap();
-    lexed.into_words().pop().flatten().unwrap()
+    let (mut words, terms) = lexed.into_parts();
+    let terms = terms.into_iter().map(|t| t.text).collect();
+    (words.pop().flatten().unwrap(), terms)
 }
 
 /// The pipeline's expansion of a question of `terms` by its vector.
@@ -367,8 +370,7 @@ fn expansion_finds_by_the_conversations_own_words_what_the_question_names_otherw
         expansion_words: 1,
         ..Params::default()
     };
-    let unexpanded = by_words(&mut lexical, "which pets", &one);
-    let terms = unexpanded.terms().to_vec();
+    let (unexpanded, terms) = by_words(&mut lexical, "which pets", &one);
     assert_eq!(terms, ["pet"]);
     let chosen = expansion(&mut lexical, &words, &question, &terms, &one);
     // "puppy" and "puppies" share one term, and "pets" is the question's.
@@ -381,7 +383,7 @@ fn expansion_finds_by_the_conversations_own_words_what_the_question_names_otherw
         .best(&one, &|_| Said::default(), None);
     assert_eq!(keys(&lexical, &plain)[0], "t1");
     assert!(!keys(&lexical, &plain).contains(&"t2".to_owned()));
-    let asked = by_words(&mut lexical, "which pets", &one);
+    let (asked, _) = by_words(&mut lexical, "which pets", &one);
     let expanded = expand(&mut lexical, asked, &chosen, &one)
         .fuse_all(None, &one)
         .best(&one, &|_| Said::default(), None);
@@ -401,7 +403,7 @@ fn expansion_finds_by_the_conversations_own_words_what_the_question_names_otherw
 
     // A question none of whose words the conversation uses is left to its
     // meaning: the expansion alone would stand in for it at full weight.
-    let asked = by_words(&mut lexical, "which kittens", &one);
+    let (asked, _) = by_words(&mut lexical, "which kittens", &one);
     let unknown = expand(&mut lexical, asked, &chosen, &one)
         .fuse_all(None, &one)
         .best(&one, &|_| Said::default(), None);
@@ -467,8 +469,8 @@ fn the_pipeline_ranks_as_its_steps_do() {
         ..Params::default()
     };
     let question = "the stolen race";
-    let words = by_words(&mut lexical, question, &params);
-    let chosen = expansion(&mut lexical, &table, &query, words.terms(), &params);
+    let (words, terms) = by_words(&mut lexical, question, &params);
+    let chosen = expansion(&mut lexical, &table, &query, &terms, &params);
     // "bicycle" is in two messages of three: passed over.
     assert_eq!(chosen, [("puppi".to_owned(), 1.0)]);
     let semantic = Semantic {
