@@ -12,7 +12,7 @@ use std::ops::Bound;
 use std::path::Path;
 
 use tantivy::collector::TopDocs;
-use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
+use tantivy::query::{BooleanQuery, BoostQuery, Occur, Query, TermQuery};
 use tantivy::schema::{
     FAST, Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing,
     TextOptions, Value,
@@ -25,6 +25,7 @@ use crate::{Address, Candidate, Filter, Item, Kind, Placed, Result};
 use columns::Columns;
 pub use source::{IndexSource, rank, rank_index};
 use speakers::Speakers;
+use staged::Clause;
 use top::FilteredTop;
 
 /// Memory the writer may buffer before it writes a segment (tantivy's
@@ -107,6 +108,9 @@ pub struct Lexical {
     /// conversation (a user's index).
     sittings: Option<sittings::SittingTable>,
     conversations: Option<u32>,
+    /// Items a search staged and the indexer has not committed
+    /// (`staged.rs`).
+    staged: staged::Staged,
 }
 
 impl std::fmt::Debug for Lexical {
@@ -161,6 +165,7 @@ impl Lexical {
             vocabulary: None,
             sittings: None,
             conversations: None,
+            staged: staged::Staged::default(),
         };
         me.load_traces()?;
         Ok(me)
@@ -201,9 +206,10 @@ impl Lexical {
         self.speakers.of(order)
     }
 
-    /// Documents committed so far.
+    /// Documents searched: committed so far, and staged.
     pub fn len(&self) -> u64 {
-        self.reader.searcher().num_docs()
+        let committed = self.reader.searcher().num_docs() as i64;
+        (committed + self.staged_count()).max(0) as u64
     }
 
     pub fn is_empty(&self) -> bool {
@@ -223,37 +229,81 @@ impl Lexical {
         let f = self.fields;
         let in_when =
             |t: &String| t.bytes().all(|b| b.is_ascii_digit()) || self.date_terms.contains(t);
-        let words: Vec<(Occur, Box<dyn Query>)> = terms
+        let words: Vec<Clause> = terms
             .iter()
             .flat_map(|t| {
                 let fields = [Some(f.text), in_when(t).then_some(f.when)];
-                fields.into_iter().flatten().map(|field| {
-                    let q = TermQuery::new(
-                        Term::from_field_text(field, t),
-                        IndexRecordOption::WithFreqs,
-                    );
-                    (Occur::Should, Box::new(q) as Box<dyn Query>)
-                })
+                fields
+                    .into_iter()
+                    .flatten()
+                    .map(|field| (field, t.clone(), 1.0))
             })
             .collect();
         self.candidates(words, filter, limit)
     }
 
-    /// The best `limit` documents for any of `words` (query clauses, each
-    /// a score of its own, summed), within `filter`.
+    /// The best `limit` documents for any of `words` (a term in a field,
+    /// its score times a weight; the scores summed), within `filter`: the
+    /// committed ones and the staged ones, on the statistics of both.
     fn candidates(
         &self,
-        words: Vec<(Occur, Box<dyn Query>)>,
+        words: Vec<Clause>,
         filter: &Filter,
         limit: usize,
     ) -> Result<Vec<Candidate>> {
+        let clauses: Vec<(Occur, Box<dyn Query>)> = words
+            .iter()
+            .map(|(field, text, weight)| {
+                let term = Term::from_field_text(*field, text);
+                let q: Box<dyn Query> =
+                    Box::new(TermQuery::new(term, IndexRecordOption::WithFreqs));
+                let q = match *weight == 1.0 {
+                    true => q,
+                    false => Box::new(BoostQuery::new(q, *weight)),
+                };
+                (Occur::Should, q)
+            })
+            .collect();
         // The filter is checked on what the union offers (`top.rs`).
-        let query = BooleanQuery::new(words);
+        let query = BooleanQuery::new(clauses);
         let searcher = self.reader.searcher();
-        let top = match *filter == Filter::default() {
-            true => searcher.search(&query, &TopDocs::with_limit(limit))?,
-            false => searcher.search(&query, &FilteredTop { limit, filter })?,
+        let Some(masked) = self.staging() else {
+            let top = match *filter == Filter::default() {
+                true => searcher.search(&query, &TopDocs::with_limit(limit))?,
+                false => searcher.search(&query, &FilteredTop { limit, filter })?,
+            };
+            return self.committed(&searcher, top);
         };
+        let stats = staged::WithStaged {
+            searcher: &searcher,
+            staged: &self.staged,
+            fields: self.fields,
+        };
+        // Room for what staging hides.
+        let asked = limit + masked.len();
+        let top = searcher.search_with_statistics_provider(
+            &query,
+            &FilteredTop {
+                limit: asked,
+                filter,
+            },
+            &stats,
+        )?;
+        let mut found = self.committed(&searcher, top)?;
+        found.retain(|c| !masked.contains(&c.key));
+        found.extend(self.staged_top(&words, filter, limit, &stats)?);
+        // Stable: a committed item first on a tie.
+        found.sort_by(|a, b| b.score.total_cmp(&a.score));
+        found.truncate(limit);
+        Ok(found)
+    }
+
+    /// The committed documents `top` found, as candidates.
+    fn committed(
+        &self,
+        searcher: &tantivy::Searcher,
+        top: Vec<(f32, DocAddress)>,
+    ) -> Result<Vec<Candidate>> {
         // Fast fields only: the stored document (its whole body) is read
         // for the few that make the page, not for every candidate. Each
         // segment's columns are opened once, and its keys read together.
@@ -314,11 +364,17 @@ impl Lexical {
 
     /// The body of the item with conversation order `order` (a trace).
     pub fn body_at(&self, order: u64) -> Result<Option<String>> {
+        if let Some(body) = self.staged_body_at(order) {
+            return Ok(Some(body));
+        }
         self.stored_at(order, self.fields.body)
     }
 
     /// The body of the item of this key.
     pub fn body_of(&self, key: &str) -> Result<Option<String>> {
+        if let Some(staged) = self.staged_body(key) {
+            return Ok(staged);
+        }
         let q = TermQuery::new(
             Term::from_field_text(self.fields.key, key),
             IndexRecordOption::Basic,
@@ -376,8 +432,11 @@ impl Lexical {
         Ok(out)
     }
 
-    /// Whether an item of this key is committed.
+    /// Whether an item of this key is held, committed or staged.
     pub fn contains(&self, key: &str) -> Result<bool> {
+        if let Some(staged) = self.staged_body(key) {
+            return Ok(staged.is_some());
+        }
         let q = TermQuery::new(
             Term::from_field_text(self.fields.key, key),
             IndexRecordOption::Basic,
@@ -420,6 +479,9 @@ mod context;
 mod sittings;
 mod source;
 mod speakers;
+mod staged;
+#[cfg(test)]
+mod staged_tests;
 #[cfg(test)]
 mod tests;
 mod tiered;

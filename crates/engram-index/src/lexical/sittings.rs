@@ -19,7 +19,8 @@ const NONE: u32 = u32::MAX;
 /// segment (a postings walk then costs a lookup per document).
 #[derive(Debug)]
 pub(super) struct SittingTable {
-    generation: u64,
+    /// The commit's generation, and what was staged then.
+    generation: (u64, u64),
     gap: f64,
     sittings: Arc<Sittings>,
     lengths: Arc<Vec<u64>>,
@@ -40,15 +41,18 @@ impl Lexical {
         self.sittings = None;
     }
 
-    /// The traces in sittings split by `gap` (seconds), as the committed
-    /// index holds them; read once per commit.
+    /// The traces in sittings split by `gap` (seconds), as the index holds
+    /// them (committed and staged); read once per commit and staging.
     pub fn sittings(&mut self, gap: f64) -> Result<Arc<Sittings>> {
         Ok(Arc::clone(&self.sitting_table(gap)?.sittings))
     }
 
     fn sitting_table(&mut self, gap: f64) -> Result<&SittingTable> {
         let searcher = self.reader.searcher();
-        let generation = searcher.generation().generation_id();
+        let generation = (
+            searcher.generation().generation_id(),
+            self.staged.generation,
+        );
         let fresh = self
             .sittings
             .as_ref()
@@ -70,6 +74,7 @@ impl Lexical {
                 }
                 docs.push(of);
             }
+            self.staged_lengths(&sittings, &mut lengths);
             self.sittings = Some(SittingTable {
                 generation,
                 gap,
@@ -120,6 +125,7 @@ impl Lexical {
                 }
             }
         }
+        self.staged_counts(terms, &mut counted);
         Ok(counted)
     }
 }

@@ -6,8 +6,6 @@
 use std::sync::Arc;
 
 use tantivy::Term;
-use tantivy::query::{BoostQuery, Occur, Query, TermQuery};
-use tantivy::schema::IndexRecordOption;
 
 use super::Lexical;
 use crate::words::is_word;
@@ -69,10 +67,12 @@ impl Lexical {
             + self.sittings.as_ref().map_or(0, |s| s.bytes())
     }
 
-    /// How many committed documents hold `term` (an analyzed query term).
+    /// How many documents hold `term` (an analyzed query term), committed
+    /// or staged.
     pub fn doc_freq(&self, term: &str) -> Result<u64> {
+        let staged = self.staged_df(term);
         let term = Term::from_field_text(self.fields.text, term);
-        Ok(self.reader.searcher().doc_freq(&term)?)
+        Ok(self.reader.searcher().doc_freq(&term)? + staged)
     }
 
     /// The analyzed term of `word` (a word of the vocabulary), as a query
@@ -95,14 +95,7 @@ impl Lexical {
         let field = self.fields.text;
         let words = terms
             .iter()
-            .map(|(t, weight)| {
-                let q = TermQuery::new(
-                    Term::from_field_text(field, t),
-                    IndexRecordOption::WithFreqs,
-                );
-                let q: Box<dyn Query> = Box::new(BoostQuery::new(Box::new(q), *weight));
-                (Occur::Should, q)
-            })
+            .map(|(t, weight)| (field, t.clone(), *weight))
             .collect();
         self.candidates(words, filter, limit)
     }
