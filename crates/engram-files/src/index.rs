@@ -73,6 +73,9 @@ pub(crate) struct AgentIndex {
     pub lexical: Lexical,
     /// `None` until a commit says how far it read: read everything.
     cursor: Option<Cursor>,
+    /// How far a search has staged what the commit does not hold
+    /// ([`Lexical::stage`]): searched at once, committed by the indexer.
+    staged_to: Option<Cursor>,
     /// With an embedding model: the vectors, and the items the lexical
     /// side holds that have none yet (oldest first; body left out).
     pub vectors: Option<Vectors>,
@@ -106,7 +109,9 @@ impl AgentIndex {
             Some(vectors) if self.overflowed => {
                 (self.lexical.len() as usize).saturating_sub(vectors.len())
             }
-            _ => self.pending.len() + self.in_flight,
+            // Staged items are queued once the indexer commits them.
+            Some(_) => self.pending.len() + self.in_flight + self.lexical.staged() as usize,
+            None => self.pending.len() + self.in_flight,
         }
     }
 
@@ -179,13 +184,18 @@ impl std::fmt::Debug for AgentIndex {
 /// waits for the index.
 pub(crate) type IndexSlot = Arc<AsyncMutex<Option<AgentIndex>>>;
 
-/// What a search may leave unread in the index.
+/// What a catch-up may leave to the indexer. Every acknowledged write is
+/// searchable after any of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Lag {
-    /// Nothing: every acknowledged write is searchable.
+    /// Nothing: everything is committed (the indexer, a forget, a wait
+    /// for the index).
     None,
-    /// Active traces written since the last catch-up, when nothing else
-    /// was (see [`FileStore::caught_up_as`]).
+    /// The commit (a search): what the commit does not hold is staged in
+    /// memory and searched as it is ([`Lexical::stage`]).
+    Commit,
+    /// As [`Lag::Commit`], and active traces written since are left to
+    /// the indexer when nothing else was (see [`FileStore::caught_up_as`]).
     ActiveTraces,
 }
 
@@ -224,12 +234,15 @@ impl FileStore {
         self.caught_up_as(id, handle, Lag::None).await
     }
 
-    /// The agent's index for a search that may `lag`: with
-    /// [`Lag::ActiveTraces`], active traces written since the last commit
-    /// are left to the background indexer when nothing else was written
-    /// ([`Delta::may_wait`]: a prompt's recall leaves the active transcript
-    /// out). Whatever else is read in at once: in memory, so a request
-    /// pays for no file written (the indexer persists it later).
+    /// The agent's index for a search that may `lag`. A search stages
+    /// what the commit does not hold yet ([`Lexical::stage`]: analyzed and
+    /// searched in memory, no segment written, no reader reloaded) and
+    /// leaves the commit to the indexer; with [`Lag::ActiveTraces`], active
+    /// traces written since are not even staged when nothing else was
+    /// written ([`Delta::may_wait`]: a prompt's recall leaves the active
+    /// transcript out). A forget's removals, or more than
+    /// [`MAX_STAGED`] at once, are committed here (in memory: the indexer
+    /// writes the commit out).
     pub(crate) async fn caught_up_as(
         &self,
         id: &AgentId,
@@ -252,14 +265,31 @@ impl FileStore {
             let opened = blocking(move || open(&dir, model.as_ref())).await?;
             *guard = Some(opened);
         }
-        let from = guard.as_ref().expect("opened").cursor;
+        let index = guard.as_ref().expect("opened");
+        let committed = index.cursor;
+        let staged = index.staged_to.or(committed);
+        let staging = lag != Lag::None;
+        let room = MAX_STAGED.saturating_sub(index.lexical.staged_bytes());
         let (delta, first_active) = self
             .read_through(id, &handle, |state| {
-                (delta(state, from), state.traces.first().map(trace_order))
+                let picked = match staging {
+                    true => match delta(state, staged) {
+                        Some(d) if d.stageable(staged.unwrap_or_default(), room) => {
+                            Some((d, Some(staged.unwrap_or_default())))
+                        }
+                        Some(_) => delta(state, committed).map(|d| (d, None)),
+                        None => None,
+                    },
+                    false => delta(state, committed).map(|d| (d, None)),
+                };
+                (picked, state.traces.first().map(trace_order))
             })
             .await?;
-        let delta = delta.filter(|d| {
-            let later = lag == Lag::ActiveTraces && from.is_some_and(|from| d.may_wait(from));
+        // (An index with nothing committed reads everything at once.)
+        let delta = delta.filter(|(d, from)| {
+            let later = lag == Lag::ActiveTraces
+                && from.is_some()
+                && staged.is_some_and(|from| d.may_wait(from));
             if later {
                 handle
                     .recalls
@@ -268,20 +298,41 @@ impl FileStore {
             }
             !later
         });
-        if let Some(delta) = delta {
+        let unstaged = !staging && guard.as_ref().is_some_and(|i| i.staged_to.is_some());
+        if delta.is_some() || unstaged {
             let dir = self.agent_dir(id);
             let gap = self.inner.config.ranking.session_gap;
+            let staged = delta.as_ref().is_some_and(|(_, from)| from.is_some());
             guard = blocking(move || {
                 let mut guard = guard;
-                apply(guard.as_mut().expect("opened"), &dir, delta, gap)?;
+                let index = guard.as_mut().expect("opened");
+                match delta {
+                    Some((delta, Some(from))) => stage(index, &dir, delta, from)?,
+                    delta => {
+                        // The commit is read from its own cursor: what was
+                        // staged is indexed again, from the files.
+                        index.lexical.unstage();
+                        index.staged_to = None;
+                        if let Some((delta, _)) = delta {
+                            apply(index, &dir, delta, gap)?;
+                        }
+                    }
+                }
                 Ok(guard)
             })
             .await?;
-            // Read in, in memory: the indexer writes it out.
-            if guard
+            if staged {
+                // Without a model, the indexer commits what a recalling
+                // agent staged (`FileStore::keeps_up`).
+                handle
+                    .recalls
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                self.index_later(id);
+            } else if guard
                 .as_ref()
                 .is_some_and(|i| i.lexical.unpersisted_bytes() > 0)
             {
+                // Read in, in memory: the indexer writes it out.
                 self.inner.queue.enqueue(id);
             }
         }
@@ -375,6 +426,7 @@ fn open(agent_dir: &Path, model: Option<&ModelId>) -> Result<AgentIndex> {
     let mut index = AgentIndex {
         lexical,
         cursor,
+        staged_to: None,
         vectors: None,
         pending: VecDeque::new(),
         in_flight: 0,
@@ -400,5 +452,5 @@ pub(crate) fn index_error(e: engram_index::IndexError) -> StoreError {
 }
 
 mod delta;
-use delta::apply;
 pub(crate) use delta::{Delta, delta, read_archive};
+use delta::{MAX_STAGED, apply, stage};

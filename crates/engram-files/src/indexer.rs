@@ -259,14 +259,19 @@ impl FileStore {
         }
     }
 
-    /// Writes out what every open index, an agent's or a user's, holds in
-    /// memory only (a clean shutdown).
+    /// Commits what every open index stages and writes out what every one,
+    /// an agent's or a user's, holds in memory only (a clean shutdown).
     pub(crate) async fn persist_open_indexes(&self) {
         let agents: Vec<AgentId> = engram_store::lock(&self.inner.agents)
             .keys()
             .cloned()
             .collect();
         for id in &agents {
+            // What searches staged is committed first: the next start
+            // reads none of it again.
+            if let Err(e) = self.catch_up_open(id).await {
+                tracing::warn!(agent = %id, error = %e, "an index was not caught up at shutdown; its next start reads on from its commit");
+            }
             self.persist_open(id).await;
         }
         let users: Vec<engram_core::UserId> = engram_store::lock(&self.inner.user_indexes)

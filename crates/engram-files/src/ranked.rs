@@ -56,11 +56,11 @@ impl Ranks for FileStore {
 
 impl FileStore {
     /// A plan over the agent's index, caught up with every acknowledged
-    /// write (what no want may find, the active traces written since the
-    /// last commit, left to the indexer).
+    /// write (staged where the indexer has not committed it; what no want
+    /// may find, the active traces written since, left to the indexer).
     async fn agent_rank(&self, id: &AgentId, plan: &Plan) -> Result<Found> {
         let lag = match plan.wants.iter().any(|w| w.may_find_active()) {
-            true => Lag::None,
+            true => Lag::Commit,
             false => Lag::ActiveTraces,
         };
         let asked = plan.wants.clone();

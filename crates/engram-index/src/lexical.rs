@@ -212,6 +212,11 @@ impl Lexical {
         (committed + self.staged_count()).max(0) as u64
     }
 
+    /// Documents committed so far (staged ones left out).
+    pub fn committed_len(&self) -> u64 {
+        self.reader.searcher().num_docs()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

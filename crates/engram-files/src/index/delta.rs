@@ -9,7 +9,7 @@ use std::path::Path;
 use engram_core::RawTrace;
 use engram_core::memory::{EpisodicItem, SemanticItem};
 use engram_index::{Item, Lexical};
-use engram_store::items::{episodic_item, for_embedding, semantic_item, trace_item};
+use engram_store::items::{episodic_item, for_embedding, semantic_item, trace_item, trace_order};
 
 use super::{AgentIndex, BATCH, Committed, Cursor, ITEM_FORMAT, MAX_PENDING, index_error};
 use crate::agent::RAW_ARCHIVE;
@@ -36,6 +36,22 @@ impl Delta {
     /// facts or forgets), which such a search leaves out. A compaction's
     /// new epoch is never left: what it archived is what recall is for,
     /// and it is read in at once (in memory: no file written).
+    /// Whether a search may stage this delta (read on from `from`) rather
+    /// than commit it: no forget's removal (a forget is done once the
+    /// erased text is in no file, which takes a commit), and at most
+    /// `room` bytes (about: the archive read and the traces' content).
+    pub(super) fn stageable(&self, from: Cursor, room: usize) -> bool {
+        let archived = match self.full {
+            true => self
+                .to
+                .archive
+                .saturating_sub(from.archive.min(self.to.archive)),
+            false => 0,
+        };
+        let active: usize = self.traces.iter().map(|t| t.content.len() + 256).sum();
+        self.removed.is_empty() && (archived as usize).saturating_add(active) <= room
+    }
+
     pub(super) fn may_wait(&self, from: Cursor) -> bool {
         let to = self.to;
         !self.full
@@ -148,21 +164,9 @@ pub(super) fn apply(
         lexical.upsert(&items).map_err(index_error)?;
         queue_traces(&items);
     }
-    // A summary a forget hid is not searched until it is rewritten.
-    let (shown, hidden): (Vec<_>, Vec<_>) = delta.episodic.iter().partition(|e| e.is_shown());
-    let memories: Vec<Item> = shown.into_iter().map(episodic_item).collect();
+    let (memories, gone) = memories(&delta.episodic, &delta.semantic, &delta.removed);
     lexical.upsert(&memories).map_err(index_error)?;
     queue(&memories);
-    let (live, gone): (Vec<_>, Vec<_>) = delta.semantic.iter().partition(|f| f.is_live());
-    let facts: Vec<Item> = live.into_iter().map(semantic_item).collect();
-    lexical.upsert(&facts).map_err(index_error)?;
-    queue(&facts);
-    let gone: Vec<&str> = gone
-        .iter()
-        .map(|f| f.id.as_str())
-        .chain(hidden.iter().map(|e| e.id.as_str()))
-        .chain(delta.removed.iter().map(String::as_str))
-        .collect();
     let removed = lexical.remove(&gone).map_err(index_error)?;
     // The trace after an erased one was embedded after its text: it is
     // embedded again, after the trace now before it. So is the trace after
@@ -218,6 +222,80 @@ pub(super) fn apply(
     }
     Ok(())
 }
+
+/// What a delta's memories are to the index: the items to hold (every
+/// summary a forget did not hide, every live fact) and the keys to drop.
+fn memories<'a>(
+    episodic: &'a [EpisodicItem],
+    semantic: &'a [SemanticItem],
+    removed: &'a [String],
+) -> (Vec<Item>, Vec<&'a str>) {
+    // A summary a forget hid is not searched until it is rewritten.
+    let (shown, hidden): (Vec<_>, Vec<_>) = episodic.iter().partition(|e| e.is_shown());
+    let (live, gone): (Vec<_>, Vec<_>) = semantic.iter().partition(|f| f.is_live());
+    let items = shown
+        .into_iter()
+        .map(episodic_item)
+        .chain(live.into_iter().map(semantic_item))
+        .collect();
+    let gone = gone
+        .iter()
+        .map(|f| f.id.as_str())
+        .chain(hidden.iter().map(|e| e.id.as_str()))
+        .chain(removed.iter().map(String::as_str))
+        .collect();
+    (items, gone)
+}
+
+/// Stages `delta`, read on from `from`, in the index (searchable at once,
+/// no commit: [`Lexical::stage`]); the indexer commits it later, read
+/// again from the files. An archived trace the index holds already is not
+/// read twice.
+pub(super) fn stage(
+    index: &mut AgentIndex,
+    agent_dir: &Path,
+    delta: Delta,
+    from: Cursor,
+) -> Result<()> {
+    let lexical = &mut index.lexical;
+    if delta.full {
+        let path = agent_dir.join(RAW_ARCHIVE);
+        let mut batch = Vec::new();
+        read_archive(
+            &path,
+            from.archive.min(delta.to.archive),
+            delta.to.archive,
+            |t| {
+                if !lexical.has_trace(trace_order(&t)) {
+                    batch.push(trace_item(&t));
+                }
+                if batch.len() == BATCH {
+                    lexical
+                        .stage(&std::mem::take(&mut batch))
+                        .map_err(index_error)?;
+                }
+                Ok(())
+            },
+        )?;
+        lexical.stage(&batch).map_err(index_error)?;
+    }
+    let traces: Vec<Item> = delta
+        .traces
+        .iter()
+        .filter(|t| !lexical.has_trace(trace_order(t)))
+        .map(trace_item)
+        .collect();
+    lexical.stage(&traces).map_err(index_error)?;
+    let (memories, gone) = memories(&delta.episodic, &delta.semantic, &delta.removed);
+    lexical.stage(&memories).map_err(index_error)?;
+    lexical.stage_removal(&gone).map_err(index_error)?;
+    index.staged_to = Some(delta.to);
+    Ok(())
+}
+
+/// Bytes a search stages in an agent's index at most (about: see
+/// [`Delta::stageable`]); a larger delta is committed at once.
+pub(crate) const MAX_STAGED: usize = 32 << 20;
 
 /// Bytes of an agent's index commits held in memory at most before a
 /// catch-up writes them out itself (the indexer persists them well before,

@@ -22,7 +22,15 @@ fn recall(text: &str) -> crate::MemoryQuery {
 async fn committed(store: &crate::FileStore, a: &engram_core::AgentId) -> u64 {
     let handle = store.existing_handle(a).unwrap();
     let slot = handle.index.lock().await;
-    slot.as_ref().map_or(0, |index| index.lexical.len())
+    slot.as_ref()
+        .map_or(0, |index| index.lexical.committed_len())
+}
+
+/// Items the agent's open index has staged, not committed.
+async fn staged(store: &crate::FileStore, a: &engram_core::AgentId) -> u64 {
+    let handle = store.existing_handle(a).unwrap();
+    let slot = handle.index.lock().await;
+    slot.as_ref().map_or(0, |index| index.lexical.staged())
 }
 
 fn search(query: &str) -> Search {
@@ -73,17 +81,32 @@ async fn a_new_index_reads_the_archive_and_a_broken_one_is_rebuilt() {
     assert_eq!(quokka, ("the quokka report".to_owned(), false));
 }
 
-/// Recall (a search of the archive and the memories) leaves the active
-/// traces written since the last commit to the background; a fact, or a
-/// search of everything, is read in first.
+/// Keeps the background indexer away from `a`: its turn never comes
+/// (a catch-up it would make, the test makes with [`commit`]).
+fn hold_indexer(store: &crate::FileStore, a: &engram_core::AgentId) {
+    engram_store::lock(&store.inner.queue.queued).insert(a.clone());
+}
+
+/// What the indexer does in its turn: the index committed (what searches
+/// staged read again from the files) and written out.
+async fn commit(store: &crate::FileStore, a: &engram_core::AgentId) {
+    drop(store.caught_up(a).await.unwrap());
+    store.persist_open(a).await;
+}
+
+/// A search stages what the index has not committed, and finds it; recall
+/// (a search of the archive and the memories) leaves the active traces
+/// written since to the background, and nothing else. The indexer's
+/// commit then holds the same, and answers the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn recall_leaves_new_active_traces_to_the_background_and_nothing_else() {
+async fn searches_stage_what_is_not_committed_and_recall_leaves_only_new_active_traces() {
     use engram_core::blocks::Scope;
     use engram_core::facts::{NewFact, Op};
 
     let dir = tempfile::tempdir().unwrap();
     let a = id("lagging");
     let store = open(dir.path()).await;
+    hold_indexer(&store, &a);
     let say = |text: &'static str| {
         let store = store.clone();
         let a = a.clone();
@@ -94,21 +117,22 @@ async fn recall_leaves_new_active_traces_to_the_background_and_nothing_else() {
                 .unwrap();
         }
     };
-    let committed = || committed(&store, &a);
+    let held = || async { (committed(&store, &a).await, staged(&store, &a).await) };
     say("the okapi report").await;
-    // The first search opens the index and reads everything in.
-    store.rank_memories(&a, &recall("okapi")).await.unwrap();
-    assert_eq!(committed().await, 1);
-    // The background indexer is kept away from this agent: as if its turn
-    // had not come yet.
-    engram_store::lock(&store.inner.queue.queued).insert(a.clone());
+    // The first search opens the index and stages everything.
+    let page = store.search(&a, &search("okapi")).await.unwrap();
+    assert_eq!(page.hits[0].trace.content, "the okapi report");
+    assert_eq!(held().await, (0, 1));
+    commit(&store, &a).await;
+    assert_eq!(held().await, (1, 0));
 
     say("the quokka report").await;
     let found = store.rank_memories(&a, &recall("quokka")).await.unwrap();
     assert!(found.memories.is_empty(), "{found:?}");
-    assert_eq!(committed().await, 1, "recall committed an active trace");
+    assert_eq!(held().await, (1, 0), "recall read an active trace in");
 
-    // A fact is what recall finds: read in before the search.
+    // A fact is what recall finds: staged before the search, with the
+    // active trace written before it.
     let fact = NewFact {
         text: "The quokka vault code is 12-kestrel".into(),
         ..NewFact::default()
@@ -119,21 +143,32 @@ async fn recall_leaves_new_active_traces_to_the_background_and_nothing_else() {
         .unwrap();
     let found = store.rank_memories(&a, &recall("kestrel")).await.unwrap();
     assert_eq!(found.memories.len(), 1, "{found:?}");
-    assert_eq!(committed().await, 3);
+    assert_eq!(held().await, (1, 2));
 
-    // A search of everything reads in what recall left.
+    // A search of everything stages what recall left.
     say("the wombat report").await;
-    let page = store.search(&a, &search("wombat")).await.unwrap();
-    assert_eq!(page.hits[0].trace.content, "the wombat report");
-    assert_eq!(committed().await, 4);
+    let staged_page = store.search(&a, &search("wombat report")).await.unwrap();
+    assert_eq!(staged_page.hits[0].trace.content, "the wombat report");
+    assert_eq!(held().await, (1, 3));
+
+    // Committed, the index answers as it did staged.
+    commit(&store, &a).await;
+    assert_eq!(held().await, (4, 0));
+    let committed_page = store.search(&a, &search("wombat report")).await.unwrap();
+    let scored = |page: &crate::SearchPage| {
+        let hits = page.hits.iter();
+        hits.map(|h| (h.trace.content.clone(), (h.score * 1e3).round() as i64))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(scored(&staged_page), scored(&committed_page));
 }
 
 /// A prompt's recall after a compaction sees the new epoch at once (what
-/// it archived, its summary), read in memory: the disk's index is written
-/// by the indexer, off the request path. A forget is read in before the
-/// next recall, and on disk before it is done.
+/// it archived, its summary) without a commit: it is staged, and the
+/// disk's index is written by the indexer, off the request path. A forget
+/// is committed before the next recall, and on disk before it is done.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn recall_reads_a_compactions_epoch_in_at_once_in_memory_and_a_forget_to_disk() {
+async fn recall_stages_a_compactions_epoch_at_once_and_a_forget_is_committed_to_disk() {
     use crate::Policy;
     use engram_core::compaction::Summary;
     use engram_core::forget::Forget;
@@ -141,6 +176,7 @@ async fn recall_reads_a_compactions_epoch_in_at_once_in_memory_and_a_forget_to_d
     let dir = tempfile::tempdir().unwrap();
     let a = id("compacting");
     let store = open(dir.path()).await;
+    hold_indexer(&store, &a);
     let mut turns = vec![];
     for t in 1..=6 {
         let events = [
@@ -150,13 +186,13 @@ async fn recall_reads_a_compactions_epoch_in_at_once_in_memory_and_a_forget_to_d
         let ingested = store.ingest(&a, &events, None, None, None).await.unwrap();
         turns.push(ingested.current_turn_id);
     }
-    let committed = || committed(&store, &a);
-    // Opened and read in whole: nothing is archived yet.
+    let held = || async { (committed(&store, &a).await, staged(&store, &a).await) };
+    // Opened and staged whole: nothing is archived yet.
     let found = store.rank_memories(&a, &recall("okapi1")).await.unwrap();
     assert!(found.memories.is_empty(), "{found:?}");
-    assert_eq!(committed().await, 12);
-    // The background indexer is kept away from this agent.
-    engram_store::lock(&store.inner.queue.queued).insert(a.clone());
+    assert_eq!(held().await, (0, 12));
+    commit(&store, &a).await;
+    assert_eq!(held().await, (12, 0));
 
     let policy = Policy {
         raw_tail_turns: 2,
@@ -196,12 +232,18 @@ async fn recall_reads_a_compactions_epoch_in_at_once_in_memory_and_a_forget_to_d
     assert!(recalled().await, "the archived turn");
     let found = store.rank_memories(&a, &recall("zebra")).await.unwrap();
     assert_eq!(found.memories.len(), 1, "the summary: {found:?}");
-    assert_eq!(committed().await, 13, "the summary read in");
+    assert_eq!(
+        held().await,
+        (12, 1),
+        "the summary staged, nothing committed"
+    );
     assert_eq!(on_disk(), persisted, "nothing written by the request");
-    store.persist_open(&a).await;
+    commit(&store, &a).await;
+    assert_eq!(held().await, (13, 0));
     assert_ne!(on_disk(), persisted, "written out by the indexer");
+    assert!(recalled().await, "the archived turn, committed");
 
-    // A forget is read in first: the forgotten turn is not recalled.
+    // A forget is committed first: the forgotten turn is not recalled.
     store
         .forget(&a, &Forget::Turn(turns[0].clone()), policy)
         .await
@@ -209,10 +251,10 @@ async fn recall_reads_a_compactions_epoch_in_at_once_in_memory_and_a_forget_to_d
     assert!(!recalled().await, "the forgotten turn");
 }
 
-/// What searches read in memory only is written out at a clean shutdown:
+/// What searches staged is committed and written out at a clean shutdown:
 /// the next start reads nothing of it again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_clean_shutdown_writes_out_what_searches_read_in() {
+async fn a_clean_shutdown_commits_and_writes_out_what_searches_staged() {
     let dir = tempfile::tempdir().unwrap();
     let a = id("closing");
     let store = open(dir.path()).await;
@@ -226,10 +268,11 @@ async fn a_clean_shutdown_writes_out_what_searches_read_in() {
         )
         .await
         .unwrap();
-    // The background indexer is kept away: only the search reads it in.
-    engram_store::lock(&store.inner.queue.queued).insert(a.clone());
+    // The background indexer is kept away: only the search stages it.
+    hold_indexer(&store, &a);
     let page = store.search(&a, &search("narwhal")).await.unwrap();
     assert_eq!(page.hits.len(), 1);
+    assert_eq!(staged(&store, &a).await, 1);
     let meta = store.agent_dir(&a).join(".index/meta.json");
     assert!(!meta.exists(), "in memory only");
     store.close().await;
