@@ -32,6 +32,7 @@ mod prepare;
 mod recall;
 mod server;
 mod soak;
+mod staged;
 mod strategies;
 mod users;
 mod words;
@@ -76,6 +77,8 @@ enum Command {
     Soak(soak::Args),
     /// PrepareRequest at the trigger by compaction strategy.
     Strategies(strategies::Args),
+    /// Searching 1,000 traces the index has not committed (staged).
+    Staged(staged::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -92,5 +95,6 @@ fn main() -> anyhow::Result<()> {
         Command::Memory(args) => memory::run(args),
         Command::Soak(args) => soak::run(args),
         Command::Strategies(args) => strategies::run(args),
+        Command::Staged(args) => staged::run(args),
     }
 }

@@ -190,6 +190,9 @@ impl Lexical {
                 Some(&slot) => {
                     self.staged.drop_slot(slot);
                 }
+                // A trace not held at its place is not committed (its key
+                // names that place): no lookup per trace.
+                None if item.kind == Kind::Trace => {}
                 None => {
                     if self.committed_contains(&item.key)? {
                         self.staged.masked.insert(item.key.clone());
