@@ -61,10 +61,11 @@ impl Lexical {
     }
 
     /// About how many bytes the vocabulary and the sittings read last
-    /// hold (the memory budget's account).
+    /// hold, and what is staged (the memory budget's account).
     pub fn cached_bytes(&self) -> usize {
         self.vocabulary.as_ref().map_or(0, |(_, _, bytes)| *bytes)
             + self.sittings.as_ref().map_or(0, |s| s.bytes())
+            + self.staged_bytes()
     }
 
     /// How many documents hold `term` (an analyzed query term), committed
