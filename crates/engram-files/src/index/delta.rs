@@ -143,22 +143,11 @@ pub(super) fn apply(
     };
     if delta.full {
         // Traces a compaction archived before the index read them.
-        let path = agent_dir.join(RAW_ARCHIVE);
-        let mut batch = Vec::new();
-        read_archive(
-            &path,
-            from.archive.min(delta.to.archive),
-            delta.to.archive,
-            |t| {
-                batch.push(t);
-                if batch.len() == BATCH {
-                    queue_traces(&upsert_missing(lexical, std::mem::take(&mut batch))?);
-                }
-                Ok(())
-            },
-        )?;
-        queue_traces(&upsert_missing(lexical, batch)?);
-        queue_traces(&upsert_missing(lexical, delta.traces)?);
+        archived(agent_dir, from, delta.to, |batch| {
+            queue_traces(&upsert_missing(lexical, &batch)?);
+            Ok(())
+        })?;
+        queue_traces(&upsert_missing(lexical, &delta.traces)?);
     } else {
         let items: Vec<Item> = delta.traces.iter().map(trace_item).collect();
         lexical.upsert(&items).map_err(index_error)?;
@@ -259,32 +248,12 @@ pub(super) fn stage(
 ) -> Result<()> {
     let lexical = &mut index.lexical;
     if delta.full {
-        let path = agent_dir.join(RAW_ARCHIVE);
-        let mut batch = Vec::new();
-        read_archive(
-            &path,
-            from.archive.min(delta.to.archive),
-            delta.to.archive,
-            |t| {
-                if !lexical.has_trace(trace_order(&t)) {
-                    batch.push(trace_item(&t));
-                }
-                if batch.len() == BATCH {
-                    lexical
-                        .stage(&std::mem::take(&mut batch))
-                        .map_err(index_error)?;
-                }
-                Ok(())
-            },
-        )?;
-        lexical.stage(&batch).map_err(index_error)?;
+        archived(agent_dir, from, delta.to, |batch| {
+            let items = missing(lexical, &batch);
+            lexical.stage(&items).map_err(index_error)
+        })?;
     }
-    let traces: Vec<Item> = delta
-        .traces
-        .iter()
-        .filter(|t| !lexical.has_trace(trace_order(t)))
-        .map(trace_item)
-        .collect();
+    let traces = missing(lexical, &delta.traces);
     lexical.stage(&traces).map_err(index_error)?;
     let (memories, gone) = memories(&delta.episodic, &delta.semantic, &delta.removed);
     lexical.stage(&memories).map_err(index_error)?;
@@ -304,15 +273,43 @@ const MAX_UNPERSISTED: usize = 32 << 20;
 
 /// Indexes the traces the index does not hold yet (a trace is immutable
 /// once written, so one that is there is current); returns those.
-fn upsert_missing(lexical: &mut Lexical, traces: Vec<RawTrace>) -> Result<Vec<Item>> {
+fn upsert_missing(lexical: &mut Lexical, traces: &[RawTrace]) -> Result<Vec<Item>> {
     let mut items = Vec::new();
-    for t in &traces {
+    for t in traces {
         if !lexical.contains(&t.id).map_err(index_error)? {
             items.push(trace_item(t));
         }
     }
     lexical.upsert(&items).map_err(index_error)?;
     Ok(items)
+}
+
+/// The traces the index does not hold at their places (a trace's place,
+/// its turn and seq, is its own in an agent), as items: what a search
+/// stages, without a lookup per trace.
+fn missing(lexical: &Lexical, traces: &[RawTrace]) -> Vec<Item> {
+    let held = |t: &&RawTrace| lexical.has_trace(trace_order(t));
+    traces.iter().filter(|t| !held(t)).map(trace_item).collect()
+}
+
+/// Calls `f` on the traces archived between the cursors `from` and `to`,
+/// [`BATCH`] at a time.
+fn archived(
+    agent_dir: &Path,
+    from: Cursor,
+    to: Cursor,
+    mut f: impl FnMut(Vec<RawTrace>) -> Result<()>,
+) -> Result<()> {
+    let path = agent_dir.join(RAW_ARCHIVE);
+    let mut batch = Vec::new();
+    read_archive(&path, from.archive.min(to.archive), to.archive, |t| {
+        batch.push(t);
+        if batch.len() == BATCH {
+            f(std::mem::take(&mut batch))?;
+        }
+        Ok(())
+    })?;
+    f(batch)
 }
 
 /// Calls `f` on each whole archived trace in bytes `from..to`.

@@ -155,6 +155,11 @@ impl Lexical {
     /// then in no file of the index (a removal alone only marks it). It
     /// persists what the index held in memory.
     pub fn purge_removed(&mut self) -> Result<()> {
+        // The merges the writer's policy started are finished first: a
+        // segment being merged cannot be merged again (tantivy refuses),
+        // and a commit just before this (the forget's catch-up) may have
+        // started one.
+        self.release_writer()?;
         let with_removed: Vec<tantivy::index::SegmentId> = self
             .index
             .searchable_segment_metas()?
