@@ -49,7 +49,9 @@ impl Ranks for FileStore {
     }
 
     async fn index_state(&self, id: &AgentId) -> Result<IndexState> {
-        let mut current = self.caught_up(id).await?;
+        // A request (GetContextStats): staged, not committed.
+        let handle = self.existing_handle(id)?;
+        let mut current = self.caught_up_as(id, handle, Lag::Commit).await?;
         Ok(current.index().state())
     }
 }
