@@ -9,7 +9,9 @@
 //! whether the indexer has run.
 //!
 //! A staged item replaces a committed one of the same key, and a staged
-//! removal hides one: both mask the committed item until the commit.
+//! removal hides one: both mask the committed item until the commit. The
+//! masked item still counts in the statistics, as tantivy counts a
+//! deleted document until its segment is merged away.
 //! The vocabulary (query expansion) is the committed one: a staged word
 //! has no vector until the indexer gives it one anyway.
 
