@@ -269,15 +269,21 @@ impl UserIndex {
     }
 
     /// Reads `delta` of `agent` (whose directory is `agent_dir`) in, with
-    /// the vectors its own index has, and commits.
+    /// the vectors its own index has, and commits; or, to `stage` (a
+    /// prompt's recall), stages it ([`Lexical::stage`]: searched at once,
+    /// no commit), for the next commit to write ([`Self::commit`]).
     pub fn mirror(
         &mut self,
         agent: &str,
         agent_dir: &Path,
         delta: Option<Delta>,
         own: Option<&Vectors>,
-        stamp: Stamp,
+        (stamp, stage): (Stamp, bool),
     ) -> Result<()> {
+        if !stage {
+            // Before anything is written: a staged item is older than it.
+            self.fold_staged()?;
+        }
         let ordinal = match self.payload.agents.get(agent) {
             Some(m) => m.ordinal,
             None => {
@@ -310,11 +316,11 @@ impl UserIndex {
                 read_archive(&path, lo, hi, |t| {
                     batch.push(rekey(trace_item(&t)));
                     if batch.len() == BATCH {
-                        self.add(agent, std::mem::take(&mut batch), own)?;
+                        self.add(agent, std::mem::take(&mut batch), own, stage)?;
                     }
                     Ok(())
                 })?;
-                self.add(agent, batch, own)?;
+                self.add(agent, batch, own, stage)?;
             }
             let mut items: Vec<Item> = delta.traces.iter().map(|t| rekey(trace_item(t))).collect();
             items.extend(
@@ -324,7 +330,7 @@ impl UserIndex {
                     .filter(|e| e.is_shown())
                     .map(|e| rekey(episodic_item(e))),
             );
-            self.add(agent, items, own)?;
+            self.add(agent, items, own, stage)?;
             to = Some(delta.to);
         }
         self.copy_vectors(agent, own)?;
@@ -332,13 +338,28 @@ impl UserIndex {
             m.cursor = to;
             m.stamp = stamp;
         }
-        self.commit()
+        match stage {
+            // The cursor moved with what was staged: the commit that
+            // writes those records it.
+            true => Ok(()),
+            false => self.commit(),
+        }
     }
 
     /// Indexes `items` of `agent`, with the vectors its own index has.
-    fn add(&mut self, agent: &str, items: Vec<Item>, own: Option<&Vectors>) -> Result<()> {
-        self.lexical.upsert(&items).map_err(index_error)?;
-        self.written = true;
+    fn add(
+        &mut self,
+        agent: &str,
+        items: Vec<Item>,
+        own: Option<&Vectors>,
+        stage: bool,
+    ) -> Result<()> {
+        if stage {
+            self.lexical.stage(&items).map_err(index_error)?;
+        } else {
+            self.lexical.upsert(&items).map_err(index_error)?;
+            self.written = true;
+        }
         if let Some(vectors) = &self.vectors {
             let pending = self.unvectored.entry(agent.to_owned()).or_default();
             // Read in again (after a compaction), an item keeps its vector.
@@ -394,6 +415,8 @@ impl UserIndex {
     /// Drops `agent` (deleted, or no longer the user's): its items, its
     /// vectors, its place.
     pub fn forget(&mut self, agent: &str) -> Result<()> {
+        // Written first, so that the removal below covers it.
+        self.fold_staged()?;
         let Some(m) = self.payload.agents.remove(agent) else {
             return Ok(());
         };
@@ -416,6 +439,7 @@ impl UserIndex {
         if len == self.payload.facts {
             return Ok(());
         }
+        self.fold_staged()?;
         let mut live = vec![];
         let mut gone = vec![];
         let mut reworded = vec![];
@@ -508,6 +532,7 @@ impl UserIndex {
     /// commit (the writer stays open, so a commit would always cost its
     /// fsyncs): a cursor or stamp moved alone is recorded by the next one.
     fn commit(&mut self) -> Result<()> {
+        self.fold_staged()?;
         if !self.written {
             return Ok(());
         }
@@ -525,8 +550,24 @@ impl UserIndex {
         Ok(())
     }
 
-    /// Writes out the commits held in memory (background work only).
+    /// Writes what prompts staged to the writer, to be committed with
+    /// the cursors that moved with it.
+    fn fold_staged(&mut self) -> Result<()> {
+        if self.lexical.staged() == 0 {
+            return Ok(());
+        }
+        let (items, removed) = self.lexical.take_staged();
+        self.lexical.upsert(&items).map_err(index_error)?;
+        let removed: Vec<&str> = removed.iter().map(String::as_str).collect();
+        self.lexical.remove(&removed).map_err(index_error)?;
+        self.written = true;
+        Ok(())
+    }
+
+    /// Commits what prompts staged and writes out the commits held in
+    /// memory (background work only).
     pub fn persist(&mut self) -> Result<()> {
+        self.commit()?;
         if self.lexical.unpersisted_bytes() == 0 {
             return Ok(());
         }

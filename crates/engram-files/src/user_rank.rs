@@ -69,7 +69,7 @@ impl FileStore {
         };
         let read = plan.wants.clone();
         let current = current.map(|c| c.to_string());
-        let caught_up = self.user_caught_up(user, hidden_current);
+        let caught_up = self.user_caught_up_as(user, hidden_current, true);
         self.user_ranked(user, &plan.query, caught_up, current, wants, move |r| {
             Found::read_back(&read, &r.ranked, r.state, |hit, context| {
                 recalled(hit, r.lexical, r.whose, context)

@@ -79,13 +79,14 @@ impl FileStore {
                 tracing::debug!(user = %user, error = %e, "a user's index was not caught up; its next search does it");
             }
         }
-        // What prompts read in since, in memory only.
+        // What prompts staged or read in since, in memory only.
         let unpersisted: Vec<UserId> = engram_store::lock(&self.inner.user_indexes)
             .iter()
             .filter(|(_, slot)| {
                 slot.try_lock().is_ok_and(|s| {
-                    s.as_ref()
-                        .is_some_and(|i| i.lexical.unpersisted_bytes() > 0)
+                    s.as_ref().is_some_and(|i| {
+                        i.lexical.unpersisted_bytes() > 0 || i.lexical.staged() > 0
+                    })
                 })
             })
             .map(|(user, _)| user.clone())
@@ -178,6 +179,19 @@ impl FileStore {
         user: &UserId,
         current: Option<(&AgentId, u32)>,
     ) -> Result<()> {
+        self.user_caught_up_as(user, current, false).await
+    }
+
+    /// [`user_caught_up`](Self::user_caught_up); to `stage` (a search),
+    /// what the conversations add is staged, not committed
+    /// ([`UserIndex::mirror`]), and the upkeep's tick or the indexer
+    /// commits it.
+    pub(crate) async fn user_caught_up_as(
+        &self,
+        user: &UserId,
+        current: Option<(&AgentId, u32)>,
+        stage: bool,
+    ) -> Result<()> {
         let slot = self.user_slot(user);
         let opened = slot.lock().await.is_some();
         if !opened {
@@ -225,7 +239,7 @@ impl FileStore {
         }
         dirty.sort();
         for id in dirty {
-            if let Err(e) = self.mirror_agent(user, &id, &slot).await {
+            if let Err(e) = self.mirror_agent(user, &id, &slot, stage).await {
                 // Told again, so a later search tries again.
                 engram_store::lock(&self.inner.user_dirty)
                     .entry(user.clone())
@@ -341,7 +355,13 @@ impl FileStore {
     /// agent's search's or indexer's work, after which the agent is noted
     /// again); forgets it if it is gone or not the user's. Mirrors of a
     /// user go one at a time, under its index's slot.
-    async fn mirror_agent(&self, user: &UserId, id: &AgentId, slot: &UserSlot) -> Result<()> {
+    async fn mirror_agent(
+        &self,
+        user: &UserId,
+        id: &AgentId,
+        slot: &UserSlot,
+        stage: bool,
+    ) -> Result<()> {
         let handle = match self.existing_handle(id) {
             Ok(handle) => handle,
             Err(StoreError::NotFound(_)) => return self.forget_in_user_index(id, slot).await,
@@ -375,7 +395,7 @@ impl FileStore {
                 .and_then(|i| i.vectors.as_ref());
             let index = guard.as_mut().expect("open");
             if mine {
-                index.mirror(&agent, &agent_dir, delta, vectors, stamp)
+                index.mirror(&agent, &agent_dir, delta, vectors, (stamp, stage))
             } else {
                 index.forget(&agent)
             }

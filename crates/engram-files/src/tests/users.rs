@@ -254,3 +254,74 @@ async fn a_users_index_copies_the_conversations_vectors() {
     let ranked = store.rank_user_memories(&ana, &query, None).await.unwrap();
     assert_eq!((ranked.index.items, ranked.index.embedded), (3, 3));
 }
+
+/// A user's search stages what its conversations added since the user's
+/// index last committed, and finds it; the background's commit then holds
+/// the same and answers the same, with the cursors that moved with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_search_stages_what_its_conversations_added_and_the_background_commits_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).await;
+    let ana = UserId::parse("ana").unwrap();
+    let (a, b) = (id("stage-a"), id("stage-b"));
+    store
+        .ingest(
+            &a,
+            &[NewEvent::user("the okapi report")],
+            None,
+            None,
+            Some(&ana),
+        )
+        .await
+        .unwrap();
+    let query = super::memory_query("okapi quokka");
+    let found = |ranked: &engram_store::RankedMemories| {
+        let mut texts: Vec<String> = ranked
+            .memories
+            .iter()
+            .map(|m| format!("{:?} {:.3}", m.memory, m.score))
+            .collect();
+        texts.sort();
+        texts
+    };
+    let held = || async {
+        let slot = store.user_slot(&ana);
+        let slot = slot.lock().await;
+        let index = slot.as_ref().expect("open");
+        (index.lexical.committed_len(), index.lexical.staged())
+    };
+    let first = store.rank_user_memories(&ana, &query, None).await.unwrap();
+    assert_eq!(first.memories.len(), 1, "{first:?}");
+    assert_eq!(held().await, (0, 1), "staged, not committed");
+
+    store
+        .ingest(
+            &b,
+            &[NewEvent::user("the quokka report")],
+            None,
+            None,
+            Some(&ana),
+        )
+        .await
+        .unwrap();
+    let staged = store.rank_user_memories(&ana, &query, None).await.unwrap();
+    assert_eq!(staged.memories.len(), 2, "{staged:?}");
+    assert_eq!(held().await, (0, 2));
+
+    // The background's commit (the indexer's, or the upkeep's tick).
+    store.persist_user_index(&ana).await;
+    assert_eq!(held().await, (2, 0));
+    let committed = store.rank_user_memories(&ana, &query, None).await.unwrap();
+    assert_eq!(found(&committed), found(&staged));
+    assert_eq!(held().await, (2, 0), "nothing left to stage");
+
+    // Reopened, the commit's cursors say both were read.
+    store.close().await;
+    drop(store);
+    let store = open(dir.path()).await;
+    let reopened = store.rank_user_memories(&ana, &query, None).await.unwrap();
+    assert_eq!(found(&reopened), found(&committed));
+    let slot = store.user_slot(&ana);
+    let slot = slot.lock().await;
+    assert_eq!(slot.as_ref().expect("open").lexical.staged(), 0);
+}

@@ -266,6 +266,10 @@ impl Lexical {
         if self.staged.live == 0 && self.staged.masked.is_empty() {
             return;
         }
+        self.unstage_all();
+    }
+
+    fn unstage_all(&mut self) {
         for order in self.staged.traces.keys() {
             self.traces.remove(order);
             self.speakers.forget_between(*order, *order);
@@ -275,6 +279,27 @@ impl Lexical {
             generation,
             ..Staged::default()
         };
+    }
+
+    /// Takes what is staged out, for the caller to write (upsert the
+    /// items, remove the keys) and commit: the index then holds it as
+    /// committed, from memory rather than read again from its source.
+    pub fn take_staged(&mut self) -> (Vec<Item>, Vec<String>) {
+        let items: Vec<Item> = std::mem::take(&mut self.staged.items)
+            .into_iter()
+            .flatten()
+            .map(|s| s.item)
+            .collect();
+        let replaced: HashSet<&str> = items.iter().map(|i| i.key.as_str()).collect();
+        let removed = self
+            .staged
+            .masked
+            .iter()
+            .filter(|k| !replaced.contains(k.as_str()))
+            .cloned()
+            .collect();
+        self.unstage_all();
+        (items, removed)
     }
 
     /// Items staged and not committed.

@@ -200,3 +200,40 @@ fn a_trace_already_held_is_not_staged_again() {
     assert!(!index.has_trace(crate::order(2, 0)), "unstaged");
     assert!(index.has_trace(crate::order(1, 0)), "committed");
 }
+
+/// Taken from staging and written, the items are committed as staged.
+#[test]
+fn what_is_taken_from_staging_and_written_is_committed_as_staged() {
+    let mut index = Lexical::in_memory().unwrap();
+    let mut fact = trace("f1", 1, 0.0, "lives in lisbon");
+    fact.kind = Kind::Semantic;
+    let mut gone = trace("f2", 2, 0.0, "allergic to peanuts");
+    gone.kind = Kind::Semantic;
+    index.upsert(&[fact.clone(), gone]).unwrap();
+    index.commit("").unwrap();
+    let mut moved = fact;
+    moved.text = "lives in berlin".into();
+    moved.body = "f1 now".into();
+    index
+        .stage(&[moved, trace("t3", 3, 0.0, "berlin trip")])
+        .unwrap();
+    index.stage_removal(&["f2"]).unwrap();
+    let keys = |index: &mut Lexical| {
+        let hits = found(index, "berlin peanuts lisbon", &Filter::default());
+        hits.into_iter().map(|(k, _)| k).collect::<Vec<_>>()
+    };
+    let staged = keys(&mut index);
+    assert_eq!(staged, ["f1 now", "t3"]);
+
+    let (items, removed) = index.take_staged();
+    assert_eq!(index.staged(), 0);
+    assert_eq!(items.len(), 2);
+    assert_eq!(removed, ["f2"]);
+    index.upsert(&items).unwrap();
+    let removed: Vec<&str> = removed.iter().map(String::as_str).collect();
+    index.remove(&removed).unwrap();
+    index.commit("").unwrap();
+    assert_eq!(keys(&mut index), staged);
+    assert_eq!(index.len(), 2);
+    assert!(index.has_trace(crate::order(3, 0)));
+}
