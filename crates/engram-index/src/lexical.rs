@@ -439,9 +439,14 @@ impl Lexical {
 
     /// Whether an item of this key is held, committed or staged.
     pub fn contains(&self, key: &str) -> Result<bool> {
-        if let Some(staged) = self.staged_body(key) {
-            return Ok(staged.is_some());
+        if let Some(held) = self.staged_holds(key) {
+            return Ok(held);
         }
+        self.committed_contains(key)
+    }
+
+    /// Whether the committed index holds `key`, whatever is staged.
+    fn committed_contains(&self, key: &str) -> Result<bool> {
         let q = TermQuery::new(
             Term::from_field_text(self.fields.key, key),
             IndexRecordOption::Basic,

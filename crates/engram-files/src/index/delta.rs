@@ -30,12 +30,6 @@ pub(crate) struct Delta {
 }
 
 impl Delta {
-    /// Whether a search of the archive and the memories (a prompt's
-    /// recall) may leave the delta to the background indexer: it holds
-    /// only active traces written since `from` (same epoch, no memories,
-    /// facts or forgets), which such a search leaves out. A compaction's
-    /// new epoch is never left: what it archived is what recall is for,
-    /// and it is read in at once (in memory: no file written).
     /// Whether a search may stage this delta (read on from `from`) rather
     /// than commit it: no forget's removal (a forget is done once the
     /// erased text is in no file, which takes a commit), and at most
@@ -52,6 +46,12 @@ impl Delta {
         self.removed.is_empty() && (archived as usize).saturating_add(active) <= room
     }
 
+    /// Whether a search of the archive and the memories (a prompt's
+    /// recall) may leave the delta to the background indexer: it holds
+    /// only active traces written since `from` (same epoch, no memories,
+    /// facts or forgets), which such a search leaves out. A compaction's
+    /// new epoch is never left: what it archived is what recall is for,
+    /// and it is staged at once (searched in memory: no commit).
     pub(super) fn may_wait(&self, from: Cursor) -> bool {
         let to = self.to;
         !self.full

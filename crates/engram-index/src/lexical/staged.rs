@@ -334,20 +334,13 @@ impl Lexical {
             .map(|s| s.item.body.clone())
     }
 
-    /// Whether the committed index holds `key`, whatever is staged.
-    fn committed_contains(&self, key: &str) -> Result<bool> {
-        if self.reader.searcher().num_docs() == 0 {
-            return Ok(false);
+    /// Whether staging holds `key` (`Some(false)`: it hides it); `None`:
+    /// the committed index answers.
+    pub(super) fn staged_holds(&self, key: &str) -> Option<bool> {
+        if self.staged.body_of(key).is_some() {
+            return Some(true);
         }
-        let q = tantivy::query::TermQuery::new(
-            Term::from_field_text(self.fields.key, key),
-            tantivy::schema::IndexRecordOption::Basic,
-        );
-        Ok(self
-            .reader
-            .searcher()
-            .search(&q, &tantivy::collector::Count)?
-            > 0)
+        self.staged.masked.contains(key).then_some(false)
     }
 
     /// Committed keys staging hides, and whether anything is staged.
