@@ -27,8 +27,12 @@ class _Servers:
         binary = os.environ.get("ENGRAMD", os.path.join(ROOT, "target", "debug", "engramd"))
         data = tempfile.TemporaryDirectory()
         self.dirs.append(data)
+        # Tests share the machine with other processes, which idle priority
+        # would let starve the indexer.
         full = dict(os.environ, ENGRAM__SERVER__LISTEN="127.0.0.1:0",
-                    ENGRAM__STORE__DATA_DIR=data.name, ENGRAM__LOG__LEVEL="warn", **env)
+                    ENGRAM__STORE__DATA_DIR=data.name, ENGRAM__LOG__LEVEL="warn",
+                    ENGRAM__EMBED__BACKGROUND_PRIORITY="normal")
+        full.update(env)
         if http:
             full["ENGRAM__HTTP__LISTEN"] = "127.0.0.1:0"
         proc = subprocess.Popen([binary], env=full, stdout=subprocess.PIPE, text=True)

@@ -357,7 +357,7 @@ enum Threads {
 }
 
 /// The threads background embedding runs on: one per core (or one),
-/// scheduled as idle work (Linux `SCHED_IDLE`: a request's thread that
+/// scheduled by default as idle work (Linux `SCHED_IDLE`: a request's thread that
 /// wakes should take the CPU from them), so that a busy server's requests
 /// keep the CPU and the indexer gets what is left (on an idle server, all
 /// of it). The matrix products' own parallelism (rayon, inside candle and
@@ -384,8 +384,34 @@ fn background(threads: Threads) -> &'static rayon::ThreadPool {
     })
 }
 
-/// `SCHED_IDLE` for the calling thread (Linux only; elsewhere the threads
-/// keep the normal priority).
+/// How the [`background`] threads are scheduled (`embed.background_priority`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackgroundPriority {
+    /// Linux `SCHED_IDLE`: only the CPU nothing else on the machine wants.
+    /// A machine kept busy by other processes can starve the indexer.
+    Idle,
+    /// The lowest normal priority (nice 19): behind every other process,
+    /// never starved.
+    Low,
+    /// As the rest of the server.
+    Normal,
+}
+
+static PRIORITY: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Chooses how the background threads are scheduled. Call it before the
+/// first background work: threads already started keep theirs.
+pub fn set_background_priority(priority: BackgroundPriority) {
+    let code = match priority {
+        BackgroundPriority::Idle => 0,
+        BackgroundPriority::Low => 1,
+        BackgroundPriority::Normal => 2,
+    };
+    PRIORITY.store(code, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The chosen [`BackgroundPriority`] for the calling thread (Linux only;
+/// elsewhere the threads keep the normal priority).
 fn idle_priority() {
     #[cfg(target_os = "linux")]
     {
@@ -393,10 +419,16 @@ fn idle_priority() {
             NormalThreadSchedulePolicy, ThreadPriority, ThreadSchedulePolicy,
             set_thread_priority_and_policy, thread_native_id,
         };
-        let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
-        if let Err(e) =
-            set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, idle)
-        {
+        let (priority, policy) = match PRIORITY.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => (ThreadPriority::Min, NormalThreadSchedulePolicy::Idle),
+            1 => (ThreadPriority::Min, NormalThreadSchedulePolicy::Other),
+            _ => return,
+        };
+        if let Err(e) = set_thread_priority_and_policy(
+            thread_native_id(),
+            priority,
+            ThreadSchedulePolicy::Normal(policy),
+        ) {
             eprintln!("engram-embed: the embedding threads keep their priority: {e:?}");
         }
     }

@@ -114,6 +114,16 @@ pub enum EmbedPrecision {
     F32,
 }
 
+/// How the local model's background threads are scheduled
+/// (`embed.background_priority`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EmbedPriority {
+    Idle,
+    Low,
+    Normal,
+}
+
 /// `[embed]`: the model that makes memories searchable by meaning.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -121,6 +131,7 @@ pub struct EmbedSection {
     pub provider: EmbedProvider,
     pub model_dir: PathBuf,
     pub precision: EmbedPrecision,
+    pub background_priority: EmbedPriority,
     /// `provider = "http"`: an OpenAI-compatible `/embeddings` endpoint.
     pub base_url: String,
     pub model: String,

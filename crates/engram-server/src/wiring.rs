@@ -131,6 +131,11 @@ pub async fn embedder(
                 config::EmbedPrecision::Int8 => engram_embed::Precision::Int8,
                 config::EmbedPrecision::F32 => engram_embed::Precision::F32,
             };
+            engram_embed::set_background_priority(match section.background_priority {
+                config::EmbedPriority::Idle => engram_embed::BackgroundPriority::Idle,
+                config::EmbedPriority::Low => engram_embed::BackgroundPriority::Low,
+                config::EmbedPriority::Normal => engram_embed::BackgroundPriority::Normal,
+            });
             let model = tokio::task::spawn_blocking(move || {
                 engram_embed::LocalModel::load_as(&dir, precision)
             })

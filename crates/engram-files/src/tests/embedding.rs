@@ -118,6 +118,9 @@ impl Embedder for Wrapped {
 }
 
 fn local_model() -> Arc<LocalModel> {
+    // Other tests' processes share the machine: idle priority would let
+    // them starve the indexer past these tests' deadlines.
+    engram_embed::set_background_priority(engram_embed::BackgroundPriority::Normal);
     let dir = std::env::var_os("ENGRAM_TEST_MODEL")
         .map(PathBuf::from)
         .unwrap_or_else(|| {

@@ -26,6 +26,9 @@ use super::Postgres;
 const WAIT: Duration = Duration::from_secs(60);
 
 fn local_model() -> Arc<LocalModel> {
+    // Other tests' processes share the machine: idle priority would let
+    // them starve the indexer past these tests' deadlines.
+    engram_embed::set_background_priority(engram_embed::BackgroundPriority::Normal);
     let dir = std::env::var_os("ENGRAM_TEST_MODEL")
         .map(PathBuf::from)
         .unwrap_or_else(|| {

@@ -220,6 +220,7 @@ async fn reindex_rebuilds_every_agent_and_waits_for_a_stopped_server() {
         cmd.arg("reindex")
             .env("ENGRAM__STORE__DATA_DIR", dir.path())
             .env("ENGRAM__EMBED__MODEL_DIR", &model)
+            .env("ENGRAM__EMBED__BACKGROUND_PRIORITY", "normal")
             .env("ENGRAM__LOG__LEVEL", "warn");
         if let Some(agent) = agent {
             cmd.args(["--agent", agent]);

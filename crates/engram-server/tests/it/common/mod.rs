@@ -37,10 +37,18 @@ impl TestServer {
     /// Starts with extra `ENGRAM__…` settings.
     pub async fn start_with(env: &[(&str, &str)]) -> Self {
         let data_dir = tempfile::tempdir().unwrap();
-        let mut vars = vec![(
-            "ENGRAM__STORE__DATA_DIR".to_string(),
-            data_dir.path().display().to_string(),
-        )];
+        let mut vars = vec![
+            (
+                "ENGRAM__STORE__DATA_DIR".to_string(),
+                data_dir.path().display().to_string(),
+            ),
+            // As for `Daemon`: other tests' processes must not starve the
+            // indexer.
+            (
+                "ENGRAM__EMBED__BACKGROUND_PRIORITY".to_string(),
+                "normal".to_string(),
+            ),
+        ];
         vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let config = Config::load_from(None, vars).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -110,6 +118,9 @@ impl Daemon {
         cmd.env("ENGRAM__SERVER__LISTEN", "127.0.0.1:0")
             .env("ENGRAM__STORE__DATA_DIR", data_dir)
             .env("ENGRAM__LOG__LEVEL", "warn")
+            // Tests share the machine with other tests' processes, which
+            // idle priority would let starve the indexer for minutes.
+            .env("ENGRAM__EMBED__BACKGROUND_PRIORITY", "normal")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         for (k, v) in env {
