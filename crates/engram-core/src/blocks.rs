@@ -375,9 +375,10 @@ fn pinned_part(pinned: &[SemanticItem]) -> Option<Block> {
         label: PINNED_FACTS.into(),
         value: pinned
             .iter()
-            .map(|f| format!("- {}", crate::text::fold_whitespace(&f.fact)))
-            .collect::<Vec<_>>()
-            .join("\n"),
+            .map(crate::compaction::fact_line)
+            .collect::<String>()
+            .trim_end()
+            .to_owned(),
         format: Format::Text,
         description: "what the user asked to be always remembered".into(),
         limit_chars: 0,

@@ -30,6 +30,8 @@ pub struct NewFact {
     pub pinned: bool,
     pub expires_at: Option<f64>,
     pub metadata: BTreeMap<String, String>,
+    /// When it became true (event time); unset: when it is written.
+    pub valid_from: Option<f64>,
 }
 
 /// An update: each field set replaces the fact's.
@@ -41,6 +43,9 @@ pub struct Change {
     /// `Some(None)`: never expires.
     pub expires_at: Option<Option<f64>>,
     pub metadata: Option<BTreeMap<String, String>>,
+    /// When the new text became true (event time); unset: when it is
+    /// written if the text changes, else as it was.
+    pub valid_from: Option<f64>,
     /// 0: any version.
     pub expected_version: u64,
 }
@@ -106,6 +111,16 @@ pub fn check(
     Ok(())
 }
 
+/// A time a client gave (`valid_from`): epoch seconds.
+fn check_time(at: Option<f64>) -> Result<(), CoreError> {
+    match at {
+        Some(at) if !(at.is_finite() && at >= 0.0) => Err(CoreError::Invalid(format!(
+            "valid_from is epoch seconds, not {at} (unset: now)"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Adds `new` to `facts`: the line to store, and whether it merged into
 /// the live fact with the same words (keeping its id) or is a new one
 /// (named by `new_id`).
@@ -130,6 +145,7 @@ fn add_beside(
     new_id: impl FnOnce() -> String,
 ) -> Result<(SemanticItem, Added), CoreError> {
     check(&new.text, &new.tags, new.expires_at, &new.metadata)?;
+    check_time(new.valid_from)?;
     if let Some(old) = same {
         let mut tags = old.tags.clone();
         for t in new.tags {
@@ -164,6 +180,7 @@ fn add_beside(
     let item = SemanticItem {
         ts: now,
         tags: new.tags,
+        valid_from: Some(new.valid_from.unwrap_or(now)),
         managed: Managed {
             origin: Origin::Client,
             pinned: new.pinned,
@@ -218,9 +235,17 @@ pub fn update(fact: &SemanticItem, change: Change, now: f64) -> Result<SemanticI
         .metadata
         .unwrap_or_else(|| fact.managed.metadata.clone());
     check(&text, &tags, expires_at, &metadata)?;
+    check_time(change.valid_from)?;
+    let text = text.trim().to_owned();
+    let valid_from = match change.valid_from {
+        Some(at) => Some(at),
+        None if text != fact.fact => Some(now),
+        None => fact.valid_from,
+    };
     let item = SemanticItem {
         ts: now,
-        fact: text.trim().to_owned(),
+        valid_from,
+        fact: text,
         tags,
         managed: Managed {
             origin: Origin::Client,
@@ -393,6 +418,8 @@ pub struct Listing {
     pub tags: Vec<String>,
     pub include_superseded: bool,
     pub include_expired: bool,
+    /// The facts true then (event time), superseded since or not.
+    pub as_of: Option<f64>,
 }
 
 /// The facts `listing` selects at `now`: pinned first, then the most
@@ -403,11 +430,16 @@ pub fn listed(facts: &[SemanticItem], listing: &Listing, now: f64) -> Vec<Semant
         .split_whitespace()
         .map(str::to_lowercase)
         .collect();
-    let mut out: Vec<SemanticItem> = facts
+    let then = listing.as_of.map(|at| crate::memory::valid_at(facts, at));
+    let mut out: Vec<SemanticItem> = then
+        .as_deref()
+        .unwrap_or(facts)
         .iter()
         .filter(|f| f.managed.deleted_at.is_none())
-        .filter(|f| listing.include_superseded || f.superseded_by.is_none())
-        .filter(|f| listing.include_expired || !f.is_expired(now))
+        .filter(|f| {
+            listing.as_of.is_some() || listing.include_superseded || f.superseded_by.is_none()
+        })
+        .filter(|f| listing.include_expired || !f.is_expired(listing.as_of.unwrap_or(now)))
         .filter(|f| listing.tags.iter().all(|t| f.tags.contains(t)))
         .filter(|f| {
             let text = f.fact.to_lowercase();

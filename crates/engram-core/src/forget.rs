@@ -287,9 +287,11 @@ pub fn rewrite(
     let refs: Vec<&RawTrace> = traces.iter().collect();
     let source = Provenance::of(&refs);
     let mut facts = merge_facts(semantic, &summary.semantic_facts, now, new_id);
+    let statements = crate::compaction::when::Statements::of(&refs);
     for fact in &mut facts.new_items {
         fact.turn_ids = item.turn_ids.clone();
         fact.source = source.clone();
+        fact.valid_from = statements.time_of(&fact.fact).or(source.to_ts);
         fact.managed.expires_at = fact_ttl.map(|ttl| now + ttl);
     }
     let episodic = EpisodicItem {

@@ -28,6 +28,7 @@ pub mod blocks;
 pub mod budget;
 pub mod bundle;
 pub mod compaction;
+pub mod dates;
 pub mod embed;
 pub mod error;
 pub mod facts;

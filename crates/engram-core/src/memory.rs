@@ -74,9 +74,19 @@ pub struct SemanticItem {
     #[serde(default)]
     pub salience: f32,
     /// Id of the item that replaced this one; superseded items stay on disk
-    /// for history but are not served.
+    /// for history but are never shown as current.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub superseded_by: Option<String>,
+    /// When it became true: the event time of the statement it came from
+    /// (not of the compaction that drew it out), or of the client's write.
+    /// Absent on lines written before facts had time: see
+    /// [`SemanticItem::valid_since`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valid_from: Option<f64>,
+    /// When it stopped being true: the event time of the statement that
+    /// replaced it (set with `superseded_by`), or of its invalidation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invalid_at: Option<f64>,
     /// The turns of the compaction window it was drawn from.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub turn_ids: Vec<String>,
@@ -144,9 +154,51 @@ impl SemanticItem {
             confidence: 1.0,
             salience: 1.0,
             superseded_by: None,
+            valid_from: None,
+            invalid_at: None,
             turn_ids: vec![],
             source: Provenance::default(),
             managed: Managed::default(),
+        }
+    }
+
+    /// When it became true: `valid_from`, else (a line written before facts
+    /// had time) the last event time of what it was drawn from, else when
+    /// it was written.
+    pub fn valid_since(&self) -> f64 {
+        self.valid_from.or(self.source.to_ts).unwrap_or(self.ts)
+    }
+
+    /// When it stopped being true, if it did: `invalid_at`, else (replaced
+    /// before time was kept) when what replaced it began, as `since` tells
+    /// of an id.
+    pub fn valid_until(&self, since: impl Fn(&str) -> Option<f64>) -> Option<f64> {
+        self.invalid_at.or_else(|| {
+            let by = self.superseded_by.as_deref()?;
+            Some(since(by).unwrap_or(self.valid_since()))
+        })
+    }
+
+    /// This fact replaced by `new` (its line as the store keeps it after):
+    /// `superseded_by` set, and its span ended when `new` became true
+    /// (never before it began itself).
+    pub fn replaced_by(&self, new: &SemanticItem) -> SemanticItem {
+        SemanticItem {
+            superseded_by: Some(new.id.clone()),
+            invalid_at: Some(new.valid_since().max(self.valid_since())),
+            ..self.clone()
+        }
+    }
+
+    /// [`Self::replaced_by`] the item named `new_id` among `items`; with no
+    /// such item (not expected), only `superseded_by` is set.
+    pub fn replaced_by_id(&self, new_id: &str, items: &[SemanticItem]) -> SemanticItem {
+        match items.iter().find(|i| i.id == new_id) {
+            Some(new) => self.replaced_by(new),
+            None => SemanticItem {
+                superseded_by: Some(new_id.to_owned()),
+                ..self.clone()
+            },
         }
     }
 
@@ -168,6 +220,26 @@ impl SemanticItem {
     pub fn version(&self) -> u64 {
         self.managed.version.max(1)
     }
+}
+
+/// The facts of `items` (the last line of each) that were true at `at`
+/// (event time): said by then and not replaced or invalidated by then,
+/// whether superseded since or not. Deleted facts never are (they keep no
+/// text); expiry is the caller's to weigh.
+pub fn valid_at(items: &[SemanticItem], at: f64) -> Vec<SemanticItem> {
+    let since: std::collections::HashMap<&str, f64> = items
+        .iter()
+        .map(|i| (i.id.as_str(), i.valid_since()))
+        .collect();
+    items
+        .iter()
+        .filter(|f| f.managed.deleted_at.is_none() && f.valid_since() <= at)
+        .filter(|f| {
+            f.valid_until(|id| since.get(id).copied())
+                .is_none_or(|end| end > at)
+        })
+        .cloned()
+        .collect()
 }
 
 /// The `n` most recent episodic items, oldest first (file order is

@@ -148,7 +148,7 @@ pub fn fold(
         fact.managed.pinned = false;
         let at = facts.len();
         if let Some(old) = replaced {
-            facts[old].fact.superseded_by = Some(fact.id.clone());
+            facts[old].fact = facts[old].fact.replaced_by(&fact);
             live.remove(old, &facts[old].fact.fact);
             changed.push(old);
             out.superseded += 1;

@@ -94,6 +94,10 @@ impl Engine {
                 ));
             }
         };
+        let all = match listing.as_of {
+            Some(at) => self.versions_at(&scope, all, at).await?,
+            None => all,
+        };
         let listed = facts::listed(&all, listing, engram_store::unix_now());
         let end = from.saturating_add(size).min(listed.len());
         let page = listed.get(from..end).unwrap_or_default().to_vec();
@@ -105,6 +109,38 @@ impl Engine {
                 String::new()
             },
         })
+    }
+
+    /// `facts` (the last version of each) with each fact a client changed
+    /// since `at` as its version of then: the last one begun by `at`. Only
+    /// those facts' histories are read (a client's changes are rare).
+    async fn versions_at(
+        &self,
+        scope: &Scope,
+        mut facts: Vec<SemanticItem>,
+        at: f64,
+    ) -> Result<Vec<SemanticItem>> {
+        if !(at.is_finite() && at >= 0.0) {
+            return Err(EngineError::invalid(format!(
+                "as_of is epoch seconds, not {at}"
+            )));
+        }
+        for fact in facts.iter_mut() {
+            if fact.version() == 1 || fact.valid_since() <= at || fact.managed.deleted_at.is_some()
+            {
+                continue;
+            }
+            let history = self.store.fact_history(scope, &fact.id).await?;
+            if let Some(then) = history.into_iter().rev().find(|v| v.valid_since() <= at) {
+                // Its end is when the next version began.
+                *fact = SemanticItem {
+                    superseded_by: None,
+                    invalid_at: Some(fact.valid_since()),
+                    ..then
+                };
+            }
+        }
+        Ok(facts)
     }
 
     /// One fact as it stands (superseded or expired ones too; NOT_FOUND

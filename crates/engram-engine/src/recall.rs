@@ -215,9 +215,10 @@ pub fn entries(
                 let when = span(from.unwrap_or(e.ts), to.unwrap_or(e.ts), &e.turn_ids);
                 format!("- ({whose}{when}) Summary: {}", one_line(&e.summary))
             }
-            // A fact is dated by the last message it was drawn from.
+            // A fact is dated by when it became true (the message it was
+            // drawn from).
             Memory::Semantic(f) if !snapshot.contains(&fold_whitespace(&f.fact)) => {
-                let at = f.source.to_ts.unwrap_or(f.ts);
+                let at = f.valid_since();
                 format!(
                     "- ({whose}{}) Fact: {}",
                     span(at, at, &f.turn_ids),
@@ -271,9 +272,10 @@ pub fn attach(
     })
 }
 
-/// "2023-05-08, turn_0003".
+/// "2023-05-08 13:56, turn_0003" (UTC): the time too, so that what was said
+/// the same day reads in order.
 fn when_and_turn(t: &RawTrace) -> String {
-    match engram_index::time::date(t.ts) {
+    match engram_core::dates::date_time(t.ts) {
         Some(date) => format!("{date}, {}", t.turn_id),
         None => t.turn_id.clone(),
     }
@@ -286,7 +288,7 @@ fn span(from: f64, to: f64, turn_ids: &[String]) -> String {
         (Some(a), Some(b)) if a != b => Some(format!("{a} to {b}")),
         (a, b) => a.or(b),
     };
-    let dates = range(engram_index::time::date(from), engram_index::time::date(to));
+    let dates = range(engram_core::dates::date(from), engram_core::dates::date(to));
     let turns = range(turn_ids.first().cloned(), turn_ids.last().cloned());
     [dates, turns]
         .into_iter()

@@ -93,7 +93,7 @@ pub fn previous_snapshot(last: &LastConversation, agent: &AgentId) -> Option<Str
         .iter()
         .filter_map(|s| s.source.to_ts)
         .reduce(f64::max);
-    let date = |ts: Option<f64>| ts.and_then(engram_index::time::date);
+    let date = |ts: Option<f64>| ts.and_then(engram_core::dates::date);
     let when = match (date(from), date(to)) {
         (Some(a), Some(b)) if a == b => format!(", {a}"),
         (Some(a), Some(b)) => format!(", {a} to {b}"),

@@ -24,7 +24,6 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use engram_core::compaction::{CompactionRecord, Summary};
-use engram_core::memory::SemanticItem;
 use engram_core::{AgentId, RawTrace};
 use engram_store::Compacts;
 
@@ -283,10 +282,7 @@ impl FileStore {
                 .iter()
                 .find(|s| s.id == *old && s.superseded_by.as_deref() != Some(new))
             {
-                lines.extend(line(&SemanticItem {
-                    superseded_by: Some(new.clone()),
-                    ..item.clone()
-                }));
+                lines.extend(line(&item.replaced_by_id(new, &intent.semantic)));
             }
         }
         if !lines.is_empty() {

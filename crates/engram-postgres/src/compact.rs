@@ -223,10 +223,7 @@ impl PgStore {
         }
         for (old, new) in &intent.superseded {
             if let Some(item) = cached.derived.semantic.iter().find(|s| s.id == *old) {
-                let item = SemanticItem {
-                    superseded_by: Some(new.clone()),
-                    ..item.clone()
-                };
+                let item = item.replaced_by_id(new, &intent.semantic);
                 upsert_semantic(tx, id, &item).await?;
             }
         }

@@ -233,6 +233,8 @@ pub fn semantic_to_pb(s: &SemanticItem) -> pb::SemanticItem {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
         deleted_at: s.managed.deleted_at,
+        valid_from: (s.managed.deleted_at.is_none()).then(|| s.valid_since()),
+        invalid_at: s.invalid_at,
     }
 }
 

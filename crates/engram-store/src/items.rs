@@ -241,6 +241,8 @@ mod tests {
             confidence: 1.0,
             salience: 1.0,
             superseded_by: None,
+            valid_from: None,
+            invalid_at: None,
             turn_ids: vec![],
             source: Provenance::default(),
             managed: Default::default(),

@@ -34,6 +34,7 @@ fn id(g: &mut Gen) -> String {
     }
 }
 
+/// A time (expiry, valid_from, as_of): epoch seconds, or wild ones.
 fn expires_at(g: &mut Gen) -> Option<f64> {
     match g.rng.random_range(0..6) {
         0 => Some(1.0),
@@ -155,6 +156,7 @@ pub(super) fn request(g: &mut Gen, method: &str) -> Vec<u8> {
                     pinned: g.rng.random_bool(0.2),
                     expires_at: expires_at(g),
                     metadata: metadata(g),
+                    valid_from: expires_at(g),
                 })
                 .collect(),
         }
@@ -176,6 +178,7 @@ pub(super) fn request(g: &mut Gen, method: &str) -> Vec<u8> {
             } else {
                 g.unicode(0..20)
             },
+            as_of: expires_at(g),
         }
         .encode_to_vec(),
         "GetMemory" => pb::GetMemoryRequest { scope, id: id(g) }.encode_to_vec(),
@@ -194,6 +197,7 @@ pub(super) fn request(g: &mut Gen, method: &str) -> Vec<u8> {
                 entries: metadata(g),
             }),
             expected_version: u64::from(g.u32() % 4),
+            valid_from: expires_at(g),
         }
         .encode_to_vec(),
         _ => pb::DeleteMemoryRequest {

@@ -21,6 +21,7 @@ pub mod plan;
 pub mod report;
 pub mod strategy;
 pub mod trigger;
+pub mod when;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -127,11 +128,20 @@ pub fn render_snapshot(
     }
     out.push_str("[MEMORY:SEMANTIC]\n");
     for f in semantic.iter().filter(|f| f.is_live()) {
-        out.push_str(&format!("- {}\n", fold_whitespace(&f.fact)));
+        out.push_str(&fact_line(f));
     }
     out.push_str("[RECENT TURNS]\n");
     out.push_str(&render_turns(tail));
     out
+}
+
+/// A current fact as the snapshot lists it, on one line with the date it
+/// became true: `- (since 2026-10-03) Lives in Berlin`.
+pub fn fact_line(f: &SemanticItem) -> String {
+    match crate::dates::date(f.valid_since()) {
+        Some(date) => format!("- (since {date}) {}\n", fold_whitespace(&f.fact)),
+        None => format!("- {}\n", fold_whitespace(&f.fact)),
+    }
 }
 
 /// `snapshot` with its facts section showing `facts` now (a client
@@ -141,10 +151,7 @@ pub fn render_snapshot(
 /// else changes, so the rest of the prompt's prefix stays as it was.
 pub fn with_facts(snapshot: Option<&str>, facts: &[SemanticItem]) -> Option<String> {
     const HEADER: &str = "[MEMORY:SEMANTIC]";
-    let lines: String = facts
-        .iter()
-        .map(|f| format!("- {}\n", fold_whitespace(&f.fact)))
-        .collect();
+    let lines: String = facts.iter().map(fact_line).collect();
     let Some(snapshot) = snapshot else {
         return (!facts.is_empty()).then(|| format!("{HEADER}\n{lines}"));
     };
@@ -306,6 +313,8 @@ pub fn merge_facts(
             confidence: p.confidence.clamp(0.0, 1.0),
             salience: p.salience.clamp(0.0, 1.0),
             superseded_by: None,
+            valid_from: None,
+            invalid_at: None,
             turn_ids: vec![],
             source: Provenance::default(),
             managed: Default::default(),

@@ -123,10 +123,13 @@ fn summarized(
     };
     let mut facts = merge_facts(before.semantic, &summary.semantic_facts, now, new_id);
     // A summarizer does not say which message a fact came from: its
-    // provenance is the window's.
+    // provenance is the window's, and it became true when the window's
+    // statement most like it was said (else at the window's end).
+    let statements = super::when::Statements::of(&summarized);
     for fact in &mut facts.new_items {
         fact.turn_ids = turn_ids.to_vec();
         fact.source = source.clone();
+        fact.valid_from = statements.time_of(&fact.fact).or(source.to_ts);
         fact.managed.expires_at = limits.fact_ttl.map(|ttl| now + ttl);
     }
     let mut all_episodic = before.episodic.to_vec();
@@ -299,7 +302,11 @@ mod tests {
             2.0,
             || unreachable!(),
         );
-        assert!(with_facts.snapshot.contains("- User lives in Oslo"));
+        assert!(
+            with_facts
+                .snapshot
+                .contains("- (since 1970-01-01) User lives in Oslo")
+        );
         assert!(!with_facts.snapshot.contains("RECENT TURNS"));
         assert!(!with_facts.snapshot.contains("second question"));
     }

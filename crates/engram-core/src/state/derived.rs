@@ -503,7 +503,7 @@ impl Derived {
         }
         for (old, new) in &intent.superseded {
             if let Some(item) = self.semantic.iter_mut().find(|s| s.id == *old) {
-                item.superseded_by = Some(new.clone());
+                *item = item.replaced_by_id(new, &intent.semantic);
             }
         }
         let window: HashSet<&str> = intent.trace_ids.iter().map(String::as_str).collect();

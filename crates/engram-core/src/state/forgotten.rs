@@ -106,15 +106,17 @@ impl Derived {
             .collect();
         // The facts merged as a compaction's: new ones, and the ones they
         // supersede marked so.
+        let replaced: Vec<SemanticItem> = rewrite
+            .facts
+            .superseded
+            .iter()
+            .filter_map(|(old, new)| {
+                let item = self.semantic.iter().find(|s| s.id == *old)?;
+                Some(item.replaced_by_id(new, &rewrite.facts.new_items))
+            })
+            .collect();
         let mut lines = rewrite.facts.new_items;
-        for (old, new) in &rewrite.facts.superseded {
-            if let Some(item) = self.semantic.iter().find(|s| s.id == *old) {
-                lines.push(SemanticItem {
-                    superseded_by: Some(new.clone()),
-                    ..item.clone()
-                });
-            }
-        }
+        lines.extend(replaced);
         let mut semantic = self.semantic.clone();
         for line in &lines {
             match semantic.iter_mut().find(|f| f.id == line.id) {

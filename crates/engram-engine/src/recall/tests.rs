@@ -104,7 +104,7 @@ fn entries_show_when_and_who_with_neighbours_once() {
     assert_eq!(
         texts[..3],
         [
-            "- (2023-05-08, turn_0001)\n  Caroline: I went to the support group.\n  Assistant: How did it feel?",
+            "- (2023-05-08 13:56, turn_0001)\n  Caroline: I went to the support group.\n  Assistant: How did it feel?",
             "- (2023-05-08 to 2023-05-20, turn_0001 to turn_0002) Summary: Talked about the group.",
             "- (turn_0001) Fact: Caroline goes to a support group",
         ]
@@ -113,7 +113,9 @@ fn entries_show_when_and_who_with_neighbours_once() {
     // A long message is cut.
     let long = texts[3];
     assert!(
-        long.starts_with("- (2023-05-08, turn_0003)\n  Assistant: Glad to hear.\n  Caroline: x x"),
+        long.starts_with(
+            "- (2023-05-08 13:56, turn_0003)\n  Assistant: Glad to hear.\n  Caroline: x x"
+        ),
         "{long}"
     );
     assert!(long.ends_with("…\n  Assistant: Noted."), "{long}");

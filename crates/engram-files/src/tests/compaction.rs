@@ -150,7 +150,16 @@ async fn a_compaction_archives_old_turns_and_starts_an_epoch() {
         (1, 1, false)
     );
     assert_eq!(first.role, Role::System);
-    assert!(first.content.starts_with("[MEMORY:EPISODIC]\n1) Asked five questions.\n[MEMORY:SEMANTIC]\n- User asks many questions\n[RECENT TURNS]\nTurn 4:\n"));
+    // The fact dated since the message that said it.
+    assert!(
+        first.content.starts_with(
+            "[MEMORY:EPISODIC]\n1) Asked five questions.\n[MEMORY:SEMANTIC]\n- (since "
+        ) && first
+            .content
+            .contains(") User asks many questions\n[RECENT TURNS]\nTurn 4:\n"),
+        "{}",
+        first.content
+    );
     // snapshot + current turn (user, call step, result, answer) + "meanwhile"
     assert_eq!(messages, 1 + 5);
     // Turns keep counting, retries of archived events are still known.

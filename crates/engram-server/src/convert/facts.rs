@@ -22,6 +22,7 @@ pub fn new_fact_from_pb(m: pb::NewMemory) -> NewFact {
         pinned: m.pinned,
         expires_at: m.expires_at,
         metadata: map(m.metadata),
+        valid_from: m.valid_from,
     }
 }
 
@@ -31,6 +32,7 @@ pub fn listing_from_pb(r: &pb::ListMemoriesRequest) -> Listing {
         tags: r.tags.clone(),
         include_superseded: r.include_superseded,
         include_expired: r.include_expired,
+        as_of: r.as_of,
     }
 }
 
@@ -46,6 +48,7 @@ pub fn change_from_pb(r: pb::UpdateMemoryRequest) -> Result<Change, EngineError>
         pinned: r.pinned,
         expires_at,
         metadata: r.metadata.map(|m| map(m.entries)),
+        valid_from: r.valid_from,
         expected_version: r.expected_version,
     };
     if change.text.is_none()
@@ -53,9 +56,10 @@ pub fn change_from_pb(r: pb::UpdateMemoryRequest) -> Result<Change, EngineError>
         && change.pinned.is_none()
         && change.expires_at.is_none()
         && change.metadata.is_none()
+        && change.valid_from.is_none()
     {
         return Err(invalid(
-            "the update changes nothing: set text, tags, pinned, expires_at or metadata",
+            "the update changes nothing: set text, tags, pinned, expires_at, metadata or valid_from",
         ));
     }
     Ok(change)

@@ -54,7 +54,8 @@ async fn manual_compaction_with_the_embedded_summarizer() {
         "{snapshot}"
     );
     assert!(
-        snapshot.contains("[MEMORY:SEMANTIC]\n- I prefer answer number 3\n[RECENT TURNS]\nTurn 4:"),
+        snapshot.contains("[MEMORY:SEMANTIC]\n- (since ")
+            && snapshot.contains(") I prefer answer number 3\n[RECENT TURNS]\nTurn 4:"),
         "{snapshot}"
     );
     assert_valid_payloads(&[(

@@ -90,7 +90,7 @@ async fn a_users_fact_corrected_pinned_or_deleted_reaches_every_conversation() {
     );
     let shown = all_text(&prompt(&mut c, "talk-1", "where do I live?").await);
     assert!(
-        shown.contains("- The user lives in Berlin") && !shown.contains("Lisbon"),
+        shown.contains(") The user lives in Berlin") && !shown.contains("Lisbon"),
         "{shown}"
     );
 
@@ -117,7 +117,8 @@ async fn a_users_fact_corrected_pinned_or_deleted_reaches_every_conversation() {
     assert_eq!(system.role(), pb::Role::System);
     assert!(
         system.content.contains("## pinned facts (user)")
-            && system.content.contains("- Allergic to peanuts"),
+            && system.content.contains("- (since ")
+            && system.content.contains(") Allergic to peanuts"),
         "{}",
         system.content
     );

@@ -96,7 +96,7 @@ async fn a_question_recalls_what_was_archived_and_the_prefix_stays_the_same() {
     let (said, block) = last.content.split_once("\n\n").unwrap();
     assert_eq!(said, question);
     assert!(
-        block.starts_with("[MEMORY:RECALLED]\n- (2023-05-08, turn_0001)\n"),
+        block.starts_with("[MEMORY:RECALLED]\n- (2023-05-08 13:56, turn_0001)\n"),
         "{block}"
     );
     assert!(

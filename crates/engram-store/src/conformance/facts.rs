@@ -58,7 +58,7 @@ pub async fn facts_are_added_corrected_and_forgotten<H: Harness>(h: &H) {
         "the same fact merged: {ids:?}"
     );
     let (oslo, code) = (ids[0].0.clone(), ids[1].0.clone());
-    assert!(snapshot(&*store, &a).await.contains("- Lives in Oslo\n"));
+    assert!(snapshot(&*store, &a).await.contains(") Lives in Oslo\n"));
     store
         .ingest(&a, &[NewEvent::user("hello")], None, None, None)
         .await
@@ -87,7 +87,7 @@ pub async fn facts_are_added_corrected_and_forgotten<H: Harness>(h: &H) {
     );
     let shown = snapshot(&*store, &a).await;
     assert!(
-        shown.contains("- Lives in Berlin\n") && !shown.contains("Oslo"),
+        shown.contains(") Lives in Berlin\n") && !shown.contains("Oslo"),
         "{shown}"
     );
     let history = store.fact_history(&scope, &oslo).await.unwrap();
@@ -148,7 +148,7 @@ pub async fn facts_are_added_corrected_and_forgotten<H: Harness>(h: &H) {
         .await
         .unwrap();
     let shown = snapshot(&*store, &a).await;
-    assert!(shown.contains("- Allergic to peanuts\n"), "{shown}");
+    assert!(shown.contains(") Allergic to peanuts\n"), "{shown}");
     assert!(!shown.contains("Berlin"), "limit 0 shows the pinned only");
     assert!(!shown.contains("meeting"), "an expired fact is not shown");
     let query = crate::MemoryQuery {
@@ -169,7 +169,7 @@ pub async fn facts_are_added_corrected_and_forgotten<H: Harness>(h: &H) {
 
     let store = h.reopen(store).await;
     let shown = snapshot(&*store, &a).await;
-    assert!(shown.contains("- Allergic to peanuts\n"), "{shown}");
+    assert!(shown.contains(") Allergic to peanuts\n"), "{shown}");
     let history = store.fact_history(&scope, &oslo).await.unwrap();
     assert_eq!(history.len(), 3);
     assert!(
@@ -225,7 +225,7 @@ pub async fn facts_are_added_corrected_and_forgotten<H: Harness>(h: &H) {
     let after = store.prepare(&a, prompt("and now?")).await.unwrap();
     let first = &after.context.messages[0].content;
     assert!(!first.contains("Bergen"), "{first}");
-    assert!(first.contains("- Allergic to peanuts\n"), "{first}");
+    assert!(first.contains(") Allergic to peanuts\n"), "{first}");
 
     // The upkeep's purge deletes it: its history keeps the deletion, and
     // no byte of it is left; the earlier expired fact went with it.
