@@ -72,6 +72,7 @@ fn summary() -> Summary {
                 salience: 0.5,
             })
             .collect(),
+        ..Default::default()
     }
 }
 

@@ -14,7 +14,7 @@ use std::collections::{BTreeSet, HashSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::compaction::{FactMerge, Summary, merge_facts};
+use crate::compaction::{FactMerge, Summary, merge_summary};
 use crate::memory::{EpisodicItem, Provenance, SemanticItem};
 use crate::{RawTrace, TraceType};
 
@@ -286,12 +286,12 @@ pub fn rewrite(
 ) -> Rewrite {
     let refs: Vec<&RawTrace> = traces.iter().collect();
     let source = Provenance::of(&refs);
-    let mut facts = merge_facts(semantic, &summary.semantic_facts, now, new_id);
+    let mut facts = merge_summary(semantic, &summary, now, new_id);
     let statements = crate::compaction::when::Statements::of(&refs);
+    facts.date(semantic, &statements, source.to_ts);
     for fact in &mut facts.new_items {
         fact.turn_ids = item.turn_ids.clone();
         fact.source = source.clone();
-        fact.valid_from = statements.time_of(&fact.fact).or(source.to_ts);
         fact.managed.expires_at = fact_ttl.map(|ttl| now + ttl);
     }
     let episodic = EpisodicItem {

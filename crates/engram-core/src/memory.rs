@@ -60,6 +60,10 @@ impl EpisodicItem {
     }
 }
 
+/// Tag on every item the embedded summarizer writes: facts drawn without
+/// an LLM, which nothing replaces by guesswork.
+pub const EXTRACTIVE_TAG: &str = "extractive";
+
 /// A stable fact, preference, constraint or decision.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SemanticItem {
@@ -87,6 +91,13 @@ pub struct SemanticItem {
     /// replaced it (set with `superseded_by`), or of its invalidation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub invalid_at: Option<f64>,
+    /// A fact of the user's store, from another conversation, that this
+    /// one replaces (when it is live) or ends (when it is itself no longer
+    /// valid: the summarizer said the user's fact stopped being true). The
+    /// agent's store cannot supersede what it does not hold; folding into
+    /// the user's store carries it out (again, idempotently).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<String>,
     /// The turns of the compaction window it was drawn from.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub turn_ids: Vec<String>,
@@ -156,6 +167,7 @@ impl SemanticItem {
             superseded_by: None,
             valid_from: None,
             invalid_at: None,
+            replaces: None,
             turn_ids: vec![],
             source: Provenance::default(),
             managed: Managed::default(),
@@ -202,9 +214,27 @@ impl SemanticItem {
         }
     }
 
-    /// Neither superseded nor deleted: the fact as it stands now.
+    /// This fact no longer true from `at` (never before it began), with
+    /// nothing replacing it.
+    pub fn invalidated(&self, at: f64) -> SemanticItem {
+        SemanticItem {
+            invalid_at: Some(at.max(self.valid_since())),
+            ..self.clone()
+        }
+    }
+
+    /// Neither superseded, invalidated nor deleted: the fact as it stands
+    /// now.
     pub fn is_live(&self) -> bool {
-        self.superseded_by.is_none() && self.managed.deleted_at.is_none()
+        self.superseded_by.is_none()
+            && self.invalid_at.is_none()
+            && self.managed.deleted_at.is_none()
+    }
+
+    /// A client's to change: pinned or written by a client. The
+    /// consolidation of a user's facts never changes one.
+    pub fn is_clients(&self) -> bool {
+        self.managed.pinned || self.managed.origin == Origin::Client
     }
 
     /// Past its expiry at `now` (a pinned fact never is).

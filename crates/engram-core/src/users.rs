@@ -14,9 +14,9 @@ use std::collections::{HashMap, HashSet};
 use serde::{Deserialize, Serialize};
 
 use crate::CoreError;
-use crate::compaction::{UPDATE_OVERLAP, normalize, words};
+use crate::compaction::{UPDATE_OVERLAP, normalize, repeat_key, words};
 use crate::facts::{self, Applied, Op};
-use crate::memory::{EpisodicItem, SemanticItem};
+use crate::memory::{EXTRACTIVE_TAG, EpisodicItem, SemanticItem};
 
 /// Summaries of a conversation the user's store keeps as its last one (a
 /// new conversation starts with them): the latest few.
@@ -78,15 +78,22 @@ pub struct Folded {
     pub added: u32,
     pub merged: u32,
     pub superseded: u32,
+    /// User facts ended with nothing in their place (the summarizer said
+    /// so, by handle, in one of the agent's compactions).
+    pub invalidated: u32,
 }
 
 /// The user's facts as `known` holds them (last version of each, oldest
 /// first) after folding in `items`, the facts of agent `agent` (live and
 /// superseded, as its bundle holds them). Each live agent fact not folded
-/// before: said already (the same words as a live user fact) adds itself
-/// as a source; one that changes a live user fact (most of its words, or
-/// the agent's own update of a fact folded before) supersedes it; any
-/// other is new. `new_id` names new user facts.
+/// before: said already (a repeat of a live user fact: the same value
+/// words) adds itself as a source; one that changes a live user fact
+/// supersedes it — the user's fact its summarizer named (`replaces`), the
+/// agent's own update of a fact folded before, or else, for a fact drawn
+/// by an LLM, the live user fact with most of its words; any other is new.
+/// An agent's record that a user fact ended (`replaces` on a fact no
+/// longer valid) ends it. A pinned user fact is never replaced or ended.
+/// `new_id` names new user facts.
 pub fn fold(
     known: &[UserFact],
     agent: &str,
@@ -109,6 +116,22 @@ pub fn fold(
     let mut live = Live::of(&facts);
     let mut changed: Vec<usize> = vec![];
     let mut out = Folded::default();
+    // The summarizer said a user's fact stopped being true: ended once
+    // (ending an ended fact changes nothing, so folding again is a no-op).
+    for marker in items.iter().filter(|i| is_end_of_users(i)) {
+        let target = marker.replaces.as_deref().unwrap_or_default();
+        let Some(i) = facts
+            .iter()
+            .position(|f| f.fact.id == target && f.is_live() && !f.fact.managed.pinned)
+        else {
+            continue;
+        };
+        let at = marker.invalid_at.unwrap_or(marker.ts);
+        facts[i].fact = facts[i].fact.invalidated(at);
+        live.remove(i, &facts[i].fact.fact);
+        changed.push(i);
+        out.invalidated += 1;
+    }
     for item in items.iter().filter(|i| i.is_live()) {
         if folded.contains(&(agent, item.id.as_str())) {
             continue;
@@ -122,7 +145,7 @@ pub fn fold(
         if norm.is_empty() {
             continue;
         }
-        if let Some(&same) = live.by_text.get(&norm) {
+        if let Some(&same) = live.same(&item.fact) {
             facts[same].sources.push(source);
             home.insert(item.id.clone(), same);
             changed.push(same);
@@ -132,16 +155,29 @@ pub fn fold(
         // The agent's own update of a fact folded before, else the live
         // user fact it mostly repeats; never one a client pinned (a
         // compaction adds beside it, as in an agent's own facts).
-        let replaced = items
-            .iter()
-            .filter(|old| old.superseded_by.as_deref() == Some(item.id.as_str()))
-            .find_map(|old| home.get(&old.id).copied())
+        let named = item
+            .replaces
+            .as_deref()
+            .and_then(|id| facts.iter().position(|f| f.fact.id == id));
+        let guessed = || match item.tags.iter().any(|t| t == EXTRACTIVE_TAG) {
+            // Drawn without an LLM: nothing is replaced by guesswork.
+            true => None,
+            false => live.closest(&item.fact),
+        };
+        let replaced = named
+            .or_else(|| {
+                items
+                    .iter()
+                    .filter(|old| old.superseded_by.as_deref() == Some(item.id.as_str()))
+                    .find_map(|old| home.get(&old.id).copied())
+            })
             .filter(|&i| facts[i].is_live())
-            .or_else(|| live.closest(&item.fact))
+            .or_else(guessed)
             .filter(|&i| !facts[i].fact.managed.pinned);
         let mut fact = item.clone();
         fact.id = new_id();
         fact.superseded_by = None;
+        fact.replaces = None;
         // A fact of the user's own, at its first version; pinned in one
         // conversation is not pinned in all of them.
         fact.managed.version = 1;
@@ -166,6 +202,14 @@ pub fn fold(
     changed.dedup();
     out.changed = changed.into_iter().map(|i| facts[i].clone()).collect();
     out
+}
+
+/// An agent's record that a fact of its user's store ended.
+fn is_end_of_users(item: &SemanticItem) -> bool {
+    item.replaces.is_some()
+        && item.invalid_at.is_some()
+        && item.superseded_by.is_none()
+        && item.managed.deleted_at.is_none()
 }
 
 /// A client's change of the user's facts (`known`: the last version of
@@ -214,6 +258,7 @@ pub fn history(lines: impl IntoIterator<Item = UserFact>, id: &str) -> Vec<Seman
 #[derive(Default)]
 struct Live {
     by_text: HashMap<String, usize>,
+    by_key: HashMap<String, usize>,
     by_word: HashMap<String, Vec<usize>>,
     sizes: HashMap<usize, usize>,
 }
@@ -229,6 +274,9 @@ impl Live {
 
     fn add(&mut self, i: usize, text: &str) {
         self.by_text.insert(normalize(text), i);
+        if let Some(key) = repeat_key(text) {
+            self.by_key.insert(key, i);
+        }
         let set: HashSet<String> = words(text).collect();
         self.sizes.insert(i, set.len());
         for w in set {
@@ -236,8 +284,25 @@ impl Live {
         }
     }
 
+    /// The live fact `text` repeats: the same words, or the same value
+    /// words and negations.
+    fn same(&self, text: &str) -> Option<&usize> {
+        self.by_text
+            .get(&normalize(text))
+            .or_else(|| self.by_key.get(&repeat_key(text)?))
+    }
+
     fn remove(&mut self, i: usize, text: &str) {
-        self.by_text.remove(&normalize(text));
+        // Another live fact with the same key keeps it.
+        let norm = normalize(text);
+        if self.by_text.get(&norm) == Some(&i) {
+            self.by_text.remove(&norm);
+        }
+        if let Some(key) = repeat_key(text)
+            && self.by_key.get(&key) == Some(&i)
+        {
+            self.by_key.remove(&key);
+        }
         self.sizes.remove(&i);
         for w in words(text) {
             if let Some(list) = self.by_word.get_mut(&w) {
@@ -269,256 +334,4 @@ impl Live {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn item(id: &str, fact: &str) -> SemanticItem {
-        SemanticItem {
-            turn_ids: vec!["turn_0001".into()],
-            ..SemanticItem::new(id, fact)
-        }
-    }
-
-    fn ids() -> impl FnMut() -> String {
-        let mut n = 0;
-        move || {
-            n += 1;
-            format!("u{n}")
-        }
-    }
-
-    /// Folds `items` of `agent` into `known`, returning the store after.
-    fn apply(
-        known: &[UserFact],
-        agent: &str,
-        items: &[SemanticItem],
-        next: &mut impl FnMut() -> String,
-    ) -> Vec<UserFact> {
-        let folded = fold(known, agent, items, next);
-        let mut all = known.to_vec();
-        for f in folded.changed {
-            match all.iter_mut().find(|k| k.fact.id == f.fact.id) {
-                Some(k) => *k = f,
-                None => all.push(f),
-            }
-        }
-        all
-    }
-
-    #[test]
-    fn the_same_fact_from_two_conversations_is_one_with_two_sources() {
-        let mut next = ids();
-        let store = apply(
-            &[],
-            "chat-1",
-            &[item("a1", "The user lives in Lisbon")],
-            &mut next,
-        );
-        let store = apply(
-            &store,
-            "chat-2",
-            &[item("b1", "the user lives in lisbon.")],
-            &mut next,
-        );
-        assert_eq!(store.len(), 1);
-        let sources: Vec<_> = store[0]
-            .sources
-            .iter()
-            .map(|s| (s.agent_id.as_str(), s.fact_id.as_str()))
-            .collect();
-        assert_eq!(sources, [("chat-1", "a1"), ("chat-2", "b1")]);
-        assert_eq!(store[0].sources[1].turn_ids, ["turn_0001"]);
-    }
-
-    #[test]
-    fn a_changed_fact_supersedes_the_other_conversations() {
-        let mut next = ids();
-        let store = apply(
-            &[],
-            "chat-1",
-            &[item("a1", "The user lives in Lisbon Portugal")],
-            &mut next,
-        );
-        let store = apply(
-            &store,
-            "chat-2",
-            &[item("b1", "The user lives in Porto Portugal")],
-            &mut next,
-        );
-        assert_eq!(store.len(), 2);
-        assert_eq!(
-            store[0].fact.superseded_by.as_deref(),
-            Some(store[1].fact.id.as_str())
-        );
-        assert!(store[1].is_live() && store[1].fact.fact.contains("Porto"));
-    }
-
-    #[test]
-    fn an_agents_own_update_supersedes_what_it_folded_before() {
-        let mut next = ids();
-        let store = apply(
-            &[],
-            "chat-1",
-            &[item("a1", "Budget is 100 euros")],
-            &mut next,
-        );
-        let mut old = item("a1", "Budget is 100 euros");
-        old.superseded_by = Some("a2".into());
-        let store = apply(
-            &store,
-            "chat-1",
-            &[old, item("a2", "Spending cap raised to 500")],
-            &mut next,
-        );
-        assert_eq!(store.len(), 2);
-        assert!(!store[0].is_live() && store[1].is_live());
-    }
-
-    #[test]
-    fn folding_again_changes_nothing() {
-        let mut next = ids();
-        let items = [item("a1", "Likes tea"), item("a2", "Has a dog named Rex")];
-        let store = apply(&[], "chat-1", &items, &mut next);
-        let again = fold(&store, "chat-1", &items, &mut next);
-        assert_eq!(again, Folded::default());
-        let unrelated = fold(
-            &store,
-            "chat-2",
-            &[item("b1", "Plays the cello")],
-            &mut next,
-        );
-        assert_eq!(
-            (unrelated.added, unrelated.merged, unrelated.superseded),
-            (1, 0, 0)
-        );
-        assert_eq!(unrelated.changed.len(), 1);
-    }
-
-    #[test]
-    fn a_fold_never_supersedes_a_fact_a_client_pinned() {
-        let mut next = ids();
-        let store = apply(
-            &[],
-            "chat-1",
-            &[item("a1", "The user lives in Lisbon Portugal")],
-            &mut next,
-        );
-        let (_, lines) = change(
-            &store,
-            Op::Update {
-                id: store[0].fact.id.clone(),
-                change: facts::Change {
-                    pinned: Some(true),
-                    ..Default::default()
-                },
-            },
-            5.0,
-            &mut next,
-        )
-        .unwrap();
-        let store = vec![lines[0].clone()];
-        let folded = fold(
-            &store,
-            "chat-2",
-            &[item("b1", "The user lives in Porto Portugal")],
-            &mut next,
-        );
-        assert_eq!(folded.superseded, 0);
-        assert_eq!(folded.added, 1);
-        assert!(folded.changed.iter().all(|f| f.is_live()));
-    }
-
-    #[test]
-    fn a_clients_change_keeps_the_sources_and_a_delete_is_never_folded_again() {
-        let mut next = ids();
-        let store = apply(
-            &[],
-            "chat-1",
-            &[item("a1", "The user likes tea")],
-            &mut next,
-        );
-        let id = store[0].fact.id.clone();
-        let (applied, lines) = change(
-            &store,
-            Op::Delete {
-                id: id.clone(),
-                expected_version: 0,
-            },
-            9.0,
-            &mut next,
-        )
-        .unwrap();
-        assert_eq!(applied.erase.as_deref(), Some(id.as_str()));
-        assert_eq!(lines[0].fact.fact, "");
-        assert_eq!(lines[0].sources, store[0].sources);
-        let again = fold(
-            &lines,
-            "chat-1",
-            &[item("a1", "The user likes tea")],
-            &mut next,
-        );
-        assert_eq!(again, Folded::default());
-        let (added, lines) = change(
-            &lines,
-            Op::Add(vec![facts::NewFact {
-                text: "Works at a bakery".into(),
-                ..Default::default()
-            }]),
-            10.0,
-            &mut next,
-        )
-        .unwrap();
-        assert!(lines[0].sources.is_empty());
-        assert_eq!(added.lines[0].managed.origin, crate::memory::Origin::Client);
-    }
-
-    #[test]
-    fn history_keeps_the_last_line_of_each_version() {
-        let mut one = item("u1", "Likes tea");
-        one.managed.version = 1;
-        let with_source = UserFact {
-            fact: one.clone(),
-            sources: vec![],
-        };
-        let mut two = one.clone();
-        two.managed.version = 2;
-        two.fact = "Likes green tea".into();
-        let mut later = with_source.clone();
-        later.fact.tags = vec!["drinks".into()];
-        let lines = vec![
-            with_source,
-            later.clone(),
-            UserFact {
-                fact: two.clone(),
-                sources: vec![],
-            },
-        ];
-        assert_eq!(history(lines, "u1"), vec![later.fact, two]);
-    }
-
-    proptest::proptest! {
-        /// Whatever the facts, every live agent fact is a source of
-        /// exactly one user fact, and a second fold changes nothing.
-        #[test]
-        fn every_fact_is_folded_once(
-            said in proptest::collection::vec(("[a-c]", proptest::collection::vec("(tea|dog|lisbon|porto|the|user|likes|lives|in)", 1..6)), 0..20)
-        ) {
-            let mut next = ids();
-            let mut store = vec![];
-            for (n, (agent, words)) in said.iter().enumerate() {
-                let items = [item(&format!("f{n}"), &words.join(" "))];
-                store = apply(&store, agent, &items, &mut next);
-            }
-            for (n, (agent, _)) in said.iter().enumerate() {
-                let id = format!("f{n}");
-                let homes = store
-                    .iter()
-                    .filter(|f| f.sources.iter().any(|s| s.agent_id == *agent && s.fact_id == id))
-                    .count();
-                proptest::prop_assert_eq!(homes, 1);
-                let again = fold(&store, agent, &[item(&id, "anything")], &mut next);
-                proptest::prop_assert_eq!(again, Folded::default());
-            }
-        }
-    }
-}
+mod tests;

@@ -287,6 +287,7 @@ mod tests {
                 tags: vec![],
                 salience: 0.0,
                 semantic_facts: vec![],
+                ..Default::default()
             },
             policy: Policy {
                 raw_tail_turns: 2,

@@ -276,14 +276,8 @@ impl FileStore {
         {
             lines.extend(line(item));
         }
-        for (old, new) in &intent.superseded {
-            if let Some(item) = state
-                .semantic
-                .iter()
-                .find(|s| s.id == *old && s.superseded_by.as_deref() != Some(new))
-            {
-                lines.extend(line(&item.replaced_by_id(new, &intent.semantic)));
-            }
+        for ended in intent.endings(&state.semantic) {
+            lines.extend(line(&ended));
         }
         if !lines.is_empty() {
             append_sync(&dir.join(SEMANTIC), &lines)?;

@@ -70,6 +70,7 @@ impl<S: Summarizer> Summarizer for Chunked<S> {
                 tags: vec![],
                 salience: 0.0,
                 semantic_facts: vec![],
+                ..Default::default()
             };
             for (n, part) in parts.iter().enumerate() {
                 let s = self
@@ -91,6 +92,14 @@ impl<S: Summarizer> Summarizer for Chunked<S> {
                 merged.salience = merged.salience.max(s.salience);
                 // Later chunks are newer: their facts come last and win.
                 merged.semantic_facts.extend(s.semantic_facts);
+                // Each chunk saw the same known facts, under the same
+                // handles; one that decided by handle decides for all.
+                merged.updates.extend(s.updates);
+                merged.invalidates.extend(s.invalidates);
+                merged.unknown_handles += s.unknown_handles;
+                if n == 0 || s.replacing == engram_core::compaction::Replacing::Never {
+                    merged.replacing = s.replacing;
+                }
             }
             Ok(merged)
         })
@@ -130,6 +139,7 @@ mod tests {
                         confidence: 1.0,
                         salience: 0.5,
                     }],
+                    ..Default::default()
                 })
             })
         }

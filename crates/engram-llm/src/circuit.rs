@@ -269,6 +269,7 @@ mod tests {
                         tags: vec![],
                         salience: 0.5,
                         semantic_facts: vec![],
+                        ..Default::default()
                     }),
                 }
             })

@@ -37,7 +37,7 @@ mod tests;
 
 use std::collections::{BTreeMap, HashSet};
 
-use engram_core::compaction::normalize;
+use engram_core::compaction::{Replacing, normalize};
 use engram_core::text::{fold_whitespace, shorten};
 use engram_core::turns::turn_number;
 use engram_core::{RawTrace, TraceType};
@@ -226,6 +226,10 @@ pub fn summarize(request: SummaryRequest<'_>) -> Summary {
         tags: vec![EXTRACTIVE_TAG.to_owned()],
         salience: 0.5,
         semantic_facts: facts,
+        // No fact is replaced by guesswork: repeats merge, the rest stand
+        // beside what they may change, dated.
+        replacing: Replacing::Never,
+        ..Default::default()
     }
 }
 

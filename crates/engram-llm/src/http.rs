@@ -130,7 +130,7 @@ impl Summarizer for HttpSummarizer {
     fn summarize<'a>(&'a self, request: SummaryRequest<'a>) -> SummaryFuture<'a> {
         Box::pin(async move {
             let text = self.complete(&request).await?;
-            let summary: Summary = answer::parse(&text)?;
+            let summary: Summary = answer::parse(&text, request.known_facts)?;
             Ok(summary)
         })
     }

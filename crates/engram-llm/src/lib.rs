@@ -42,7 +42,7 @@ pub use extractive::Extractive;
 pub use http::{HttpConfig, HttpSummarizer};
 
 /// Tag on every item the embedded summarizer writes.
-pub const EXTRACTIVE_TAG: &str = "extractive";
+pub use engram_core::memory::EXTRACTIVE_TAG;
 
 /// What a summarizer is asked to condense.
 #[derive(Debug, Clone, Copy)]

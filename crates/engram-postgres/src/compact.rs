@@ -221,11 +221,8 @@ impl PgStore {
         for fact in &intent.semantic {
             upsert_semantic(tx, id, fact).await?;
         }
-        for (old, new) in &intent.superseded {
-            if let Some(item) = cached.derived.semantic.iter().find(|s| s.id == *old) {
-                let item = item.replaced_by_id(new, &intent.semantic);
-                upsert_semantic(tx, id, &item).await?;
-            }
+        for item in intent.endings(&cached.derived.semantic) {
+            upsert_semantic(tx, id, &item).await?;
         }
         faults.check(CommitStep::Archive)?;
         sqlx::query("UPDATE traces SET archived = true WHERE agent_id = $1 AND trace_id = ANY($2)")

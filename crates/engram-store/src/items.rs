@@ -243,6 +243,7 @@ mod tests {
             superseded_by: None,
             valid_from: None,
             invalid_at: None,
+            replaces: None,
             turn_ids: vec![],
             source: Provenance::default(),
             managed: Default::default(),

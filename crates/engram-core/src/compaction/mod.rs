@@ -17,6 +17,7 @@
 //! - [`strategy`]: what an agent's compactions may do ([`Strategy`]).
 
 pub mod log;
+pub mod merge;
 pub mod plan;
 pub mod report;
 pub mod strategy;
@@ -25,26 +26,39 @@ pub mod when;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::memory::{EpisodicItem, Provenance, SemanticItem};
+use crate::memory::{EpisodicItem, SemanticItem};
 use crate::text::fold_whitespace;
 use crate::transcript::result_text;
 use crate::turns::turn_number;
 use crate::{RawTrace, TraceType};
 
 pub use log::CompactionRecord;
+pub(crate) use merge::{UPDATE_OVERLAP, words};
+pub use merge::{
+    FactMerge, FactUpdate, Named, Replacing, is_repeat, merge_facts, merge_summary, normalize,
+    repeat_key,
+};
 pub use report::{CompactionError, CompactionReport};
 pub use strategy::{Strategy, UnknownStrategy};
 pub use trigger::{PromptSize, Signals, Tier, Trigger, decide};
 
 /// A summarizer's answer: what a compaction stores. Summarizers return it
 /// (engram-llm) and the store commits it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Summary {
     pub episodic_summary: String,
     pub tags: Vec<String>,
     pub salience: f32,
-    /// New or changed facts; [`merge_facts`] folds them into known ones.
+    /// New facts; [`merge_summary`] folds them into known ones.
     pub semantic_facts: Vec<NewFact>,
+    /// Known facts the answer replaces, named by their handles.
+    pub updates: Vec<FactUpdate>,
+    /// Known facts the answer says are no longer true.
+    pub invalidates: Vec<Named>,
+    /// Handles the answer used that named no fact it was shown (ignored).
+    pub unknown_handles: u32,
+    /// Whether `semantic_facts` may replace known facts by their words.
+    pub replacing: Replacing,
 }
 
 /// The turns a compaction may summarize.
@@ -240,109 +254,6 @@ pub struct NewFact {
     pub salience: f32,
 }
 
-/// What merging new facts into known ones decided.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct FactMerge {
-    /// Items to append to `semantic.jsonl`.
-    pub new_items: Vec<SemanticItem>,
-    /// `(old id, new id)`: the old item is superseded by the new one.
-    pub superseded: Vec<(String, String)>,
-    /// Proposed facts already known word for word (skipped).
-    pub duplicates: usize,
-}
-
-/// Lowercase alphanumeric words.
-pub(crate) fn words(text: &str) -> impl Iterator<Item = String> {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-}
-
-/// Lowercase words: two facts with the same words are the same fact.
-pub fn normalize(text: &str) -> String {
-    words(text).collect::<Vec<_>>().join(" ")
-}
-
-/// Word overlap (Jaccard) above which a new fact updates a known one.
-pub(crate) const UPDATE_OVERLAP: f64 = 0.6;
-
-fn overlap(a: &str, b: &str) -> f64 {
-    let a: HashSet<String> = words(a).collect();
-    let b: HashSet<String> = words(b).collect();
-    let union = a.union(&b).count();
-    if union == 0 {
-        return 0.0;
-    }
-    a.intersection(&b).count() as f64 / union as f64
-}
-
-/// Merges `proposed` into the live `known` facts: exact repeats (after
-/// normalization) are skipped; a fact mostly made of a known fact's words
-/// supersedes it; anything else is new. `new_id` names new items.
-pub fn merge_facts(
-    known: &[SemanticItem],
-    proposed: &[NewFact],
-    now: f64,
-    mut new_id: impl FnMut() -> String,
-) -> FactMerge {
-    let mut merge = FactMerge::default();
-    let mut live: Vec<(String, String)> = known
-        .iter()
-        .filter(|k| k.is_live())
-        .map(|k| (k.id.clone(), k.fact.clone()))
-        .collect();
-    let pinned: HashSet<String> = known
-        .iter()
-        .filter(|k| k.is_live() && k.managed.pinned)
-        .map(|k| k.id.clone())
-        .collect();
-    for p in proposed {
-        let norm = normalize(&p.fact);
-        if norm.is_empty() {
-            continue;
-        }
-        if live.iter().any(|(_, f)| normalize(f) == norm) {
-            merge.duplicates += 1;
-            continue;
-        }
-        let item = SemanticItem {
-            id: new_id(),
-            ts: now,
-            fact: p.fact.trim().to_owned(),
-            tags: p.tags.clone(),
-            confidence: p.confidence.clamp(0.0, 1.0),
-            salience: p.salience.clamp(0.0, 1.0),
-            superseded_by: None,
-            valid_from: None,
-            invalid_at: None,
-            turn_ids: vec![],
-            source: Provenance::default(),
-            managed: Default::default(),
-        };
-        // A pinned fact is the client's to change: a compaction adds
-        // beside it, never replaces it.
-        let replaced = live
-            .iter()
-            .filter(|(id, _)| !pinned.contains(id))
-            .map(|(id, f)| (id.clone(), overlap(f, &p.fact)))
-            .filter(|(_, o)| *o >= UPDATE_OVERLAP)
-            .max_by(|a, b| a.1.total_cmp(&b.1))
-            .map(|(id, _)| id);
-        if let Some(old) = replaced {
-            live.retain(|(id, _)| *id != old);
-            // Replacing a fact of this same batch: keep only the newer one.
-            match merge.new_items.iter().position(|i| i.id == old) {
-                Some(at) => {
-                    merge.new_items.remove(at);
-                }
-                None => merge.superseded.push((old, item.id.clone())),
-            }
-        }
-        live.push((item.id.clone(), item.fact.clone()));
-        merge.new_items.push(item);
-    }
-    merge
-}
 
 #[cfg(test)]
 mod tests {
@@ -351,6 +262,7 @@ mod tests {
 
     use super::*;
     use crate::NewEvent;
+    use crate::memory::Provenance;
     use crate::turns::assign_all;
 
     fn conversation() -> Vec<RawTrace> {
@@ -483,65 +395,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn facts_are_never_stored_twice_and_updates_supersede() {
-        let known = vec![SemanticItem::new("old", "The user lives in Oslo, Norway")];
-        let fact = |f: &str| NewFact {
-            fact: f.into(),
-            tags: vec![],
-            confidence: 2.0,
-            salience: 0.5,
-        };
-        let mut n = 0;
-        let merge = merge_facts(
-            &known,
-            &[
-                fact("the user lives in oslo norway!"),
-                fact("The user lives in Bergen, Norway"),
-                fact("Prefers tea"),
-                fact("prefers TEA"),
-                fact("Prefers green tea"),
-                fact("  "),
-            ],
-            5.0,
-            || {
-                n += 1;
-                format!("new{n}")
-            },
-        );
-        assert_eq!(merge.duplicates, 2);
-        let facts: Vec<_> = merge.new_items.iter().map(|i| i.fact.as_str()).collect();
-        assert_eq!(
-            facts,
-            ["The user lives in Bergen, Norway", "Prefers green tea"],
-            "a batch keeps its newest version"
-        );
-        assert_eq!(merge.superseded, [("old".to_string(), "new1".to_string())]);
-        assert_eq!(merge.new_items[0].confidence, 1.0, "clamped");
-    }
-
-    #[test]
-    fn a_compaction_adds_beside_a_pinned_fact_never_over_it() {
-        let mut pinned = SemanticItem::new("pin", "The user lives in Oslo, Norway");
-        pinned.managed.pinned = true;
-        let proposed = |f: &str| NewFact {
-            fact: f.into(),
-            tags: vec![],
-            confidence: 1.0,
-            salience: 0.5,
-        };
-        let merge = merge_facts(
-            &[pinned],
-            &[
-                proposed("The user lives in Bergen, Norway"),
-                proposed("the user lives in oslo, norway"),
-            ],
-            5.0,
-            || "new".to_string(),
-        );
-        assert!(merge.superseded.is_empty());
-        assert_eq!((merge.new_items.len(), merge.duplicates), (1, 1));
-    }
 
     proptest! {
         #[test]

@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use super::{FactMerge, Summary, merge_facts, render_snapshot};
+use super::{FactMerge, Summary, merge_summary, render_snapshot};
 use crate::RawTrace;
 use crate::memory::{EpisodicItem, Provenance, SemanticItem, recent_episodic};
 use crate::turns::turn_number;
@@ -44,8 +44,11 @@ pub struct Plan {
 impl Plan {
     /// Facts added (updates not counted) and facts updated.
     pub fn fact_counts(&self) -> (u32, u32) {
-        let updated = self.facts.superseded.len();
-        let added = self.facts.new_items.len().saturating_sub(updated);
+        let updates = self.facts.superseded.len();
+        // A record that a user's fact ended is an update of it.
+        let markers = self.facts.new_items.iter().filter(|f| !f.is_live()).count();
+        let updated = updates + markers + self.facts.invalidated.len();
+        let added = self.facts.new_items.len().saturating_sub(updates + markers);
         (
             u32::try_from(added).unwrap_or(u32::MAX),
             u32::try_from(updated).unwrap_or(u32::MAX),
@@ -111,8 +114,10 @@ fn summarized(
         .filter(|t| window.contains(t.id.as_str()))
         .collect();
     let source = Provenance::of(&summarized);
+    let episodic_id = new_id();
+    let mut facts = merge_summary(before.semantic, &summary, now, new_id);
     let episodic = EpisodicItem {
-        id: new_id(),
+        id: episodic_id,
         ts: now,
         turn_ids: turn_ids.to_vec(),
         summary: summary.episodic_summary,
@@ -121,29 +126,30 @@ fn summarized(
         source: source.clone(),
         rewriting: false,
     };
-    let mut facts = merge_facts(before.semantic, &summary.semantic_facts, now, new_id);
     // A summarizer does not say which message a fact came from: its
-    // provenance is the window's, and it became true when the window's
-    // statement most like it was said (else at the window's end).
+    // provenance is the window's, and it became true (or an old one
+    // stopped) when the window's statement most like it was said (else at
+    // the window's end).
     let statements = super::when::Statements::of(&summarized);
+    facts.date(before.semantic, &statements, source.to_ts);
     for fact in &mut facts.new_items {
         fact.turn_ids = turn_ids.to_vec();
         fact.source = source.clone();
-        fact.valid_from = statements.time_of(&fact.fact).or(source.to_ts);
         fact.managed.expires_at = limits.fact_ttl.map(|ttl| now + ttl);
     }
     let mut all_episodic = before.episodic.to_vec();
     all_episodic.push(episodic.clone());
-    let superseded: HashSet<&str> = facts
+    let ended: HashSet<&str> = facts
         .superseded
         .iter()
         .map(|(old, _)| old.as_str())
+        .chain(facts.invalidated.iter().map(|(id, _)| id.as_str()))
         .collect();
     let live: Vec<SemanticItem> = before
         .semantic
         .iter()
-        .filter(|f| !superseded.contains(f.id.as_str()))
-        .chain(&facts.new_items)
+        .filter(|f| !ended.contains(f.id.as_str()))
+        .chain(facts.new_items.iter().filter(|f| f.is_live()))
         .cloned()
         .collect();
     let tail: Vec<RawTrace> = before
@@ -218,6 +224,7 @@ mod tests {
                 tags: vec![],
                 salience: 7.0,
                 semantic_facts: vec![fact("User lives in Bergen"), fact("User likes tea")],
+                ..Default::default()
             }),
             SnapshotLimits {
                 max_episodic: 3,

@@ -449,6 +449,7 @@ impl Derived {
             episodic: planned.episodic,
             semantic: planned.facts.new_items,
             superseded: planned.facts.superseded,
+            invalidated: planned.facts.invalidated,
             snapshot: planned.snapshot,
             snapshot_trace_ids: planned.snapshot_trace_ids,
             facts_limit: u32::try_from(policy.max_semantic).ok(),
@@ -501,9 +502,9 @@ impl Derived {
                 self.semantic.push(item.clone());
             }
         }
-        for (old, new) in &intent.superseded {
-            if let Some(item) = self.semantic.iter_mut().find(|s| s.id == *old) {
-                *item = item.replaced_by_id(new, &intent.semantic);
+        for line in intent.endings(&self.semantic) {
+            if let Some(item) = self.semantic.iter_mut().find(|s| s.id == line.id) {
+                *item = line;
             }
         }
         let window: HashSet<&str> = intent.trace_ids.iter().map(String::as_str).collect();

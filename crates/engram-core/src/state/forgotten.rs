@@ -106,15 +106,7 @@ impl Derived {
             .collect();
         // The facts merged as a compaction's: new ones, and the ones they
         // supersede marked so.
-        let replaced: Vec<SemanticItem> = rewrite
-            .facts
-            .superseded
-            .iter()
-            .filter_map(|(old, new)| {
-                let item = self.semantic.iter().find(|s| s.id == *old)?;
-                Some(item.replaced_by_id(new, &rewrite.facts.new_items))
-            })
-            .collect();
+        let replaced: Vec<SemanticItem> = rewrite.facts.endings(&self.semantic);
         let mut lines = rewrite.facts.new_items;
         lines.extend(replaced);
         let mut semantic = self.semantic.clone();

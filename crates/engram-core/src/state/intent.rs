@@ -23,10 +23,22 @@ pub struct Intent {
     pub semantic: Vec<SemanticItem>,
     /// `(old id, new id)`.
     pub superseded: Vec<(String, String)>,
+    /// `(id, when)`: facts no longer true, with nothing replacing them
+    /// (absent in intents written before invalidation existed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub invalidated: Vec<(String, f64)>,
     pub snapshot: String,
     pub snapshot_trace_ids: Vec<String>,
     /// The facts the snapshot shows besides pinned ones (absent in intents
     /// written before it existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub facts_limit: Option<u32>,
+}
+
+impl Intent {
+    /// The lines that end facts of `known` as this compaction decided
+    /// (superseded or invalidated), each fact not already ended so.
+    pub fn endings(&self, known: &[SemanticItem]) -> Vec<SemanticItem> {
+        crate::compaction::merge::ended(known, &self.superseded, &self.invalidated, &self.semantic)
+    }
 }

@@ -211,6 +211,7 @@ async fn recall_stages_a_compactions_epoch_at_once_and_a_forget_is_committed_to_
         tags: vec![],
         salience: 0.5,
         semantic_facts: vec![],
+        ..Default::default()
     };
     store
         .finish_compaction(&a, job, Some(summary), policy)

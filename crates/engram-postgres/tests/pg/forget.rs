@@ -127,6 +127,7 @@ async fn a_forget_reaches_every_replica_and_the_users_copies() {
         tags: vec![],
         salience: 0.5,
         semantic_facts: vec![fact(&format!("Storm code {SECRET}"))],
+        ..Default::default()
     };
     one.finish_compaction(&a, job, Some(summary), POLICY)
         .await
@@ -204,6 +205,7 @@ async fn a_forget_reaches_every_replica_and_the_users_copies() {
         tags: vec![],
         salience: 0.5,
         semantic_facts: vec![],
+        ..Default::default()
     };
     assert!(
         two.finish_rewrite(&a, &jobs[0], rewrite, POLICY)

@@ -136,6 +136,7 @@ async fn a_large_agent_is_imported_whole_and_every_replica_reloads_it() {
             confidence: 0.9,
             salience: 0.8,
         }],
+        ..Default::default()
     };
     one.finish_compaction(&id, job, Some(summary), policy)
         .await
@@ -264,6 +265,7 @@ async fn changed_forgotten_and_folded_facts_import_as_they_were() {
         tags: vec![],
         salience: 0.5,
         semantic_facts: vec![fact("Plays chess on Sundays"), fact("Uses tools at work")],
+        ..Default::default()
     };
     store
         .finish_compaction(&id, job, Some(summary), policy)

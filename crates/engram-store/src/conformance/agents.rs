@@ -21,6 +21,7 @@ pub(super) fn summary() -> engram_core::compaction::Summary {
         tags: vec![],
         salience: 0.5,
         semantic_facts: vec![],
+        ..Default::default()
     }
 }
 

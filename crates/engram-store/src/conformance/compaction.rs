@@ -31,6 +31,7 @@ fn summary() -> Summary {
             confidence: 0.8,
             salience: 0.6,
         }],
+        ..Default::default()
     }
 }
 

@@ -122,6 +122,7 @@ pub async fn forgetting_a_turn_erases_every_byte_of_it<H: Harness>(h: &H) {
             fact(&format!("Locker code {SECRET}")),
             fact("Has a puppy named Rex"),
         ],
+        ..Default::default()
     };
     store
         .finish_compaction(&a, job, Some(summary), POLICY)
@@ -161,6 +162,7 @@ pub async fn forgetting_a_turn_erases_every_byte_of_it<H: Harness>(h: &H) {
         tags: vec![],
         salience: 0.5,
         semantic_facts: vec![fact("Has a puppy named Rex")],
+        ..Default::default()
     };
     assert!(
         store

@@ -64,6 +64,7 @@ async fn converse<S: Store + ?Sized>(store: &S, a: &AgentId, user: &UserId, topi
         tags: vec!["s".into()],
         salience: 0.5,
         semantic_facts: vec![fact(&format!("Likes {topic}")), fact("Uses tools")],
+        ..Default::default()
     };
     store
         .finish_compaction(a, job, Some(summary), POLICY)

@@ -462,6 +462,7 @@ pub async fn a_plan_ranks_and_reads_back_each_want<H: Harness>(h: &H) {
         tags: vec![],
         salience: 0.5,
         semantic_facts: vec![],
+        ..Default::default()
     };
     store
         .finish_compaction(&a, job, Some(summary), TEST_POLICY)

@@ -56,6 +56,7 @@ pub(crate) async fn compact_and_fold(
             confidence: 0.9,
             salience: 0.5,
         }],
+        ..Default::default()
     };
     store
         .finish_compaction(agent, job, Some(summary), policy)
