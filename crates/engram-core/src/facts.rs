@@ -245,6 +245,9 @@ pub fn update(fact: &SemanticItem, change: Change, now: f64) -> Result<SemanticI
     let item = SemanticItem {
         ts: now,
         valid_from,
+        // A client's version is true from its time on: an ended fact the
+        // client changes is true again (the summarizer was wrong).
+        invalid_at: None,
         fact: text,
         tags,
         managed: Managed {
@@ -294,7 +297,9 @@ pub fn scrubbed(version: &SemanticItem) -> SemanticItem {
 }
 
 /// The facts a prompt shows at `now`: every pinned one (oldest first),
-/// then the `n` most salient of the others that are live and unexpired.
+/// then the `n` most salient of the others that are live and unexpired,
+/// newest first (of two facts on the same thing, the later one reads
+/// first; each line is dated).
 pub fn shown(facts: &[SemanticItem], n: usize, now: f64) -> Vec<SemanticItem> {
     let mut pinned: Vec<SemanticItem> = facts
         .iter()
@@ -307,7 +312,9 @@ pub fn shown(facts: &[SemanticItem], n: usize, now: f64) -> Vec<SemanticItem> {
         .filter(|f| f.is_shown(now) && !f.managed.pinned)
         .cloned()
         .collect();
-    pinned.extend(top_semantic(&others, n));
+    let mut top = top_semantic(&others, n);
+    top.sort_by(|a, b| b.valid_since().total_cmp(&a.valid_since()));
+    pinned.extend(top);
     pinned
 }
 
@@ -436,9 +443,7 @@ pub fn listed(facts: &[SemanticItem], listing: &Listing, now: f64) -> Vec<Semant
         .unwrap_or(facts)
         .iter()
         .filter(|f| f.managed.deleted_at.is_none())
-        .filter(|f| {
-            listing.as_of.is_some() || listing.include_superseded || f.superseded_by.is_none()
-        })
+        .filter(|f| listing.as_of.is_some() || listing.include_superseded || f.is_live())
         .filter(|f| listing.include_expired || !f.is_expired(listing.as_of.unwrap_or(now)))
         .filter(|f| listing.tags.iter().all(|t| f.tags.contains(t)))
         .filter(|f| {

@@ -17,6 +17,8 @@
 //!   of the best score of the same question (`recall.relative_floor`), so
 //!   a question with one good answer does not fill the block with
 //!   near-misses; the response says what each rule left out.
+//! - In what order: the chosen entries newest first, each dated, so that
+//!   what is true now reads before what was true once (DESIGN §15).
 
 use engram_store::ranking::RankedReads;
 use std::collections::HashSet;
@@ -247,14 +249,22 @@ pub fn attach(
     let carrier = messages.get(recall.at)?;
     // "\n\n" before the header and "\n" before each entry.
     let mut tokens = tokens::count_text(encoding, &format!("\n\n{HEADER}"));
-    let mut block = String::from(HEADER);
-    let mut recalled = Vec::new();
+    let mut chosen: Vec<&Entry> = Vec::new();
     for entry in &recall.entries {
         let cost = counted.count(encoding, &format!("\n{}", entry.text));
         if tokens + cost > room {
             break;
         }
         tokens += cost;
+        chosen.push(entry);
+    }
+    // Chosen by relevance, shown newest first: of two memories on the same
+    // thing, what is true now reads before what was true once (each is
+    // dated).
+    chosen.sort_by(|a, b| event_time(&b.memory.memory).total_cmp(&event_time(&a.memory.memory)));
+    let mut block = String::from(HEADER);
+    let mut recalled = Vec::new();
+    for entry in chosen {
         block.push('\n');
         block.push_str(&entry.text);
         recalled.push(entry.memory.clone());
@@ -270,6 +280,16 @@ pub fn attach(
         tokens,
         recalled,
     })
+}
+
+/// When what a memory stands for happened: a message's time, the end of
+/// what a summary covers, when a fact became true.
+fn event_time(memory: &Memory) -> f64 {
+    match memory {
+        Memory::Trace { trace, .. } => trace.ts,
+        Memory::Episodic(e) => e.source.to_ts.unwrap_or(e.ts),
+        Memory::Semantic(f) => f.valid_since(),
+    }
 }
 
 /// "2023-05-08 13:56, turn_0003" (UTC): the time too, so that what was said

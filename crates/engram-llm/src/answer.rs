@@ -347,7 +347,10 @@ mod tests {
         let s = parse(answer, &known).unwrap();
         assert_eq!(s.updates.len(), 1);
         assert_eq!(
-            (s.updates[0].replaces.as_str(), s.updates[0].fact.fact.as_str()),
+            (
+                s.updates[0].replaces.as_str(),
+                s.updates[0].fact.fact.as_str()
+            ),
             ("a1", "Lives in Berlin")
         );
         assert_eq!(
@@ -359,8 +362,16 @@ mod tests {
         );
         assert_eq!(s.unknown_handles, 3, "f9, f0 and 7");
         assert_eq!(s.replacing, Replacing::Never, "an answer with handles");
-        let older = parse(r#"{"episodic_summary": "Moved.", "semantic_facts": ["Lives in Berlin"]}"#, &known).unwrap();
-        assert_eq!(older.replacing, Replacing::ByOverlap, "no handles: words decide");
+        let older = parse(
+            r#"{"episodic_summary": "Moved.", "semantic_facts": ["Lives in Berlin"]}"#,
+            &known,
+        )
+        .unwrap();
+        assert_eq!(
+            older.replacing,
+            Replacing::ByOverlap,
+            "no handles: words decide"
+        );
         assert!(older.updates.is_empty() && older.unknown_handles == 0);
     }
 }

@@ -33,11 +33,11 @@ use crate::turns::turn_number;
 use crate::{RawTrace, TraceType};
 
 pub use log::CompactionRecord;
-pub(crate) use merge::{UPDATE_OVERLAP, words};
 pub use merge::{
     FactMerge, FactUpdate, Named, Replacing, is_repeat, merge_facts, merge_summary, normalize,
     repeat_key,
 };
+pub(crate) use merge::{UPDATE_OVERLAP, words};
 pub use report::{CompactionError, CompactionReport};
 pub use strategy::{Strategy, UnknownStrategy};
 pub use trigger::{PromptSize, Signals, Tier, Trigger, decide};
@@ -254,7 +254,6 @@ pub struct NewFact {
     pub salience: f32,
 }
 
-
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -394,7 +393,6 @@ mod tests {
             "Turn 1:\n  User (Caroline): hi\n  Assistant (Mel): hello\nTurn 2:\n  User: and me\n"
         );
     }
-
 
     proptest! {
         #[test]

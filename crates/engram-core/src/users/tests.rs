@@ -256,7 +256,10 @@ fn the_user_fact_a_summarizer_named_is_replaced_or_ended_by_the_fold() {
     let store = apply(
         &[],
         "chat-1",
-        &[item("a1", "Lives in Lisbon"), item("a2", "Allergic to peanuts")],
+        &[
+            item("a1", "Lives in Lisbon"),
+            item("a2", "Allergic to peanuts"),
+        ],
         &mut next,
     );
     let (lisbon, peanuts) = (store[0].fact.id.clone(), store[1].fact.id.clone());
@@ -269,12 +272,24 @@ fn the_user_fact_a_summarizer_named_is_replaced_or_ended_by_the_fold() {
     ended.invalid_at = Some(50.0);
     let items = [berlin, ended];
     let folded = fold(&store, "chat-2", &items, &mut next);
-    assert_eq!((folded.added, folded.superseded, folded.invalidated), (1, 1, 1));
+    assert_eq!(
+        (folded.added, folded.superseded, folded.invalidated),
+        (1, 1, 1)
+    );
     let store = apply(&store, "chat-2", &items, &mut next);
     let by_id = |id: &str| store.iter().find(|f| f.fact.id == id).unwrap();
-    let new = store.iter().find(|f| f.fact.fact.starts_with("Moved")).unwrap();
-    assert_eq!(by_id(&lisbon).fact.superseded_by.as_ref(), Some(&new.fact.id));
-    assert_eq!(new.fact.replaces, None, "the user's own fact points nowhere");
+    let new = store
+        .iter()
+        .find(|f| f.fact.fact.starts_with("Moved"))
+        .unwrap();
+    assert_eq!(
+        by_id(&lisbon).fact.superseded_by.as_ref(),
+        Some(&new.fact.id)
+    );
+    assert_eq!(
+        new.fact.replaces, None,
+        "the user's own fact points nowhere"
+    );
     assert_eq!(by_id(&peanuts).fact.invalid_at, Some(50.0));
     assert!(!by_id(&peanuts).is_live());
     let again = fold(&store, "chat-2", &items, &mut next);
@@ -284,7 +299,12 @@ fn the_user_fact_a_summarizer_named_is_replaced_or_ended_by_the_fold() {
 #[test]
 fn facts_drawn_without_an_llm_never_replace_by_guesswork_but_repeats_merge() {
     let mut next = ids();
-    let store = apply(&[], "chat-1", &[item("a1", "I work as a nurse in Lisbon")], &mut next);
+    let store = apply(
+        &[],
+        "chat-1",
+        &[item("a1", "I work as a nurse in Lisbon")],
+        &mut next,
+    );
     let mut porto = item("b1", "I work as a nurse in Porto");
     porto.tags = vec![EXTRACTIVE_TAG.into()];
     let mut again = item("b2", "The user works as a nurse in Lisbon now");

@@ -169,7 +169,7 @@ fn the_block_goes_on_the_current_user_message_and_fits_its_room() {
         all.message.content,
         format!(
             "How was the group?\n\n{HEADER}\n{}\n{}",
-            recall.entries[0].text, recall.entries[1].text
+            recall.entries[1].text, recall.entries[0].text
         )
     );
     assert_eq!(all.recalled.len(), 2);

@@ -33,10 +33,19 @@ async fn manual_compaction_with_the_embedded_summarizer() {
     let bundle = got.bundle.unwrap();
     assert_eq!(bundle.episodic[0].id, report.episodic_id);
     assert_eq!(bundle.episodic[0].tags, ["extractive"]);
-    // A preference that changed within the summarized turns: the last wins.
-    assert_eq!((report.semantic_added, report.semantic_updated), (1, 0));
-    let facts: Vec<_> = bundle.semantic.iter().map(|f| f.fact.as_str()).collect();
-    assert_eq!(facts, ["I prefer answer number 3"]);
+    // A preference that changed within the summarized turns: without an
+    // LLM nothing is replaced by guesswork; each stands, dated.
+    assert_eq!((report.semantic_added, report.semantic_updated), (3, 0));
+    let mut facts: Vec<_> = bundle.semantic.iter().map(|f| f.fact.as_str()).collect();
+    facts.sort_unstable();
+    assert_eq!(
+        facts,
+        [
+            "I prefer answer number 1",
+            "I prefer answer number 2",
+            "I prefer answer number 3"
+        ]
+    );
     let p = c
         .prepare_request(pb::PrepareRequestRequest {
             agent_id: "m".into(),
@@ -55,7 +64,7 @@ async fn manual_compaction_with_the_embedded_summarizer() {
     );
     assert!(
         snapshot.contains("[MEMORY:SEMANTIC]\n- (since ")
-            && snapshot.contains(") I prefer answer number 3\n[RECENT TURNS]\nTurn 4:"),
+            && snapshot.contains(") I prefer answer number 1\n[RECENT TURNS]\nTurn 4:"),
         "{snapshot}"
     );
     assert_valid_payloads(&[(

@@ -35,4 +35,5 @@ mod snip;
 mod storage_faults;
 mod strategies;
 mod tenancy;
+mod truth;
 mod users;

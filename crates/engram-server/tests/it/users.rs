@@ -163,7 +163,8 @@ async fn a_users_facts_follow_it_into_the_next_conversation() {
     let second: serde_json::Value = serde_json::from_str(&asked[1]).unwrap();
     let said = second["messages"][1]["content"].as_str().unwrap();
     assert!(
-        said.starts_with("Known facts:\n- The user owns a red bicycle\n"),
+        said.starts_with("Known facts:\n- [f1] (since ")
+            && said.contains(") The user owns a red bicycle\n"),
         "{said}"
     );
     let facts =

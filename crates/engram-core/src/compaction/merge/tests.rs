@@ -164,9 +164,15 @@ fn without_handles_repeats_merge_and_nothing_is_replaced_by_guesswork() {
 /// Pairs that share most words but say different things: never repeats.
 /// Each is (a statement, its negation or change).
 const NOT_REPEATS: &[(&str, &str)] = &[
-    ("I am allergic to peanuts", "I am no longer allergic to peanuts"),
+    (
+        "I am allergic to peanuts",
+        "I am no longer allergic to peanuts",
+    ),
     ("I am allergic to peanuts", "I am not allergic to peanuts"),
-    ("I am allergic to peanuts", "I'm not allergic to peanuts any more"),
+    (
+        "I am allergic to peanuts",
+        "I'm not allergic to peanuts any more",
+    ),
     ("I eat meat", "I don't eat meat"),
     ("I eat meat", "I never eat meat"),
     ("I smoke", "I quit smoking"),
@@ -224,7 +230,10 @@ const NOT_REPEATS: &[(&str, &str)] = &[
 const REPEATS: &[(&str, &str)] = &[
     ("The user lives in Lisbon", "I live in Lisbon"),
     ("Lives in Lisbon", "lives in lisbon now!"),
-    ("I am allergic to peanuts", "The user is allergic to peanuts, please remember that"),
+    (
+        "I am allergic to peanuts",
+        "The user is allergic to peanuts, please remember that",
+    ),
     ("Has a dog named Rex", "has a dog named rex"),
     ("Prefers metric units", "The user prefers metric units"),
 ];

@@ -340,6 +340,40 @@ pub async fn fake_llm_recording(
 
 /// One HTTP/1.1 request off `stream`: its head and its body (by
 /// `content-length`); `None` if the client hung up first.
+/// An OpenAI-compatible chat endpoint whose answer `respond` works out
+/// from each request's user message (a summarizer that reads what it is
+/// shown: the known facts' handles). Returns the base URL and every user
+/// message asked.
+pub async fn fake_llm_answering(
+    respond: impl Fn(&str) -> String + Send + Sync + 'static,
+) -> (String, Arc<Mutex<Vec<String>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    let asked: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = Arc::clone(&asked);
+    tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let Some((_, request)) = read_request(&mut stream).await else {
+                continue;
+            };
+            let body: serde_json::Value = serde_json::from_slice(&request).unwrap_or_default();
+            let said = body["messages"][1]["content"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let answer = completion(&respond(&said));
+            log.lock().unwrap().push(said);
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
+                answer.len()
+            );
+            let _ = stream.write_all(reply.as_bytes()).await;
+        }
+    });
+    (base, asked)
+}
+
 pub async fn read_request(stream: &mut tokio::net::TcpStream) -> Option<(String, Vec<u8>)> {
     let mut buf = vec![];
     let mut chunk = [0u8; 8192];

@@ -1,0 +1,132 @@
+//! Memory that stays true (DESIGN §15): a summarizer that answers by
+//! handle replaces and ends the user's facts across conversations, and the
+//! next conversation sees the current truth, dated.
+
+use crate::common;
+
+use common::{TestServer, user};
+use engram_proto::pb;
+use engram_proto::pb::memory_scope::Scope as S;
+
+/// The handle the request shows for the known fact `text`.
+fn handle_of(said: &str, text: &str) -> Option<String> {
+    said.lines()
+        .filter(|l| l.ends_with(text))
+        .find_map(|l| Some(l.strip_prefix("- [")?.split(']').next()?.to_owned()))
+}
+
+/// A summarizer that reads the known facts it is shown: in the user's
+/// first conversation it learns where they live and an allergy; in the
+/// second, that they moved (an update of the first by handle, in words
+/// that share little with it) and that the allergy is gone (an
+/// invalidation), and it names a fact it was never shown.
+fn summarizer(said: &str) -> String {
+    let facts = match (
+        handle_of(said, "Lives in Lisbon"),
+        handle_of(said, "Allergic to peanuts"),
+    ) {
+        (Some(lisbon), Some(peanuts)) => format!(
+            r#""semantic_facts": [], "updates": [{{"replaces": "{lisbon}", "fact": "Moved to Berlin"}}], "invalidates": ["{peanuts}", "f99"]"#
+        ),
+        _ if said.contains("Berlin") => r#""semantic_facts": []"#.to_owned(),
+        _ => r#""semantic_facts": ["Lives in Lisbon", "Allergic to peanuts"], "updates": []"#
+            .to_owned(),
+    };
+    format!(r#"{{"episodic_summary": "Talked about home.", {facts}}}"#)
+}
+
+async fn user_facts(c: &mut common::Client, superseded: bool) -> Vec<pb::SemanticItem> {
+    c.list_memories(pb::ListMemoriesRequest {
+        scope: Some(pb::MemoryScope {
+            scope: Some(S::UserId("ana".into())),
+        }),
+        include_superseded: superseded,
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .memories
+}
+
+#[tokio::test]
+async fn a_summarizer_answering_by_handle_keeps_the_users_facts_true() {
+    let (base, asked) = common::fake_llm_answering(summarizer).await;
+    let server = TestServer::start_with(&[
+        ("ENGRAM__LLM__BASE_URL", &base),
+        ("ENGRAM__LLM__MODEL", "summarizer"),
+        ("ENGRAM__POLICY__RAW_TAIL_TURNS", "1"),
+    ])
+    .await;
+    let mut c = server.client().await;
+    common::compacted_conversation(
+        &mut c,
+        "ana",
+        "talk-1",
+        "I live in Lisbon. I am allergic to peanuts.",
+    )
+    .await;
+    common::compacted_conversation(
+        &mut c,
+        "ana",
+        "talk-2",
+        "I moved to Berlin; the allergy is gone.",
+    )
+    .await;
+
+    let second = asked.lock().unwrap()[1].clone();
+    assert!(
+        second.starts_with("Known facts:\n- [f1] (since ")
+            && second.contains(") Lives in Lisbon\n"),
+        "the user's facts shown with handles and dates: {second}"
+    );
+    let current: Vec<String> = user_facts(&mut c, false)
+        .await
+        .into_iter()
+        .map(|f| f.fact)
+        .collect();
+    assert_eq!(
+        current,
+        ["Moved to Berlin"],
+        "only the current truth is live"
+    );
+    let all = user_facts(&mut c, true).await;
+    let by_text = |t: &str| all.iter().find(|f| f.fact == t).unwrap().clone();
+    let (lisbon, berlin, peanuts) = (
+        by_text("Lives in Lisbon"),
+        by_text("Moved to Berlin"),
+        by_text("Allergic to peanuts"),
+    );
+    assert_eq!(
+        lisbon.superseded_by, berlin.id,
+        "replaced by the fact named"
+    );
+    assert!(lisbon.invalid_at.is_some() && lisbon.valid_from.is_some());
+    assert!(lisbon.invalid_at >= lisbon.valid_from);
+    assert!(
+        peanuts.invalid_at.is_some(),
+        "ended with nothing in its place"
+    );
+    assert!(peanuts.superseded_by.is_empty());
+
+    // A new conversation: the prompt presents no ended fact as current.
+    let p = c
+        .prepare_request(pb::PrepareRequestRequest {
+            agent_id: "talk-3".into(),
+            user_id: "ana".into(),
+            user_input: Some(user("Where do I live now, and can I eat peanut butter?")),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let text: String = p
+        .messages
+        .iter()
+        .map(|m| m.content.clone())
+        .collect::<Vec<_>>()
+        .join("\n");
+    for stale in ["Fact: Lives in Lisbon", "Fact: Allergic to peanuts"] {
+        assert!(!text.contains(stale), "{stale} shown as current: {text}");
+    }
+}
