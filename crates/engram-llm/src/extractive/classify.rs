@@ -38,7 +38,19 @@ const HYPOTHETICAL: &str = "\
 /// Words after which a new clause starts ("… and my sister …").
 const JOINERS: &str = "\
     and but so because since as while though although plus also yesterday today tonight now \
-    recently finally then or actually honestly anyway btw oh well";
+    recently finally then or actually honestly anyway btw oh well nowadays";
+
+/// Two words that lead into a statement as a joiner does ("these days
+/// I'm in Porto", "turns out I'm not allergic").
+const LEADS: &[(&str, &str)] = &[
+    ("these", "days"),
+    ("turns", "out"),
+    ("turned", "out"),
+    ("since", "then"),
+    ("last", "month"),
+    ("last", "year"),
+    ("last", "week"),
+];
 
 /// Words between a subject and its verb that change nothing for us.
 const ADVERBS: &str = "\
@@ -64,7 +76,8 @@ const SELF_VERBS: &str = "\
     teach taught grew speak drive own use run play cook eat drink started joined graduated \
     retired decided bought adopted booked ordered plan planned want need volunteer coach train \
     practise practice collect support come came got belong married agreed chose switched \
-    used";
+    used sold quit stopped left became relocated changed gave dropped took picked sell leave \
+    divorced separated";
 
 /// What "I like/love/hate …" is about when it is a reaction, not a taste.
 const REACTION_OBJECTS: &str = "\
@@ -283,7 +296,10 @@ impl<'a> Reading<'a> {
     fn clause_starts(&self, i: usize) -> bool {
         i == self.content || {
             let prev = &self.words[i - 1];
-            prev.ends_clause() || among(JOINERS, &prev.lower)
+            let before = if i >= 2 { self.lower(i - 2) } else { "" };
+            prev.ends_clause()
+                || among(JOINERS, &prev.lower)
+                || LEADS.iter().any(|(a, b)| *a == before && *b == prev.lower)
         }
     }
 
@@ -337,8 +353,15 @@ impl<'a> Reading<'a> {
             _ => return false,
         };
         let mut n = next;
-        while among(ADVERBS, self.lower(n)) {
-            n += 1;
+        loop {
+            if among(ADVERBS, self.lower(n)) {
+                n += 1;
+            } else if self.lower(n) == "no" && self.lower(n + 1) == "longer" {
+                // "I no longer eat meat": a change, stated.
+                n += 2;
+            } else {
+                break;
+            }
         }
         let rest = &self.words[n.min(self.words.len())..];
         if rest.is_empty() {

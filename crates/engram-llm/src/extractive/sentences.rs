@@ -51,7 +51,9 @@ fn split_line(line: &str, out: &mut Vec<Sentence>) {
     let mut start = 0;
     let mut chars = line.char_indices().peekable();
     while let Some((i, c)) = chars.next() {
-        if !matches!(c, '.' | '!' | '?' | '…' | ';') {
+        // Not at ';': the clauses it joins belong together ("I've gone off
+        // curling; judo is my thing now" names the old value and the new).
+        if !matches!(c, '.' | '!' | '?' | '…') {
             continue;
         }
         let mut question = c == '?';

@@ -538,8 +538,7 @@ fn sentences_end_where_a_reader_would_end_them() {
         ("She said \"I'm done.\"", false),
         ("Then left", false),
         ("a list item here", false),
-        ("Numbered item here;", false),
-        ("and more…", false),
+        ("Numbered item here; and more…", false),
         ("tail end", false),
     ];
     let expected: Vec<(String, bool)> = expected
@@ -562,3 +561,32 @@ fn spread_visits_every_position_once() {
 }
 
 mod hostile;
+
+/// A change is a fact like any other, stated whole: the new value and,
+/// where the sentence says it, the old one.
+#[test]
+fn changes_are_facts_and_keep_both_values() {
+    let facts = user_says(&[
+        "I sold the Octavia and got a Kia Niro.",
+        "I've gone off curling; judo is my thing now.",
+        "These days I'm in Porto.",
+        "Turns out I'm not allergic to peanuts any more.",
+        "I no longer eat meat.",
+        "I quit my job at the bank last spring.",
+        "I moved to Berlin last month.",
+    ]);
+    for (said, fact) in [
+        ("Octavia", "I sold the Octavia and got a Kia Niro"),
+        ("curling", "I've gone off curling; judo is my thing now"),
+        ("Porto", "These days I'm in Porto"),
+        ("allergic", "I'm not allergic to peanuts any more"),
+        ("meat", "I no longer eat meat"),
+        ("bank", "I quit my job at the bank last spring"),
+        ("Berlin", "I moved to Berlin last month"),
+    ] {
+        assert!(
+            facts.iter().any(|f| f.contains(fact)),
+            "{said}: {fact:?} not among {facts:?}"
+        );
+    }
+}
