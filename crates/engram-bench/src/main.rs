@@ -19,6 +19,9 @@
 //! - `overload`: a thousand clients at once, with the server's limits and
 //!   without: calls answered and shed, latency, health checks, memory.
 //! - `soak`: long mixed load (`make soak`); what grows without bound.
+//! - `truth`: generated users whose attributes change across dated
+//!   conversations: the current value in the prompt, stale values shown
+//!   or presented as current, stale and duplicate live facts.
 
 mod agent_loop;
 mod compact;
@@ -34,6 +37,7 @@ mod server;
 mod soak;
 mod staged;
 mod strategies;
+mod truth;
 mod users;
 mod words;
 
@@ -79,6 +83,8 @@ enum Command {
     Strategies(strategies::Args),
     /// Searching 1,000 traces the index has not committed (staged).
     Staged(staged::Args),
+    /// Memory that stays true: changing attributes across conversations.
+    Truth(truth::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -96,5 +102,6 @@ fn main() -> anyhow::Result<()> {
         Command::Soak(args) => soak::run(args),
         Command::Strategies(args) => strategies::run(args),
         Command::Staged(args) => staged::run(args),
+        Command::Truth(args) => truth::run(args),
     }
 }

@@ -99,6 +99,12 @@ pub(crate) struct UserIndex {
     /// The commit whose words the table of word vectors was last asked
     /// about (query expansion), and the table's evictions then.
     words_at: Option<(u64, u64)>,
+    /// Conversations with items staged since the last commit: their words
+    /// are not in the committed vocabulary that [`Self::agents_missing_words`]
+    /// asks the table about.
+    staged_agents: HashSet<String>,
+    /// Of those, the ones not handed to the indexer yet for their words.
+    unchecked: Vec<String>,
 }
 
 impl std::fmt::Debug for UserIndex {
@@ -166,6 +172,8 @@ impl UserIndex {
             seen_facts: HashMap::new(),
             written: false,
             words_at: None,
+            staged_agents: HashSet::new(),
+            unchecked: Vec::new(),
         };
         index.find_unvectored()?;
         Ok(index)
@@ -219,21 +227,28 @@ impl UserIndex {
     /// The user's conversations to hand to the indexer when `table` lacks
     /// words of this index (after a restart the table starts empty, and a
     /// conversation nobody searches or writes is not visited by it); asked
-    /// once per commit and per change of the table's evictions. Blocking.
+    /// once per commit and per change of the table's evictions. The
+    /// vocabulary is the committed one: a conversation staged since (read
+    /// in by a search, as one that changed while the index was not told is
+    /// after a restart) is handed over once per commit unasked, its own
+    /// index knowing its words. Blocking.
     pub fn agents_missing_words(&mut self, table: &WordVectors) -> Result<Vec<String>> {
-        let stamp = (self.lexical.generation(), table.evictions());
-        if self.vectors.is_none() || self.words_at == Some(stamp) {
+        if self.vectors.is_none() {
             return Ok(Vec::new());
         }
-        self.words_at = Some(stamp);
-        let missing = self
-            .lexical
-            .words_without_vectors(table)
-            .map_err(index_error)?;
-        Ok(match missing.is_empty() {
-            true => Vec::new(),
-            false => self.payload.agents.keys().cloned().collect(),
-        })
+        let stamp = (self.lexical.generation(), table.evictions());
+        if self.words_at != Some(stamp) {
+            self.words_at = Some(stamp);
+            let missing = self
+                .lexical
+                .words_without_vectors(table)
+                .map_err(index_error)?;
+            if !missing.is_empty() {
+                self.unchecked.clear();
+                return Ok(self.payload.agents.keys().cloned().collect());
+            }
+        }
+        Ok(std::mem::take(&mut self.unchecked))
     }
 
     /// Each conversation by its ordinal.
@@ -335,6 +350,9 @@ impl UserIndex {
     ) -> Result<()> {
         if stage {
             self.lexical.stage(&items).map_err(index_error)?;
+            if !items.is_empty() && self.staged_agents.insert(agent.to_owned()) {
+                self.unchecked.push(agent.to_owned());
+            }
         } else {
             self.lexical.upsert(&items).map_err(index_error)?;
             self.written = true;
@@ -442,6 +460,9 @@ impl UserIndex {
     /// Writes what prompts staged to the writer, to be committed with
     /// the cursors that moved with it.
     fn fold_staged(&mut self) -> Result<()> {
+        // Committed next: the vocabulary then holds their words.
+        self.staged_agents.clear();
+        self.unchecked.clear();
         if self.lexical.staged() == 0 {
             return Ok(());
         }

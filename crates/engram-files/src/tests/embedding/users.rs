@@ -9,6 +9,20 @@ use super::*;
 /// them again: the next user search expands as before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_restart_a_users_search_has_its_conversations_words_embedded_again() {
+    words_embedded_again_after_a_restart(false).await;
+}
+
+/// The same when the user's index lost its last commit (held in memory
+/// until the indexer writes it out, as when the process ends during the
+/// indexer's pass): the conversation is read in again by the search,
+/// staged, and its words are not in the committed vocabulary the table is
+/// asked about; it is handed to the indexer all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_that_lost_the_users_index_its_search_has_the_words_embedded_again() {
+    words_embedded_again_after_a_restart(true).await;
+}
+
+async fn words_embedded_again_after_a_restart(lose_users_index: bool) {
     let local = local_model();
     let dir = tempfile::tempdir().unwrap();
     let ana = engram_core::UserId::parse("ana").unwrap();
@@ -26,6 +40,10 @@ async fn after_a_restart_a_users_search_has_its_conversations_words_embedded_aga
     assert!(held(&store));
     store.close().await;
     drop(store);
+    if lose_users_index {
+        let index = dir.path().join("users/ana").join(crate::index::INDEX_DIR);
+        std::fs::remove_dir_all(&index).unwrap();
+    }
 
     let store = open(dir.path(), Some(Wrapped::new(&local, "m", "\u{0}"))).await;
     assert!(!held(&store), "a restart starts the table empty");
