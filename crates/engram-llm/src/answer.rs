@@ -36,7 +36,7 @@ Answer with one JSON object and nothing else, of the form \
 /// The known facts a request shows, in the order of their handles: `f1`
 /// is the first. Only live ones: the summarizer decides about the current
 /// truth.
-pub fn shown_facts<'a>(known: &'a [SemanticItem]) -> Vec<&'a SemanticItem> {
+pub fn shown_facts(known: &[SemanticItem]) -> Vec<&SemanticItem> {
     known.iter().filter(|f| f.is_live()).collect()
 }
 

@@ -13,7 +13,6 @@ use std::collections::HashMap;
 /// One attribute: its values, how it is first said, how a change is said
 /// (`{old}` and `{new}`), how it is said again, and the question.
 pub struct Attribute {
-    pub name: &'static str,
     values: &'static [&'static str],
     first: &'static [&'static str],
     change: &'static [&'static str],
@@ -25,7 +24,6 @@ pub struct Attribute {
 
 pub const ATTRIBUTES: &[Attribute] = &[
     Attribute {
-        name: "city",
         values: &[
             "Lisbon", "Berlin", "Porto", "Oslo", "Valencia", "Krakow", "Tallinn", "Ghent",
         ],
@@ -43,7 +41,6 @@ pub const ATTRIBUTES: &[Attribute] = &[
         question: "Which city do I live in now?",
     },
     Attribute {
-        name: "job",
         values: &[
             "nurse",
             "teacher",
@@ -68,7 +65,6 @@ pub const ATTRIBUTES: &[Attribute] = &[
         question: "What is my job these days?",
     },
     Attribute {
-        name: "car",
         values: &[
             "Octavia", "Niro", "Corolla", "Golf", "Model3", "Clio", "Civic", "Zoe",
         ],
@@ -86,7 +82,6 @@ pub const ATTRIBUTES: &[Attribute] = &[
         question: "What car do I drive now?",
     },
     Attribute {
-        name: "sport",
         values: &[
             "curling", "judo", "tennis", "rowing", "fencing", "climbing", "squash", "karate",
         ],
@@ -104,7 +99,6 @@ pub const ATTRIBUTES: &[Attribute] = &[
         question: "Which sport do I do these days?",
     },
     Attribute {
-        name: "pet",
         values: &[
             "Biscuit", "Pepper", "Mochi", "Rufus", "Luna", "Ziggy", "Nala", "Otis",
         ],
@@ -118,7 +112,6 @@ pub const ATTRIBUTES: &[Attribute] = &[
         question: "What is my dog's name now?",
     },
     Attribute {
-        name: "instrument",
         values: &[
             "cello",
             "banjo",
@@ -142,7 +135,6 @@ pub const ATTRIBUTES: &[Attribute] = &[
         question: "Which instrument do I play now?",
     },
     Attribute {
-        name: "employer",
         values: &[
             "Acme", "Globex", "Initech", "Umbrella", "Hooli", "Vandelay", "Stark", "Wonka",
         ],
@@ -156,7 +148,6 @@ pub const ATTRIBUTES: &[Attribute] = &[
         question: "Which company do I work for now?",
     },
     Attribute {
-        name: "drink",
         values: &[
             "espresso", "matcha", "kombucha", "rooibos", "cider", "chai", "lemonade", "kefir",
         ],
