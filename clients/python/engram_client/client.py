@@ -466,7 +466,8 @@ class EngramClient:
                      agent_id: Optional[str] = None,
                      user_id: Optional[str] = None) -> list:
         """Adds facts: each a text, or a dict with `text` and any of `tags`,
-        `pinned`, `expires_at` (epoch seconds) and `metadata` (str -> str).
+        `pinned`, `expires_at` (epoch seconds), `metadata` (str -> str) and
+        `valid_from` (epoch seconds: since when it is true; default now).
         One result per fact (`id`, `outcome` ADDED or MERGED: the same fact
         was there and was updated, `version`)."""
         items = []
@@ -474,7 +475,8 @@ class EngramClient:
             m = {"text": m} if isinstance(m, str) else dict(m)
             items.append(facts.NewMemory(
                 text=m.get("text", ""), tags=m.get("tags", []), pinned=m.get("pinned", False),
-                expires_at=m.get("expires_at"), metadata=m.get("metadata", {})))
+                expires_at=m.get("expires_at"), metadata=m.get("metadata", {}),
+                valid_from=m.get("valid_from")))
         return list(self._call("AddMemories", facts.AddMemoriesRequest(
             scope=_scope(agent_id, user_id, False), memories=items)).results)
 
@@ -482,17 +484,20 @@ class EngramClient:
                       query: str = "", tags: Sequence[str] = (),
                       include_superseded: bool = False, include_expired: bool = False,
                       page_size: int = 0,
-                      source_agent_id: str = "") -> Iterator[types.SemanticItem]:
+                      source_agent_id: str = "",
+                      as_of: Optional[float] = None) -> Iterator[types.SemanticItem]:
         """Every fact of the scope that contains each word of `query` and has
         every one of `tags`: pinned first, then newest first (follows the
         pages). `source_agent_id` (a user's scope only): just the user's
-        facts that conversation's compactions said."""
+        facts that conversation's compactions said. `as_of` (epoch seconds):
+        the facts true then, replaced since or not."""
         token = ""
         while True:
             page = self._call("ListMemories", facts.ListMemoriesRequest(
                 scope=_scope(agent_id, user_id, False), query=query, tags=list(tags),
                 include_superseded=include_superseded, include_expired=include_expired,
-                page_size=page_size, page_token=token, source_agent_id=source_agent_id))
+                page_size=page_size, page_token=token, source_agent_id=source_agent_id,
+                as_of=as_of))
             yield from page.memories
             token = page.next_page_token
             if not token:
@@ -514,7 +519,8 @@ class EngramClient:
                       tags: Optional[Sequence[str]] = None, pinned: Optional[bool] = None,
                       expires_at: Optional[float] = None,
                       metadata: Optional[Mapping[str, str]] = None,
-                      expected_version: int = 0) -> types.SemanticItem:
+                      expected_version: int = 0,
+                      valid_from: Optional[float] = None) -> types.SemanticItem:
         """A new version of a fact (what is left None stays; `expires_at=0`:
         never expires). With `expected_version`, a fact changed meanwhile is
         ABORTED and nothing changes."""
@@ -523,7 +529,7 @@ class EngramClient:
             tags=None if tags is None else facts.StringList(values=list(tags)),
             pinned=pinned, expires_at=expires_at,
             metadata=None if metadata is None else facts.Metadata(entries=dict(metadata)),
-            expected_version=expected_version)).memory
+            expected_version=expected_version, valid_from=valid_from)).memory
 
     def delete_memory(self, memory_id: str, *, agent_id: Optional[str] = None,
                       user_id: Optional[str] = None, expected_version: int = 0) -> int:

@@ -304,7 +304,7 @@ def test_facts_are_added_corrected_pinned_and_forgotten(engramd):
         pinned = engram.add_memories([{"text": "Speaks Portuguese", "pinned": True}], user_id="py-rui")
         prompt = engram.prepare_request("py-rui-1", user_input=user("hi"), model="gpt-4o", user_id="py-rui")
         system = prompt.payload["messages"][0]["content"]
-        assert "## pinned facts (user)" in system and "- Speaks Portuguese" in system
+        assert "## pinned facts (user)" in system and ") Speaks Portuguese" in system
         assert engram.get_memory(pinned[0].id, user_id="py-rui").pinned
         engram.delete_memory(pinned[0].id, user_id="py-rui")
         assert list(engram.list_memories(user_id="py-rui")) == []

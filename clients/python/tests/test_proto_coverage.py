@@ -147,13 +147,13 @@ def call_every_helper(engram):
     engram.edit_block("l", agent_id="a", json_merge_patch={"k": 1})
     for scope in (dict(agent_id="a"), dict(user_id="u")):
         engram.add_memories([{"text": "t", "tags": ["x"], "pinned": True, "expires_at": 9.0,
-                              "metadata": {"k": "v"}}], **scope)
+                              "metadata": {"k": "v"}, "valid_from": 8.0}], **scope)
         list(engram.list_memories(query="q", tags=["x"], include_superseded=True,
-                                  include_expired=True, page_size=5, **scope))
+                                  include_expired=True, page_size=5, as_of=7.0, **scope))
         engram.get_memory("m", **scope)
         engram.memory_history("m", **scope)
         engram.update_memory("m", text="t", tags=["x"], pinned=True, expires_at=9.0,
-                             metadata={"k": "v"}, expected_version=2, **scope)
+                             metadata={"k": "v"}, expected_version=2, valid_from=6.0, **scope)
         engram.delete_memory("m", expected_version=3, **scope)
     list(engram.list_memories(user_id="u", source_agent_id="a"))
     engram.forget_turn("a", "turn_0001")
