@@ -247,6 +247,8 @@ export type NewMemory = string | {
   pinned?: boolean;
   expiresAt?: number;
   metadata?: Record<string, string>;
+  /** Epoch seconds: since when it is true (default: now). */
+  validFrom?: number;
 };
 
 /** Who a fact belongs to: an agent (one conversation) or a user. */
@@ -262,6 +264,8 @@ export interface ListMemoriesOptions {
   pageSize?: number;
   /** A user's scope only: the user's facts this conversation's compactions said. */
   sourceAgentId?: string;
+  /** Epoch seconds: the facts true then, replaced since or not. */
+  asOf?: number;
 }
 
 export interface UpdateMemoryOptions {
@@ -275,6 +279,8 @@ export interface UpdateMemoryOptions {
   metadata?: Record<string, string>;
   /** The version the update expects (a fact changed meanwhile: ABORTED). */
   expectedVersion?: number;
+  /** Epoch seconds: since when the new version is true (default: now). */
+  validFrom?: number;
 }
 
 function scopeOf(scope: Scope): object {
@@ -619,7 +625,7 @@ export class EngramClient {
       const fact = typeof m === "string" ? { text: m } : m;
       return {
         text: fact.text, tags: fact.tags ?? [], pinned: fact.pinned ?? false,
-        expires_at: fact.expiresAt, metadata: fact.metadata ?? {},
+        expires_at: fact.expiresAt, metadata: fact.metadata ?? {}, valid_from: fact.validFrom,
       };
     });
     return (await this.call("AddMemories", { scope: scopeOf(scope), memories: items })).results;
@@ -635,6 +641,7 @@ export class EngramClient {
         scope: scopeOf(scope), query: opts.query ?? "", tags: opts.tags ?? [],
         include_superseded: opts.includeSuperseded ?? false, include_expired: opts.includeExpired ?? false,
         page_size: opts.pageSize ?? 0, page_token: token, source_agent_id: opts.sourceAgentId ?? "",
+        as_of: opts.asOf,
       });
       out.push(...page.memories);
       token = page.next_page_token;
@@ -658,7 +665,7 @@ export class EngramClient {
       tags: opts.tags === undefined ? undefined : { values: opts.tags },
       pinned: opts.pinned, expires_at: opts.expiresAt,
       metadata: opts.metadata === undefined ? undefined : { entries: opts.metadata },
-      expected_version: opts.expectedVersion ?? 0,
+      expected_version: opts.expectedVersion ?? 0, valid_from: opts.validFrom,
     })).memory;
   }
 

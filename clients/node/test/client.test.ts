@@ -267,7 +267,7 @@ test("facts are added, corrected, pinned and forgotten", async () => {
     const [pin] = await engram.addMemories(rui, [{ text: "Speaks Portuguese", pinned: true }]);
     const first = await engram.prepareRequest("node-rui-1", { userId: "node-rui", userInput: "hi", model: "gpt-4o" });
     const system = JSON.stringify(first.payload);
-    assert.ok(system.includes("## pinned facts (user)") && system.includes("- Speaks Portuguese"), system);
+    assert.ok(system.includes("## pinned facts (user)") && system.includes(") Speaks Portuguese"), system);
     await engram.deleteMemory(rui, pin.id);
     assert.deepEqual(await engram.listMemories(rui), []);
     // A turn forgotten: its words are found nowhere, the rest stays.

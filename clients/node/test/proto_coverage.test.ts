@@ -175,12 +175,12 @@ async function callEveryHelper(engram: EngramClient) {
   await engram.editBlock({ global: true }, "l", { insert: { line: 1, text: "z" } });
   await engram.editBlock({ agentId: "a" }, "l", { jsonMergePatch: { k: 1 } });
   for (const scope of [{ agentId: "a" }, { userId: "u" }]) {
-    await engram.addMemories(scope, [{ text: "t", tags: ["x"], pinned: true, expiresAt: 9, metadata: { k: "v" } }]);
-    await engram.listMemories(scope, { query: "q", tags: ["x"], includeSuperseded: true, includeExpired: true, pageSize: 5 });
+    await engram.addMemories(scope, [{ text: "t", tags: ["x"], pinned: true, expiresAt: 9, metadata: { k: "v" }, validFrom: 8 }]);
+    await engram.listMemories(scope, { query: "q", tags: ["x"], includeSuperseded: true, includeExpired: true, pageSize: 5, asOf: 7 });
     await engram.getMemory(scope, "m");
     await engram.memoryHistory(scope, "m");
     await engram.updateMemory(scope, "m", {
-      text: "t", tags: ["x"], pinned: true, expiresAt: 9, metadata: { k: "v" }, expectedVersion: 2,
+      text: "t", tags: ["x"], pinned: true, expiresAt: 9, metadata: { k: "v" }, expectedVersion: 2, validFrom: 6,
     });
     await engram.deleteMemory(scope, "m", 3);
   }
