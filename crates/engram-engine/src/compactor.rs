@@ -28,6 +28,7 @@ use crate::settings::Settings;
 use crate::sizing;
 use crate::strategy::{Chosen, Strategies};
 
+mod decisions;
 mod tiers;
 mod written_ahead;
 
@@ -568,7 +569,7 @@ impl Compactor {
                 working_memory: working_memory.as_deref(),
             }));
             answer.map(|summary| {
-                count_decisions(&summary);
+                decisions::count(&summary);
                 (summary, job)
             })
         });
@@ -580,25 +581,6 @@ impl Compactor {
                 "the summarizer failed unexpectedly".to_owned(),
             ))
         })
-    }
-}
-
-/// What a summarizer decided about known facts, by handle (DESIGN §15):
-/// updates, invalidations, and handles that named no fact it was shown.
-fn count_decisions(summary: &engram_core::compaction::Summary) {
-    let decided = |kind: &'static str, n: usize| {
-        if n > 0 {
-            metrics::counter!("engram_fact_decisions_total", "kind" => kind).increment(n as u64);
-        }
-    };
-    decided("update", summary.updates.len());
-    decided("invalidate", summary.invalidates.len());
-    decided("unknown_handle", summary.unknown_handles as usize);
-    if summary.unknown_handles > 0 {
-        tracing::debug!(
-            unknown = summary.unknown_handles,
-            "the summarizer named facts it was not shown; ignored"
-        );
     }
 }
 

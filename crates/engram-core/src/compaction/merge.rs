@@ -269,6 +269,11 @@ pub fn repeat_key(text: &str) -> Option<String> {
     (!content.is_empty()).then(|| format!("{} | {}", content.join(" "), negations.join(" ")))
 }
 
+/// `b` says what `a` says: the same words, or a repeat ([`is_repeat`]).
+fn says_again(a: &str, b: &str) -> bool {
+    normalize(a) == normalize(b) || is_repeat(a, b)
+}
+
 /// [`merge_summary`] of `proposed` alone under the word-overlap rule.
 pub fn merge_facts(
     known: &[SemanticItem],
@@ -338,10 +343,7 @@ impl<F: FnMut() -> String> Merging<F> {
     }
 
     fn repeat_of(&self, text: &str) -> Option<usize> {
-        let norm = normalize(text);
-        self.live
-            .iter()
-            .position(|f| normalize(&f.fact) == norm || is_repeat(&f.fact, text))
+        self.live.iter().position(|f| says_again(&f.fact, text))
     }
 
     /// `old` (an index into `live`) replaced by `new`.
@@ -382,9 +384,7 @@ impl<F: FnMut() -> String> Merging<F> {
             self.merge.refused += 1;
             return self.add(&u.fact, Replacing::Never);
         }
-        if is_repeat(&self.live[at].fact, &u.fact.fact)
-            || normalize(&self.live[at].fact) == normalize(&u.fact.fact)
-        {
+        if says_again(&self.live[at].fact, &u.fact.fact) {
             self.merge.duplicates += 1;
             return;
         }
