@@ -10,7 +10,8 @@
 //! (an 8k window), and the user's facts are listed. Reported, by changed
 //! and unchanged attribute: the current value in the prompt; a stale value
 //! shown; a stale value presented as current (shown before the current
-//! one, or undated); stale facts still live; duplicate live facts.
+//! one, or undated, on a line that does not name the current one too);
+//! stale facts still live; duplicate live facts.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -164,9 +165,12 @@ async fn measure(addr: &str, users: &[History]) -> anyhow::Result<Tally> {
                 .collect();
             if !shown.is_empty() {
                 tally.stale_shown[k] += 1;
-                let as_current = shown
-                    .iter()
-                    .any(|&at| at_current.is_none_or(|c| at < c) || !dated(&prompt, at));
+                // A line that names the current value too states the
+                // change ("I sold the Octavia and got a Niro"): not stale.
+                let as_current = shown.iter().any(|&at| {
+                    !names_current(&prompt, at, current)
+                        && (at_current.is_none_or(|c| at < c) || !dated(&prompt, at))
+                });
                 tally.stale_as_current[k] += usize::from(as_current);
             }
             let about: Vec<&'static str> =
@@ -242,6 +246,15 @@ fn occurrences(text: &str, value: &str) -> Vec<usize> {
 
 fn find(text: &str, value: &str) -> Option<usize> {
     occurrences(text, value).first().copied()
+}
+
+/// Whether the line holding byte `at` names `current` as well.
+fn names_current(prompt: &str, at: usize, current: &str) -> bool {
+    let start = prompt[..at].rfind('\n').map_or(0, |i| i + 1);
+    let end = prompt[at..].find('\n').map_or(prompt.len(), |i| at + i);
+    prompt[start..end]
+        .to_lowercase()
+        .contains(&current.to_lowercase())
 }
 
 /// Whether the entry holding byte `at` says when: its first line (the
