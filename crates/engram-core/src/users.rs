@@ -18,6 +18,8 @@ use crate::compaction::{UPDATE_OVERLAP, normalize, repeat_key, words};
 use crate::facts::{self, Applied, Op};
 use crate::memory::{EXTRACTIVE_TAG, EpisodicItem, SemanticItem};
 
+pub mod consolidate;
+
 /// Summaries of a conversation the user's store keeps as its last one (a
 /// new conversation starts with them): the latest few.
 pub const LAST_SUMMARIES: usize = 3;

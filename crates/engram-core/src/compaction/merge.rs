@@ -255,6 +255,13 @@ fn gist(text: &str) -> (Vec<String>, Vec<String>) {
     (content, negations)
 }
 
+/// The words of `text` that turn a statement around ("no", "longer",
+/// "stopped", …), sorted: two facts that differ in them say different
+/// things however close their meaning reads.
+pub fn negations(text: &str) -> Vec<String> {
+    gist(text).1
+}
+
 /// The same fact in other words: the same value words and the same
 /// negations (only function words, order, case or a plural differ).
 /// Never true of two facts with no value words.
