@@ -31,6 +31,7 @@ mod agent;
 mod blocks;
 mod compact;
 mod compaction_log;
+mod consolidations;
 pub mod durable;
 mod fact_file;
 mod facts;

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use engram_core::facts::{Applied, Op};
 use engram_core::memory::{EpisodicItem, SemanticItem};
+use engram_core::users::consolidate::{Consolidated, ConsolidationRecord, Plan};
 use engram_core::users::{self, Folded, LastConversation, UserFact};
 use engram_core::{AgentId, UserId};
 use engram_store::{UserMemory, new_id, unix_now};
@@ -50,6 +51,23 @@ impl UserMemory for FileStore {
 
     async fn take_quiet(&self, before: f64) -> Result<Vec<AgentId>> {
         self.inner.quiet.take(before).await
+    }
+
+    async fn consolidate_user(
+        &self,
+        user: &UserId,
+        plan: &Plan,
+        record: ConsolidationRecord,
+    ) -> Result<(Consolidated, ConsolidationRecord)> {
+        self.consolidate(user, plan, record).await
+    }
+
+    async fn consolidations(
+        &self,
+        user: &UserId,
+        limit: usize,
+    ) -> Result<Vec<ConsolidationRecord>> {
+        self.read_consolidations(user, limit).await
     }
 
     async fn fold_into_user(

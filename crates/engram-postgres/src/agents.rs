@@ -232,6 +232,7 @@ pub(crate) async fn delete_user_memory(
         "DELETE FROM user_facts WHERE user_id = $1",
         "DELETE FROM user_fact_versions WHERE user_id = $1",
         "DELETE FROM user_conversations WHERE user_id = $1",
+        "DELETE FROM user_consolidations WHERE user_id = $1",
     ] {
         sqlx::query(sql)
             .bind(user.as_str())

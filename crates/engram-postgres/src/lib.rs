@@ -40,6 +40,7 @@ mod blocks;
 mod cache;
 mod compact;
 mod compaction_log;
+mod consolidations;
 mod covered;
 mod erase;
 mod expand;

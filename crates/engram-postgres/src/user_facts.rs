@@ -10,6 +10,7 @@ use std::collections::{HashMap, HashSet};
 use async_trait::async_trait;
 use engram_core::blocks::Scope;
 use engram_core::memory::{EpisodicItem, SemanticItem};
+use engram_core::users::consolidate::{Consolidated, ConsolidationRecord, Plan};
 use engram_core::users::{self, Folded, LastConversation, UserFact};
 use engram_core::{AgentId, UserId};
 use engram_store::{Result, StoreError, UserMemory};
@@ -70,6 +71,23 @@ impl UserMemory for PgStore {
             .iter()
             .filter_map(|id| AgentId::parse(id).ok())
             .collect())
+    }
+
+    async fn consolidate_user(
+        &self,
+        user: &UserId,
+        plan: &Plan,
+        record: ConsolidationRecord,
+    ) -> Result<(Consolidated, ConsolidationRecord)> {
+        self.consolidate(user, plan, record).await
+    }
+
+    async fn consolidations(
+        &self,
+        user: &UserId,
+        limit: usize,
+    ) -> Result<Vec<ConsolidationRecord>> {
+        self.read_consolidations(user, limit).await
     }
 
     async fn fold_into_user(

@@ -36,6 +36,7 @@ use engram_core::compaction::{CompactionRecord, Summary};
 use engram_core::facts::{Applied, Op};
 use engram_core::forget::Forget;
 use engram_core::memory::{EpisodicItem, SemanticItem};
+use engram_core::users::consolidate::{self, Consolidated, ConsolidationRecord};
 use engram_core::users::{Folded, LastConversation, UserFact};
 use engram_core::{AgentId, NewEvent, Usage, UserId};
 
@@ -423,6 +424,26 @@ pub trait UserMemory {
 
     /// The user's most recently summarized conversation, if any.
     async fn last_conversation(&self, user: &UserId) -> Result<Option<LastConversation>>;
+
+    /// Carries out a consolidation `plan` over the user's facts
+    /// (`engram_core::users::consolidate::apply`: each step checked
+    /// against the facts as they are under the lock, so a plan made from
+    /// an older read never undoes a fold or a client's change) and appends
+    /// `record`, numbered and with what was done, to the user's
+    /// consolidation log (the latest `LOG_KEEP` runs kept), durably and in
+    /// one piece, one change per user at a time. Returns what changed and
+    /// the record as logged.
+    async fn consolidate_user(
+        &self,
+        user: &UserId,
+        plan: &consolidate::Plan,
+        record: ConsolidationRecord,
+    ) -> Result<(Consolidated, ConsolidationRecord)>;
+
+    /// The user's consolidation runs, newest first, at most `limit`;
+    /// none for a user with none.
+    async fn consolidations(&self, user: &UserId, limit: usize)
+    -> Result<Vec<ConsolidationRecord>>;
 
     /// Notes that these agents served requests at these times (Unix
     /// seconds; of two times for an agent the later stays), so that a

@@ -16,6 +16,7 @@ mod agents;
 mod blocks;
 mod compaction;
 mod compaction_log;
+mod consolidate;
 mod facts;
 mod forget;
 mod memory;
@@ -39,6 +40,7 @@ pub use agents::*;
 pub use blocks::*;
 pub use compaction::*;
 pub use compaction_log::*;
+pub use consolidate::*;
 pub use facts::*;
 pub use forget::*;
 pub use memory::*;
@@ -114,6 +116,7 @@ macro_rules! conformance_suite {
             an_agents_user_is_fixed_once,
             delete_user_erases_everything_it_owns,
             a_users_facts_are_folded_across_conversations,
+            a_users_facts_are_consolidated_and_logged,
             a_users_new_conversation_starts_once,
             recall_spans_a_users_conversations,
             quiet_conversations_are_noted_and_taken_once,

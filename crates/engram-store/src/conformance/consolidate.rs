@@ -1,0 +1,135 @@
+//! Consolidating a user's facts across conversations: a plan carried out
+//! against the facts as they are, logged in one piece with it.
+
+use engram_core::memory::SemanticItem;
+use engram_core::users::consolidate::{ConsolidationRecord, Counts, Merge, Plan, Replace};
+use engram_core::{NewEvent, UserId};
+
+use super::{Harness, id};
+use crate::prelude::*;
+
+fn said(fact_id: &str, text: &str, at: f64) -> SemanticItem {
+    SemanticItem {
+        turn_ids: vec!["turn_0001".into()],
+        valid_from: Some(at),
+        ..SemanticItem::new(fact_id, text)
+    }
+}
+
+/// A merge and a replacement applied once (what is stale refused),
+/// numbered in the user's log, whole across a restart; a fold of the
+/// same conversation again changes nothing; erasing the user takes the
+/// log with it.
+pub async fn a_users_facts_are_consolidated_and_logged<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let ana = UserId::parse("sleep-ana").unwrap();
+    for agent in ["s-1", "s-2"] {
+        store
+            .ingest(&id(agent), &[NewEvent::user("hi")], None, None, Some(&ana))
+            .await
+            .unwrap();
+    }
+    let first = [
+        said("a1", "Allergic to peanuts", 100.0),
+        said("a2", "Lives in Lisbon", 100.0),
+    ];
+    let second = [
+        said("b1", "Has a peanut allergy, remember that", 200.0),
+        said("b2", "Moved to Berlin this spring", 300.0),
+    ];
+    store
+        .fold_into_user(&ana, &id("s-1"), &first, &[])
+        .await
+        .unwrap();
+    store
+        .fold_into_user(&ana, &id("s-2"), &second, &[])
+        .await
+        .unwrap();
+    let facts = store.user_facts(&ana).await.unwrap();
+    assert_eq!(facts.iter().filter(|f| f.is_live()).count(), 4);
+    let of = |text: &str| {
+        facts
+            .iter()
+            .find(|f| f.fact.fact == text)
+            .map(|f| f.fact.id.clone())
+            .unwrap()
+    };
+    let (allergic, allergy) = (of("Allergic to peanuts"), of(&second[0].fact));
+    let (lisbon, berlin) = (of("Lives in Lisbon"), of(&second[1].fact));
+    let plan = Plan {
+        merges: vec![Merge {
+            keep: allergic.clone(),
+            dup: allergy.clone(),
+        }],
+        replaces: vec![
+            Replace {
+                old: lisbon.clone(),
+                new: berlin.clone(),
+            },
+            // Backwards in time: refused.
+            Replace {
+                old: berlin.clone(),
+                new: allergic.clone(),
+            },
+        ],
+        invalidates: vec![("no-such-fact".into(), 500.0)],
+    };
+    let record = ConsolidationRecord {
+        at: 1000.0,
+        trigger: "request".into(),
+        asked: 1,
+        summarizer: "test".into(),
+        ..ConsolidationRecord::default()
+    };
+    let (done, logged) = store
+        .consolidate_user(&ana, &plan, record.clone())
+        .await
+        .unwrap();
+    let counts = Counts {
+        merged: 1,
+        replaced: 1,
+        invalidated: 0,
+        unchanged: 2,
+    };
+    assert_eq!(done.counts, counts);
+    assert_eq!((logged.seq, logged.counts), (1, counts));
+    assert_eq!(
+        logged.done.replaces.len(),
+        1,
+        "the refused step is not logged"
+    );
+    let (again, second_run) = store.consolidate_user(&ana, &plan, record).await.unwrap();
+    assert!(again.changed.is_empty(), "nothing left to do: {again:?}");
+    assert_eq!((second_run.seq, second_run.counts.unchanged), (2, 2));
+
+    let store = h.reopen(store).await;
+    let facts = store.user_facts(&ana).await.unwrap();
+    let find = |id: &str| facts.iter().find(|f| f.fact.id == id).unwrap();
+    let keep = find(&allergic);
+    assert!(keep.is_live());
+    let agents: Vec<&str> = keep.sources.iter().map(|s| s.agent_id.as_str()).collect();
+    assert_eq!(agents, ["s-1", "s-2"], "every source kept");
+    assert_eq!(
+        find(&allergy).fact.superseded_by.as_deref(),
+        Some(allergic.as_str())
+    );
+    let old = find(&lisbon);
+    assert_eq!(old.fact.superseded_by.as_deref(), Some(berlin.as_str()));
+    assert_eq!(old.fact.invalid_at, Some(300.0));
+    assert!(find(&berlin).is_live());
+    let log = store.consolidations(&ana, 10).await.unwrap();
+    let seqs: Vec<u64> = log.iter().map(|r| r.seq).collect();
+    assert_eq!(seqs, [2, 1], "newest first");
+    assert_eq!(log[1].summarizer, "test");
+    // The conversation folded again: its facts are known, moved or not.
+    let folded = store
+        .fold_into_user(&ana, &id("s-2"), &second, &[])
+        .await
+        .unwrap();
+    assert!(folded.changed.is_empty(), "{folded:?}");
+
+    store.delete_user(&ana).await.unwrap();
+    assert!(store.consolidations(&ana, 10).await.unwrap().is_empty());
+    let nobody = UserId::parse("sleep-nobody").unwrap();
+    assert!(store.consolidations(&nobody, 10).await.unwrap().is_empty());
+}
