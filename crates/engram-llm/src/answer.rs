@@ -197,7 +197,7 @@ fn fact(v: &Value) -> Option<NewFact> {
 
 /// The answer's JSON object: the whole text, a ``` fenced block, or the
 /// outermost braces found after prose.
-fn find_json(text: &str) -> Option<Value> {
+pub(crate) fn find_json(text: &str) -> Option<Value> {
     let object = |s: &str| {
         serde_json::from_str::<Value>(s.trim())
             .ok()

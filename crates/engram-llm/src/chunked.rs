@@ -59,6 +59,13 @@ impl<S: Summarizer> Summarizer for Chunked<S> {
         self.inner.name()
     }
 
+    fn reconcile<'a>(
+        &'a self,
+        groups: &'a [Vec<engram_core::memory::SemanticItem>],
+    ) -> Option<crate::ReconcileFuture<'a>> {
+        self.inner.reconcile(groups)
+    }
+
     fn summarize<'a>(&'a self, request: SummaryRequest<'a>) -> SummaryFuture<'a> {
         Box::pin(async move {
             let parts = chunks(request.traces, self.max_input_tokens);

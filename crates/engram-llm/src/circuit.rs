@@ -226,6 +226,20 @@ impl<S: Summarizer> Summarizer for CircuitBreaker<S> {
             SummarizeError::CircuitOpen,
         ))
     }
+
+    fn reconcile<'a>(
+        &'a self,
+        groups: &'a [Vec<engram_core::memory::SemanticItem>],
+    ) -> Option<crate::ReconcileFuture<'a>> {
+        // A summarizer that cannot judge is never called (a future does
+        // nothing until polled: the breaker decides first).
+        let call = self.inner.reconcile(groups)?;
+        Some(Box::pin(self.breaker.call(
+            move || call,
+            |e| matches!(e, SummarizeError::Unavailable(_)),
+            SummarizeError::CircuitOpen,
+        )))
+    }
 }
 
 #[cfg(test)]

@@ -9,7 +9,9 @@ use reqwest::Url;
 use serde_json::{Value, json};
 
 use crate::transport::{self, PostError, Reach, Transport, snippet};
-use crate::{SummarizeError, Summarizer, Summary, SummaryFuture, SummaryRequest, answer};
+use crate::{
+    SummarizeError, Summarizer, Summary, SummaryFuture, SummaryRequest, answer, reconcile,
+};
 
 /// The `[llm]` settings the client needs.
 #[derive(Debug, Clone)]
@@ -75,8 +77,7 @@ impl HttpSummarizer {
         self.transport.endpoint()
     }
 
-    fn body(&self, request: &SummaryRequest<'_>, json_mode: bool) -> Value {
-        let (system, user) = answer::messages(request);
+    fn body(&self, (system, user): &(String, String), json_mode: bool) -> Value {
         let mut body = json!({
             "model": self.config.model,
             "messages": [
@@ -91,13 +92,18 @@ impl HttpSummarizer {
         body
     }
 
-    /// The answer's text, after retries.
+    /// The answer's text to a summary request, after retries.
     pub async fn complete(&self, request: &SummaryRequest<'_>) -> Result<String, SummarizeError> {
+        self.ask(&answer::messages(request)).await
+    }
+
+    /// The answer's text to the system and user `messages`, after retries.
+    async fn ask(&self, messages: &(String, String)) -> Result<String, SummarizeError> {
         let mut json_mode = self.config.json_mode;
         let text = loop {
             match self
                 .transport
-                .post_retrying(&self.body(request, json_mode))
+                .post_retrying(&self.body(messages, json_mode))
                 .await
             {
                 Ok(text) => break text,
@@ -133,6 +139,16 @@ impl Summarizer for HttpSummarizer {
             let summary: Summary = answer::parse(&text, request.known_facts)?;
             Ok(summary)
         })
+    }
+
+    fn reconcile<'a>(
+        &'a self,
+        groups: &'a [Vec<engram_core::memory::SemanticItem>],
+    ) -> Option<crate::ReconcileFuture<'a>> {
+        Some(Box::pin(async move {
+            let text = self.ask(&reconcile::messages(groups)).await?;
+            reconcile::parse(&text, groups)
+        }))
     }
 }
 

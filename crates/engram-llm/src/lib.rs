@@ -13,6 +13,7 @@
 //! - [`answer`]: the prompt the LLM gets and how its answer is read.
 //! - [`circuit`]: stop calling a failing endpoint for a cool-down.
 //! - [`chunked`]: windows larger than the model's context, in chunks.
+//! - [`reconcile`]: the consolidation request about a user's facts.
 
 pub mod answer;
 pub mod chunked;
@@ -20,6 +21,7 @@ pub mod circuit;
 pub mod embeddings;
 pub mod extractive;
 pub mod http;
+pub mod reconcile;
 pub mod transport;
 
 #[cfg(test)]
@@ -88,6 +90,9 @@ pub(crate) fn retry_in(wait: std::time::Duration) -> String {
 pub type SummaryFuture<'a> =
     Pin<Box<dyn Future<Output = Result<Summary, SummarizeError>> + Send + 'a>>;
 
+pub type ReconcileFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<reconcile::Decisions, SummarizeError>> + Send + 'a>>;
+
 /// Condenses whole turns into memories.
 pub trait Summarizer: Send + Sync + std::fmt::Debug {
     /// A short name for logs and reports (`extractive`, `http:<model>`).
@@ -98,5 +103,14 @@ pub trait Summarizer: Send + Sync + std::fmt::Debug {
     /// True while a circuit breaker keeps calls away from the model.
     fn circuit_open(&self) -> bool {
         false
+    }
+
+    /// Decides about a user's facts in `groups` on one subject each
+    /// (consolidation: which replace which, which stopped being true), in
+    /// one request; `None` from a summarizer that cannot judge meaning
+    /// (the embedded one): nothing is replaced by guesswork.
+    fn reconcile<'a>(&'a self, groups: &'a [Vec<SemanticItem>]) -> Option<ReconcileFuture<'a>> {
+        let _ = groups;
+        None
     }
 }
