@@ -238,8 +238,9 @@ impl Compactor {
         policy
     }
 
-    pub fn summarizer_name(&self) -> String {
-        self.summarizer.name()
+    /// The summarizer, for the other questions it answers (consolidation).
+    pub fn summarizer(&self) -> Arc<dyn Summarizer> {
+        Arc::clone(&self.summarizer)
     }
 
     /// One compaction of `agent`; the report says what happened, errors

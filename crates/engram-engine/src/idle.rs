@@ -9,7 +9,8 @@
 //! another replica, is still summarized once quiet. The sweep takes the
 //! agents quiet long enough off the store's list (each to one replica) and
 //! summarizes those of a user with finished turns in their transcript; the
-//! last turn stays raw, as after any compaction.
+//! last turn stays raw, as after any compaction. Then each such user's
+//! facts are consolidated (`consolidate.rs`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -20,6 +21,7 @@ use engram_core::compaction::Trigger;
 use tokio::time::Instant;
 
 use crate::Engine;
+use crate::consolidate::Cause;
 
 /// How often the engine's notes reach the store: what a crash can lose of
 /// them (a conversation used only in that window is summarized after its
@@ -114,6 +116,7 @@ impl Engine {
             }
         };
         let mut compacted = 0;
+        let mut users = std::collections::BTreeSet::new();
         for id in quiet {
             let Ok(context) = self.store.context(&id).await else {
                 continue; // deleted meanwhile
@@ -137,9 +140,17 @@ impl Engine {
                 .report;
             if report.performed {
                 compacted += 1;
+                users.extend(context.user_id.clone());
                 tracing::info!(agent = %id, turns = report.turn_ids.len(), "summarized an idle conversation");
             } else if let Some(e) = &report.error {
                 tracing::debug!(agent = %id, error = %e, "an idle conversation was not summarized");
+            }
+        }
+        // Each user's new facts reconciled with what the user's other
+        // conversations said ("sleep-time"), once per sweep.
+        for user in users {
+            if let Err(e) = self.consolidate_user(&user, Cause::Idle).await {
+                tracing::warn!(user = %user, error = %e, "an idle user's facts were not consolidated; the next idle summary will");
             }
         }
         compacted

@@ -31,6 +31,7 @@ pub mod blocks;
 pub mod budget;
 pub mod caches;
 pub mod compactor;
+pub mod consolidate;
 pub mod error;
 mod facts;
 mod flights;
@@ -101,6 +102,8 @@ pub struct Engine {
     /// `store.memory_budget_mb`, in bytes (`None`: no budget).
     memory_budget: Option<u64>,
     memory: Arc<memory::Gate>,
+    /// The users whose facts are being consolidated.
+    consolidating: Arc<consolidate::Running>,
 }
 
 impl Engine {
@@ -135,6 +138,7 @@ impl Engine {
             calls: Arc::new(admission::AgentCalls::new(settings.max_calls_per_agent)),
             memory_budget: settings.memory_budget,
             memory: Arc::default(),
+            consolidating: Arc::default(),
         }
     }
 
@@ -157,7 +161,7 @@ impl Engine {
 
     /// The summarizer's name, for the start-up log.
     pub fn summarizer_name(&self) -> String {
-        self.compactor.summarizer_name()
+        self.compactor.summarizer().name()
     }
 
     /// True while the summarizer's circuit breaker is open.

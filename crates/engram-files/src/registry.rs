@@ -166,6 +166,10 @@ impl Admin for FileStore {
 
 #[async_trait]
 impl Runtime for FileStore {
+    fn embedder(&self) -> Option<Arc<dyn engram_core::embed::Embedder>> {
+        self.inner.indexer.as_ref().map(|i| Arc::clone(&i.embedder))
+    }
+
     /// Why the store stopped serving, if it did (a failed flush).
     fn failure(&self) -> Option<String> {
         self.inner.health.failure()

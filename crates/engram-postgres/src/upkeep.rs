@@ -17,6 +17,10 @@ const PING_EVERY: Duration = Duration::from_secs(5);
 
 #[async_trait]
 impl Runtime for PgStore {
+    fn embedder(&self) -> Option<std::sync::Arc<dyn engram_core::embed::Embedder>> {
+        self.inner.config.embedder.clone()
+    }
+
     fn failure(&self) -> Option<String> {
         self.inner.failure.borrow().clone()
     }

@@ -473,6 +473,12 @@ pub trait Runtime {
     /// Changes to [`failure`](Self::failure), for health reporting.
     fn watch_failure(&self) -> tokio::sync::watch::Receiver<Option<String>>;
 
+    /// The embedding model the store indexes with (`None`: words only),
+    /// for the engine's own comparisons of meaning (consolidation).
+    fn embedder(&self) -> Option<std::sync::Arc<dyn engram_core::embed::Embedder>> {
+        None
+    }
+
     /// Agents held in this process's memory.
     fn loaded_agents(&self) -> usize;
 

@@ -460,5 +460,8 @@ impl<F: FnMut() -> String> Merging<F> {
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
+pub mod pairs;
+
 #[cfg(test)]
 mod tests;
