@@ -5,6 +5,7 @@ made here. Any console error, uncaught exception or failed request fails
 the test. Screenshots of each page go to target/console/ (or
 ENGRAM_CONSOLE_SHOTS); docs/guide/console.md shows a copy from docs/console/."""
 
+import datetime
 import json
 import os
 import re
@@ -13,6 +14,7 @@ import urllib.parse
 import urllib.request
 
 import pytest
+from conftest import json_server
 from playwright.sync_api import expect, sync_playwright
 
 TOKEN = "console-secret-token"
@@ -217,14 +219,19 @@ def test_the_console_in_a_browser(start_engramd_http, tmp_path, browser):
     expect(page.locator("#user-agents").get_by_role("link", name="ana-desk")).to_be_visible()
     expect(page.locator('.block[data-label="profile"] pre')).to_have_text("Ana, okapi keeper.")
     expect(page.locator("#facts")).to_contain_text("Lisbon")
-    shot(page, "user")
+    # Its one fact on the time line too, current (the pictures of a user's
+    # page are taken below, of a user whose facts changed).
+    drawn = page.locator("#fact-timeline li", has_text="Lisbon")
+    expect(drawn.locator(".chip.current")).to_have_text("current")
+    expect(drawn.get_by_role("link", name="ana-desk")).to_have_attribute("href", "#/agent/ana-desk")
 
     # A narrow screen: every page, nothing cut off sideways.
     page.set_viewport_size({"width": 390, "height": 800})
     for name, path, ready in [
         ("agents-narrow", "#/", "#agents"),
         ("agent-narrow", "#/agent/ana-desk", "[role=meter]"),
-        ("user-narrow", "#/user/ana", "#user-agents"),
+        # (user-narrow.png: the user whose facts changed, below)
+        ("user", "#/user/ana", "#fact-timeline li"),
         ("search-narrow", "#/search?" + urllib.parse.urlencode({"scope": "agent", "id": "ana-desk", "q": "okapi number 1"}), "#results"),
     ]:
         page.goto(f"{base}/console/{path}")
@@ -232,7 +239,8 @@ def test_the_console_in_a_browser(start_engramd_http, tmp_path, browser):
         width = page.evaluate("document.documentElement.scrollWidth")
         assert width <= 390, (name, width)
         # Search's long list: the screen a reader sees first.
-        shot(page, name, whole=not name.startswith("search"))
+        if name.endswith("-narrow"):
+            shot(page, name, whole=not name.startswith("search"))
 
     # Keyboard: the skip link is the first stop and leads to the content;
     # the sections are links in the tab order.
@@ -250,6 +258,153 @@ def test_the_console_in_a_browser(start_engramd_http, tmp_path, browser):
     page.keyboard.press("Enter")
     expect(page.get_by_role("heading", name="Search memories")).to_be_visible()
 
+    watched.clean()
+
+
+def at(day, minute=0):
+    """Epoch seconds of `day` ("2026-08-01") at 09:00 UTC plus `minute`."""
+    start = datetime.datetime.fromisoformat(day + "T09:00:00+00:00")
+    return (start + datetime.timedelta(minutes=minute)).timestamp()
+
+
+def dated_conversation(base, agent, user, day, first):
+    """A conversation on `day` that says `first`, then four turns about
+    other things, compacted (the raw tail is one turn)."""
+    events = [{"traceType": "TRACE_TYPE_USER", "content": first, "ts": at(day)},
+              {"traceType": "TRACE_TYPE_ASSISTANT", "content": "Noted.", "ts": at(day, 1)}]
+    for t in range(1, 5):
+        events += [
+            {"traceType": "TRACE_TYPE_USER", "content": f"Question {t}: what is {t} squared?", "ts": at(day, 2 * t)},
+            {"traceType": "TRACE_TYPE_ASSISTANT", "content": f"{t * t}.", "ts": at(day, 2 * t + 1)},
+        ]
+    for event in events:
+        post(base, "Ingest", {"agentId": agent, "userId": user, "events": [event]})
+    assert post(base, "Compact", {"agentId": agent})["report"]["performed"]
+
+
+def summarizer(path, body):
+    """The model's answer to a compaction, by the handles of the known facts
+    it is shown (DESIGN §15): the first conversation says where the user
+    lives and an allergy; the second replaces the first fact (the move)
+    and ends the second (the allergy is gone)."""
+    said = body["messages"][1]["content"]
+    handle = lambda text: re.search(r"^- \[(f\d+)\] .*" + re.escape(text) + "$", said, re.M)
+    lisbon, peanuts = handle("Lives in Lisbon"), handle("Allergic to peanuts")
+    if lisbon and peanuts:
+        facts = {"semantic_facts": [],
+                 "updates": [{"replaces": lisbon.group(1), "fact": "Moved to Berlin"}],
+                 "invalidates": [peanuts.group(1)]}
+    elif "Berlin" in said:
+        facts = {"semantic_facts": []}
+    else:
+        facts = {"semantic_facts": ["Lives in Lisbon", "Allergic to peanuts"], "updates": []}
+    content = json.dumps({"episodic_summary": "Talked about home.", **facts})
+    return {"id": "x", "object": "chat.completion", "model": body.get("model", ""),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}
+
+
+@pytest.fixture
+def model():
+    """The scripted summarizer's base URL, up until engramd has stopped
+    (requested before it)."""
+    with json_server(summarizer) as base:
+        yield f"{base}/v1"
+
+
+def test_the_user_page_shows_how_the_facts_changed(model, start_engramd_http, tmp_path, browser):
+    """Two conversations of one user, two months apart, compacted by a model
+    that replaces one fact and ends another: the user's page shows each
+    fact's span, what replaced it, and the conversation it came from."""
+    _, base = start_engramd_http(ENGRAM__AUTH__TOKENS_FILE=tokens_file(tmp_path),
+                                 ENGRAM__LLM__BASE_URL=model, ENGRAM__LLM__MODEL="summarizer",
+                                 ENGRAM__POLICY__RAW_TAIL_TURNS="1")
+    dated_conversation(base, "ana-home", "ana", "2026-08-01",
+                       "I live in Lisbon. I am allergic to peanuts.")
+    dated_conversation(base, "ana-moving", "ana", "2026-10-03",
+                       "I moved to Berlin; the allergy is gone.")
+    post(base, "AddMemories", {"scope": {"userId": "ana"}, "memories": [
+        {"text": "Prefers answers in Portuguese", "pinned": True, "validFrom": at("2026-07-15")}]})
+    post(base, "PutMemoryBlock", {"scope": {"userId": "ana"}, "label": "profile",
+                                  "value": "Ana, okapi keeper."})
+    # The API says which conversation each of the user's facts came from.
+    listed = post(base, "ListMemories", {"scope": {"userId": "ana"}, "includeSuperseded": True})
+    by_text = {m["fact"]: m for m in listed["memories"]}
+    lisbon, berlin = by_text["Lives in Lisbon"], by_text["Moved to Berlin"]
+    assert lisbon["supersededBy"] == berlin["id"]
+    assert [s["agentId"] for s in lisbon["sources"]] == ["ana-home"]
+    assert lisbon["sources"][0]["turnIds"] and lisbon["sources"][0]["factId"]
+    assert [s["agentId"] for s in berlin["sources"]] == ["ana-moving"]
+    assert "sources" not in by_text["Prefers answers in Portuguese"]
+    got = post(base, "GetMemory", {"scope": {"userId": "ana"}, "id": lisbon["id"]})["memory"]
+    assert got["sources"] == lisbon["sources"]
+
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    watched = Watched(page)
+    page.goto(f"{base}/console/")
+    page.get_by_label("Token").fill(TOKEN)
+    page.get_by_role("button", name="Use token").click()
+    expect(page.locator("#agents").get_by_role("link", name="ana-home")).to_be_visible()
+    watched.clean(expected=["401", "Unauthorized"])  # before the token
+    page.goto(f"{base}/console/#/user/ana")
+    timeline = page.locator("#fact-timeline")
+    expect(timeline.get_by_role("heading", name="How the facts changed")).to_be_visible()
+    entries = timeline.locator("ol > li")
+    expect(entries).to_have_count(4)
+    # Newest first by when each became true.
+    expect(entries.first).to_contain_text("Moved to Berlin")
+    expect(entries.last).to_contain_text("Prefers answers in Portuguese")
+
+    # An entry by its fact (another's may name it: what replaced it).
+    entry = lambda fact: entries.filter(has=page.locator("p.text", has_text=re.compile(f"^{re.escape(fact)}$")))
+    old = entry("Lives in Lisbon")
+    expect(old.locator("h3")).to_have_text("2026-08-01 to 2026-10-03")
+    expect(old.locator(".chip.replaced")).to_have_text("replaced")
+    expect(old.get_by_role("link", name="Moved to Berlin")).to_have_attribute(
+        "href", f"#/user/ana?fact={berlin['id']}")
+    expect(old.get_by_role("link", name="ana-home")).to_have_attribute("href", "#/agent/ana-home")
+    expect(old.locator(".from a[href*='?turn=turn_']").first).to_be_visible()
+
+    new = entry("Moved to Berlin")
+    expect(new.locator("h3")).to_have_text("since 2026-10-03")
+    expect(new.locator(".chip.current")).to_have_text("current")
+    expect(new.get_by_role("link", name="ana-moving")).to_have_attribute("href", "#/agent/ana-moving")
+
+    ended = entry("Allergic to peanuts")
+    expect(ended.locator("h3")).to_have_text("2026-08-01 to 2026-10-03")
+    expect(ended.locator(".chip.ended")).to_have_text("ended")
+    expect(ended).to_contain_text("No longer true, with nothing in its place.")
+
+    client = entry("Prefers answers in Portuguese")
+    expect(client.locator("h3")).to_have_text("since 2026-07-15")
+    expect(client.locator(".chip")).to_have_text(["current", "pinned", "client-written"])
+    expect(client).to_contain_text("Written by a client.")
+
+    # The time line is read-only; the current facts stay editable above it.
+    expect(timeline.get_by_role("button")).to_have_count(0)
+    current = page.locator("#facts .fact")
+    expect(current).to_have_count(2)
+    expect(page.locator("#facts")).not_to_contain_text("Lisbon")
+    expect(page.locator(".fact", has_text="Moved to Berlin").get_by_role("button", name="Edit")).to_be_visible()
+    shot(page, "user")
+
+    # What replaced a fact: its link marks it on the time line.
+    old.get_by_role("link", name="Moved to Berlin").click()
+    marked = page.locator("#fact-timeline li.target")
+    expect(marked).to_have_count(1)
+    expect(marked).to_contain_text("Moved to Berlin")
+    expect(marked).to_have_attribute("aria-current", "true")
+    # Its conversation's page.
+    entry("Lives in Lisbon").get_by_role("link", name="ana-home").click()
+    expect(page.get_by_role("heading", name="Agent ana-home")).to_be_visible()
+
+    page.set_viewport_size({"width": 390, "height": 800})
+    page.goto(f"{base}/console/#/user/ana")
+    expect(page.locator("#fact-timeline li").first).to_be_visible()
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, width
+    shot(page, "user-narrow")
     watched.clean()
 
 

@@ -3,6 +3,8 @@
 //! decides; the store keeps every version; an agent's prompt shows the
 //! change at its next request (the snapshot's facts section).
 
+use std::collections::HashMap;
+
 use engram_core::blocks::Scope;
 use engram_core::facts::{self, Added, Change, Listing, NewFact, Op, Outcome};
 use engram_core::memory::SemanticItem;
@@ -25,6 +27,9 @@ pub struct AddedFact {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FactPage {
     pub facts: Vec<SemanticItem>,
+    /// Beside `facts`, one for each: the conversations that said it (a
+    /// user's facts; empty for an agent's).
+    pub sources: Vec<Vec<FactSource>>,
     /// Empty on the last page.
     pub next_page_token: String,
 }
@@ -75,19 +80,22 @@ impl Engine {
                 })?,
         };
         let size = limits::page_size(page_size);
-        let all = match (source_agent, &scope) {
-            ("", _) => self.store.facts(&scope).await?,
-            // The user's facts as `facts` reads them (the live ones), each
-            // with its sources: one read.
+        let (all, mut sources) = match (source_agent, &scope) {
+            // The user's facts as `facts` reads them (the undeleted ones),
+            // each with its sources: one read.
             (source, Scope::User(user)) => {
-                let source = limits::agent_id("source_agent_id", source)?;
-                let said = |f: &UserFact| f.sources.iter().any(|s| s.agent_id == source.as_str());
+                let source = match source {
+                    "" => None,
+                    s => Some(limits::agent_id("source_agent_id", s)?),
+                };
+                let said = |f: &UserFact| match &source {
+                    None => true,
+                    Some(a) => f.sources.iter().any(|s| s.agent_id == a.as_str()),
+                };
                 let facts = self.store.user_facts(user).await?.into_iter();
-                facts
-                    .filter(|f| f.fact.managed.deleted_at.is_none() && said(f))
-                    .map(|f| f.fact)
-                    .collect()
+                split_sources(facts.filter(|f| f.fact.managed.deleted_at.is_none() && said(f)))
             }
+            ("", _) => (self.store.facts(&scope).await?, HashMap::new()),
             _ => {
                 return Err(EngineError::invalid(
                     "source_agent_id selects among a user's facts: give scope.user_id",
@@ -101,8 +109,13 @@ impl Engine {
         let listed = facts::listed(&all, listing, engram_store::unix_now());
         let end = from.saturating_add(size).min(listed.len());
         let page = listed.get(from..end).unwrap_or_default().to_vec();
+        let sources = page
+            .iter()
+            .map(|f| sources.remove(&f.id).unwrap_or_default())
+            .collect();
         Ok(FactPage {
             facts: page,
+            sources,
             next_page_token: if end < listed.len() {
                 format!("m{end}")
             } else {
@@ -144,16 +157,32 @@ impl Engine {
     }
 
     /// One fact as it stands (superseded or expired ones too; NOT_FOUND
-    /// once deleted).
-    pub async fn get_memory(&self, scope: &ScopeRequest, id: &str) -> Result<SemanticItem> {
+    /// once deleted), with the conversations that said it (a user's fact;
+    /// none for an agent's).
+    pub async fn get_memory(
+        &self,
+        scope: &ScopeRequest,
+        id: &str,
+    ) -> Result<(SemanticItem, Vec<FactSource>)> {
         let scope = fact_scope(scope)?;
         let id = limits::fact_id(id)?;
-        self.store
-            .facts(&scope)
-            .await?
-            .into_iter()
-            .find(|f| f.id == id)
-            .ok_or_else(|| not_found(id))
+        let found = match &scope {
+            Scope::User(user) => self
+                .store
+                .user_facts(user)
+                .await?
+                .into_iter()
+                .find(|f| f.fact.id == id && f.fact.managed.deleted_at.is_none())
+                .map(|f| (f.fact, f.sources)),
+            _ => self
+                .store
+                .facts(&scope)
+                .await?
+                .into_iter()
+                .find(|f| f.id == id)
+                .map(|f| (f, vec![])),
+        };
+        found.ok_or_else(|| not_found(id))
     }
 
     /// Every version of a fact, oldest first.
@@ -342,6 +371,22 @@ pub(crate) fn ignore_gone(changed: Result<facts::Applied>) -> Result<()> {
         Ok(_) | Err(EngineError::NotFound(_) | EngineError::Precondition(_)) => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// A user's facts apart from their sources (by fact id).
+fn split_sources(
+    facts: impl Iterator<Item = UserFact>,
+) -> (Vec<SemanticItem>, HashMap<String, Vec<FactSource>>) {
+    let mut sources = HashMap::new();
+    let facts = facts
+        .map(|f| {
+            if !f.sources.is_empty() {
+                sources.insert(f.fact.id.clone(), f.sources);
+            }
+            f.fact
+        })
+        .collect();
+    (facts, sources)
 }
 
 /// An agent or a user: facts have no global scope.

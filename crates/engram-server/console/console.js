@@ -144,7 +144,7 @@ async function render() {
   try {
     let page;
     if (parts[0] === "agent" && parts[1]) page = await agentPage(parts[1], params);
-    else if (parts[0] === "user" && parts[1]) page = await userPage(parts[1]);
+    else if (parts[0] === "user" && parts[1]) page = await userPage(parts[1], params);
     else if (parts[0] === "search") page = await searchPage(params);
     else page = await agentsPage(params);
     view.replaceChildren(page);
@@ -329,8 +329,9 @@ async function agentPage(id, params) {
 // ---------------------------------------------------------------- one user
 
 /// A user's own memory: the blocks every conversation of theirs shows,
-/// the facts all of them gave (and clients wrote), and the conversations.
-async function userPage(id) {
+/// the facts all of them gave (and clients wrote), those facts over time
+/// (`?fact=<id>` marks one on the time line), and the conversations.
+async function userPage(id, params) {
   const listed = await api("ListAgents", { userId: id, pageSize: 50 });
   const agents = listed.agentIds || [];
   const page = h(
@@ -357,8 +358,17 @@ async function userPage(id) {
   );
   const blocks = h("section", { "aria-labelledby": "blocks-title" }, h("h2", { id: "blocks-title" }, "Memory blocks"));
   const facts = h("section", { "aria-labelledby": "facts-title" }, h("h2", { id: "facts-title" }, "Facts"));
-  page.append(conversations, blocks, facts);
-  await Promise.all([fillBlocks(blocks, null, id), fillFacts(facts, { userId: id })]);
+  const history = h(
+    "section",
+    { "aria-labelledby": "fact-timeline-title", id: "fact-timeline" },
+    h("h2", { id: "fact-timeline-title" }, "How the facts changed"),
+  );
+  page.append(conversations, blocks, facts, history);
+  await Promise.all([
+    fillBlocks(blocks, null, id),
+    fillFacts(facts, { userId: id }),
+    fillFactTimeline(history, id, (params && params.get("fact")) || ""),
+  ]);
   return page;
 }
 

@@ -174,3 +174,122 @@ function provenance(agentId, turnIds) {
     rest > 0 ? ` and ${rest} more` : null,
   );
 }
+
+// ---------------------------------------------------------------- a user's facts over time
+
+/// How many facts the time line reads at most: pages of TIMELINE_PAGE.
+const TIMELINE_PAGES = 10;
+const TIMELINE_PAGE = 200;
+
+/// A day, from epoch seconds: "2026-10-03" (UTC).
+const day = (ts) => new Date(num(ts) * 1000).toISOString().slice(0, 10);
+
+/// Every fact of user `userId`, current and past (replaced, ended,
+/// expired), newest first by when it became true: its span, whether it
+/// still holds (or what replaced it), and the conversations that said it.
+/// Read-only: the current facts are changed in the Facts section.
+async function fillFactTimeline(section, userId, focus) {
+  const scope = { userId };
+  const facts = [];
+  let pageToken = "";
+  let pages = 0;
+  do {
+    const answer = await api("ListMemories", {
+      scope,
+      includeSuperseded: true,
+      includeExpired: true,
+      pageSize: TIMELINE_PAGE,
+      pageToken,
+    });
+    facts.push(...(answer.memories || []));
+    pageToken = answer.nextPageToken || "";
+    pages++;
+  } while (pageToken && pages < TIMELINE_PAGES);
+  const started = (f) => num(f.validFrom || f.ts);
+  facts.sort((a, b) => started(b) - started(a) || num(b.ts) - num(a.ts) || (a.id < b.id ? 1 : -1));
+  const byId = new Map(facts.map((f) => [f.id, f]));
+  const now = Date.now() / 1000;
+  section.append(
+    h(
+      "p",
+      { class: "muted" },
+      "Every fact of this user, current and past, newest first by when it became true: what replaced what, when, and from which conversation. Read-only: change the current ones under Facts.",
+    ),
+  );
+  if (facts.length === 0) {
+    section.append(h("p", { class: "muted" }, "No facts yet."));
+    return;
+  }
+  section.append(
+    h(
+      "ol",
+      { class: "timeline fact-timeline", "aria-labelledby": "fact-timeline-title" },
+      facts.map((f) => factEntry(userId, f, byId, now, focus)),
+    ),
+  );
+  if (pageToken) {
+    section.append(h("p", { class: "muted" }, `The first ${fmt(facts.length)} facts (pinned ones, then the newest written); older ones are not shown.`));
+  }
+}
+
+/// What became of fact `f`: "current", "replaced", "ended" or "expired".
+function factState(f, now) {
+  if (f.supersededBy) return "replaced";
+  if (f.invalidAt) return "ended";
+  if (f.expiresAt && num(f.expiresAt) <= now) return "expired";
+  return "current";
+}
+
+function factEntry(userId, f, byId, now, focus) {
+  const state = factState(f, now);
+  const start = num(f.validFrom || f.ts);
+  const end = f.invalidAt ? num(f.invalidAt) : state === "expired" ? num(f.expiresAt) : 0;
+  const date = (ts) => h("time", { datetime: day(ts) }, day(ts));
+  const span = end ? [date(start), " to ", date(end)] : ["since ", date(start)];
+  const next = f.supersededBy ? byId.get(f.supersededBy) : null;
+  const here = (id) => `#/user/${encodeURIComponent(userId)}?fact=${encodeURIComponent(id)}`;
+  const target = focus === f.id;
+  const sources = f.sources || [];
+  return h(
+    "li",
+    {
+      class: ["fact-entry", state, target ? "target" : ""].join(" ").trim(),
+      id: "fact-" + f.id,
+      "data-id": f.id,
+      "aria-current": target ? "true" : null,
+    },
+    h("h3", { class: "span" }, span),
+    h("p", { class: "text" }, f.fact),
+    h(
+      "p",
+      { class: "chips state" },
+      h("span", { class: "chip " + state }, state),
+      f.pinned ? h("span", { class: "chip" }, "pinned") : null,
+      f.origin === "MEMORY_ORIGIN_CLIENT" ? h("span", { class: "chip" }, "client-written") : null,
+    ),
+    f.supersededBy
+      ? h(
+          "p",
+          { class: "replaced-by" },
+          "Replaced by ",
+          next
+            ? [h("a", { href: here(next.id) }, next.fact), " (since ", date(next.validFrom || next.ts), ")"]
+            : `fact ${f.supersededBy} (not listed here: deleted, or past the facts shown).`,
+        )
+      : state === "ended"
+        ? h("p", { class: "replaced-by" }, "No longer true, with nothing in its place.")
+        : null,
+    sources.length
+      ? h(
+          "p",
+          { class: "muted from" },
+          "From ",
+          sources.flatMap((s, i) => [
+            i ? "; " : null,
+            h("a", { href: "#/agent/" + encodeURIComponent(s.agentId) }, s.agentId),
+            (s.turnIds || []).length ? [" (", provenance(s.agentId, s.turnIds), ")"] : null,
+          ]),
+        )
+      : h("p", { class: "muted from" }, f.origin === "MEMORY_ORIGIN_CLIENT" ? "Written by a client." : "No conversation recorded."),
+  );
+}

@@ -235,6 +235,8 @@ pub fn semantic_to_pb(s: &SemanticItem) -> pb::SemanticItem {
         deleted_at: s.managed.deleted_at,
         valid_from: (s.managed.deleted_at.is_none()).then(|| s.valid_since()),
         invalid_at: s.invalid_at,
+        // Set for a user's facts only (convert/facts.rs).
+        sources: Vec::new(),
     }
 }
 

@@ -12,7 +12,9 @@ use engram_engine::limits;
 use crate::api::Api;
 use crate::auth::{self, Access, Caller};
 use crate::convert;
-use crate::convert::facts::{change_from_pb, listing_from_pb, new_fact_from_pb};
+use crate::convert::facts::{
+    change_from_pb, fact_with_sources_to_pb, listing_from_pb, new_fact_from_pb,
+};
 use crate::convert::semantic_to_pb as fact_to_pb;
 use crate::status::from_engine;
 
@@ -68,7 +70,12 @@ impl Api {
             .map_err(from_engine)?;
         self.fits(
             pb::ListMemoriesResponse {
-                memories: page.facts.iter().map(fact_to_pb).collect(),
+                memories: page
+                    .facts
+                    .iter()
+                    .zip(&page.sources)
+                    .map(|(fact, sources)| fact_with_sources_to_pb(fact, sources))
+                    .collect(),
                 next_page_token: page.next_page_token,
             },
             "the page of facts",
@@ -83,13 +90,13 @@ impl Api {
         let _agent =
             auth::authorize(self.engine(), caller, Access::scope(&req.scope, false)).await?;
         let scope = convert::scope_from_pb(req.scope).map_err(from_engine)?;
-        let fact = self
+        let (fact, sources) = self
             .engine()
             .get_memory(&scope, &req.id)
             .await
             .map_err(from_engine)?;
         Ok(pb::GetMemoryResponse {
-            memory: Some(fact_to_pb(&fact)),
+            memory: Some(fact_with_sources_to_pb(&fact, &sources)),
         })
     }
 

@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 
 use engram_core::facts::{Change, Listing, NewFact};
-use engram_core::memory::Origin;
+use engram_core::memory::{Origin, SemanticItem};
+use engram_core::users::FactSource;
 use engram_engine::EngineError;
 use engram_proto::pb;
 
@@ -69,5 +70,21 @@ pub fn origin_to_pb(origin: Origin) -> pb::MemoryOrigin {
     match origin {
         Origin::Compaction => pb::MemoryOrigin::Compaction,
         Origin::Client => pb::MemoryOrigin::Client,
+    }
+}
+
+/// A user's fact with the conversations that said it (an agent's fact:
+/// `sources` is empty).
+pub fn fact_with_sources_to_pb(fact: &SemanticItem, sources: &[FactSource]) -> pb::SemanticItem {
+    pb::SemanticItem {
+        sources: sources
+            .iter()
+            .map(|s| pb::FactSource {
+                agent_id: s.agent_id.clone(),
+                fact_id: s.fact_id.clone(),
+                turn_ids: s.turn_ids.clone(),
+            })
+            .collect(),
+        ..super::semantic_to_pb(fact)
     }
 }
