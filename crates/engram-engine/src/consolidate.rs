@@ -89,7 +89,10 @@ impl Engine {
         }
         record.at = engram_store::unix_now();
         record.duration_secs = started.elapsed().as_secs_f64();
-        let worth_logging = !plan.is_empty() || cause == Cause::Request || record.error.is_some();
+        // A user with no facts has nothing to log; an idle run that found
+        // nothing to do neither.
+        let worth_logging = !facts.is_empty()
+            && (!plan.is_empty() || cause == Cause::Request || record.error.is_some());
         let record = if worth_logging {
             self.store.consolidate_user(&user, &plan, record).await?.1
         } else {

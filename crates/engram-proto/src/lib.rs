@@ -17,7 +17,7 @@ pub mod pb {
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("engram_descriptor");
 
 /// The methods of `engram.v1.MemoryService`, in the order of the proto.
-pub const METHODS: [&str; 27] = [
+pub const METHODS: [&str; 29] = [
     "Ingest",
     "PrepareRequest",
     "Compact",
@@ -30,6 +30,8 @@ pub const METHODS: [&str; 27] = [
     "ForkAgent",
     "DeleteUser",
     "ListUsers",
+    "ConsolidateUser",
+    "ListConsolidations",
     "ListMemoryBlocks",
     "GetMemoryBlock",
     "PutMemoryBlock",

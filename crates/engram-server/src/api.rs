@@ -5,11 +5,13 @@
 //! export/import calls are in `blocks`, `facts` and `portable`.
 
 use engram_engine::Engine;
+use engram_engine::consolidate::Cause;
 use engram_proto::pb;
 use tonic::Status;
 
 use crate::auth::{self, Access, Caller};
 use crate::convert;
+use crate::convert::facts::consolidation_to_pb;
 use crate::status::from_engine;
 
 /// ExportMemory's answer: the bundle's pieces.
@@ -231,6 +233,42 @@ impl Api {
         let erased = self.engine.delete_user(&user).await.map_err(from_engine)?;
         Ok(pb::DeleteUserResponse {
             agents_deleted: u32::try_from(erased).unwrap_or(u32::MAX),
+        })
+    }
+
+    pub async fn consolidate_user(
+        &self,
+        caller: &Caller,
+        req: pb::ConsolidateUserRequest,
+    ) -> Result<pb::ConsolidateUserResponse, Status> {
+        let _user = auth::authorize(&self.engine, caller, Access::User(&req.user_id)).await?;
+        let run = self
+            .engine
+            .consolidate_user(&req.user_id, Cause::Request)
+            .await
+            .map_err(from_engine)?;
+        Ok(pb::ConsolidateUserResponse {
+            consolidation: Some(consolidation_to_pb(&run)),
+        })
+    }
+
+    pub async fn list_consolidations(
+        &self,
+        caller: &Caller,
+        req: pb::ListConsolidationsRequest,
+    ) -> Result<pb::ListConsolidationsResponse, Status> {
+        let _user = auth::authorize(&self.engine, caller, Access::User(&req.user_id)).await?;
+        let limit = match req.page_size {
+            0 => 20,
+            n => n.min(100) as usize,
+        };
+        let runs = self
+            .engine
+            .consolidations(&req.user_id, limit)
+            .await
+            .map_err(from_engine)?;
+        Ok(pb::ListConsolidationsResponse {
+            consolidations: runs.iter().map(consolidation_to_pb).collect(),
         })
     }
 

@@ -71,6 +71,8 @@ methods! {
     delete_agent(pb::DeleteAgentRequest) -> pb::DeleteAgentResponse, "DeleteAgent", agent_id;
     fork_agent(pb::ForkAgentRequest) -> pb::ForkAgentResponse, "ForkAgent", source_agent_id;
     delete_user(pb::DeleteUserRequest) -> pb::DeleteUserResponse, "DeleteUser", user_id;
+    consolidate_user(pb::ConsolidateUserRequest) -> pb::ConsolidateUserResponse, "ConsolidateUser", user_id;
+    list_consolidations(pb::ListConsolidationsRequest) -> pb::ListConsolidationsResponse, "ListConsolidations", user_id;
     list_memory_blocks(pb::ListMemoryBlocksRequest) -> pb::ListMemoryBlocksResponse, "ListMemoryBlocks";
     get_memory_block(pb::GetMemoryBlockRequest) -> pb::GetMemoryBlockResponse, "GetMemoryBlock";
     put_memory_block(pb::PutMemoryBlockRequest) -> pb::PutMemoryBlockResponse, "PutMemoryBlock";

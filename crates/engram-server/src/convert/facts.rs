@@ -88,3 +88,36 @@ pub fn fact_with_sources_to_pb(fact: &SemanticItem, sources: &[FactSource]) -> p
         ..super::semantic_to_pb(fact)
     }
 }
+
+/// A consolidation run as the API reports it.
+pub fn consolidation_to_pb(
+    r: &engram_core::users::consolidate::ConsolidationRecord,
+) -> pb::Consolidation {
+    let change = |kind: &str, fact: &str, by: &str, at: Option<f64>| pb::FactChange {
+        kind: kind.to_owned(),
+        fact_id: fact.to_owned(),
+        by_fact_id: by.to_owned(),
+        invalid_at: at,
+    };
+    let done = &r.done;
+    let changes = (done.merges.iter())
+        .map(|m| change("merged", &m.dup, &m.keep, None))
+        .chain((done.replaces.iter()).map(|x| change("replaced", &x.old, &x.new, None)))
+        .chain((done.invalidates.iter()).map(|(id, at)| change("invalidated", id, "", Some(*at))))
+        .collect();
+    pb::Consolidation {
+        seq: r.seq,
+        at: r.at,
+        duration_secs: r.duration_secs,
+        trigger: r.trigger.clone(),
+        merged: r.counts.merged,
+        replaced: r.counts.replaced,
+        invalidated: r.counts.invalidated,
+        unchanged: r.counts.unchanged,
+        groups_asked: r.asked,
+        summarizer: r.summarizer.clone(),
+        unknown_handles: r.unknown_handles,
+        error: r.error.clone().unwrap_or_default(),
+        changes,
+    }
+}

@@ -69,6 +69,8 @@ pub async fn dispatch(
         "DeleteAgent" => delete_agent,
         "ForkAgent" => fork_agent,
         "DeleteUser" => delete_user,
+        "ConsolidateUser" => consolidate_user,
+        "ListConsolidations" => list_consolidations,
         "ListMemoryBlocks" => list_memory_blocks,
         "GetMemoryBlock" => get_memory_block,
         "PutMemoryBlock" => put_memory_block,

@@ -14,6 +14,7 @@ mod compaction_binary;
 mod compaction_log;
 mod compaction_races;
 mod console;
+mod consolidate;
 mod context;
 mod crash;
 mod forget;

@@ -201,6 +201,10 @@ pub fn rpc_rows() -> Vec<Row> {
             "source_agent_id": ids.agent, "target_agent_id": ids.fresh}))),
         row!("DeleteUser", "user", Yes, true, admin, "OK" / "OK", |ids| j(json!({
             "user_id": ids.user}))),
+        row!("ConsolidateUser", "user", Yes, true, user, "OK" / "OK", |ids| j(json!({
+            "user_id": ids.user}))),
+        row!("ListConsolidations", "user", Yes, false, user, "OK" / "OK", |ids| j(json!({
+            "user_id": ids.user}))),
         row!("ListMemoryBlocks", "agent", Yes, false, agent, "OK" / "OK", |ids| j(json!({
             "scope": agent_scope(ids)}))),
         row!("ListMemoryBlocks", "user", Yes, false, user, "OK" / "OK", |ids| j(json!({
