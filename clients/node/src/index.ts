@@ -17,6 +17,7 @@ import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 // Types generated from the protos by proto-loader-gen-types (`npm run proto`).
 import type { CompactionRecord__Output } from "./generated/engram/v1/CompactionRecord";
+import type { Consolidation__Output } from "./generated/engram/v1/Consolidation";
 import type { CompactionReport__Output } from "./generated/engram/v1/CompactionReport";
 import type { GetContextStatsResponse__Output } from "./generated/engram/v1/GetContextStatsResponse";
 import type { GetMemoryBlockResponse__Output } from "./generated/engram/v1/GetMemoryBlockResponse";
@@ -567,6 +568,24 @@ export class EngramClient {
   /** Erases everything the user owns; the number of agents erased. */
   async deleteUser(userId: string): Promise<number> {
     return (await this.call("DeleteUser", { user_id: userId })).agents_deleted;
+  }
+
+  /** Reconciles the user's facts across its conversations now: the same fact
+   * said in other words merged (every source kept), facts on one subject put
+   * to the summarizer (which replaces which, which ended); pinned and
+   * client-written facts never change. The run as logged (`seq`, `trigger`
+   * "request", `merged`/`replaced`/`invalidated`/`unchanged`, `groups_asked`,
+   * `summarizer`, `changes`); `seq` 0 for a user with no facts (nothing to
+   * do, nothing logged). */
+  async consolidateUser(userId: string): Promise<Consolidation__Output> {
+    return (await this.call("ConsolidateUser", { user_id: userId })).consolidation;
+  }
+
+  /** The user's consolidation runs, newest first: the latest `pageSize` (20
+   * when unset, at most 100; the latest 100 are kept), by request or after a
+   * conversation of the user went idle. */
+  async listConsolidations(userId: string, pageSize = 0): Promise<Consolidation__Output[]> {
+    return (await this.call("ListConsolidations", { user_id: userId, page_size: pageSize })).consolidations;
   }
 
   /** The current memory blocks of a scope, by label. */

@@ -284,3 +284,29 @@ test("facts are added, corrected, pinned and forgotten", async () => {
     await server.stop();
   }
 });
+
+test("a user's facts are consolidated and the runs logged", async () => {
+  const server = await startEngramd();
+  const engram = new EngramClient(server.addr);
+  try {
+    // Client-written facts never change: the run keeps them, and is logged.
+    await engram.addMemories({ userId: "node-cu" }, ["Plays curling", { text: "Lives in Oslo", pinned: true }]);
+    const run = await engram.consolidateUser("node-cu");
+    assert.deepEqual([run.seq, run.trigger, run.merged, run.replaced, run.invalidated, run.unchanged],
+      [1, "request", 0, 0, 0, 2]);
+    assert.equal(run.groups_asked, 0, "the embedded summarizer is asked nothing");
+    assert.ok(run.at > 0);
+    const again = await engram.consolidateUser("node-cu");
+    assert.equal(again.seq, 2);
+    assert.deepEqual((await engram.listConsolidations("node-cu")).map((r) => r.seq), [2, 1]);
+    assert.deepEqual((await engram.listConsolidations("node-cu", 1)).map((r) => r.seq), [2]);
+    assert.deepEqual((await engram.listMemories({ userId: "node-cu" })).map((m) => m.fact), ["Lives in Oslo", "Plays curling"]);
+    // A user with no facts: nothing to do, nothing logged.
+    assert.equal((await engram.consolidateUser("node-nobody")).seq, 0);
+    assert.deepEqual(await engram.listConsolidations("node-nobody"), []);
+    await assert.rejects(engram.consolidateUser(""), (e: any) => e.code === status.INVALID_ARGUMENT);
+  } finally {
+    engram.close();
+    await server.stop();
+  }
+});

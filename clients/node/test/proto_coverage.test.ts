@@ -123,7 +123,7 @@ function recorder(service: grpc.ServiceDefinition) {
       sent.push(service[method].requestSerialize(request));
       rest[rest.length - 1](null, {
         report: {}, agent_id: "b", agent_ids: [], user_ids: [], rendered_payload_json: "", warnings: [], recalled: [],
-        blocks: [], block: {}, agents_deleted: 0, compactions: [], version: 0, results: [], memories: [], memory: {}, versions: [],
+        blocks: [], block: {}, agents_deleted: 0, compactions: [], consolidation: {}, consolidations: [], version: 0, results: [], memories: [], memory: {}, versions: [],
         next_page_token: ["ListAgents", "ListUsers", "ListMemories", "ListCompactions"].includes(method) && sent.length === 1 ? "page-2" : "",
       });
     },
@@ -160,6 +160,8 @@ async function callEveryHelper(engram: EngramClient) {
   await engram.deleteAgent("a");
   await engram.forkAgent("a", "b");
   await engram.deleteUser("u");
+  await engram.consolidateUser("u");
+  await engram.listConsolidations("u", 1);
   // Each scope once: a oneof's fields count when any call sets them.
   for (const scope of [{ agentId: "a" }, { userId: "u" }, { global: true as const }]) {
     await engram.listBlocks(scope);

@@ -386,6 +386,25 @@ class EngramClient:
         """Erases everything the user owns; the number of agents erased."""
         return self._call("DeleteUser", memory.DeleteUserRequest(user_id=user_id)).agents_deleted
 
+    def consolidate_user(self, user_id: str) -> types.Consolidation:
+        """Reconciles the user's facts across its conversations now: the same
+        fact said in other words merged (every source kept), facts on one
+        subject put to the summarizer (which replaces which, which ended);
+        pinned and client-written facts never change. The run as logged
+        (`seq`, `trigger` "request", `merged`/`replaced`/`invalidated`/
+        `unchanged`, `groups_asked`, `summarizer`, `changes`); `seq` 0 for a
+        user with no facts (nothing to do, nothing logged)."""
+        return self._call("ConsolidateUser", svc.ConsolidateUserRequest(
+            user_id=user_id)).consolidation
+
+    def list_consolidations(self, user_id: str,
+                            page_size: Optional[int] = None) -> list:
+        """The user's consolidation runs (Consolidation), newest first: the
+        latest `page_size` (20 when None, at most 100; the latest 100 are
+        kept), by request or after a conversation of the user went idle."""
+        return list(self._call("ListConsolidations", svc.ListConsolidationsRequest(
+            user_id=user_id, page_size=page_size or 0)).consolidations)
+
     # Memory blocks: documents in a scope that every prompt of the scope's
     # agents shows. Each helper takes the scope as exactly one of
     # `agent_id=`, `user_id=` or `global_scope=True`.

@@ -318,3 +318,47 @@ def test_facts_are_added_corrected_pinned_and_forgotten(engramd):
         prompt = json.dumps(engram.prepare_request("py-forget", model="gpt-4o").payload)
         assert "4417-zz" not in prompt and "I like tea" in prompt
         assert engram.forget_events("py-forget", ["nothing"]).traces_erased == 0
+
+
+def test_a_users_facts_are_consolidated_across_conversations(start_engramd):
+    # Facts said in other words merge by meaning: the local model must be there.
+    model = os.path.join(os.path.dirname(__file__), "..", "..", "..", "models", "all-MiniLM-L6-v2")
+    assert os.path.isfile(os.path.join(model, "model.safetensors")), \
+        f"{model} is missing: `make models` installs the local model"
+    # A raw tail of one turn: the compaction folds the turn that said it.
+    addr = start_engramd(ENGRAM__EMBED__MODEL_DIR=os.path.abspath(model),
+                         ENGRAM__POLICY__RAW_TAIL_TURNS="1")
+    with EngramClient(addr) as engram:
+        # Two conversations of one user, each saying the same in other words.
+        for agent, said in (("py-curl-1", "I play curling."),
+                            ("py-curl-2", "I enjoy playing curling.")):
+            engram.ingest(agent, [user(said), assistant("Noted.")], user_id="py-cu")
+            engram.ingest(agent, [user("Thanks, that is all."), assistant("You are welcome.")])
+            engram.ingest(agent, [user("Bye."), assistant("You are welcome.")])
+            assert engram.compact(agent).performed
+        before = list(engram.list_memories(user_id="py-cu", query="curling"))
+        assert len(before) == 2, [m.fact for m in before]
+
+        run = engram.consolidate_user("py-cu")
+        assert (run.seq, run.trigger) == (1, "request")
+        assert run.merged >= 1, run
+        # The embedded summarizer (no LLM configured) decides no replacement.
+        assert (run.groups_asked, run.replaced, run.summarizer) == (0, 0, ""), run
+        assert run.at > 0 and not run.error
+        merged = [c for c in run.changes if c.kind == "merged"]
+        assert len(merged) == run.merged, run.changes
+
+        # One fact left, every conversation that said it kept.
+        [kept] = engram.list_memories(user_id="py-cu", query="curling")
+        assert kept.id in {c.by_fact_id for c in merged}
+        assert sorted(s.agent_id for s in kept.sources) == ["py-curl-1", "py-curl-2"]
+        assert [r.seq for r in engram.list_consolidations("py-cu")] == [1]
+        [logged] = engram.list_consolidations("py-cu", page_size=1)
+        assert (logged.seq, logged.merged, logged.trigger) == (1, run.merged, "request")
+
+        # A user with no facts: nothing to do, nothing logged.
+        assert engram.consolidate_user("py-nobody").seq == 0
+        assert engram.list_consolidations("py-nobody") == []
+        with pytest.raises(grpc.RpcError) as err:
+            engram.consolidate_user("")
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT

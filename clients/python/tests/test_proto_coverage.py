@@ -132,6 +132,8 @@ def call_every_helper(engram):
     engram.delete_agent("a")
     engram.fork_agent("a", "b")
     engram.delete_user("u")
+    engram.consolidate_user("u")
+    engram.list_consolidations("u", page_size=1)
     # Each scope once: a oneof's fields count when any call sets them.
     for scope in (dict(agent_id="a"), dict(user_id="u"), dict(global_scope=True)):
         engram.list_blocks(**scope)
