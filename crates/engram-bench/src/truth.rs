@@ -5,7 +5,9 @@
 //! apart; about half of their eight attributes change once or twice. Each
 //! conversation is compacted when it ends (its facts go to the user's
 //! memory), with the embedded summarizer or with a scripted summarizer
-//! that answers by handle (a local HTTP fake speaking the OpenAI API).
+//! that answers by handle (a local HTTP fake speaking the OpenAI API),
+//! and the user's facts consolidated then (`--consolidate`, as the idle
+//! sweep does once a conversation goes quiet).
 //! Then each attribute is asked about from a new conversation of the user
 //! (an 8k window), and the user's facts are listed. Reported, by changed
 //! and unchanged attribute: the current value in the prompt; a stale value
@@ -45,6 +47,16 @@ pub struct Args {
     /// The server binary.
     #[arg(long, default_value = "target/release/engramd")]
     engramd: PathBuf,
+    /// Consolidate the user's facts after each conversation, as the idle
+    /// sweep does once a conversation goes quiet (ConsolidateUser).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    consolidate: bool,
+    /// Seconds between the last conversation and the questions: 0 asks
+    /// back to back (the index may not have embedded what was just
+    /// archived); a pause stands for the days before a user's next
+    /// conversation, as a real client's would.
+    #[arg(long, default_value_t = 0)]
+    pause_secs: u64,
 }
 
 /// 2026-03-02: the first conversation's day.
@@ -77,7 +89,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             anyhow::bail!("--summarizers: embedded or handles, not {summarizer:?}");
         }
         let server = Server::start_with(&args.engramd, &data, &extra)?;
-        let tally = rt.block_on(measure(&server.addr, &users))?;
+        let tally = rt.block_on(measure(&server.addr, &users, &args))?;
         tally.print(summarizer);
     }
     Ok(())
@@ -118,7 +130,7 @@ impl Tally {
     }
 }
 
-async fn measure(addr: &str, users: &[History]) -> anyhow::Result<Tally> {
+async fn measure(addr: &str, users: &[History], args: &Args) -> anyhow::Result<Tally> {
     let mut c = connect(addr).await?;
     for (u, h) in users.iter().enumerate() {
         for (k, said) in h.conversations.iter().enumerate() {
@@ -146,9 +158,19 @@ async fn measure(addr: &str, users: &[History]) -> anyhow::Result<Tally> {
                 ..Default::default()
             })
             .await?;
+            if args.consolidate {
+                c.consolidate_user(pb::ConsolidateUserRequest { user_id: user(u) })
+                    .await?;
+            }
         }
     }
+    tokio::time::sleep(std::time::Duration::from_secs(args.pause_secs)).await;
     let mut tally = Tally::default();
+    // A development aid: the first few prompts missing the current value.
+    let mut show_misses: usize = std::env::var("ENGRAM_BENCH_SHOW_MISSES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
     for (u, h) in users.iter().enumerate() {
         let facts = live_facts(&mut c, u).await?;
         for (i, a) in ATTRIBUTES.iter().enumerate() {
@@ -158,6 +180,13 @@ async fn measure(addr: &str, users: &[History]) -> anyhow::Result<Tally> {
             let current = h.current(i);
             let at_current = find(&prompt, current);
             tally.current[k] += usize::from(at_current.is_some());
+            if at_current.is_none() && show_misses > 0 {
+                show_misses -= 1;
+                eprintln!(
+                    "--- user {u}, {:?}: {current} missing\n{prompt}\n",
+                    a.question
+                );
+            }
             let shown: Vec<usize> = h
                 .stale(i)
                 .iter()
@@ -316,7 +345,11 @@ async fn scripted(users: &[History]) -> anyhow::Result<String> {
                 let said = request["messages"][1]["content"]
                     .as_str()
                     .unwrap_or_default();
-                let content = data::answer_by_handle(said, &statements);
+                let content = if said.starts_with("Group 1:") {
+                    data::answer_consolidation(said)
+                } else {
+                    data::answer_by_handle(said, &statements)
+                };
                 let answer = serde_json::json!({"choices": [{"message": {"role": "assistant", "content": content}}]})
                     .to_string();
                 let reply = format!(

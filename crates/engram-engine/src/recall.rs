@@ -178,11 +178,21 @@ pub fn entries(
     floor: Floor,
     current: &str,
 ) -> (Vec<Entry>, Report) {
+    let ranked = memories.len() as u32;
+    // A question nobody answered is no candidate: it neither shows nor
+    // sets the floor for what answers the question asked now.
+    let memories: Vec<Recalled> = memories
+        .into_iter()
+        .filter(
+            |r| !matches!(&r.memory, Memory::Trace { trace, .. } if unanswered(trace, &r.after)),
+        )
+        .collect();
     let best_score = memories.iter().map(|r| r.score).fold(0.0, f32::max);
     let mut report = Report {
-        ranked: memories.len() as u32,
+        ranked,
         best_score,
         floor: floor.under(best_score),
+        unanswered: ranked - memories.len() as u32,
         ..Report::default()
     };
     let mut shown: HashSet<String> = HashSet::new();
@@ -279,6 +289,35 @@ pub fn attach(
         message,
         tokens,
         recalled,
+    })
+}
+
+/// A user's message that only asks (every sentence a question) with no
+/// answer after it.
+fn unanswered(trace: &RawTrace, after: &[RawTrace]) -> bool {
+    trace.trace_type == TraceType::User
+        && only_asks(&trace.content)
+        && !after.iter().any(|t| t.trace_type != TraceType::User)
+}
+
+/// Every sentence of `text` ends with a question mark (and there is one).
+/// A sentence ends at a `.` or `!` followed by the end or by a capital
+/// after a space ("e.g. near" goes on).
+fn only_asks(text: &str) -> bool {
+    let text = text.trim();
+    if !text.ends_with('?') {
+        return false;
+    }
+    let chars: Vec<char> = text.chars().collect();
+    // Each whitespace run is looked past by the one mark before it at
+    // most: linear.
+    !chars.iter().enumerate().any(|(i, c)| {
+        if !matches!(c, '.' | '!') {
+            return false;
+        }
+        let mut next = chars[i + 1..].iter().skip_while(|n| n.is_whitespace());
+        let spaced = chars.get(i + 1).is_some_and(|n| n.is_whitespace());
+        next.next().is_none_or(|n| spaced && n.is_uppercase())
     })
 }
 

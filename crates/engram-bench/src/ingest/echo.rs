@@ -86,6 +86,18 @@ impl MemoryService for Echo {
     ) -> Result<Response<pb::DeleteUserResponse>, Status> {
         Err(Status::unimplemented("echo"))
     }
+    async fn consolidate_user(
+        &self,
+        _: Request<pb::ConsolidateUserRequest>,
+    ) -> Result<Response<pb::ConsolidateUserResponse>, Status> {
+        Err(Status::unimplemented("echo"))
+    }
+    async fn list_consolidations(
+        &self,
+        _: Request<pb::ListConsolidationsRequest>,
+    ) -> Result<Response<pb::ListConsolidationsResponse>, Status> {
+        Err(Status::unimplemented("echo"))
+    }
     async fn list_compactions(
         &self,
         _: Request<pb::ListCompactionsRequest>,

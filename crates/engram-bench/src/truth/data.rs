@@ -389,3 +389,54 @@ pub fn answer_by_handle(said: &str, statements: &HashMap<String, (usize, &'stati
     })
     .to_string()
 }
+
+/// The scripted summarizer's answer to a consolidation request ("Group
+/// 1:\n- [f1] (since DATE) …"): within each group, per attribute, the
+/// latest fact (by its date, then its place) replaces every earlier one
+/// that names another value.
+pub fn answer_consolidation(said: &str) -> String {
+    // (group, attribute) -> [(date, place, handle, value)]
+    let mut by: HashMap<(usize, usize), Vec<(String, usize, String, &'static str)>> =
+        HashMap::new();
+    let mut group = 0;
+    for (place, line) in said.lines().enumerate() {
+        if line.starts_with("Group ") {
+            group += 1;
+            continue;
+        }
+        let Some((handle, rest)) = line.strip_prefix("- [").and_then(|r| r.split_once(']')) else {
+            continue;
+        };
+        let date = rest
+            .trim()
+            .strip_prefix("(since ")
+            .and_then(|r| r.split_once(')'))
+            .map_or("", |(d, _)| d);
+        for i in 0..ATTRIBUTES.len() {
+            if let Some(v) = value_in(rest, i) {
+                by.entry((group, i)).or_default().push((
+                    date.to_owned(),
+                    place,
+                    handle.to_owned(),
+                    v,
+                ));
+            }
+        }
+    }
+    let mut updates = vec![];
+    let mut keys: Vec<_> = by.keys().copied().collect();
+    keys.sort_unstable();
+    for key in keys {
+        let mut facts = by.remove(&key).unwrap_or_default();
+        facts.sort();
+        let Some((_, _, latest, value)) = facts.last().cloned() else {
+            continue;
+        };
+        for (_, _, handle, v) in &facts[..facts.len() - 1] {
+            if *v != value {
+                updates.push(serde_json::json!({"replaces": handle, "by": latest}));
+            }
+        }
+    }
+    serde_json::json!({"updates": updates, "invalidates": []}).to_string()
+}

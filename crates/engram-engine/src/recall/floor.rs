@@ -30,6 +30,10 @@ pub struct Report {
     pub already_shown: u32,
     /// Left out for want of room (`recall.max_tokens`, the input budget).
     pub over_budget: u32,
+    /// Left out as questions nobody answered: a message that only asks,
+    /// with no answer after it, holds nothing to remember (an earlier
+    /// conversation's question would push out what answers this one).
+    pub unanswered: u32,
 }
 
 impl Report {

@@ -243,3 +243,62 @@ fn the_floor_is_a_share_of_the_best_score_of_the_same_question() {
     let left = report.showing(3, 1);
     assert_eq!(left.over_budget, 2);
 }
+
+#[test]
+fn a_question_nobody_answered_is_left_out() {
+    let traces = assign_all([
+        NewEvent::user("Where do I live now?"),
+        NewEvent::user("Where do I live now? I forgot."),
+        NewEvent::user("Have you been to Oslo?"),
+        NewEvent::assistant("Yes, in May."),
+        NewEvent::user("Is it e.g. near the sea? Or inland?"),
+    ]);
+    let lone = Recalled {
+        after: vec![],
+        ..hit(&traces, 0, 2.0)
+    };
+    let told = Recalled {
+        after: vec![],
+        ..hit(&traces, 1, 1.9)
+    };
+    let answered = hit(&traces, 2, 1.8);
+    let last = Recalled {
+        after: vec![],
+        ..hit(&traces, 4, 1.7)
+    };
+    let (shown, report) = entries(vec![lone, told, answered, last], "", Floor::default(), "a");
+    assert_eq!(report.unanswered, 2, "the first and the last only ask");
+    let texts: Vec<&str> = shown.iter().map(|e| e.text.as_str()).collect();
+    assert_eq!(shown.len(), 2, "{texts:#?}");
+    assert!(texts[0].contains("I forgot."), "a statement too: kept");
+    assert!(
+        texts[1].contains("Yes, in May."),
+        "answered: kept with its answer"
+    );
+}
+
+#[test]
+fn a_question_nobody_answered_sets_no_floor() {
+    let traces = assign_all([
+        NewEvent::user("What is my job these days?"),
+        NewEvent::user("I'm a nurse by trade."),
+    ]);
+    let question = Recalled {
+        after: vec![],
+        ..hit(&traces, 0, 2.0)
+    };
+    let fact = Recalled {
+        before: vec![],
+        after: vec![],
+        ..hit(&traces, 1, 0.5)
+    };
+    let floor = Floor {
+        min_score: 0.0,
+        relative: 0.5,
+    };
+    let (shown, report) = entries(vec![question, fact], "", floor, "a");
+    assert_eq!((report.unanswered, report.below_floor), (1, 0));
+    assert_eq!(report.best_score, 0.5);
+    assert_eq!(shown.len(), 1);
+    assert!(shown[0].text.contains("nurse"));
+}

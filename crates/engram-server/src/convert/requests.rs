@@ -76,6 +76,7 @@ pub fn prepared_to_pb(p: Prepared) -> pb::PrepareRequestResponse {
             below_floor: r.below_floor,
             already_shown: r.already_shown,
             over_budget: r.over_budget,
+            unanswered: r.unanswered,
         }),
     }
 }
