@@ -392,14 +392,14 @@ pub fn answer_by_handle(said: &str, statements: &HashMap<String, (usize, &'stati
 
 /// A fact of a consolidation request about an attribute: its date, its
 /// place in the request, its handle and the value it names.
-type Said = (String, usize, String, &'static str);
+type Shown = (String, usize, String, &'static str);
 
 /// The scripted summarizer's answer to a consolidation request ("Group
 /// 1:\n- [f1] (since DATE) …"): within each group, per attribute, the
 /// latest fact (by its date, then its place) replaces every earlier one
 /// that names another value.
 pub fn answer_consolidation(said: &str) -> String {
-    let mut by: HashMap<(usize, usize), Vec<Said>> = HashMap::new();
+    let mut by: HashMap<(usize, usize), Vec<Shown>> = HashMap::new();
     let mut group = 0;
     for (place, line) in said.lines().enumerate() {
         if line.starts_with("Group ") {
