@@ -21,7 +21,9 @@ use std::time::Instant;
 use engram_core::UserId;
 use engram_core::memory::SemanticItem;
 use engram_core::users::UserFact;
-use engram_core::users::consolidate::{Candidates, ConsolidationRecord, Plan, Replace, candidates};
+use engram_core::users::consolidate::{
+    Candidates, ConsolidationRecord, Plan, Replace, candidates, considered,
+};
 
 use crate::Engine;
 use crate::error::Result;
@@ -125,7 +127,7 @@ impl Engine {
     /// Repeats and subjects among `facts`, by the store's model when it
     /// has one (else by words alone: repeats only).
     async fn candidates(&self, facts: &[UserFact]) -> Candidates {
-        let live: Vec<usize> = (0..facts.len()).filter(|&i| facts[i].is_live()).collect();
+        let live = considered(facts);
         let vectors = match self.store.embedder() {
             Some(model) if live.len() > 1 => {
                 let texts: Vec<String> = live.iter().map(|&i| facts[i].fact.fact.clone()).collect();

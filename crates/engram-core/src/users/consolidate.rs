@@ -169,6 +169,22 @@ pub fn apply(known: &[UserFact], plan: &Plan) -> Consolidated {
     }
 }
 
+/// The most facts one run compares (pairwise: the work grows with the
+/// square): the latest written, where what a new conversation said meets
+/// what was known.
+pub const CONSIDER_MAX: usize = 400;
+
+/// The facts a run looks at, by index into `facts`: the live ones, the
+/// latest [`CONSIDER_MAX`] written when there are more.
+pub fn considered(facts: &[UserFact]) -> Vec<usize> {
+    let mut live: Vec<usize> = (0..facts.len()).filter(|&i| facts[i].is_live()).collect();
+    if live.len() > CONSIDER_MAX {
+        live.sort_by(|&a, &b| facts[b].fact.ts.total_cmp(&facts[a].fact.ts));
+        live.truncate(CONSIDER_MAX);
+    }
+    live
+}
+
 /// What a run found among the user's live facts: repeats to merge, and
 /// groups on one subject (fact ids, oldest first) for the summarizer.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -213,8 +229,8 @@ pub fn same_fact(a: &str, b: &str, similarity: Option<f32>) -> bool {
         && marks(a) == marks(b)
 }
 
-/// The candidates among `facts` (the user's, any state): of the live
-/// ones, repeats ([`same_fact`]) merge into the one a client wrote, else
+/// The candidates among `facts` (the user's, any state): of those
+/// [`considered`], repeats ([`same_fact`]) merge into the one a client wrote, else
 /// into the earliest said; pairs on one subject ([`SAME_SUBJECT`]) of
 /// which at least one is changeable join a group (at most
 /// [`GROUP_MAX`] facts each, [`ASK_MAX`] in all). `similarity(i, j)` is
@@ -224,7 +240,7 @@ pub fn candidates(
     facts: &[UserFact],
     similarity: impl Fn(usize, usize) -> Option<f32>,
 ) -> Candidates {
-    let mut live: Vec<usize> = (0..facts.len()).filter(|&i| facts[i].is_live()).collect();
+    let mut live = considered(facts);
     // Clients' facts first (they survive), then by when they were said.
     live.sort_by(|&a, &b| {
         let (fa, fb) = (&facts[a].fact, &facts[b].fact);

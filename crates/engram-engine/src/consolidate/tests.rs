@@ -284,3 +284,51 @@ async fn a_summarizers_decision_replaces_one_conversations_fact_by_anothers() {
         "one subject: {asked:?}"
     );
 }
+
+/// The idle sweep: once a user's conversations go quiet and are
+/// summarized, their facts are consolidated (once; an idle run that finds
+/// nothing is not logged).
+#[tokio::test(start_paused = true)]
+async fn a_quiet_users_facts_are_consolidated_after_their_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = StoreConfig::new(dir.path());
+    config.embedder = Some(local_model() as Arc<dyn Embedder>);
+    let store: Arc<dyn engram_store::Store> = Arc::new(FileStore::open(config).await.unwrap());
+    let mut settings = crate::idle::tests::settings();
+    settings.policy.raw_tail_turns = 1;
+    let idle = settings.users.summarize_idle_after_secs;
+    let engine = Engine::new(store, Arc::new(engram_llm::Extractive), &settings);
+    for (agent, fact) in [
+        ("q-1", "I play curling."),
+        ("q-2", "I enjoy playing curling."),
+    ] {
+        let events = [fact, "Thanks, that is all.", "Bye."]
+            .iter()
+            .flat_map(|t| [NewEvent::user(*t), NewEvent::assistant("Noted.")])
+            .collect();
+        engine
+            .ingest(IngestRequest {
+                agent_id: agent.into(),
+                events,
+                user_id: Some("ana".into()),
+                ..IngestRequest::default()
+            })
+            .await
+            .unwrap();
+    }
+    assert!(engine.consolidations("ana", 10).await.unwrap().is_empty());
+    tokio::time::advance(std::time::Duration::from_secs(idle)).await;
+    assert_eq!(engine.summarize_idle().await, 2);
+    let log = engine.consolidations("ana", 10).await.unwrap();
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert_eq!((log[0].trigger.as_str(), log[0].counts.merged), ("idle", 1));
+    let curling: Vec<String> = live(&engine)
+        .await
+        .into_iter()
+        .filter(|f| f.contains("curling"))
+        .collect();
+    assert_eq!(curling.len(), 1, "{curling:?}");
+    tokio::time::advance(std::time::Duration::from_secs(idle)).await;
+    assert_eq!(engine.summarize_idle().await, 0);
+    assert_eq!(engine.consolidations("ana", 10).await.unwrap().len(), 1);
+}

@@ -239,3 +239,30 @@ fn same_fact_needs_the_same_negations_names_and_numbers() {
         assert!(!same_fact(a, b, Some(0.99)), "{a} / {b}");
     }
 }
+
+#[test]
+fn a_run_compares_the_latest_facts_only() {
+    let many: Vec<UserFact> = (0..CONSIDER_MAX + 50)
+        .map(|n| {
+            let mut f = fact(
+                &format!("u{n}"),
+                &format!("Fact number {n} of many"),
+                1.0,
+                "c",
+            );
+            f.fact.ts = n as f64;
+            f
+        })
+        .collect();
+    let looked = considered(&many);
+    assert_eq!(looked.len(), CONSIDER_MAX);
+    assert!(looked.iter().all(|&i| i >= 50), "the latest written");
+    // Every pair compared is among them.
+    let asked = std::cell::RefCell::new(0usize);
+    candidates(&many, |a, b| {
+        assert!(a >= 50 && b >= 50);
+        *asked.borrow_mut() += 1;
+        Some(0.0)
+    });
+    assert!(*asked.borrow() > 0);
+}
