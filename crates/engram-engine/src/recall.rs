@@ -228,12 +228,19 @@ pub fn entries(
                 format!("- ({whose}{when}) Summary: {}", one_line(&e.summary))
             }
             // A fact is dated by when it became true (the message it was
-            // drawn from).
+            // drawn from); one no longer true by its span, and says so, so
+            // that it never reads as current.
             Memory::Semantic(f) if !snapshot.contains(&fold_whitespace(&f.fact)) => {
                 let at = f.valid_since();
+                let until = f.valid_until(|_| None).filter(|_| !f.is_live());
+                let (to, state) = match (until, &f.superseded_by) {
+                    (Some(end), Some(_)) => (end, ", since replaced"),
+                    (Some(end), None) => (end, ", no longer true"),
+                    (None, _) => (at, ""),
+                };
                 format!(
-                    "- ({whose}{}) Fact: {}",
-                    span(at, at, &f.turn_ids),
+                    "- ({whose}{}{state}) Fact: {}",
+                    span(at, to, &f.turn_ids),
                     one_line(&f.fact)
                 )
             }

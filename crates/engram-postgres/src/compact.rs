@@ -279,7 +279,9 @@ pub(crate) async fn upsert_semantic(
         tx,
         id,
         engram_store::semantic_item(f),
-        f.is_live(),
+        // Searchable unless deleted: a replaced or ended fact is found
+        // with its span (DESIGN §15).
+        f.managed.deleted_at.is_none(),
         expires_at,
     )
     .await

@@ -206,8 +206,9 @@ pub(crate) async fn store_version(
     .bind(&item.body)
     .bind(item.order as i64)
     .bind(item.ts)
-    .bind(line.is_live())
-    .bind(if line.is_live() {
+    // Searchable unless deleted (a replaced fact is found with its span).
+    .bind(line.managed.deleted_at.is_none())
+    .bind(if line.managed.deleted_at.is_none() {
         crate::rows::item_words(&item)
     } else {
         String::new()

@@ -295,7 +295,8 @@ async fn memories(
                     Memory::Summary(e) => (engram_store::episodic_item(e), "e", e.is_shown(), None),
                     Memory::Fact(f) => {
                         let expires_at = f.managed.expires_at.filter(|_| !f.managed.pinned);
-                        (engram_store::semantic_item(f), "s", f.is_live(), expires_at)
+                        let kept = f.managed.deleted_at.is_none();
+                        (engram_store::semantic_item(f), "s", kept, expires_at)
                     }
                 };
                 agent.push(*a);

@@ -90,6 +90,16 @@ pub(crate) async fn materialize(
         .into_iter()
         .map(|(a, id, body)| ((a, id), body))
         .collect();
+    // In a user's search, a conversation's fact stands for the user's
+    // fact it was folded into: replaced or ended there (by another
+    // conversation, or a consolidation), it reads so, with its span, as
+    // the file store's user index holds it.
+    let mut folded = match who {
+        Covered::User(placing) if !memory_ids.is_empty() => {
+            folded_into(conn, &placing.user, &memory_agents, &memory_ids).await?
+        }
+        _ => HashMap::new(),
+    };
     let mut own = match who {
         Covered::User(placing) if !own_ids.is_empty() => {
             own_facts(conn, &placing.user, &own_ids).await?
@@ -117,7 +127,7 @@ pub(crate) async fn materialize(
                 None => continue,
             },
             Some(Spot::Memory(agent, id)) => {
-                let Some(body) = memories.remove(&(agent.clone(), id)) else {
+                let Some(body) = memories.remove(&(agent.clone(), id.clone())) else {
                     continue;
                 };
                 let memory = if hit.kind == Kind::Episodic {
@@ -129,6 +139,7 @@ pub(crate) async fn materialize(
                     Memory::Episodic(summary)
                 } else {
                     let fact: SemanticItem = parse(&agent, "fact", &body)?;
+                    let fact = folded.remove(&(agent.clone(), id)).unwrap_or(fact);
                     // Expired: gone from search at once (upkeep purges it).
                     if fact.is_expired(engram_store::unix_now()) {
                         continue;
@@ -158,6 +169,34 @@ enum Spot {
     Memory(String, String),
     /// A fact of the user's own, by id.
     Own(String),
+}
+
+/// The user's facts that the conversations' facts `(agents[i], ids[i])`
+/// were folded into, by conversation fact.
+async fn folded_into(
+    conn: &mut PgConnection,
+    user: &str,
+    agents: &[String],
+    ids: &[String],
+) -> Result<HashMap<(String, String), SemanticItem>> {
+    let rows: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT s.agent_id, s.fact_id, uf.body FROM user_facts uf
+         CROSS JOIN LATERAL jsonb_to_recordset(uf.body::jsonb -> 'sources')
+             AS s(agent_id text, fact_id text)
+         JOIN unnest($2::text[], $3::text[]) AS k(a, f) ON k.a = s.agent_id AND k.f = s.fact_id
+         WHERE uf.user_id = $1",
+    )
+    .bind(user)
+    .bind(agents)
+    .bind(ids)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(db("reading what a user's facts were folded from"))?;
+    let mut out = HashMap::new();
+    for (agent, id, body) in rows {
+        out.insert((agent, id), crate::user_fact_changes::parse(&body)?.fact);
+    }
+    Ok(out)
 }
 
 /// The user's own facts `ids` that are shown now (live, not expired), by id.

@@ -35,9 +35,10 @@ pub(crate) struct Looked {
 pub(crate) fn looked_up(f: &engram_core::memory::SemanticItem) -> Looked {
     let pinned = f.is_live() && f.managed.pinned;
     let expires_at = f.managed.expires_at.filter(|_| f.is_live() && !pinned);
-    // A client's live fact is searched by its own words; any other is
-    // found by its conversations' copies (or not at all).
-    let words = (f.is_live() && f.managed.origin == Origin::Client)
+    // A client's fact (replaced ones too: found with their span) is
+    // searched by its own words; any other is found by its
+    // conversations' copies.
+    let words = (f.managed.deleted_at.is_none() && f.managed.origin == Origin::Client)
         .then(|| crate::rows::item_words(&engram_store::items::semantic_item(f)));
     Looked {
         pinned,

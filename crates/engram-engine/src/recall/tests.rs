@@ -302,3 +302,37 @@ fn a_question_nobody_answered_sets_no_floor() {
     assert_eq!(shown.len(), 1);
     assert!(shown[0].text.contains("nurse"));
 }
+
+#[test]
+fn a_fact_no_longer_true_reads_with_its_span() {
+    let day = 86_400.0;
+    let lisbon = SemanticItem {
+        valid_from: Some(MAY_8_2023),
+        superseded_by: Some("f2".into()),
+        invalid_at: Some(MAY_8_2023 + 30.0 * day),
+        ..SemanticItem::new("f1", "Lives in Lisbon")
+    };
+    let peanuts = SemanticItem {
+        valid_from: Some(MAY_8_2023),
+        invalid_at: Some(MAY_8_2023 + 60.0 * day),
+        ..SemanticItem::new("f3", "Allergic to peanuts")
+    };
+    let berlin = SemanticItem {
+        valid_from: Some(MAY_8_2023 + 30.0 * day),
+        ..SemanticItem::new("f2", "Lives in Berlin")
+    };
+    let ranked = [lisbon, peanuts, berlin]
+        .into_iter()
+        .map(|f| memory(Memory::Semantic(f), 1.0))
+        .collect();
+    let (shown, _) = entries(ranked, "", Floor::default(), "a");
+    let texts: Vec<&str> = shown.iter().map(|e| e.text.as_str()).collect();
+    assert_eq!(
+        texts,
+        [
+            "- (2023-05-08 to 2023-06-07, since replaced) Fact: Lives in Lisbon",
+            "- (2023-05-08 to 2023-07-07, no longer true) Fact: Allergic to peanuts",
+            "- (2023-06-07) Fact: Lives in Berlin",
+        ]
+    );
+}

@@ -213,7 +213,8 @@ pub(super) fn apply(
 }
 
 /// What a delta's memories are to the index: the items to hold (every
-/// summary a forget did not hide, every live fact) and the keys to drop.
+/// summary a forget did not hide, every fact not deleted: a replaced or
+/// ended one is found with its span, DESIGN §15) and the keys to drop.
 fn memories<'a>(
     episodic: &'a [EpisodicItem],
     semantic: &'a [SemanticItem],
@@ -221,7 +222,9 @@ fn memories<'a>(
 ) -> (Vec<Item>, Vec<&'a str>) {
     // A summary a forget hid is not searched until it is rewritten.
     let (shown, hidden): (Vec<_>, Vec<_>) = episodic.iter().partition(|e| e.is_shown());
-    let (live, gone): (Vec<_>, Vec<_>) = semantic.iter().partition(|f| f.is_live());
+    let (live, gone): (Vec<_>, Vec<_>) = semantic
+        .iter()
+        .partition(|f| f.managed.deleted_at.is_none());
     let items = shown
         .into_iter()
         .map(episodic_item)

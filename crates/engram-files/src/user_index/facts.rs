@@ -33,7 +33,8 @@ impl UserIndex {
             if before == Some(hash) {
                 continue;
             }
-            if !f.is_live() {
+            // A replaced or ended fact stays, found with its span.
+            if f.fact.managed.deleted_at.is_some() {
                 gone.push(key);
                 continue;
             }

@@ -133,3 +133,50 @@ pub async fn a_users_facts_are_consolidated_and_logged<H: Harness>(h: &H) {
     let nobody = UserId::parse("sleep-nobody").unwrap();
     assert!(store.consolidations(&nobody, 10).await.unwrap().is_empty());
 }
+
+/// A fact one conversation said and another's replaced in the user's
+/// memory stays in the user's search, read as replaced (its span ends
+/// when the new one began); the new one reads as current.
+pub async fn a_replaced_fact_is_found_as_replaced<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let ana = UserId::parse("span-ana").unwrap();
+    for (agent, fact) in [
+        ("span-1", "The user lives in Lisbon Portugal"),
+        ("span-2", "The user lives in Porto Portugal"),
+    ] {
+        let a = id(agent);
+        for text in ["We talked about home", "more talk", "and more"] {
+            store
+                .ingest(&a, &[NewEvent::user(text)], None, None, Some(&ana))
+                .await
+                .unwrap();
+        }
+        super::users::compact_and_fold(&*store, &a, &ana, "Talked about home.", fact).await;
+    }
+    let query = crate::MemoryQuery {
+        query: "lives Portugal".into(),
+        limit: 10,
+        neighbours: 0,
+        wait_for_index: None,
+        archived_only: false,
+        episodic: 0,
+        semantic: 5,
+    };
+    let found = store.rank_user_memories(&ana, &query, None).await.unwrap();
+    let facts: Vec<(String, bool)> = found
+        .memories
+        .iter()
+        .filter_map(|m| match &m.memory {
+            crate::Memory::Semantic(f) => Some((f.fact.clone(), f.is_live())),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        facts.contains(&("The user lives in Lisbon Portugal".into(), false)),
+        "the replaced one, as replaced: {facts:?}"
+    );
+    assert!(
+        facts.contains(&("The user lives in Porto Portugal".into(), true)),
+        "{facts:?}"
+    );
+}

@@ -117,6 +117,7 @@ macro_rules! conformance_suite {
             delete_user_erases_everything_it_owns,
             a_users_facts_are_folded_across_conversations,
             a_users_facts_are_consolidated_and_logged,
+            a_replaced_fact_is_found_as_replaced,
             a_users_new_conversation_starts_once,
             recall_spans_a_users_conversations,
             quiet_conversations_are_noted_and_taken_once,
