@@ -282,15 +282,48 @@ def dated_conversation(base, agent, user, day, first):
     assert post(base, "Compact", {"agentId": agent})["report"]["performed"]
 
 
+# What a conversation of the consolidation test says, and the facts the
+# scripted model draws from it: no update of a known fact (each
+# conversation's summarizer misses what the others said; consolidation
+# finds it).
+SAID = {
+    "I live in Lisbon and play curling.": ["Lives in Lisbon", "Plays curling"],
+    "I enjoy playing curling.": ["Enjoys playing curling"],
+    "I live in Berlin now.": ["Lives in Berlin"],
+}
+
+
+def reconciled(said):
+    """The model's answer to a consolidation request (its message starts
+    with "Group 1:"; each group's facts oldest first, each with a handle):
+    where the user lives, the latest saying of a group replaces the earlier
+    ones; nothing else changed, nothing ended."""
+    updates = []
+    for group in re.split(r"^Group \d+:\n", said, flags=re.M)[1:]:
+        homes = re.findall(r"^- \[(f\d+)\] (?:\(since [^)]*\) )?((?:Lives in|Moved to) .*)$", group, re.M)
+        if len(homes) > 1:
+            latest, fact = homes[-1]
+            updates += [{"replaces": h, "by": latest, "fact": fact} for h, _ in homes[:-1]]
+    return {"updates": updates, "invalidates": []}
+
+
 def summarizer(path, body):
     """The model's answer to a compaction, by the handles of the known facts
     it is shown (DESIGN §15): the first conversation says where the user
     lives and an allergy; the second replaces the first fact (the move)
-    and ends the second (the allergy is gone)."""
+    and ends the second (the allergy is gone). The conversations of SAID
+    give their facts and change none. A consolidation request is answered
+    by `reconciled`."""
     said = body["messages"][1]["content"]
+    if said.startswith("Group 1:"):
+        return completion(body, json.dumps(reconciled(said)))
+    turns = said.split("Turns to summarize:\n")[-1]
+    told = [facts for text, facts in SAID.items() if text in turns]
     handle = lambda text: re.search(r"^- \[(f\d+)\] .*" + re.escape(text) + "$", said, re.M)
     lisbon, peanuts = handle("Lives in Lisbon"), handle("Allergic to peanuts")
-    if lisbon and peanuts:
+    if told:
+        facts = {"semantic_facts": told[0], "updates": [], "invalidates": []}
+    elif lisbon and peanuts:
         facts = {"semantic_facts": [],
                  "updates": [{"replaces": lisbon.group(1), "fact": "Moved to Berlin"}],
                  "invalidates": [peanuts.group(1)]}
@@ -298,7 +331,12 @@ def summarizer(path, body):
         facts = {"semantic_facts": []}
     else:
         facts = {"semantic_facts": ["Lives in Lisbon", "Allergic to peanuts"], "updates": []}
-    content = json.dumps({"episodic_summary": "Talked about home.", **facts})
+    return completion(body, json.dumps({"episodic_summary": "Talked about home.", **facts}))
+
+
+def completion(body, content):
+    """An OpenAI-compatible chat completion answering request `body` with
+    `content`."""
     return {"id": "x", "object": "chat.completion", "model": body.get("model", ""),
             "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
                          "finish_reason": "stop"}],
@@ -381,6 +419,12 @@ def test_the_user_page_shows_how_the_facts_changed(model, start_engramd_http, tm
     expect(client.locator(".chip")).to_have_text(["current", "pinned", "client-written"])
     expect(client).to_contain_text("Written by a client.")
 
+    # No consolidation has run for this user yet.
+    runs = page.locator("#consolidations")
+    expect(runs.get_by_role("heading", name="Consolidation")).to_be_visible()
+    expect(runs).to_contain_text("No consolidation yet.")
+    expect(runs.get_by_role("button", name="Consolidate now")).to_be_visible()
+
     # The time line is read-only; the current facts stay editable above it.
     expect(timeline.get_by_role("button")).to_have_count(0)
     current = page.locator("#facts .fact")
@@ -405,6 +449,117 @@ def test_the_user_page_shows_how_the_facts_changed(model, start_engramd_http, tm
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= 390, width
     shot(page, "user-narrow")
+    watched.clean()
+
+
+def test_the_user_page_consolidates_the_facts(model, start_engramd_http, tmp_path, browser):
+    """Three conversations of one user: two say one fact in other words,
+    the third says the user moved without its summarizer seeing the old
+    home. "Consolidate now" merges the repeat (by meaning: the local
+    model) and asks the scripted model about the facts on one subject,
+    which replaces the old home; the run shows on the user's page, each
+    change a link into the time line, and the time line with it."""
+    local = os.path.join(ROOT, "models", "all-MiniLM-L6-v2")
+    assert os.path.isfile(os.path.join(local, "model.safetensors")), \
+        f"{local} is missing: `make models` installs the local model"
+    _, base = start_engramd_http(ENGRAM__AUTH__TOKENS_FILE=tokens_file(tmp_path),
+                                 ENGRAM__LLM__BASE_URL=model, ENGRAM__LLM__MODEL="summarizer",
+                                 ENGRAM__POLICY__RAW_TAIL_TURNS="1", ENGRAM__EMBED__MODEL_DIR=local)
+    dated_conversation(base, "cy-home", "cy", "2026-08-01", "I live in Lisbon and play curling.")
+    dated_conversation(base, "cy-club", "cy", "2026-09-01", "I enjoy playing curling.")
+    dated_conversation(base, "cy-moving", "cy", "2026-10-03", "I live in Berlin now.")
+    listed = post(base, "ListMemories", {"scope": {"userId": "cy"}})["memories"]
+    fact = {m["fact"]: m["id"] for m in listed}
+    assert sorted(fact) == ["Enjoys playing curling", "Lives in Berlin", "Lives in Lisbon", "Plays curling"]
+    assert post(base, "ListConsolidations", {"userId": "cy"}).get("consolidations", []) == []
+
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    watched = Watched(page)
+    page.goto(f"{base}/console/")
+    page.get_by_label("Token").fill(TOKEN)
+    page.get_by_role("button", name="Use token").click()
+    expect(page.locator("#agents").get_by_role("link", name="cy-home")).to_be_visible()
+    watched.clean(expected=["401", "Unauthorized"])  # before the token
+    page.goto(f"{base}/console/#/user/cy")
+    section = page.locator("#consolidations")
+    expect(section.get_by_role("heading", name="Consolidation")).to_be_visible()
+    expect(section.locator("#no-consolidation")).to_have_text("No consolidation yet.")
+    expect(page.locator("#facts .fact")).to_have_count(4)
+
+    section.get_by_role("button", name="Consolidate now").click()
+    # The run embeds the facts with the local model (seconds in a debug
+    # build, on a busy machine) and asks the scripted one.
+    runs = section.get_by_role("list", name="Consolidation").locator("> li")
+    expect(runs).to_have_count(1, timeout=120_000)
+    expect(section.locator("#no-consolidation")).to_have_count(0)
+    [logged] = post(base, "ListConsolidations", {"userId": "cy"})["consolidations"]
+    assert (logged["seq"], logged["trigger"]) == ("1", "request"), logged
+    assert (logged.get("merged"), logged.get("replaced"), logged.get("invalidated", 0)) == (1, 1, 0), logged
+    assert logged["groupsAsked"] >= 1 and logged["summarizer"] and not logged.get("error"), logged
+    run = runs.first
+    expect(run.locator("h3")).to_have_text(re.compile(r"^Run 1 · 20\d\d-\d\d-\d\d \d\d:\d\d:\d\dZ$"))
+    expect(run.locator(".how")).to_have_text(re.compile(r"^on request · [\d.]+ m?s$"))
+    expect(run.locator(".counts")).to_have_text(
+        f"1 merged · 1 replaced · 0 ended · {logged['unchanged']} unchanged")
+    groups = logged["groupsAsked"]
+    expect(run.locator(".asked")).to_have_text(
+        f"{groups} group{'' if groups == 1 else 's'} of facts on one subject asked of {logged['summarizer']}")
+    # Each change names its facts, links into the time line.
+    changes = run.get_by_role("list", name="What run 1 changed").locator("> li")
+    expect(changes).to_have_count(2)
+    here = lambda text: f"#/user/cy?fact={fact[text]}"
+    merged = changes.filter(has=page.locator(".chip.merged"))
+    expect(merged).to_have_text("merged Enjoys playing curling went into Plays curling")
+    expect(merged.get_by_role("link", name="Enjoys playing curling")).to_have_attribute("href", here("Enjoys playing curling"))
+    expect(merged.get_by_role("link", name="Plays curling")).to_have_attribute("href", here("Plays curling"))
+    replaced = changes.filter(has=page.locator(".chip.replaced"))
+    expect(replaced).to_have_text("replaced Lives in Lisbon replaced by Lives in Berlin")
+    expect(replaced.get_by_role("link", name="Lives in Lisbon")).to_have_attribute("href", here("Lives in Lisbon"))
+    expect(replaced.get_by_role("link", name="Lives in Berlin")).to_have_attribute("href", here("Lives in Berlin"))
+    # The page was drawn anew: what the run did, by the button (focused).
+    expect(section.get_by_role("status")).to_have_text(
+        f"Run 1 done: 1 merged · 1 replaced · 0 ended · {logged['unchanged']} unchanged.")
+    expect(section.get_by_role("button", name="Consolidate now")).to_be_focused()
+
+    # The facts and their time line with it.
+    expect(page.locator("#facts .fact")).to_have_count(2)
+    entries = page.locator("#fact-timeline ol > li")
+    expect(entries).to_have_count(4)
+    entry = lambda text: entries.filter(has=page.locator("p.text", has_text=re.compile(f"^{re.escape(text)}$")))
+    old = entry("Lives in Lisbon")
+    expect(old.locator(".chip.replaced")).to_have_text("replaced")
+    expect(old.locator("h3")).to_have_text("2026-08-01 to 2026-10-03")
+    expect(old.get_by_role("link", name="Lives in Berlin")).to_have_attribute("href", here("Lives in Berlin"))
+    again = entry("Enjoys playing curling")
+    expect(again.locator(".chip.merged")).to_have_text("merged")
+    expect(again.locator("h3")).to_have_text("since 2026-09-01")
+    expect(again.locator(".replaced-by")).to_have_text("Said again in other words: merged into Plays curling")
+    kept = entry("Plays curling")
+    expect(kept.locator(".chip.current")).to_have_text("current")
+    expect(kept.locator("h3")).to_have_text("since 2026-08-01")
+    expect(kept.locator(".from > a")).to_have_text(["cy-home", "cy-club"])
+
+    # A change's link marks its fact on the time line.
+    replaced.get_by_role("link", name="Lives in Lisbon").click()
+    marked = page.locator("#fact-timeline li.target")
+    expect(marked).to_have_count(1)
+    expect(marked.locator("p.text")).to_have_text("Lives in Lisbon")
+    expect(marked).to_have_attribute("aria-current", "true")
+    assert page.url.endswith(here("Lives in Lisbon")), page.url
+
+    # Again: nothing left to do; the newest run first.
+    section.get_by_role("button", name="Consolidate now").click()
+    expect(runs).to_have_count(2, timeout=120_000)
+    expect(runs.first.locator("h3")).to_contain_text("Run 2 · ")
+    expect(runs.first.locator(".counts")).to_have_text("0 merged · 0 replaced · 0 ended · 2 unchanged")
+    expect(runs.first).to_contain_text("Nothing changed.")
+    expect(runs.last.locator("h3")).to_contain_text("Run 1 · ")
+
+    page.set_viewport_size({"width": 390, "height": 800})
+    page.goto(f"{base}/console/#/user/cy")
+    expect(runs).to_have_count(2)
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, width
     watched.clean()
 
 

@@ -329,10 +329,18 @@ async function agentPage(id, params) {
 // ---------------------------------------------------------------- one user
 
 /// A user's own memory: the blocks every conversation of theirs shows,
-/// the facts all of them gave (and clients wrote), those facts over time
-/// (`?fact=<id>` marks one on the time line), and the conversations.
+/// the facts all of them gave (and clients wrote), the consolidation runs
+/// that reconciled them, those facts over time (`?fact=<id>` marks one on
+/// the time line), and the conversations.
 async function userPage(id, params) {
-  const listed = await api("ListAgents", { userId: id, pageSize: 50 });
+  const [listed, all, runs] = await Promise.all([
+    api("ListAgents", { userId: id, pageSize: 50 }),
+    allUserFacts(id),
+    api("ListConsolidations", { userId: id, pageSize: 20 }).catch((e) => {
+      if (e instanceof ApiError && e.status === 401) throw e;
+      return { failed: e };
+    }),
+  ]);
   const agents = listed.agentIds || [];
   const page = h(
     "div",
@@ -358,17 +366,20 @@ async function userPage(id, params) {
   );
   const blocks = h("section", { "aria-labelledby": "blocks-title" }, h("h2", { id: "blocks-title" }, "Memory blocks"));
   const facts = h("section", { "aria-labelledby": "facts-title" }, h("h2", { id: "facts-title" }, "Facts"));
+  const consolidations = h(
+    "section",
+    { "aria-labelledby": "consolidations-title", id: "consolidations" },
+    h("h2", { id: "consolidations-title" }, "Consolidation"),
+  );
   const history = h(
     "section",
     { "aria-labelledby": "fact-timeline-title", id: "fact-timeline" },
     h("h2", { id: "fact-timeline-title" }, "How the facts changed"),
   );
-  page.append(conversations, blocks, facts, history);
-  await Promise.all([
-    fillBlocks(blocks, null, id),
-    fillFacts(facts, { userId: id }),
-    fillFactTimeline(history, id, (params && params.get("fact")) || ""),
-  ]);
+  page.append(conversations, blocks, facts, consolidations, history);
+  fillConsolidations(consolidations, id, runs, new Map(all.facts.map((f) => [f.id, f])));
+  fillFactTimeline(history, id, (params && params.get("fact")) || "", all, mergedFacts(runs));
+  await Promise.all([fillBlocks(blocks, null, id), fillFacts(facts, { userId: id })]);
   return page;
 }
 

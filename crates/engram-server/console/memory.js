@@ -184,18 +184,16 @@ const TIMELINE_PAGE = 200;
 /// A day, from epoch seconds: "2026-10-03" (UTC).
 const day = (ts) => new Date(num(ts) * 1000).toISOString().slice(0, 10);
 
-/// Every fact of user `userId`, current and past (replaced, ended,
-/// expired), newest first by when it became true: its span, whether it
-/// still holds (or what replaced it), and the conversations that said it.
-/// Read-only: the current facts are changed in the Facts section.
-async function fillFactTimeline(section, userId, focus) {
-  const scope = { userId };
+/// Every fact of user `userId`, current and past (replaced, merged,
+/// ended, expired), as ListMemories pages them: at most TIMELINE_PAGES
+/// pages; `more` when some were left.
+async function allUserFacts(userId) {
   const facts = [];
   let pageToken = "";
   let pages = 0;
   do {
     const answer = await api("ListMemories", {
-      scope,
+      scope: { userId },
       includeSuperseded: true,
       includeExpired: true,
       pageSize: TIMELINE_PAGE,
@@ -205,6 +203,20 @@ async function fillFactTimeline(section, userId, focus) {
     pageToken = answer.nextPageToken || "";
     pages++;
   } while (pageToken && pages < TIMELINE_PAGES);
+  return { facts, more: !!pageToken };
+}
+
+/// A link to fact `id` of user `userId` on the time line (it marks it).
+const factHref = (userId, id) => `#/user/${encodeURIComponent(userId)}?fact=${encodeURIComponent(id)}`;
+
+/// The facts of `all` (allUserFacts) on the time line, newest first by
+/// when each became true: its span, whether it still holds (or what
+/// replaced it, or what it was merged into: `merged`, fact id → the one
+/// it went into, from the consolidation runs), and the conversations
+/// that said it. Read-only: the current facts are changed in the Facts
+/// section.
+function fillFactTimeline(section, userId, focus, all, merged) {
+  const facts = [...all.facts];
   const started = (f) => num(f.validFrom || f.ts);
   facts.sort((a, b) => started(b) - started(a) || num(b.ts) - num(a.ts) || (a.id < b.id ? 1 : -1));
   const byId = new Map(facts.map((f) => [f.id, f]));
@@ -224,30 +236,32 @@ async function fillFactTimeline(section, userId, focus) {
     h(
       "ol",
       { class: "timeline fact-timeline", "aria-labelledby": "fact-timeline-title" },
-      facts.map((f) => factEntry(userId, f, byId, now, focus)),
+      facts.map((f) => factEntry(userId, f, byId, now, focus, merged || new Map())),
     ),
   );
-  if (pageToken) {
+  if (all.more) {
     section.append(h("p", { class: "muted" }, `The first ${fmt(facts.length)} facts (pinned ones, then the newest written); older ones are not shown.`));
   }
 }
 
-/// What became of fact `f`: "current", "replaced", "ended" or "expired".
-function factState(f, now) {
+/// What became of fact `f`: "current", "merged" (said again: it went
+/// into another, `merged` says), "replaced", "ended" or "expired".
+function factState(f, now, merged) {
+  if (f.supersededBy && merged.get(f.id) === f.supersededBy && !f.invalidAt) return "merged";
   if (f.supersededBy) return "replaced";
   if (f.invalidAt) return "ended";
   if (f.expiresAt && num(f.expiresAt) <= now) return "expired";
   return "current";
 }
 
-function factEntry(userId, f, byId, now, focus) {
-  const state = factState(f, now);
+function factEntry(userId, f, byId, now, focus, merged) {
+  const state = factState(f, now, merged);
   const start = num(f.validFrom || f.ts);
   const end = f.invalidAt ? num(f.invalidAt) : state === "expired" ? num(f.expiresAt) : 0;
   const date = (ts) => h("time", { datetime: day(ts) }, day(ts));
   const span = end ? [date(start), " to ", date(end)] : ["since ", date(start)];
   const next = f.supersededBy ? byId.get(f.supersededBy) : null;
-  const here = (id) => `#/user/${encodeURIComponent(userId)}?fact=${encodeURIComponent(id)}`;
+  const here = (id) => factHref(userId, id);
   const target = focus === f.id;
   const sources = f.sources || [];
   return h(
@@ -267,18 +281,25 @@ function factEntry(userId, f, byId, now, focus) {
       f.pinned ? h("span", { class: "chip" }, "pinned") : null,
       f.origin === "MEMORY_ORIGIN_CLIENT" ? h("span", { class: "chip" }, "client-written") : null,
     ),
-    f.supersededBy
+    state === "merged"
       ? h(
           "p",
           { class: "replaced-by" },
-          "Replaced by ",
-          next
-            ? [h("a", { href: here(next.id) }, next.fact), " (since ", date(next.validFrom || next.ts), ")"]
-            : `fact ${f.supersededBy} (not listed here: deleted, or past the facts shown).`,
+          "Said again in other words: merged into ",
+          next ? h("a", { href: here(next.id) }, next.fact) : `fact ${f.supersededBy} (not listed here).`,
         )
-      : state === "ended"
-        ? h("p", { class: "replaced-by" }, "No longer true, with nothing in its place.")
-        : null,
+      : f.supersededBy
+        ? h(
+            "p",
+            { class: "replaced-by" },
+            "Replaced by ",
+            next
+              ? [h("a", { href: here(next.id) }, next.fact), " (since ", date(next.validFrom || next.ts), ")"]
+              : `fact ${f.supersededBy} (not listed here: deleted, or past the facts shown).`,
+          )
+        : state === "ended"
+          ? h("p", { class: "replaced-by" }, "No longer true, with nothing in its place.")
+          : null,
     sources.length
       ? h(
           "p",
@@ -290,6 +311,143 @@ function factEntry(userId, f, byId, now, focus) {
             (s.turnIds || []).length ? [" (", provenance(s.agentId, s.turnIds), ")"] : null,
           ]),
         )
-      : h("p", { class: "muted from" }, f.origin === "MEMORY_ORIGIN_CLIENT" ? "Written by a client." : "No conversation recorded."),
+      : h(
+          "p",
+          { class: "muted from" },
+          f.origin === "MEMORY_ORIGIN_CLIENT"
+            ? "Written by a client."
+            : state === "merged"
+              ? "Its conversations are listed with the fact it was merged into."
+              : "No conversation recorded.",
+        ),
+  );
+}
+
+// ---------------------------------------------------------------- a user's consolidation runs
+
+/// What started a consolidation run, in words.
+const CONSOLIDATION_TRIGGER = { request: "on request", idle: "after a conversation went quiet" };
+
+/// `n` and `word`, plural when `n` is not 1: "2 groups".
+const counted = (n, word) => `${fmt(n)} ${word}${num(n) === 1 ? "" : "s"}`;
+
+/// A run's four counts: "1 merged · 1 replaced · 0 ended · 2 unchanged".
+const runCounts = (r) =>
+  `${fmt(r.merged)} merged · ${fmt(r.replaced)} replaced · ${fmt(r.invalidated)} ended · ${fmt(r.unchanged)} unchanged`;
+
+/// Fact id → the fact it was merged into, by the consolidation runs
+/// `runs` (ListConsolidations' answer): what the time line calls merged.
+function mergedFacts(runs) {
+  const merged = new Map();
+  for (const r of (runs && runs.consolidations) || []) {
+    for (const c of r.changes || []) if (c.kind === "merged" && c.byFactId) merged.set(c.factId, c.byFactId);
+  }
+  return merged;
+}
+
+/// User `userId`'s consolidation runs (`runs`: ListConsolidations'
+/// answer, or {failed}), newest first, each with what it did fact by fact
+/// (`byId`: the user's facts by id, for their words), and a button that
+/// runs one now and redraws the page.
+function fillConsolidations(section, userId, runs, byId) {
+  const status = h("p", { role: "status", id: "consolidate-status" });
+  const button = h(
+    "button",
+    { type: "button", id: "consolidate-now", "aria-describedby": "consolidations-about" },
+    "Consolidate now",
+  );
+  button.addEventListener("click", () =>
+    attempt(status, async () => {
+      button.disabled = true;
+      status.textContent = "Consolidating…";
+      let answer;
+      try {
+        answer = await api("ConsolidateUser", { userId });
+      } finally {
+        button.disabled = false;
+      }
+      const run = answer.consolidation || {};
+      await render();
+      // The page is drawn anew: what the run did, next to the button.
+      const said = document.getElementById("consolidate-status");
+      if (said) said.textContent = num(run.seq) ? `Run ${run.seq} done: ${runCounts(run)}.` : "Nothing to consolidate: this user has no facts.";
+      const again = document.getElementById("consolidate-now");
+      if (again) again.focus();
+    }),
+  );
+  section.append(
+    h(
+      "p",
+      { class: "muted", id: "consolidations-about" },
+      "Reconciles this user's facts across their conversations: a fact said again in other words merges into its first saying, and the summarizer is asked which facts on one subject replaced or ended others. Pinned and client-written facts never change. It runs when a conversation of the user goes quiet, or now.",
+    ),
+    h("div", { class: "actions" }, button),
+    status,
+  );
+  if (runs.failed) {
+    section.append(failure(runs.failed));
+    return;
+  }
+  const list = runs.consolidations || [];
+  section.append(
+    list.length === 0
+      ? h("p", { class: "muted", id: "no-consolidation" }, "No consolidation yet.")
+      : h(
+          "ol",
+          { class: "timeline consolidations", "aria-labelledby": "consolidations-title" },
+          list.map((r) => consolidationEntry(userId, r, byId)),
+        ),
+  );
+}
+
+function consolidationEntry(userId, r, byId) {
+  const changes = r.changes || [];
+  const asked = num(r.groupsAsked);
+  const at = num(r.at);
+  return h(
+    "li",
+    { class: "consolidation" + (r.error ? " errored" : ""), id: "consolidation-" + r.seq, "data-seq": r.seq },
+    h("h3", {}, `Run ${r.seq} · `, h("time", { datetime: at ? new Date(at * 1000).toISOString() : null }, when(at))),
+    h("p", { class: "how" }, [CONSOLIDATION_TRIGGER[r.trigger] || r.trigger || "unknown trigger", took(num(r.durationSecs))].join(" · ")),
+    h("p", { class: "counts" }, runCounts(r)),
+    h(
+      "p",
+      { class: "asked muted" },
+      asked
+        ? `${counted(asked, "group")} of facts on one subject asked of ${r.summarizer || "the summarizer"}`
+        : "No group asked of a summarizer (only repeats merge with the embedded one)",
+      num(r.unknownHandles) ? ` · ${counted(r.unknownHandles, "handle")} in its answer named no fact shown (ignored)` : null,
+    ),
+    r.error ? h("p", { class: "warn" }, `The summarizer could not decide: ${r.error} (repeats were merged anyway).`) : null,
+    changes.length
+      ? h("ul", { class: "changes", "aria-label": `What run ${r.seq} changed` }, changes.map((c) => changeItem(userId, c, byId)))
+      : h("p", { class: "muted" }, "Nothing changed."),
+  );
+}
+
+/// The fact's kind of change, in the time line's words.
+const CHANGE = { merged: "merged", replaced: "replaced", invalidated: "ended" };
+
+/// One fact a run changed, a link to it on the time line (and, merged or
+/// replaced, to the fact it went into or that replaced it).
+function changeItem(userId, c, byId) {
+  const link = (id) => {
+    const f = byId.get(id);
+    return h("a", { href: factHref(userId, id) }, f && f.fact ? f.fact : `fact ${id}`);
+  };
+  const kind = CHANGE[c.kind] || c.kind || "changed";
+  return h(
+    "li",
+    { class: "change " + kind, "data-fact": c.factId },
+    h("span", { class: "chip " + kind }, kind),
+    " ",
+    link(c.factId),
+    c.kind === "merged"
+      ? [" went into ", link(c.byFactId)]
+      : c.kind === "replaced"
+        ? [" replaced by ", link(c.byFactId)]
+        : c.kind === "invalidated"
+          ? [" no longer true", c.invalidAt ? [" from ", h("time", { datetime: day(c.invalidAt) }, day(c.invalidAt))] : null]
+          : null,
   );
 }
