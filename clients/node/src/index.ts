@@ -204,6 +204,8 @@ export interface PrepareOptions {
   preview?: boolean;
   /** The compaction strategy for this prompt (the agent's policy.strategy when unset). */
   strategy?: Strategy;
+  /** Epoch seconds: recall memories as they stood then (as Retrieve's asOf). */
+  recallAsOf?: number;
 }
 
 /** What a compaction may do: summarize old turns, trim them (archived, no
@@ -316,6 +318,8 @@ export interface RetrieveOptions {
   waitForIndexMs?: number;
   /** With agentId "": the user's memories across all of its conversations. */
   userId?: string;
+  /** Epoch seconds: memories as they stood then (messages said by then, facts true then, replaced or ended since or not). */
+  asOf?: number;
 }
 
 export type SearchMode = "ranked" | "match-all-words";
@@ -341,6 +345,8 @@ export interface SearchOptions {
   waitForIndexMs?: number;
   /** With agentId "": every conversation of this user, ranked (each match names its agent_id). */
   userId?: string;
+  /** Epoch seconds: only what had been said by then. */
+  asOf?: number;
 }
 
 const SEARCH_MODES: Record<SearchMode, string> = {
@@ -459,6 +465,7 @@ export class EngramClient {
       user_id: opts.userId ?? "",
       preview: opts.preview ?? false,
       strategy: opts.strategy ?? "",
+      recall_as_of: opts.recallAsOf,
     });
     return {
       payload: raw.rendered_payload_json ? JSON.parse(raw.rendered_payload_json) : null,
@@ -488,6 +495,7 @@ export class EngramClient {
       max_recalled: opts.maxRecalled,
       context_messages: opts.contextMessages ?? 0,
       wait_for_index_ms: opts.waitForIndexMs ?? 0,
+      as_of: opts.asOf,
     });
   }
 
@@ -514,6 +522,7 @@ export class EngramClient {
       to_ts: opts.toTs,
       context_messages: opts.contextMessages ?? 0,
       wait_for_index_ms: opts.waitForIndexMs ?? 0,
+      as_of: opts.asOf,
     });
   }
 

@@ -142,16 +142,18 @@ async function callEveryHelper(engram: EngramClient) {
   await engram.prepareRequest("a", {
     userInput: "hi", systemPrompt: "s", model: "m", renderFormat: "gemini", maxOutputTokens: 5,
     forceCompaction: true, recall: false, recallMaxTokens: 7, userId: "u", strategy: "trim",
+    recallAsOf: 8,
   });
   await engram.prepareRequest("a", { model: "m", preview: true });
   await engram.compact("a", "f", { strategy: "trim" });
   await engram.retrieve("a", {
     query: "q", maxEpisodic: 1, maxSemantic: 2, rawTailTurns: 3, includeToolInteractions: true,
-    maxRecalled: 4, contextMessages: 5, waitForIndexMs: 6, userId: "u",
+    maxRecalled: 4, contextMessages: 5, waitForIndexMs: 6, userId: "u", asOf: 7,
   });
   await engram.searchHistory("a", "q", {
     limit: 1, pageToken: "p", mode: "match-all-words", traceTypes: ["user"], fromTurnId: "turn_0001",
     toTurnId: "turn_0002", fromTs: 1, toTs: 2, contextMessages: 3, waitForIndexMs: 4, userId: "u",
+    asOf: 5,
   });
   await engram.contextStats("a", "m");
   await engram.listCompactions("a", 1);

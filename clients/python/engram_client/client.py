@@ -260,7 +260,8 @@ class EngramClient:
                         max_output_tokens: int = 0, force_compaction: bool = False,
                         recall: Optional[bool] = None,
                         recall_max_tokens: Optional[int] = None, user_id: str = "",
-                        preview: bool = False, strategy: str = "") -> Prompt:
+                        preview: bool = False, strategy: str = "",
+                        recall_as_of: Optional[float] = None) -> Prompt:
         """The prompt for the next LLM call. `user_input` (a str or event)
         is stored as the new turn's user message first. `render_format`:
         openai-chat, openai-responses, anthropic, gemini or None. `recall`
@@ -271,7 +272,9 @@ class EngramClient:
         `preview=True` shows the prompt as it stands and stores, compacts
         or starts nothing (a due compaction is a warning). `strategy`
         (summarize, trim, compact_tool_results, none) is the compaction
-        strategy for this prompt; "" for the agent's own."""
+        strategy for this prompt; "" for the agent's own. `recall_as_of`
+        (epoch seconds) recalls memories as they stood then, as
+        `retrieve(as_of=...)` reads them."""
         if isinstance(user_input, str):
             user_input = user(user_input)
         if render_format not in FORMATS:
@@ -281,7 +284,7 @@ class EngramClient:
             render_format=FORMATS[render_format], max_output_tokens=max_output_tokens,
             force_compaction=force_compaction, recall=recall,
             recall_max_tokens=recall_max_tokens, user_id=user_id, preview=preview,
-            strategy=strategy)))
+            strategy=strategy, recall_as_of=recall_as_of)))
 
     def compact(self, agent_id: str, focus: str = "", *, strategy: str = "") -> types.CompactionReport:
         """A compaction now. `focus` is added to the summarizer's
@@ -293,31 +296,36 @@ class EngramClient:
                  max_semantic: Optional[int] = None, raw_tail_turns: Optional[int] = None,
                  include_tool_interactions: bool = False, max_recalled: Optional[int] = None,
                  context_messages: int = 0, wait_for_index_ms: int = 0,
-                 user_id: str = "") -> svc.RetrieveResponse:
+                 user_id: str = "", as_of: Optional[float] = None) -> svc.RetrieveResponse:
         """Memories, the raw tail and tool interactions. With a `query`, the
         best `max_recalled` memories of every kind in `recalled`, each trace
         with `context_messages` neighbours on each side; `wait_for_index_ms`
         first waits for the indexer to embed what was just written. With
         `user_id` (and agent_id ""): the user's memories across all of its
-        conversations, each recalled one naming its `agent_id`."""
+        conversations, each recalled one naming its `agent_id`. `as_of`
+        (epoch seconds): memories as they stood then (messages said by
+        then, summaries of what was said by then, facts true then, replaced
+        or ended since or not)."""
         return self._call("Retrieve", svc.RetrieveRequest(
             agent_id=agent_id, user_id=user_id, query=query, max_episodic=max_episodic,
             max_semantic=max_semantic, raw_tail_turns=raw_tail_turns,
             include_tool_interactions=include_tool_interactions, max_recalled=max_recalled,
-            context_messages=context_messages, wait_for_index_ms=wait_for_index_ms))
+            context_messages=context_messages, wait_for_index_ms=wait_for_index_ms,
+            as_of=as_of))
 
     def search_history(self, agent_id: str, query: str, *, limit: int = 0,
                        page_token: str = "", mode: Optional[str] = None,
                        trace_types: Iterable[str] = (), from_turn_id: str = "",
                        to_turn_id: str = "", from_ts: Optional[float] = None,
                        to_ts: Optional[float] = None, context_messages: int = 0,
-                       wait_for_index_ms: int = 0, user_id: str = "") -> svc.SearchHistoryResponse:
+                       wait_for_index_ms: int = 0, user_id: str = "",
+                       as_of: Optional[float] = None) -> svc.SearchHistoryResponse:
         """Traces by relevance to `query` (`mode` "ranked", the default) or
         containing all its words ("match-all-words"). Filters: `trace_types`
         ("user", "assistant", "tool_call", "tool_result"), a turn range, an
         event-time range (epoch seconds). With `user_id` (and agent_id ""):
         every conversation of the user, ranked; each match names its
-        `agent_id`."""
+        `agent_id`. `as_of` (epoch seconds): only what had been said by then."""
         if mode not in SEARCH_MODES:
             raise ValueError(f"mode must be one of {sorted(k for k in SEARCH_MODES if k)} or None")
         kinds = []
@@ -329,7 +337,8 @@ class EngramClient:
             agent_id=agent_id, user_id=user_id, query=query, limit=limit, page_token=page_token,
             mode=SEARCH_MODES[mode], trace_types=kinds, from_turn_id=from_turn_id,
             to_turn_id=to_turn_id, from_ts=from_ts, to_ts=to_ts,
-            context_messages=context_messages, wait_for_index_ms=wait_for_index_ms))
+            context_messages=context_messages, wait_for_index_ms=wait_for_index_ms,
+            as_of=as_of))
 
     def context_stats(self, agent_id: str, model: str = "") -> svc.GetContextStatsResponse:
         return self._call("GetContextStats", svc.GetContextStatsRequest(agent_id=agent_id, model=model))

@@ -115,16 +115,17 @@ def call_every_helper(engram):
                   user_id="u")
     engram.prepare_request("a", user_input="hi", system_prompt="s", model="m",
                            render_format="gemini", max_output_tokens=5, force_compaction=True,
-                           recall=False, recall_max_tokens=7, user_id="u", strategy="trim")
+                           recall=False, recall_max_tokens=7, user_id="u", strategy="trim",
+                           recall_as_of=8.0)
     engram.prepare_request("a", model="m", preview=True)
     engram.compact("a", focus="f", strategy="trim")
     engram.retrieve("a", "q", max_episodic=1, max_semantic=2, raw_tail_turns=3,
                     include_tool_interactions=True, max_recalled=4, context_messages=5,
-                    wait_for_index_ms=6, user_id="u")
+                    wait_for_index_ms=6, user_id="u", as_of=7.0)
     engram.search_history("a", "q", limit=1, page_token="p", mode="match-all-words",
                           trace_types=["user"], from_turn_id="turn_0001",
                           to_turn_id="turn_0002", from_ts=1.0, to_ts=2.0, context_messages=3,
-                          wait_for_index_ms=4, user_id="u")
+                          wait_for_index_ms=4, user_id="u", as_of=5.0)
     engram.context_stats("a", model="m")
     list(engram.list_compactions("a", page_size=1))
     list(engram.list_agents(page_size=1, user_id="u", id_contains="a"))

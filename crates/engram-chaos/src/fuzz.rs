@@ -195,6 +195,7 @@ fn request(g: &mut Gen, method: &str) -> Vec<u8> {
             recall_max_tokens: g.opt_u32(),
             preview: g.rng.random_bool(0.1),
             strategy: g.strategy(),
+            recall_as_of: g.opt_time(),
         }
         .encode_to_vec(),
         "Compact" => pb::CompactRequest {
@@ -214,6 +215,7 @@ fn request(g: &mut Gen, method: &str) -> Vec<u8> {
             max_recalled: g.opt_u32(),
             context_messages: g.u32(),
             wait_for_index_ms: g.wait_ms(),
+            as_of: g.opt_time(),
         }
         .encode_to_vec(),
         "SearchHistory" => pb::SearchHistoryRequest {
@@ -236,6 +238,7 @@ fn request(g: &mut Gen, method: &str) -> Vec<u8> {
             to_ts: g.opt_time(),
             context_messages: g.u32(),
             wait_for_index_ms: g.wait_ms(),
+            as_of: g.opt_time(),
         }
         .encode_to_vec(),
         "GetContextStats" => pb::GetContextStatsRequest {
@@ -267,6 +270,15 @@ fn request(g: &mut Gen, method: &str) -> Vec<u8> {
             agent_id: g.agent_id(),
             page_size: g.u32(),
             page_token: g.unicode(0..40),
+        }
+        .encode_to_vec(),
+        "ConsolidateUser" => pb::ConsolidateUserRequest {
+            user_id: g.user_id(),
+        }
+        .encode_to_vec(),
+        "ListConsolidations" => pb::ListConsolidationsRequest {
+            user_id: g.user_id(),
+            page_size: g.u32(),
         }
         .encode_to_vec(),
         "ListUsers" => pb::ListUsersRequest {

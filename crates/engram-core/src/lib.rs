@@ -33,6 +33,7 @@ pub mod embed;
 pub mod error;
 pub mod facts;
 pub mod forget;
+pub mod later;
 pub mod load;
 pub mod memory;
 pub mod render;

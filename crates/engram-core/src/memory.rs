@@ -58,6 +58,12 @@ impl EpisodicItem {
     pub fn is_shown(&self) -> bool {
         !self.rewriting
     }
+
+    /// Whether everything it summarizes had been said by `at` (event
+    /// time): what stood then.
+    pub fn said_by(&self, at: f64) -> bool {
+        self.source.to_ts.unwrap_or(self.ts) <= at
+    }
 }
 
 /// Tag on every item the embedded summarizer writes: facts drawn without
@@ -289,14 +295,27 @@ pub fn top_shown(items: &[SemanticItem], n: usize, now: f64) -> Vec<SemanticItem
     top_semantic(&shown, n)
 }
 
+/// What Retrieve returns as of `at` (event time): the `n` facts true then
+/// ([`valid_at`]: replaced or ended since or not) and not expired by then,
+/// the highest salience first, as [`top_semantic`] orders them.
+pub fn top_valid_at(items: &[SemanticItem], n: usize, at: f64) -> Vec<SemanticItem> {
+    let then: Vec<SemanticItem> = valid_at(items, at)
+        .into_iter()
+        .filter(|f| !f.is_expired(at))
+        .collect();
+    by_salience(then.iter().collect(), n)
+}
+
 /// The `n` live semantic items with the highest salience, most recent first
 /// among equals.
 pub fn top_semantic(items: &[SemanticItem], n: usize) -> Vec<SemanticItem> {
-    let mut live: Vec<(usize, &SemanticItem)> = items
-        .iter()
-        .enumerate()
-        .filter(|(_, item)| item.is_live())
-        .collect();
+    by_salience(items.iter().filter(|item| item.is_live()).collect(), n)
+}
+
+/// The `n` of `items` with the highest salience, most recent first among
+/// equals, the later in `items` first among those.
+fn by_salience(items: Vec<&SemanticItem>, n: usize) -> Vec<SemanticItem> {
+    let mut live: Vec<(usize, &SemanticItem)> = items.into_iter().enumerate().collect();
     live.sort_by(|(ia, a), (ib, b)| {
         b.salience
             .partial_cmp(&a.salience)
@@ -337,6 +356,32 @@ mod tests {
         assert_eq!(ids, ["b", "c", "a"]);
         assert_eq!(top_semantic(&items, 0).len(), 0);
         assert_eq!(top_semantic(&items, 10).len(), 4);
+    }
+
+    #[test]
+    fn as_of_a_time_the_facts_true_then_rank_by_salience() {
+        // Lisbon from day 10, replaced by Berlin on day 20; an allergy from
+        // day 5, ended on day 15; a note that expired on day 12.
+        let mut lisbon = fact("lisbon", 10.0, 0.9);
+        let berlin = fact("berlin", 20.0, 0.5);
+        lisbon = lisbon.replaced_by(&berlin);
+        let mut allergy = fact("allergy", 5.0, 0.7);
+        allergy.invalid_at = Some(15.0);
+        let mut note = fact("note", 1.0, 0.1);
+        note.managed.expires_at = Some(12.0);
+        let items = vec![lisbon, berlin, allergy, note];
+        let ids = |at: f64, n: usize| -> Vec<String> {
+            top_valid_at(&items, n, at)
+                .into_iter()
+                .map(|f| f.id)
+                .collect()
+        };
+        assert_eq!(ids(11.0, 9), ["lisbon", "allergy", "note"]);
+        assert_eq!(ids(11.0, 2), ["lisbon", "allergy"]);
+        assert_eq!(ids(13.0, 9), ["lisbon", "allergy"]);
+        assert_eq!(ids(16.0, 9), ["lisbon"]);
+        assert_eq!(ids(20.0, 9), ["berlin"]);
+        assert!(ids(0.5, 9).is_empty());
     }
 
     #[test]

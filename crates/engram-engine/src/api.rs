@@ -49,6 +49,8 @@ pub struct PrepareRequest {
     /// The compaction strategy for this prompt (default: the agent's
     /// `policy.strategy`).
     pub strategy: Option<Strategy>,
+    /// Epoch seconds: recall memories as they stood then.
+    pub recall_as_of: Option<f64>,
 }
 
 /// The prompt, ready to send.
@@ -120,6 +122,8 @@ pub struct RetrieveRequest {
     pub max_recalled: Option<u32>,
     pub context_messages: u32,
     pub wait_for_index_ms: u32,
+    /// Epoch seconds: memories as they stood then.
+    pub as_of: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default)]

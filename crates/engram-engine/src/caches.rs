@@ -87,6 +87,8 @@ pub struct TurnRecall {
     pub epoch: u32,
     pub turn_id: String,
     pub floor: crate::recall::floor::Floor,
+    /// Ranked as of this time (`recall_as_of`).
+    pub as_of: Option<f64>,
     /// The index of the current user message in the epoch's messages.
     pub at: usize,
     pub entries: Vec<RecallEntry>,

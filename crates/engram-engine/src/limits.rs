@@ -138,6 +138,7 @@ pub fn memory_query(
         archived_only: false,
         episodic,
         semantic,
+        as_of: req.as_of,
     })
 }
 

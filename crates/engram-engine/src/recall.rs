@@ -24,6 +24,8 @@ use engram_store::ranking::RankedReads;
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use engram_core::blocks::Scope;
+use engram_core::later::Later;
 use engram_core::text::{fold_whitespace, shorten};
 use engram_core::tokens::{self, Encoding};
 use engram_core::transcript::{Message, Role};
@@ -54,6 +56,8 @@ pub struct Settings {
     pub enabled: bool,
     pub max_tokens: u32,
     pub floor: Floor,
+    /// Memories as they stood then (`recall_as_of`).
+    pub as_of: Option<f64>,
 }
 
 impl Settings {
@@ -65,6 +69,7 @@ impl Settings {
                 min_score: config.min_score,
                 relative: config.relative_floor,
             },
+            as_of: req.recall_as_of,
         }
     }
 }
@@ -116,6 +121,7 @@ pub async fn for_turn(
             && r.turn_id == context.current_turn_id
             && r.at == at
             && r.floor == settings.floor
+            && r.as_of == settings.as_of
     }) {
         return Some(kept);
     }
@@ -127,12 +133,13 @@ pub async fn for_turn(
         archived_only: true,
         episodic: 0,
         semantic: 0,
+        as_of: settings.as_of,
     };
     let ranked = match &user {
         Some(user) => store.rank_user_memories(user, &asked, Some(id)).await,
         None => store.rank_memories(id, &asked).await,
     };
-    let memories = match ranked {
+    let memories: Vec<Recalled> = match ranked {
         // The conversation asked about is not named (it is this one).
         Ok(found) => found
             .memories
@@ -154,12 +161,14 @@ pub async fn for_turn(
         .first()
         .filter(|m| m.role == Role::System)
         .map_or("", |m| m.content.as_str());
-    let (entries, report) = entries(memories, snapshot, settings.floor, id.as_str());
+    let later = what_became(store, id, user.as_ref(), &memories).await;
+    let (entries, report) = entries(memories, snapshot, settings.floor, id.as_str(), &later);
     let recall = Arc::new(TurnRecall {
         transcript: context.transcript,
         epoch: context.epoch,
         turn_id: context.current_turn_id.clone(),
         floor: settings.floor,
+        as_of: settings.as_of,
         at,
         entries,
         report,
@@ -168,15 +177,48 @@ pub async fn for_turn(
     Some(recall)
 }
 
+/// What became of the facts that the recalled messages of `memories`
+/// stated: read from the user's facts (or the agent's own) only when a
+/// message was recalled. Unreadable, the block goes without the notes.
+async fn what_became(
+    store: &dyn Store,
+    id: &AgentId,
+    user: Option<&UserId>,
+    memories: &[Recalled],
+) -> Later {
+    if !memories
+        .iter()
+        .any(|m| matches!(m.memory, Memory::Trace { .. }))
+    {
+        return Later::default();
+    }
+    let read = match user {
+        Some(user) => store.user_facts(user).await.map(|facts| {
+            engram_store::offload_over(facts.len() as u64 * 256, || Later::of_user(&facts))
+        }),
+        None => store.facts(&Scope::Agent(id.clone())).await.map(|facts| {
+            engram_store::offload_over(facts.len() as u64 * 256, || {
+                Later::of_agent(id.as_str(), &facts)
+            })
+        }),
+    };
+    read.unwrap_or_else(|e| {
+        tracing::warn!(agent = %id, error = %e, "recall without later changes: the facts did not read");
+        Later::default()
+    })
+}
+
 /// The entries of the block, best first: under the `floor`, already in
 /// the snapshot, or already shown (a neighbour of a better hit) left out,
 /// and counted as such. An entry from another of the user's conversations
-/// than `current` says which.
+/// than `current` says which; a message that a fact replaced or ended
+/// since came from says what became of it (`later`).
 pub fn entries(
     memories: Vec<Recalled>,
     snapshot: &str,
     floor: Floor,
     current: &str,
+    later: &Later,
 ) -> (Vec<Entry>, Report) {
     let ranked = memories.len() as u32;
     // A question nobody answered is no candidate: it neither shows nor
@@ -212,13 +254,20 @@ pub fn entries(
                     report.already_shown += 1;
                     continue;
                 }
+                let conversation = r.agent_id.as_deref().unwrap_or(current);
                 let mut lines = vec![format!("- ({whose}{})", when_and_turn(trace))];
+                let mut say = |t: &RawTrace| {
+                    lines.push(format!("  {}", line(t)));
+                    if let Some(note) = later.note(conversation, t) {
+                        lines.push(format!("  ({note})"));
+                    }
+                };
                 for t in r.before.iter().filter(|t| shown.insert(t.id.clone())) {
-                    lines.push(format!("  {}", line(t)));
+                    say(t);
                 }
-                lines.push(format!("  {}", line(trace)));
+                say(trace);
                 for t in r.after.iter().filter(|t| shown.insert(t.id.clone())) {
-                    lines.push(format!("  {}", line(t)));
+                    say(t);
                 }
                 lines.join("\n")
             }

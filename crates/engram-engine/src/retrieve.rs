@@ -2,7 +2,7 @@
 //! query) and SearchHistory.
 
 use engram_core::UserId;
-use engram_core::memory::{recent_episodic, top_shown};
+use engram_core::memory::{EpisodicItem, SemanticItem, recent_episodic, top_shown, top_valid_at};
 use engram_core::retrieve::tool_interactions;
 use engram_store::SearchPage;
 use engram_store::ranking::RankedReads;
@@ -36,15 +36,21 @@ impl Engine {
         let memories = (bundle.episodic.len() + bundle.semantic.len()) as u64 * 256;
         let (recent, salient) = engram_store::offload_over(memories, || {
             (
-                recent_episodic(&bundle.episodic, max_episodic),
-                top_shown(&bundle.semantic, max_semantic, engram_store::unix_now()),
+                recent_by(&bundle.episodic, max_episodic, req.as_of),
+                salient_at(&bundle.semantic, max_semantic, req.as_of),
             )
         });
+        let mut raw_tail = bundle.raw_tail;
+        if let Some(at) = req.as_of {
+            raw_tail.retain(|t| t.ts <= at);
+        }
         let (episodic, semantic, recalled, index) = match found {
             None => (recent, salient, vec![], None),
             Some(found) => (
                 relevant_first(found.episodic, recent, max_episodic, |e| e.id.clone()),
-                relevant_first(found.semantic, salient, max_semantic, |f| f.id.clone()),
+                relevant_first(current(found.semantic, &req), salient, max_semantic, |f| {
+                    f.id.clone()
+                }),
                 found.memories,
                 Some(found.index),
             ),
@@ -53,11 +59,11 @@ impl Engine {
             episodic,
             semantic,
             tool_interactions: if req.include_tool_interactions {
-                tool_interactions(&bundle.raw_tail)
+                tool_interactions(&raw_tail)
             } else {
                 vec![]
             },
-            raw_tail: bundle.raw_tail,
+            raw_tail,
             recalled,
             index,
         })
@@ -88,9 +94,10 @@ impl Engine {
             .map(|f| f.fact)
             .collect();
         let last = self.store.last_conversation(user).await?;
-        let recent = recent_episodic(&last.map(|l| l.summaries).unwrap_or_default(), max_episodic);
+        let summaries = last.map(|l| l.summaries).unwrap_or_default();
+        let recent = recent_by(&summaries, max_episodic, req.as_of);
         let salient = engram_store::offload_over(facts.len() as u64 * 256, || {
-            top_shown(&facts, max_semantic, engram_store::unix_now())
+            salient_at(&facts, max_semantic, req.as_of)
         });
         let query = req.query.trim();
         let (episodic, semantic, recalled, index) = if query.is_empty() {
@@ -100,7 +107,9 @@ impl Engine {
             let found = self.store.rank_user_memories(user, &query, None).await?;
             (
                 relevant_first(found.episodic, recent, max_episodic, |e| e.id.clone()),
-                relevant_first(found.semantic, salient, max_semantic, |f| f.id.clone()),
+                relevant_first(current(found.semantic, req), salient, max_semantic, |f| {
+                    f.id.clone()
+                }),
                 found.memories,
                 Some(found.index),
             )
@@ -127,6 +136,38 @@ fn by_user(agent_id: &str, user_id: &str) -> Result<Option<UserId>> {
             "give agent_id (one conversation) or user_id (all of a user's), not both",
         )),
     }
+}
+
+/// The `n` latest summaries, oldest first; as of a time, of what had been
+/// said by then.
+fn recent_by(items: &[EpisodicItem], n: usize, as_of: Option<f64>) -> Vec<EpisodicItem> {
+    match as_of {
+        None => recent_episodic(items, n),
+        Some(at) => {
+            let then: Vec<EpisodicItem> = items.iter().filter(|e| e.said_by(at)).cloned().collect();
+            recent_episodic(&then, n)
+        }
+    }
+}
+
+/// The `n` facts of the highest salience shown now; as of a time, of those
+/// true then (replaced or ended since or not).
+fn salient_at(items: &[SemanticItem], n: usize, as_of: Option<f64>) -> Vec<SemanticItem> {
+    match as_of {
+        None => top_shown(items, n, engram_store::unix_now()),
+        Some(at) => top_valid_at(items, n, at),
+    }
+}
+
+/// The facts of `found` that the bundle holds: those shown now (search
+/// also finds replaced and ended ones, which `recalled` keeps with their
+/// span); as of a time, the ranking kept only those true then.
+fn current(found: Vec<SemanticItem>, req: &RetrieveRequest) -> Vec<SemanticItem> {
+    if req.as_of.is_some() {
+        return found;
+    }
+    let now = engram_store::unix_now();
+    found.into_iter().filter(|f| f.is_shown(now)).collect()
 }
 
 /// `relevant`, then the `usual` picks not among them: `n` in all.

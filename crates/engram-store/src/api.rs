@@ -211,6 +211,8 @@ pub struct MemoryQuery {
     /// Also the best this many summaries, and facts, each kind ranked alone.
     pub episodic: usize,
     pub semantic: usize,
+    /// Epoch seconds: only memories as they stood then ([`Memory::stood_at`]).
+    pub as_of: Option<f64>,
 }
 
 /// One memory of any kind.
@@ -223,6 +225,24 @@ pub enum Memory {
     },
     Episodic(EpisodicItem),
     Semantic(SemanticItem),
+}
+
+impl Memory {
+    /// Whether this memory stood at `at` (event time): a message said by
+    /// then, a summary of what was said by then, a fact true then (replaced
+    /// or ended since or not; one replaced before time was kept ends when
+    /// it began, as the fact that replaced it then stands for it).
+    pub fn stood_at(&self, at: f64) -> bool {
+        match self {
+            Memory::Trace { trace, .. } => trace.ts <= at,
+            Memory::Episodic(e) => e.said_by(at),
+            Memory::Semantic(f) => {
+                f.managed.deleted_at.is_none()
+                    && f.valid_since() <= at
+                    && f.valid_until(|_| None).is_none_or(|end| end > at)
+            }
+        }
+    }
 }
 
 /// A memory ranked for a [`MemoryQuery`].

@@ -228,8 +228,11 @@ async fn memories<S: crate::Ranks + Sync + ?Sized>(
     over: Over<'_>,
     query: &MemoryQuery,
 ) -> Result<RankedMemories> {
+    // As of a time, more are ranked than asked for: some did not stand
+    // then and are left out below.
+    let more = if query.as_of.is_some() { 2 } else { 1 };
     let want = |kinds: Vec<Kind>, limit: usize, archived_only: bool, context: usize| {
-        let limit = limit.min(MAX_RANKED);
+        let limit = (limit * more).min(MAX_RANKED);
         Want {
             filter: Filter {
                 kinds,
@@ -253,13 +256,15 @@ async fn memories<S: crate::Ranks + Sync + ?Sized>(
     };
     let found = store.rank(over, &plan).await?;
     let mut read = found.read.into_iter();
-    let mut next = || shown(read.next().unwrap_or_default());
-    let memories = next().collect();
+    let stood = |r: &Recalled| query.as_of.is_none_or(|at| r.memory.stood_at(at));
+    let mut next = || shown(read.next().unwrap_or_default()).filter(stood);
+    let memories = next().take(query.limit).collect();
     let episodic = next()
         .filter_map(|r| match r.memory {
             Memory::Episodic(e) => Some(e),
             _ => None,
         })
+        .take(query.episodic)
         .collect();
     // A user's facts are folded from each conversation's: the same fact
     // found in several is shown once.
@@ -270,6 +275,7 @@ async fn memories<S: crate::Ranks + Sync + ?Sized>(
             _ => None,
         })
         .filter(|f| matches!(over, Over::Agent(_)) || seen.insert(normalize(&f.fact)))
+        .take(query.semantic)
         .collect();
     Ok(RankedMemories {
         memories,

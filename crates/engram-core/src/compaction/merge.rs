@@ -255,6 +255,12 @@ fn gist(text: &str) -> (Vec<String>, Vec<String>) {
     (content, negations)
 }
 
+/// The words that make `text` what it is (function words and negations
+/// left out, a plural's "s" dropped), sorted and once each.
+pub fn content_words(text: &str) -> Vec<String> {
+    gist(text).0
+}
+
 /// The words of `text` that turn a statement around ("no", "longer",
 /// "stopped", …), sorted: two facts that differ in them say different
 /// things however close their meaning reads.

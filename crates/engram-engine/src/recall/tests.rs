@@ -97,6 +97,7 @@ fn entries_show_when_and_who_with_neighbours_once() {
             relative: 0.0,
         },
         "agent",
+        &Later::default(),
     );
     let left = (report.below_floor, report.already_shown, report.floor);
     assert_eq!(left, (1, 2, 0.5), "{report:?}");
@@ -143,6 +144,7 @@ fn the_block_goes_on_the_current_user_message_and_fits_its_room() {
         epoch: 0,
         turn_id: "turn_0003".into(),
         floor: Floor::default(),
+        as_of: None,
         at: 1,
         entries: entries(
             vec![
@@ -152,6 +154,7 @@ fn the_block_goes_on_the_current_user_message_and_fits_its_room() {
             "",
             Floor::default(),
             "agent",
+            &Later::default(),
         )
         .0,
         report: Default::default(),
@@ -202,7 +205,13 @@ fn an_entry_from_another_conversation_says_which() {
     other.agent_id = Some("trip-2023".into());
     let mut own = hit(&t, 2, 0.9);
     own.agent_id = Some("agent".into());
-    let (shown, _) = entries(vec![other, own], "", Floor::default(), "agent");
+    let (shown, _) = entries(
+        vec![other, own],
+        "",
+        Floor::default(),
+        "agent",
+        &Later::default(),
+    );
     assert!(
         shown[0].text.starts_with("- (conversation trip-2023, "),
         "{}",
@@ -226,18 +235,24 @@ fn the_floor_is_a_share_of_the_best_score_of_the_same_question() {
         ]
     };
     // A strong best match: the near-misses under a fifth of it go.
-    let (kept, report) = entries(ranked(1.66), "", floor, "agent");
+    let (kept, report) = entries(ranked(1.66), "", floor, "agent", &Later::default());
     assert_eq!(kept.len(), 2, "{report:?}");
     assert_eq!(report.below_floor, 1);
     assert!((report.floor - 0.332).abs() < 1e-4, "{report:?}");
     assert_eq!((report.ranked, report.best_score), (3, 1.66));
     // A weak best match (0.4): the same entries are all there is, and stay
     // (min_score alone applies).
-    let (kept, report) = entries(ranked(0.3), "", floor, "agent");
+    let (kept, report) = entries(ranked(0.3), "", floor, "agent", &Later::default());
     assert_eq!((kept.len(), report.below_floor), (3, 0), "{report:?}");
     assert!((report.floor - 0.08).abs() < 1e-6, "{report:?}");
     // No floor: everything.
-    let (kept, _) = entries(ranked(1.66), "", Floor::default(), "agent");
+    let (kept, _) = entries(
+        ranked(1.66),
+        "",
+        Floor::default(),
+        "agent",
+        &Later::default(),
+    );
     assert_eq!(kept.len(), 3);
     // What did not fit is counted with the block.
     let left = report.showing(3, 1);
@@ -266,7 +281,13 @@ fn a_question_nobody_answered_is_left_out() {
         after: vec![],
         ..hit(&traces, 4, 1.7)
     };
-    let (shown, report) = entries(vec![lone, told, answered, last], "", Floor::default(), "a");
+    let (shown, report) = entries(
+        vec![lone, told, answered, last],
+        "",
+        Floor::default(),
+        "a",
+        &Later::default(),
+    );
     assert_eq!(report.unanswered, 2, "the first and the last only ask");
     let texts: Vec<&str> = shown.iter().map(|e| e.text.as_str()).collect();
     assert_eq!(shown.len(), 2, "{texts:#?}");
@@ -296,7 +317,7 @@ fn a_question_nobody_answered_sets_no_floor() {
         min_score: 0.0,
         relative: 0.5,
     };
-    let (shown, report) = entries(vec![question, fact], "", floor, "a");
+    let (shown, report) = entries(vec![question, fact], "", floor, "a", &Later::default());
     assert_eq!((report.unanswered, report.below_floor), (1, 0));
     assert_eq!(report.best_score, 0.5);
     assert_eq!(shown.len(), 1);
@@ -325,7 +346,7 @@ fn a_fact_no_longer_true_reads_with_its_span() {
         .into_iter()
         .map(|f| memory(Memory::Semantic(f), 1.0))
         .collect();
-    let (shown, _) = entries(ranked, "", Floor::default(), "a");
+    let (shown, _) = entries(ranked, "", Floor::default(), "a", &Later::default());
     let texts: Vec<&str> = shown.iter().map(|e| e.text.as_str()).collect();
     assert_eq!(
         texts,
@@ -334,5 +355,50 @@ fn a_fact_no_longer_true_reads_with_its_span() {
             "- (2023-05-08 to 2023-07-07, no longer true) Fact: Allergic to peanuts",
             "- (2023-06-07) Fact: Lives in Berlin",
         ]
+    );
+}
+
+#[test]
+fn a_message_a_replaced_fact_came_from_says_so() {
+    let mut traces = assign_all([
+        NewEvent::user("I live in Lisbon."),
+        NewEvent::assistant("Lovely city."),
+    ]);
+    for t in &mut traces {
+        t.ts = MAY_8_2023;
+    }
+    let berlin = SemanticItem {
+        valid_from: Some(MAY_8_2023 + 86_400.0 * 30.0),
+        turn_ids: vec!["turn_0004".into()],
+        ..SemanticItem::new("f2", "Lives in Berlin")
+    };
+    let lisbon = SemanticItem {
+        valid_from: Some(MAY_8_2023),
+        turn_ids: vec!["turn_0001".into()],
+        ..SemanticItem::new("f1", "Lives in Lisbon")
+    }
+    .replaced_by(&berlin);
+    let later = Later::of_agent("a", &[lisbon, berlin]);
+    let (shown, _) = entries(
+        vec![hit(&traces, 0, 1.0)],
+        "",
+        Floor::default(),
+        "a",
+        &later,
+    );
+    assert_eq!(
+        shown[0].text,
+        "- (2023-05-08 13:56, turn_0001)\n  User: I live in Lisbon.\n  (later changed: Lives in Berlin, 2023-06-07)\n  Assistant: Lovely city.",
+    );
+    // Another conversation's message of the same turn is not its source.
+    let other = Recalled {
+        agent_id: Some("b".into()),
+        ..hit(&traces, 0, 1.0)
+    };
+    let (shown, _) = entries(vec![other], "", Floor::default(), "a", &later);
+    assert!(
+        !shown[0].text.contains("later changed"),
+        "{}",
+        shown[0].text
     );
 }

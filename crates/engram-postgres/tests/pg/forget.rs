@@ -67,6 +67,7 @@ fn query(text: &str) -> MemoryQuery {
         archived_only: false,
         episodic: 5,
         semantic: 5,
+        as_of: None,
     }
 }
 

@@ -45,6 +45,7 @@ pub fn prepare_from_pb(req: pb::PrepareRequestRequest) -> Result<PrepareRequest,
         user_id: non_empty(req.user_id),
         preview: req.preview,
         strategy: super::strategy_from_pb(&req.strategy)?,
+        recall_as_of: req.recall_as_of,
     })
 }
 
@@ -93,6 +94,7 @@ pub fn retrieve_from_pb(req: pb::RetrieveRequest) -> RetrieveRequest {
         max_recalled: req.max_recalled,
         context_messages: req.context_messages,
         wait_for_index_ms: req.wait_for_index_ms,
+        as_of: req.as_of,
     }
 }
 

@@ -37,7 +37,12 @@ pub fn search_from_pb(req: pb::SearchHistoryRequest) -> Result<SearchRequest, En
         from_turn_id: req.from_turn_id,
         to_turn_id: req.to_turn_id,
         from_ts: req.from_ts,
-        to_ts: req.to_ts,
+        // As of a time: what had been said by then, the earlier bound
+        // winning.
+        to_ts: match (req.to_ts, req.as_of) {
+            (Some(to), Some(at)) => Some(to.min(at)),
+            (to, at) => to.or(at),
+        },
         context_messages: req.context_messages,
         limit: req.limit,
         page_token: req.page_token,

@@ -135,4 +135,161 @@ async fn a_summarizer_answering_by_handle_keeps_the_users_facts_true() {
             assert!(line.contains(state), "{stale} shown as current: {text}");
         }
     }
+    // The message those facts came from, recalled, says what became of
+    // them, so that it never reads as current either.
+    let said = text
+        .lines()
+        .position(|l| l.ends_with("I live in Lisbon. I am allergic to peanuts."))
+        .unwrap_or_else(|| panic!("the first conversation's message recalled: {text}"));
+    let note = text.lines().nth(said + 1).unwrap_or_default();
+    assert!(
+        note.starts_with("  (later changed: Moved to Berlin, 20")
+            && note.contains("; later no longer true, 20"),
+        "{text}"
+    );
+}
+
+/// Epoch seconds now.
+fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// Retrieve by user `ana`, as of `as_of`: the facts it returns, in order.
+async fn facts_as_of(c: &mut common::Client, query: &str, as_of: Option<f64>) -> Vec<String> {
+    let got = c
+        .retrieve(pb::RetrieveRequest {
+            user_id: "ana".into(),
+            query: query.into(),
+            as_of,
+            wait_for_index_ms: 30_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut facts: Vec<String> = got
+        .bundle
+        .unwrap()
+        .semantic
+        .into_iter()
+        .map(|f| f.fact)
+        .collect();
+    facts.sort();
+    facts
+}
+
+#[tokio::test]
+async fn memory_as_of_a_time_is_what_stood_then() {
+    let (base, _) = common::fake_llm_answering(summarizer).await;
+    let server = TestServer::start_with(&[
+        ("ENGRAM__LLM__BASE_URL", &base),
+        ("ENGRAM__LLM__MODEL", "summarizer"),
+        ("ENGRAM__POLICY__RAW_TAIL_TURNS", "1"),
+    ])
+    .await;
+    let mut c = server.client().await;
+    let before = now();
+    common::compacted_conversation(
+        &mut c,
+        "ana",
+        "talk-1",
+        "I live in Lisbon. I am allergic to peanuts.",
+    )
+    .await;
+    // Between the conversations, by the server's clock (the same machine's).
+    let between = now();
+    common::compacted_conversation(
+        &mut c,
+        "ana",
+        "talk-2",
+        "I moved to Berlin; the allergy is gone.",
+    )
+    .await;
+
+    // Retrieve: the facts true then, with a query or without.
+    for query in ["", "where do I live"] {
+        assert_eq!(
+            facts_as_of(&mut c, query, None).await,
+            ["Moved to Berlin"],
+            "{query:?}"
+        );
+        assert_eq!(
+            facts_as_of(&mut c, query, Some(between)).await,
+            ["Allergic to peanuts", "Lives in Lisbon"],
+            "{query:?}"
+        );
+        assert!(
+            facts_as_of(&mut c, query, Some(before - 1.0))
+                .await
+                .is_empty(),
+            "{query:?}"
+        );
+    }
+
+    // SearchHistory: only what had been said by then.
+    let search = |as_of: Option<f64>| pb::SearchHistoryRequest {
+        user_id: "ana".into(),
+        query: "Berlin Lisbon".into(),
+        as_of,
+        wait_for_index_ms: 30_000,
+        ..Default::default()
+    };
+    let said = |r: pb::SearchHistoryResponse| -> Vec<String> {
+        r.matches
+            .into_iter()
+            .map(|m| m.trace.unwrap().content)
+            .collect()
+    };
+    let all = said(c.search_history(search(None)).await.unwrap().into_inner());
+    assert!(all.iter().any(|t| t.contains("Berlin")), "{all:?}");
+    let then = said(
+        c.search_history(search(Some(between)))
+            .await
+            .unwrap()
+            .into_inner(),
+    );
+    assert!(
+        !then.is_empty() && then.iter().all(|t| !t.contains("Berlin")),
+        "{then:?}"
+    );
+
+    // Recall as of then: a new conversation asking where the user lives
+    // recalls the home of that time, never the later one.
+    let recalled = |as_of: Option<f64>| pb::PrepareRequestRequest {
+        agent_id: format!("talk-3-{}", as_of.is_some()),
+        user_id: "ana".into(),
+        user_input: Some(user("Where did I live, Lisbon or Berlin?")),
+        recall_as_of: as_of,
+        ..Default::default()
+    };
+    let facts = |p: pb::PrepareRequestResponse| -> Vec<String> {
+        p.recalled
+            .into_iter()
+            .filter_map(|r| r.semantic.map(|f| f.fact))
+            .collect()
+    };
+    let now_recalled = facts(
+        c.prepare_request(recalled(None))
+            .await
+            .unwrap()
+            .into_inner(),
+    );
+    assert!(
+        now_recalled.iter().any(|f| f == "Moved to Berlin"),
+        "{now_recalled:?}"
+    );
+    let then_recalled = facts(
+        c.prepare_request(recalled(Some(between)))
+            .await
+            .unwrap()
+            .into_inner(),
+    );
+    assert!(
+        then_recalled.iter().any(|f| f == "Lives in Lisbon")
+            && then_recalled.iter().all(|f| f != "Moved to Berlin"),
+        "{then_recalled:?}"
+    );
 }

@@ -140,6 +140,8 @@ pub async fn a_users_facts_are_consolidated_and_logged<H: Harness>(h: &H) {
 pub async fn a_replaced_fact_is_found_as_replaced<H: Harness>(h: &H) {
     let store = h.open().await;
     let ana = UserId::parse("span-ana").unwrap();
+    let before = crate::unix_now();
+    let mut between = before;
     for (agent, fact) in [
         ("span-1", "The user lives in Lisbon Portugal"),
         ("span-2", "The user lives in Porto Portugal"),
@@ -152,6 +154,9 @@ pub async fn a_replaced_fact_is_found_as_replaced<H: Harness>(h: &H) {
                 .unwrap();
         }
         super::users::compact_and_fold(&*store, &a, &ana, "Talked about home.", fact).await;
+        if agent == "span-1" {
+            between = crate::unix_now();
+        }
     }
     let query = crate::MemoryQuery {
         query: "lives Portugal".into(),
@@ -161,16 +166,40 @@ pub async fn a_replaced_fact_is_found_as_replaced<H: Harness>(h: &H) {
         archived_only: false,
         episodic: 0,
         semantic: 5,
+        as_of: None,
     };
-    let found = store.rank_user_memories(&ana, &query, None).await.unwrap();
-    let facts: Vec<(String, bool)> = found
-        .memories
-        .iter()
-        .filter_map(|m| match &m.memory {
-            crate::Memory::Semantic(f) => Some((f.fact.clone(), f.is_live())),
-            _ => None,
-        })
-        .collect();
+    let ranked = |as_of: Option<f64>| {
+        let query = crate::MemoryQuery {
+            as_of,
+            ..query.clone()
+        };
+        let store = &store;
+        let ana = &ana;
+        async move {
+            let found = store.rank_user_memories(ana, &query, None).await.unwrap();
+            let facts: Vec<(String, bool)> = found
+                .memories
+                .iter()
+                .filter_map(|m| match &m.memory {
+                    crate::Memory::Semantic(f) => Some((f.fact.clone(), f.is_live())),
+                    _ => None,
+                })
+                .collect();
+            let semantic: Vec<String> = found.semantic.iter().map(|f| f.fact.clone()).collect();
+            (facts, semantic)
+        }
+    };
+    // As of a time, only what was true then: Lisbon between the two
+    // conversations (replaced since), nothing before them.
+    let (then, semantic) = ranked(Some(between)).await;
+    assert_eq!(
+        then,
+        [("The user lives in Lisbon Portugal".to_owned(), false)],
+        "as of between the conversations"
+    );
+    assert_eq!(semantic, ["The user lives in Lisbon Portugal"]);
+    assert_eq!(ranked(Some(before - 1.0)).await, (vec![], vec![]));
+    let (facts, _) = ranked(None).await;
     assert!(
         facts.contains(&("The user lives in Lisbon Portugal".into(), false)),
         "the replaced one, as replaced: {facts:?}"

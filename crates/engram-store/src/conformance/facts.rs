@@ -159,6 +159,7 @@ pub async fn facts_are_added_corrected_and_forgotten<H: Harness>(h: &H) {
         archived_only: false,
         episodic: 0,
         semantic: 5,
+        as_of: None,
     };
     let ranked = store.rank_memories(&a, &query).await.unwrap();
     assert!(

@@ -50,6 +50,7 @@ async fn shown<S: Store + ?Sized>(store: &S, a: &engram_core::AgentId) -> Vec<St
         archived_only: false,
         episodic: 5,
         semantic: 5,
+        as_of: None,
     };
     let ranked = store.rank_memories(a, &query).await.unwrap();
     let ranked = format!(

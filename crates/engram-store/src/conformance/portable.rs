@@ -227,6 +227,7 @@ async fn reads<S: Store + ?Sized>(store: &S, user: &UserId) -> Vec<String> {
             archived_only: false,
             episodic: 5,
             semantic: 5,
+            as_of: None,
         };
         let r = store.rank_memories(&a, &query).await.unwrap();
         out.push(format!(

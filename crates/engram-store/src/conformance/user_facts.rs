@@ -40,6 +40,7 @@ async fn recalled(store: &dyn crate::Store, user: &UserId, query: &str) -> Vec<S
         archived_only: false,
         episodic: 0,
         semantic: 5,
+        as_of: None,
     };
     let ranked = store.rank_user_memories(user, &query, None).await.unwrap();
     ranked.semantic.into_iter().map(|f| f.fact).collect()

@@ -429,6 +429,7 @@ pub async fn recall_spans_a_users_conversations<H: Harness>(h: &H) {
         archived_only: true,
         episodic: 3,
         semantic: 3,
+        as_of: None,
     };
     let check = |ranked: &crate::RankedMemories, now_too: bool| {
         let mut texts = vec![];
