@@ -12,7 +12,9 @@
 //! (an 8k window), and the user's facts are listed. Reported, by changed
 //! and unchanged attribute: the current value in the prompt; a stale value
 //! shown; a stale value presented as current (shown before the current
-//! one, or undated, on a line that does not name the current one too);
+//! one, or undated, on a line that does not name the current one too and
+//! does not mark it as past: "since replaced", "later changed: …"); a
+//! stale value shown after the current one and dated (marked or not);
 //! stale facts still live; duplicate live facts.
 
 use std::collections::HashMap;
@@ -102,6 +104,8 @@ struct Tally {
     current: [usize; 2],
     stale_shown: [usize; 2],
     stale_as_current: [usize; 2],
+    /// Shown before the current value or undated (marked past or not).
+    stale_misplaced: [usize; 2],
     stale_fact_live: [usize; 2],
     duplicates: [usize; 2],
 }
@@ -120,7 +124,7 @@ impl Tally {
                 share(self.stale_shown[k], q),
                 self.stale_as_current[k],
                 share(
-                    self.stale_shown[k] - self.stale_as_current[k],
+                    self.stale_shown[k] - self.stale_misplaced[k],
                     self.stale_shown[k]
                 ),
                 share(self.stale_fact_live[k], q),
@@ -196,11 +200,17 @@ async fn measure(addr: &str, users: &[History], args: &Args) -> anyhow::Result<T
                 tally.stale_shown[k] += 1;
                 // A line that names the current value too states the
                 // change ("I sold the Octavia and got a Niro"): not stale.
-                let as_current = shown.iter().any(|&at| {
+                let misplaced = |&at: &usize| {
                     !names_current(&prompt, at, current)
                         && (at_current.is_none_or(|c| at < c) || !dated(&prompt, at))
-                });
+                };
+                // One marked as past ("since replaced", "later changed:
+                // …" under a message) is not presented as current.
+                let as_current = shown
+                    .iter()
+                    .any(|at| misplaced(at) && !marked_past(&prompt, *at));
                 tally.stale_as_current[k] += usize::from(as_current);
+                tally.stale_misplaced[k] += usize::from(shown.iter().any(misplaced));
             }
             let about: Vec<&'static str> =
                 facts.iter().filter_map(|f| data::value_in(f, i)).collect();
@@ -284,6 +294,21 @@ fn names_current(prompt: &str, at: usize, current: &str) -> bool {
     prompt[start..end]
         .to_lowercase()
         .contains(&current.to_lowercase())
+}
+
+/// Whether the line holding byte `at` says it is no longer true: a
+/// recalled fact's "since replaced" / "no longer true", or a recalled
+/// message's note on the next line ("later changed: …", "later no longer
+/// true").
+fn marked_past(prompt: &str, at: usize) -> bool {
+    let start = prompt[..at].rfind('\n').map_or(0, |i| i + 1);
+    let mut lines = prompt[start..].lines();
+    let line = lines.next().unwrap_or_default();
+    let next = lines.next().unwrap_or_default().trim_start();
+    line.contains(", since replaced)")
+        || line.contains(", no longer true)")
+        || next.starts_with("(later changed: ")
+        || next.starts_with("(later no longer true")
 }
 
 /// Whether the entry holding byte `at` says when: its first line (the

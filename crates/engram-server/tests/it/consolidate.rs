@@ -175,3 +175,128 @@ async fn consolidate_user_merges_repeats_and_applies_the_summarizers_changes() {
         .unwrap_err();
     assert_eq!(bad.code(), tonic::Code::InvalidArgument);
 }
+
+/// A user's facts as a comparable list: (text, replaced by, ended at).
+fn states(facts: &[pb::SemanticItem]) -> Vec<(String, String, Option<f64>)> {
+    let mut all: Vec<_> = facts
+        .iter()
+        .map(|f| (f.fact.clone(), f.superseded_by.clone(), f.invalid_at))
+        .collect();
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    all
+}
+
+/// kill -9 while a consolidation waits for the summarizer: nothing of the
+/// run is applied or logged. With torn tails left on the user's facts and
+/// log (a crash mid-append), the server starts again, and the next run
+/// does the whole of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_consolidation_killed_midway_changes_nothing_and_runs_again_whole() {
+    use std::sync::{Arc, Condvar, Mutex};
+    // The summarizer holds a consolidation request until released.
+    let held = Arc::new((Mutex::new(true), Condvar::new()));
+    let asked = Arc::new(tokio::sync::Notify::new());
+    let (hold, told) = (Arc::clone(&held), Arc::clone(&asked));
+    let (base, _) = common::fake_llm_answering(move |said| {
+        if said.starts_with("Group 1:") {
+            told.notify_one();
+            let (lock, released) = &*hold;
+            let mut waiting = lock.lock().unwrap();
+            while *waiting {
+                waiting = released.wait(waiting).unwrap();
+            }
+        }
+        summarizer(said)
+    })
+    .await;
+    let model = common::meaning::model_dir();
+    let env = [
+        ("ENGRAM__EMBED__MODEL_DIR", model.as_str()),
+        ("ENGRAM__LLM__BASE_URL", base.as_str()),
+        ("ENGRAM__LLM__MODEL", "summarizer"),
+        ("ENGRAM__POLICY__RAW_TAIL_TURNS", "1"),
+    ];
+    let data = tempfile::tempdir().unwrap();
+    let mut daemon = common::Daemon::spawn(data.path(), &env);
+    let mut c = daemon.client().await;
+    common::compacted_conversation(
+        &mut c,
+        "ana",
+        "life-1",
+        "I live in Lisbon and play curling.",
+    )
+    .await;
+    common::compacted_conversation(
+        &mut c,
+        "ana",
+        "life-2",
+        "I moved to Berlin; curling is fun.",
+    )
+    .await;
+    let before = states(&facts(&mut c).await);
+
+    let mut other = daemon.client().await;
+    let run = tokio::spawn(async move {
+        other
+            .consolidate_user(pb::ConsolidateUserRequest {
+                user_id: "ana".into(),
+            })
+            .await
+    });
+    asked.notified().await;
+    daemon.kill9();
+    // The call never answered (its channel would wait for a server to
+    // come back).
+    assert!(!run.is_finished(), "the run answered before the kill");
+    run.abort();
+    let user_dir = data.path().join("users/ana");
+    for file in ["facts.jsonl", "consolidations.jsonl"] {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(user_dir.join(file))
+            .unwrap();
+        f.write_all(b"{\"id\":\"half-writ").unwrap();
+    }
+    {
+        let (lock, released) = &*held;
+        *lock.lock().unwrap() = false;
+        released.notify_all();
+    }
+
+    let daemon = common::Daemon::spawn(data.path(), &env);
+    let mut c = daemon.client().await;
+    assert_eq!(states(&facts(&mut c).await), before, "nothing applied");
+    let log = |c: &mut common::Client| {
+        let mut c = c.clone();
+        async move {
+            c.list_consolidations(pb::ListConsolidationsRequest {
+                user_id: "ana".into(),
+                page_size: 0,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .consolidations
+        }
+    };
+    assert!(log(&mut c).await.is_empty(), "nothing logged");
+    let run = c
+        .consolidate_user(pb::ConsolidateUserRequest {
+            user_id: "ana".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .consolidation
+        .unwrap();
+    assert_eq!((run.seq, run.merged, run.replaced), (1, 1, 1), "{run:?}");
+    let after = facts(&mut c).await;
+    let find = |text: &str| after.iter().find(|f| f.fact == text).unwrap();
+    assert_eq!(
+        find("Lives in Lisbon").superseded_by,
+        find("Moved to Berlin").id
+    );
+    assert_eq!(log(&mut c).await.len(), 1);
+}

@@ -35,6 +35,19 @@ fn summarizer(said: &str) -> String {
     format!(r#"{{"episodic_summary": "Talked about home.", {facts}}}"#)
 }
 
+/// The server with [`summarizer`] as its LLM (what it was asked, in
+/// order), the raw tail one turn.
+async fn with_summarizer() -> (TestServer, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let (base, asked) = common::fake_llm_answering(summarizer).await;
+    let server = TestServer::start_with(&[
+        ("ENGRAM__LLM__BASE_URL", &base),
+        ("ENGRAM__LLM__MODEL", "summarizer"),
+        ("ENGRAM__POLICY__RAW_TAIL_TURNS", "1"),
+    ])
+    .await;
+    (server, asked)
+}
+
 async fn user_facts(c: &mut common::Client, superseded: bool) -> Vec<pb::SemanticItem> {
     c.list_memories(pb::ListMemoriesRequest {
         scope: Some(pb::MemoryScope {
@@ -51,13 +64,7 @@ async fn user_facts(c: &mut common::Client, superseded: bool) -> Vec<pb::Semanti
 
 #[tokio::test]
 async fn a_summarizer_answering_by_handle_keeps_the_users_facts_true() {
-    let (base, asked) = common::fake_llm_answering(summarizer).await;
-    let server = TestServer::start_with(&[
-        ("ENGRAM__LLM__BASE_URL", &base),
-        ("ENGRAM__LLM__MODEL", "summarizer"),
-        ("ENGRAM__POLICY__RAW_TAIL_TURNS", "1"),
-    ])
-    .await;
+    let (server, asked) = with_summarizer().await;
     let mut c = server.client().await;
     common::compacted_conversation(
         &mut c,
@@ -183,13 +190,7 @@ async fn facts_as_of(c: &mut common::Client, query: &str, as_of: Option<f64>) ->
 
 #[tokio::test]
 async fn memory_as_of_a_time_is_what_stood_then() {
-    let (base, _) = common::fake_llm_answering(summarizer).await;
-    let server = TestServer::start_with(&[
-        ("ENGRAM__LLM__BASE_URL", &base),
-        ("ENGRAM__LLM__MODEL", "summarizer"),
-        ("ENGRAM__POLICY__RAW_TAIL_TURNS", "1"),
-    ])
-    .await;
+    let (server, _) = with_summarizer().await;
     let mut c = server.client().await;
     let before = now();
     common::compacted_conversation(
