@@ -7,7 +7,6 @@ use crate::common;
 
 use common::TestServer;
 use engram_proto::pb;
-use engram_proto::pb::memory_scope::Scope as S;
 
 /// The handle a request shows for the fact `text`.
 fn handle_of(said: &str, text: &str) -> Option<String> {
@@ -42,18 +41,11 @@ fn summarizer(said: &str) -> String {
     )
 }
 
-async fn facts(c: &mut common::Client) -> Vec<pb::SemanticItem> {
-    c.list_memories(pb::ListMemoriesRequest {
-        scope: Some(pb::MemoryScope {
-            scope: Some(S::UserId("ana".into())),
-        }),
-        include_superseded: true,
-        ..Default::default()
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .memories
+/// Ana's two conversations, each compacted: where she lives and her
+/// hobby, then the move and the hobby in other words.
+async fn two_conversations(c: &mut common::Client) {
+    common::compacted_conversation(c, "ana", "life-1", "I live in Lisbon and play curling.").await;
+    common::compacted_conversation(c, "ana", "life-2", "I moved to Berlin; curling is fun.").await;
 }
 
 #[tokio::test]
@@ -68,21 +60,8 @@ async fn consolidate_user_merges_repeats_and_applies_the_summarizers_changes() {
     ])
     .await;
     let mut c = server.client().await;
-    common::compacted_conversation(
-        &mut c,
-        "ana",
-        "life-1",
-        "I live in Lisbon and play curling.",
-    )
-    .await;
-    common::compacted_conversation(
-        &mut c,
-        "ana",
-        "life-2",
-        "I moved to Berlin; curling is fun.",
-    )
-    .await;
-    let before = facts(&mut c).await;
+    two_conversations(&mut c).await;
+    let before = common::user_facts(&mut c, "ana", true).await;
     assert_eq!(
         before.iter().filter(|f| f.superseded_by.is_empty()).count(),
         4,
@@ -111,7 +90,7 @@ async fn consolidate_user_merges_repeats_and_applies_the_summarizers_changes() {
     let request = asked.lock().unwrap().last().cloned().unwrap();
     assert!(request.starts_with("Group 1:\n- [f1] (since "), "{request}");
 
-    let after = facts(&mut c).await;
+    let after = common::user_facts(&mut c, "ana", true).await;
     let find = |text: &str| after.iter().find(|f| f.fact == text).unwrap();
     let (lisbon, berlin) = (find("Lives in Lisbon"), find("Moved to Berlin"));
     assert_eq!(lisbon.superseded_by, berlin.id);
@@ -219,21 +198,8 @@ async fn a_consolidation_killed_midway_changes_nothing_and_runs_again_whole() {
     let data = tempfile::tempdir().unwrap();
     let mut daemon = common::Daemon::spawn(data.path(), &env);
     let mut c = daemon.client().await;
-    common::compacted_conversation(
-        &mut c,
-        "ana",
-        "life-1",
-        "I live in Lisbon and play curling.",
-    )
-    .await;
-    common::compacted_conversation(
-        &mut c,
-        "ana",
-        "life-2",
-        "I moved to Berlin; curling is fun.",
-    )
-    .await;
-    let before = states(&facts(&mut c).await);
+    two_conversations(&mut c).await;
+    let before = states(&common::user_facts(&mut c, "ana", true).await);
 
     let mut other = daemon.client().await;
     let run = tokio::spawn(async move {
@@ -267,7 +233,11 @@ async fn a_consolidation_killed_midway_changes_nothing_and_runs_again_whole() {
 
     let daemon = common::Daemon::spawn(data.path(), &env);
     let mut c = daemon.client().await;
-    assert_eq!(states(&facts(&mut c).await), before, "nothing applied");
+    assert_eq!(
+        states(&common::user_facts(&mut c, "ana", true).await),
+        before,
+        "nothing applied"
+    );
     let log = |c: &mut common::Client| {
         let mut c = c.clone();
         async move {
@@ -292,7 +262,7 @@ async fn a_consolidation_killed_midway_changes_nothing_and_runs_again_whole() {
         .consolidation
         .unwrap();
     assert_eq!((run.seq, run.merged, run.replaced), (1, 1, 1), "{run:?}");
-    let after = facts(&mut c).await;
+    let after = common::user_facts(&mut c, "ana", true).await;
     let find = |text: &str| after.iter().find(|f| f.fact == text).unwrap();
     assert_eq!(
         find("Lives in Lisbon").superseded_by,

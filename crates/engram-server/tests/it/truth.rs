@@ -6,7 +6,6 @@ use crate::common;
 
 use common::{TestServer, user};
 use engram_proto::pb;
-use engram_proto::pb::memory_scope::Scope as S;
 
 /// The handle the request shows for the known fact `text`.
 fn handle_of(said: &str, text: &str) -> Option<String> {
@@ -48,20 +47,6 @@ async fn with_summarizer() -> (TestServer, std::sync::Arc<std::sync::Mutex<Vec<S
     (server, asked)
 }
 
-async fn user_facts(c: &mut common::Client, superseded: bool) -> Vec<pb::SemanticItem> {
-    c.list_memories(pb::ListMemoriesRequest {
-        scope: Some(pb::MemoryScope {
-            scope: Some(S::UserId("ana".into())),
-        }),
-        include_superseded: superseded,
-        ..Default::default()
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .memories
-}
-
 #[tokio::test]
 async fn a_summarizer_answering_by_handle_keeps_the_users_facts_true() {
     let (server, asked) = with_summarizer().await;
@@ -87,7 +72,7 @@ async fn a_summarizer_answering_by_handle_keeps_the_users_facts_true() {
             && second.contains(") Lives in Lisbon\n"),
         "the user's facts shown with handles and dates: {second}"
     );
-    let current: Vec<String> = user_facts(&mut c, false)
+    let current: Vec<String> = common::user_facts(&mut c, "ana", false)
         .await
         .into_iter()
         .map(|f| f.fact)
@@ -97,7 +82,7 @@ async fn a_summarizer_answering_by_handle_keeps_the_users_facts_true() {
         ["Moved to Berlin"],
         "only the current truth is live"
     );
-    let all = user_facts(&mut c, true).await;
+    let all = common::user_facts(&mut c, "ana", true).await;
     let by_text = |t: &str| all.iter().find(|f| f.fact == t).unwrap().clone();
     let (lisbon, berlin, peanuts) = (
         by_text("Lives in Lisbon"),

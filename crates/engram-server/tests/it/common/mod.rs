@@ -499,3 +499,19 @@ pub async fn compacted_conversation(c: &mut Client, user_id: &str, agent: &str, 
     let report = compact_now(c, agent).await;
     assert!(report.performed, "{report:?}");
 }
+
+/// User `user_id`'s facts as ListMemories lists them: the live ones, or
+/// with `superseded` the replaced and ended ones too.
+pub async fn user_facts(c: &mut Client, user_id: &str, superseded: bool) -> Vec<pb::SemanticItem> {
+    c.list_memories(pb::ListMemoriesRequest {
+        scope: Some(pb::MemoryScope {
+            scope: Some(pb::memory_scope::Scope::UserId(user_id.into())),
+        }),
+        include_superseded: superseded,
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .memories
+}
