@@ -77,7 +77,12 @@ const SELF_VERBS: &str = "\
     retired decided bought adopted booked ordered plan planned want need volunteer coach train \
     practise practice collect support come came got belong married agreed chose switched \
     used sold quit stopped left became relocated changed gave dropped took picked sell leave \
-    divorced separated";
+    divorced separated traded swapped exchanged replaced upgraded do";
+
+/// What "I do …" is about when it is no activity of the speaker's.
+const DO_SKIP: &str = "\
+    not it this that so what think believe know hope agree understand appreciate mean feel \
+    see remember want need like love hate wonder apologise apologize have you";
 
 /// What "I like/love/hate …" is about when it is a reaction, not a taste.
 const REACTION_OBJECTS: &str = "\
@@ -353,6 +358,7 @@ impl<'a> Reading<'a> {
             _ => return false,
         };
         let mut n = next;
+        let mut kind = kind;
         loop {
             if among(ADVERBS, self.lower(n)) {
                 n += 1;
@@ -361,6 +367,15 @@ impl<'a> Reading<'a> {
                 n += 2;
             } else {
                 break;
+            }
+        }
+        // "I now have a puppy", "I still am a nurse": the auxiliary after
+        // the adverb reads as it would right after the subject.
+        if matches!(kind, Kind::Verb) && n > next {
+            match self.lower(n) {
+                "am" | "are" | "was" | "were" => (kind, n) = (Kind::State, n + 1),
+                "have" => (kind, n) = (Kind::Have, n + 1),
+                _ => {}
             }
         }
         let rest = &self.words[n.min(self.words.len())..];
@@ -402,6 +417,8 @@ impl<'a> Reading<'a> {
                     "come" | "came" => object == "from",
                     "used" => object == "to",
                     "stand" => v > 0,
+                    // "I do judo", not "I do think so".
+                    "do" => v == 0 && !object.is_empty() && !among(DO_SKIP, object),
                     _ => true,
                 }
             }

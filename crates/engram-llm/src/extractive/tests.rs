@@ -590,3 +590,25 @@ fn changes_are_facts_and_keep_both_values() {
         );
     }
 }
+
+#[test]
+fn a_change_said_with_an_adverb_or_a_trade_is_a_fact() {
+    for said in [
+        "My old flat is gone; I now have a place by the river.",
+        "I still am a member of the chess club.",
+        "I swapped my road bike for a gravel bike.",
+        "I traded in the van for an estate car.",
+        "I replaced my old laptop with a desktop.",
+        "Nowadays I do pottery on Tuesdays.",
+    ] {
+        assert_eq!(user_says(&[said]).len(), 1, "{said}");
+    }
+    for said in [
+        "I do think so.",
+        "I do appreciate it.",
+        "I now have a question about taxes.",
+        "I do not know.",
+    ] {
+        assert!(user_says(&[said]).is_empty(), "{said}");
+    }
+}
