@@ -63,6 +63,25 @@ pub struct Usage {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
     pub total_tokens: u32,
+    /// What Engram added to the prompt this usage is for and the next
+    /// prompt does not carry (that turn's recall block), as Engram counted
+    /// it when it served the prompt: left out of the size the report
+    /// stands for ([`Usage::carried_prompt_tokens`]), so a turn's recall
+    /// never counts towards the next turn's compaction trigger.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub engram_added_tokens: u32,
+}
+
+impl Usage {
+    /// The reported prompt without what Engram added to it for that call
+    /// only: what the next prompt carries of it.
+    pub fn carried_prompt_tokens(&self) -> u32 {
+        self.prompt_tokens.saturating_sub(self.engram_added_tokens)
+    }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One stored event: a line of `raw_traces.jsonl` or the archive.
@@ -257,6 +276,7 @@ mod tests {
                 prompt_tokens: 10,
                 completion_tokens: 2,
                 total_tokens: 12,
+                engram_added_tokens: 3,
             }),
             model: Some("gpt-4o".into()),
             name: Some("Caroline".into()),

@@ -24,6 +24,10 @@ pub struct Caches {
     pub blocks: Option<(u64, Arc<engram_core::blocks::Section>)>,
     /// Token counts of recalled entries (`recall::attach`).
     pub recall_tokens: EntryTokens,
+    /// What the last prompt served had that the next one will not (its
+    /// recall block), in tokens: taken off the usage the client reports
+    /// for it ([`ContextCaches::served_extra`]).
+    pub served_extra: Option<u32>,
 }
 
 impl Caches {
@@ -126,6 +130,22 @@ impl ContextCaches {
 
     /// Whether `agent`'s last prompt recalled (its next one will, most
     /// likely); asks without making caches.
+    /// What Engram added, for that call only, to the last prompt it served
+    /// `agent` (0 when this replica served it none since its last usage
+    /// report, or its caches were dropped); `take` clears it (the report
+    /// for that prompt is stored).
+    pub fn served_extra(&self, agent: &AgentId, take: bool) -> u32 {
+        let caches = self.lock().get(agent).map(|e| Arc::clone(&e.caches));
+        caches.map_or(0, |c| {
+            let mut c = lock(&c);
+            match take {
+                true => c.served_extra.take(),
+                false => c.served_extra,
+            }
+            .unwrap_or(0)
+        })
+    }
+
     pub fn recalled_last(&self, agent: &AgentId) -> bool {
         let caches = self.lock().get(agent).map(|e| Arc::clone(&e.caches));
         caches.is_some_and(|c| lock(&c).recall.is_some())

@@ -10,17 +10,28 @@ use crate::{Engine, limits};
 
 impl Engine {
     /// Stores the events all or nothing. A reported prompt over the
-    /// model's compaction trigger marks the agent, so its next prompt is
-    /// compacted first.
+    /// model's compaction trigger (without what Engram added to it for
+    /// that call only) marks the agent, so its next prompt is compacted
+    /// first.
     pub async fn ingest(&self, req: IngestRequest) -> Result<Ingested> {
         let id = limits::agent_id("agent_id", &req.agent_id)?;
         let model = req.model.as_deref().filter(|m| !m.is_empty());
         let user = limits::optional_user(req.user_id.as_deref())?;
+        // The usage is of the last prompt served: what Engram added to it
+        // for that call only (its recall block) is not the next prompt's.
+        let usage = req.usage.map(|u| engram_core::Usage {
+            engram_added_tokens: self.caches.served_extra(&id, false),
+            ..u
+        });
         let mut out = self
             .store
-            .ingest(&id, &req.events, req.usage, model, user.as_ref())
+            .ingest(&id, &req.events, usage, model, user.as_ref())
             .await?;
-        if let Some(reported) = req.usage.map(|u| u.prompt_tokens)
+        if usage.is_some() {
+            // Stored with the report: a later report is of a later prompt.
+            self.caches.served_extra(&id, true);
+        }
+        if let Some(reported) = usage.map(|u| u.carried_prompt_tokens())
             && !out.compaction_required
         {
             let model = out.model.as_deref().unwrap_or_default();

@@ -334,7 +334,11 @@ fn build(
     // Compaction is about the transcript: its report leaves the block out;
     // the prompt's estimate counts it.
     let transcript_tokens = size.prompt_tokens();
-    let tokens_now = transcript_tokens + attached.as_ref().map_or(0, |a| a.tokens);
+    let block_tokens = attached.as_ref().map_or(0, |a| a.tokens);
+    let tokens_now = transcript_tokens + block_tokens;
+    // The usage reported for this prompt counts the block; the next
+    // prompt does not carry it.
+    caches.served_extra = Some(block_tokens);
     let mut warnings = vec![];
     let report = report.map(|mut report| {
         report.tokens_after = transcript_tokens;

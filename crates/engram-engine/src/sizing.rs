@@ -53,7 +53,7 @@ pub fn sizing(
     let estimate = u64::from(system) + body + tail_tokens + u64::from(tokens::REPLY_PRIMING);
     let reported = context.report.map(|(u, mark)| {
         let since = caches.tokens.sum_from(mark) + tail_tokens;
-        (u.prompt_tokens, clamp(since))
+        (u.carried_prompt_tokens(), clamp(since))
     });
     let sizing = Sizing {
         budget,

@@ -165,6 +165,8 @@ pub fn usage_from_pb(u: pb::Usage) -> Usage {
         prompt_tokens: u.prompt_tokens,
         completion_tokens: u.completion_tokens,
         total_tokens: u.total_tokens,
+        // The engine's to say, from the prompt it served.
+        engram_added_tokens: 0,
     }
 }
 

@@ -247,6 +247,7 @@ fn usage_and_model_ride_on_the_last_new_trace_and_survive_replay() {
         prompt_tokens: 900,
         completion_tokens: 10,
         total_tokens: 910,
+        ..Usage::default()
     };
     let plan = t
         .plan(

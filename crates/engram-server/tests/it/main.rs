@@ -37,4 +37,5 @@ mod storage_faults;
 mod strategies;
 mod tenancy;
 mod truth;
+mod usage;
 mod users;

@@ -197,6 +197,7 @@ pub async fn the_compaction_mark_is_durable_and_per_epoch<H: Harness>(h: &H) {
         prompt_tokens: 900,
         completion_tokens: 1,
         total_tokens: 901,
+        ..Usage::default()
     });
     let first = store
         .ingest(&a, &[NewEvent::user("x")], usage, Some("gpt-4o"), None)
@@ -277,6 +278,8 @@ pub async fn usage_reports_count_from_the_first_write<H: Harness>(h: &H) {
         prompt_tokens: 1000,
         completion_tokens: 20,
         total_tokens: 1020,
+        // What Engram added to that prompt is kept with the report.
+        engram_added_tokens: 300,
     };
     store
         .ingest(&a, &[NewEvent::user("hello")], Some(usage), Some("m"), None)
@@ -287,5 +290,9 @@ pub async fn usage_reports_count_from_the_first_write<H: Harness>(h: &H) {
     let store = h.reopen(store).await;
     let context = store.context(&a).await.expect("context");
     assert_eq!(context.report.map(|(u, _)| u.prompt_tokens), Some(1000));
+    assert_eq!(
+        context.report.map(|(u, _)| u.carried_prompt_tokens()),
+        Some(700)
+    );
     assert_eq!(context.last_model.as_deref(), Some("m"));
 }
