@@ -162,7 +162,15 @@ pub async fn for_turn(
         .filter(|m| m.role == Role::System)
         .map_or("", |m| m.content.as_str());
     let later = what_became(store, id, user.as_ref(), &memories).await;
-    let (entries, report) = entries(memories, snapshot, settings.floor, id.as_str(), &later);
+    let words = engram_core::compaction::merge::content_words(query);
+    let (entries, report) = entries(
+        memories,
+        snapshot,
+        settings.floor,
+        id.as_str(),
+        &later,
+        &words,
+    );
     let recall = Arc::new(TurnRecall {
         transcript: context.transcript,
         epoch: context.epoch,
@@ -212,13 +220,16 @@ async fn what_became(
 /// the snapshot, or already shown (a neighbour of a better hit) left out,
 /// and counted as such. An entry from another of the user's conversations
 /// than `current` says which; a message that a fact replaced or ended
-/// since came from says what became of it (`later`).
+/// since came from says what became of it (`later`). A message or summary
+/// too long for an entry is cut around where it names the question's
+/// content `words`, and says which part it shows.
 pub fn entries(
     memories: Vec<Recalled>,
     snapshot: &str,
     floor: Floor,
     current: &str,
     later: &Later,
+    words: &[String],
 ) -> (Vec<Entry>, Report) {
     let ranked = memories.len() as u32;
     // A question nobody answered is no candidate: it neither shows nor
@@ -257,7 +268,7 @@ pub fn entries(
                 let conversation = r.agent_id.as_deref().unwrap_or(current);
                 let mut lines = vec![format!("- ({whose}{})", when_and_turn(trace))];
                 let mut say = |t: &RawTrace| {
-                    lines.push(format!("  {}", line(t)));
+                    lines.push(format!("  {}", line(t, words)));
                     if let Some(note) = later.note(conversation, t) {
                         lines.push(format!("  ({note})"));
                     }
@@ -274,7 +285,7 @@ pub fn entries(
             Memory::Episodic(e) if !snapshot.contains(&fold_whitespace(&e.summary)) => {
                 let (from, to) = (e.source.from_ts, e.source.to_ts);
                 let when = span(from.unwrap_or(e.ts), to.unwrap_or(e.ts), &e.turn_ids);
-                format!("- ({whose}{when}) Summary: {}", one_line(&e.summary))
+                format!("- ({whose}{when}) Summary: {}", around(&e.summary, words))
             }
             // A fact is dated by when it became true (the message it was
             // drawn from); one no longer true by its span, and says so, so
@@ -414,7 +425,7 @@ fn span(from: f64, to: f64, turn_ids: &[String]) -> String {
 
 /// "Caroline: I went to the support group." — who said it (the
 /// participant's name, else the role) and what, on one line.
-fn line(t: &RawTrace) -> String {
+fn line(t: &RawTrace, words: &[String]) -> String {
     let who = t.name.clone().unwrap_or_else(|| {
         match t.trace_type {
             TraceType::User => "User",
@@ -437,7 +448,18 @@ fn line(t: &RawTrace) -> String {
             .unwrap_or_default();
         format!("{} {detail}", t.tool_name.as_deref().unwrap_or_default())
     };
-    format!("{who}: {}", one_line(&what))
+    format!("{who}: {}", around(&what, words))
+}
+
+/// `text` on one line, in at most [`MAX_LINE`] characters around where it
+/// names `words`; cut at its start, it says which characters it shows:
+/// "(characters 1201–1790 of 5400) …the build failed with…".
+fn around(text: &str, words: &[String]) -> String {
+    let e = engram_core::text::excerpt(&fold_whitespace(text), MAX_LINE, words);
+    match e.from {
+        0 => e.text,
+        from => format!("(characters {}–{} of {}) {}", from + 1, e.to, e.of, e.text),
+    }
 }
 
 /// `text` on one line, in at most [`MAX_LINE`] characters.

@@ -98,6 +98,7 @@ fn entries_show_when_and_who_with_neighbours_once() {
         },
         "agent",
         &Later::default(),
+        &[],
     );
     let left = (report.below_floor, report.already_shown, report.floor);
     assert_eq!(left, (1, 2, 0.5), "{report:?}");
@@ -155,6 +156,7 @@ fn the_block_goes_on_the_current_user_message_and_fits_its_room() {
             Floor::default(),
             "agent",
             &Later::default(),
+            &[],
         )
         .0,
         report: Default::default(),
@@ -211,6 +213,7 @@ fn an_entry_from_another_conversation_says_which() {
         Floor::default(),
         "agent",
         &Later::default(),
+        &[],
     );
     assert!(
         shown[0].text.starts_with("- (conversation trip-2023, "),
@@ -235,14 +238,14 @@ fn the_floor_is_a_share_of_the_best_score_of_the_same_question() {
         ]
     };
     // A strong best match: the near-misses under a fifth of it go.
-    let (kept, report) = entries(ranked(1.66), "", floor, "agent", &Later::default());
+    let (kept, report) = entries(ranked(1.66), "", floor, "agent", &Later::default(), &[]);
     assert_eq!(kept.len(), 2, "{report:?}");
     assert_eq!(report.below_floor, 1);
     assert!((report.floor - 0.332).abs() < 1e-4, "{report:?}");
     assert_eq!((report.ranked, report.best_score), (3, 1.66));
     // A weak best match (0.4): the same entries are all there is, and stay
     // (min_score alone applies).
-    let (kept, report) = entries(ranked(0.3), "", floor, "agent", &Later::default());
+    let (kept, report) = entries(ranked(0.3), "", floor, "agent", &Later::default(), &[]);
     assert_eq!((kept.len(), report.below_floor), (3, 0), "{report:?}");
     assert!((report.floor - 0.08).abs() < 1e-6, "{report:?}");
     // No floor: everything.
@@ -252,6 +255,7 @@ fn the_floor_is_a_share_of_the_best_score_of_the_same_question() {
         Floor::default(),
         "agent",
         &Later::default(),
+        &[],
     );
     assert_eq!(kept.len(), 3);
     // What did not fit is counted with the block.
@@ -287,6 +291,7 @@ fn a_question_nobody_answered_is_left_out() {
         Floor::default(),
         "a",
         &Later::default(),
+        &[],
     );
     assert_eq!(report.unanswered, 2, "the first and the last only ask");
     let texts: Vec<&str> = shown.iter().map(|e| e.text.as_str()).collect();
@@ -317,7 +322,7 @@ fn a_question_nobody_answered_sets_no_floor() {
         min_score: 0.0,
         relative: 0.5,
     };
-    let (shown, report) = entries(vec![question, fact], "", floor, "a", &Later::default());
+    let (shown, report) = entries(vec![question, fact], "", floor, "a", &Later::default(), &[]);
     assert_eq!((report.unanswered, report.below_floor), (1, 0));
     assert_eq!(report.best_score, 0.5);
     assert_eq!(shown.len(), 1);
@@ -346,7 +351,7 @@ fn a_fact_no_longer_true_reads_with_its_span() {
         .into_iter()
         .map(|f| memory(Memory::Semantic(f), 1.0))
         .collect();
-    let (shown, _) = entries(ranked, "", Floor::default(), "a", &Later::default());
+    let (shown, _) = entries(ranked, "", Floor::default(), "a", &Later::default(), &[]);
     let texts: Vec<&str> = shown.iter().map(|e| e.text.as_str()).collect();
     assert_eq!(
         texts,
@@ -385,6 +390,7 @@ fn a_message_a_replaced_fact_came_from_says_so() {
         Floor::default(),
         "a",
         &later,
+        &[],
     );
     assert_eq!(
         shown[0].text,
@@ -395,10 +401,79 @@ fn a_message_a_replaced_fact_came_from_says_so() {
         agent_id: Some("b".into()),
         ..hit(&traces, 0, 1.0)
     };
-    let (shown, _) = entries(vec![other], "", Floor::default(), "a", &later);
+    let (shown, _) = entries(vec![other], "", Floor::default(), "a", &later, &[]);
     assert!(
         !shown[0].text.contains("later changed"),
         "{}",
         shown[0].text
     );
+}
+
+/// A recalled message longer than an entry shows the part that names the
+/// question's words, and says which characters those are.
+#[test]
+fn a_long_message_is_cut_around_what_the_question_names() {
+    let output = format!(
+        "{}\nFAILED tests/test_refunds.py::test_partial_refund - AssertionError",
+        "PASSED tests/test_orders.py::test_listing\n".repeat(40)
+    );
+    let summary_text = format!(
+        "{} the refund bug was traced to rounding.",
+        "Ran the suite. ".repeat(60)
+    );
+    let t = vec![RawTrace {
+        content: output.clone(),
+        ..talk()[0].clone()
+    }];
+    let words = engram_core::compaction::merge::content_words("Which refund test failed?");
+    let (shown, _) = entries(
+        vec![
+            Recalled {
+                before: vec![],
+                after: vec![],
+                ..hit(&t, 0, 1.0)
+            },
+            memory(Memory::Episodic(summary(&summary_text)), 0.9),
+        ],
+        "",
+        Floor::default(),
+        "agent",
+        &Later::default(),
+        &words,
+    );
+    let message = &shown[0].text;
+    assert!(
+        message.contains("test_partial_refund - AssertionError"),
+        "{message}"
+    );
+    let of = output
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .chars()
+        .count();
+    assert!(message.contains(&format!(" of {of}) …")), "{message}");
+    assert!(message.len() < MAX_LINE + 120, "{}", message.len());
+    assert!(
+        shown[1].text.contains("refund bug was traced"),
+        "{}",
+        shown[1].text
+    );
+    // Without the question's words, cut from the start as before.
+    let (plain, _) = entries(
+        vec![hit(&t, 0, 1.0)],
+        "",
+        Floor::default(),
+        "agent",
+        &Later::default(),
+        &[],
+    );
+    assert!(
+        plain[0]
+            .text
+            .contains("Caroline: PASSED tests/test_orders.py"),
+        "{}",
+        plain[0].text
+    );
+    assert!(!plain[0].text.contains("characters"), "{}", plain[0].text);
 }
