@@ -176,6 +176,25 @@ fn names(word: &str, w: &str) -> bool {
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        /// Any text and words: an excerpt of its own characters, in
+        /// bounds, no longer than asked (its two "…" aside).
+        #[test]
+        fn an_excerpt_is_a_part_of_the_text_in_bounds(
+            text in "[a-zé .\n]{0,400}",
+            words in proptest::collection::vec("[a-z]{1,6}", 0..5),
+            max in 1usize..120,
+        ) {
+            let e = excerpt(&text, max, &words);
+            let n = text.chars().count();
+            proptest::prop_assert_eq!(e.of, n);
+            proptest::prop_assert!(e.from <= e.to && e.to <= n);
+            proptest::prop_assert!(e.text.chars().count() <= max.max(2) + 1, "{:?}", e);
+            let inner = e.text.trim_start_matches('…').trim_end_matches('…');
+            proptest::prop_assert!(text.contains(inner.trim()), "{:?}", e);
+        }
+    }
+
     #[test]
     fn an_excerpt_is_cut_around_the_words_it_names() {
         let text = format!(
