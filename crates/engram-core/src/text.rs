@@ -64,14 +64,13 @@ const EXCERPT_WORDS: usize = 32;
 pub fn excerpt(text: &str, max: usize, words: &[String]) -> Excerpt {
     let chars: Vec<char> = text.chars().collect();
     let n = chars.len();
-    let whole = |t: String, to: usize| Excerpt {
-        text: t,
-        from: 0,
-        to,
-        of: n,
-    };
     if n <= max {
-        return whole(text.to_owned(), n);
+        return Excerpt {
+            text: text.to_owned(),
+            from: 0,
+            to: n,
+            of: n,
+        };
     }
     let words = &words[..words.len().min(EXCERPT_WORDS)];
     // (start, end, which word) of each occurrence, in order.

@@ -132,18 +132,19 @@ impl ContextCaches {
     /// likely); asks without making caches.
     /// What Engram added, for that call only, to the last prompt it served
     /// `agent` (0 when this replica served it none since its last usage
-    /// report, or its caches were dropped); `take` clears it (the report
-    /// for that prompt is stored).
-    pub fn served_extra(&self, agent: &AgentId, take: bool) -> u32 {
+    /// report, or its caches were dropped).
+    pub fn served_extra(&self, agent: &AgentId) -> u32 {
         let caches = self.lock().get(agent).map(|e| Arc::clone(&e.caches));
-        caches.map_or(0, |c| {
-            let mut c = lock(&c);
-            match take {
-                true => c.served_extra.take(),
-                false => c.served_extra,
-            }
-            .unwrap_or(0)
-        })
+        caches.map_or(0, |c| lock(&c).served_extra.unwrap_or(0))
+    }
+
+    /// The report for the last prompt served is stored: a later one is of
+    /// a later prompt.
+    pub fn served_reported(&self, agent: &AgentId) {
+        let caches = self.lock().get(agent).map(|e| Arc::clone(&e.caches));
+        if let Some(c) = caches {
+            lock(&c).served_extra = None;
+        }
     }
 
     pub fn recalled_last(&self, agent: &AgentId) -> bool {

@@ -20,7 +20,7 @@ impl Engine {
         // The usage is of the last prompt served: what Engram added to it
         // for that call only (its recall block) is not the next prompt's.
         let usage = req.usage.map(|u| engram_core::Usage {
-            engram_added_tokens: self.caches.served_extra(&id, false),
+            engram_added_tokens: self.caches.served_extra(&id),
             ..u
         });
         let mut out = self
@@ -28,8 +28,7 @@ impl Engine {
             .ingest(&id, &req.events, usage, model, user.as_ref())
             .await?;
         if usage.is_some() {
-            // Stored with the report: a later report is of a later prompt.
-            self.caches.served_extra(&id, true);
+            self.caches.served_reported(&id);
         }
         if let Some(reported) = usage.map(|u| u.carried_prompt_tokens())
             && !out.compaction_required

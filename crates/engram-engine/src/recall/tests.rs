@@ -53,6 +53,20 @@ fn memory(memory: Memory, score: f32) -> Recalled {
     }
 }
 
+/// The entries `memories` make for agent "agent", with the defaults: no
+/// snapshot, the default floor, nothing later changed, no question words.
+fn shown_to_agent(memories: Vec<Recalled>) -> Vec<Entry> {
+    entries(
+        memories,
+        "",
+        Floor::default(),
+        "agent",
+        &Later::default(),
+        &[],
+    )
+    .0
+}
+
 fn summary(text: &str) -> EpisodicItem {
     EpisodicItem {
         id: "e1".into(),
@@ -207,14 +221,7 @@ fn an_entry_from_another_conversation_says_which() {
     other.agent_id = Some("trip-2023".into());
     let mut own = hit(&t, 2, 0.9);
     own.agent_id = Some("agent".into());
-    let (shown, _) = entries(
-        vec![other, own],
-        "",
-        Floor::default(),
-        "agent",
-        &Later::default(),
-        &[],
-    );
+    let shown = shown_to_agent(vec![other, own]);
     assert!(
         shown[0].text.starts_with("- (conversation trip-2023, "),
         "{}",
@@ -460,14 +467,7 @@ fn a_long_message_is_cut_around_what_the_question_names() {
         shown[1].text
     );
     // Without the question's words, cut from the start as before.
-    let (plain, _) = entries(
-        vec![hit(&t, 0, 1.0)],
-        "",
-        Floor::default(),
-        "agent",
-        &Later::default(),
-        &[],
-    );
+    let plain = shown_to_agent(vec![hit(&t, 0, 1.0)]);
     assert!(
         plain[0]
             .text
