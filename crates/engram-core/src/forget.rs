@@ -201,6 +201,8 @@ fn hidden(item: &EpisodicItem, turn_ids: Vec<String>, trace_ids: Vec<String>) ->
         summary: String::new(),
         tags: vec![],
         rewriting: true,
+        // What it held goes with its text; the rewrite finds it again.
+        carrying: Default::default(),
         source: Provenance {
             trace_ids,
             ..item.source.clone()
@@ -294,12 +296,17 @@ pub fn rewrite(
         fact.source = source.clone();
         fact.managed.expires_at = fact_ttl.map(|ttl| now + ttl);
     }
+    // What its remaining traces give a working agent, as a compaction
+    // finds it (tasks are not closed again: that was decided before).
+    let mut carrying = crate::essentials::extract(&refs, &[]);
+    crate::essentials::hold(&mut carrying.essentials, &summary.episodic_summary);
     let episodic = EpisodicItem {
         summary: summary.episodic_summary,
         tags: summary.tags,
         salience: summary.salience.clamp(0.0, 1.0),
         rewriting: false,
         source,
+        carrying,
         ..item.clone()
     };
     Rewrite { episodic, facts }

@@ -31,6 +31,7 @@ pub mod compaction;
 pub mod dates;
 pub mod embed;
 pub mod error;
+pub mod essentials;
 pub mod facts;
 pub mod forget;
 pub mod later;

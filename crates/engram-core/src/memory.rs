@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::RawTrace;
+use crate::essentials::Carrying;
 
 /// Where a memory came from: the traces of the turns a compaction
 /// summarized, and the event times of the first and last of them. Items
@@ -51,6 +52,10 @@ pub struct EpisodicItem {
     /// summarizer rewrites it from the others, and is shown nowhere.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rewriting: bool,
+    /// What its window gave that a working agent needs, and which of it
+    /// the summary holds: the carry-forward's source.
+    #[serde(default, skip_serializing_if = "Carrying::is_empty")]
+    pub carrying: Carrying,
 }
 
 impl EpisodicItem {
@@ -421,6 +426,7 @@ mod tests {
             salience: 0.5,
             source: Provenance::default(),
             rewriting: false,
+            carrying: Default::default(),
         };
         let items = vec![item("1"), item("2"), item("3")];
         let ids: Vec<_> = recent_episodic(&items, 2)

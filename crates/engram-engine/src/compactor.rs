@@ -162,6 +162,7 @@ impl Compactor {
                 raw_tail_turns: policy.raw_tail_turns,
                 max_episodic: policy.max_episodic_items,
                 max_semantic: policy.max_semantic_items,
+                carry_tokens: policy.max_carried_tokens,
                 fact_ttl: (settings.memory.default_ttl_secs > 0)
                     .then_some(settings.memory.default_ttl_secs as f64),
             },
@@ -453,6 +454,8 @@ impl Compactor {
         report.episodic_id = done.episodic_id;
         report.semantic_added = done.semantic_added;
         report.semantic_updated = done.semantic_updated;
+        report.carried = done.carried;
+        report.carry_dropped = done.carry_dropped;
         report.traces_pruned = done.traces_pruned;
         report.tokens_after =
             sizing::over_trigger(&self.caches, &self.budgets, agent, &done.context).1;

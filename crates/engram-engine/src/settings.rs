@@ -90,6 +90,11 @@ pub struct PolicySection {
     pub max_active_turns: usize,
     pub max_episodic_items: usize,
     pub max_semantic_items: usize,
+    /// Most tokens of the snapshot's carry-forward section: what the
+    /// summaries in view do not hold of the rules, open tasks, decisions,
+    /// errors and identifiers (0: none).
+    #[serde(default = "default_max_carried_tokens")]
+    pub max_carried_tokens: u32,
     /// What compactions may do (`strategy.rs`).
     #[serde(default)]
     pub strategy: Strategy,
@@ -102,6 +107,10 @@ pub struct PolicySection {
     /// By agent id; wins over the model's.
     #[serde(default)]
     pub agents: BTreeMap<String, PolicyOverride>,
+}
+
+fn default_max_carried_tokens() -> u32 {
+    800
 }
 
 fn default_keep_last_turns() -> usize {

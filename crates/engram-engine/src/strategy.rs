@@ -60,6 +60,7 @@ mod tests {
             max_active_turns: 0,
             max_episodic_items: 3,
             max_semantic_items: 20,
+            max_carried_tokens: 800,
             strategy: Strategy::Summarize,
             keep_last_turns: 8,
             models: BTreeMap::from([(

@@ -298,6 +298,8 @@ pub fn report_to_pb(r: &CompactionReport) -> pb::CompactionReport {
         semantic_added: r.semantic_added,
         semantic_updated: r.semantic_updated,
         traces_pruned: r.traces_pruned,
+        carried: r.carried,
+        carry_dropped: r.carry_dropped,
         tokens_before: r.tokens_before,
         tokens_after: r.tokens_after,
         prepared_in_background: r.prepared_ago.is_some(),

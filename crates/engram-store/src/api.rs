@@ -352,6 +352,9 @@ pub struct Committed {
     pub semantic_added: u32,
     pub semantic_updated: u32,
     pub traces_pruned: u32,
+    /// The carry-forward section's essentials, shown and dropped.
+    pub carried: u32,
+    pub carry_dropped: u32,
     pub epoch: u32,
     /// The prompt of the new epoch.
     pub context: AgentContext,
@@ -368,6 +371,8 @@ impl Committed {
     ) -> Self {
         Self {
             traces_pruned: u32::try_from(intent.trace_ids.len()).unwrap_or(u32::MAX),
+            carried: intent.carried,
+            carry_dropped: intent.carry_dropped,
             turn_ids: intent.turn_ids,
             episodic_id: intent.episodic.map(|e| e.id).unwrap_or_default(),
             semantic_added: added,

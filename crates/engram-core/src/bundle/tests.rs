@@ -61,6 +61,7 @@ fn agent(id: &str, user: Option<&str>) -> AgentRecords {
             salience: 0.5,
             source: Provenance::default(),
             rewriting: false,
+            carrying: Default::default(),
         }],
         facts: vec![SemanticItem::new("f1", "lives in Paris"), fact],
         blocks: vec![block("persona", 1), block("persona", 2)],

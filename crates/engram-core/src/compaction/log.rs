@@ -50,6 +50,10 @@ pub struct CompactionRecord {
     pub semantic_updated: u32,
     #[serde(default)]
     pub traces_pruned: u32,
+    #[serde(default)]
+    pub carried: u32,
+    #[serde(default)]
+    pub carry_dropped: u32,
     /// The transcript's tokens before and after, counted for the agent's
     /// model.
     pub tokens_before: u32,
@@ -108,6 +112,8 @@ impl CompactionRecord {
             episodic_id: report.episodic_id.clone(),
             semantic_added: report.semantic_added,
             semantic_updated: report.semantic_updated,
+            carried: report.carried,
+            carry_dropped: report.carry_dropped,
             traces_pruned: report.traces_pruned,
             tokens_before: report.tokens_before,
             tokens_after: report.tokens_after,

@@ -6,6 +6,8 @@
 //!   summary never separates a call from its result). The current turn is
 //!   never in the window.
 //! - [`render_snapshot`]: the text that starts an epoch (DESIGN §1).
+//! - [`carry`]: its carry-forward section, what the summaries in view do
+//!   not hold.
 //! - [`merge_facts`]: the same fact is never stored twice; a changed fact
 //!   supersedes the old one, which is kept with `superseded_by`.
 //! - [`trigger`]: the prompt's size ([`PromptSize`]), the [`Trigger`]s and
@@ -16,6 +18,7 @@
 //! - [`log`]: the [`CompactionRecord`] an agent's compaction log keeps of it.
 //! - [`strategy`]: what an agent's compactions may do ([`Strategy`]).
 
+pub mod carry;
 pub mod log;
 pub mod merge;
 pub mod plan;
@@ -130,9 +133,11 @@ pub fn select_window(traces: &[RawTrace], keep_turns: usize) -> Window {
     window
 }
 
-/// The snapshot text of DESIGN §1: memory bundle, then the recent turns.
+/// The snapshot text of DESIGN §1: memory bundle (the summaries in view,
+/// the carry-forward section, the facts), then the recent turns.
 pub fn render_snapshot(
     episodic: &[EpisodicItem],
+    carried: &str,
     semantic: &[SemanticItem],
     tail: &[RawTrace],
 ) -> String {
@@ -140,6 +145,7 @@ pub fn render_snapshot(
     for (i, e) in episodic.iter().enumerate() {
         out.push_str(&format!("{}) {}\n", i + 1, fold_whitespace(&e.summary)));
     }
+    out.push_str(carried);
     out.push_str("[MEMORY:SEMANTIC]\n");
     for f in semantic.iter().filter(|f| f.is_live()) {
         out.push_str(&fact_line(f));
@@ -342,10 +348,11 @@ mod tests {
             salience: 0.5,
             source: Provenance::default(),
             rewriting: false,
+            carrying: Default::default(),
         }];
         let semantic = [SemanticItem::new("f", "Lives in Oslo")];
         assert_eq!(
-            render_snapshot(&episodic, &semantic, &tail),
+            render_snapshot(&episodic, "", &semantic, &tail),
             "[MEMORY:EPISODIC]\n1) Talked about travel.\n[MEMORY:SEMANTIC]\n- Lives in Oslo\n[RECENT TURNS]\nTurn 1:\n  User: weather?\n  Tool call: weather({\"city\":\"Oslo\"})\n  Tool result: 3 degrees\n  Assistant: It is 3 degrees.\n"
         );
     }
@@ -355,7 +362,7 @@ mod tests {
         let facts = |texts: &[&str]| -> Vec<SemanticItem> {
             texts.iter().map(|t| SemanticItem::new("f", *t)).collect()
         };
-        let snapshot = render_snapshot(&[], &facts(&["Lives in Oslo", "Likes tea"]), &[]);
+        let snapshot = render_snapshot(&[], "", &facts(&["Lives in Oslo", "Likes tea"]), &[]);
         let now = with_facts(Some(&snapshot), &facts(&["Lives in\nBerlin"])).unwrap();
         assert_eq!(
             now,

@@ -5,7 +5,9 @@
 
 use std::collections::HashSet;
 
+use super::carry::{Carried, carry, open_tasks};
 use super::{FactMerge, Summary, merge_summary, render_snapshot};
+use crate::essentials;
 use crate::RawTrace;
 use crate::memory::{EpisodicItem, Provenance, SemanticItem, recent_episodic};
 use crate::turns::turn_number;
@@ -15,6 +17,8 @@ use crate::turns::turn_number;
 pub struct SnapshotLimits {
     pub max_episodic: usize,
     pub max_semantic: usize,
+    /// Most tokens of the carry-forward section.
+    pub carry_tokens: u32,
     /// The new facts expire this long (seconds) after the compaction.
     pub fact_ttl: Option<f64>,
 }
@@ -39,6 +43,8 @@ pub struct Plan {
     pub snapshot: String,
     /// The active traces the snapshot shows (its raw tail).
     pub snapshot_trace_ids: Vec<String>,
+    /// What its carry-forward section took and dropped.
+    pub carried: Carried,
 }
 
 impl Plan {
@@ -80,11 +86,12 @@ pub fn plan(
 /// Empty when there are no memories: the epoch starts with no snapshot.
 fn trimmed(before: Before<'_>, limits: SnapshotLimits, now: f64) -> Plan {
     let episodic = recent_episodic(before.episodic, limits.max_episodic);
+    let carried = carry(before.episodic, limits.max_episodic, limits.carry_tokens);
     let facts = crate::facts::shown(before.semantic, limits.max_semantic, now);
     let snapshot = if episodic.is_empty() && facts.iter().all(|f| !f.is_live()) {
         String::new()
     } else {
-        let mut text = render_snapshot(&episodic, &facts, &[]);
+        let mut text = render_snapshot(&episodic, &carried.section, &facts, &[]);
         // No raw tail: the section's header alone would say nothing.
         if let Some(cut) = text.rfind("[RECENT TURNS]\n") {
             text.truncate(cut);
@@ -96,6 +103,7 @@ fn trimmed(before: Before<'_>, limits: SnapshotLimits, now: f64) -> Plan {
         facts: FactMerge::default(),
         snapshot,
         snapshot_trace_ids: vec![],
+        carried,
     }
 }
 
@@ -125,11 +133,20 @@ fn summarized(
         salience: summary.salience.clamp(0.0, 1.0),
         source: source.clone(),
         rewriting: false,
+        carrying: Default::default(),
     };
     // A summarizer does not say which message a fact came from: its
     // provenance is the window's, and it became true (or an old one
     // stopped) when the window's statement most like it was said (else at
     // the window's end).
+    // The guard: what the window gave a working agent, and which of it
+    // the summary holds (the rest is carried forward).
+    let mut carrying = essentials::extract(&summarized, &open_tasks(before.episodic));
+    essentials::hold(&mut carrying.essentials, &episodic.summary);
+    let episodic = EpisodicItem {
+        carrying,
+        ..episodic
+    };
     let statements = super::when::Statements::of(&summarized);
     facts.date(before.semantic, &statements, source.to_ts);
     for fact in &mut facts.new_items {
@@ -159,8 +176,10 @@ fn summarized(
         .filter(|t| turn_number(&t.turn_id).is_some_and(|n| n < before.current_turn))
         .cloned()
         .collect();
+    let carried = carry(&all_episodic, limits.max_episodic, limits.carry_tokens);
     let snapshot = render_snapshot(
         &recent_episodic(&all_episodic, limits.max_episodic),
+        &carried.section,
         &crate::facts::shown(&live, limits.max_semantic, now),
         &tail,
     );
@@ -169,6 +188,7 @@ fn summarized(
         facts,
         snapshot,
         snapshot_trace_ids: tail.iter().map(|t| t.id.clone()).collect(),
+        carried,
     }
 }
 
@@ -229,6 +249,7 @@ mod tests {
             SnapshotLimits {
                 max_episodic: 3,
                 max_semantic: 20,
+                carry_tokens: 800,
                 fact_ttl: Some(60.0),
             },
             2.0,
@@ -280,6 +301,7 @@ mod tests {
         let limits = SnapshotLimits {
             max_episodic: 3,
             max_semantic: 20,
+            carry_tokens: 800,
             fact_ttl: None,
         };
         let before = |semantic| Before {

@@ -21,6 +21,10 @@ pub struct CompactionReport {
     pub semantic_added: u32,
     pub semantic_updated: u32,
     pub traces_pruned: u32,
+    /// The snapshot's carry-forward section: essentials it shows, and
+    /// those that did not fit its budget.
+    pub carried: u32,
+    pub carry_dropped: u32,
     pub tokens_before: u32,
     pub tokens_after: u32,
     pub error: Option<CompactionError>,
@@ -41,6 +45,8 @@ impl CompactionReport {
             semantic_added: 0,
             semantic_updated: 0,
             traces_pruned: 0,
+            carried: 0,
+            carry_dropped: 0,
             tokens_before,
             tokens_after: tokens_before,
             error: None,

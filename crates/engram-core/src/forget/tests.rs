@@ -28,6 +28,7 @@ fn summary(id: &str, turns: &[&str], traces: &[&RawTrace]) -> EpisodicItem {
         salience: 0.5,
         source: Provenance::of(traces),
         rewriting: false,
+        carrying: Default::default(),
     }
 }
 

@@ -436,6 +436,7 @@ impl Derived {
         let limits = SnapshotLimits {
             max_episodic: policy.max_episodic,
             max_semantic: policy.max_semantic,
+            carry_tokens: policy.carry_tokens,
             fact_ttl: policy.fact_ttl,
         };
         let planned = plan(before, &job.turn_ids, &window, summary, limits, now, new_id);
@@ -453,6 +454,8 @@ impl Derived {
             snapshot: planned.snapshot,
             snapshot_trace_ids: planned.snapshot_trace_ids,
             facts_limit: u32::try_from(policy.max_semantic).ok(),
+            carried: planned.carried.carried,
+            carry_dropped: planned.carried.dropped,
         };
         (intent, added, updated)
     }

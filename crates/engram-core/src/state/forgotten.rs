@@ -8,6 +8,7 @@ use std::collections::HashSet;
 
 use super::{AgentMeta, Derived, Policy};
 use crate::RawTrace;
+use crate::compaction::carry::carry;
 use crate::compaction::{Summary, render_snapshot, with_facts};
 use crate::forget::{self, Forget, ForgetIntent};
 use crate::memory::{EpisodicItem, SemanticItem, recent_episodic};
@@ -177,6 +178,7 @@ fn meta_after(
         Some(_) if meta.compactions == 0 => with_facts(meta.snapshot.as_deref(), &facts),
         Some(_) => Some(render_snapshot(
             &recent_episodic(episodic, policy.max_episodic),
+            &carry(episodic, policy.max_episodic, policy.carry_tokens).section,
             &facts,
             &tail,
         )),

@@ -33,6 +33,16 @@ pub struct Intent {
     /// written before it existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub facts_limit: Option<u32>,
+    /// The snapshot's carry-forward section: what it shows, what did not
+    /// fit (absent in intents written before it existed).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub carried: u32,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub carry_dropped: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Intent {

@@ -86,6 +86,9 @@ pub struct Policy {
     pub raw_tail_turns: usize,
     pub max_episodic: usize,
     pub max_semantic: usize,
+    /// Most tokens of the snapshot's carry-forward section
+    /// (`policy.max_carried_tokens`).
+    pub carry_tokens: u32,
     /// The facts a compaction writes expire this long (seconds) after it
     /// (`memory.default_ttl_secs`); `None`: never.
     pub fact_ttl: Option<f64>,

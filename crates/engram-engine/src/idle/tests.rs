@@ -37,6 +37,7 @@ pub(crate) fn settings() -> Settings {
             max_active_turns: 0,
             max_episodic_items: 3,
             max_semantic_items: 20,
+            max_carried_tokens: 800,
             strategy: Default::default(),
             keep_last_turns: 8,
             models: Default::default(),

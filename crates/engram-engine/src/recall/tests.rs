@@ -81,6 +81,7 @@ fn summary(text: &str) -> EpisodicItem {
             to_ts: Some(MAY_8_2023 + 86_400.0 * 12.0),
         },
         rewriting: false,
+        carrying: Default::default(),
     }
 }
 

@@ -198,6 +198,7 @@ async fn recall_stages_a_compactions_epoch_at_once_and_a_forget_is_committed_to_
         raw_tail_turns: 2,
         max_episodic: 3,
         max_semantic: 20,
+        carry_tokens: 800,
         fact_ttl: None,
     };
     let job = store

@@ -73,6 +73,7 @@ pub fn compact(traces: &[RawTrace]) -> Compaction {
         SnapshotLimits {
             max_episodic: 3,
             max_semantic: 20,
+            carry_tokens: 800,
             fact_ttl: None,
         },
         0.0,

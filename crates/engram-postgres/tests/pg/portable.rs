@@ -121,6 +121,7 @@ async fn a_large_agent_is_imported_whole_and_every_replica_reloads_it() {
         raw_tail_turns: 10,
         max_episodic: 3,
         max_semantic: 20,
+        carry_tokens: 800,
         fact_ttl: None,
     };
     let Begun::Job(job) = one.begin_compaction(&id, policy).await.expect("begins") else {
@@ -249,6 +250,7 @@ async fn changed_forgotten_and_folded_facts_import_as_they_were() {
         raw_tail_turns: 1,
         max_episodic: 3,
         max_semantic: 20,
+        carry_tokens: 800,
         fact_ttl: None,
     };
     let Begun::Job(job) = store.begin_compaction(&id, policy).await.expect("begins") else {

@@ -155,6 +155,8 @@ pub fn compaction_page_to_pb(page: engram_engine::CompactionPage) -> pb::ListCom
             episodic_id: r.episodic_id,
             semantic_added: r.semantic_added,
             semantic_updated: r.semantic_updated,
+            carried: r.carried,
+            carry_dropped: r.carry_dropped,
             traces_pruned: r.traces_pruned,
             tokens_before: r.tokens_before,
             tokens_after: r.tokens_after,

@@ -22,6 +22,8 @@ pub(crate) fn record(trigger: &str, tokens_before: u32) -> CompactionRecord {
         semantic_added: 2,
         semantic_updated: 1,
         traces_pruned: 6,
+        carried: 3,
+        carry_dropped: 1,
         tokens_before,
         tokens_after: tokens_before / 3,
         error: String::new(),

@@ -38,6 +38,7 @@ pub(crate) async fn compact_and_fold(
         raw_tail_turns: 1,
         max_episodic: 3,
         max_semantic: 20,
+        carry_tokens: 800,
         fact_ttl: None,
     };
     let job = store
@@ -296,6 +297,7 @@ fn summary(id: &str, ts: f64, text: &str) -> EpisodicItem {
         salience: 0.5,
         source: Provenance::default(),
         rewriting: false,
+        carrying: Default::default(),
     }
 }
 
