@@ -34,7 +34,7 @@ const POLICY: Policy = Policy {
     raw_tail_turns: 4,
     max_episodic: 3,
     max_semantic: 20,
-        carry_tokens: 800,
+    carry_tokens: 800,
     fact_ttl: None,
 };
 

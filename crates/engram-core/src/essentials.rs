@@ -244,10 +244,7 @@ impl Reader {
             TraceType::ToolResult => {
                 let text = result_text(t);
                 let from = format!("{} result", tool(t));
-                let errors: Vec<&str> = text
-                    .lines()
-                    .filter(|l| scan::is_error_line(l))
-                    .collect();
+                let errors: Vec<&str> = text.lines().filter(|l| scan::is_error_line(l)).collect();
                 for line in &errors[errors.len().saturating_sub(PER_TRACE_ERRORS)..] {
                     self.push(t, Kind::Error, line, "", &from);
                 }

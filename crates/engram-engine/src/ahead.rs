@@ -293,7 +293,7 @@ mod tests {
                 raw_tail_turns: 2,
                 max_episodic: 3,
                 max_semantic: 20,
-        carry_tokens: 800,
+                carry_tokens: 800,
                 fact_ttl: None,
             },
             at: Instant::now(),

@@ -83,6 +83,8 @@ fn compaction(seq: u64) -> CompactionRecord {
         semantic_added: 1,
         semantic_updated: 0,
         traces_pruned: 2,
+        carried: 0,
+        carry_dropped: 0,
         tokens_before: 900,
         tokens_after: 300,
         error: String::new(),

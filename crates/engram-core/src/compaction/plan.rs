@@ -7,8 +7,8 @@ use std::collections::HashSet;
 
 use super::carry::{Carried, carry, open_tasks};
 use super::{FactMerge, Summary, merge_summary, render_snapshot};
-use crate::essentials;
 use crate::RawTrace;
+use crate::essentials;
 use crate::memory::{EpisodicItem, Provenance, SemanticItem, recent_episodic};
 use crate::turns::turn_number;
 

@@ -108,8 +108,19 @@ const NOT_DONE: &[&str] = &["not", "t", "still", "yet", "haven", "isn", "wasn", 
 
 /// Words of a message that lists tasks.
 const TASK_CUES: &[&str] = &[
-    "todo", "to-do", "task", "tasks", "steps", "plan", "checklist", "need", "needs", "please",
-    "next", "backlog", "remaining",
+    "todo",
+    "to-do",
+    "task",
+    "tasks",
+    "steps",
+    "plan",
+    "checklist",
+    "need",
+    "needs",
+    "please",
+    "next",
+    "backlog",
+    "remaining",
 ];
 
 /// File extensions that make a bare word a file name.
@@ -121,9 +132,9 @@ const EXTENSIONS: &[&str] = &[
 
 /// Function words a coverage check leaves out.
 const STOP: &[&str] = &[
-    "the", "a", "an", "and", "or", "of", "to", "in", "on", "at", "for", "with", "by", "from",
-    "is", "are", "was", "were", "be", "been", "it", "its", "this", "that", "these", "those", "we",
-    "you", "i", "me", "my", "our", "your", "they", "them", "he", "she", "so", "as", "into", "then",
+    "the", "a", "an", "and", "or", "of", "to", "in", "on", "at", "for", "with", "by", "from", "is",
+    "are", "was", "were", "be", "been", "it", "its", "this", "that", "these", "those", "we", "you",
+    "i", "me", "my", "our", "your", "they", "them", "he", "she", "so", "as", "into", "then",
     "than", "please", "just", "also", "will", "ll", "s", "d", "m", "re", "ve", "can", "could",
     "should", "would", "let", "us",
 ];
@@ -191,10 +202,7 @@ pub fn list_item(line: &str) -> Option<(&str, bool)> {
         .or_else(|| t.strip_prefix("• "))
     {
         r
-    } else if let Some(r) = t
-        .strip_prefix("TODO:")
-        .or_else(|| t.strip_prefix("TODO "))
-    {
+    } else if let Some(r) = t.strip_prefix("TODO:").or_else(|| t.strip_prefix("TODO ")) {
         r
     } else {
         let digits = t.chars().take_while(char::is_ascii_digit).count();
@@ -281,7 +289,9 @@ pub fn identifier(token: &str) -> Option<&str> {
         return None;
     }
     if has_extension(file)
-        && t.chars().next().is_some_and(|c| c.is_alphanumeric() || c == '.')
+        && t.chars()
+            .next()
+            .is_some_and(|c| c.is_alphanumeric() || c == '.')
     {
         return Some(t);
     }
@@ -297,7 +307,11 @@ pub fn identifier(token: &str) -> Option<&str> {
         return Some(t);
     }
     let parts: Vec<&str> = t.split('.').collect();
-    if parts.len() == 4 && parts.iter().all(|p| (1..=3).contains(&p.len()) && p.chars().all(|c| c.is_ascii_digit())) {
+    if parts.len() == 4
+        && parts
+            .iter()
+            .all(|p| (1..=3).contains(&p.len()) && p.chars().all(|c| c.is_ascii_digit()))
+    {
         return Some(t);
     }
     // A version: v1.2 or v1.2.3.
@@ -310,7 +324,8 @@ pub fn identifier(token: &str) -> Option<&str> {
     }
     // A commit hash: 7 to 40 hex digits, letters and digits both.
     if (7..=40).contains(&n)
-        && t.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+        && t.chars()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
         && has_digit
         && has_alpha
     {
@@ -319,7 +334,9 @@ pub fn identifier(token: &str) -> Option<&str> {
     // A ticket (QL-1234), an error code (E0382, ERR_4411).
     if let Some((head, tail)) = t.split_once(['-', '_'])
         && (1..=10).contains(&head.len())
-        && head.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
+        && head
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
         && head.chars().next().is_some_and(|c| c.is_ascii_uppercase())
         && (1..=8).contains(&tail.len())
         && tail.chars().all(|c| c.is_ascii_digit())
@@ -336,7 +353,8 @@ pub fn identifier(token: &str) -> Option<&str> {
     // An environment variable: DATABASE_URL.
     if t.contains('_')
         && n >= 4
-        && t.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+        && t.chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
         && t.chars().next().is_some_and(|c| c.is_ascii_uppercase())
     {
         return Some(t);

@@ -35,11 +35,19 @@ fn a_window_gives_what_a_working_agent_needs() {
         NewEvent::user(
             "Here is the plan for today:\n1. Add retries to the ledger sync job\n2. Fix the flaky settlement test\n- [ ] Write the release notes\nNever push to main on Fridays.",
         ),
-        NewEvent::assistant("Sure. We decided to use NATS JetStream because it keeps messages across restarts."),
-        NewEvent::tool_call("c1", "run_shell", json!({"cmd": "cat /srv/quartz/conf/ledger.toml"})),
+        NewEvent::assistant(
+            "Sure. We decided to use NATS JetStream because it keeps messages across restarts.",
+        ),
+        NewEvent::tool_call(
+            "c1",
+            "run_shell",
+            json!({"cmd": "cat /srv/quartz/conf/ledger.toml"}),
+        ),
         NewEvent::tool_result(
             "c1",
-            json!("listen = \"0.0.0.0:7421\"\nlast deploy 9f3c2ab1e\nsee ticket QL-2231\nerror E0382: borrow of moved value"),
+            json!(
+                "listen = \"0.0.0.0:7421\"\nlast deploy 9f3c2ab1e\nsee ticket QL-2231\nerror E0382: borrow of moved value"
+            ),
         ),
         NewEvent::user("What does the config say?"),
     ]);
@@ -71,7 +79,11 @@ fn a_window_gives_what_a_working_agent_needs() {
     ] {
         assert!(ids.contains(&id), "{id} in {ids:?}");
     }
-    let port = c.essentials.iter().find(|e| e.name == "0.0.0.0:7421").unwrap();
+    let port = c
+        .essentials
+        .iter()
+        .find(|e| e.name == "0.0.0.0:7421")
+        .unwrap();
     assert_eq!(
         (port.text.as_str(), port.from.as_str(), port.turn()),
         ("listen = \"0.0.0.0:7421\"", "run_shell result", Some(1))
@@ -112,7 +124,9 @@ fn a_task_reported_done_leaves_the_open_list() {
 #[test]
 fn only_what_reads_as_one_is_a_rule_or_a_task() {
     let c = of(vec![
-        NewEvent::user("The cities we visited:\n- Lisbon\n- Porto\nShould we never deploy on Mondays?"),
+        NewEvent::user(
+            "The cities we visited:\n- Lisbon\n- Porto\nShould we never deploy on Mondays?",
+        ),
         NewEvent::assistant("I never deploy on Mondays myself."),
     ]);
     assert!(texts(&c, Kind::Task).is_empty(), "{c:?}");
@@ -133,9 +147,17 @@ fn a_summary_holds_what_it_names() {
         &mut good,
         "Rules: never pushes to main on a Friday. Output in /tmp/out/report.csv.",
     );
-    assert!(good.iter().filter(|e| e.kind != Kind::Request).all(|e| e.held), "{good:?}");
+    assert!(
+        good.iter()
+            .filter(|e| e.kind != Kind::Request)
+            .all(|e| e.held),
+        "{good:?}"
+    );
     let mut useless = c.essentials.clone();
-    hold(&mut useless, "The user and the assistant worked on the project.");
+    hold(
+        &mut useless,
+        "The user and the assistant worked on the project.",
+    );
     assert!(useless.iter().all(|e| !e.held));
 }
 
@@ -160,8 +182,7 @@ fn identifiers_are_found_by_their_shape() {
         assert!(scan::identifier(yes).is_some(), "{yes}");
     }
     for no in [
-        "and/or", "1/2", "hello", "Friday", "12:30", "2026", "deadbeef", "OK", "I", "e.g.",
-        "3.14",
+        "and/or", "1/2", "hello", "Friday", "12:30", "2026", "deadbeef", "OK", "I", "e.g.", "3.14",
     ] {
         assert_eq!(scan::identifier(no), None, "{no}");
     }

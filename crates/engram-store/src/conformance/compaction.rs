@@ -17,7 +17,7 @@ const POLICY: Policy = Policy {
     raw_tail_turns: 2,
     max_episodic: 3,
     max_semantic: 20,
-        carry_tokens: 800,
+    carry_tokens: 800,
     fact_ttl: None,
 };
 

@@ -49,7 +49,9 @@ fn session() -> Vec<Vec<NewEvent>> {
             NewEvent::tool_call("c", "run_shell", json!({})),
             NewEvent::tool_result("c", json!("listen = 0.0.0.0:7421")),
         ],
-        vec![NewEvent::assistant("I added retries to the ledger sync job.")],
+        vec![NewEvent::assistant(
+            "I added retries to the ledger sync job.",
+        )],
         vec![NewEvent::user("thanks")],
     ]
 }
@@ -72,7 +74,11 @@ fn a_useless_summary_still_leaves_the_rules_tasks_and_identifiers() {
          - Identifier (turn 2, run_shell result): listen = 0.0.0.0:7421\n"
     );
     assert_eq!((c.carried, c.dropped), (4, 0));
-    assert_eq!(carry(&items, 3, 800), c, "the same summaries, the same bytes");
+    assert_eq!(
+        carry(&items, 3, 800),
+        c,
+        "the same summaries, the same bytes"
+    );
 }
 
 /// What a summary in view holds is not repeated; once it leaves the view,
@@ -82,7 +88,11 @@ fn what_a_summary_held_is_carried_once_it_leaves_the_view() {
     let items = summaries(session(), |text| text.to_owned());
     assert_eq!(carry(&items, 4, 800).section, "", "all held, all in view");
     let c = carry(&items, 2, 800);
-    assert!(c.section.contains("Never push to main on Fridays."), "{}", c.section);
+    assert!(
+        c.section.contains("Never push to main on Fridays."),
+        "{}",
+        c.section
+    );
     assert!(c.section.contains("0.0.0.0:7421"), "{}", c.section);
     assert!(c.section.contains("Rotate the staging keys"));
     assert!(!c.section.contains("Add retries"), "done");
@@ -92,7 +102,9 @@ fn what_a_summary_held_is_carried_once_it_leaves_the_view() {
 /// newest of a kind first; what does not fit is counted dropped.
 #[test]
 fn the_section_is_bounded_and_rules_go_first() {
-    let mut windows = vec![vec![NewEvent::user("Always run the linter before a commit.")]];
+    let mut windows = vec![vec![NewEvent::user(
+        "Always run the linter before a commit.",
+    )]];
     for i in 0..200 {
         windows.push(vec![
             NewEvent::user("next"),
@@ -106,7 +118,10 @@ fn the_section_is_bounded_and_rules_go_first() {
     assert!(tokens <= 300, "{tokens}");
     assert!(c.section.contains("Always run the linter"));
     assert!(c.section.contains("/var/data/part-199.csv"), "the newest");
-    assert!(!c.section.contains("/var/data/part-0.csv"), "the oldest gave way");
+    assert!(
+        !c.section.contains("/var/data/part-0.csv"),
+        "the oldest gave way"
+    );
     assert_eq!(c.carried + c.dropped, 202, "rule, request, 200 identifiers");
     assert!(c.dropped > 0);
 }
@@ -119,5 +134,9 @@ fn a_hidden_summary_carries_nothing() {
         item.rewriting = true;
     }
     let c = carry(&items, 3, 800);
-    assert!(!c.section.contains("Fridays") && !c.section.contains("7421"), "{}", c.section);
+    assert!(
+        !c.section.contains("Fridays") && !c.section.contains("7421"),
+        "{}",
+        c.section
+    );
 }
