@@ -7,7 +7,7 @@ use std::collections::HashSet;
 
 use super::carry::{Carried, carry, open_tasks};
 use super::{FactMerge, Summary, merge_summary, render_snapshot};
-use crate::RawTrace;
+use crate::{RawTrace, TraceType};
 use crate::essentials;
 use crate::memory::{EpisodicItem, Provenance, SemanticItem, recent_episodic};
 use crate::turns::turn_number;
@@ -143,6 +143,17 @@ fn summarized(
     // the summary holds (the rest is carried forward).
     let mut carrying = essentials::extract(&summarized, &open_tasks(before.episodic));
     essentials::hold(&mut carrying.essentials, &episodic.summary);
+    // The window's last request matters only while no newer one is in
+    // view: a compaction inside one long turn archives the request the
+    // agent is still working on.
+    let asked_since = before.active.iter().any(|t| {
+        !window.contains(t.id.as_str())
+            && t.trace_type == TraceType::User
+            && t.content.chars().any(char::is_alphabetic)
+    });
+    if asked_since {
+        carrying.essentials.retain(|e| e.kind != essentials::Kind::Request);
+    }
     let episodic = EpisodicItem {
         carrying,
         ..episodic
