@@ -18,8 +18,15 @@ pub const UNSTRUCTURED_TAG: &str = "unstructured";
 
 const INSTRUCTIONS: &str = "You maintain the long-term memory of an AI agent. \
 Summarize the conversation turns you are given into an episodic summary \
-(what was asked, done and decided, in a few sentences) and semantic facts \
-(stable facts, preferences, constraints and decisions worth remembering). \
+and semantic facts. The agent keeps working from your summary alone, so the episodic \
+summary is a few sentences of what happened, then these sections, each a line starting \
+with its name and left out when empty: \"Rules:\" (the user's standing instructions and \
+constraints, in their words), \"Decisions:\" (what was decided and why), \"Open tasks:\" \
+(what is asked and not done yet), \"Identifiers:\" (file paths, URLs, ports, versions, \
+ids, error codes, exactly as written, with where they came from), \"Errors:\" (errors \
+met and how they were fixed, if they were), \"Current task:\" (what the agent is doing \
+now and its next step). Tool calls and results count as much as messages. The semantic \
+facts are stable facts, preferences, constraints and decisions worth remembering. \
 Known facts are listed with a handle in brackets and the date since which they are true. \
 When the turns change a known fact (a new value of the same thing about the same person \
 or subject: they moved, changed jobs, stopped being allergic, sold the car), answer it in \

@@ -7,10 +7,10 @@ use std::collections::HashSet;
 
 use super::carry::{Carried, carry, open_tasks};
 use super::{FactMerge, Summary, merge_summary, render_snapshot};
-use crate::{RawTrace, TraceType};
 use crate::essentials;
 use crate::memory::{EpisodicItem, Provenance, SemanticItem, recent_episodic};
 use crate::turns::turn_number;
+use crate::{RawTrace, TraceType};
 
 /// How much memory the snapshot shows.
 #[derive(Debug, Clone, Copy)]
@@ -152,7 +152,9 @@ fn summarized(
             && t.content.chars().any(char::is_alphabetic)
     });
     if asked_since {
-        carrying.essentials.retain(|e| e.kind != essentials::Kind::Request);
+        carrying
+            .essentials
+            .retain(|e| e.kind != essentials::Kind::Request);
     }
     let episodic = EpisodicItem {
         carrying,
